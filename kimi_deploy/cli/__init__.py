@@ -1,0 +1,68 @@
+"""The ``kimi-deploy`` command line: a thin layer over library functions.
+
+Each verb lives in a module of this package named after it, parses options,
+calls one library function and prints its result (``--json`` where offered).
+Errors derived from :class:`kimi_deploy.errors.KimiDeployError` are caught here,
+at the edge, and printed as ``error:`` / ``value:`` / ``fix:`` lines with the
+error's exit code; ``--debug`` shows the traceback instead.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+
+import click
+
+from kimi_deploy import __version__
+from kimi_deploy.errors import ExitCode, KimiDeployError
+
+
+class KimiGroup(click.Group):
+    """Click group that turns :class:`KimiDeployError` into a message and a named exit code."""
+
+    def invoke(self, ctx: click.Context):
+        try:
+            return super().invoke(ctx)
+        except KimiDeployError as exc:
+            if ctx.find_root().params.get("debug") or (ctx.obj or {}).get("debug"):
+                raise
+            click.echo(exc.render(), err=True)
+            ctx.exit(int(exc.exit_code))
+        except KeyboardInterrupt:
+            click.echo("interrupted", err=True)
+            ctx.exit(130)
+
+
+@click.group(cls=KimiGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="kimi-deploy")
+@click.option("--debug", is_flag=True, help="Show tracebacks instead of one-line errors.")
+@click.option("-v", "--verbose", is_flag=True, help="Log every command kimi-deploy runs, as a pasteable line.")
+@click.pass_context
+def cli(ctx: click.Context, debug: bool, verbose: bool) -> None:
+    """Render, validate, patch, install, check and benchmark an SGLang deployment of Kimi K2.x."""
+    ctx.ensure_object(dict)
+    ctx.obj["debug"] = debug
+    logging.basicConfig(
+        level=logging.DEBUG if debug else (logging.INFO if verbose else logging.WARNING),
+        format="%(message)s" if not debug else "%(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+
+
+def _register() -> None:
+    from kimi_deploy.cli import render as render_cmds
+
+    for command in render_cmds.COMMANDS:
+        cli.add_command(command)
+
+
+_register()
+
+
+def main() -> None:
+    """Console-script entry point (``kimi-deploy``)."""
+    cli(obj={}, prog_name="kimi-deploy")
+
+
+__all__ = ["cli", "main", "ExitCode"]

@@ -1,0 +1,47 @@
+"""Options and helpers shared by several verbs (profile selection, JSON output)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import click
+
+from kimi_deploy.errors import UsageError
+from kimi_deploy.presets import get_preset
+from kimi_deploy.profile import Profile, load_profile
+
+
+def profile_options(func):
+    """``--profile FILE`` / ``--preset NAME`` (mutually exclusive)."""
+    func = click.option("--preset", "preset", metavar="NAME",
+                        help="Use a built-in preset (see `kimi-deploy presets`).")(func)
+    func = click.option("--profile", "profile_path", type=click.Path(path_type=Path, dir_okay=False),
+                        metavar="FILE", help="Deployment profile (TOML).")(func)
+    return func
+
+
+def resolve_profile(profile_path: Path | None, preset: str | None, *, required: bool = True) -> Profile | None:
+    """The profile selected by ``--profile`` or ``--preset``.
+
+    Raises:
+        UsageError: both given, or neither when ``required``.
+        ProfileError: the profile does not validate.
+    """
+    if profile_path and preset:
+        raise UsageError("--profile and --preset are mutually exclusive", value=f"{profile_path} / {preset}",
+                         hint="give one of them")
+    if profile_path:
+        return load_profile(profile_path)
+    if preset:
+        return get_preset(preset).profile()
+    if required:
+        raise UsageError("no profile given", hint="pass --profile FILE or --preset NAME "
+                         "(`kimi-deploy presets` lists presets; `kimi-deploy init` writes a profile)")
+    return None
+
+
+def echo_json(data: Any) -> None:
+    """Print ``data`` as indented JSON on stdout."""
+    click.echo(json.dumps(data, indent=2, sort_keys=False, default=str))

@@ -1,0 +1,98 @@
+"""Verbs ``render``, ``presets`` and ``init``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from kimi_deploy import paths, render as render_lib
+from kimi_deploy.cli.options import echo_json, profile_options, resolve_profile
+from kimi_deploy.errors import UsageError
+from kimi_deploy.fsio import write_atomic
+from kimi_deploy.presets import PRESETS, get_preset
+from kimi_deploy.versions import DEFAULT_SGLANG_VERSION
+
+
+@click.command("render")
+@profile_options
+@click.option("--sglang-version", default=None, metavar="V",
+              help=f"Target SGLang release for flag spellings (default {DEFAULT_SGLANG_VERSION}).")
+@click.option("--out", "out_dir", type=click.Path(path_type=Path, file_okay=False), metavar="DIR",
+              help="Write the units and env file into DIR (atomically).")
+@click.option("--print-command", is_flag=True, help="Print the exact launch command a user could paste.")
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+def render_cmd(profile_path, preset, sglang_version, out_dir, print_command, as_json):
+    """Render a profile into an SGLang launch command and hardened systemd units."""
+    profile = resolve_profile(profile_path, preset)
+    rendered = render_lib.render(profile, sglang_version)
+    for warning in rendered.launch.warnings:
+        click.echo(f"warning: {warning}", err=True)
+    written = render_lib.write(rendered, out_dir) if out_dir else []
+    if as_json:
+        echo_json({
+            "sglang_version": rendered.launch.sglang_version,
+            "profile_sha256": profile.digest(),
+            "argv": list(rendered.launch.argv),
+            "env": dict(rendered.launch.env),
+            "files": {name: str(out_dir / name) if out_dir else None for name in rendered.files},
+            "warnings": list(rendered.launch.warnings),
+        })
+        return
+    if print_command:
+        click.echo(rendered.launch.shell_command(), nl=False)
+    for path in written:
+        click.echo(f"wrote {path}", err=print_command)
+    if not out_dir and not print_command:
+        for name, text in rendered.files.items():
+            click.echo(f"# ---- {name}")
+            click.echo(text, nl=False)
+
+
+@click.command("presets")
+@click.option("--json", "as_json", is_flag=True, help="Print the presets as JSON.")
+def presets_cmd(as_json):
+    """List the built-in presets, one line each."""
+    if as_json:
+        echo_json({name: {"summary": p.summary, "profile": p.data} for name, p in PRESETS.items()})
+        return
+    width = max(len(n) for n in PRESETS)
+    for name, preset in PRESETS.items():
+        click.echo(f"{name:<{width}}  {preset.summary}")
+
+
+@click.command("init")
+@click.argument("path", type=click.Path(path_type=Path, dir_okay=False))
+@click.option("--preset", default="kimi-k25-rtx-pro-6000-x8", show_default=True, metavar="NAME",
+              help="Preset whose values the profile starts from.")
+@click.option("--force", is_flag=True, help="Overwrite an existing file.")
+def init_cmd(path: Path, preset: str, force: bool):
+    """Write a commented deployment profile to PATH to start from."""
+    import jinja2
+
+    if path.exists() and not force:
+        raise UsageError("the profile file already exists", value=str(path),
+                         hint="choose another path or pass --force to overwrite it")
+    chosen = get_preset(preset)
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(paths.kit_templates_dir())),
+                             undefined=jinja2.StrictUndefined, keep_trailing_newline=True,
+                             trim_blocks=True, lstrip_blocks=True)
+    text = env.get_template("profile.toml.j2").render(preset=chosen, toml=_toml_value)
+    write_atomic(path, text)
+    click.echo(f"wrote {path} (from preset {chosen.name}); edit it, then `kimi-deploy render --profile {path}`")
+
+
+def _toml_value(value) -> str:
+    """A TOML literal for a str/bool/int/float/list of str."""
+    import json
+
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return str(value)
+    if isinstance(value, list):
+        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
+    return json.dumps(value)
+
+
+COMMANDS = [render_cmd, presets_cmd, init_cmd]

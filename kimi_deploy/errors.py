@@ -1,0 +1,139 @@
+"""One error hierarchy, caught at the CLI edge, and the named exit codes.
+
+Every error says what failed, the offending value and how to fix it. The CLI
+prints ``error: <message>`` / ``  value: ...`` / ``  fix: ...`` and exits with the
+error's :class:`ExitCode`; a traceback is shown only with ``--debug``.
+"""
+
+from __future__ import annotations
+
+import enum
+from typing import Any
+
+
+class ExitCode(enum.IntEnum):
+    """Process exit codes of every ``kimi-deploy`` verb.
+
+    Stable: scripts and systemd units (``SuccessExitStatus=``) depend on them.
+    """
+
+    OK = 0
+    #: a check, verification or doctor probe failed (the tool itself worked)
+    FAILED = 1
+    #: bad command line, bad profile, bad input file
+    USAGE = 2
+    #: the server could not be reached at all
+    UNREACHABLE = 3
+    #: refused to act: a file kimi-deploy does not own, a hand-edited file, a wrong version
+    REFUSED = 4
+    #: a program kimi-deploy ran (systemctl, the SGLang interpreter, ...) failed
+    EXTERNAL = 5
+    #: a deadline passed (restart --wait, a request timeout)
+    TIMEOUT = 6
+
+
+class KimiDeployError(Exception):
+    """Base of every error kimi-deploy reports to a user.
+
+    Args:
+        message: what was wrong, one sentence.
+        value: the offending value, shown verbatim (``None``: nothing to show).
+        hint: how to fix it, one sentence.
+    """
+
+    exit_code: ExitCode = ExitCode.FAILED
+
+    def __init__(self, message: str, *, value: Any = None, hint: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.value = value
+        self.hint = hint
+
+    def render(self) -> str:
+        """The multi-line text the CLI prints to stderr."""
+        lines = [f"error: {self.message}"]
+        if self.value is not None:
+            lines.append(f"  value: {self.value!r}" if not isinstance(self.value, str) else f"  value: {self.value}")
+        if self.hint:
+            lines.append(f"  fix: {self.hint}")
+        return "\n".join(lines)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-friendly form for ``--json`` output."""
+        return {
+            "error": type(self).__name__,
+            "message": self.message,
+            "value": None if self.value is None else str(self.value),
+            "hint": self.hint,
+            "exit_code": int(self.exit_code),
+        }
+
+
+class UsageError(KimiDeployError):
+    """Bad command-line input or input file (exit 2)."""
+
+    exit_code = ExitCode.USAGE
+
+
+class ProfileError(UsageError):
+    """A deployment profile that does not validate (exit 2).
+
+    ``problems`` holds one line per problem (``location: message``) when
+    validation found several at once.
+    """
+
+    def __init__(self, message: str, *, value: Any = None, hint: str | None = None,
+                 problems: list[str] | None = None) -> None:
+        super().__init__(message, value=value, hint=hint)
+        self.problems = problems or []
+
+    def render(self) -> str:
+        if not self.problems:
+            return super().render()
+        lines = [f"error: {self.message}"]
+        lines.extend(f"  - {p}" for p in self.problems)
+        if self.hint:
+            lines.append(f"  fix: {self.hint}")
+        return "\n".join(lines)
+
+
+class UnsupportedVersionError(UsageError):
+    """A feature or patch series the chosen SGLang version does not have (exit 2)."""
+
+
+class RefusedError(KimiDeployError):
+    """kimi-deploy will not act without an explicit override (exit 4)."""
+
+    exit_code = ExitCode.REFUSED
+
+
+class ExternalCommandError(KimiDeployError):
+    """A subprocess failed; ``command`` is the exact shell line, ``stderr`` its tail (exit 5)."""
+
+    exit_code = ExitCode.EXTERNAL
+
+    def __init__(self, message: str, *, command: str = "", returncode: int | None = None,
+                 stderr: str = "", hint: str | None = None) -> None:
+        super().__init__(message, value=command or None, hint=hint)
+        self.command = command
+        self.returncode = returncode
+        self.stderr = stderr
+
+    def render(self) -> str:
+        text = super().render()
+        if self.stderr:
+            tail = "\n".join(self.stderr.rstrip().splitlines()[-15:])
+            text += "\n  stderr:\n" + "\n".join(f"    {line}" for line in tail.splitlines())
+        return text
+
+
+class UnreachableError(KimiDeployError):
+    """The server did not answer at all (exit 3)."""
+
+    exit_code = ExitCode.UNREACHABLE
+
+
+class DeadlineError(KimiDeployError):
+    """A wait ran past its deadline (exit 6)."""
+
+    exit_code = ExitCode.TIMEOUT

@@ -1,0 +1,188 @@
+"""Profile + SGLang version -> the exact SGLang launch: argv, environment, secrets file.
+
+The flag spellings come from :mod:`kimi_deploy.versions`; nothing else in the kit
+decides how a feature is spelled. The API key never enters argv or the
+environment: argv names SGLang's YAML ``--config`` file, which the unit writes at
+start from a systemd credential (see ``systemd/server.service.j2``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import shlex
+from collections.abc import Mapping
+
+from packaging.version import Version
+
+from kimi_deploy import versions
+from kimi_deploy.errors import UnsupportedVersionError
+from kimi_deploy.profile import Profile
+
+#: Name of the systemd credential that carries the API key (``LoadCredential=``).
+API_KEY_CREDENTIAL = "api-key"
+#: File name of SGLang's YAML config written into ``RuntimeDirectory=`` at start.
+SECRETS_CONFIG_NAME = "sglang-secrets.yaml"
+
+
+@dataclasses.dataclass(frozen=True)
+class LaunchSpec:
+    """What runs: ``argv`` (interpreter first), ``env`` (ordered), and where secrets come from.
+
+    ``secrets_config`` is the host path of SGLang's ``--config`` YAML holding the API
+    key (``None`` without a key). ``warnings`` are human-readable notes for the
+    operator (e.g. a target newer than the version table).
+    """
+
+    argv: tuple[str, ...]
+    env: tuple[tuple[str, str], ...]
+    sglang_version: str
+    cache_dir: str
+    secrets_config: str | None
+    warnings: tuple[str, ...] = ()
+
+    @property
+    def server_args(self) -> tuple[str, ...]:
+        """The arguments after ``python -m sglang.launch_server`` (what SGLang's argparse sees)."""
+        return self.argv[3:]
+
+    def shell_command(self) -> str:
+        """The command as a POSIX shell line a user can paste (``env K=V ... python -m ...``), one flag a line."""
+        lines = []
+        if self.env:
+            lines.append("env " + " ".join(f"{k}={shlex.quote(v)}" for k, v in self.env))
+        lines.append(" ".join(shlex.quote(a) for a in self.argv[:3]))
+        args = list(self.server_args)
+        i = 0
+        while i < len(args):
+            if i + 1 < len(args) and not args[i + 1].startswith("--"):
+                lines.append(f"  {shlex.quote(args[i])} {shlex.quote(args[i + 1])}")
+                i += 2
+            else:
+                lines.append(f"  {shlex.quote(args[i])}")
+                i += 1
+        return " \\\n".join(lines) + "\n"
+
+
+def cache_key(sglang_version: str, components: Mapping[str, str] | None = None) -> str:
+    """Version key of the compile caches: ``sglang-0.5.23`` or, with probed versions,
+    ``sglang-0.5.23_flashinfer-0.7.2_torch-2.14.1_cuda-13.0``.
+
+    Kernels compiled by one stack are not valid for another; a new key per stack
+    means an upgrade starts from a clean cache instead of a poisoned one.
+    """
+    parts = [f"sglang-{sglang_version}"]
+    for name in ("flashinfer", "torch", "cuda"):
+        if components and components.get(name):
+            parts.append(f"{name}-{components[name]}")
+    return "_".join(parts).replace("+", "-")
+
+
+def build_launch(profile: Profile, sglang_version: str | Version = versions.DEFAULT_SGLANG_VERSION,
+                 *, components: Mapping[str, str] | None = None) -> LaunchSpec:
+    """Compute the launch of ``profile`` for SGLang ``sglang_version``.
+
+    Args:
+        profile: a validated profile.
+        sglang_version: target release (string or parsed).
+        components: probed versions (``flashinfer``, ``torch``, ``cuda``) for the cache key.
+
+    Raises:
+        UsageError: not a known 0.5.x version.
+        UnsupportedVersionError: the profile asks for a feature the version lacks.
+    """
+    version = sglang_version if isinstance(sglang_version, Version) else versions.parse_version(sglang_version)
+    s, svc = profile.sglang, profile.service
+    warnings: list[str] = []
+    if version > versions.NEWEST_KNOWN:
+        warnings.append(
+            f"SGLang {version} is newer than the newest release kimi-deploy's flag table knows "
+            f"({versions.NEWEST_KNOWN}); rendering {versions.NEWEST_KNOWN} spellings — validate with "
+            "`kimi-deploy validate --python ...`")
+    args: list[str] = ["--model-path", s.model_path]
+    if s.served_model_name:
+        args += ["--served-model-name", s.served_model_name]
+    if s.trust_remote_code:
+        args.append("--trust-remote-code")
+    args += ["--host", s.host, "--port", str(s.port), "--tp-size", str(s.tp_size)]
+    for flag, value in (("--context-length", s.context_length),
+                        ("--mem-fraction-static", s.mem_fraction_static),
+                        ("--max-running-requests", s.max_running_requests),
+                        ("--chunked-prefill-size", s.chunked_prefill_size),
+                        ("--attention-backend", s.attention_backend)):
+        if value is not None:
+            args += [flag, str(value)]
+    if s.tool_call_parser:
+        args += [versions.spelling("tool_call_parser", version).spelling, s.tool_call_parser]
+    if s.reasoning_parser:
+        args += [versions.spelling("reasoning_parser", version).spelling, s.reasoning_parser]
+
+    env: list[tuple[str, str]] = []
+    if s.speculative_algorithm:
+        if s.speculative_algorithm == "EAGLE3":
+            versions.spelling("speculative_eagle3_kimi", version, what="speculative_algorithm = \"EAGLE3\"")
+        args += ["--speculative-algorithm", s.speculative_algorithm]
+        if s.speculative_draft_model_path:
+            args += ["--speculative-draft-model-path", s.speculative_draft_model_path]
+        if s.speculative_num_steps is not None:
+            args += ["--speculative-num-steps", str(s.speculative_num_steps),
+                     "--speculative-eagle-topk", str(s.speculative_eagle_topk),
+                     "--speculative-num-draft-tokens", str(s.speculative_num_draft_tokens)]
+    if s.enable_spec_v2 is not None:
+        rule = versions.spelling("spec_v2", version, what="enable_spec_v2")
+        if rule.kind == "env":
+            env.append((rule.spelling, "1" if s.enable_spec_v2 else "0"))
+        elif not s.enable_spec_v2:
+            raise UnsupportedVersionError(
+                f"enable_spec_v2 = false cannot be honoured by SGLang {version}: from 0.5.14 EAGLE/EAGLE3 "
+                "always use the v2 worker", value="false",
+                hint="remove enable_spec_v2, or set disable_overlap_schedule = true to turn overlap scheduling off")
+    if s.disable_overlap_schedule:
+        args.append("--disable-overlap-schedule")
+
+    if s.flashinfer_allreduce_fusion_backend:
+        rule = versions.spelling("flashinfer_allreduce_fusion", version,
+                                 what="flashinfer_allreduce_fusion_backend")
+        if rule.spelling == "--flashinfer-allreduce-fusion-backend":
+            args += [rule.spelling, s.flashinfer_allreduce_fusion_backend]
+        elif s.flashinfer_allreduce_fusion_backend == "auto":
+            args.append(rule.spelling)
+        else:
+            raise UnsupportedVersionError(
+                f"flashinfer_allreduce_fusion_backend = \"{s.flashinfer_allreduce_fusion_backend}\" needs "
+                f"SGLang >= 0.5.14 (backend choice); SGLang {version} only has {rule.spelling}",
+                value=s.flashinfer_allreduce_fusion_backend,
+                hint="use flashinfer_allreduce_fusion_backend = \"auto\" or upgrade SGLang to 0.5.14+")
+    if s.enforce_disable_flashinfer_allreduce_fusion:
+        args.append(versions.spelling("enforce_disable_flashinfer_allreduce_fusion", version,
+                                      what="enforce_disable_flashinfer_allreduce_fusion").spelling)
+    if s.enable_symm_mem:
+        args.append(versions.spelling("enable_symm_mem", version, what="enable_symm_mem").spelling)
+    if s.enable_torch_symm_mem:
+        args.append(versions.spelling("enable_torch_symm_mem", version, what="enable_torch_symm_mem").spelling)
+    if s.enable_pcie_ipc_allreduce:
+        env.append((versions.spelling("pcie_ipc_allreduce", version, what="enable_pcie_ipc_allreduce").spelling,
+                    "1"))
+
+    secrets_config = None
+    if s.api_key_file:
+        secrets_config = f"/run/{svc.name}/{SECRETS_CONFIG_NAME}"
+        args += [versions.spelling("config_file", version).spelling, secrets_config]
+    args += list(s.extra_args)
+
+    key = cache_key(str(version), components)
+    cache_dir = f"{profile.cache_root}/{key}"
+    cache_env = [
+        ("SGLANG_CACHE_DIR", cache_dir),
+        ("SGLANG_JIT_CACHE_DIR", f"{cache_dir}/sglang-jit"),
+        ("SGLANG_DG_CACHE_DIR", f"{cache_dir}/deep-gemm"),
+        ("TRITON_CACHE_DIR", f"{cache_dir}/triton"),
+        ("TORCHINDUCTOR_CACHE_DIR", f"{cache_dir}/torchinductor"),
+        ("CUDA_CACHE_PATH", f"{cache_dir}/cuda"),
+        ("TILELANG_CACHE_DIR", f"{cache_dir}/tilelang"),
+        ("FLASHINFER_WORKSPACE_BASE", f"{cache_dir}/flashinfer"),
+    ]
+    base_env = [("HF_HUB_OFFLINE", "1"), ("PYTHONUNBUFFERED", "1")]
+    full_env = base_env + cache_env + env + list(profile.environment.items())
+    argv = (svc.python, "-m", "sglang.launch_server", *args)
+    return LaunchSpec(argv=argv, env=tuple(full_env), sglang_version=str(version), cache_dir=cache_dir,
+                      secrets_config=secrets_config, warnings=tuple(warnings))
