@@ -1,0 +1,46 @@
+"""Shared fixtures: the repository root, the SGLang 0.5.23 test environment, the CLI runner."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="session")
+def repo_root() -> Path:
+    """The source checkout's root folder."""
+    return REPO
+
+
+@pytest.fixture(scope="session")
+def sglang_python() -> str:
+    """Interpreter of the SGLang 0.5.23 test environment (``scripts/sglang-testenv``).
+
+    ``KIMI_DEPLOY_SGLANG_PYTHON`` wins; else ``<repo>/.sglang-env/bin/python``. Missing:
+    the test is skipped with the command that creates it (CI always creates it).
+    """
+    explicit = os.environ.get("KIMI_DEPLOY_SGLANG_PYTHON")
+    if explicit:
+        if not Path(explicit).exists():
+            pytest.fail(f"KIMI_DEPLOY_SGLANG_PYTHON={explicit} does not exist")
+        return explicit
+    default = REPO / ".sglang-env" / "bin" / "python"
+    if default.exists():
+        return str(default)
+    if os.environ.get("CI"):
+        pytest.fail("the SGLang test environment is missing in CI; .ci/run must run scripts/sglang-testenv")
+    pytest.skip("SGLang test environment missing: run scripts/sglang-testenv")
+
+
+@pytest.fixture
+def cli_runner() -> CliRunner:
+    """Click's CliRunner with stderr kept apart from stdout."""
+    try:
+        return CliRunner(mix_stderr=False)  # click < 8.2
+    except TypeError:
+        return CliRunner()
