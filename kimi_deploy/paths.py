@@ -35,6 +35,11 @@ def patches_dir() -> Path:
     return _resource_dir("patches")
 
 
+def bench_prompts_file() -> Path:
+    """The natural prompts ``kimi-deploy bench`` uses by default (JSONL of chat messages, in the wheel)."""
+    return _PACKAGE_DIR / "bench" / "data" / "prompts.jsonl"
+
+
 def kit_templates_dir() -> Path:
     """Folder of the kit's own text templates (the commented profile of ``init``)."""
     return _PACKAGE_DIR / "templates"
