@@ -148,7 +148,7 @@ def fidelity(clients: dict, concurrencies: list[int], repeat: int) -> list[dict]
     rows = []
     try:
         for c in concurrencies:
-            n = {1: 16}.get(c, 4 * c)
+            n = {1: 16}.get(c, 8 * c)
             truth = {"ttft_ms_p50": s["ttft_ms"], "tpot_ms_p50": truth_tpot,
                      "output_tokens_per_s": c * s["max_tokens"] / ((s["ttft_ms"] + s["gap_ms"] * (n_chunks - 1)) / 1000)}
             for rep in range(repeat):
