@@ -134,12 +134,26 @@ def test_compare_prints_ratios_and_writes_a_png(sweep, cli_runner):
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
     res = cli_runner.invoke(cli, ["bench", "compare", str(out / "a.json"), str(out / "b.json"), "--no-plot", "--json"])
     data = json.loads(res.stdout)
-    assert data["labels"] == ["baseline", "candidate"]
+    assert data["labels"] == ["baseline", "candidate"] and data["warnings"] == []
     assert [row["x"] for row in data["rows"]] == [1.0, 4.0]
     for row in data["rows"]:  # same server, same prompts: ratios near 1
         assert 0.8 <= row["ratios"]["tpot_ms"] <= 1.25
         assert 0.8 <= row["ratios"]["output_tokens_per_s"] <= 1.25
         assert row["ratios"]["ttft_ms"] == pytest.approx(row["values"]["ttft_ms"] / row["baseline"]["ttft_ms"])
+
+
+def test_compare_warns_when_the_workload_differs(sweep):
+    from kimi_deploy.bench.compare import compare
+    from kimi_deploy.bench.report import load_result
+
+    out, _, _ = sweep
+    a = load_result(out / "a.json")
+    b = json.loads(json.dumps(a))
+    b["label"] = "longer"
+    b["config"]["max_tokens"] = 64
+    cmp = compare([a, b])
+    assert cmp.warnings == ["longer: max_tokens 64 differs from baseline's 32"]
+    assert all(row.ratios["tpot_ms"] == pytest.approx(1.0) for row in cmp.rows)
 
 
 def test_compare_refuses_other_files(tmp_path, cli_runner):

@@ -50,6 +50,7 @@ class Comparison:
 
     labels: list[str]
     rows: list[CompareRow]
+    warnings: list[str] = dataclasses.field(default_factory=list)
     plot: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
@@ -81,7 +82,25 @@ def compare(results: list[dict[str, Any]]) -> Comparison:
             ratios = {m: (values[m] / refs[m] if values[m] is not None and refs[m] else None) for m, _ in METRICS}
             rows.append(CompareRow(label=label, axis=key[0], x=key[1], values=values, baseline=refs, ratios=ratios))
     rows.sort(key=lambda r: (r.x, labels.index(r.label)))
-    return Comparison(labels=labels, rows=rows)
+    return Comparison(labels=labels, rows=rows, warnings=_unequal_work(results, labels))
+
+
+#: Settings that change the work a server does: results that differ in them do not compare equal work.
+WORKLOAD_KEYS = ("max_tokens", "ignore_eos", "temperature", "extra_body", "seed")
+
+
+def _unequal_work(results: list[dict[str, Any]], labels: list[str]) -> list[str]:
+    out = []
+    base = results[0]
+    for label, r in zip(labels[1:], results[1:]):
+        for key in WORKLOAD_KEYS:
+            if r["config"].get(key) != base["config"].get(key):
+                out.append(f"{label}: {key} {r['config'].get(key)!r} differs from {labels[0]}'s "
+                           f"{base['config'].get(key)!r}")
+        if r["dataset"]["sha256"] != base["dataset"]["sha256"]:
+            out.append(f"{label}: prompts differ from {labels[0]}'s ({r['dataset']['name']} vs "
+                       f"{base['dataset']['name']})")
+    return out
 
 
 def _labels(results: list[dict[str, Any]]) -> list[str]:

@@ -154,47 +154,52 @@ class Connection(asyncio.Protocol):
         self.buf = b""
         pos, n = 0, len(buf)
         out: list[bytes] = []
+        append, find = out.append, buf.find
+        left, skip, trailer = self.left, self.skip, self.trailer
         done = False
         while pos < n:
-            if self.left:
-                take = min(self.left, n - pos)
-                out.append(buf[pos:pos + take])
+            if left:  # inside a chunk that started in an earlier read
+                take = min(left, n - pos)
+                append(buf[pos:pos + take])
                 pos += take
-                self.left -= take
-                if not self.left:
-                    self.skip = 2
+                left -= take
+                if not left:
+                    skip = 2
                 continue
-            if self.skip:
-                take = min(self.skip, n - pos)
+            if skip:  # the CRLF after a chunk's data
+                take = min(skip, n - pos)
                 pos += take
-                self.skip -= take
+                skip -= take
                 continue
-            eol = buf.find(b"\r\n", pos)
+            eol = find(b"\r\n", pos)
             if eol < 0:
                 self.buf = buf[pos:]
                 break
-            line = buf[pos:eol]
-            pos = eol + 2
-            if self.trailer:
-                if not line:
+            if trailer:
+                if eol == pos:
                     done = True
                     break
+                pos = eol + 2
                 continue
             try:
-                size = int(line, 16)
+                size = int(buf[pos:eol], 16)
             except ValueError:
                 try:
-                    size = int(line.split(b";", 1)[0], 16)  # chunk extensions
+                    size = int(buf[pos:eol].split(b";", 1)[0], 16)  # chunk extensions
                 except ValueError:
-                    self._fail(f"bad chunk size line {line[:40]!r}", now)
+                    self._fail(f"bad chunk size line {buf[pos:eol][:40]!r}", now)
                     return
+            pos = eol + 2
             if size == 0:
-                self.trailer = True
-            elif pos + size + 2 <= n and buf[pos + size:pos + size + 2] == b"\r\n":
-                out.append(buf[pos:pos + size])  # fast path: the whole chunk is in this read
-                pos += size + 2
+                trailer = True
+                continue
+            end = pos + size
+            if end + 2 <= n:  # the common case: the whole chunk and its CRLF are in this read
+                append(buf[pos:end])
+                pos = end + 2
             else:
-                self.left = size
+                left = size
+        self.left, self.skip, self.trailer = left, skip, trailer
         if out:
             self.sink.on_body(out[0] if len(out) == 1 else b"".join(out), now)  # type: ignore[union-attr]
         if done and self.sink is not None:

@@ -51,7 +51,7 @@ class BenchConfig:
 
     base_url: str
     model: str | None = None
-    concurrency: tuple[int, ...] = (1,)
+    concurrency: tuple[int, ...] = (1,)  # empty in open loop
     request_rates: tuple[float, ...] = ()
     max_in_flight: int | None = None
     num_prompts: int | None = None
@@ -70,7 +70,7 @@ class BenchConfig:
 
     def __post_init__(self, api_key: str | None) -> None:
         object.__setattr__(self, "_api_key", api_key)
-        if not self.concurrency or any(c < 1 for c in self.concurrency):
+        if (not self.concurrency and not self.request_rates) or any(c < 1 for c in self.concurrency):
             raise UsageError("concurrency values must be >= 1", value=list(self.concurrency),
                              hint="e.g. --concurrency 1,8,32,64")
         if any(r <= 0 for r in self.request_rates):

@@ -152,7 +152,7 @@ def bench_cmd(ctx, base_url, model, concurrency, request_rate, num_prompts, max_
         raise UsageError("with --request-rate, --concurrency is one cap on requests in flight, not a sweep",
                          value=concurrency, hint="give one --concurrency value, or none for no cap")
     cfg = load.BenchConfig(
-        base_url=base_url, model=model, concurrency=conc if not rates else (1,), request_rates=rates,
+        base_url=base_url, model=model, concurrency=() if rates else conc, request_rates=rates,
         max_in_flight=(conc[0] if rates and ctx.get_parameter_source("concurrency")
                        != click.core.ParameterSource.DEFAULT else None),
         num_prompts=num_prompts, max_tokens=max_tokens, temperature=temperature, ignore_eos=ignore_eos,
@@ -167,6 +167,7 @@ def bench_cmd(ctx, base_url, model, concurrency, request_rate, num_prompts, max_
         run = load.run_bench(cfg, data)
     result = report.build_result(run, data, profile_sha)
     console = Console(stderr=json_path == "-")
+    console.width = max(console.width, 150)  # the table has 12 columns; let a narrow terminal wrap instead
     if json_path and json_path != "-":
         write_atomic(Path(json_path), json.dumps(result, indent=1) + "\n")
     if csv_path:
@@ -207,6 +208,8 @@ def compare_cmd(results, plot_path, no_plot, as_json):
         return
     console = Console()
     console.print(compare_lib.comparison_table(cmp))
+    for line in cmp.warnings:
+        console.print(f"[yellow]warning:[/] not the same workload: {line}")
     if cmp.plot:
         console.print(f"wrote {cmp.plot}")
 
