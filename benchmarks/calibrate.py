@@ -80,8 +80,9 @@ def run_kit(url: str, c: int, n: int, max_tokens: int) -> dict:
                 str(max_tokens), "--no-progress", "--no-flush-cache", "--json", "-"])
     r = json.loads(out[out.index("{"):])
     s = r["points"][0]["summary"]
-    return {"ttft_ms_p50": s["ttft_ms"]["p50"], "tpot_ms_p50": s["tpot_ms"]["p50"],
-            "output_tokens_per_s": s["output_tokens_per_s"], "chunks_per_s": s["chunks_per_s"]}
+    return {"ttft_ms_p50": s["ttft_ms"]["p50"], "tpot_ms_p50": (s["tpot_ms"] or {}).get("p50"),
+            "output_tokens_per_s": s["output_tokens_per_s"], "chunks_per_s": s["chunks_per_s"],
+            "requests_without_usage": s["requests_without_usage"]}
 
 
 class SGLangClient:
@@ -180,6 +181,22 @@ def overhead(clients: dict, repeat: int, c: int = 64, n: int = 128) -> list[dict
     return rows
 
 
+def no_usage(clients: dict) -> list[dict]:
+    """A server that sends no usage block and stops at 64 tokens while 128 are asked for (as at EOS)."""
+    server = Server(200.0, 20.0, 4, ["--no-usage", "--output-tokens", "64"])
+    rows = []
+    try:
+        for name, fn in clients.items():
+            if name == "control":
+                continue
+            r = fn(server.url, 8, 32, 128)
+            rows.append({"scenario": "no-usage", "concurrency": 8, "repeat": 0, "client": name, **r})
+            print(f"  no-usage {name}: {r}", file=sys.stderr, flush=True)
+    finally:
+        server.stop()
+    return rows
+
+
 def print_tables(rows: list[dict]) -> None:
     fid = [r for r in rows if r["scenario"] == "fidelity"]
     if fid:
@@ -208,6 +225,15 @@ def print_tables(rows: list[dict]) -> None:
             ratio = f"{r['chunks_per_s'] / sg['chunks_per_s']:.2f}x" if sg else "-"
             print(f"{r['client']:<8} {r['chunks_per_s']:>10.0f} {ratio:>10} "
                   f"{r['chunks_per_s'] / ctrl['chunks_per_s']:>7.2f}x")
+    nu = [r for r in rows if r["scenario"] == "no-usage"]
+    if nu:
+        print("\nNo usage block: server stops at 64 tokens (truth TPOT 4.762 ms), requests ask max_tokens 128")
+        print(f"{'client':<8} {'TPOT ms':>9} {'out tok/s':>10} {'flagged':>8}")
+        for r in nu:
+            tpot = "unknown" if r["tpot_ms_p50"] is None else f"{r['tpot_ms_p50']:.3f}"
+            tput = "unknown" if r["output_tokens_per_s"] is None else f"{r['output_tokens_per_s']:.0f}"
+            flagged = r.get("requests_without_usage")
+            print(f"{r['client']:<8} {tpot:>9} {tput:>10} {'no' if flagged is None else flagged:>8}")
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -216,7 +242,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--repeat", type=int, default=1, help="repeat each measurement (clients interleaved)")
     p.add_argument("--sglang-python", default=None)
     p.add_argument("--no-sglang", action="store_true")
-    p.add_argument("--scenario", choices=["all", "fidelity", "overhead"], default="all")
+    p.add_argument("--scenario", choices=["all", "fidelity", "overhead", "no-usage"], default="all")
     p.add_argument("--json", dest="json_path", default=None)
     ns = p.parse_args(argv)
     clients = {"control": run_control, "kit": run_kit}
@@ -233,6 +259,8 @@ def main(argv: list[str] | None = None) -> None:
             rows += fidelity(clients, concurrencies, ns.repeat)
         if ns.scenario in ("all", "overhead"):
             rows += overhead(clients, ns.repeat)
+        if ns.scenario in ("all", "no-usage"):
+            rows += no_usage(clients)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     print_tables(rows)

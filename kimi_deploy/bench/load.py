@@ -120,7 +120,7 @@ class RunResult:
     flush_cache: str
     spec_accept_length: float | None
     summary: WindowSummary
-    records: list[RequestRecord]
+    records: list[RequestRecord] = dataclasses.field(repr=False)
 
 
 @dataclasses.dataclass

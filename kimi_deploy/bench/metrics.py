@@ -66,7 +66,7 @@ class RequestRecord:
 
     t_sent: float
     t_end: float | None = None
-    chunk_times: list[float] = dataclasses.field(default_factory=list)
+    chunk_times: list[float] = dataclasses.field(default_factory=list, repr=False)
     output_tokens: int | None = None
     prompt_tokens: int | None = None
     text_chars: int = 0
