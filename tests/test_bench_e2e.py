@@ -228,3 +228,12 @@ def test_shipped_prompts_are_many_varied_and_reproducible():
     assert any(len(c) > 2 for c in ds.conversations)  # multi-turn
     check = subprocess.run([sys.executable, str(REPO / "benchmarks" / "make_prompts.py"), "--check"])
     assert check.returncode == 0, "prompts.jsonl is out of date: run python benchmarks/make_prompts.py"
+
+
+def test_control_client_reads_the_synthetic_truth(server):
+    out = subprocess.run([sys.executable, str(REPO / "benchmarks" / "control_client.py"), "--base-url", server.url,
+                          "--concurrency", "2", "--num-prompts", "4", "--max-tokens", "32"],
+                         capture_output=True, text=True, timeout=60, check=True)
+    r = json.loads(out.stdout)
+    assert r["requests"] == 4
+    assert 58 <= r["ttft_ms_p50"] <= 80 and 2.15 <= r["tpot_ms_p50"] <= 2.6 and 128 <= r["e2e_ms_p50"] <= 160
