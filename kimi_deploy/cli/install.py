@@ -7,17 +7,9 @@ from pathlib import Path
 import click
 
 from kimi_deploy import install as install_lib
-from kimi_deploy.cli.options import echo_json, profile_options, resolve_profile
+from kimi_deploy.cli.options import echo_json, profile_options, resolve_profile, root_option
 from kimi_deploy.paths import HostLayout
 from kimi_deploy.versions import DEFAULT_SGLANG_VERSION
-
-
-def root_option(func):
-    """``--root DIR``: act on a file tree (an image, a test folder) instead of ``/``."""
-    return click.option("--root", "root", type=click.Path(path_type=Path, file_okay=False), default=Path("/"),
-                        show_default=True, metavar="DIR",
-                        help="Host root; with a folder other than /, systemctl runs as `systemctl --root DIR` "
-                             "and nothing needs a running systemd.")(func)
 
 
 def _show(plan: install_lib.Plan, result: install_lib.ApplyResult | None, as_json: bool, dry_run: bool) -> None:
