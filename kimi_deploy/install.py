@@ -549,6 +549,9 @@ def apply(plan: Plan) -> ApplyResult:
             shutil.rmtree(backup.path, ignore_errors=True)
             raise
         except OSError as exc:
+            for path in writes:  # staged files whose rename never came
+                for tmp in path.parent.glob(f".{path.name}.*.tmp"):
+                    tmp.unlink(missing_ok=True)
             restore_backup(plan.layout, backup, "")
             raise UsageError(f"installing failed midway and was rolled back: {exc}", value=str(exc.filename or ""),
                              hint="fix the cause (disk full? read-only file system?) and run again") from exc
