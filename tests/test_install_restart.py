@@ -172,6 +172,7 @@ def test_restart_timeout_default_comes_from_timeout_start_sec(tmp_path, fake_sys
 
 
 def test_never_ready_without_rollback_times_out_and_keeps_the_new_files(cli_runner, tmp_path, fake_systemd):
+    fake_systemd.set_journal(STARTUP_JOURNAL[1:6])
     with FakeServer(ready=lambda n: False) as server:
         root, v1, v2 = _setup(tmp_path, server.port)
         _install(root, v1)
@@ -181,6 +182,10 @@ def test_never_ready_without_rollback_times_out_and_keeps_the_new_files(cli_runn
                                          "--poll-interval", "0.05"], catch_exceptions=False)
     assert result.exit_code == ExitCode.TIMEOUT
     assert "new: FAILED: not ready after" in result.output
+    assert "last phase: allocating the KV cache" in result.output
+    # not a terminal: one progress line per phase change, with the journal line
+    assert "loading weights          [2025-06-14 10:02:40 TP0] Load weight begin" in result.stderr
+    assert result.stderr.count("capturing CUDA graphs") == 0 and result.stderr.count("weights loaded") == 1
     assert (root / UNIT).read_bytes() == new_bytes
     assert fake_systemd.verbs() == ["restart kimi-test.service"]
 

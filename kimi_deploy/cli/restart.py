@@ -43,9 +43,13 @@ def restart_cmd(ctx, profile_path, preset, root, name, wait, timeout, rollback_o
     console = Console(stderr=True)
     if as_json or not console.is_terminal:
         status = None
+        last_phase: dict[str, str | None] = {}
 
         def on_poll(label, state):
-            return None
+            # not a terminal (a log, CI): one line per phase change instead of a live display
+            if not as_json and state.phase != last_phase.get(label, ""):
+                last_phase[label] = state.phase
+                click.echo(_line(label, state), err=True)
     else:
         status = console.status("restarting")
         status.start()
