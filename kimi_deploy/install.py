@@ -555,7 +555,8 @@ def apply(plan: Plan) -> ApplyResult:
             restore_backup(plan.layout, backup, "")
             raise UsageError(f"installing failed midway and was rolled back: {exc}", value=str(exc.filename or ""),
                              hint="fix the cause (disk full? read-only file system?) and run again") from exc
-        messages.append(f"{plan.operation}: {len(changes)} file(s) changed; backup for rollback in "
+        kept = "backup for rollback" if plan.operation == "install" else "removed files kept"
+        messages.append(f"{plan.operation}: {len(changes)} file(s) changed; {kept} in "
                         f"{plan.layout.host_path(backup.path)}")
     for step in plan.steps:
         if step.when == "after":
