@@ -54,6 +54,10 @@ class HostLayout:
     def _under(self, host_path: str) -> Path:
         return self.root / host_path.lstrip("/")
 
+    def under(self, host_path: str) -> Path:
+        """The local path of ``host_path`` (an absolute path on the target host) under ``root``."""
+        return self._under(host_path)
+
     @property
     def systemd_dir(self) -> Path:
         """``/etc/systemd/system``: where the units go."""
@@ -76,6 +80,45 @@ class HostLayout:
     def cache_dir(self, service: str) -> Path:
         """``/var/cache/<service>``: JIT and compile caches (systemd ``CacheDirectory=``)."""
         return self._under(f"/var/cache/{service}")
+
+    def unit_path(self, unit: str) -> Path:
+        """``/etc/systemd/system/<unit>`` (``unit`` with its suffix, e.g. ``kimi-k25.service``)."""
+        return self.systemd_dir / unit
+
+    def env_file(self, service: str) -> Path:
+        """``/etc/kimi-deploy/<service>.env``: the EnvironmentFile= of the server unit."""
+        return self.config_dir / f"{service}.env"
+
+    def profile_copy(self, service: str) -> Path:
+        """``/etc/kimi-deploy/<service>.toml``: the installed profile the nightly check unit reads."""
+        return self.config_dir / f"{service}.toml"
+
+    def manifest(self, service: str) -> Path:
+        """``/etc/kimi-deploy/<service>.manifest.json``: what ``install`` wrote, with sha256 of each file."""
+        return self.config_dir / f"{service}.manifest.json"
+
+    def service_backup_dir(self, service: str) -> Path:
+        """``/etc/kimi-deploy/backup/<service>``: one timestamped folder per install that replaced files."""
+        return self.backup_dir / service
+
+    def check_report(self, service: str) -> Path:
+        """``/var/lib/<service>/check-report.json``: the nightly check's last JSON report."""
+        return self.state_dir(service) / "check-report.json"
+
+    @property
+    def passwd(self) -> Path:
+        """``/etc/passwd`` of the target (``useradd --root`` needs it to exist)."""
+        return self._under("/etc/passwd")
+
+    @property
+    def group_file(self) -> Path:
+        """``/etc/group`` of the target."""
+        return self._under("/etc/group")
+
+    @property
+    def is_host(self) -> bool:
+        """True when ``root`` is ``/``: systemctl talks to the running manager, not ``--root``."""
+        return self.root.resolve() == Path("/")
 
     def host_path(self, path: Path) -> str:
         """The path as the target host sees it (``root`` removed)."""

@@ -51,10 +51,12 @@ def cli(ctx: click.Context, debug: bool, verbose: bool) -> None:
 
 
 def _register() -> None:
-    from kimi_deploy.cli import render as render_cmds
+    from kimi_deploy.cli import install as install_cmds, render as render_cmds
+    from kimi_deploy.cli import restart as restart_cmds, status as status_cmds
 
-    for command in render_cmds.COMMANDS:
-        cli.add_command(command)
+    for module in (render_cmds, install_cmds, restart_cmds, status_cmds):
+        for command in module.COMMANDS:
+            cli.add_command(command)
 
 
 _register()
