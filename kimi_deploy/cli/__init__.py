@@ -51,10 +51,13 @@ def cli(ctx: click.Context, debug: bool, verbose: bool) -> None:
 
 
 def _register() -> None:
+    from kimi_deploy.cli import doctor as doctor_cmds
     from kimi_deploy.cli import render as render_cmds
+    from kimi_deploy.cli import validate as validate_cmds
 
-    for command in render_cmds.COMMANDS:
-        cli.add_command(command)
+    for module in (render_cmds, validate_cmds, doctor_cmds):
+        for command in module.COMMANDS:
+            cli.add_command(command)
 
 
 _register()
