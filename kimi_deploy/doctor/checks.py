@@ -344,7 +344,7 @@ def check_unit(f: Facts) -> Check:
                             f"{', '.join(d.name for d in f.unit if d.state != 'absent')}",
                       "reinstall the rendered files together")
     if different:
-        summary = "; ".join(f"{d.name}: +{d.added} -{d.removed} lines, first {d.first!r}" for d in different)
+        summary = "; ".join(f"{d.name}: +{d.added} -{d.removed} lines, first `{d.first}`" for d in different)
         return failed(name, f"installed files differ from a fresh render: {summary}",
                       f"review the diff (`kimi-deploy doctor --json`), then reinstall and "
                       f"`systemctl daemon-reload`; or fix the profile if the installed unit is what you want",

@@ -104,6 +104,7 @@ def compare_installed(rendered: Rendered, layout: HostLayout) -> list[FileDrift]
         changes = [d for d in diff[2:] if d[:1] in "+-"]
         added = sum(1 for d in changes if d.startswith("+"))
         first = next((d for d in changes if d.startswith("+")), changes[0] if changes else "")
-        out.append(FileDrift(name, str(path), "different", added, len(changes) - added, first.strip(),
+        first = f"{first[:1]} {first[1:].strip()}" if first else ""
+        out.append(FileDrift(name, str(path), "different", added, len(changes) - added, first,
                              "\n".join(diff)))
     return out
