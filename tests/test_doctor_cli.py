@@ -129,15 +129,31 @@ def test_reference_host_with_sglang_env(cli_runner, bin_dir, host, sglang_python
     assert status["port"] == "pass"
     assert status["unit.installed"] == "pass", checks["unit.installed"]
 
+
+
+def test_installed_unit_same_then_drifted(cli_runner, bin_dir, host):
+    """Installed files compared with a fresh render (default SGLang version: no interpreter here)."""
+    profile = parse_profile(host["data"])
+    rendered = render_lib.render(profile)
+    unit = host["root"] / "etc/systemd/system" / rendered.service_unit
+    env = host["root"] / "etc/kimi-deploy" / rendered.env_file
+    for path, name in ((unit, rendered.service_unit), (env, rendered.env_file)):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(rendered.files[name])
+    args = ("--profile", host["path"], "--root", host["root"], "--python", "/nonexistent/python", "--json")
+    same = {c["name"]: c for c in json.loads(doctor(cli_runner, *args).stdout)["checks"]}
+    assert same["unit.installed"]["status"] == "pass"
+
     # Drift: the installed unit still has an old port.
-    unit = svc_dir / rendered.service_unit
     unit.write_text(unit.read_text().replace(f"--port {profile.sglang.port}", "--port 30001"))
-    report = json.loads(doctor(cli_runner, "--profile", host["path"], "--root", host["root"], "--python",
-                               sglang_python, "--json").stdout)
-    drift = next(c for c in report["checks"] if c["name"] == "unit.installed")
+    drift = {c["name"]: c for c in json.loads(doctor(cli_runner, *args).stdout)["checks"]}["unit.installed"]
     assert drift["status"] == "fail"
     assert f"{rendered.service_unit}: +1 -1 lines, first `+ --port {profile.sglang.port} \\`" in drift["evidence"]
-    assert "-    --port 30001" in drift["details"]
+    assert "-    --port 30001 \\" in drift["details"]
+
+    env.unlink()
+    half = {c["name"]: c for c in json.loads(doctor(cli_runner, *args).stdout)["checks"]}["unit.installed"]
+    assert half["status"] == "fail" and half["evidence"].startswith(f"{rendered.env_file} missing")
 
 
 def test_port_in_use_and_missing_shard(cli_runner, bin_dir, host, tmp_path):
