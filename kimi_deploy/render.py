@@ -154,6 +154,23 @@ def render(profile: Profile, sglang_version: str | None = None, *,
     return Rendered(profile=profile, launch=launch, files=files)
 
 
+def target_versions(python: str) -> tuple[str, dict[str, str]]:
+    """SGLang version and cache-key components (``flashinfer``, ``torch``, ``cuda``) found in ``python``.
+
+    Imports torch in the target interpreter (:func:`kimi_deploy.target.probe` with torch) so
+    that the CUDA version is known.
+
+    Raises:
+        UsageError: the interpreter is missing or has no SGLang.
+        ExternalCommandError: the interpreter failed.
+    """
+    from kimi_deploy import target
+
+    info = target.probe(python, with_torch=True)
+    version, _ = target.require_sglang(info)
+    return version, info.components()
+
+
 def write(rendered: Rendered, out_dir: Path) -> list[Path]:
     """Write every rendered file into ``out_dir`` atomically; returns the paths written.
 

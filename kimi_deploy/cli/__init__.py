@@ -50,12 +50,15 @@ def cli(ctx: click.Context, debug: bool, verbose: bool) -> None:
     )
 
 
-def _register() -> None:
-    from kimi_deploy.cli import install as install_cmds, render as render_cmds
-    from kimi_deploy.cli import restart as restart_cmds, status as status_cmds
+#: Modules under kimi_deploy.cli that define verbs (each exports COMMANDS), in `--help` order.
+VERB_MODULES = ("render", "validate", "doctor", "install", "restart", "status")
 
-    for module in (render_cmds, install_cmds, restart_cmds, status_cmds):
-        for command in module.COMMANDS:
+
+def _register() -> None:
+    import importlib
+
+    for name in VERB_MODULES:
+        for command in importlib.import_module(f"kimi_deploy.cli.{name}").COMMANDS:
             cli.add_command(command)
 
 

@@ -18,20 +18,32 @@ from kimi_deploy.versions import DEFAULT_SGLANG_VERSION
 @profile_options
 @click.option("--sglang-version", default=None, metavar="V",
               help=f"Target SGLang release for flag spellings (default {DEFAULT_SGLANG_VERSION}).")
+@click.option("--python", "python", metavar="PATH",
+              help="SGLang's interpreter: render for the SGLang version installed there and key the caches by "
+                   "its flashinfer/torch/CUDA versions (imports torch there, a few seconds).")
 @click.option("--out", "out_dir", type=click.Path(path_type=Path, file_okay=False), metavar="DIR",
               help="Write the units and env file into DIR (atomically).")
 @click.option("--print-command", is_flag=True, help="Print the exact launch command a user could paste.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
-def render_cmd(profile_path, preset, sglang_version, out_dir, print_command, as_json):
+def render_cmd(profile_path, preset, sglang_version, python, out_dir, print_command, as_json):
     """Render a profile into an SGLang launch command and hardened systemd units."""
     profile = resolve_profile(profile_path, preset)
-    rendered = render_lib.render(profile, sglang_version)
+    components = None
+    if python:
+        if sglang_version:
+            raise UsageError("--sglang-version and --python are mutually exclusive",
+                             value=f"{sglang_version} / {python}",
+                             hint="give --python to use the installed SGLang's version, or --sglang-version alone")
+        sglang_version, components = render_lib.target_versions(python)
+    rendered = render_lib.render(profile, sglang_version, components=components)
     for warning in rendered.launch.warnings:
         click.echo(f"warning: {warning}", err=True)
     written = render_lib.write(rendered, out_dir) if out_dir else []
     if as_json:
         echo_json({
             "sglang_version": rendered.launch.sglang_version,
+            "components": dict(components or {}),
+            "cache_dir": rendered.launch.cache_dir,
             "profile_sha256": profile.digest(),
             "argv": list(rendered.launch.argv),
             "env": dict(rendered.launch.env),
