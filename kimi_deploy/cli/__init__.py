@@ -51,10 +51,11 @@ def cli(ctx: click.Context, debug: bool, verbose: bool) -> None:
 
 
 def _register() -> None:
-    from kimi_deploy.cli import render as render_cmds
+    from kimi_deploy.cli import patch as patch_cmds, render as render_cmds
 
-    for command in render_cmds.COMMANDS:
-        cli.add_command(command)
+    for module in (render_cmds, patch_cmds):
+        for command in module.COMMANDS:
+            cli.add_command(command)
 
 
 _register()
