@@ -80,23 +80,36 @@ def patched_python(sglang_python, tmp_path_factory):
     return python
 
 
-def parse(python: str) -> dict:
+MODEL_CONFIG = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 64,
+                "intermediate_size": 128, "num_attention_heads": 4, "num_hidden_layers": 2,
+                "num_key_value_heads": 4, "vocab_size": 512, "max_position_embeddings": 2048}
+
+
+def observe(python: str, scratch) -> dict:
+    """Every observation script in one run of ``python`` (SGLang's imports cost seconds)."""
+    (scratch / "model").mkdir(parents=True)
+    (scratch / "model" / "config.json").write_text(json.dumps(MODEL_CONFIG))
     spec = {"tools": TOOLS, "cases": {k: v[0] for k, v in CASES.items()}}
-    return run_json(python, "kimi_parser.py", json.dumps(spec))
+    return run_json(python, "observe.py", json.dumps({
+        "kimi_parser.py": [json.dumps(spec)],
+        "serving_history.py": [str(scratch / "serving")],
+        "gates.py": [str(scratch / "model")],
+    }))
 
 
 @pytest.fixture(scope="module")
-def before(sglang_python):
-    return parse(sglang_python)
+def before(sglang_python, tmp_path_factory):
+    return observe(sglang_python, tmp_path_factory.mktemp("before"))
 
 
 @pytest.fixture(scope="module")
-def after(patched_python):
-    return parse(patched_python)
+def after(patched_python, tmp_path_factory):
+    return observe(patched_python, tmp_path_factory.mktemp("after"))
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_tool_call_ids(case, before, after):
+    before, after = before["kimi_parser.py"], after["kimi_parser.py"]
     raw, expected, broken_before = CASES[case]
     for mode in ("non_stream", "stream", "stream_merged"):
         got = after[case][mode]
@@ -110,10 +123,9 @@ def test_tool_call_ids(case, before, after):
         assert old_ok == (mode not in broken_before), (mode, old)
 
 
-def test_history_ids_through_openai_serving_chat(sglang_python, patched_python, tmp_path):
+def test_history_ids_through_openai_serving_chat(before, after):
     """The rewritten history reaches the chat template: asserted on the prompt the tokenizer manager gets."""
-    old = run_json(sglang_python, "serving_history.py", str(tmp_path / "before"))
-    new = run_json(patched_python, "serving_history.py", str(tmp_path / "after"))
+    old, new = before["serving_history.py"], after["serving_history.py"]
     assert "<|tool_call_begin|>functions_get_weather_0<|tool_call_argument_begin|>" in old["prompt"]
     assert "## Return of functions_get_weather_0" in old["prompt"]
     assert old["tool_calls"] == [] and old["finish_reason"] == "stop"  # SGLang's silent drop
@@ -128,15 +140,8 @@ def test_history_ids_through_openai_serving_chat(sglang_python, patched_python, 
     assert json.loads(tc["function"]["arguments"]) == {"city": "Melbourne, Australia"}
 
 
-def test_redaction_and_sm120_gates(sglang_python, patched_python, tmp_path):
-    model = tmp_path / "model"
-    model.mkdir()
-    (model / "config.json").write_text(json.dumps({
-        "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 64, "intermediate_size": 128,
-        "num_attention_heads": 4, "num_hidden_layers": 2, "num_key_value_heads": 4, "vocab_size": 512,
-        "max_position_embeddings": 2048}))
-    old = run_json(sglang_python, "gates.py", str(model))
-    new = run_json(patched_python, "gates.py", str(model))
+def test_redaction_and_sm120_gates(before, after):
+    old, new = before["gates.py"], after["gates.py"]
     # redact-api-key: 0.5.23 leaks both keys in the startup line and /server_info
     assert old["log"] == old["server_info"] == ["admin_api_key", "api_key"]
     assert new["log"] == new["server_info"] == [] and new["server_info_api_key"] == "<redacted>"
