@@ -24,8 +24,11 @@ def write_atomic(path: Path, data: bytes | str, *, mode: int = 0o644) -> None:
     write_many_atomic({path: data}, mode=mode)
 
 
-def write_many_atomic(files: Mapping[Path, bytes | str], *, mode: int = 0o644) -> None:
+def write_many_atomic(files: Mapping[Path, bytes | str], *, mode: int = 0o644,
+                      modes: Mapping[Path, int] | None = None) -> None:
     """Write several files so that a failure leaves every target untouched.
+
+    ``modes`` gives a permission mode per path (default ``mode``).
 
     All contents are first staged as temporary files next to their targets; only
     when every one is on disk are they renamed into place. A failure while
@@ -45,7 +48,7 @@ def write_many_atomic(files: Mapping[Path, bytes | str], *, mode: int = 0o644) -
                 fh.write(payload)
                 fh.flush()
                 os.fsync(fh.fileno())
-            os.chmod(tmp, mode)
+            os.chmod(tmp, (modes or {}).get(path, mode))
     except OSError as exc:
         for tmp, _ in staged:
             with contextlib.suppress(OSError):

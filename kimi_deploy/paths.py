@@ -12,6 +12,7 @@ Two kinds:
 from __future__ import annotations
 
 import dataclasses
+import os
 from pathlib import Path
 
 _PACKAGE_DIR = Path(__file__).resolve().parent
@@ -33,6 +34,25 @@ def systemd_templates_dir() -> Path:
 def patches_dir() -> Path:
     """Folder of the patch series, one sub-folder per SGLang version (``patches/``)."""
     return _resource_dir("patches")
+
+
+#: Environment variable that moves kimi-deploy's own state directory (tests, image builds).
+STATE_DIR_ENV = "KIMI_DEPLOY_STATE_DIR"
+#: Default state directory of kimi-deploy itself (patch records), outside any SGLang
+#: installation so that a reinstall of SGLang cannot erase the record of what was patched.
+DEFAULT_STATE_DIR = "/var/lib/kimi-deploy"
+
+
+def state_dir(override: str | os.PathLike[str] | None = None) -> Path:
+    """kimi-deploy's state directory: ``override``, else ``$KIMI_DEPLOY_STATE_DIR``, else ``/var/lib/kimi-deploy``."""
+    if override:
+        return Path(override)
+    return Path(os.environ.get(STATE_DIR_ENV) or DEFAULT_STATE_DIR)
+
+
+def patch_state_dir(override: str | os.PathLike[str] | None = None) -> Path:
+    """Where patch records live: ``<state_dir>/patches`` (one ``<key>.json`` + ``<key>.orig/`` per SGLang install)."""
+    return state_dir(override) / "patches"
 
 
 def kit_templates_dir() -> Path:
