@@ -35,6 +35,11 @@ def patches_dir() -> Path:
     return _resource_dir("patches")
 
 
+def check_report_schema() -> Path:
+    """JSON Schema of the ``kimi-deploy check`` report (``kimi-deploy.check/1``)."""
+    return _PACKAGE_DIR / "check" / "report.schema.json"
+
+
 def kit_templates_dir() -> Path:
     """Folder of the kit's own text templates (the commented profile of ``init``)."""
     return _PACKAGE_DIR / "templates"

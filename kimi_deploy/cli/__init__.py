@@ -51,9 +51,10 @@ def cli(ctx: click.Context, debug: bool, verbose: bool) -> None:
 
 
 def _register() -> None:
+    from kimi_deploy.cli import check as check_cmds
     from kimi_deploy.cli import render as render_cmds
 
-    for command in render_cmds.COMMANDS:
+    for command in [*render_cmds.COMMANDS, *check_cmds.COMMANDS]:
         cli.add_command(command)
 
 

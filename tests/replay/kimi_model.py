@@ -31,7 +31,7 @@ MARKERS = (
 _SEGMENT = re.compile(r"<\|im_(system|user|assistant)\|>([^<]*)<\|im_middle\|>(.*?)(?=<\|im_end\|>|$)", re.S)
 _HISTORY_ID = re.compile(r"<\|tool_call_begin\|>\s*(.*?)\s*<\|tool_call_argument_begin\|>", re.S)
 _ARGS_DIRECTIVE = re.compile(r"[Cc]all the tool `?([A-Za-z0-9_.-]+)`? with exactly these arguments:\s*(\{.*\})\s*$", re.S)
-_WEATHER = re.compile(r"weather in ([A-Z][A-Za-z .'-]*?(?:, [A-Z][A-Za-z .'-]*?)?)(?= and |[?.!,]|$)")
+_WEATHER = re.compile(r"weather in ([A-Z][A-Za-z .'-]*?(?:, [A-Z][A-Za-z .'-]*?)?)(?= and |[?.!,:;]|$)")
 
 
 def _tools(prompt: str) -> list[dict]:
@@ -100,7 +100,7 @@ def _planned_calls(user: str, tools: list[dict], forced: bool) -> list[tuple[str
         return [(m.group(1), json.loads(m.group(2)))]
     if "get_weather" in names:
         cities = _WEATHER.findall(user)
-        extra = re.findall(r" and in ([A-Z][A-Za-z .'-]*?)(?=[?.!,]| and |$)", user)
+        extra = re.findall(r" and in ([A-Z][A-Za-z .'-]*?)(?=[?.!,:;]| and |$)", user)
         cities = cities + extra
         if cities:
             return [("get_weather", {"city": c.strip()}) for c in cities]
@@ -143,6 +143,9 @@ def respond(prompt: str, sampling_params: dict | None = None) -> str:
         elif "weather" in user.lower():
             reasoning = "I have no tool for live weather here, so I answer from general knowledge."
             answer = "I cannot look up live weather right now, but you can check a local forecast service."
+        elif "prime" in user.lower():
+            reasoning = "17 has no divisors other than 1 and itself, so it is prime."
+            answer = "Yes."
         else:
             reasoning = "The user greets me; a short friendly reply is enough."
             answer = "Hello! How can I help you today?"
