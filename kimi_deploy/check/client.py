@@ -18,6 +18,11 @@ import openai
 from kimi_deploy.check.results import clip
 from kimi_deploy.check.validate import Finding
 
+#: Contract requests may wait this many times ``--timeout`` for the answer: a non-streamed answer
+#: arrives only when the whole generation is done, and a thinking model writing an 8 KiB argument
+#: (~2,500 tokens) needs tens of seconds. Connecting still has to succeed within ``--timeout``.
+GENERATION_TIMEOUT_FACTOR = 6
+
 
 class _Tee(httpx.SyncByteStream):
     def __init__(self, inner: httpx.SyncByteStream, sink: bytearray) -> None:
@@ -78,9 +83,10 @@ class Clients:
             headers["Authorization"] = f"Bearer {api_key}"
         http = httpx.Client(base_url=root, headers=headers, timeout=timeout, follow_redirects=True)
         recorder = RecordingTransport()
-        oa = openai.OpenAI(base_url=f"{root}/v1", api_key=api_key or "EMPTY", timeout=timeout, max_retries=0,
+        generation = httpx.Timeout(timeout * GENERATION_TIMEOUT_FACTOR, connect=timeout)
+        oa = openai.OpenAI(base_url=f"{root}/v1", api_key=api_key or "EMPTY", timeout=generation, max_retries=0,
                            http_client=httpx.Client(transport=recorder, headers={"Accept-Encoding": "identity"},
-                                                    timeout=timeout))
+                                                    timeout=generation))
         return cls(root=root, api_key=api_key, timeout=timeout, http=http, openai=oa, recorder=recorder)
 
     def close(self) -> None:

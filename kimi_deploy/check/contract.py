@@ -258,32 +258,25 @@ def run_multi_turn(ctx: Context, mode: str) -> tuple[str, list[Finding], str]:
     stream = mode == "stream"
     case = Case("multi_turn", "", (), tools=(GET_WEATHER,), tool_choice="auto")
     messages: list[dict[str, Any]] = [_user("What is the weather in Paris, France?")]
-    steps = (("one", None), ("any", "18 °C, sunny"), ("one", None))
     notes = []
-    for n, (call, _) in enumerate(steps, start=1):
-        exp = Expectation(tools=case.tools, call=call, choice="auto", kimi_ids=ctx.kimi_ids,
+    for n, call in enumerate(("one", "any", "one"), start=1):
+        exp = Expectation(tools=case.tools, call=call, choice="auto", kimi_ids=ctx.kimi_ids,  # type: ignore[arg-type]
                           history_ids=_history_ids(messages))
         answer = _with_retries(ctx, lambda: _request(ctx, case, messages, stream=stream, exp=exp))
         status = _status(answer.findings)
         if status != "pass":
-            findings = [dataclasses.replace(f, detail=f"turn {n}: {f.detail}") for f in answer.findings]
-            return status, findings, ""
+            return status, [dataclasses.replace(f, detail=f"turn {n}: {f.detail}") for f in answer.findings], ""
         msg = answer.message
         assert msg is not None
         notes.append(_summary(msg))
-        if n == 1:
-            messages.append({"role": "assistant", "content": msg.content or "", "tool_calls": [
-                {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
-                for c in msg.tool_calls]})
-            for c in msg.tool_calls:
-                messages.append({"role": "tool", "tool_call_id": c.id, "content": "18 °C, sunny"})
-        elif n == 2:
-            messages.append({"role": "assistant", "content": msg.content or "", **(
-                {"tool_calls": [{"id": c.id, "type": "function",
-                                 "function": {"name": c.name, "arguments": c.arguments}}
-                                for c in msg.tool_calls]} if msg.tool_calls else {})})
-            for c in msg.tool_calls:
-                messages.append({"role": "tool", "tool_call_id": c.id, "content": "18 °C, sunny"})
+        assistant: dict[str, Any] = {"role": "assistant", "content": msg.content or ""}
+        if msg.tool_calls:
+            assistant["tool_calls"] = [{"id": c.id, "type": "function",
+                                        "function": {"name": c.name, "arguments": c.arguments}}
+                                       for c in msg.tool_calls]
+        messages.append(assistant)
+        messages.extend({"role": "tool", "tool_call_id": c.id, "content": "18 °C, sunny"} for c in msg.tool_calls)
+        if n == 2:
             messages.append(_user("And what is the weather in Rome, Italy?"))
     return "pass", [], " | ".join(notes)
 

@@ -20,7 +20,7 @@ from kimi_deploy.check.context import Context
 from kimi_deploy.check.results import clip
 from kimi_deploy.check.validate import Finding
 
-#: A check function returns ("pass"|"skip", detail) or raises nothing and returns findings.
+#: What a check function returns: (status, detail, findings); findings empty unless status is fail.
 Outcome = tuple[str, str, list[Finding]]
 
 

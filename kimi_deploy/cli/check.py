@@ -34,7 +34,7 @@ def _globs(values: tuple[str, ...]) -> list[str]:
 @click.option("--prom", "prom_path", type=click.Path(path_type=Path, dir_okay=False), metavar="PATH",
               help="Write a Prometheus textfile for node_exporter's textfile collector.")
 @click.option("--timeout", type=click.FloatRange(min=0.1), default=30.0, show_default=True, metavar="S",
-              help="Seconds per HTTP request.")
+              help="Seconds per HTTP request (chat completions may take 6x this to generate).")
 @click.option("--repeat", type=click.IntRange(min=0), default=2, show_default=True, metavar="N",
               help="Retries when a call was due and the model answered in prose (then: warn model_declined).")
 @click.option("--list", "list_only", is_flag=True, help="Print the check ids and exit.")

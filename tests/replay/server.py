@@ -119,7 +119,6 @@ class ScriptedTokenizerManager:
         self.startup_time = time.time()
         self.last_receive_tstamp = 0.0
         self.eos_id = tokenizer.convert_tokens_to_ids("<|im_end|>")
-        self._special_ids = set(tokenizer.all_special_ids)
         self._counter = 0
 
     def config_value(self, name: str):
@@ -154,38 +153,32 @@ class ScriptedTokenizerManager:
         skip = params.get("skip_special_tokens", True)
         self._counter += 1
         rid = f"replay-{self._counter}"
-        if max_new == 1 and prompt in ("", "[BOS]"):  # /health_generate's 1-token probe
-            raw = "Hello"
-        else:
-            raw = kimi_model.respond(prompt, params)
+        raw = kimi_model.respond(prompt, params)
         parts = kimi_model.pieces(raw)
-        if max_new is not None:
+        truncated = max_new is not None and len(parts) > max_new
+        if truncated:
             parts = parts[:max_new]
         groups = kimi_model.chunks(parts) if obj.stream else [parts]
-        text, ids, done = "", [], 0
-        prompt_tokens = len(obj.input_ids or []) if not isinstance(obj.input_ids, list) or not obj.input_ids \
-            or not isinstance(obj.input_ids[0], list) else len(obj.input_ids[0])
+        ids = obj.input_ids[0] if obj.input_ids and isinstance(obj.input_ids[0], list) else (obj.input_ids or [])
+        prompt_tokens = len(ids)
+        text, out_ids = "", []
         for n, group in enumerate(groups):
             for piece in group:
-                piece_ids = self._ids(piece)
-                ids.extend(piece_ids)
-                if not (skip and piece_ids and piece_ids[0] in self._special_ids and piece in kimi_model.MARKERS
-                        and piece not in ("<think>", "</think>")):
+                out_ids.extend(self._ids(piece))
+                # SGLang's detokenizer drops special tokens unless skip_special_tokens is false
+                if not (skip and piece in kimi_model.MARKERS and piece not in ("<think>", "</think>")):
                     text += piece
-            done += len(group)
-            last = n == len(groups) - 1
             finish = None
-            if last:
-                finish = {"type": "length", "length": max_new} if (max_new is not None and len(parts) >= max_new
-                                                                    and max_new < len(kimi_model.pieces(raw))) \
-                    else {"type": "stop", "matched": self.eos_id}
+            if n == len(groups) - 1:
+                finish = ({"type": "length", "length": max_new} if truncated
+                          else {"type": "stop", "matched": self.eos_id})
             self.last_receive_tstamp = time.time()
             yield {
                 "text": text,
-                "output_ids": list(ids),
+                "output_ids": list(out_ids),
                 "index": 0,
                 "meta_info": {
-                    "id": rid, "prompt_tokens": prompt_tokens, "completion_tokens": len(ids),
+                    "id": rid, "prompt_tokens": prompt_tokens, "completion_tokens": len(out_ids),
                     "cached_tokens": 0, "finish_reason": finish, "output_token_logprobs": [],
                     "output_top_logprobs": [], "weight_version": "default",
                 },
