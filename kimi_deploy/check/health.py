@@ -119,16 +119,19 @@ def _config_compare(ctx: Context, what: str, pairs: list[tuple[str, object]]) ->
 
 
 def config_tool_call_parser(ctx: Context) -> Outcome:
+    """The running ``--tool-call-parser`` (``/model_info``) equals the profile's (``None`` included)."""
     return _config_compare(ctx, "tool-call parser",
                            [("tool_call_parser", ctx.profile.sglang.tool_call_parser if ctx.profile else None)])
 
 
 def config_reasoning_parser(ctx: Context) -> Outcome:
+    """The running ``--reasoning-parser`` (``/model_info``) equals the profile's."""
     return _config_compare(ctx, "reasoning parser",
                            [("reasoning_parser", ctx.profile.sglang.reasoning_parser if ctx.profile else None)])
 
 
 def config_speculative(ctx: Context) -> Outcome:
+    """``speculative_algorithm`` and, when set, steps/topk/draft tokens (``/server_info``) equal the profile's."""
     if ctx.profile is None:
         return _skip("no profile: nothing to compare the running speculative settings with")
     s = ctx.profile.sglang
@@ -142,6 +145,7 @@ def config_speculative(ctx: Context) -> Outcome:
 
 
 def config_tp_size(ctx: Context) -> Outcome:
+    """``tp_size`` (``/server_info``) equals the profile's."""
     return _config_compare(ctx, "tensor parallelism", [("tp_size", ctx.profile.sglang.tp_size if ctx.profile else None)])
 
 
