@@ -36,6 +36,11 @@ def patches_dir() -> Path:
     return _resource_dir("patches")
 
 
+def check_report_schema() -> Path:
+    """JSON Schema of the ``kimi-deploy check`` report (``kimi-deploy.check/1``)."""
+    return _PACKAGE_DIR / "check" / "report.schema.json"
+
+
 #: Environment variable that moves kimi-deploy's own state directory (tests, image builds).
 STATE_DIR_ENV = "KIMI_DEPLOY_STATE_DIR"
 #: Default state directory of kimi-deploy itself (patch records), outside any SGLang
