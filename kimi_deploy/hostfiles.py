@@ -26,7 +26,7 @@ from kimi_deploy import __version__
 from kimi_deploy.errors import UsageError
 from kimi_deploy.fsio import write_many_atomic
 from kimi_deploy.paths import HostLayout
-from kimi_deploy.profile import Profile, load_profile
+from kimi_deploy.profile import Profile, dump_profile, load_profile
 from kimi_deploy.render import GENERATED_PREFIX
 
 MANIFEST_FORMAT = 1
@@ -168,34 +168,9 @@ def classify(host_path: str, current: bytes | None, desired: bytes | None, manif
 
 # ---------------------------------------------------------------- profile copy
 
-def _toml_value(value: Any) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, (int, float)):
-        return repr(value)
-    if isinstance(value, list):
-        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
-    return json.dumps(str(value))  # a JSON string is a TOML basic string
-
-
 def profile_toml(profile: Profile, header: str) -> str:
-    """The profile as canonical TOML (every value after defaults, unset ones left out), under ``header``.
-
-    Loading the result with :func:`kimi_deploy.profile.load_profile` gives a profile with
-    the same :meth:`~kimi_deploy.profile.Profile.digest`.
-    """
-    data = profile.model_dump(mode="json")
-    lines = [header, ""]
-    for table in ("service", "sglang"):
-        lines.append(f"[{table}]")
-        for key, value in data[table].items():
-            if value is not None:
-                lines.append(f"{key} = {_toml_value(value)}")
-        lines.append("")
-    lines.append("[environment]")
-    for key, value in data["environment"].items():
-        lines.append(f"{key} = {_toml_value(value)}")
-    return "\n".join(lines) + "\n"
+    """The profile as canonical TOML (:func:`kimi_deploy.profile.dump_profile`) under ``header``."""
+    return f"{header}\n\n{dump_profile(profile)}"
 
 
 # ---------------------------------------------------------------- backups

@@ -81,17 +81,8 @@ def has_patch_series(sglang_version: str) -> bool:
 
 
 def _exec_start(launch: LaunchSpec) -> str:
-    head = " ".join(launch.argv[:3])
-    args = list(launch.server_args)
-    lines = [head]
-    i = 0
-    while i < len(args):
-        if i + 1 < len(args) and not args[i + 1].startswith("--"):
-            lines.append(f"    {args[i]} {args[i + 1]}")
-            i += 2
-        else:
-            lines.append(f"    {args[i]}")
-            i += 1
+    """``ExecStart=``'s value: the interpreter line, then one flag (and its value) per continued line."""
+    lines = [" ".join(launch.argv[:3])] + ["    " + " ".join(group) for group in launch.flag_groups()]
     return " \\\n".join(lines)
 
 

@@ -45,16 +45,7 @@ def install_cmd(profile_path, preset, root, sglang_version, dry_run, force, no_e
     layout = HostLayout(root)
     plan = install_lib.plan_install(profile, layout, sglang_version=sglang_version, force=force,
                                     enable=not no_enable, create_user=not no_create_user, restart=restart)
-    if dry_run:
-        _show(plan, None, as_json, dry_run=True)
-        install_lib.refuse(plan)
-        return
-    if plan.refusals and not force:
-        if not as_json:
-            click.echo(install_lib.format_plan(plan), nl=False, err=True)
-        install_lib.refuse(plan)
-    result = install_lib.apply(plan)
-    _show(plan, result, as_json, dry_run=False)
+    _carry_out(plan, dry_run=dry_run, force=force, as_json=as_json)
 
 
 @click.command("uninstall")
@@ -69,6 +60,11 @@ def uninstall_cmd(root, name, dry_run, force, purge, as_json):
     """Stop, disable and remove what kimi-deploy installed (only unmodified files; never foreign ones)."""
     layout = HostLayout(root)
     plan = install_lib.plan_uninstall(layout, name, force=force, purge=purge)
+    _carry_out(plan, dry_run=dry_run, force=force, as_json=as_json)
+
+
+def _carry_out(plan, *, dry_run: bool, force: bool, as_json: bool) -> None:
+    """Show ``plan`` (``--dry-run``), or refuse it (exit 4) unless forced, else apply it and show the result."""
     if dry_run:
         _show(plan, None, as_json, dry_run=True)
         install_lib.refuse(plan)

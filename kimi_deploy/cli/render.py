@@ -11,6 +11,7 @@ from kimi_deploy.cli.options import echo_json, profile_options, resolve_profile
 from kimi_deploy.errors import UsageError
 from kimi_deploy.fsio import write_atomic
 from kimi_deploy.presets import PRESETS, get_preset
+from kimi_deploy.profile import toml_value
 from kimi_deploy.versions import DEFAULT_SGLANG_VERSION
 
 
@@ -89,22 +90,9 @@ def init_cmd(path: Path, preset: str, force: bool):
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(paths.kit_templates_dir())),
                              undefined=jinja2.StrictUndefined, keep_trailing_newline=True,
                              trim_blocks=True, lstrip_blocks=True)
-    text = env.get_template("profile.toml.j2").render(preset=chosen, toml=_toml_value)
+    text = env.get_template("profile.toml.j2").render(preset=chosen, toml=toml_value)
     write_atomic(path, text)
     click.echo(f"wrote {path} (from preset {chosen.name}); edit it, then `kimi-deploy render --profile {path}`")
-
-
-def _toml_value(value) -> str:
-    """A TOML literal for a str/bool/int/float/list of str."""
-    import json
-
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, (int, float)):
-        return str(value)
-    if isinstance(value, list):
-        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
-    return json.dumps(value)
 
 
 COMMANDS = [render_cmd, presets_cmd, init_cmd]
