@@ -24,8 +24,11 @@ def write_atomic(path: Path, data: bytes | str, *, mode: int = 0o644) -> None:
     write_many_atomic({path: data}, mode=mode)
 
 
-def write_many_atomic(files: Mapping[Path, bytes | str], *, mode: int = 0o644) -> None:
+def write_many_atomic(files: Mapping[Path, bytes | str], *, mode: int = 0o644,
+                      modes: Mapping[Path, int] | None = None) -> None:
     """Write several files so that a failure leaves every target untouched.
+
+    ``modes`` gives a permission mode per path (default ``mode``).
 
     All contents are first staged as temporary files next to their targets; only
     when every one is on disk are they renamed into place. A failure while
@@ -45,7 +48,7 @@ def write_many_atomic(files: Mapping[Path, bytes | str], *, mode: int = 0o644) -
                 fh.write(payload)
                 fh.flush()
                 os.fsync(fh.fileno())
-            os.chmod(tmp, mode)
+            os.chmod(tmp, (modes or {}).get(path, mode))
     except OSError as exc:
         for tmp, _ in staged:
             with contextlib.suppress(OSError):
@@ -55,12 +58,61 @@ def write_many_atomic(files: Mapping[Path, bytes | str], *, mode: int = 0o644) -
             value=str(exc.filename or ""),
             hint="choose a directory you can write to (or fix its permissions); nothing was changed",
         ) from exc
-    for tmp, path in staged:
-        os.replace(tmp, path)
-    for directory in {p.parent for _, p in staged}:
+    _swap_in(staged)
+    for directory in sorted({p.parent for _, p in staged}):
         with contextlib.suppress(OSError):
             dfd = os.open(directory, os.O_RDONLY)
             try:
                 os.fsync(dfd)
             finally:
                 os.close(dfd)
+
+
+def _swap_in(staged: list[tuple[str, Path]]) -> None:
+    """Rename every staged file over its target; on a failure put back the targets already replaced.
+
+    Before the first rename each existing target gets a hard link (same file system,
+    no copy), so a rename failing half-way (a target that turned out to be a folder,
+    say) can be undone and every target keeps its old bytes.
+
+    Raises:
+        UsageError: a rename failed; every target is back to its old bytes.
+    """
+    backups: dict[Path, str | None] = {}
+    try:
+        for _, path in staged:
+            if path.is_file():
+                backup = f"{path.parent}/.{path.name}.{os.getpid()}.bak"
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(backup)
+                os.link(path, backup)
+                backups[path] = backup
+            else:
+                backups[path] = None
+        done: list[Path] = []
+        try:
+            for tmp, path in staged:
+                os.replace(tmp, path)
+                done.append(path)
+        except OSError as exc:
+            for path in done:
+                backup = backups.get(path)
+                if backup:
+                    os.replace(backup, path)
+                    backups[path] = None
+                else:
+                    with contextlib.suppress(OSError):
+                        os.unlink(path)
+            for tmp, _ in staged:
+                with contextlib.suppress(OSError):
+                    os.unlink(tmp)
+            raise UsageError(
+                f"cannot replace {exc.filename2 or exc.filename}: {exc.strerror}",
+                value=str(exc.filename2 or exc.filename or ""),
+                hint="remove or rename what is in the way; every file was left as it was",
+            ) from exc
+    finally:
+        for backup in backups.values():
+            if backup:
+                with contextlib.suppress(OSError):
+                    os.unlink(backup)

@@ -45,21 +45,24 @@ class LaunchSpec:
         """The arguments after ``python -m sglang.launch_server`` (what SGLang's argparse sees)."""
         return self.argv[3:]
 
+    def flag_groups(self) -> list[tuple[str, ...]]:
+        """:attr:`server_args` grouped for display: each flag with its value, if it takes one."""
+        args = list(self.server_args)
+        groups: list[tuple[str, ...]] = []
+        i = 0
+        while i < len(args):
+            takes_value = i + 1 < len(args) and not args[i + 1].startswith("--")
+            groups.append(tuple(args[i:i + 2]) if takes_value else (args[i],))
+            i += 2 if takes_value else 1
+        return groups
+
     def shell_command(self) -> str:
         """The command as a POSIX shell line a user can paste (``env K=V ... python -m ...``), one flag a line."""
         lines = []
         if self.env:
             lines.append("env " + " ".join(f"{k}={shlex.quote(v)}" for k, v in self.env))
         lines.append(" ".join(shlex.quote(a) for a in self.argv[:3]))
-        args = list(self.server_args)
-        i = 0
-        while i < len(args):
-            if i + 1 < len(args) and not args[i + 1].startswith("--"):
-                lines.append(f"  {shlex.quote(args[i])} {shlex.quote(args[i + 1])}")
-                i += 2
-            else:
-                lines.append(f"  {shlex.quote(args[i])}")
-                i += 1
+        lines += ["  " + " ".join(shlex.quote(a) for a in group) for group in self.flag_groups()]
         return " \\\n".join(lines) + "\n"
 
 

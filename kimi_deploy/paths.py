@@ -12,6 +12,7 @@ Two kinds:
 from __future__ import annotations
 
 import dataclasses
+import os
 from pathlib import Path
 
 _PACKAGE_DIR = Path(__file__).resolve().parent
@@ -40,6 +41,30 @@ def bench_prompts_file() -> Path:
     return _PACKAGE_DIR / "bench" / "data" / "prompts.jsonl"
 
 
+def check_report_schema() -> Path:
+    """JSON Schema of the ``kimi-deploy check`` report (``kimi-deploy.check/1``)."""
+    return _PACKAGE_DIR / "check" / "report.schema.json"
+
+
+#: Environment variable that moves kimi-deploy's own state directory (tests, image builds).
+STATE_DIR_ENV = "KIMI_DEPLOY_STATE_DIR"
+#: Default state directory of kimi-deploy itself (patch records), outside any SGLang
+#: installation so that a reinstall of SGLang cannot erase the record of what was patched.
+DEFAULT_STATE_DIR = "/var/lib/kimi-deploy"
+
+
+def state_dir(override: str | os.PathLike[str] | None = None) -> Path:
+    """kimi-deploy's state directory: ``override``, else ``$KIMI_DEPLOY_STATE_DIR``, else ``/var/lib/kimi-deploy``."""
+    if override:
+        return Path(override)
+    return Path(os.environ.get(STATE_DIR_ENV) or DEFAULT_STATE_DIR)
+
+
+def patch_state_dir(override: str | os.PathLike[str] | None = None) -> Path:
+    """Where patch records live: ``<state_dir>/patches`` (one ``<key>.json`` + ``<key>.orig/`` per SGLang install)."""
+    return state_dir(override) / "patches"
+
+
 def kit_templates_dir() -> Path:
     """Folder of the kit's own text templates (the commented profile of ``init``)."""
     return _PACKAGE_DIR / "templates"
@@ -58,6 +83,10 @@ class HostLayout:
 
     def _under(self, host_path: str) -> Path:
         return self.root / host_path.lstrip("/")
+
+    def under(self, host_path: str) -> Path:
+        """The local path of ``host_path`` (an absolute path on the target host) under ``root``."""
+        return self._under(host_path)
 
     @property
     def systemd_dir(self) -> Path:
@@ -81,6 +110,45 @@ class HostLayout:
     def cache_dir(self, service: str) -> Path:
         """``/var/cache/<service>``: JIT and compile caches (systemd ``CacheDirectory=``)."""
         return self._under(f"/var/cache/{service}")
+
+    def unit_path(self, unit: str) -> Path:
+        """``/etc/systemd/system/<unit>`` (``unit`` with its suffix, e.g. ``kimi-k25.service``)."""
+        return self.systemd_dir / unit
+
+    def env_file(self, service: str) -> Path:
+        """``/etc/kimi-deploy/<service>.env``: the EnvironmentFile= of the server unit."""
+        return self.config_dir / f"{service}.env"
+
+    def profile_copy(self, service: str) -> Path:
+        """``/etc/kimi-deploy/<service>.toml``: the installed profile the nightly check unit reads."""
+        return self.config_dir / f"{service}.toml"
+
+    def manifest(self, service: str) -> Path:
+        """``/etc/kimi-deploy/<service>.manifest.json``: what ``install`` wrote, with sha256 of each file."""
+        return self.config_dir / f"{service}.manifest.json"
+
+    def service_backup_dir(self, service: str) -> Path:
+        """``/etc/kimi-deploy/backup/<service>``: one timestamped folder per install that replaced files."""
+        return self.backup_dir / service
+
+    def check_report(self, service: str) -> Path:
+        """``/var/lib/<service>/check-report.json``: the nightly check's last JSON report."""
+        return self.state_dir(service) / "check-report.json"
+
+    @property
+    def passwd(self) -> Path:
+        """``/etc/passwd`` of the target (``useradd --root`` needs it to exist)."""
+        return self._under("/etc/passwd")
+
+    @property
+    def group_file(self) -> Path:
+        """``/etc/group`` of the target."""
+        return self._under("/etc/group")
+
+    @property
+    def is_host(self) -> bool:
+        """True when ``root`` is ``/``: systemctl talks to the running manager, not ``--root``."""
+        return self.root.resolve() == Path("/")
 
     def host_path(self, path: Path) -> str:
         """The path as the target host sees it (``root`` removed)."""

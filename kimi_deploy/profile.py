@@ -24,6 +24,7 @@ import tomllib
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
+import tomli_w
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from kimi_deploy.errors import ProfileError
@@ -400,3 +401,19 @@ def load_profile(path: Path) -> Profile:
         raise ProfileError(f"{path} is not valid TOML: {exc}", value=str(path),
                            hint="fix the TOML syntax at the line and column shown") from None
     return parse_profile(data, source=str(path))
+
+
+def toml_value(value: Any) -> str:
+    """One value (str, bool, int, float, list) as TOML text, encoded by ``tomli_w``."""
+    return tomli_w.dumps({"v": value}).removeprefix("v = ").rstrip("\n")
+
+
+def dump_profile(profile: Profile) -> str:
+    """The profile as canonical TOML: every value after defaults, unset (``None``) ones left out.
+
+    Loading the text with :func:`parse_profile` gives a profile with the same :meth:`Profile.digest`.
+    """
+    data = profile.model_dump(mode="json")
+    tables = {table: {k: v for k, v in data[table].items() if v is not None} for table in ("service", "sglang")}
+    tables["environment"] = data["environment"]
+    return tomli_w.dumps(tables)

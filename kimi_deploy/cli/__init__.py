@@ -50,11 +50,15 @@ def cli(ctx: click.Context, debug: bool, verbose: bool) -> None:
     )
 
 
-def _register() -> None:
-    from kimi_deploy.cli import bench as bench_cmds, render as render_cmds
+#: Modules under kimi_deploy.cli that define verbs (each exports COMMANDS), in `--help` order.
+VERB_MODULES = ("render", "validate", "doctor", "patch", "install", "restart", "status", "check", "bench")
 
-    for module in (render_cmds, bench_cmds):
-        for command in module.COMMANDS:
+
+def _register() -> None:
+    import importlib
+
+    for name in VERB_MODULES:
+        for command in importlib.import_module(f"kimi_deploy.cli.{name}").COMMANDS:
             cli.add_command(command)
 
 

@@ -45,3 +45,24 @@ def resolve_profile(profile_path: Path | None, preset: str | None, *, required: 
 def echo_json(data: Any) -> None:
     """Print ``data`` as indented JSON on stdout."""
     click.echo(json.dumps(data, indent=2, sort_keys=False, default=str))
+
+
+def root_option(func):
+    """``--root DIR``: the host's file tree (default ``/``); tests and image builds point it at a folder."""
+    return click.option("--root", "root", type=click.Path(path_type=Path, file_okay=False), default=Path("/"),
+                        show_default=True, metavar="DIR",
+                        help="Host root for kimi-deploy's files (units, manifest, backups, profile copy).")(func)
+
+
+def resolve_installed(profile_path: Path | None, preset: str | None, name: str | None, layout):
+    """``(profile, manifest)`` of an installed service: ``--profile``/``--preset`` if given (its manifest must
+    exist), else the profile copy ``install`` left in ``/etc/kimi-deploy`` (``--name`` or the only one).
+
+    Raises:
+        UsageError / ProfileError: nothing installed, ambiguous, or an invalid profile.
+    """
+    from kimi_deploy.hostfiles import find_installed, installed_profile
+
+    profile = resolve_profile(profile_path, preset, required=False)
+    manifest = find_installed(layout, profile.service.name if profile else name)
+    return (profile or installed_profile(layout, manifest)), manifest

@@ -11,6 +11,7 @@ from kimi_deploy.cli.options import echo_json, profile_options, resolve_profile
 from kimi_deploy.errors import UsageError
 from kimi_deploy.fsio import write_atomic
 from kimi_deploy.presets import PRESETS, get_preset
+from kimi_deploy.profile import toml_value
 from kimi_deploy.versions import DEFAULT_SGLANG_VERSION
 
 
@@ -18,20 +19,32 @@ from kimi_deploy.versions import DEFAULT_SGLANG_VERSION
 @profile_options
 @click.option("--sglang-version", default=None, metavar="V",
               help=f"Target SGLang release for flag spellings (default {DEFAULT_SGLANG_VERSION}).")
+@click.option("--python", "python", metavar="PATH",
+              help="SGLang's interpreter: render for the SGLang version installed there and key the caches by "
+                   "its flashinfer/torch/CUDA versions (imports torch there, a few seconds).")
 @click.option("--out", "out_dir", type=click.Path(path_type=Path, file_okay=False), metavar="DIR",
               help="Write the units and env file into DIR (atomically).")
 @click.option("--print-command", is_flag=True, help="Print the exact launch command a user could paste.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
-def render_cmd(profile_path, preset, sglang_version, out_dir, print_command, as_json):
+def render_cmd(profile_path, preset, sglang_version, python, out_dir, print_command, as_json):
     """Render a profile into an SGLang launch command and hardened systemd units."""
     profile = resolve_profile(profile_path, preset)
-    rendered = render_lib.render(profile, sglang_version)
+    components = None
+    if python:
+        if sglang_version:
+            raise UsageError("--sglang-version and --python are mutually exclusive",
+                             value=f"{sglang_version} / {python}",
+                             hint="give --python to use the installed SGLang's version, or --sglang-version alone")
+        sglang_version, components = render_lib.target_versions(python)
+    rendered = render_lib.render(profile, sglang_version, components=components)
     for warning in rendered.launch.warnings:
         click.echo(f"warning: {warning}", err=True)
     written = render_lib.write(rendered, out_dir) if out_dir else []
     if as_json:
         echo_json({
             "sglang_version": rendered.launch.sglang_version,
+            "components": dict(components or {}),
+            "cache_dir": rendered.launch.cache_dir,
             "profile_sha256": profile.digest(),
             "argv": list(rendered.launch.argv),
             "env": dict(rendered.launch.env),
@@ -77,22 +90,9 @@ def init_cmd(path: Path, preset: str, force: bool):
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(paths.kit_templates_dir())),
                              undefined=jinja2.StrictUndefined, keep_trailing_newline=True,
                              trim_blocks=True, lstrip_blocks=True)
-    text = env.get_template("profile.toml.j2").render(preset=chosen, toml=_toml_value)
+    text = env.get_template("profile.toml.j2").render(preset=chosen, toml=toml_value)
     write_atomic(path, text)
     click.echo(f"wrote {path} (from preset {chosen.name}); edit it, then `kimi-deploy render --profile {path}`")
-
-
-def _toml_value(value) -> str:
-    """A TOML literal for a str/bool/int/float/list of str."""
-    import json
-
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, (int, float)):
-        return str(value)
-    if isinstance(value, list):
-        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
-    return json.dumps(value)
 
 
 COMMANDS = [render_cmd, presets_cmd, init_cmd]

@@ -1,0 +1,68 @@
+"""What every check of one run shares: the clients, the model, the expectations, server facts."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from kimi_deploy.check.client import Clients
+from kimi_deploy.profile import Profile
+
+
+@dataclasses.dataclass
+class Context:
+    """State of one run.
+
+    ``model_info``/``server_info`` are SGLang's ``/model_info`` and ``/server_info`` JSON (``None``
+    when the server does not expose them: vLLM, Exo, LiteLLM). ``conversation_ids`` collects
+    every tool-call id the run has seen, for ``duplicate_id``.
+    """
+
+    clients: Clients
+    profile: Profile | None
+    model: str | None
+    expected_model: str | None
+    repeat: int
+    model_info: dict[str, Any] | None = None
+    server_info: dict[str, Any] | None = None
+    facts_loaded: bool = False
+
+    def load_facts(self) -> None:
+        """Fetch ``/model_info`` and ``/server_info`` once (errors: the facts stay ``None``)."""
+        if self.facts_loaded:
+            return
+        self.facts_loaded = True
+        for path, attr in (("/model_info", "model_info"), ("/server_info", "server_info")):
+            try:
+                status, data = self.clients.get_json(path)
+            except Exception:  # noqa: BLE001 - a missing fact only makes checks skip
+                continue
+            if status == 200 and isinstance(data, dict):
+                setattr(self, attr, data)
+
+    def server_value(self, name: str) -> Any:
+        """A server argument as the server reports it (``/model_info`` first, then ``/server_info``)."""
+        for source in (self.model_info, self.server_info):
+            if source and name in source:
+                return source[name]
+        return None
+
+    @property
+    def tool_call_parser(self) -> str | None:
+        """The parser whose rules apply: the profile's, else the one the server reports."""
+        if self.profile is not None:
+            return self.profile.sglang.tool_call_parser
+        self.load_facts()
+        return self.server_value("tool_call_parser")
+
+    @property
+    def reasoning_parser(self) -> str | None:
+        if self.profile is not None:
+            return self.profile.sglang.reasoning_parser
+        self.load_facts()
+        return self.server_value("reasoning_parser")
+
+    @property
+    def kimi_ids(self) -> bool:
+        """Ids must be canonical ``functions.NAME:N`` (the kimi_k2 tool-call parser mints them)."""
+        return self.tool_call_parser == "kimi_k2"

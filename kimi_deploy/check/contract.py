@@ -1,0 +1,315 @@
+"""The ``contract.*`` tier: chat completions through the official ``openai`` client, as agents send them.
+
+Every case runs non-streaming (``contract.<case>.nonstream``) and streaming
+(``contract.<case>.stream``) at temperature 0; every response goes through the leak scanner
+and the response validators, every stream also through the stream-shape validator. A case
+whose call is due but whose model answers in clean prose is retried up to ``repeat`` times,
+then reported ``warn``/``model_declined``: model variance is not a server fault.
+
+The id round trip (``contract.id_roundtrip.<style>``) replays a conversation whose history
+carries a tool-call id in one of the styles clients send back (tool-call-failures.md items 2
+and 4): Kimi copies that style into its next call, and SGLang 0.5.23's ``kimi_k2`` parser
+silently drops ids it does not recognise.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Callable
+from typing import Any
+
+import openai
+
+from kimi_deploy.check import stream as stream_v
+from kimi_deploy.check.client import openai_finding
+from kimi_deploy.check.context import Context
+from kimi_deploy.check.results import clip
+from kimi_deploy.check.validate import Expectation, Finding, Message, check_message, first, message_from_completion
+
+GET_WEATHER = {"type": "function", "function": {
+    "name": "get_weather", "description": "Current weather for a city.",
+    "parameters": {"type": "object", "properties": {
+        "city": {"type": "string", "description": "City and country, e.g. Paris, France"}},
+        "required": ["city"]}}}
+GET_TIME = {"type": "function", "function": {
+    "name": "get_time", "description": "Current local time in an IANA time zone.",
+    "parameters": {"type": "object", "properties": {
+        "timezone": {"type": "string", "description": "IANA time zone, e.g. Asia/Tokyo"}},
+        "required": ["timezone"]}}}
+
+
+def _record_tool(parameters: dict[str, Any]) -> dict[str, Any]:
+    return {"type": "function", "function": {"name": "record", "description": "Store a record verbatim.",
+                                             "parameters": parameters}}
+
+
+#: Argument edge cases: (name, arguments, schema). The large value is over 8 KiB.
+ARGUMENT_CASES: tuple[tuple[str, dict[str, Any], dict[str, Any]], ...] = (
+    ("empty", {}, {"type": "object", "properties": {}, "additionalProperties": False}),
+    ("unicode", {"text": "Grüße aus Köln, 東京の天気, naïve café ☕ 🚀 — ok"},
+     {"type": "object", "properties": {"text": {"type": "string", "minLength": 1}}, "required": ["text"]}),
+    ("nested", {"order": {"id": 7, "items": [{"sku": "a-1", "qty": 2}, {"sku": "b-2", "qty": 1}],
+                          "tags": ["x", "y"], "meta": {"gift": True, "note": None}}},
+     {"type": "object", "required": ["order"], "properties": {"order": {
+         "type": "object", "required": ["id", "items"], "properties": {
+             "id": {"type": "integer"},
+             "items": {"type": "array", "minItems": 1, "items": {
+                 "type": "object", "required": ["sku", "qty"],
+                 "properties": {"sku": {"type": "string"}, "qty": {"type": "integer"}}}},
+             "tags": {"type": "array", "items": {"type": "string"}},
+             "meta": {"type": "object"}}}}}),
+    ("braces_quotes", {"code": 'if (a) { return "}"; } // {"k": [1, {"x": "]"}]} \\ \'q\''},
+     {"type": "object", "properties": {"code": {"type": "string", "minLength": 1}}, "required": ["code"]}),
+    ("large", {"blob": ("The quick brown fox jumps over the lazy dog {0}. " * 200)[:8500]},
+     {"type": "object", "properties": {"blob": {"type": "string", "minLength": 8193}}, "required": ["blob"]}),
+)
+
+#: History id styles for the round trip (tool-call-failures.md items 2 and 4).
+ID_STYLES: tuple[tuple[str, str], ...] = (
+    ("canonical", "functions.get_weather:0"),
+    ("sanitised", "functions_get_weather_0"),
+    ("openai", "call_8f3a9c2e4b1d4e6f9a0b7c5d"),
+    ("anthropic", "toolu_01A09q90qw90lq917835lq9"),
+    ("uuid", "3f2b8c1e-9d4a-4c7e-8b1f-2a6d5e9c0b7a"),
+    ("counter", "0"),
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class Case:
+    """One request shape. ``call``/``named``/``thinking`` as in :class:`Expectation`;
+    ``thinking="server"`` means: required when a reasoning parser is expected, else unchecked;
+    ``needs_reasoning``: skip unless a reasoning parser is expected."""
+
+    name: str
+    summary: str
+    messages: tuple[dict[str, Any], ...]
+    tools: tuple[dict[str, Any], ...] = ()
+    tool_choice: Any = None
+    call: str = "none"
+    named: str | None = None
+    thinking: Any = None
+    extra_body: dict[str, Any] | None = None
+    max_tokens: int = 4096
+    needs_reasoning: bool = False
+
+
+def _user(text: str) -> dict[str, Any]:
+    return {"role": "user", "content": text}
+
+
+def _roundtrip_messages(call_id: str) -> tuple[dict[str, Any], ...]:
+    return (
+        _user("What is the weather in Paris, France?"),
+        {"role": "assistant", "content": "", "tool_calls": [{
+            "id": call_id, "type": "function",
+            "function": {"name": "get_weather", "arguments": json.dumps({"city": "Paris, France"})}}]},
+        {"role": "tool", "tool_call_id": call_id, "content": "18 °C, sunny"},
+        {"role": "assistant", "content": "It is 18 °C and sunny in Paris."},
+        _user("And what is the weather in Rome, Italy?"),
+    )
+
+
+def _directive(args: dict[str, Any]) -> str:
+    return "Call the tool `record` with exactly these arguments: " + json.dumps(args, ensure_ascii=False)
+
+
+CASES: tuple[Case, ...] = (
+    Case("plain", "plain chat, no tools", (_user("Say hello in one short sentence."),), thinking="server"),
+    Case("tool_auto", "tool_choice auto: one call", (_user("What is the weather in Melbourne, Australia?"),),
+         tools=(GET_WEATHER, GET_TIME), tool_choice="auto", call="one"),
+    Case("tool_required", "tool_choice required: a call", (_user("What is the weather in Paris, France?"),),
+         tools=(GET_WEATHER,), tool_choice="required", call="some"),
+    Case("tool_named", "tool_choice names get_time: only that tool",
+         (_user("What time is it in Tokyo? Use the time zone Asia/Tokyo."),), tools=(GET_WEATHER, GET_TIME),
+         tool_choice={"type": "function", "function": {"name": "get_time"}}, call="some", named="get_time"),
+    Case("tool_none", "tool_choice none: no call, no markup", (_user("What is the weather in Paris, France?"),),
+         tools=(GET_WEATHER,), tool_choice="none", call="none"),
+    Case("parallel", "two calls in one turn",
+         (_user("Get the weather in Paris and in Tokyo: make one get_weather call per city, both in this turn."),),
+         tools=(GET_WEATHER,), tool_choice="auto", call="two"),
+    *(Case(f"id_roundtrip.{style}", f"history id {example!r} ({style}): the next call still parses",
+           _roundtrip_messages(example), tools=(GET_WEATHER,), tool_choice="auto", call="one")
+      for style, example in ID_STYLES),
+    Case("reasoning_on", "thinking on: reasoning separated from content",
+         (_user("Is 17 a prime number? Answer yes or no."),), thinking=True, needs_reasoning=True),
+    Case("reasoning_off", "chat_template_kwargs.thinking=false: no reasoning",
+         (_user("Is 17 a prime number? Answer yes or no."),), thinking=False, needs_reasoning=True,
+         extra_body={"chat_template_kwargs": {"thinking": False}}),
+    *(Case(f"arguments.{name}", f"arguments edge case: {name}", (_user(_directive(args)),),
+           tools=(_record_tool(schema),), tool_choice="auto", call="one", max_tokens=8192)
+      for name, args, schema in ARGUMENT_CASES),
+)
+
+MODES = ("nonstream", "stream")
+
+
+def check_ids() -> list[str]:
+    """Every contract check id, in run order."""
+    ids = [f"contract.{c.name}.{m}" for c in CASES for m in MODES]
+    ids += [f"contract.multi_turn.{m}" for m in MODES]
+    ids.append("contract.malformed")
+    return ids
+
+
+@dataclasses.dataclass
+class Answer:
+    """One request's outcome: the message (``None`` when the request failed) and findings."""
+
+    message: Message | None
+    findings: list[Finding]
+
+
+def _request(ctx: Context, case: Case, messages: list[dict[str, Any]], *, stream: bool,
+             exp: Expectation, nonstream: Message | None = None) -> Answer:
+    kwargs: dict[str, Any] = {"model": ctx.model, "messages": messages, "temperature": 0,
+                              "max_tokens": case.max_tokens}
+    if case.tools:
+        kwargs["tools"] = list(case.tools)
+    if case.tool_choice is not None:
+        kwargs["tool_choice"] = case.tool_choice
+    if case.extra_body:
+        kwargs["extra_body"] = case.extra_body
+    client = ctx.clients.openai
+    try:
+        if not stream:
+            completion = client.chat.completions.create(**kwargs)
+            msg = message_from_completion(completion.model_dump())  # extras (reasoning_content) included
+            return Answer(msg, check_message(msg, exp))
+        for _chunk in client.chat.completions.create(stream=True, **kwargs):
+            pass
+    except openai.OpenAIError as exc:
+        raw = ctx.clients.recorder.last_text
+        finding = openai_finding(exc, streaming=stream, raw=raw)
+        if stream and finding.kind == "error_frame":
+            shape = stream_v.check_shape(stream_v.parse_sse(raw))
+            errors = [f for f in shape if f.kind == "error_frame"]
+            if errors:
+                finding = errors[0]
+        return Answer(None, [finding])
+    except (ValueError, TypeError) as exc:  # a body the client could not decode
+        return Answer(None, [Finding("server_error", f"the response could not be read ({exc})",
+                                     clip(ctx.clients.recorder.last_text))])
+    sse = stream_v.parse_sse(ctx.clients.recorder.last_text)
+    msg = stream_v.assemble(sse.frames)
+    findings = stream_v.check_shape(sse, nonstream) + check_message(msg, exp)
+    return Answer(msg, findings)
+
+
+def _expectation(ctx: Context, case: Case, history_ids: tuple[str, ...] = ()) -> Expectation:
+    thinking = case.thinking
+    if thinking == "server":
+        thinking = True if ctx.reasoning_parser else None
+    return Expectation(tools=case.tools, call=case.call, choice=case.tool_choice, named=case.named,
+                       thinking=thinking, kimi_ids=ctx.kimi_ids, history_ids=history_ids)
+
+
+def _history_ids(messages: tuple[dict[str, Any], ...] | list[dict[str, Any]]) -> tuple[str, ...]:
+    return tuple(tc["id"] for m in messages for tc in (m.get("tool_calls") or []) if tc.get("id"))
+
+
+def _with_retries(ctx: Context, run: Callable[[], Answer]) -> Answer:
+    answer = run()
+    for _ in range(max(0, ctx.repeat)):
+        top = first(answer.findings)
+        if top is None or top.kind != "model_declined":
+            break
+        answer = run()
+    return answer
+
+
+def run_case(ctx: Context, case: Case, mode: str, cache: dict[str, Message | None]) -> tuple[str, list[Finding], str]:
+    """Run one case in one mode; returns (status, findings, pass detail).
+
+    ``cache`` keeps the non-streamed message per case so the streamed arguments can be compared.
+    """
+    if case.needs_reasoning and not ctx.reasoning_parser:
+        return "skip", [], "no reasoning parser expected (profile) or reported (/model_info)"
+    exp = _expectation(ctx, case, _history_ids(case.messages))
+    answer = _with_retries(ctx, lambda: _request(ctx, case, list(case.messages), stream=mode == "stream",
+                                                 exp=exp, nonstream=cache.get(case.name)))
+    if mode == "nonstream":
+        cache[case.name] = answer.message
+    return _status(answer.findings), answer.findings, _summary(answer.message)
+
+
+def _status(findings: list[Finding]) -> str:
+    top = first(findings)
+    if top is None:
+        return "pass"
+    return "warn" if top.kind == "model_declined" else "fail"
+
+
+def _summary(msg: Message | None) -> str:
+    if msg is None:
+        return ""
+    if msg.tool_calls:
+        calls = ", ".join(f"{c.name}#{c.id}" for c in msg.tool_calls)
+        return f"finish_reason={msg.finish_reason}; calls: {calls}"
+    return f"finish_reason={msg.finish_reason}; content {clip(msg.content or '', 60)!r}"
+
+
+def run_multi_turn(ctx: Context, mode: str) -> tuple[str, list[Finding], str]:
+    """Three turns with real tool results: call → result → answer → new question → call.
+
+    Ids the server returned must stay unique across the whole conversation.
+    """
+    stream = mode == "stream"
+    case = Case("multi_turn", "", (), tools=(GET_WEATHER,), tool_choice="auto")
+    messages: list[dict[str, Any]] = [_user("What is the weather in Paris, France?")]
+    notes = []
+    for n, call in enumerate(("one", "any", "one"), start=1):
+        exp = Expectation(tools=case.tools, call=call, choice="auto", kimi_ids=ctx.kimi_ids,  # type: ignore[arg-type]
+                          history_ids=_history_ids(messages))
+        answer = _with_retries(ctx, lambda: _request(ctx, case, messages, stream=stream, exp=exp))
+        status = _status(answer.findings)
+        if status != "pass":
+            return status, [dataclasses.replace(f, detail=f"turn {n}: {f.detail}") for f in answer.findings], ""
+        msg = answer.message
+        assert msg is not None
+        notes.append(_summary(msg))
+        assistant: dict[str, Any] = {"role": "assistant", "content": msg.content or ""}
+        if msg.tool_calls:
+            assistant["tool_calls"] = [{"id": c.id, "type": "function",
+                                        "function": {"name": c.name, "arguments": c.arguments}}
+                                       for c in msg.tool_calls]
+        messages.append(assistant)
+        messages.extend({"role": "tool", "tool_call_id": c.id, "content": "18 °C, sunny"} for c in msg.tool_calls)
+        if n == 2:
+            messages.append(_user("And what is the weather in Rome, Italy?"))
+    return "pass", [], " | ".join(notes)
+
+
+def run_malformed(ctx: Context) -> tuple[str, list[Finding], str]:
+    """A request with ``messages`` not a list must get a 4xx JSON error, not a 5xx or a 200."""
+    try:
+        ctx.clients.openai.chat.completions.create(model=ctx.model, messages="this is not a list",  # type: ignore[arg-type]
+                                                   temperature=0, max_tokens=8)
+    except openai.APIStatusError as exc:
+        body = exc.response.text
+        if exc.status_code >= 500:
+            return "fail", [Finding("server_error", f"a malformed request got HTTP {exc.status_code}, not a 4xx",
+                                    clip(body))], ""
+        try:
+            json.loads(body)
+        except ValueError:
+            return "fail", [Finding("server_error", f"HTTP {exc.status_code} with a body that is not JSON",
+                                    clip(body))], ""
+        return "pass", [], f"HTTP {exc.status_code} with a JSON error"
+    except openai.OpenAIError as exc:
+        return "fail", [openai_finding(exc, streaming=False, raw=ctx.clients.recorder.last_text)], ""
+    return "fail", [Finding("http_error", "a malformed request (messages not a list) was accepted with 2xx",
+                            clip(ctx.clients.recorder.last_text))], ""
+
+
+def run(ctx: Context, check_id: str, cache: dict[str, Message | None]) -> tuple[str, list[Finding], str]:
+    """Run the contract check ``check_id`` (one of :func:`check_ids`)."""
+    if check_id == "contract.malformed":
+        return run_malformed(ctx)
+    _, rest = check_id.split(".", 1)
+    name, mode = rest.rsplit(".", 1)
+    if name == "multi_turn":
+        return run_multi_turn(ctx, mode)
+    case = next(c for c in CASES if c.name == name)
+    return run_case(ctx, case, mode, cache)

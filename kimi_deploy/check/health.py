@@ -1,0 +1,160 @@
+"""The ``health.*`` and ``config.*`` tiers: is the server up, and is it the server the profile describes.
+
+Endpoints (SGLang 0.5.23, ../shared/notes/sglang-0.5.23.md): ``/health`` (or ``/ready``) for
+liveness; ``/health_generate`` runs a real 1-token generation (other servers: a 1-token chat
+completion instead); ``/v1/models`` lists the served name; ``/model_info`` reports
+``tool_call_parser``/``reasoning_parser``; ``/server_info`` every resolved server argument
+(``tp_size``, ``speculative_*``) plus ``version``. Servers without ``/model_info`` (vLLM, Exo,
+LiteLLM) get ``skip`` for the config tier.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import httpx
+import openai
+
+from kimi_deploy.check.client import openai_finding, transport_finding
+from kimi_deploy.check.context import Context
+from kimi_deploy.check.results import clip
+from kimi_deploy.check.validate import Finding
+
+#: What a check function returns: (status, detail, findings); findings empty unless status is fail.
+Outcome = tuple[str, str, list[Finding]]
+
+
+def _ok(detail: str) -> Outcome:
+    return "pass", detail, []
+
+
+def _skip(detail: str) -> Outcome:
+    return "skip", detail, []
+
+
+def _fail(finding: Finding) -> Outcome:
+    return "fail", finding.detail, [finding]
+
+
+def _status_finding(path: str, status: int, body: object) -> Finding:
+    kind = "server_error" if status >= 500 else "http_error"
+    return Finding(kind, f"GET {path} answered HTTP {status}", clip(body))
+
+
+def health_live(ctx: Context) -> Outcome:
+    """``/health`` (SGLang, vLLM, LiteLLM), else ``/ready``, else ``/v1/models`` answers 2xx."""
+    last: Finding | None = None
+    for path in ("/health", "/ready", "/v1/models"):
+        try:
+            status, body = ctx.clients.get_json(path)
+        except httpx.TransportError as exc:
+            return _fail(transport_finding(exc, f"GET {path}"))
+        if 200 <= status < 300:
+            return _ok(f"GET {path}: HTTP {status}")
+        last = _status_finding(path, status, body)
+        if status >= 500 or status in (401, 403):
+            return _fail(last)
+    return _fail(last)  # type: ignore[arg-type]
+
+
+def health_ready(ctx: Context) -> Outcome:
+    """A real 1-token generation: SGLang ``/health_generate``; elsewhere a 1-token chat completion."""
+    try:
+        status, body = ctx.clients.get_json("/health_generate")
+    except httpx.TransportError as exc:
+        return _fail(transport_finding(exc, "GET /health_generate"))
+    if 200 <= status < 300:
+        return _ok(f"GET /health_generate: HTTP {status} (1-token generation)")
+    if status >= 500:
+        return _fail(_status_finding("/health_generate", status, body))
+    if not ctx.model:
+        return _skip("no /health_generate and no model name to send a 1-token completion to")
+    try:
+        ctx.clients.openai.chat.completions.create(
+            model=ctx.model, messages=[{"role": "user", "content": "Say OK."}], max_tokens=1, temperature=0)
+    except openai.OpenAIError as exc:
+        return _fail(openai_finding(exc, streaming=False, raw=ctx.clients.recorder.last_text))
+    return _ok("1-token chat completion answered (no /health_generate)")
+
+
+def health_models(ctx: Context) -> Outcome:
+    """``/v1/models`` lists the expected served model name."""
+    try:
+        status, body = ctx.clients.get_json("/v1/models")
+    except httpx.TransportError as exc:
+        return _fail(transport_finding(exc, "GET /v1/models"))
+    if status != 200:
+        return _fail(_status_finding("/v1/models", status, body))
+    if not isinstance(body, dict) or not isinstance(body.get("data"), list):
+        return _fail(Finding("server_error", "GET /v1/models did not return an OpenAI model list", clip(body)))
+    ids = [m.get("id") for m in body["data"] if isinstance(m, dict)]
+    if not ctx.expected_model:
+        return _skip(f"no expected model name (give --model or --profile); served: {', '.join(map(str, ids))}")
+    if ctx.expected_model in ids:
+        return _ok(f"{ctx.expected_model} is served")
+    return _fail(Finding("config_mismatch", f"{ctx.expected_model} is not among the served models",
+                         clip(", ".join(map(str, ids)))))
+
+
+def _config_compare(ctx: Context, what: str, pairs: list[tuple[str, object]]) -> Outcome:
+    """Compare profile values with the server's (``pairs``: SGLang argument name, expected value)."""
+    if ctx.profile is None:
+        return _skip(f"no profile: nothing to compare the running {what} with")
+    ctx.load_facts()
+    if ctx.model_info is None and ctx.server_info is None:
+        return _skip("the server exposes neither /model_info nor /server_info (not SGLang?)")
+    mismatches, shown = [], []
+    for name, expected in pairs:
+        source = [s for s in (ctx.model_info, ctx.server_info) if s and name in s]
+        if not source:
+            return _skip(f"the server does not report {name}")
+        actual = source[0][name]
+        shown.append(f"{name}={actual}")
+        if actual != expected:
+            mismatches.append(f"{name}: running {actual!r}, profile {expected!r}")
+    if mismatches:
+        return _fail(Finding("config_mismatch", f"{what} differs from the profile: " + "; ".join(mismatches),
+                             clip("; ".join(mismatches))))
+    return _ok(", ".join(shown))
+
+
+def config_tool_call_parser(ctx: Context) -> Outcome:
+    """The running ``--tool-call-parser`` (``/model_info``) equals the profile's (``None`` included)."""
+    return _config_compare(ctx, "tool-call parser",
+                           [("tool_call_parser", ctx.profile.sglang.tool_call_parser if ctx.profile else None)])
+
+
+def config_reasoning_parser(ctx: Context) -> Outcome:
+    """The running ``--reasoning-parser`` (``/model_info``) equals the profile's."""
+    return _config_compare(ctx, "reasoning parser",
+                           [("reasoning_parser", ctx.profile.sglang.reasoning_parser if ctx.profile else None)])
+
+
+def config_speculative(ctx: Context) -> Outcome:
+    """``speculative_algorithm`` and, when set, steps/topk/draft tokens (``/server_info``) equal the profile's."""
+    if ctx.profile is None:
+        return _skip("no profile: nothing to compare the running speculative settings with")
+    s = ctx.profile.sglang
+    pairs: list[tuple[str, object]] = [("speculative_algorithm", s.speculative_algorithm)]
+    if s.speculative_algorithm:
+        pairs += [("speculative_num_steps", s.speculative_num_steps),
+                  ("speculative_eagle_topk", s.speculative_eagle_topk),
+                  ("speculative_num_draft_tokens", s.speculative_num_draft_tokens)]
+        pairs = [(k, v) for k, v in pairs if v is not None]
+    return _config_compare(ctx, "speculative decoding", pairs)
+
+
+def config_tp_size(ctx: Context) -> Outcome:
+    """``tp_size`` (``/server_info``) equals the profile's."""
+    return _config_compare(ctx, "tensor parallelism", [("tp_size", ctx.profile.sglang.tp_size if ctx.profile else None)])
+
+
+CHECKS: dict[str, Callable[[Context], Outcome]] = {
+    "health.live": health_live,
+    "health.ready": health_ready,
+    "health.models": health_models,
+    "config.tool_call_parser": config_tool_call_parser,
+    "config.reasoning_parser": config_reasoning_parser,
+    "config.speculative": config_speculative,
+    "config.tp_size": config_tp_size,
+}

@@ -1,0 +1,133 @@
+"""Report formats of a check run: a rich table, the JSON document, JUnit XML, a Prometheus textfile.
+
+- JSON: ``kimi-deploy.check/1`` (:meth:`CheckReport.to_json`), validated by ``report.schema.json``.
+- JUnit XML: one ``<testcase>`` per check (classname = tier); ``fail`` → ``<failure type=KIND>``,
+  ``skip`` → ``<skipped>``, ``warn`` → a passing case with the warning in ``<system-out>``
+  (the JUnit XML schema as read by Jenkins/GitLab has no "warning" state).
+- Prometheus: the text exposition format for node_exporter's textfile collector
+  (``--collector.textfile.directory``): ``kimi_deploy_check_status{check=...}``,
+  ``kimi_deploy_check_failures{kind=...}`` (every kind, 0 when none),
+  ``kimi_deploy_check_last_run_timestamp_seconds``, ``kimi_deploy_check_exit_code``,
+  ``kimi_deploy_check_duration_seconds``.
+"""
+
+from __future__ import annotations
+
+import json
+import xml.etree.ElementTree as ET
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from kimi_deploy.check.registry import tier
+from kimi_deploy.check.results import CheckReport, clip
+from kimi_deploy.fsio import write_many_atomic
+
+#: Value of kimi_deploy_check_status per status (documented in the HELP line).
+STATUS_VALUE = {"pass": 0, "warn": 1, "fail": 2, "skip": 3}
+_STYLE = {"pass": "green", "warn": "yellow", "fail": "bold red", "skip": "dim"}
+
+
+def render_table(report: CheckReport, console: Console) -> None:
+    """Print one row per check (status, kind, one line of evidence) and a summary line."""
+    table = Table(title=f"kimi-deploy check {report.base_url}" + (f" ({report.model})" if report.model else ""),
+                  expand=False)
+    table.add_column("check", no_wrap=True)
+    table.add_column("status", no_wrap=True)
+    table.add_column("kind", no_wrap=True)
+    table.add_column("detail / evidence", overflow="fold")
+    for r in report.results:
+        text = clip(r.detail, 120)
+        if r.evidence:
+            text += f"\n[dim]{clip(r.evidence, 120)}[/dim]" if console.is_terminal else f" | {clip(r.evidence, 120)}"
+        table.add_row(r.id, f"[{_STYLE[r.status]}]{r.status}[/]", r.kind or "", text)
+    console.print(table)
+    c = report.counts()
+    server = report.server.get("version")
+    console.print(f"{c['pass']} pass, {c['warn']} warn, {c['fail']} fail, {c['skip']} skip in "
+                  f"{report.duration_s:.1f} s" + (f" (SGLang {server})" if server else "")
+                  + f"; exit {int(report.exit_code)} ({report.exit_code.name})")
+
+
+def to_json_text(report: CheckReport) -> str:
+    """The JSON document, indented, with a trailing newline."""
+    return json.dumps(report.to_json(), indent=2, ensure_ascii=False) + "\n"
+
+
+def to_junit(report: CheckReport) -> str:
+    """JUnit XML (one testsuite ``kimi-deploy check``), UTF-8 text with an XML declaration."""
+    c = report.counts()
+    suite = ET.Element("testsuite", {
+        "name": "kimi-deploy check", "tests": str(len(report.results)), "failures": str(c["fail"]),
+        "errors": "0", "skipped": str(c["skip"]), "time": f"{report.duration_s:.3f}",
+        "timestamp": report.started_at.isoformat(timespec="seconds"), "hostname": report.base_url,
+    })
+    props = ET.SubElement(suite, "properties")
+    for name, value in (("base_url", report.base_url), ("model", report.model or ""),
+                        ("server_version", str(report.server.get("version") or ""))):
+        ET.SubElement(props, "property", {"name": name, "value": value})
+    for r in report.results:
+        case = ET.SubElement(suite, "testcase", {"classname": tier(r.id), "name": r.id,
+                                                 "time": f"{r.duration_s:.3f}"})
+        if r.status == "fail":
+            failure = ET.SubElement(case, "failure", {"type": r.kind or "", "message": r.detail})
+            failure.text = r.evidence
+        elif r.status == "skip":
+            ET.SubElement(case, "skipped", {"message": r.detail})
+        elif r.status == "warn":
+            out = ET.SubElement(case, "system-out")
+            out.text = f"warn {r.kind}: {r.detail}\n{r.evidence}"
+    ET.indent(suite)
+    return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(suite, encoding="unicode") + "\n"
+
+
+def _label(value: str) -> str:
+    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+
+def to_prometheus(report: CheckReport) -> str:
+    """Prometheus text exposition format (version 0.0.4) for node_exporter's textfile collector."""
+    lines = [
+        "# HELP kimi_deploy_check_status Result of each check in the last run: 0 pass, 1 warn, 2 fail, 3 skip.",
+        "# TYPE kimi_deploy_check_status gauge",
+    ]
+    for r in report.results:
+        lines.append(f'kimi_deploy_check_status{{check="{_label(r.id)}",kind="{_label(r.kind or "")}"}} '
+                     f"{STATUS_VALUE[r.status]}")
+    lines += ["# HELP kimi_deploy_check_failures Checks of the last run that failed (or warned) with each kind.",
+              "# TYPE kimi_deploy_check_failures gauge"]
+    for kind, n in report.failures_by_kind().items():
+        lines.append(f'kimi_deploy_check_failures{{kind="{kind}"}} {n}')
+    lines += [
+        "# HELP kimi_deploy_check_last_run_timestamp_seconds Unix time the last check run started.",
+        "# TYPE kimi_deploy_check_last_run_timestamp_seconds gauge",
+        f"kimi_deploy_check_last_run_timestamp_seconds {report.started_at.timestamp():.3f}",
+        "# HELP kimi_deploy_check_exit_code Exit code of the last run: 0 ok, 1 a check failed, 3 unreachable.",
+        "# TYPE kimi_deploy_check_exit_code gauge",
+        f"kimi_deploy_check_exit_code {int(report.exit_code)}",
+        "# HELP kimi_deploy_check_duration_seconds Wall time of the last run.",
+        "# TYPE kimi_deploy_check_duration_seconds gauge",
+        f"kimi_deploy_check_duration_seconds {report.duration_s:.3f}",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def write_reports(report: CheckReport, *, json_path: Path | None = None, junit_path: Path | None = None,
+                  prom_path: Path | None = None) -> list[Path]:
+    """Write the requested report files atomically, all or none (:mod:`kimi_deploy.fsio`).
+
+    Raises:
+        UsageError: a directory cannot be created or written; no file was changed.
+    """
+    files: dict[Path, Any] = {}
+    if json_path:
+        files[json_path] = to_json_text(report)
+    if junit_path:
+        files[junit_path] = to_junit(report)
+    if prom_path:
+        files[prom_path] = to_prometheus(report)
+    if files:
+        write_many_atomic(files, mode=0o644)
+    return list(files)

@@ -1,0 +1,215 @@
+"""Response validators: what every chat completion must hold, streamed or not.
+
+Rules (issue #5; ../shared/notes/tool-call-failures.md, "What an API-contract check needs"):
+no marker in content or reasoning; finish_reason ``tool_calls`` iff non-empty ``tool_calls``;
+each call names a requested tool and its ``arguments`` string parses to a JSON object valid
+against that tool's ``parameters`` schema (JSON Schema, checked with ``jsonschema``); ids
+unique across the conversation and, on a ``kimi_k2`` server, canonical ``functions.NAME:N``
+(SGLang 0.5.23 ``serving_chat._process_tool_call_id``); reasoning present with thinking on
+(``reasoning_content`` as SGLang names it, or ``reasoning`` as vLLM does) and absent with
+thinking off.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+from typing import Any, Literal
+
+import jsonschema
+
+from kimi_deploy.check import leaks
+from kimi_deploy.check.results import clip
+
+#: Kimi's canonical id (tool-call-failures.md): functions.NAME:N, N a conversation-wide counter.
+CANONICAL_KIMI_ID = re.compile(r"^functions\.[A-Za-z0-9_.-]+:\d+$")
+
+#: Most telling kind first: a check reports the first finding in this order.
+PRIORITY: tuple[str, ...] = (
+    "unreachable", "timeout", "error_frame", "server_error", "http_error", "markup_leak",
+    "tool_call_dropped", "finish_reason_mismatch", "unknown_tool", "invalid_arguments",
+    "schema_violation", "tool_choice_violation", "duplicate_id", "noncanonical_id",
+    "reasoning_leak", "missing_reasoning", "stream_shape", "config_mismatch", "model_declined",
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class Finding:
+    """One violated rule: ``kind`` (failure vocabulary), a sentence, the offending text."""
+
+    kind: str
+    detail: str
+    evidence: str = ""
+
+
+def first(findings: list[Finding]) -> Finding | None:
+    """The finding to report: lowest :data:`PRIORITY` index."""
+    if not findings:
+        return None
+    return min(findings, key=lambda f: PRIORITY.index(f.kind) if f.kind in PRIORITY else len(PRIORITY))
+
+
+@dataclasses.dataclass
+class ToolCall:
+    """A returned call: ``id``, function ``name``, ``arguments`` as sent (a string, or not)."""
+
+    id: str | None
+    name: str | None
+    arguments: Any
+
+
+@dataclasses.dataclass
+class Message:
+    """The parts of one choice a client acts on, from a completion or an assembled stream."""
+
+    content: str | None
+    reasoning: str | None
+    tool_calls: list[ToolCall]
+    finish_reason: str | None
+    completion_tokens: int | None = None
+
+
+def message_from_completion(data: dict[str, Any]) -> Message:
+    """A :class:`Message` from a ``chat.completion`` object (dict, OpenAI API shape), first choice.
+
+    Accepts ``reasoning_content`` (SGLang) or ``reasoning`` (vLLM).
+    """
+    choice = (data.get("choices") or [{}])[0]
+    msg = choice.get("message") or {}
+    calls = [ToolCall(tc.get("id"), (tc.get("function") or {}).get("name"),
+                      (tc.get("function") or {}).get("arguments"))
+             for tc in (msg.get("tool_calls") or [])]
+    usage = data.get("usage") or {}
+    return Message(content=msg.get("content"), reasoning=msg.get("reasoning_content") or msg.get("reasoning"),
+                   tool_calls=calls, finish_reason=choice.get("finish_reason"),
+                   completion_tokens=usage.get("completion_tokens"))
+
+
+@dataclasses.dataclass(frozen=True)
+class Expectation:
+    """What a request allows and demands.
+
+    Args:
+        tools: the request's ``tools`` (OpenAI shape: ``{"type": "function", "function": {...}}``).
+        call: ``none`` (no call allowed), ``one`` or ``some`` (at least one), ``two`` (at least two
+            in one turn: parallel calls), ``any`` (either).
+        choice: the request's ``tool_choice`` (for messages only).
+        named: the one function name allowed (named ``tool_choice``).
+        thinking: ``True`` reasoning required, ``False`` reasoning forbidden, ``None`` not checked.
+        kimi_ids: ids must be canonical ``functions.NAME:N``.
+        history_ids: ids already used in the conversation.
+    """
+
+    tools: tuple[dict[str, Any], ...] = ()
+    call: Literal["none", "one", "two", "some", "any"] = "any"
+    choice: Any = None
+    named: str | None = None
+    thinking: bool | None = None
+    kimi_ids: bool = False
+    history_ids: tuple[str, ...] = ()
+
+
+def tool_schemas(tools: tuple[dict[str, Any], ...] | list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """``name -> parameters schema`` of OpenAI-shaped tools."""
+    out = {}
+    for tool in tools:
+        fn = tool.get("function", tool)
+        out[fn["name"]] = fn.get("parameters") or {"type": "object"}
+    return out
+
+
+def check_arguments(call: ToolCall, schemas: dict[str, dict[str, Any]]) -> list[Finding]:
+    """``unknown_tool``, ``invalid_arguments`` or ``schema_violation`` for one call (empty: fine)."""
+    if call.name not in schemas:
+        return [Finding("unknown_tool", f"call names {call.name!r}, not one of the request's tools "
+                                        f"({', '.join(sorted(schemas)) or 'none'})", clip(call.name))]
+    if not isinstance(call.arguments, str):
+        return [Finding("invalid_arguments", f"arguments of {call.name} is a {type(call.arguments).__name__}, "
+                                             "not a string (OpenAI API: a JSON-encoded string)",
+                        clip(call.arguments))]
+    try:
+        args = json.loads(call.arguments)
+    except json.JSONDecodeError as exc:
+        return [Finding("invalid_arguments", f"arguments of {call.name} is not JSON ({exc.msg} at {exc.pos})",
+                        clip(call.arguments))]
+    if not isinstance(args, dict):
+        return [Finding("invalid_arguments", f"arguments of {call.name} is JSON {type(args).__name__}, "
+                                             "not an object", clip(call.arguments))]
+    validator = jsonschema.Draft202012Validator(schemas[call.name])
+    errors = sorted(validator.iter_errors(args), key=lambda e: list(e.absolute_path))
+    if errors:
+        err = errors[0]
+        where = "/".join(map(str, err.absolute_path)) or "(root)"
+        return [Finding("schema_violation", f"arguments of {call.name} violate its schema at {where}: "
+                                            f"{err.message}", clip(call.arguments))]
+    return []
+
+
+def check_message(msg: Message, exp: Expectation) -> list[Finding]:
+    """Every rule :class:`Message` breaks under :class:`Expectation` (empty: it passes).
+
+    A due call that is missing is ``tool_call_dropped`` when the client got nothing to read
+    (empty content although tokens were generated, or finish_reason ``tool_calls`` with no
+    call); with clean prose in ``content`` it is ``model_declined`` (the model chose not to
+    call, which is not a server fault).
+    """
+    out: list[Finding] = []
+    found = leaks.scan_message(msg.content, msg.reasoning)
+    if found:
+        leak = found[0]
+        text = msg.content if leak.field == "content" else msg.reasoning
+        out.append(Finding("markup_leak", f"{leak.family} {leak.marker!r} in {leak.field}"
+                                          + (f" (+{len(found) - 1} more)" if len(found) > 1 else ""),
+                           clip(leak.excerpt(text or ""))))
+    calls = msg.tool_calls
+    if msg.finish_reason == "tool_calls" and not calls:
+        out.append(Finding("finish_reason_mismatch", "finish_reason is tool_calls but tool_calls is empty",
+                           clip(msg.content or "")))
+    elif calls and msg.finish_reason != "tool_calls":
+        out.append(Finding("finish_reason_mismatch",
+                           f"{len(calls)} tool call(s) but finish_reason is {msg.finish_reason!r}",
+                           clip(calls[0].name)))
+    due = exp.call in ("one", "two", "some")
+    if due and not calls:
+        content = (msg.content or "").strip()
+        if found and any(x.field == "content" for x in found):
+            pass  # markup_leak already says why
+        elif not content or msg.finish_reason == "tool_calls":
+            out.append(Finding("tool_call_dropped", "a tool call was due, the model generated "
+                               f"{msg.completion_tokens if msg.completion_tokens is not None else 'some'} tokens, "
+                               f"but the client got no call (finish_reason {msg.finish_reason!r}, "
+                               f"content {content[:40]!r})", clip(msg.content or "")))
+        else:
+            out.append(Finding("model_declined", "a tool call was due; the model answered in prose", clip(content)))
+    if exp.call == "two" and calls and len(calls) < 2:
+        out.append(Finding("tool_call_dropped", f"two calls were due in one turn, got {len(calls)}",
+                           clip(", ".join(str(c.name) for c in calls))))
+    if exp.call == "none" and calls:
+        out.append(Finding("tool_choice_violation", f"tool_choice {exp.choice!r} allows no call, got "
+                           f"{len(calls)}", clip(", ".join(str(c.name) for c in calls))))
+    schemas = tool_schemas(exp.tools)
+    for call in calls:
+        out.extend(check_arguments(call, schemas))
+        if exp.named and call.name != exp.named and call.name in schemas:
+            out.append(Finding("tool_choice_violation", f"tool_choice names {exp.named}, the call is {call.name}",
+                               clip(call.name)))
+    seen = set(exp.history_ids)
+    for call in calls:
+        if not call.id:
+            out.append(Finding("stream_shape", f"call {call.name} has no id", ""))
+            continue
+        if call.id in seen:
+            out.append(Finding("duplicate_id", f"id {call.id!r} is already used in this conversation",
+                               clip(call.id)))
+        seen.add(call.id)
+        if exp.kimi_ids and not CANONICAL_KIMI_ID.match(call.id):
+            out.append(Finding("noncanonical_id", f"kimi_k2 server returned id {call.id!r}, not functions.NAME:N",
+                               clip(call.id)))
+    if exp.thinking is True and not (msg.reasoning or "").strip():
+        out.append(Finding("missing_reasoning", "thinking is on but the message has no reasoning_content/reasoning",
+                           clip(msg.content or "")))
+    if exp.thinking is False and (msg.reasoning or "").strip():
+        out.append(Finding("reasoning_leak", "chat_template_kwargs.thinking=false but reasoning was returned",
+                           clip(msg.reasoning)))
+    return out

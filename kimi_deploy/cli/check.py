@@ -1,0 +1,69 @@
+"""Verb ``check``: health tiers and the API-contract suite against a running server."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+from rich.console import Console
+
+from kimi_deploy.check import CheckOptions, registry, reports, run_checks
+from kimi_deploy.check.runner import read_api_key
+from kimi_deploy.errors import UsageError
+
+
+def _globs(values: tuple[str, ...]) -> list[str]:
+    return [part.strip() for value in values for part in value.split(",") if part.strip()]
+
+
+@click.command("check")
+@click.option("--base-url", metavar="URL", help="Server root, e.g. http://127.0.0.1:30000 (default: the profile's "
+              "host and port).")
+@click.option("--model", metavar="NAME", help="Served model name (default: the profile's, else the first listed).")
+@click.option("--api-key-file", type=click.Path(path_type=Path, dir_okay=False), metavar="FILE",
+              help="File holding the API key (default: the profile's api_key_file).")
+@click.option("--profile", "profile_path", type=click.Path(path_type=Path, dir_okay=False), metavar="FILE",
+              help="Deployment profile: base URL, model, key and the expected parsers/speculative/TP.")
+@click.option("--only", multiple=True, metavar="IDS", help="Run only checks matching these globs "
+              "(repeat or comma-separate: 'health.*,config.*').")
+@click.option("--skip", multiple=True, metavar="IDS", help="Leave out checks matching these globs.")
+@click.option("--json", "json_path", metavar="PATH", help="Write the JSON report (kimi-deploy.check/1); '-' = stdout.")
+@click.option("--junit", "junit_path", type=click.Path(path_type=Path, dir_okay=False), metavar="PATH",
+              help="Write a JUnit XML report.")
+@click.option("--prom", "prom_path", type=click.Path(path_type=Path, dir_okay=False), metavar="PATH",
+              help="Write a Prometheus textfile for node_exporter's textfile collector.")
+@click.option("--timeout", type=click.FloatRange(min=0.1), default=30.0, show_default=True, metavar="S",
+              help="Seconds per HTTP request (chat completions may take 6x this to generate).")
+@click.option("--repeat", type=click.IntRange(min=0), default=2, show_default=True, metavar="N",
+              help="Retries when a call was due and the model answered in prose (then: warn model_declined).")
+@click.option("--list", "list_only", is_flag=True, help="Print the check ids and exit.")
+@click.pass_context
+def check_cmd(ctx, base_url, model, api_key_file, profile_path, only, skip, json_path, junit_path, prom_path,
+              timeout, repeat, list_only):
+    """Check a running OpenAI-compatible server: health, configuration, API contract.
+
+    Exit status: 0 no failure (warnings allowed), 1 a check failed, 2 usage or profile
+    error, 3 server unreachable.
+    """
+    if list_only:
+        for check_id in registry.select(_globs(only), _globs(skip)):
+            click.echo(check_id)
+        return
+    if not base_url and not profile_path:
+        raise UsageError("no server to check", hint="pass --base-url http://HOST:PORT or --profile FILE")
+    api_key = read_api_key(api_key_file) if api_key_file else None
+    options = CheckOptions(base_url=base_url, model=model, api_key=api_key, profile=profile_path,
+                           only=_globs(only), skip=_globs(skip), timeout=timeout, repeat=repeat)
+    report = run_checks(options)
+    to_stdout = json_path == "-"
+    reports.write_reports(report, json_path=Path(json_path) if json_path and not to_stdout else None,
+                          junit_path=junit_path, prom_path=prom_path)
+    reports.render_table(report, Console(file=sys.stderr if to_stdout else sys.stdout, width=160
+                                         if not sys.stdout.isatty() else None))
+    if to_stdout:
+        click.echo(reports.to_json_text(report), nl=False)
+    ctx.exit(int(report.exit_code))
+
+
+COMMANDS = [check_cmd]

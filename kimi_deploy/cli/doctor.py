@@ -1,0 +1,48 @@
+"""Verb ``doctor``: check the host and SGLang environment before a (re)start."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from kimi_deploy import doctor as doctor_lib
+from kimi_deploy.cli.options import echo_json, profile_options, resolve_profile
+from kimi_deploy.errors import ExitCode
+
+_LABEL = {"pass": "PASS", "warn": "WARN", "fail": "FAIL"}
+
+
+@click.command("doctor")
+@profile_options
+@click.option("--python", "python", metavar="PATH",
+              help="SGLang's interpreter (default: [service] python of the profile).")
+@click.option("--root", type=click.Path(path_type=Path, file_okay=False), default=Path("/"), show_default=True,
+              help="Root under which the installed unit is compared with a fresh render.")
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+@click.pass_context
+def doctor_cmd(ctx, profile_path, preset, python, root, as_json):
+    """Check GPUs, driver, torch, topology, models, disk, port, SGLang flags and the installed unit.
+
+    Each check prints PASS / WARN / FAIL, one line of evidence and a fix. Exit 1 if any check fails.
+    """
+    profile = resolve_profile(profile_path, preset)
+    report = doctor_lib.run_doctor(profile, python=python, root=root)
+    verbose = ctx.find_root().params.get("verbose")
+    if as_json:
+        echo_json(report.to_dict())
+    else:
+        width = max(len(c.name) for c in report.checks)
+        for check in report.checks:
+            click.echo(f"{_LABEL[check.status]}  {check.name:<{width}}  {check.evidence}")
+            if check.hint and check.status != "pass":
+                click.echo(f"      {'':<{width}}  fix: {check.hint}")
+            if check.details and verbose:
+                click.echo(check.details)
+        n = report.counts()
+        click.echo(f"{n['pass']} passed, {n['warn']} warnings, {n['fail']} failed")
+    if not report.ok:
+        ctx.exit(int(ExitCode.FAILED))
+
+
+COMMANDS = [doctor_cmd]

@@ -1,0 +1,80 @@
+"""Verbs ``install`` and ``uninstall``: plan, show the plan (diffs), apply it unless ``--dry-run``."""
+
+from __future__ import annotations
+
+
+import click
+
+from kimi_deploy import install as install_lib
+from kimi_deploy.cli.options import echo_json, profile_options, resolve_profile, root_option
+from kimi_deploy.paths import HostLayout
+from kimi_deploy.versions import DEFAULT_SGLANG_VERSION
+
+
+def _show(plan: install_lib.Plan, result: install_lib.ApplyResult | None, as_json: bool, dry_run: bool) -> None:
+    if as_json:
+        echo_json(result.to_dict() if result else {**plan.to_dict(), "applied": False})
+        return
+    click.echo(install_lib.format_plan(plan), nl=False)
+    if dry_run:
+        if not plan.is_noop:
+            click.echo("dry run: nothing was changed")
+        return
+    if result:
+        for message in result.messages:
+            click.echo(f"done: {message}")
+
+
+@click.command("install")
+@profile_options
+@root_option
+@click.option("--sglang-version", default=None, metavar="V",
+              help=f"Target SGLang release for flag spellings (default {DEFAULT_SGLANG_VERSION}).")
+@click.option("--dry-run", is_flag=True, help="Show the plan and the diffs; change nothing.")
+@click.option("--force", is_flag=True, help="Replace files kimi-deploy did not write or that were edited by hand "
+              "(the current ones are kept in /etc/kimi-deploy/backup).")
+@click.option("--no-enable", is_flag=True, help="Do not enable the units (no start at boot).")
+@click.option("--no-create-user", is_flag=True, help="Do not create the service user/group when missing.")
+@click.option("--restart", is_flag=True, help="Restart the service when something changed (no wait; "
+              "prefer `kimi-deploy restart --wait --rollback-on-failure`).")
+@click.option("--json", "as_json", is_flag=True, help="Print the plan and what was done as JSON.")
+def install_cmd(profile_path, preset, root, sglang_version, dry_run, force, no_enable, no_create_user, restart,
+                as_json):
+    """Install the rendered units, env file and profile on the host (plan, diff, apply)."""
+    profile = resolve_profile(profile_path, preset)
+    layout = HostLayout(root)
+    plan = install_lib.plan_install(profile, layout, sglang_version=sglang_version, force=force,
+                                    enable=not no_enable, create_user=not no_create_user, restart=restart)
+    _carry_out(plan, dry_run=dry_run, force=force, as_json=as_json)
+
+
+@click.command("uninstall")
+@root_option
+@click.option("--name", default=None, metavar="NAME", help="Service to uninstall (default: the only one installed).")
+@click.option("--dry-run", is_flag=True, help="Show the plan; change nothing.")
+@click.option("--force", is_flag=True, help="Also remove installed files that were edited by hand.")
+@click.option("--purge", is_flag=True, help="Also remove the state folder, the caches, the backups and an API "
+              "key file kimi-deploy created.")
+@click.option("--json", "as_json", is_flag=True, help="Print the plan and what was done as JSON.")
+def uninstall_cmd(root, name, dry_run, force, purge, as_json):
+    """Stop, disable and remove what kimi-deploy installed (only unmodified files; never foreign ones)."""
+    layout = HostLayout(root)
+    plan = install_lib.plan_uninstall(layout, name, force=force, purge=purge)
+    _carry_out(plan, dry_run=dry_run, force=force, as_json=as_json)
+
+
+def _carry_out(plan, *, dry_run: bool, force: bool, as_json: bool) -> None:
+    """Show ``plan`` (``--dry-run``), or refuse it (exit 4) unless forced, else apply it and show the result."""
+    if dry_run:
+        _show(plan, None, as_json, dry_run=True)
+        install_lib.refuse(plan)
+        return
+    if plan.refusals and not force:
+        if not as_json:
+            click.echo(install_lib.format_plan(plan), nl=False, err=True)
+        install_lib.refuse(plan)
+    result = install_lib.apply(plan)
+    _show(plan, result, as_json, dry_run=False)
+
+
+COMMANDS = [install_cmd, uninstall_cmd]

@@ -1,0 +1,152 @@
+"""Verb ``patch``: ``list``, ``status``, ``apply``, ``revert``, ``verify`` on the SGLang of ``--python``."""
+
+from __future__ import annotations
+
+import click
+
+from kimi_deploy import patching
+from kimi_deploy.cli.options import echo_json
+from kimi_deploy.errors import ExitCode, KimiDeployError
+from kimi_deploy.versions import DEFAULT_SGLANG_VERSION
+
+_STATE_HELP = "kimi-deploy's state directory (default $KIMI_DEPLOY_STATE_DIR or /var/lib/kimi-deploy)."
+
+
+def _ids(value: tuple[str, ...]) -> list[str] | None:
+    out = [i.strip() for v in value for i in v.split(",") if i.strip()]
+    return out or None
+
+
+def _python_option(func):
+    return click.option("--python", "python", required=True, metavar="P",
+                        help="Interpreter of SGLang's virtual environment (e.g. /opt/sglang/.venv/bin/python).")(func)
+
+
+def _state_option(func):
+    return click.option("--state-dir", type=click.Path(file_okay=False), default=None, metavar="DIR",
+                        help=_STATE_HELP)(func)
+
+
+def _only_option(func):
+    return click.option("--only", multiple=True, metavar="IDS",
+                        help="Comma-separated patch ids to act on instead of the default set.")(func)
+
+
+@click.group("patch")
+def patch_group():
+    """Source patches for the installed SGLang (series in patches/<sglang-version>/)."""
+
+
+@patch_group.command("list")
+@click.option("--sglang-version", default=DEFAULT_SGLANG_VERSION, show_default=True, metavar="V",
+              help="Series of this SGLang release.")
+@click.option("--json", "as_json", is_flag=True, help="Print the series as JSON.")
+def list_cmd(sglang_version, as_json):
+    """List the patches of a series: order, id, default, risk, purpose, upstream links."""
+    series = patching.list_series(sglang_version)
+    if as_json:
+        echo_json({"sglang_version": series.sglang_version,
+                   "patches": [dict(p.model_dump(), files=series.files_of(p)) for p in series.patch]})
+        return
+    click.echo(f"patch series for SGLang {series.sglang_version} ({series.directory})")
+    for n, spec in enumerate(series.patch, 1):
+        click.echo(f"{n}. {spec.id}  [{'on' if spec.default else 'off'} by default]")
+        click.echo(f"   {spec.purpose}")
+        click.echo(f"   risk: {spec.risk}")
+        click.echo(f"   files: {', '.join(series.files_of(spec))}")
+        for url in spec.upstream:
+            click.echo(f"   upstream: {url}")
+
+
+def _print_status(result: patching.SeriesStatus) -> None:
+    click.echo(f"SGLang {result.sglang_version} at {result.sglang_location}: {result.state}")
+    if result.recorded:
+        click.echo(f"record: {result.state_file} (applied {result.recorded['applied_at']} by kimi-deploy "
+                   f"{result.recorded['kit_version']})")
+    for p in result.patches:
+        mark = "*" if p.selected else " "
+        line = f" {mark} {p.id:<36} {p.state:<12} {'on' if p.default else 'off'} by default"
+        click.echo(line + (f"  ({p.detail})" if p.detail else ""))
+    if result.patches:
+        click.echo("   (* = checked: --only, else the recorded set, else the defaults)")
+    for problem in result.problems:
+        click.echo(f"problem: {problem}", err=True)
+
+
+@patch_group.command("status")
+@_python_option
+@_only_option
+@_state_option
+@click.option("--json", "as_json", is_flag=True, help="Print the status as JSON.")
+def status_cmd(python, only, state_dir, as_json):
+    """Say whether the series is applied, not applied, drifted (changed after patching) or partial."""
+    result = patching.status(python, only=_ids(only), state_dir=state_dir)
+    if as_json:
+        echo_json(result.to_dict())
+    else:
+        _print_status(result)
+
+
+@patch_group.command("verify")
+@_python_option
+@_only_option
+@_state_option
+@click.option("--json", "as_json", is_flag=True, help="Print the status as JSON (also on failure).")
+@click.pass_context
+def verify_cmd(ctx, python, only, state_dir, as_json):
+    """Exit 0 only when the series is fully applied and undrifted (the unit's ExecStartPre=)."""
+    try:
+        result = patching.verify(python, only=_ids(only), state_dir=state_dir)
+    except KimiDeployError as exc:
+        if as_json:
+            echo_json(exc.to_dict())
+            ctx.exit(int(exc.exit_code))
+        raise
+    if as_json:
+        echo_json(result.to_dict())
+    else:
+        click.echo(f"ok: SGLang {result.sglang_version} carries {', '.join(result.selected)}")
+
+
+def _print_change(result: patching.ChangeResult, as_json: bool) -> None:
+    if as_json:
+        echo_json(result.to_dict())
+        return
+    click.echo(result.message)
+    for path in result.files:
+        click.echo(f"  {'would write' if result.dry_run else 'wrote'} {path}")
+    if result.removed_bytecode:
+        click.echo(f"  removed {len(result.removed_bytecode)} stale .pyc file(s)")
+    if not result.dry_run and result.changed:
+        click.echo(f"  record: {result.state_file}")
+
+
+@patch_group.command("apply")
+@_python_option
+@_only_option
+@click.option("--with", "with_", multiple=True, metavar="IDS",
+              help="Comma-separated patch ids to apply in addition to the defaults (e.g. off-by-default ones).")
+@_state_option
+@click.option("--dry-run", is_flag=True, help="Check that every patch applies; write nothing.")
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+def apply_cmd(python, only, with_, state_dir, dry_run, as_json):
+    """Apply the series all-or-nothing (a no-op when already applied); restart SGLang afterwards."""
+    result = patching.apply(python, only=_ids(only), with_=_ids(with_), state_dir=state_dir, dry_run=dry_run)
+    _print_change(result, as_json)
+
+
+@patch_group.command("revert")
+@_python_option
+@_state_option
+@click.option("--force", is_flag=True, help="Restore the saved originals even over files changed since patching.")
+@click.option("--dry-run", is_flag=True, help="Show what would be restored; write nothing.")
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+def revert_cmd(python, state_dir, force, dry_run, as_json):
+    """Restore the original bytes of every patched file and delete the record."""
+    result = patching.revert(python, state_dir=state_dir, force=force, dry_run=dry_run)
+    _print_change(result, as_json)
+
+
+COMMANDS = [patch_group]
+
+__all__ = ["COMMANDS", "ExitCode"]

@@ -1,0 +1,85 @@
+"""Verb ``restart``: restart the service, wait for readiness with a live display, verify, roll back."""
+
+from __future__ import annotations
+
+import click
+from rich.console import Console
+
+from kimi_deploy import restart as restart_lib
+from kimi_deploy.cli.options import echo_json, profile_options, resolve_installed, root_option
+from kimi_deploy.paths import HostLayout
+from kimi_deploy.readiness import WaitState
+
+
+def _line(label: str, state: WaitState) -> str:
+    minutes, seconds = divmod(int(state.elapsed), 60)
+    phase = state.phase or "starting"
+    last = (state.last_line or "")[:100]
+    prefix = "rollback " if label == "rollback" else ""
+    return f"{prefix}{minutes:02d}:{seconds:02d}  {phase:<24} {last}"
+
+
+@click.command("restart")
+@profile_options
+@root_option
+@click.option("--name", default=None, metavar="NAME", help="Installed service (default: the only one).")
+@click.option("--wait", is_flag=True, help="Wait until /health_generate and /model_info answer, then run the "
+              "fast checks (health, config).")
+@click.option("--timeout", type=float, default=None, metavar="S",
+              help="Seconds to wait for readiness (default: the unit's TimeoutStartSec=).")
+@click.option("--rollback-on-failure", is_flag=True,
+              help="If the new version is not ready in time or fails the checks, restore the previous installed "
+                   "files, reload, restart and verify them.")
+@click.option("--poll-interval", type=float, default=5.0, show_default=True, metavar="S",
+              help="Seconds between readiness probes.")
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+@click.pass_context
+def restart_cmd(ctx, profile_path, preset, root, name, wait, timeout, rollback_on_failure, poll_interval, as_json):
+    """Restart the server; with --wait, show its progress and verify it (exit 6: not ready in time)."""
+    if rollback_on_failure and not wait:
+        wait = True  # a rollback needs a verdict
+    layout = HostLayout(root)
+    profile, _manifest = resolve_installed(profile_path, preset, name, layout)
+    console = Console(stderr=True)
+    if as_json or not console.is_terminal:
+        status = None
+        last_phase: dict[str, str | None] = {}
+
+        def on_poll(label, state):
+            # not a terminal (a log, CI): one line per phase change instead of a live display
+            if not as_json and state.phase != last_phase.get(label, ""):
+                last_phase[label] = state.phase
+                click.echo(_line(label, state), err=True)
+    else:
+        status = console.status("restarting")
+        status.start()
+
+        def on_poll(label, state):
+            status.update(_line(label, state))
+
+    def on_event(message):
+        if not as_json:
+            console.print(message, highlight=False)
+
+    try:
+        result = restart_lib.restart(profile, layout, wait=wait, timeout=timeout,
+                                     rollback_on_failure=rollback_on_failure, poll_interval=poll_interval,
+                                     on_poll=on_poll, on_event=on_event)
+    finally:
+        if status:
+            status.stop()
+    if as_json:
+        echo_json(result.to_dict())
+    else:
+        for attempt in result.attempts:
+            mark = "ok" if attempt.ok else "FAILED"
+            click.echo(f"{attempt.label}: {mark}: {attempt.summary}")
+            if attempt.checks:
+                for r in attempt.checks.results:
+                    click.echo(f"  {r['status']:<6} {r['id']}" + (f": {r['detail']}" if r.get("detail") else ""))
+        for note in result.notes:
+            click.echo(f"note: {note}")
+    ctx.exit(result.exit_code)
+
+
+COMMANDS = [restart_cmd]

@@ -1,0 +1,49 @@
+"""Verb ``validate``: check the rendered command with SGLang's own parser in its interpreter."""
+
+from __future__ import annotations
+
+import click
+
+from kimi_deploy import validate as validate_lib
+from kimi_deploy.cli.options import echo_json, profile_options, resolve_profile
+from kimi_deploy.errors import ExitCode
+
+
+@click.command("validate")
+@profile_options
+@click.option("--python", "python", metavar="PATH",
+              help="SGLang's interpreter (default: [service] python of the profile).")
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+@click.pass_context
+def validate_cmd(ctx, profile_path, preset, python, as_json):
+    """Render for the installed SGLang version and parse the command with SGLang's own argparse.
+
+    Exit 0: SGLang accepts every flag (warnings allowed); 1: it rejects one.
+    """
+    profile = resolve_profile(profile_path, preset)
+    result = validate_lib.validate_profile(profile, python)
+    v = result.validation
+    if as_json:
+        echo_json(result.to_dict())
+    else:
+        for warning in result.launch.warnings:
+            click.echo(f"warning: {warning}")
+        where = result.info.sglang_location
+        if v.ok:
+            click.echo(f"ok: SGLang {v.sglang_version} ({where}) accepts the rendered command "
+                       f"({len(v.server_args)} arguments; checked: {', '.join(v.stages)})")
+        else:
+            click.echo(f"FAILED: SGLang {v.sglang_version} ({where}) rejects the rendered command")
+        for error in v.errors:
+            click.echo(f"error: {error}")
+        for warning in v.warnings:
+            click.echo(f"warning: {warning}")
+        for note in v.notes:
+            click.echo(f"note: {note}")
+        if not v.ok:
+            click.echo("fix: correct the flag in the profile ([sglang] or extra_args) and run validate again")
+    if not v.ok:
+        ctx.exit(int(ExitCode.FAILED))
+
+
+COMMANDS = [validate_cmd]

@@ -1,0 +1,118 @@
+"""``kimi-deploy doctor``: probe the host and the SGLang environment, then judge each finding.
+
+:func:`gather` runs the probes (nvidia-smi, the target interpreter, model directories,
+disk, a port bind, the installed unit) and never raises for a missing piece: a probe that
+cannot run leaves its reason in :class:`~kimi_deploy.doctor.checks.Facts`. :func:`run_doctor`
+turns the facts into checks (pure, :mod:`kimi_deploy.doctor.checks`).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from kimi_deploy import proc, target, versions
+from kimi_deploy.doctor import nvidia
+from kimi_deploy.doctor.checks import Facts, evaluate
+from kimi_deploy.doctor.host import compare_installed, disk_space, probe_port
+from kimi_deploy.doctor.modeldir import inspect_model_dir
+from kimi_deploy.doctor.report import Check, DoctorReport
+from kimi_deploy.errors import KimiDeployError
+from kimi_deploy.paths import HostLayout
+from kimi_deploy.profile import Profile
+
+__all__ = ["Check", "DoctorReport", "Facts", "gather", "run_doctor", "probe_gpus", "probe_topology"]
+
+
+def _nvidia_smi(argv: list[str]) -> tuple[str | None, str | None]:
+    """(stdout, None) on success, (None, one-line reason) otherwise."""
+    try:
+        done = proc.run(argv, check=False, timeout=60)
+    except KimiDeployError as exc:
+        if "not found" in exc.message:
+            return None, "nvidia-smi not found on PATH"
+        return None, exc.message
+    if not done.ok:
+        text = (done.stdout.strip() or done.stderr.strip() or f"exit status {done.returncode}").splitlines()[0]
+        return None, f"`{done.command}` failed: {text}"
+    return done.stdout, None
+
+
+def probe_gpus() -> tuple[tuple[nvidia.Gpu, ...], str | None]:
+    """Run :func:`nvidia.query_gpu_command` and parse it: (GPUs, None) or ((), reason)."""
+    out, err = _nvidia_smi(nvidia.query_gpu_command())
+    if out is None:
+        return (), err
+    try:
+        gpus = tuple(nvidia.parse_query_gpu(out))
+    except nvidia.ParseError as exc:
+        return (), str(exc)
+    return gpus, None if gpus else "nvidia-smi lists no GPU"
+
+
+def probe_topology() -> tuple[nvidia.Topology | None, str | None]:
+    """Run :func:`nvidia.topology_command` and parse it: (topology, None) or (None, reason)."""
+    out, err = _nvidia_smi(nvidia.topology_command())
+    if out is None:
+        return None, err
+    try:
+        return nvidia.parse_topology(out), None
+    except nvidia.ParseError as exc:
+        return None, str(exc)
+
+
+def gather(profile: Profile, *, python: str | None = None, root: Path = Path("/"),
+           check_flags: bool = True) -> Facts:
+    """Run every probe for ``profile``; ``python`` overrides ``[service] python``; ``root`` is where
+    the installed unit is looked for (``<root>/etc/systemd/system``)."""
+    from kimi_deploy import render as render_lib
+    from kimi_deploy import validate as validate_lib
+
+    facts: dict = {"profile": profile}
+    gpus, facts["gpu_error"] = probe_gpus()
+    facts["gpus"] = gpus
+    if gpus:
+        facts["topology"], facts["topology_error"] = probe_topology()
+    else:
+        facts["topology_error"] = facts["gpu_error"]
+
+    python = python or profile.service.python
+    info = None
+    try:
+        info = target.probe(python, with_torch=True)
+        facts["target"] = info
+    except KimiDeployError as exc:
+        facts["target_error"] = f"{exc.message}: {python}" if exc.value is None or str(exc.value) == python \
+            else f"{exc.message}: {exc.value}"
+    version = info.sglang_version if info and info.sglang_version else None
+    if version:
+        facts["has_patch_series"] = render_lib.has_patch_series(version)
+        if check_flags:
+            try:
+                facts["validation"] = validate_lib.validate_profile(profile, python).validation
+            except KimiDeployError as exc:
+                facts["validation_error"] = exc.message
+
+    s = profile.sglang
+    facts["model"] = inspect_model_dir(s.model_path)
+    if s.speculative_draft_model_path:
+        facts["draft_model"] = inspect_model_dir(s.speculative_draft_model_path)
+    try:
+        facts["disk"] = disk_space(profile.cache_root)
+    except OSError as exc:
+        facts["disk_error"] = f"{profile.cache_root}: {exc.strerror}"
+    facts["port"] = probe_port(s.host, s.port)
+    try:
+        rendered = render_lib.render(profile, version or versions.DEFAULT_SGLANG_VERSION,
+                                     components=info.components() if info else None)
+        facts["unit"] = tuple(compare_installed(rendered, HostLayout(root)))
+    except KimiDeployError as exc:
+        facts["unit_error"] = exc.message
+    return Facts(**facts)
+
+
+def run_doctor(profile: Profile, *, python: str | None = None, root: Path = Path("/"),
+               check_flags: bool = True) -> DoctorReport:
+    """Probe and judge: the :class:`DoctorReport` of ``profile`` on this host (never raises for a
+    failed probe; each becomes a failing or warning check)."""
+    facts = gather(profile, python=python, root=root, check_flags=check_flags)
+    return DoctorReport(profile_name=profile.service.name, checks=tuple(evaluate(facts)))

@@ -1,0 +1,364 @@
+"""Pure doctor checks: :class:`Facts` (what the probes found) -> :class:`~kimi_deploy.doctor.report.Check`.
+
+No I/O here: every function is tested on recorded probe output. Check names are stable
+(scripts read ``--json``): ``gpu.devices``, ``gpu.compute_capability``, ``gpu.memory``,
+``driver``, ``torch.arch``, ``pcie.topology``, ``model``, ``draft_model``, ``sglang``,
+``sglang.patches``, ``sglang.flags``, ``disk.cache``, ``port``, ``unit.installed``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from kimi_deploy.doctor.cuda import SOURCE as DRIVER_SOURCE, judge_driver
+from kimi_deploy.doctor.host import DiskSpace, FileDrift, PortProbe
+from kimi_deploy.doctor.modeldir import ModelDir
+from kimi_deploy.doctor.nvidia import P2P_LEVEL_FOR_LINK, P2P_LEVELS, Gpu, Topology
+from kimi_deploy.doctor.report import Check, failed, passed, warned
+from kimi_deploy.profile import Profile
+from kimi_deploy.target import TargetInfo
+from kimi_deploy.validate import Validation
+
+GIB = 1024**3
+#: Below this much free space on the cache file system, warn. Not a measured cache size: a
+#: margin for several version-keyed cache sets (Triton, FlashInfer, DeepGEMM, SGLang JIT,
+#: torch inductor, CUDA; a new set per SGLang/FlashInfer/torch/CUDA stack, old ones kept until
+#: wiped). A JIT compile that hits a full disk fails the start after minutes of weight loading.
+DISK_WARN_BYTES = 50 * GIB
+#: Weights above this share of the GPU memory of the TP group leave little room for the KV
+#: cache, CUDA graphs and the draft model (SGLang's --mem-fraction-static defaults near 0.8-0.9).
+WEIGHTS_WARN_SHARE = 0.85
+#: Compute capability the reference GPU reports (RTX PRO 6000 Blackwell, SM120), checked in
+#: torch's arch list when nvidia-smi gave nothing.
+REFERENCE_CAPABILITY = "12.0"
+#: GPU model name fragment -> compute capability NVIDIA lists for it (developer.nvidia.com/cuda-gpus).
+KNOWN_CAPABILITY = {"RTX PRO 6000 Blackwell": "12.0"}
+
+
+@dataclasses.dataclass(frozen=True)
+class Facts:
+    """Everything the probes found; ``*_error`` is the one-line reason a probe gave nothing."""
+
+    profile: Profile
+    gpus: tuple[Gpu, ...] = ()
+    gpu_error: str | None = None
+    topology: Topology | None = None
+    topology_error: str | None = None
+    target: TargetInfo | None = None
+    target_error: str | None = None
+    validation: Validation | None = None
+    validation_error: str | None = None
+    has_patch_series: bool | None = None
+    model: ModelDir | None = None
+    draft_model: ModelDir | None = None
+    disk: DiskSpace | None = None
+    disk_error: str | None = None
+    port: PortProbe | None = None
+    unit: tuple[FileDrift, ...] = ()
+    unit_error: str | None = None
+
+    @property
+    def tp_gpus(self) -> tuple[Gpu, ...]:
+        """The GPUs the server uses: the first ``tp_size`` (CUDA_VISIBLE_DEVICES unset)."""
+        return self.gpus[: self.profile.sglang.tp_size]
+
+
+def _gib(n: int) -> str:
+    return f"{n / GIB:.1f} GiB"
+
+
+def _not_checked(name: str, why: str, hint: str) -> Check:
+    return warned(name, f"not checked: {why}", hint)
+
+
+def check_gpu_devices(f: Facts) -> Check:
+    tp, want = f.profile.sglang.tp_size, f.profile.service.gpu_count
+    if not f.gpus:
+        return failed("gpu.devices", f"no NVIDIA GPU: {f.gpu_error or 'nvidia-smi lists none'}",
+                      "run doctor on the serving host; install the NVIDIA driver (>= 580 for CUDA 13) "
+                      "and check that `nvidia-smi` lists the GPUs")
+    names = sorted({g.name for g in f.tp_gpus})
+    summary = f"{len(f.gpus)} x {f.gpus[0].name}" if len({g.name for g in f.gpus}) == 1 else \
+        f"{len(f.gpus)} GPUs ({', '.join(sorted({g.name for g in f.gpus}))})"
+    if len(f.gpus) < tp:
+        return failed("gpu.devices", f"{summary}; tp_size {tp} needs {tp}",
+                      f"run on a host with {tp} GPUs, or lower [sglang] tp_size and [service] gpu_count "
+                      f"to {len(f.gpus)} (the model must still fit)")
+    if len(names) > 1:
+        return failed("gpu.devices", f"mixed GPU models in the TP group: {', '.join(names)}",
+                      "tensor parallelism needs identical GPUs; set CUDA_VISIBLE_DEVICES in [environment] "
+                      "to identical ones")
+    if len(f.gpus) != want:
+        return warned("gpu.devices", f"{summary}; profile says gpu_count = {want}",
+                      f"set [service] gpu_count = {len(f.gpus)} (strict hardening allows /dev/nvidia0..N-1)")
+    return passed("gpu.devices", f"{summary} (tp_size {tp})")
+
+
+def check_compute_capability(f: Facts) -> Check:
+    name = "gpu.compute_capability"
+    if not f.gpus:
+        return _not_checked(name, "no GPU data (see gpu.devices)", "fix gpu.devices first")
+    caps = sorted({g.compute_cap for g in f.tp_gpus})
+    if len(caps) > 1:
+        return failed(name, f"mixed compute capabilities in the TP group: {', '.join(caps)}",
+                      "use identical GPUs for one TP group")
+    cap, gpu = caps[0], f.tp_gpus[0]
+    try:
+        major = int(cap.split(".")[0])
+    except ValueError:
+        return warned(name, f"nvidia-smi reports compute capability {cap!r}",
+                      "update the NVIDIA driver (compute_cap needs R510+)")
+    if major < 8:
+        return failed(name, f"compute capability {cap} ({gpu.name})",
+                      "Kimi INT4 runs on SGLang's Marlin W4A16 kernels, which need compute capability >= 8.0")
+    for fragment, expected in KNOWN_CAPABILITY.items():
+        if fragment in gpu.name and cap != expected:
+            return warned(name, f"{gpu.name} reports {cap}, NVIDIA lists {expected}",
+                          "update the NVIDIA driver; check that the GPU is what the host inventory says")
+    return passed(name, f"{cap} ({gpu.sm}) on {len(f.tp_gpus)} GPUs")
+
+
+def check_gpu_memory(f: Facts) -> Check:
+    name = "gpu.memory"
+    if not f.gpus:
+        return _not_checked(name, "no GPU data (see gpu.devices)", "fix gpu.devices first")
+    group = f.tp_gpus
+    least = min(g.memory_mib for g in group)
+    total = least * len(group) * 1024**2
+    evidence = f"{len(group)} x {least} MiB = {_gib(total)}"
+    weights = (f.model.weights_bytes if f.model and f.model.exists else 0) + \
+        (f.draft_model.weights_bytes if f.draft_model and f.draft_model.exists else 0)
+    if not weights:
+        return passed(name, evidence + " (model size unknown)")
+    share = weights / total
+    evidence += f"; weights {_gib(weights)} ({share:.0%})"
+    if share >= 1:
+        return failed(name, evidence, "the weights do not fit in the TP group's memory: raise tp_size or use a "
+                                      "smaller quantisation")
+    if share > WEIGHTS_WARN_SHARE:
+        return warned(name, evidence, "little memory is left for the KV cache and CUDA graphs; expect a short "
+                                      "context or out-of-memory at start; lower --mem-fraction-static headroom "
+                                      "or raise tp_size")
+    return passed(name, evidence)
+
+
+def check_driver(f: Facts) -> Check:
+    name = "driver"
+    if not f.gpus:
+        return _not_checked(name, "no GPU data (see gpu.devices)", "fix gpu.devices first")
+    drivers = sorted({g.driver_version for g in f.gpus})
+    driver = drivers[0]
+    cuda = (f.target.torch or {}).get("cuda") if f.target else None
+    if not cuda:
+        return _not_checked(name, f"driver {driver}; the CUDA version of SGLang's torch is unknown "
+                                  f"({f.target_error or 'torch not probed'})", "fix the sglang check first")
+    torch_version = (f.target.torch or {}).get("version", "?")
+    verdict = judge_driver(driver, cuda)
+    evidence = f"driver {driver}, torch {torch_version} built for CUDA {cuda}: {verdict.reason}"
+    if verdict.status == "fail":
+        return failed(name, evidence, f"install NVIDIA driver {verdict.needed} or newer (R580+ for CUDA 13), "
+                                      f"or a torch built for an older CUDA ({DRIVER_SOURCE})")
+    if verdict.status == "warn":
+        return warned(name, evidence, f"install NVIDIA driver {verdict.needed or 'newer'} or newer ({DRIVER_SOURCE})")
+    return passed(name, evidence)
+
+
+def _arch_covers(arch_list: list[str], cap: str) -> str | None:
+    """``"sm"`` when a cubin in ``arch_list`` runs on ``cap``, ``"ptx"`` when only PTX can be JIT-compiled."""
+    major, _, minor = cap.partition(".")
+    try:
+        want = (int(major), int(minor or 0))
+    except ValueError:
+        return None
+    kinds = set()
+    for arch in arch_list:
+        kind, _, digits = arch.partition("_")
+        digits = digits.rstrip("af")
+        if not digits.isdigit() or len(digits) < 2:
+            continue
+        have = (int(digits[:-1]), int(digits[-1]))
+        if kind == "sm" and have[0] == want[0] and have[1] <= want[1]:
+            kinds.add("sm")
+        elif kind == "compute" and have <= want:
+            kinds.add("ptx")
+    return "sm" if "sm" in kinds else ("ptx" if "ptx" in kinds else None)
+
+
+def check_torch_arch(f: Facts) -> Check:
+    name = "torch.arch"
+    if f.target is None or f.target.torch is None:
+        return _not_checked(name, f"torch not probed ({f.target_error or 'no torch in the interpreter'})",
+                            "fix the sglang check first")
+    torch = f.target.torch
+    if "error" in torch:
+        return failed(name, f"import torch failed: {torch['error']}",
+                      "repair the SGLang environment (reinstall the torch wheel SGLang pins)")
+    arch = list(torch.get("arch_list") or [])
+    caps = sorted({g.compute_cap for g in f.tp_gpus}) or [REFERENCE_CAPABILITY]
+    source = "detected" if f.tp_gpus else "reference GPU"
+    for cap in caps:
+        sm = "sm_" + cap.replace(".", "")
+        covered = _arch_covers(arch, cap)
+        if covered is None:
+            return failed(name, f"torch {torch.get('version')} arch list {' '.join(arch) or '(empty)'} lacks {sm} "
+                                f"({source} capability {cap})",
+                          f"install a torch build with {sm} kernels (CUDA 12.8+ builds include sm_120)")
+        if covered == "ptx":
+            return warned(name, f"torch {torch.get('version')} has only PTX for {sm} ({' '.join(arch)})",
+                          "kernels are JIT-compiled at every cold start; install a torch build with "
+                          f"{sm} cubins")
+    if f.gpus and torch.get("cuda_available") is False:
+        return failed(name, f"nvidia-smi lists {len(f.gpus)} GPUs but torch.cuda.is_available() is False",
+                      "check the driver/CUDA pairing (see driver) and that the user can open /dev/nvidia*")
+    return passed(name, f"torch {torch.get('version')} arch list has {', '.join('sm_' + c.replace('.', '') for c in caps)} "
+                        f"({source})")
+
+
+def check_topology(f: Facts) -> Check:
+    name = "pcie.topology"
+    if f.topology is None:
+        return _not_checked(name, f"no topology ({f.topology_error or f.gpu_error or 'nvidia-smi topo -m failed'})",
+                            "fix gpu.devices first")
+    tp = f.profile.sglang.tp_size
+    group = [g for g in f.topology.gpus if g < tp]
+    worst = f.topology.worst_link(group)
+    if worst is None:
+        return passed(name, f"single GPU in the TP group: no GPU-to-GPU traffic")
+    kind, (a, b) = worst
+    level = P2P_LEVEL_FOR_LINK[kind]
+    evidence = f"farthest link in GPU0-{max(group)}: {kind} (GPU{a}-GPU{b}), implies NCCL_P2P_LEVEL={level}"
+    env = f.profile.environment
+    if env.get("NCCL_P2P_DISABLE") == "1":
+        return warned(name, evidence + "; NCCL_P2P_DISABLE=1 is set",
+                      "all GPU traffic goes through host memory; remove NCCL_P2P_DISABLE unless P2P hangs here")
+    if level in ("NVL", "PIX", "PXB"):
+        return passed(name, evidence)
+    set_level = env.get("NCCL_P2P_LEVEL")
+    if set_level is None:
+        return warned(name, evidence + "; [environment] has no NCCL_P2P_LEVEL",
+                      f"NCCL's platform default may route {kind} links through host memory; set "
+                      f"NCCL_P2P_LEVEL = \"{level}\" in [environment] and confirm with nccl-tests "
+                      "(a level the platform cannot do hangs)")
+    if set_level in P2P_LEVELS and P2P_LEVELS.index(set_level) < P2P_LEVELS.index(level):
+        return warned(name, evidence + f"; profile sets NCCL_P2P_LEVEL={set_level}",
+                      f"P2P is off for {kind} links (traffic through host memory); set NCCL_P2P_LEVEL = "
+                      f"\"{level}\" if nccl-tests passes with it")
+    return passed(name, evidence + f"; profile sets NCCL_P2P_LEVEL={set_level}")
+
+
+def check_model(name: str, m: ModelDir | None, field: str) -> Check | None:
+    if m is None:
+        return None
+    fix = (f"point [sglang] {field} at the downloaded model directory, or finish the download "
+           "(`hf download REPO --local-dir DIR` resumes)")
+    if not m.exists:
+        return failed(name, f"{m.path} does not exist", fix)
+    if m.problems:
+        return failed(name, f"{m.path}: {'; '.join(m.problems)}", fix)
+    return passed(name, f"{m.path}: config.json, {len(m.shards)} shards, {_gib(m.weights_bytes)}")
+
+
+def check_sglang(f: Facts) -> Check:
+    python = f.target.python if f.target else f.profile.service.python
+    hint = "pass --python with SGLang's interpreter, or fix [service] python"
+    if f.target is None:
+        return failed("sglang", f"{f.target_error}", hint)
+    if not f.target.sglang_version:
+        return failed("sglang", f"SGLang is not installed in {python}", hint)
+    pk = f.target.packages
+    stack = ", ".join(f"{k} {pk[k]}" for k in ("flashinfer-python", "torch", "transformers") if k in pk)
+    return passed("sglang", f"SGLang {f.target.sglang_version} at {f.target.sglang_location}"
+                            + (f" ({stack})" if stack else ""))
+
+
+def check_patches(f: Facts) -> Check:
+    name = "sglang.patches"
+    if f.target is None or not f.target.sglang_version:
+        return _not_checked(name, "SGLang version unknown", "fix the sglang check first")
+    v = f.target.sglang_version
+    if f.has_patch_series:
+        return passed(name, f"patch series for SGLang {v} is available")
+    return warned(name, f"no patch series for SGLang {v} (patches/{v}/series)",
+                  "the SM120 patches cannot be applied to this SGLang; use a release the kit ships patches for, "
+                  "or run unpatched")
+
+
+def check_flags(f: Facts) -> Check:
+    name = "sglang.flags"
+    v = f.validation
+    if v is None:
+        return _not_checked(name, f.validation_error or "SGLang not found", "fix the sglang check first")
+    if v.errors:
+        return failed(name, f"SGLang {v.sglang_version} rejects the command: {v.errors[0]}",
+                      "correct the flag in the profile; `kimi-deploy validate` shows every message")
+    if v.warnings:
+        return warned(name, f"SGLang {v.sglang_version} accepts the command with a warning: {v.warnings[0]}",
+                      "switch to the flag SGLang names; `kimi-deploy validate` shows every message")
+    return passed(name, f"SGLang {v.sglang_version} accepts the command ({', '.join(v.stages)})")
+
+
+def check_disk(f: Facts) -> Check:
+    name = "disk.cache"
+    if f.disk is None:
+        return warned(name, f"not checked: {f.disk_error}", "check the cache_dir path")
+    d = f.disk
+    evidence = f"{_gib(d.free_bytes)} free on {d.measured} (cache root {d.path})"
+    if d.free_bytes < DISK_WARN_BYTES:
+        return warned(name, evidence + f", under {_gib(DISK_WARN_BYTES)}",
+                      "JIT caches (Triton, FlashInfer, DeepGEMM, SGLang JIT) grow per software stack and a full "
+                      "disk fails a start after minutes; free space, wipe old cache keys, or move [service] cache_dir")
+    return passed(name, evidence)
+
+
+def check_port(f: Facts) -> Check | None:
+    p = f.port
+    if p is None:
+        return None
+    if p.state == "free":
+        return passed("port", f"{p.host}:{p.port} is free")
+    svc = f.profile.service.name
+    installed = any(d.state != "absent" for d in f.unit)
+    who = f"`ss -ltnp 'sport = :{p.port}'` shows the owner"
+    if p.state == "in_use" and installed:
+        return warned("port", f"{p.detail} ({svc}.service is installed: probably the running server)",
+                      f"expected while {svc} runs; otherwise {who}")
+    if p.state == "in_use":
+        return failed("port", p.detail, f"stop the program holding it ({who}) or change [sglang] port")
+    return failed("port", p.detail, "use an address of this host in [sglang] host (0.0.0.0 for all) and a port "
+                                    ">= 1024 (the unit has no CAP_NET_BIND_SERVICE)")
+
+
+def check_unit(f: Facts) -> Check:
+    name = "unit.installed"
+    svc = f.profile.service.name
+    if f.unit_error:
+        return warned(name, f"not checked: {f.unit_error}", "fix the profile or the sglang check first")
+    if not f.unit or all(d.state == "absent" for d in f.unit):
+        paths = ", ".join(d.path for d in f.unit)
+        return warned(name, f"not installed ({paths})",
+                      f"render and install the unit (`kimi-deploy render --out DIR`, then install)")
+    absent = [d for d in f.unit if d.state == "absent"]
+    different = [d for d in f.unit if d.state == "different"]
+    if absent:
+        return failed(name, f"{', '.join(d.name for d in absent)} missing beside the installed "
+                            f"{', '.join(d.name for d in f.unit if d.state != 'absent')}",
+                      "reinstall the rendered files together")
+    if different:
+        summary = "; ".join(f"{d.name}: +{d.added} -{d.removed} lines, first `{d.first}`" for d in different)
+        return failed(name, f"installed files differ from a fresh render: {summary}",
+                      f"review the diff (`kimi-deploy doctor --json`), then reinstall and "
+                      f"`systemctl daemon-reload`; or fix the profile if the installed unit is what you want",
+                      details="\n".join(d.diff for d in different))
+    return passed(name, f"{', '.join(d.name for d in f.unit)} match a fresh render")
+
+
+def evaluate(f: Facts) -> list[Check]:
+    """Every check over ``f``, in the order they are reported."""
+    checks = [
+        check_gpu_devices(f), check_compute_capability(f), check_gpu_memory(f), check_driver(f),
+        check_torch_arch(f), check_topology(f),
+        check_model("model", f.model, "model_path"),
+        check_model("draft_model", f.draft_model, "speculative_draft_model_path"),
+        check_sglang(f), check_patches(f), check_flags(f), check_disk(f), check_port(f), check_unit(f),
+    ]
+    return [c for c in checks if c is not None]

@@ -1,0 +1,533 @@
+"""Apply, revert and inspect a patch series on the SGLang installation of a target interpreter.
+
+How a series is applied (all-or-nothing):
+
+1. the installation is found by :func:`kimi_deploy.target.probe` (version from its
+   dist-info, real path of the ``sglang`` package); SGLang is never imported here;
+2. the original bytes of every file the selected patches touch are copied into a
+   temporary staging folder (originals come from the state record's copies when the
+   installation is already patched, so a new selection always starts from pristine
+   files);
+3. each patch is checked with GNU ``patch --dry-run`` and applied, in series order,
+   inside the staging folder only (``--fuzz=0``: a hunk applies exactly or not at all);
+4. only when every patch applied there are the results written into site-packages,
+   all files staged first and renamed into place together (:mod:`kimi_deploy.fsio`);
+   the originals and the audit record go to the state directory
+   (:mod:`kimi_deploy.patching.state`) and SGLang's stale ``__pycache__/*.pyc`` for the
+   changed files are removed.
+
+GNU patch (not ``git apply``): it works on any folder without a repository around it,
+``--fuzz=0`` makes it strict, ``--dry-run`` and ``-R --dry-run`` tell "applies" from
+"already applied", and the logged command can be pasted to reproduce a failure.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as _dt
+import os
+import tempfile
+from pathlib import Path
+from typing import Any, Literal
+
+from kimi_deploy import __version__, paths, proc, target
+from kimi_deploy.errors import ExternalCommandError, KimiDeployError, RefusedError
+from kimi_deploy.fsio import write_many_atomic
+from kimi_deploy.patching.series import PatchSpec, Series, available_versions, find_series, require_series
+from kimi_deploy.patching.state import (
+    FileRecord,
+    PatchRecord,
+    StateRecord,
+    StateStore,
+    sha256_bytes,
+    sha256_file,
+)
+
+SeriesState = Literal["applied", "not_applied", "drifted", "partial", "no_series"]
+PatchState = Literal["applied", "not_applied", "drifted"]
+
+#: GNU patch options used for every run: strict, non-interactive, no side files.
+PATCH_OPTIONS = ("-p1", "--forward", "--batch", "--fuzz=0", "--no-backup-if-mismatch", "--reject-file=-")
+PATCH_HINT = "install GNU patch (Debian/Ubuntu: apt-get install patch; RHEL: dnf install patch)"
+
+
+@dataclasses.dataclass(frozen=True)
+class FileStatus:
+    """One file a patch touches: ``path`` relative to site-packages, ``state`` of its bytes.
+
+    ``state``: ``"patched"`` (sha256 equals the recorded after-hash), ``"original"``
+    (equals the recorded before-hash), ``"changed"`` (neither: edited or reinstalled
+    as another build), ``"missing"``, ``"unrecorded"`` (no record for this file).
+    """
+
+    path: str
+    state: str
+    sha256: str | None
+
+
+@dataclasses.dataclass(frozen=True)
+class PatchStatus:
+    """One patch of the series as found on the installation.
+
+    ``selected``: part of the set being checked (``--only``, the record's set, or the
+    defaults). ``detail``: for a patch not applied, what ``patch --dry-run`` says.
+    """
+
+    id: str
+    state: PatchState
+    default: bool
+    selected: bool
+    purpose: str
+    files: list[FileStatus]
+    detail: str = ""
+
+
+@dataclasses.dataclass(frozen=True)
+class SeriesStatus:
+    """Result of :func:`status`: the series state of one SGLang installation.
+
+    ``state``: ``"applied"`` (every selected patch applied, no file changed since),
+    ``"not_applied"`` (none applied), ``"drifted"`` (a patched file changed after
+    patching, e.g. ``pip install`` over it), ``"partial"`` (some selected patches
+    applied, others not), ``"no_series"`` (the kit has no series for this version).
+    """
+
+    state: SeriesState
+    python: str
+    sglang_version: str
+    sglang_location: str
+    series_versions: list[str]
+    selected: list[str]
+    patches: list[PatchStatus]
+    state_file: str
+    recorded: dict[str, Any] | None = None
+    problems: list[str] = dataclasses.field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return self.state == "applied"
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-friendly form (``--json``)."""
+        return dataclasses.asdict(self)
+
+
+@dataclasses.dataclass(frozen=True)
+class ChangeResult:
+    """Result of :func:`apply` / :func:`revert`.
+
+    ``changed``: files in site-packages were (or, with ``dry_run``, would be) written.
+    ``files``: paths relative to site-packages that were (would be) written.
+    ``patches``: ids applied after the call (empty after a revert).
+    """
+
+    action: Literal["apply", "revert"]
+    changed: bool
+    dry_run: bool
+    message: str
+    python: str
+    sglang_version: str
+    sglang_location: str
+    patches: list[str]
+    files: list[str]
+    state_file: str
+    removed_bytecode: list[str] = dataclasses.field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Install:
+    python: str
+    version: str
+    location: Path
+    site_packages: Path
+
+
+def _install(python: str) -> _Install:
+    info = target.probe(python)
+    version, location = target.require_sglang(info)
+    loc = Path(location)
+    return _Install(python=info.python, version=version, location=loc, site_packages=loc.parent)
+
+
+def _store(inst: _Install, state_dir: str | os.PathLike[str] | None) -> StateStore:
+    return StateStore(paths.patch_state_dir(state_dir), str(inst.location))
+
+
+def _usable_record(store: StateStore, inst: _Install) -> StateRecord | None:
+    """The record when it belongs to this installation and version, else ``None`` (stale)."""
+    record = store.load()
+    if record is None:
+        return None
+    if record.sglang_version != inst.version or Path(record.sglang_location) != inst.location:
+        return None
+    return record
+
+
+# ---------------------------------------------------------------- GNU patch
+
+
+def _patch_program() -> str:
+    program = proc.which("patch")
+    if program is None:
+        raise ExternalCommandError("GNU patch is not installed", command="patch", hint=PATCH_HINT)
+    return program
+
+
+def _run_patch(directory: Path, diff: Path, *, dry_run: bool, reverse: bool = False) -> proc.Completed:
+    argv = [_patch_program(), *PATCH_OPTIONS, "-d", str(directory), "-i", str(diff)]
+    if reverse:
+        argv.insert(2, "--reverse")
+    if dry_run:
+        argv.insert(2, "--dry-run")
+    return proc.run(argv, check=False, extra_env={"LC_ALL": "C"}, hint=PATCH_HINT)
+
+
+def _why(done: proc.Completed) -> str:
+    lines = [ln for ln in (done.stdout + done.stderr).splitlines() if ln.strip()]
+    return "; ".join(lines[-4:])[:600]
+
+
+def _stage_and_apply(series: Series, selection: list[PatchSpec], bases: dict[str, bytes]) -> dict[str, bytes]:
+    """Apply ``selection`` to copies of ``bases`` in a temporary folder; return the patched bytes.
+
+    Raises:
+        RefusedError: a patch does not apply to the files (nothing outside the
+            temporary folder was touched).
+    """
+    with tempfile.TemporaryDirectory(prefix="kimi-deploy-patch-") as tmp:
+        stage = Path(tmp)
+        for relpath, data in bases.items():
+            dest = stage / relpath
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            dest.write_bytes(data)
+        for spec in selection:
+            diff = series.diff_path(spec)
+            for dry in (True, False):
+                done = _run_patch(stage, diff, dry_run=dry)
+                if not done.ok:
+                    raise RefusedError(
+                        f"patch {spec.id} does not apply to this SGLang {series.sglang_version}; nothing was changed",
+                        value=_why(done),
+                        hint="the files differ from the release the series was written for: reinstall SGLang "
+                             f"(pip install --force-reinstall --no-deps sglang=={series.sglang_version}) and retry, "
+                             "or leave this patch out with --only")
+        return {relpath: (stage / relpath).read_bytes() for relpath in bases}
+
+
+def _remove_bytecode(site_packages: Path, relpaths: list[str]) -> list[str]:
+    """Delete ``__pycache__/<name>.*.pyc`` of each changed ``.py``; returns the paths removed."""
+    removed = []
+    for relpath in relpaths:
+        source = site_packages / relpath
+        cache = source.parent / "__pycache__"
+        if source.suffix != ".py" or not cache.is_dir():
+            continue
+        for pyc in cache.glob(f"{source.stem}.*.pyc"):
+            try:
+                pyc.unlink()
+                removed.append(str(pyc.relative_to(site_packages)))
+            except OSError:
+                pass
+    return removed
+
+
+# ---------------------------------------------------------------- status / verify
+
+
+def _file_status(site_packages: Path, relpath: str, record: StateRecord | None) -> FileStatus:
+    digest = sha256_file(site_packages / relpath)
+    rec = record.files.get(relpath) if record else None
+    if digest is None:
+        state = "missing"
+    elif rec is None:
+        state = "unrecorded"
+    elif digest == rec.after:
+        state = "patched"
+    elif digest == rec.before:
+        state = "original"
+    else:
+        state = "changed"
+    return FileStatus(path=relpath, state=state, sha256=digest)
+
+
+def status(python: str, *, only: list[str] | None = None,
+           state_dir: str | os.PathLike[str] | None = None) -> SeriesStatus:
+    """State of the kit's patch series on the SGLang installation of ``python``.
+
+    The patches checked are ``only`` if given, else those the state record says were
+    applied, else the series' defaults.
+
+    Raises:
+        UsageError: the interpreter is missing or has no SGLang; an unknown id in ``only``;
+            a damaged manifest or record.
+        ExternalCommandError: the interpreter failed to run the probe.
+    """
+    inst = _install(python)
+    store = _store(inst, state_dir)
+    versions = available_versions()
+    series = find_series(inst.version)
+    if series is None:
+        return SeriesStatus(
+            state="no_series", python=inst.python, sglang_version=inst.version,
+            sglang_location=str(inst.location), series_versions=versions, selected=[], patches=[],
+            state_file=str(store.record_path),
+            problems=[f"kimi-deploy has no patch series for SGLang {inst.version} "
+                      f"(series exist for: {', '.join(versions) or 'none'})"])
+    raw = store.load()
+    record = _usable_record(store, inst)
+    problems: list[str] = []
+    if raw is not None and record is None:
+        problems.append(f"the record is for SGLang {raw.sglang_version} at {raw.sglang_location}; "
+                        f"the installation is now {inst.version}: its patches are gone")
+    if only:
+        selected = [p.id for p in series.select(only=only)]
+    elif raw is not None:
+        selected = [i for i in raw.ids if i in series.ids]
+    else:
+        selected = [p.id for p in series.defaults]
+    recorded_ids = set(record.ids) if record else set()
+    patches: list[PatchStatus] = []
+    for spec in series.patch:
+        files = [_file_status(inst.site_packages, rel, record) for rel in series.files_of(spec)]
+        detail = ""
+        if spec.id in recorded_ids and all(f.state == "patched" for f in files):
+            state: PatchState = "applied"
+        elif spec.id in recorded_ids or (raw is not None and record is None and spec.id in raw.ids):
+            state = "drifted"
+            detail = ", ".join(f"{f.path} {f.state}" for f in files if f.state != "patched")
+        else:
+            state = "not_applied"
+            if spec.id in selected:
+                detail = _dry_run_detail(series, spec, inst.site_packages)
+        patches.append(PatchStatus(id=spec.id, state=state, default=spec.default, selected=spec.id in selected,
+                                   purpose=spec.purpose, files=files, detail=detail))
+    chosen = [p for p in patches if p.selected]
+    states = {p.state for p in chosen}
+    if "drifted" in states:
+        overall: SeriesState = "drifted"
+    elif states <= {"applied"}:
+        overall = "applied"
+    elif states == {"not_applied"}:
+        overall = "not_applied"
+    else:
+        overall = "partial"
+    for p in chosen:
+        if p.state != "applied":
+            problems.append(f"{p.id}: {p.state}" + (f" ({p.detail})" if p.detail else ""))
+    recorded = None
+    if raw is not None:
+        recorded = {"sglang_version": raw.sglang_version, "applied_at": raw.applied_at,
+                    "kit_version": raw.kit_version, "patches": raw.ids}
+    return SeriesStatus(state=overall, python=inst.python, sglang_version=inst.version,
+                        sglang_location=str(inst.location), series_versions=versions, selected=selected,
+                        patches=patches, state_file=str(store.record_path), recorded=recorded, problems=problems)
+
+
+def _dry_run_detail(series: Series, spec: PatchSpec, site_packages: Path) -> str:
+    try:
+        if _run_patch(site_packages, series.diff_path(spec), dry_run=True).ok:
+            return "applies cleanly"
+        if _run_patch(site_packages, series.diff_path(spec), dry_run=True, reverse=True).ok:
+            return "the files already carry this change but kimi-deploy has no record of it"
+        return "does not apply to the installed files"
+    except ExternalCommandError as exc:
+        return exc.message
+
+
+def verify(python: str, *, only: list[str] | None = None,
+           state_dir: str | os.PathLike[str] | None = None) -> SeriesStatus:
+    """:func:`status`, raising unless the series is fully applied and no patched file changed.
+
+    Used by the server unit's ``ExecStartPre=`` so that a reinstall or upgrade that
+    wiped the patches cannot start an unpatched server unnoticed.
+
+    Raises:
+        KimiDeployError: state is not ``"applied"`` (exit 1), listing each problem.
+        UsageError / ExternalCommandError: as :func:`status`.
+    """
+    result = status(python, only=only, state_dir=state_dir)
+    if result.state != "applied":
+        raise KimiDeployError(
+            f"SGLang {result.sglang_version} patch series is {result.state.replace('_', ' ')}",
+            value="; ".join(result.problems) or None,
+            hint=("re-render the unit for this SGLang version or set [service] verify_patches = false"
+                  if result.state == "no_series" else
+                  f"run `kimi-deploy patch apply --python {python}` (after a reinstall of the same SGLang "
+                  "version), then restart the service"))
+    return result
+
+
+# ---------------------------------------------------------------- apply / revert
+
+
+def _bases(inst: _Install, store: StateStore, record: StateRecord | None,
+           relpaths: list[str]) -> tuple[dict[str, bytes], dict[str, int]]:
+    """Original bytes and modes of ``relpaths``.
+
+    Raises:
+        RefusedError: a recorded file changed after patching (drift); a saved original is damaged.
+    """
+    bases: dict[str, bytes] = {}
+    modes: dict[str, int] = {}
+    for relpath in relpaths:
+        path = inst.site_packages / relpath
+        try:
+            current = path.read_bytes()
+            modes[relpath] = path.stat().st_mode & 0o7777
+        except FileNotFoundError:
+            raise RefusedError(f"a file the series patches is missing from SGLang {inst.version}",
+                               value=str(path), hint="reinstall SGLang; the installation is incomplete") from None
+        rec = record.files.get(relpath) if record else None
+        digest = sha256_bytes(current)
+        if rec is None or digest == rec.before:
+            bases[relpath] = current
+        elif digest == rec.after:
+            original = store.original(relpath)
+            if original is None or sha256_bytes(original) != rec.before:
+                raise RefusedError("the saved original of a patched file is missing or damaged",
+                                   value=str(store.originals_dir / relpath),
+                                   hint=f"reinstall SGLang (pip install --force-reinstall --no-deps "
+                                        f"sglang=={inst.version}), then apply again")
+            bases[relpath] = original
+        else:
+            raise RefusedError("a patched file changed after kimi-deploy patched it (drift)", value=str(path),
+                               hint=f"reinstall SGLang (pip install --force-reinstall --no-deps "
+                                    f"sglang=={inst.version}) to get the original files back, then apply again")
+    return bases, modes
+
+
+def apply(python: str, *, only: list[str] | None = None, with_: list[str] | None = None,
+          state_dir: str | os.PathLike[str] | None = None, dry_run: bool = False) -> ChangeResult:
+    """Apply the series (``only``, else the defaults plus ``with_``) to the SGLang of ``python``.
+
+    All-or-nothing and idempotent: applying the set already applied writes nothing;
+    another set is applied from the original files, so the result is exactly that set.
+
+    Raises:
+        UnsupportedVersionError: no series for the installed SGLang version (exit 2).
+        RefusedError: a patch does not apply, or a patched file drifted (exit 4); nothing changed.
+        UsageError: unknown id; the state directory or site-packages cannot be written.
+        ExternalCommandError: GNU patch or the interpreter is missing or fails.
+    """
+    inst = _install(python)
+    series = require_series(inst.version)
+    selection = series.select(only=only, with_=with_)
+    ids = [p.id for p in selection]
+    store = _store(inst, state_dir)
+    record = _usable_record(store, inst)
+
+    def result(changed: bool, message: str, files: list[str], removed: list[str] | None = None) -> ChangeResult:
+        return ChangeResult(action="apply", changed=changed, dry_run=dry_run, message=message, python=inst.python,
+                            sglang_version=inst.version, sglang_location=str(inst.location),
+                            patches=ids, files=files, state_file=str(store.record_path),
+                            removed_bytecode=removed or [])
+
+    relpaths: list[str] = []
+    for spec in selection:
+        relpaths += [r for r in series.files_of(spec) if r not in relpaths]
+    if record:
+        relpaths += [r for r in record.files if r not in relpaths]
+    bases, modes = _bases(inst, store, record, relpaths)
+    if record and record.ids == ids and all(
+            sha256_file(inst.site_packages / r) == f.after for r, f in record.files.items()):
+        return result(False, f"already applied: {', '.join(ids)} (nothing to do)", [])
+    patched = _stage_and_apply(series, selection, bases)
+    writes = {r: data for r, data in patched.items()
+              if sha256_file(inst.site_packages / r) != sha256_bytes(data)}
+    if dry_run:
+        return result(bool(writes), f"would apply {', '.join(ids)}: every patch applies", sorted(writes))
+    touched = {r for spec in selection for r in series.files_of(spec)}
+    new_record = StateRecord(
+        sglang_version=inst.version, sglang_location=str(inst.location), site_packages=str(inst.site_packages),
+        python=inst.python, kit_version=__version__,
+        applied_at=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        patches=[PatchRecord(id=s.id, diff_sha256=series.diff_sha256(s)) for s in selection],
+        files={r: FileRecord(before=sha256_bytes(bases[r]), after=sha256_bytes(patched[r]), mode=modes[r])
+               for r in relpaths if r in touched})
+    if record is None:
+        store.forget()  # a stale record of another version: its originals are useless now
+    # Order: originals, then site-packages (all files at once), then the record that vouches for them.
+    store.save_originals({r: bases[r] for r in new_record.files})
+    write_many_atomic({inst.site_packages / r: d for r, d in writes.items()},
+                      modes={inst.site_packages / r: modes[r] for r in writes})
+    store.save_record(new_record)
+    for relpath in set(relpaths) - touched:  # dropped from the selection: its original is back in place
+        (store.originals_dir / relpath).unlink(missing_ok=True)
+    removed = _remove_bytecode(inst.site_packages, sorted(writes))
+    return result(bool(writes), f"applied {', '.join(ids)} to SGLang {inst.version}", sorted(writes), removed)
+
+
+def revert(python: str, *, state_dir: str | os.PathLike[str] | None = None, force: bool = False,
+           dry_run: bool = False) -> ChangeResult:
+    """Restore the original bytes of every file kimi-deploy patched, then delete the record.
+
+    Raises:
+        RefusedError: a patched file changed after patching (exit 4) and ``force`` is not set
+            (``force`` restores the saved original anyway); the record is for another
+            SGLang version (``force`` deletes that stale record only).
+        UsageError / ExternalCommandError: as :func:`apply`.
+    """
+    inst = _install(python)
+    store = _store(inst, state_dir)
+    raw = store.load()
+
+    def result(changed: bool, message: str, files: list[str], removed: list[str] | None = None) -> ChangeResult:
+        return ChangeResult(action="revert", changed=changed, dry_run=dry_run, message=message, python=inst.python,
+                            sglang_version=inst.version, sglang_location=str(inst.location), patches=[],
+                            files=files, state_file=str(store.record_path), removed_bytecode=removed or [])
+
+    if raw is None:
+        return result(False, "not patched by kimi-deploy (no record): nothing to revert", [])
+    record = _usable_record(store, inst)
+    if record is None:
+        if not force:
+            raise RefusedError(f"the patch record is for SGLang {raw.sglang_version}, the installation is now "
+                               f"{inst.version}", value=str(store.record_path),
+                               hint="an upgrade already replaced the patched files; pass --force to delete "
+                                    "the stale record")
+        if not dry_run:
+            store.forget()
+        return result(False, "deleted the stale record of another SGLang version; no file changed", [])
+    restores: dict[str, bytes] = {}
+    modes: dict[str, int] = {}
+    for relpath, rec in record.files.items():
+        path = inst.site_packages / relpath
+        digest = sha256_file(path)
+        if digest == rec.before:
+            continue
+        if digest != rec.after and not force:
+            raise RefusedError("a patched file changed after kimi-deploy patched it (drift); nothing was changed",
+                               value=str(path),
+                               hint="pass --force to restore the saved original anyway, or reinstall SGLang "
+                                    f"(pip install --force-reinstall --no-deps sglang=={inst.version})")
+        original = store.original(relpath)
+        if original is None or sha256_bytes(original) != rec.before:
+            raise RefusedError("the saved original of a patched file is missing or damaged; nothing was changed",
+                               value=str(store.originals_dir / relpath),
+                               hint=f"reinstall SGLang (pip install --force-reinstall --no-deps sglang=={inst.version})")
+        restores[relpath] = original
+        modes[relpath] = rec.mode
+    if dry_run:
+        return result(bool(restores), f"would restore {len(restores)} file(s)", sorted(restores))
+    write_many_atomic({inst.site_packages / r: d for r, d in restores.items()},
+                      modes={inst.site_packages / r: modes[r] for r in restores})
+    store.forget()
+    removed = _remove_bytecode(inst.site_packages, sorted(restores))
+    return result(bool(restores), f"reverted {', '.join(record.ids)}: original files restored", sorted(restores),
+                  removed)
+
+
+def list_series(sglang_version: str) -> Series:
+    """The series for ``sglang_version`` (for ``patch list``).
+
+    Raises:
+        UnsupportedVersionError: none shipped for that version.
+    """
+    return require_series(sglang_version)
+
+
+__all__ = ["ChangeResult", "FileStatus", "PatchStatus", "SeriesStatus", "apply", "list_series", "revert",
+           "status", "verify"]

@@ -1,0 +1,180 @@
+"""The patch series manifest: ``patches/<sglang-version>/series`` (TOML) and its diffs.
+
+Format (one file per SGLang release, patches listed in application order)::
+
+    sglang_version = "0.5.23"
+
+    [[patch]]
+    id = "kimi-k2-tool-call-ids"          # stable name used by --only / --with and the state record
+    file = "kimi-k2-tool-call-ids.diff"   # unified diff, paths a/sglang/... b/sglang/... (patch -p1 in site-packages)
+    purpose = "one line"
+    upstream = ["https://github.com/..."] # related public issues / PRs
+    risk = "low: ..."
+    default = true                        # applied without --only / --with
+
+Unknown keys are errors (pydantic ``extra="forbid"``).
+"""
+
+from __future__ import annotations
+
+import difflib
+import hashlib
+import tomllib
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from kimi_deploy import paths
+from kimi_deploy.errors import UnsupportedVersionError, UsageError
+
+SERIES_FILE = "series"
+
+
+class PatchSpec(BaseModel):
+    """One ``[[patch]]`` entry of a series manifest."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    id: str = Field(pattern=r"^[a-z0-9][a-z0-9-]*$")
+    file: str
+    purpose: str
+    upstream: list[str] = Field(default_factory=list)
+    risk: str
+    default: bool
+
+
+class Series(BaseModel):
+    """A parsed ``series`` manifest plus the folder it came from."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, arbitrary_types_allowed=True)
+
+    sglang_version: str
+    patch: list[PatchSpec]
+    directory: Path = Field(exclude=True)
+
+    @field_validator("patch")
+    @classmethod
+    def _unique(cls, v: list[PatchSpec]) -> list[PatchSpec]:
+        ids = [p.id for p in v]
+        dupes = sorted({i for i in ids if ids.count(i) > 1})
+        if dupes:
+            raise ValueError(f"duplicate patch ids: {', '.join(dupes)}")
+        return v
+
+    @property
+    def ids(self) -> list[str]:
+        return [p.id for p in self.patch]
+
+    @property
+    def defaults(self) -> list[PatchSpec]:
+        """Patches with ``default = true``, in series order."""
+        return [p for p in self.patch if p.default]
+
+    def get(self, patch_id: str) -> PatchSpec:
+        """The patch named ``patch_id``.
+
+        Raises:
+            UsageError: no such id (with the closest match and the list of ids).
+        """
+        for spec in self.patch:
+            if spec.id == patch_id:
+                return spec
+        close = difflib.get_close_matches(patch_id, self.ids, n=1)
+        raise UsageError(
+            f"no patch {patch_id!r} in the series for SGLang {self.sglang_version}", value=patch_id,
+            hint=(f"did you mean {close[0]!r}? " if close else "") + f"the series has: {', '.join(self.ids)}")
+
+    def select(self, only: list[str] | None = None, with_: list[str] | None = None) -> list[PatchSpec]:
+        """Patches to act on, in series order: ``only`` if given, else the defaults plus ``with_``.
+
+        Raises:
+            UsageError: an unknown id.
+        """
+        if only:
+            wanted = {self.get(i).id for i in only}
+        else:
+            wanted = {p.id for p in self.defaults} | {self.get(i).id for i in (with_ or [])}
+        return [p for p in self.patch if p.id in wanted]
+
+    def diff_path(self, spec: PatchSpec) -> Path:
+        return self.directory / spec.file
+
+    def diff_bytes(self, spec: PatchSpec) -> bytes:
+        """The diff file's bytes.
+
+        Raises:
+            UsageError: the file named by the manifest is missing.
+        """
+        path = self.diff_path(spec)
+        try:
+            return path.read_bytes()
+        except OSError as exc:
+            raise UsageError(f"patch file of {spec.id} cannot be read: {exc.strerror}", value=str(path),
+                             hint="reinstall kimi-deploy; the series is shipped inside the package") from exc
+
+    def diff_sha256(self, spec: PatchSpec) -> str:
+        return hashlib.sha256(self.diff_bytes(spec)).hexdigest()
+
+    def files_of(self, spec: PatchSpec) -> list[str]:
+        """Paths the diff changes, relative to site-packages (``sglang/srt/...``), from its ``+++ b/`` lines."""
+        return _files_cache(self.diff_path(spec))
+
+
+def _files_cache(path: Path) -> list[str]:
+    out: list[str] = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if line.startswith("+++ "):
+            name = line[4:].split("\t", 1)[0].strip()
+            name = name[2:] if name.startswith("b/") else name
+            if name not in out:
+                out.append(name)
+    return out
+
+
+def available_versions() -> list[str]:
+    """SGLang versions the kit ships a series for (folders of ``patches/`` holding a ``series`` file)."""
+    root = paths.patches_dir()
+    if not root.is_dir():
+        return []
+    return sorted(d.name for d in root.iterdir() if (d / SERIES_FILE).is_file())
+
+
+def find_series(sglang_version: str) -> Series | None:
+    """The series for ``sglang_version``, or ``None`` when the kit has none.
+
+    Raises:
+        UsageError: the manifest exists but does not parse or validate.
+    """
+    directory = paths.patches_dir() / sglang_version
+    manifest = directory / SERIES_FILE
+    if not manifest.is_file():
+        return None
+    try:
+        data = tomllib.loads(manifest.read_text(encoding="utf-8"))
+        series = Series(directory=directory, **data)
+    except (tomllib.TOMLDecodeError, ValidationError, TypeError) as exc:
+        raise UsageError(f"the patch series manifest does not validate: {exc}", value=str(manifest),
+                         hint="fix the manifest (format in kimi_deploy/patching/series.py)") from exc
+    if series.sglang_version != sglang_version:
+        raise UsageError("the series manifest names another SGLang version than its folder",
+                         value=f"{manifest}: {series.sglang_version}", hint="fix sglang_version in the manifest")
+    return series
+
+
+def require_series(sglang_version: str) -> Series:
+    """The series for ``sglang_version``.
+
+    Raises:
+        UnsupportedVersionError: the kit has no series for that version (exit 2), naming those it has.
+    """
+    series = find_series(sglang_version)
+    if series is None:
+        have = available_versions()
+        raise UnsupportedVersionError(
+            f"kimi-deploy has no patch series for SGLang {sglang_version}", value=sglang_version,
+            hint=f"series exist for: {', '.join(have) or 'none'}; install one of those SGLang versions, "
+                 "or run without patches (profile [service] verify_patches = false)")
+    return series
+
+
+__all__ = ["PatchSpec", "Series", "available_versions", "find_series", "require_series", "SERIES_FILE"]

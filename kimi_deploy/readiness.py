@@ -1,0 +1,165 @@
+"""Is the SGLang server up? HTTP readiness probes and the startup phase read from its log lines.
+
+Readiness (SGLang 0.5.23 ``srt/entrypoints/http_server.py``): ``GET /health_generate`` runs a real
+1-token generation and answers 200 only once the scheduler serves; ``GET /model_info`` (needs
+``Authorization: Bearer`` when ``--api-key`` is set) then proves the OpenAI-facing side answers
+with the model's configuration. Both 200 = ready.
+
+Phases come from SGLang 0.5.23's own log messages (``srt/model_executor/model_runner.py``
+"Load weight begin/end", ``srt/mem_cache/kv_cache_configurator.py`` "Memory pool end",
+``.../cuda_graph_setup.py`` and the speculative workers "Capture ... CUDA graph begin",
+``http_server.py`` "Uvicorn running on" and "The server is fired up and ready to roll!").
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import time
+from collections.abc import Callable
+from typing import Any
+
+import httpx
+
+from kimi_deploy import systemd
+from kimi_deploy.errors import KimiDeployError
+
+#: (pattern, phase) in startup order; the first match wins.
+PHASE_PATTERNS: tuple[tuple[re.Pattern[str], str], ...] = (
+    (re.compile(r"fired up and ready to roll"), "ready"),
+    (re.compile(r"Uvicorn running on|Starting server|Application startup complete"), "warming up"),
+    (re.compile(r"Capture .*(cuda graph|CUDA graph|single-CG).*(begin|end)|Capturing batches", re.I),
+     "capturing CUDA graphs"),
+    (re.compile(r"Memory pool end|KV Cache is allocated"), "allocating the KV cache"),
+    (re.compile(r"Load weight end"), "weights loaded"),
+    (re.compile(r"Load weight begin|Loading safetensors checkpoint shards|Multi-thread loading shards"),
+     "loading weights"),
+    (re.compile(r"kimi-deploy patch verify|patch series"), "verifying patches"),
+)
+
+
+def phase_of(line: str | None) -> str | None:
+    """The startup phase a log line of SGLang 0.5.23 shows, or ``None`` when it tells nothing.
+
+    Phases: ``verifying patches``, ``loading weights``, ``weights loaded``, ``allocating the KV cache``,
+    ``capturing CUDA graphs``, ``warming up``, ``ready``.
+    """
+    if not line:
+        return None
+    for pattern, phase in PHASE_PATTERNS:
+        if pattern.search(line):
+            return phase
+    return None
+
+
+@dataclasses.dataclass(frozen=True)
+class Probe:
+    """One readiness probe: ``ready`` when both endpoints answered 200.
+
+    ``stage`` is the endpoint that decided (``/health_generate`` or ``/model_info``),
+    ``http_status`` its status (None: no answer), ``detail`` a short reason.
+    """
+
+    ready: bool
+    stage: str
+    http_status: int | None
+    detail: str
+
+
+def _auth(api_key: str | None) -> dict[str, str]:
+    return {"Authorization": f"Bearer {api_key}"} if api_key else {}
+
+
+def probe_ready(base_url: str, api_key: str | None = None, *, timeout: float = 10.0) -> Probe:
+    """``GET /health_generate`` then ``GET /model_info``; never raises (errors become ``detail``)."""
+    with httpx.Client(base_url=base_url, timeout=timeout, headers=_auth(api_key)) as client:
+        for stage in ("/health_generate", "/model_info"):
+            try:
+                response = client.get(stage)
+            except httpx.HTTPError as exc:
+                return Probe(False, stage, None, f"no answer: {type(exc).__name__}")
+            if response.status_code != 200:
+                return Probe(False, stage, response.status_code, f"HTTP {response.status_code}")
+    return Probe(True, "/model_info", 200, "ready")
+
+
+def get_json(base_url: str, path: str, api_key: str | None = None, *, timeout: float = 10.0) -> dict[str, Any] | None:
+    """``GET path`` as a JSON object, or ``None`` when the server does not answer 200 with an object."""
+    try:
+        response = httpx.get(base_url + path, headers=_auth(api_key), timeout=timeout)
+        data = response.json() if response.status_code == 200 else None
+    except (httpx.HTTPError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+@dataclasses.dataclass(frozen=True)
+class WaitState:
+    """What one poll of :func:`wait_ready` saw (handed to the progress callback)."""
+
+    elapsed: float
+    polls: int
+    phase: str | None
+    last_line: str | None
+    probe: Probe
+    unit_state: str | None
+
+
+@dataclasses.dataclass(frozen=True)
+class WaitResult:
+    """Outcome of :func:`wait_ready`: ``ready``, or why not (``timed_out``, ``unit_failed``)."""
+
+    ready: bool
+    timed_out: bool
+    unit_failed: bool
+    elapsed: float
+    polls: int
+    phase: str | None
+    last_line: str | None
+    last_probe: Probe | None
+
+    def to_dict(self) -> dict[str, Any]:
+        data = dataclasses.asdict(self)
+        data["elapsed"] = round(self.elapsed, 1)
+        return data
+
+
+def _unit_state(unit: str) -> str | None:
+    try:
+        state = systemd.show(unit, ("ActiveState", "SubState"))
+    except KimiDeployError:
+        return None
+    return f"{state.active_state}/{state.sub_state}" if state.active_state else None
+
+
+def wait_ready(base_url: str, unit: str, *, api_key: str | None = None, timeout: float = 1200.0,
+               poll_interval: float = 5.0, on_poll: Callable[[WaitState], None] | None = None,
+               clock: Callable[[], float] = time.monotonic) -> WaitResult:
+    """Poll until the server is ready, the unit failed, or ``timeout`` seconds passed.
+
+    Each poll: :func:`probe_ready`, the unit's last journal line (:func:`kimi_deploy.systemd.journal_last_line`)
+    and its ``ActiveState/SubState`` (``systemctl show``); ``failed`` ends the wait early. The phase
+    is the latest one a journal line showed (it stays when a line tells nothing).
+    """
+    start = clock()
+    polls = 0
+    phase: str | None = None
+    last_line: str | None = None
+    probe: Probe | None = None
+    while True:
+        polls += 1
+        remaining = timeout - (clock() - start)
+        probe = probe_ready(base_url, api_key, timeout=max(0.5, min(10.0, remaining)))
+        last_line = systemd.journal_last_line(unit) or last_line
+        phase = "ready" if probe.ready else (phase_of(last_line) or phase)
+        state = None if probe.ready else _unit_state(unit)
+        elapsed = clock() - start
+        if on_poll:
+            on_poll(WaitState(elapsed, polls, phase, last_line, probe, state))
+        if probe.ready:
+            return WaitResult(True, False, False, elapsed, polls, phase, last_line, probe)
+        if state and state.startswith("failed"):
+            return WaitResult(False, False, True, elapsed, polls, phase, last_line, probe)
+        if elapsed + poll_interval > timeout:
+            return WaitResult(False, True, False, elapsed, polls, phase, last_line, probe)
+        time.sleep(poll_interval)

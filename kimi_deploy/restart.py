@@ -1,0 +1,205 @@
+"""``restart [--wait] [--rollback-on-failure]``: restart the server, wait for readiness, verify, roll back.
+
+Sequence: ``systemctl restart NAME.service``; with ``wait``, :func:`kimi_deploy.readiness.wait_ready`
+until ready or the deadline (default: the unit's ``TimeoutStartSec=``, ``[service] timeout_start_sec``);
+then the fast tier of ``kimi-deploy check`` (``health.*`` and ``config.*``, :func:`run_fast_checks`).
+When that fails and ``rollback_on_failure`` is set, the newest install backup is restored
+(:func:`kimi_deploy.hostfiles.restore_backup`), systemd reloaded, the service restarted and
+verified the same way; the result reports both attempts.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import Any
+
+from kimi_deploy import systemd
+from kimi_deploy.errors import ExitCode, KimiDeployError
+from kimi_deploy.hostfiles import Restored, list_backups, restore_backup
+from kimi_deploy.paths import HostLayout
+from kimi_deploy.profile import Profile
+from kimi_deploy.readiness import WaitResult, WaitState, wait_ready
+from kimi_deploy.render import CHECK_UNIT
+
+#: ``kimi-deploy check`` groups run after a restart: quick, and they prove the configuration took.
+FAST_TIER = ("health.*", "config.*")
+
+
+@dataclasses.dataclass(frozen=True)
+class CheckSummary:
+    """The fast check tier's outcome: ``exit_code`` (an :class:`ExitCode` value) and its results as dicts
+    (``id``, ``status``, ``kind``, ``detail``); ``available`` False when the check module is missing."""
+
+    exit_code: int
+    results: list[dict[str, Any]]
+    available: bool = True
+
+    @property
+    def ok(self) -> bool:
+        return self.exit_code == ExitCode.OK
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def read_api_key(profile: Profile, layout: HostLayout) -> str | None:
+    """The API key from ``[sglang] api_key_file`` (under ``layout``), stripped; None when unset/unreadable."""
+    if not profile.sglang.api_key_file:
+        return None
+    try:
+        return layout.under(profile.sglang.api_key_file).read_text().strip() or None
+    except OSError:
+        return None
+
+
+def run_fast_checks(profile: Profile, api_key: str | None, timeout: float = 60.0) -> CheckSummary:
+    """Run the ``health.*`` and ``config.*`` checks of ``kimi-deploy check`` against the profile's server.
+
+    The only caller of :mod:`kimi_deploy.check` in this module (interface:
+    ``run_checks(CheckOptions(...)) -> CheckReport`` with ``.exit_code`` and ``.results``).
+    """
+    try:
+        from kimi_deploy.check import CheckOptions, run_checks
+    except ImportError:
+        return CheckSummary(int(ExitCode.OK), [], available=False)
+    report = run_checks(CheckOptions(
+        base_url=profile.base_url, model=profile.sglang.served_model_name or profile.sglang.model_path,
+        api_key=api_key, profile=profile, only=list(FAST_TIER), timeout=timeout))
+    results = []
+    for r in report.results:
+        results.append({"id": getattr(r, "id", None), "status": str(getattr(r, "status", "")),
+                        "kind": str(getattr(r, "kind", "")), "detail": getattr(r, "detail", None)})
+    return CheckSummary(int(report.exit_code), results)
+
+
+@dataclasses.dataclass(frozen=True)
+class Attempt:
+    """One restart and its verification: ``label`` is ``new`` or ``rollback``.
+
+    ``exit_code``: OK, TIMEOUT (not ready in time), FAILED (the unit failed or a check failed),
+    or the check report's own code.
+    """
+
+    label: str
+    command: str
+    wait: WaitResult | None
+    checks: CheckSummary | None
+    exit_code: int
+    summary: str
+
+    @property
+    def ok(self) -> bool:
+        return self.exit_code == ExitCode.OK
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"label": self.label, "command": self.command, "ok": self.ok, "exit_code": self.exit_code,
+                "summary": self.summary, "wait": self.wait.to_dict() if self.wait else None,
+                "checks": self.checks.to_dict() if self.checks else None}
+
+
+@dataclasses.dataclass(frozen=True)
+class RestartResult:
+    """Both outcomes: the new version's attempt, and the rollback's (when one ran).
+
+    ``exit_code`` is the new version's: a rolled-back deployment still failed.
+    """
+
+    service: str
+    attempts: list[Attempt]
+    rollback: Restored | None
+    notes: list[str]
+
+    @property
+    def exit_code(self) -> int:
+        return self.attempts[0].exit_code
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"service": self.service, "exit_code": self.exit_code, "ok": self.exit_code == ExitCode.OK,
+                "attempts": [a.to_dict() for a in self.attempts],
+                "rollback": self.rollback.to_dict() if self.rollback else None, "notes": self.notes}
+
+
+def _attempt(label: str, profile: Profile, layout: HostLayout, *, wait: bool, timeout: float,
+             poll_interval: float, on_poll: Callable[[str, WaitState], None] | None) -> Attempt:
+    unit = f"{profile.service.name}.service"
+    done = systemd.systemctl("restart", unit)
+    if not wait:
+        return Attempt(label, done.command, None, None, int(ExitCode.OK), f"{unit} restarted (not waited for)")
+    api_key = read_api_key(profile, layout)
+    result = wait_ready(profile.base_url, unit, api_key=api_key, timeout=timeout, poll_interval=poll_interval,
+                        on_poll=(lambda s: on_poll(label, s)) if on_poll else None)
+    if not result.ready:
+        why = (f"{unit} failed while starting" if result.unit_failed
+               else f"not ready after {result.elapsed:.0f} s (timeout {timeout:g} s)")
+        last = f"; last phase: {result.phase}" if result.phase else ""
+        code = ExitCode.FAILED if result.unit_failed else ExitCode.TIMEOUT
+        return Attempt(label, done.command, result, None, int(code), why + last)
+    checks = run_fast_checks(profile, api_key, timeout=min(120.0, max(10.0, timeout)))
+    if not checks.available:
+        return Attempt(label, done.command, result, checks, int(ExitCode.OK),
+                       f"ready after {result.elapsed:.0f} s; fast checks skipped (kimi_deploy.check not installed)")
+    if not checks.ok:
+        failed = [r["id"] for r in checks.results
+                  if r["status"].lower().split(".")[-1] not in ("pass", "passed", "ok", "skip", "skipped", "warn")]
+        return Attempt(label, done.command, result, checks, checks.exit_code or int(ExitCode.FAILED),
+                       f"ready after {result.elapsed:.0f} s, but the fast checks failed: {', '.join(failed) or '?'}")
+    return Attempt(label, done.command, result, checks, int(ExitCode.OK),
+                   f"ready after {result.elapsed:.0f} s; fast checks passed ({len(checks.results)})")
+
+
+def restart(profile: Profile, layout: HostLayout, *, wait: bool = False, timeout: float | None = None,
+            rollback_on_failure: bool = False, poll_interval: float = 5.0,
+            on_poll: Callable[[str, WaitState], None] | None = None,
+            on_event: Callable[[str], None] | None = None) -> RestartResult:
+    """Restart ``profile``'s service; with ``wait``, verify it and optionally roll back.
+
+    Args:
+        timeout: seconds to wait for readiness (default ``[service] timeout_start_sec``).
+        poll_interval: seconds between probes.
+        on_poll: progress callback ``(attempt label, WaitState)`` after each probe.
+        on_event: called with one line per milestone (restart, rollback) for the display.
+
+    Raises:
+        ExternalCommandError: systemctl failed (the restart itself, not the server).
+    """
+    timeout = float(timeout if timeout is not None else profile.service.timeout_start_sec)
+    say = on_event or (lambda _m: None)
+    svc = profile.service.name
+    say(f"restarting {svc}.service")
+    first = _attempt("new", profile, layout, wait=wait, timeout=timeout, poll_interval=poll_interval, on_poll=on_poll)
+    attempts, notes = [first], []
+    restored = None
+    if first.ok or not rollback_on_failure:
+        return RestartResult(svc, attempts, None, notes)
+    say(f"new version failed ({first.summary}); rolling back")
+    backups = [b for b in list_backups(layout, svc) if b.operation == "install"]
+    if not backups:
+        notes.append("no install backup to roll back to: the files stay as they are")
+        return RestartResult(svc, attempts, None, notes)
+    unit_hp = layout.host_path(layout.unit_path(f"{svc}.service"))
+    restored = restore_backup(layout, backups[0], unit_hp)
+    notes.append(f"restored {len(restored.restored)} file(s) and removed {len(restored.removed)} from "
+                 f"{layout.host_path(restored.backup)}")
+    systemd.systemctl("daemon-reload")
+    if not restored.had_previous_service:
+        try:
+            systemd.systemctl("disable", "--now", f"{svc}.service", f"{CHECK_UNIT}.timer")
+        except KimiDeployError as exc:
+            notes.append(f"could not disable the units: {exc.message}")
+        notes.append("that was a first install: no previous version to start; the service is stopped and disabled")
+        return RestartResult(svc, attempts, restored, notes)
+    say(f"restarting {svc}.service with the previous files")
+    attempts.append(_attempt("rollback", profile_after_rollback(layout, svc, profile), layout, wait=True,
+                             timeout=timeout, poll_interval=poll_interval, on_poll=on_poll))
+    return RestartResult(svc, attempts, restored, notes)
+
+
+def profile_after_rollback(layout: HostLayout, service: str, fallback: Profile) -> Profile:
+    """The restored profile copy (its port/key may differ from the failed one), else ``fallback``."""
+    from kimi_deploy.profile import load_profile
+
+    try:
+        return load_profile(layout.profile_copy(service))
+    except KimiDeployError:
+        return fallback

@@ -1,0 +1,151 @@
+"""systemctl and journalctl: command builders, pure parsers of their output, and thin runners.
+
+Every call goes through :func:`kimi_deploy.proc.run` (``-v`` prints the exact command).
+With a layout whose root is not ``/`` the unit-file verbs (``enable``, ``disable``,
+``is-enabled``) run as ``systemctl --root DIR ...``, which edits the symlinks under
+DIR without a running systemd (systemd 252 and later); verbs that need the running
+manager (``daemon-reload``, ``restart``, ``show``) are not offered there.
+Output formats: ``systemctl show`` prints ``Property=value`` lines (systemd(1),
+``systemctl show``); ``journalctl -o cat`` prints the bare message of each entry.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from kimi_deploy import proc
+from kimi_deploy.errors import KimiDeployError
+
+#: Properties ``status`` and ``restart --wait`` read (names from systemd.exec(5)/systemd.service(5)).
+SHOW_PROPERTIES = (
+    "Id", "LoadState", "ActiveState", "SubState", "UnitFileState", "MainPID", "NRestarts",
+    "ExecMainStartTimestamp", "ExecMainStatus", "Result", "FragmentPath",
+)
+
+HINT = "is systemd running on this host? `systemctl status` shows it; pass --root DIR for an image tree"
+
+
+def systemctl_argv(*args: str, root: Path | None = None) -> list[str]:
+    """``systemctl [--root DIR] ARGS...`` as argv (``root`` only for unit-file verbs)."""
+    return ["systemctl", *(["--root", str(root)] if root is not None else []), *args]
+
+
+def systemctl(*args: str, root: Path | None = None, check: bool = True, timeout: float = 120.0) -> proc.Completed:
+    """Run ``systemctl`` with ``args`` through the subprocess gateway.
+
+    Raises:
+        ExternalCommandError: systemctl is missing or fails (with ``check``).
+    """
+    return proc.run(systemctl_argv(*args, root=root), check=check, timeout=timeout, hint=HINT)
+
+
+@dataclasses.dataclass(frozen=True)
+class UnitState:
+    """What ``systemctl show`` says about one unit.
+
+    ``main_pid`` is ``None`` when the unit has no running main process (systemd prints 0);
+    ``n_restarts`` counts automatic restarts (``Restart=``) since the last manual start.
+    ``properties`` keeps every property printed, verbatim.
+    """
+
+    unit: str
+    load_state: str
+    active_state: str
+    sub_state: str
+    unit_file_state: str
+    main_pid: int | None
+    n_restarts: int | None
+    started_at: str | None
+    result: str | None
+    properties: dict[str, str]
+
+    @property
+    def is_active(self) -> bool:
+        return self.active_state == "active"
+
+    @property
+    def is_failed(self) -> bool:
+        return self.active_state == "failed"
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-friendly form (``properties`` left out: it is the raw input)."""
+        data = dataclasses.asdict(self)
+        data.pop("properties")
+        return data
+
+
+def parse_show(text: str, unit: str = "") -> UnitState:
+    """Parse ``systemctl show UNIT --property=...`` output (``Key=value`` lines) into :class:`UnitState`.
+
+    Unknown or missing properties are tolerated (``""`` / ``None``); ``MainPID=0`` means no process;
+    ``[not set]`` (systemd's placeholder for unset timestamps/ints) reads as ``None``.
+    """
+    props: dict[str, str] = {}
+    for line in text.splitlines():
+        key, sep, value = line.partition("=")
+        if sep and key and not key.startswith(" "):
+            props[key.strip()] = value.strip()
+
+    def opt_int(name: str) -> int | None:
+        raw = props.get(name, "")
+        try:
+            return int(raw)
+        except ValueError:
+            return None
+
+    pid = opt_int("MainPID")
+    started = props.get("ExecMainStartTimestamp") or None
+    if started in ("n/a", "[not set]"):
+        started = None
+    return UnitState(
+        unit=props.get("Id") or unit,
+        load_state=props.get("LoadState", ""),
+        active_state=props.get("ActiveState", ""),
+        sub_state=props.get("SubState", ""),
+        unit_file_state=props.get("UnitFileState", ""),
+        main_pid=pid or None,
+        n_restarts=opt_int("NRestarts"),
+        started_at=started,
+        result=props.get("Result") or None,
+        properties=props,
+    )
+
+
+def show(unit: str, properties: Sequence[str] = SHOW_PROPERTIES) -> UnitState:
+    """``systemctl show UNIT --property=...`` on the running manager, parsed.
+
+    Raises:
+        ExternalCommandError: systemctl failed (no running systemd, no bus).
+    """
+    done = systemctl("show", unit, f"--property={','.join(properties)}", timeout=30.0)
+    return parse_show(done.stdout, unit)
+
+
+def is_enabled(unit: str, root: Path | None = None) -> bool:
+    """``systemctl [--root DIR] is-enabled UNIT`` says ``enabled`` (exit 0 and that word)."""
+    done = systemctl("is-enabled", unit, root=root, check=False, timeout=30.0)
+    return done.ok and done.stdout.strip().splitlines()[:1] == ["enabled"]
+
+
+def is_active(unit: str) -> bool:
+    """``systemctl is-active UNIT`` exits 0 (the unit is active on the running manager)."""
+    return systemctl("is-active", unit, check=False, timeout=30.0).ok
+
+
+def journal_last_line(unit: str) -> str | None:
+    """The last journal message of ``unit`` (``journalctl -u UNIT -n 1 -o cat --no-pager``), or None.
+
+    Never raises: a missing journalctl or an unreadable journal gives ``None``.
+    """
+    try:
+        done = proc.run(["journalctl", "-u", unit, "-n", "1", "-o", "cat", "--no-pager"],
+                        check=False, timeout=10.0)
+    except KimiDeployError:  # progress display only: never fail a wait on it
+        return None
+    if not done.ok:
+        return None
+    lines = [line for line in done.stdout.splitlines() if line.strip()]
+    return lines[-1].strip() if lines else None

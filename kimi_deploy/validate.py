@@ -1,0 +1,260 @@
+"""Validate a rendered SGLang command with SGLang's own argument parser, in the target interpreter.
+
+The check runs in the interpreter SGLang is installed in (through
+:func:`kimi_deploy.target.run_script`; kimi-deploy never imports sglang) and takes
+the same path as SGLang 0.5.23's ``prepare_server_args`` (``sglang/srt/server_args.py``):
+
+1. ``config``: the ``--config`` YAML is merged by SGLang's ``ConfigArgumentMerger``
+   (``sglang/srt/utils/server_args_config_parser.py``). The rendered command names the
+   API-key file the unit writes at start (``/run/<name>/sglang-secrets.yaml``); here a
+   temporary YAML in the same format holding ``api-key: "validation-placeholder"``
+   takes its place, so the real key is never read.
+2. ``argparse``: ``argparse.ArgumentParser(prog="sglang serve")`` +
+   ``ServerArgs.add_cli_args(parser)`` + ``parse_args``. A bad flag exits 2 with
+   SGLang's message on stderr; that message is the error.
+3. ``record``: ``ServerArgs.from_cli_args`` (in 0.5.23 construction does not resolve:
+   ``__post_init__`` is empty and resolution is ``resolve_once``). Skipped when the
+   target's ``ServerArgs`` has no ``resolve_once`` (older releases resolved in
+   ``__post_init__``, which needs the model and GPUs).
+4. ``deprecated-args``: SGLang's ``handle_deprecated_args`` resolution hook alone
+   (``sglang/srt/arg_groups/serving_hook.py``): model- and GPU-independent, it is
+   where e.g. ``--enable-flashinfer-allreduce-fusion`` is reported as deprecated.
+
+Full resolution (``ServerArgs.resolve_once``) is not run: it reads the model's
+``config.json`` (or asks the Hugging Face hub), inspects GPUs and their memory, so it
+only works on the serving host with the weights in place, and fails on a CI machine.
+
+Warnings SGLang logs (``logging`` WARNING and above) during steps 1-4, and Python
+``DeprecationWarning``/``FutureWarning`` raised there, are reported verbatim (ANSI
+colour codes removed). A flag given whose SGLang help text says "Deprecated" and that
+produced no message of its own is reported with that help text: SGLang 0.5.23 stays
+silent about ``--enable-flashinfer-allreduce-fusion`` when
+``--flashinfer-allreduce-fusion-backend`` is also given.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from kimi_deploy import target, versions
+from kimi_deploy.launch import LaunchSpec, build_launch
+from kimi_deploy.profile import Profile
+
+#: The API key written into the substitute ``--config`` file.
+PLACEHOLDER_API_KEY = "validation-placeholder"
+
+#: Runs inside the target interpreter. argv[1]: JSON list of server args;
+#: argv[2]: the secrets-config path to substitute ("" for none).
+VALIDATE_SCRIPT = r"""
+import argparse, contextlib, io, json, logging, os, re, sys, tempfile, warnings
+args = json.loads(sys.argv[1]); secrets = sys.argv[2] or None; placeholder = sys.argv[3]
+out = {"stages": [], "errors": [], "warnings": [], "notes": [], "api_key_from_config": None}
+ansi = re.compile(r"\x1b\[[0-9;]*m")
+def clean(text):
+    return ansi.sub("", str(text)).strip()
+def finish():
+    print(json.dumps(out)); sys.exit(0)
+try:
+    from sglang.srt.server_args import ServerArgs
+except BaseException as exc:
+    out["errors"].append("cannot import SGLang's server arguments (sglang.srt.server_args): " + clean(repr(exc)))
+    finish()
+class Collect(logging.Handler):
+    def emit(self, record):
+        msg = clean(record.getMessage())
+        if msg and msg not in out["warnings"]:
+            out["warnings"].append(msg)
+collector = Collect(level=logging.WARNING)
+logging.getLogger().addHandler(collector)
+if logging.getLogger().level > logging.WARNING or logging.getLogger().level == logging.NOTSET:
+    logging.getLogger().setLevel(logging.WARNING)
+caught = warnings.catch_warnings(record=True); recorded = caught.__enter__(); warnings.simplefilter("always")
+def flush_warnings():
+    for w in recorded:
+        if issubclass(w.category, (DeprecationWarning, FutureWarning)):
+            msg = clean(w.message)
+            if msg not in out["warnings"]:
+                out["warnings"].append(msg)
+    del recorded[:]
+tmpdir = tempfile.mkdtemp(prefix="kimi-deploy-validate-")
+try:
+    parser = argparse.ArgumentParser(prog="sglang serve")
+    ServerArgs.add_cli_args(parser)
+    if secrets and "--config" in args:
+        i = args.index("--config")
+        if i + 1 < len(args) and args[i + 1] == secrets:
+            path = os.path.join(tmpdir, os.path.basename(secrets))
+            with open(path, "w") as fh:
+                fh.write("api-key: " + json.dumps(placeholder) + "\n")
+            args = args[:i + 1] + [path] + args[i + 2:]
+            out["notes"].append("--config " + secrets + " replaced by a YAML file holding a placeholder api-key")
+    if "--config" in args:
+        try:
+            from sglang.srt.utils.server_args_config_parser import ConfigArgumentMerger
+            args = ConfigArgumentMerger(parser).merge_config_with_args(args)
+        except Exception as exc:
+            out["errors"].append("--config: " + clean(exc))
+            flush_warnings(); finish()
+        out["stages"].append("config")
+    err = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(err):
+            ns = parser.parse_args(args)
+    except SystemExit as exc:
+        lines = [clean(l) for l in err.getvalue().splitlines() if ": error: " in l]
+        out["errors"].append(lines[-1] if lines else clean(err.getvalue()) or "argparse exited with status %s" % exc.code)
+        flush_warnings(); finish()
+    out["stages"].append("argparse")
+    if secrets:
+        out["api_key_from_config"] = getattr(ns, "api_key", None) == placeholder
+    if not hasattr(ServerArgs, "resolve_once"):
+        out["notes"].append("ServerArgs has no resolve_once: construction would resolve (needs model and GPUs); stopped after argparse")
+        flush_warnings(); finish()
+    try:
+        record = ServerArgs.from_cli_args(ns)
+    except Exception as exc:
+        out["errors"].append("ServerArgs: " + clean(exc))
+        flush_warnings(); finish()
+    out["stages"].append("record")
+    try:
+        from sglang.srt.arg_groups.serving_hook import handle_deprecated_args
+    except ImportError:
+        out["notes"].append("no sglang.srt.arg_groups.serving_hook.handle_deprecated_args in this release; skipped")
+    else:
+        try:
+            handle_deprecated_args(record)
+        except Exception as exc:
+            out["errors"].append(clean(exc))
+            flush_warnings(); finish()
+        out["stages"].append("deprecated-args")
+    flush_warnings()
+    given = {a.split("=", 1)[0] for a in args if a.startswith("--")}
+    for action in parser._actions:
+        text = clean(action.help or "")
+        for opt in action.option_strings:
+            if opt in given and "deprecated" in text.lower() and not any(opt in w for w in out["warnings"]):
+                out["warnings"].append(opt + ": " + text)
+finally:
+    for name in os.listdir(tmpdir):
+        os.unlink(os.path.join(tmpdir, name))
+    os.rmdir(tmpdir)
+finish()
+"""
+
+#: Steps in the order they run (see the module docstring).
+STAGES = ("config", "argparse", "record", "deprecated-args")
+
+
+@dataclasses.dataclass(frozen=True)
+class Validation:
+    """Outcome of :func:`validate_server_args`.
+
+    ``server_args``: the arguments checked (as rendered, real ``--config`` path);
+    ``stages``: the steps of :data:`STAGES` that passed; ``errors``/``warnings``:
+    SGLang's own messages; ``notes``: what the check did besides (substitutions,
+    skipped steps); ``api_key_from_config``: SGLang took ``--api-key`` from the
+    substituted ``--config`` file (``None``: no secrets config in the command).
+    """
+
+    python: str
+    sglang_version: str | None
+    server_args: tuple[str, ...]
+    stages: tuple[str, ...]
+    errors: tuple[str, ...]
+    warnings: tuple[str, ...]
+    notes: tuple[str, ...]
+    api_key_from_config: bool | None
+
+    @property
+    def ok(self) -> bool:
+        """No errors (warnings allowed)."""
+        return not self.errors
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-friendly form (``--json``)."""
+        data = dataclasses.asdict(self)
+        data["ok"] = self.ok
+        return {k: list(v) if isinstance(v, tuple) else v for k, v in data.items()}
+
+
+def validate_server_args(python: str | Path, server_args: Sequence[str], *, secrets_config: str | None = None,
+                         env: Mapping[str, str] | None = None, sglang_version: str | None = None,
+                         timeout: float = 180.0) -> Validation:
+    """Parse ``server_args`` with SGLang's parser in ``python`` (steps in the module docstring).
+
+    Args:
+        python: the SGLang interpreter.
+        server_args: what follows ``python -m sglang.launch_server``.
+        secrets_config: host path of the API-key YAML named after ``--config``; replaced by
+            a placeholder file (never read).
+        env: environment for the check (SGLang reads some ``SGLANG_*`` variables while parsing).
+        sglang_version: recorded in the result (the caller probed it).
+
+    Returns:
+        :class:`Validation`; invalid flags are in ``errors``, not raised.
+
+    Raises:
+        UsageError: the interpreter does not exist.
+        ExternalCommandError: the script crashed (no JSON), e.g. a broken interpreter.
+    """
+    data = target.run_script(python, VALIDATE_SCRIPT,
+                             [json.dumps(list(server_args)), secrets_config or "", PLACEHOLDER_API_KEY],
+                             timeout=timeout, env=dict(env or {}))
+    errors = list(data.get("errors", []))
+    if data.get("api_key_from_config") is False:
+        errors.append(f"SGLang did not read api-key from the --config file {secrets_config}")
+    return Validation(
+        python=str(python), sglang_version=sglang_version, server_args=tuple(server_args),
+        stages=tuple(data.get("stages", [])), errors=tuple(errors), warnings=tuple(data.get("warnings", [])),
+        notes=tuple(data.get("notes", [])), api_key_from_config=data.get("api_key_from_config"),
+    )
+
+
+def check_env(launch: LaunchSpec) -> dict[str, str]:
+    """The launch environment minus the cache paths (they need not exist where the check runs)."""
+    return {k: v for k, v in launch.env if not v.startswith(launch.cache_dir)}
+
+
+@dataclasses.dataclass(frozen=True)
+class ProfileValidation:
+    """:func:`validate_profile`'s result: the launch rendered for the detected version and its check."""
+
+    info: target.TargetInfo
+    launch: LaunchSpec
+    validation: Validation
+
+    @property
+    def ok(self) -> bool:
+        return self.validation.ok
+
+    def to_dict(self) -> dict[str, Any]:
+        data = self.validation.to_dict()
+        data["sglang_location"] = self.info.sglang_location
+        data["render_warnings"] = list(self.launch.warnings)
+        return data
+
+
+def validate_profile(profile: Profile, python: str | Path | None = None) -> ProfileValidation:
+    """Render ``profile`` for the SGLang version found in ``python`` and validate it there.
+
+    Args:
+        profile: a validated profile.
+        python: SGLang's interpreter (default ``[service] python``).
+
+    Raises:
+        UsageError: interpreter missing, SGLang not installed there, or a version kimi-deploy
+            does not know (0.5.x only).
+        UnsupportedVersionError: the profile asks for a feature that version lacks.
+        ExternalCommandError: the target interpreter failed.
+    """
+    python = str(python or profile.service.python)
+    info = target.probe(python)
+    version, _ = target.require_sglang(info)
+    launch = build_launch(profile, versions.parse_version(version), components=info.components())
+    result = validate_server_args(python, launch.server_args, secrets_config=launch.secrets_config,
+                                  env=check_env(launch), sglang_version=version)
+    return ProfileValidation(info=info, launch=launch, validation=result)

@@ -1,0 +1,186 @@
+"""Pure doctor checks: recorded probe output -> pass / warn / fail with evidence and a fix."""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+
+import pytest
+from doctor_helpers import DATA, make_model_dir
+
+from kimi_deploy.doctor import checks, nvidia
+from kimi_deploy.doctor.checks import Facts, evaluate
+from kimi_deploy.doctor.host import DiskSpace, FileDrift, PortProbe
+from kimi_deploy.doctor.modeldir import ModelDir, inspect_model_dir
+from kimi_deploy.presets import get_preset
+from kimi_deploy.profile import parse_profile
+from kimi_deploy.target import TargetInfo
+from kimi_deploy.validate import Validation
+
+PRESET = "kimi-k25-rtx-pro-6000-x8"
+TORCH_CU130 = {"version": "2.14.1+cu130", "cuda": "13.0", "cuda_available": True, "nccl": "2.30.7",
+               "arch_list": ["sm_75", "sm_80", "sm_86", "sm_90", "sm_100", "sm_120"]}
+
+
+def profile(**env):
+    data = copy.deepcopy(get_preset(PRESET).data)
+    data["environment"].update(env)
+    return parse_profile(data)
+
+
+def gpus(name="query-8x-server-580.csv"):
+    return tuple(nvidia.parse_query_gpu((DATA / name).read_text()))
+
+
+def topo(name="topo-8x-dual-socket.txt"):
+    return nvidia.parse_topology((DATA / name).read_text())
+
+
+def target(torch=TORCH_CU130, version="0.5.23"):
+    return TargetInfo(python="/opt/sglang/.venv/bin/python", python_version="3.11.7",
+                      packages={"sglang": version, "torch": "2.14.1", "flashinfer-python": "0.7.2"},
+                      sglang_location="/opt/sglang/.venv/lib/python3.11/site-packages/sglang", torch=torch)
+
+
+def facts(**kw):
+    base = dict(profile=profile(), gpus=gpus(), topology=topo(), target=target())
+    base.update(kw)
+    return Facts(**base)
+
+
+def by_name(f: Facts) -> dict:
+    return {c.name: c for c in evaluate(f)}
+
+
+def test_reference_host_gpu_checks_pass():
+    c = by_name(facts())
+    assert c["gpu.devices"].status == "pass"
+    assert c["gpu.devices"].evidence == "8 x NVIDIA RTX PRO 6000 Blackwell Server Edition (tp_size 8)"
+    assert c["gpu.compute_capability"].evidence == "12.0 (sm_120) on 8 GPUs"
+    assert c["gpu.memory"].evidence == "8 x 97887 MiB = 764.7 GiB (model size unknown)"
+    assert c["driver"].status == "pass" and "580.95.05" in c["driver"].evidence
+    assert c["torch.arch"].status == "pass" and "sm_120" in c["torch.arch"].evidence
+
+
+def test_four_gpus_with_tp8_fail():
+    c = checks.check_gpu_devices(facts(gpus=gpus("query-4x-workstation-580.csv")))
+    assert c.status == "fail"
+    assert c.evidence == "4 x NVIDIA RTX PRO 6000 Blackwell Workstation Edition; tp_size 8 needs 8"
+    assert "tp_size" in c.hint
+
+
+def test_gpu_count_differs_from_profile_warns():
+    data = copy.deepcopy(get_preset(PRESET).data)
+    data["service"]["gpu_count"] = 4
+    data["sglang"]["tp_size"] = 4
+    c = checks.check_gpu_devices(facts(profile=parse_profile(data)))
+    assert c.status == "warn" and "gpu_count = 4" in c.evidence
+
+
+def test_no_gpu_is_a_failure_with_hint_and_dependents_not_checked():
+    c = by_name(facts(gpus=(), gpu_error="nvidia-smi not found on PATH", topology=None))
+    assert c["gpu.devices"].status == "fail"
+    assert c["gpu.devices"].evidence == "no NVIDIA GPU: nvidia-smi not found on PATH"
+    assert "nvidia-smi" in c["gpu.devices"].hint
+    for name in ("gpu.compute_capability", "gpu.memory", "driver", "pcie.topology"):
+        assert c[name].status == "warn" and c[name].evidence.startswith("not checked")
+    assert "reference GPU" in c["torch.arch"].evidence
+
+
+def test_mixed_models_fail():
+    mixed = gpus()[:7] + (dataclasses.replace(gpus()[7], name="NVIDIA H100 80GB HBM3", compute_cap="9.0"),)
+    assert checks.check_gpu_devices(facts(gpus=mixed)).status == "fail"
+    assert checks.check_compute_capability(facts(gpus=mixed)).status == "fail"
+
+
+def test_driver_too_old_for_cuda_13():
+    c = checks.check_driver(facts(gpus=gpus("query-8x-workstation-570.csv")))
+    assert c.status == "fail"
+    assert "driver 570.133.20" in c.evidence and "CUDA 13.x needs driver >= 580.65.06" in c.evidence
+    assert "580.65.06" in c.hint
+
+
+def test_torch_arch_list():
+    no120 = dict(TORCH_CU130, arch_list=["sm_80", "sm_90", "sm_100"])
+    c = checks.check_torch_arch(facts(target=target(no120)))
+    assert c.status == "fail" and "lacks sm_120" in c.evidence
+    ptx = dict(TORCH_CU130, arch_list=["sm_90", "compute_90"])
+    assert checks.check_torch_arch(facts(target=target(ptx))).status == "warn"
+    sm121 = dataclasses.replace(gpus()[0], compute_cap="12.1")
+    assert checks.check_torch_arch(facts(gpus=(sm121,) * 8)).status == "pass"  # sm_120 cubins run on 12.1
+    blind = dict(TORCH_CU130, cuda_available=False)
+    c = checks.check_torch_arch(facts(target=target(blind)))
+    assert c.status == "fail" and "torch.cuda.is_available() is False" in c.evidence
+    broken = checks.check_torch_arch(facts(target=target({"error": "ImportError('libcudnn.so.9')"})))
+    assert broken.status == "fail" and "libcudnn" in broken.evidence
+
+
+@pytest.mark.parametrize(("topology", "env", "status", "needle"), [
+    ("topo-8x-dual-socket.txt", {}, "warn", "SYS (GPU0-GPU4), implies NCCL_P2P_LEVEL=SYS"),
+    ("topo-8x-dual-socket.txt", {"NCCL_P2P_LEVEL": "SYS"}, "pass", "profile sets NCCL_P2P_LEVEL=SYS"),
+    ("topo-8x-dual-socket.txt", {"NCCL_P2P_LEVEL": "PIX"}, "warn", "profile sets NCCL_P2P_LEVEL=PIX"),
+    ("topo-8x-single-socket-switches.txt", {"NCCL_P2P_LEVEL": "PHB"}, "pass", "PHB"),
+    ("topo-4x-workstation.txt", {}, "warn", "NODE (GPU0-GPU1), implies NCCL_P2P_LEVEL=PHB"),
+    ("topo-8x-dual-socket.txt", {"NCCL_P2P_DISABLE": "1"}, "warn", "NCCL_P2P_DISABLE=1"),
+])
+def test_topology_and_p2p_level(topology, env, status, needle):
+    c = checks.check_topology(facts(profile=profile(**env), topology=topo(topology)))
+    assert c.status == status and needle in c.evidence
+
+
+def test_topology_pix_only_group_passes():
+    data = copy.deepcopy(get_preset(PRESET).data)
+    data["sglang"]["tp_size"] = 2
+    c = checks.check_topology(facts(profile=parse_profile(data)))
+    assert c.status == "pass" and "PIX" in c.evidence
+
+
+def test_models(tmp_path):
+    good = inspect_model_dir(make_model_dir(tmp_path / "good", 3))
+    c = checks.check_model("model", good, "model_path")
+    assert c.status == "pass" and "config.json, 3 shards" in c.evidence
+    bad = inspect_model_dir(make_model_dir(tmp_path / "bad", 3, missing=0))
+    c = checks.check_model("model", bad, "model_path")
+    assert c.status == "fail" and "1 of 3 shards missing (first: model-00001-of-00003.safetensors)" in c.evidence
+    assert checks.check_model("draft_model", None, "x") is None
+
+
+def test_memory_against_weights():
+    big = ModelDir("/m", True, True, ("a",), (), (), 800 * 1024**3, ())
+    assert checks.check_gpu_memory(facts(model=big)).status == "fail"
+    tight = ModelDir("/m", True, True, ("a",), (), (), 700 * 1024**3, ())
+    assert checks.check_gpu_memory(facts(model=tight)).status == "warn"
+    kimi = ModelDir("/m", True, True, ("a",), (), (), 547 * 10**9, ())
+    c = checks.check_gpu_memory(facts(model=kimi))
+    assert c.status == "pass" and c.evidence.endswith("weights 509.4 GiB (67%)")
+
+
+def test_disk_port_and_unit():
+    low = DiskSpace("/var/cache/kimi-k25", "/var/cache", 20 * 1024**3, 100 * 1024**3)
+    c = checks.check_disk(facts(disk=low))
+    assert c.status == "warn" and "under 50.0 GiB" in c.evidence and "JIT" in c.hint
+    busy = PortProbe("0.0.0.0", 30000, "in_use", "bind 0.0.0.0:30000: Address already in use")
+    assert checks.check_port(facts(port=busy)).status == "fail"
+    installed = (FileDrift("kimi-k25.service", "/etc/systemd/system/kimi-k25.service", "same"),
+                 FileDrift("kimi-k25.env", "/etc/kimi-deploy/kimi-k25.env", "same"))
+    assert checks.check_port(facts(port=busy, unit=installed)).status == "warn"
+    assert checks.check_unit(facts(unit=installed)).status == "pass"
+    absent = tuple(dataclasses.replace(d, state="absent") for d in installed)
+    assert checks.check_unit(facts(unit=absent)).evidence.startswith("not installed")
+    drift = (dataclasses.replace(installed[0], state="different", added=1, removed=1, first="+ --port 30001",
+                                 diff="-x\n+y"), installed[1])
+    c = checks.check_unit(facts(unit=drift))
+    assert c.status == "fail" and "kimi-k25.service: +1 -1 lines, first `+ --port 30001`" in c.evidence and c.details == "-x\n+y"
+
+
+def test_sglang_patches_and_flags():
+    c = by_name(facts(has_patch_series=False))
+    assert c["sglang"].status == "pass" and "SGLang 0.5.23" in c["sglang"].evidence
+    assert c["sglang.patches"].status == "warn" and "patches/0.5.23/series" in c["sglang.patches"].evidence
+    assert checks.check_patches(facts(has_patch_series=True)).status == "pass"
+    rejected = Validation("/p", "0.5.23", (), ("config",), ("sglang serve: error: unrecognized arguments: --x",),
+                          (), (), None)
+    c = checks.check_flags(facts(validation=rejected))
+    assert c.status == "fail" and "unrecognized arguments: --x" in c.evidence
+    missing = by_name(facts(target=None, target_error="the SGLang interpreter does not exist: /x"))
+    assert missing["sglang"].status == "fail" and missing["sglang.flags"].status == "warn"

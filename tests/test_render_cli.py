@@ -1,0 +1,139 @@
+"""render / presets / init through the CLI, and the secrets promise."""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+import subprocess
+import sys
+import tomllib
+
+from helpers import MINIMAL, run_cli, write_profile
+
+from kimi_deploy.presets import PRESETS, get_preset
+from kimi_deploy.profile import load_profile
+
+PRESET = "kimi-k25-rtx-pro-6000-x8"
+
+
+def test_presets_lists_one_line_each():
+    result = run_cli(["presets"])
+    assert result.exit_code == 0
+    lines = result.stdout.strip().splitlines()
+    assert len(lines) == len(PRESETS)
+    assert lines[0].startswith(PRESET) and "TP8" in lines[0]
+
+
+def test_init_writes_a_commented_profile_equal_to_the_preset(tmp_path):
+    path = tmp_path / "kimi.toml"
+    result = run_cli(["init", str(path)])
+    assert result.exit_code == 0, result.stderr
+    text = path.read_text()
+    assert text.count("\n#") > 20, "the profile should explain its keys"
+    assert load_profile(path).digest() == get_preset(PRESET).profile().digest()
+
+
+def test_init_refuses_to_overwrite(tmp_path):
+    path = tmp_path / "kimi.toml"
+    path.write_text("keep me")
+    result = run_cli(["init", str(path)])
+    assert result.exit_code == 2 and "already exists" in result.stderr
+    assert path.read_text() == "keep me"
+
+
+def test_init_profile_with_every_commented_key_enabled_still_validates(tmp_path):
+    """Uncommenting the documented `# key = value` lines gives a valid profile: the comments are not stale."""
+    path = tmp_path / "kimi.toml"
+    run_cli(["init", str(path)])
+    lines = []
+    for line in path.read_text().splitlines():
+        if re.match(r"^# [a-z_]+ = ", line):
+            lines.append(line[2:])
+        else:
+            lines.append(line)
+    data = tomllib.loads("\n".join(lines))
+    assert data["sglang"]["max_running_requests"] == 48
+    from kimi_deploy.profile import parse_profile
+
+    parse_profile(data)
+
+
+def test_print_command_is_pasteable_and_equals_the_unit(tmp_path):
+    result = run_cli(["render", "--preset", PRESET, "--print-command"])
+    assert result.exit_code == 0
+    words = shlex.split(result.stdout.replace("\\\n", " "))
+    assert words[0] == "env"
+    launch = words[words.index("/opt/sglang/.venv/bin/python"):]
+    out = tmp_path / "out"
+    run_cli(["render", "--preset", PRESET, "--out", str(out)])
+    unit = (out / "kimi-k25.service").read_text()
+    exec_start = unit.split("ExecStart=", 1)[1].split("\nRestart=", 1)[0].replace("\\\n", " ")
+    assert shlex.split(exec_start) == launch
+
+
+def test_json_output(tmp_path):
+    result = run_cli(["render", "--preset", PRESET, "--json"])
+    data = json.loads(result.stdout)
+    assert data["sglang_version"] == "0.5.23"
+    assert data["argv"][3:5] == ["--model-path", "/models/moonshotai/Kimi-K2.5"]
+    assert len(data["profile_sha256"]) == 64
+
+
+def test_api_key_never_in_rendered_files_or_argv(tmp_path):
+    key_file = tmp_path / "api-key"
+    key_file.write_text("sk-SENTINEL-do-not-leak\n")
+    text = MINIMAL.replace("tp_size = 8", f'tp_size = 8\nhost = "0.0.0.0"\napi_key_file = "{key_file}"')
+    out = tmp_path / "out"
+    result = run_cli(["render", "--profile", str(write_profile(tmp_path, text)), "--out", str(out)])
+    assert result.exit_code == 0, result.stderr
+    for path in out.iterdir():
+        assert "SENTINEL" not in path.read_text()
+    command = run_cli(["render", "--profile", str(tmp_path / "profile.toml"), "--print-command"]).stdout
+    assert "SENTINEL" not in command and "--api-key" not in command
+    unit = (out / "kimi-k25.service").read_text()
+    assert f"LoadCredential=api-key:{key_file}" in unit
+
+
+def test_secrets_script_turns_any_key_into_sglang_yaml(tmp_path, sglang_python):
+    """The ExecStartPre= script writes a YAML that SGLang's own config merger reads back to the exact key."""
+    out = tmp_path / "out"
+    run_cli(["render", "--preset", PRESET, "--out", str(out)])
+    unit = (out / "kimi-k25.service").read_text()
+    line = next(l for l in unit.splitlines() if l.startswith("ExecStartPre=") and " -c " in l)
+    argv = shlex.split(line.removeprefix("ExecStartPre="))
+    creds, runtime = tmp_path / "creds", tmp_path / "run"
+    creds.mkdir(), runtime.mkdir()
+    key = "sk-a\"b: #c'd\\e {x} %s $HOME"
+    (creds / "api-key").write_text(key + "\n")
+    env = {"CREDENTIALS_DIRECTORY": str(creds), "RUNTIME_DIRECTORY": str(runtime), "PATH": "/usr/bin:/bin"}
+    subprocess.run([sys.executable, *argv[1:]], env=env, check=True)
+    config = runtime / "sglang-secrets.yaml"
+    assert oct(config.stat().st_mode & 0o777) == "0o600"
+    probe = (
+        "import argparse, json, sys\n"
+        "from sglang.srt.server_args import ServerArgs\n"
+        "from sglang.srt.utils.server_args_config_parser import ConfigArgumentMerger\n"
+        "p = argparse.ArgumentParser(); ServerArgs.add_cli_args(p)\n"
+        "argv = ConfigArgumentMerger(p).merge_config_with_args(['--model-path', '/m', '--config', sys.argv[1]])\n"
+        "print(json.dumps(p.parse_args(argv).api_key))\n"
+    )
+    done = subprocess.run([sglang_python, "-c", probe, str(config)], capture_output=True, text=True,
+                          env={"HF_HUB_OFFLINE": "1", "PATH": "/usr/bin:/bin"})
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout.strip().splitlines()[-1]) == key
+
+
+def test_empty_key_credential_fails_the_start(tmp_path):
+    out = tmp_path / "out"
+    run_cli(["render", "--preset", PRESET, "--out", str(out)])
+    line = next(l for l in (out / "kimi-k25.service").read_text().splitlines()
+                if l.startswith("ExecStartPre=") and " -c " in l)
+    argv = shlex.split(line.removeprefix("ExecStartPre="))
+    creds, runtime = tmp_path / "creds", tmp_path / "run"
+    creds.mkdir(), runtime.mkdir()
+    (creds / "api-key").write_text("\n")
+    done = subprocess.run([sys.executable, *argv[1:]], capture_output=True, text=True,
+                          env={"CREDENTIALS_DIRECTORY": str(creds), "RUNTIME_DIRECTORY": str(runtime)})
+    assert done.returncode == 1 and "API key credential is empty" in done.stderr
+    assert not (runtime / "sglang-secrets.yaml").exists()

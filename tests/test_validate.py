@@ -1,0 +1,128 @@
+"""Flag validation against the real SGLang 0.5.23 parser (the SGLang test environment)."""
+
+from __future__ import annotations
+
+import copy
+import json
+
+import pytest
+
+from kimi_deploy.cli import cli
+from kimi_deploy.launch import build_launch
+from kimi_deploy.presets import get_preset
+from kimi_deploy.profile import parse_profile
+from kimi_deploy.validate import PLACEHOLDER_API_KEY, STAGES, validate_profile, validate_server_args
+
+pytestmark = pytest.mark.sglang
+PRESET = "kimi-k25-rtx-pro-6000-x8"
+
+
+def variant(**sglang):
+    data = copy.deepcopy(get_preset(PRESET).data)
+    data["sglang"].update(sglang)
+    return parse_profile(data)
+
+
+def test_preset_passes_with_config_merge(sglang_python):
+    result = validate_profile(get_preset(PRESET).profile(), sglang_python)
+    v = result.validation
+    assert v.ok, v.errors
+    assert v.sglang_version == "0.5.23"
+    assert v.stages == STAGES
+    assert v.warnings == ()
+    # SGLang's ConfigArgumentMerger read api-key from the substituted YAML, not the real file.
+    assert v.api_key_from_config is True
+    assert v.notes == ("--config /run/kimi-k25/sglang-secrets.yaml replaced by a YAML file holding a "
+                       "placeholder api-key",)
+    assert PLACEHOLDER_API_KEY not in " ".join(v.server_args)
+
+
+@pytest.mark.parametrize(("extra", "message"), [
+    (["--enable-torch-symm-memory"], "sglang serve: error: unrecognized arguments: --enable-torch-symm-memory"),
+    (["--cuda-graph-max-bs", "64"], "sglang serve: error: ambiguous option: --cuda-graph-max-bs could match "
+                                     "--cuda-graph-max-bs-decode, --cuda-graph-max-bs-prefill"),
+    (["--config", "/etc/kimi-deploy/other.yaml"], "--config: Multiple config files specified! Only one allowed."),
+])
+def test_bad_flags_fail_with_sglangs_message(sglang_python, extra, message):
+    result = validate_profile(variant(extra_args=extra), sglang_python)
+    assert result.validation.errors == (message,)
+    assert not result.ok
+
+
+def test_bad_parser_name(sglang_python):
+    v = validate_profile(variant(tool_call_parser="kimi_k2x"), sglang_python).validation
+    assert len(v.errors) == 1
+    assert v.errors[0].startswith("sglang serve: error: argument --tool-call-parser: invalid choice: 'kimi_k2x'")
+    assert "'kimi_k2'" in v.errors[0]
+    assert v.stages == ("config",)
+
+
+def test_deprecated_fusion_flag_passes_with_a_warning(sglang_python):
+    profile = variant(flashinfer_allreduce_fusion_backend=None, extra_args=["--enable-flashinfer-allreduce-fusion"])
+    v = validate_profile(profile, sglang_python).validation
+    assert v.ok
+    assert v.warnings == ("--enable-flashinfer-allreduce-fusion is deprecated. "
+                          "Please use --flashinfer-allreduce-fusion-backend=auto instead.",)
+
+
+def test_old_spelling_rendered_for_0_5_13_warns_on_0_5_23(sglang_python):
+    """Rendering for the wrong version is caught: 0.5.13 spells fusion the old way."""
+    launch = build_launch(get_preset(PRESET).profile(), "0.5.13")
+    assert "--enable-flashinfer-allreduce-fusion" in launch.server_args
+    v = validate_server_args(sglang_python, launch.server_args, secrets_config=launch.secrets_config)
+    assert v.ok
+    assert any("--flashinfer-allreduce-fusion-backend" in w for w in v.warnings)
+
+
+def test_deprecated_flag_with_replacement_also_given_still_warns(sglang_python):
+    """SGLang stays silent here (backend already set); its help text says Deprecated."""
+    v = validate_profile(variant(extra_args=["--enable-flashinfer-allreduce-fusion"]), sglang_python).validation
+    assert v.ok
+    assert v.warnings == ("--enable-flashinfer-allreduce-fusion: (Deprecated: use "
+                          "--flashinfer-allreduce-fusion-backend=auto) Enable FlashInfer allreduce fusion with "
+                          "Residual RMSNorm.",)
+
+
+def test_cli_validate_preset(cli_runner, sglang_python):
+    result = cli_runner.invoke(cli, ["validate", "--preset", PRESET, "--python", sglang_python])
+    assert result.exit_code == 0, result.output
+    assert result.stdout.startswith("ok: SGLang 0.5.23 (")
+    assert "checked: config, argparse, record, deprecated-args" in result.stdout
+
+
+def test_cli_validate_rejects_with_exit_1_and_json(cli_runner, sglang_python, tmp_path):
+    data = copy.deepcopy(get_preset(PRESET).data)
+    data["sglang"]["extra_args"] = ["--cuda-graph-max-bs", "64"]
+    path = tmp_path / "p.toml"
+    path.write_text("\n".join(
+        [f"[{sec}]\n" + "\n".join(f"{k} = {json.dumps(v)}" for k, v in data[sec].items())
+         for sec in ("service", "sglang", "environment")]) + "\n")
+    result = cli_runner.invoke(cli, ["validate", "--profile", str(path), "--python", sglang_python, "--json"])
+    assert result.exit_code == 1
+    report = json.loads(result.stdout)
+    assert report["ok"] is False and report["sglang_version"] == "0.5.23"
+    assert "ambiguous option: --cuda-graph-max-bs" in report["errors"][0]
+
+
+def test_cli_validate_missing_interpreter(cli_runner, tmp_path):
+    result = cli_runner.invoke(cli, ["validate", "--preset", PRESET, "--python", str(tmp_path / "nope")])
+    assert result.exit_code == 2
+    assert "error: the SGLang interpreter does not exist" in result.stderr
+    assert "Traceback" not in result.output
+
+
+def test_render_python_uses_detected_versions(cli_runner, sglang_python):
+    result = cli_runner.invoke(cli, ["render", "--preset", PRESET, "--python", sglang_python, "--json"])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    assert data["sglang_version"] == "0.5.23"
+    assert data["components"] == {"torch": "2.14.1", "cuda": "13.0"}
+    assert data["cache_dir"] == "/var/cache/kimi-k25/sglang-0.5.23_torch-2.14.1_cuda-13.0"
+    assert data["env"]["SGLANG_JIT_CACHE_DIR"].startswith(data["cache_dir"])
+
+
+def test_render_python_and_version_exclusive(cli_runner, sglang_python):
+    result = cli_runner.invoke(cli, ["render", "--preset", PRESET, "--python", sglang_python,
+                                     "--sglang-version", "0.5.23"])
+    assert result.exit_code == 2
+    assert "mutually exclusive" in result.stderr
