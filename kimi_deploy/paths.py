@@ -36,6 +36,11 @@ def patches_dir() -> Path:
     return _resource_dir("patches")
 
 
+def bench_prompts_file() -> Path:
+    """The natural prompts ``kimi-deploy bench`` uses by default (JSONL of chat messages, in the wheel)."""
+    return _PACKAGE_DIR / "bench" / "data" / "prompts.jsonl"
+
+
 def check_report_schema() -> Path:
     """JSON Schema of the ``kimi-deploy check`` report (``kimi-deploy.check/1``)."""
     return _PACKAGE_DIR / "check" / "report.schema.json"

@@ -51,7 +51,7 @@ def cli(ctx: click.Context, debug: bool, verbose: bool) -> None:
 
 
 #: Modules under kimi_deploy.cli that define verbs (each exports COMMANDS), in `--help` order.
-VERB_MODULES = ("render", "validate", "doctor", "patch", "install", "restart", "status", "check")
+VERB_MODULES = ("render", "validate", "doctor", "patch", "install", "restart", "status", "check", "bench")
 
 
 def _register() -> None:

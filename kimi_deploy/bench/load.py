@@ -1,0 +1,317 @@
+"""The load generator: a closed-loop concurrency sweep (or open-loop Poisson rates) over one client.
+
+Per point (a concurrency, or a request rate): ``warmup`` requests at the point's
+concurrency (excluded), then ``runs`` measured runs of ``num_prompts`` requests each. Before
+every measured run the server's prefix cache is flushed (``POST /flush_cache``, SGLang) when the
+server allows it, and after it ``/server_info`` is read again for the speculative accept length
+(``internal_states[0].avg_spec_accept_length``, SGLang 0.5.23). Every run sends the same
+seeded prompt sequence, so runs, points and configurations see the same prompts.
+
+- closed loop: ``concurrency`` workers, each sends its next request when its previous one ends.
+- open loop: arrivals at exponential intervals of mean ``1/rate`` (a Poisson process, seeded);
+  ``max_in_flight`` (if given) caps requests in flight, later arrivals wait and their TTFT
+  counts from when they are sent.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+import random
+import time
+from collections.abc import Callable
+from typing import Any, Protocol
+
+from kimi_deploy.bench.client import JSON_LIB, StreamClient
+from kimi_deploy.bench.dataset import Dataset
+from kimi_deploy.bench.metrics import RequestRecord, WindowSummary, summarize
+from kimi_deploy.errors import UnreachableError, UsageError
+
+
+class ProgressSink(Protocol):
+    """What the load generator reports while running (the CLI draws it with rich)."""
+
+    def start(self, description: str, total: int) -> None: ...
+    def advance(self, ok: bool) -> None: ...
+
+
+@dataclasses.dataclass(frozen=True)
+class BenchConfig:
+    """Everything that defines a benchmark sweep (recorded verbatim in the result's ``config``).
+
+    ``concurrency``: closed-loop points. ``request_rates``: requests/s of open-loop points
+    (empty = closed loop); ``max_in_flight`` caps requests in flight in open loop (``None``: no cap).
+    ``num_prompts``: measured requests per run; ``None`` = max(32, 4 x concurrency) closed loop, 200 open loop.
+    ``warmup``: requests per point before measuring; ``None`` = the point's concurrency.
+    ``slo``: milliseconds per key ``ttft``/``tpot``/``e2e`` for goodput.
+    ``max_tokens``/``temperature``/``ignore_eos``: sent in every request (``ignore_eos`` is
+    SGLang's extension, sent only when true). ``extra_body`` is merged into every request.
+    """
+
+    base_url: str
+    model: str | None = None
+    concurrency: tuple[int, ...] = (1,)  # empty in open loop
+    request_rates: tuple[float, ...] = ()
+    max_in_flight: int | None = None
+    num_prompts: int | None = None
+    max_tokens: int = 256
+    temperature: float = 0.0
+    ignore_eos: bool = False
+    warmup: int | None = None
+    runs: int = 1
+    seed: int = 0
+    slo: dict[str, float] = dataclasses.field(default_factory=dict)
+    label: str | None = None
+    request_timeout: float = 600.0
+    flush_cache: bool = True
+    extra_body: dict[str, Any] = dataclasses.field(default_factory=dict)
+    api_key: dataclasses.InitVar[str | None] = None
+
+    def __post_init__(self, api_key: str | None) -> None:
+        object.__setattr__(self, "_api_key", api_key)
+        if (not self.concurrency and not self.request_rates) or any(c < 1 for c in self.concurrency):
+            raise UsageError("concurrency values must be >= 1", value=list(self.concurrency),
+                             hint="e.g. --concurrency 1,8,32,64")
+        if any(r <= 0 for r in self.request_rates):
+            raise UsageError("request rates must be > 0 requests/s", value=list(self.request_rates),
+                             hint="e.g. --request-rate 2,4,8")
+        if self.max_in_flight is not None and self.max_in_flight < 1:
+            raise UsageError("the cap on requests in flight must be >= 1", value=self.max_in_flight)
+        if self.runs < 1 or (self.num_prompts is not None and self.num_prompts < 1) or self.max_tokens < 1:
+            raise UsageError("--runs, --num-prompts and --max-tokens must be >= 1",
+                             value=f"runs={self.runs} num_prompts={self.num_prompts} max_tokens={self.max_tokens}")
+        unknown = set(self.slo) - {"ttft", "tpot", "e2e"}
+        if unknown:
+            raise UsageError("unknown SLO key", value=", ".join(sorted(unknown)),
+                             hint="use ttft, tpot and e2e in milliseconds, e.g. --slo ttft=2000,tpot=50")
+
+    @property
+    def open_loop(self) -> bool:
+        return bool(self.request_rates)
+
+    def prompts_for(self, concurrency: int) -> int:
+        """Measured requests per run at a point."""
+        if self.num_prompts is not None:
+            return self.num_prompts
+        return 200 if self.open_loop else max(32, 4 * concurrency)
+
+    def body(self, model: str, messages: list[dict[str, Any]]) -> bytes:
+        """The serialized request (Chat Completions API, streaming with usage)."""
+        req: dict[str, Any] = {"model": model, "messages": messages, "max_tokens": self.max_tokens,
+                               "temperature": self.temperature, "stream": True,
+                               "stream_options": {"include_usage": True}}
+        if self.ignore_eos:
+            req["ignore_eos"] = True
+        req.update(self.extra_body)
+        return json.dumps(req, ensure_ascii=False).encode()
+
+    def to_dict(self) -> dict[str, Any]:
+        d = dataclasses.asdict(self)
+        d["mode"] = "open-loop" if self.open_loop else "closed-loop"
+        return d
+
+
+@dataclasses.dataclass
+class RunResult:
+    """One measured run of a point."""
+
+    index: int
+    flush_cache: str
+    spec_accept_length: float | None
+    summary: WindowSummary
+    records: list[RequestRecord] = dataclasses.field(repr=False)
+
+
+@dataclasses.dataclass
+class PointResult:
+    """One point of the sweep: its runs and the summary pooled over them."""
+
+    concurrency: int | None
+    request_rate: float | None
+    num_prompts: int
+    warmup: int
+    runs: list[RunResult]
+    summary: WindowSummary
+
+
+@dataclasses.dataclass
+class BenchRun:
+    """What :func:`run_bench` measured; :mod:`kimi_deploy.bench.report` turns it into JSON/CSV."""
+
+    config: BenchConfig
+    model: str
+    server_info: dict[str, Any] | None
+    server_info_status: str
+    points: list[PointResult]
+    client: dict[str, Any]
+    started: float
+    finished: float
+
+
+def spec_accept_length(server_info: Any) -> float | None:
+    """``internal_states[0].avg_spec_accept_length`` from a ``/server_info`` answer (SGLang 0.5.23).
+
+    Disaggregated (PD) servers nest the decode side under ``decode[0]``, as SGLang's own
+    ``bench_serving`` reads it. ``None`` when absent or not a number.
+    """
+    if not isinstance(server_info, dict):
+        return None
+    if isinstance(server_info.get("decode"), list) and server_info["decode"]:
+        server_info = server_info["decode"][0]
+    states = server_info.get("internal_states") if isinstance(server_info, dict) else None
+    if isinstance(states, list) and states and isinstance(states[0], dict):
+        value = states[0].get("avg_spec_accept_length")
+        if isinstance(value, (int, float)):
+            return float(value)
+    return None
+
+
+async def closed_loop(client: StreamClient, bodies: list[bytes], concurrency: int,
+                      on_done: Callable[[RequestRecord], None] | None = None) -> list[RequestRecord]:
+    """Send ``bodies`` with ``concurrency`` workers, each waiting for its previous answer; records in end order."""
+    records: list[RequestRecord] = []
+    queue = iter(bodies)
+
+    async def worker() -> None:
+        for body in queue:  # one shared iterator: asyncio is single-threaded
+            rec = await client.stream(body)
+            records.append(rec)
+            if on_done:
+                on_done(rec)
+
+    await asyncio.gather(*(worker() for _ in range(min(concurrency, len(bodies)))))
+    return records
+
+
+async def open_loop(client: StreamClient, bodies: list[bytes], rate: float, seed: int,
+                    max_in_flight: int | None = None,
+                    on_done: Callable[[RequestRecord], None] | None = None) -> list[RequestRecord]:
+    """Send ``bodies`` at Poisson arrivals of ``rate`` requests/s (seeded), at most ``max_in_flight`` at once."""
+    rng = random.Random(seed)
+    gate = asyncio.Semaphore(max_in_flight) if max_in_flight else None
+    records: list[RequestRecord] = []
+
+    async def one(body: bytes) -> None:
+        if gate is None:
+            rec = await client.stream(body)
+        else:
+            async with gate:
+                rec = await client.stream(body)
+        records.append(rec)
+        if on_done:
+            on_done(rec)
+
+    tasks = []
+    due = time.perf_counter()
+    for body in bodies:
+        tasks.append(asyncio.ensure_future(one(body)))
+        due += rng.expovariate(rate)
+        delay = due - time.perf_counter()
+        if delay > 0:
+            await asyncio.sleep(delay)
+    await asyncio.gather(*tasks)
+    return records
+
+
+async def _flush(client: StreamClient, enabled: bool) -> str:
+    if not enabled:
+        return "disabled"
+    status, body = await client.post("/flush_cache")
+    if status == 200:
+        return "flushed"
+    if status in (404, 405):
+        return f"unsupported (http {status})"
+    return f"failed (http {status}: {str(body)[:120]})"
+
+
+async def _server_info(client: StreamClient) -> tuple[dict[str, Any] | None, str | None, str]:
+    """``(answer, path that answered, status line)``: ``/server_info``, else the deprecated ``/get_server_info``."""
+    for path in ("/server_info", "/get_server_info"):
+        status, body = await client.get_json(path)
+        if status == 200 and isinstance(body, dict):
+            return body, path, f"GET {path}: 200"
+        if status not in (404, 405):
+            return None, None, f"GET {path}: http {status}"
+    return None, None, "not offered (404)"
+
+
+async def _resolve_model(client: StreamClient, model: str | None) -> str:
+    if model:
+        return model
+    status, body = await client.get_json("/v1/models")
+    try:
+        return body["data"][0]["id"]
+    except (KeyError, IndexError, TypeError):
+        raise UsageError("no --model given and /v1/models names none", value=f"http {status}: {str(body)[:200]}",
+                         hint="pass --model with the served model name") from None
+
+
+async def run_bench_async(cfg: BenchConfig, dataset: Dataset, progress: ProgressSink | None = None) -> BenchRun:
+    """Run the whole sweep of ``cfg`` on ``dataset``; see the module docstring for the procedure.
+
+    Raises:
+        UnreachableError: the server does not answer.
+        UsageError: no model name could be resolved.
+    """
+    pool = (cfg.max_in_flight or 0) if cfg.open_loop else max(cfg.concurrency)
+    started = time.time()
+    async with StreamClient(cfg.base_url, pool_size=pool, api_key=getattr(cfg, "_api_key"),
+                            request_timeout=cfg.request_timeout) as client:
+        server_info, info_path, info_status = await _server_info(client)
+        model = await _resolve_model(client, cfg.model)
+        points: list[PointResult] = []
+        grid: list[tuple[int | None, float | None]]
+        if cfg.open_loop:
+            grid = [(cfg.max_in_flight, rate) for rate in cfg.request_rates]
+        else:
+            grid = [(c, None) for c in cfg.concurrency]
+        for concurrency, rate in grid:
+            n = cfg.prompts_for(concurrency or 1)
+            convs = dataset.sample(n, cfg.seed)
+            bodies = [cfg.body(model, m) for m in convs]
+            warm_n = cfg.warmup if cfg.warmup is not None else (concurrency or 8)
+            name = f"c={concurrency}" if rate is None else f"rate={rate:g}/s"
+            if warm_n:
+                warm = [cfg.body(model, m) for m in dataset.sample(warm_n, cfg.seed + 1)]
+                if progress:
+                    progress.start(f"{name} warmup", warm_n)
+                await closed_loop(client, warm, concurrency or warm_n,
+                                  (lambda r: progress.advance(r.ok)) if progress else None)
+            runs: list[RunResult] = []
+            for k in range(cfg.runs):
+                flushed = await _flush(client, cfg.flush_cache)
+                if progress:
+                    progress.start(f"{name} run {k + 1}/{cfg.runs}", n)
+                done = (lambda r: progress.advance(r.ok)) if progress else None
+                if rate is None:
+                    records = await closed_loop(client, bodies, concurrency, done)  # type: ignore[arg-type]
+                else:
+                    records = await open_loop(client, bodies, rate, cfg.seed + k, concurrency, done)
+                accept = None
+                if info_path is not None:
+                    status, info = await client.get_json(info_path)
+                    accept = spec_accept_length(info) if status == 200 else None
+                runs.append(RunResult(index=k, flush_cache=flushed, spec_accept_length=accept,
+                                      summary=summarize([records], cfg.slo), records=records))
+            points.append(PointResult(concurrency=concurrency, request_rate=rate, num_prompts=n, warmup=warm_n,
+                                      runs=runs, summary=summarize([r.records for r in runs], cfg.slo)))
+    loop = asyncio.get_running_loop()
+    client_info = {"http": "kimi_deploy.bench.http (asyncio.Protocol, HTTP/1.1 keep-alive)", "json": JSON_LIB,
+                   "event_loop": f"{type(loop).__module__}.{type(loop).__name__}",
+                   "pool_limit": pool or "unlimited"}
+    return BenchRun(config=cfg, model=model, server_info=server_info, server_info_status=info_status,
+                    points=points, client=client_info, started=started, finished=time.time())
+
+
+def run_bench(cfg: BenchConfig, dataset: Dataset, progress: ProgressSink | None = None) -> BenchRun:
+    """Synchronous entry: :func:`run_bench_async` on uvloop when installed, else asyncio."""
+    try:
+        import uvloop
+    except ImportError:
+        return asyncio.run(run_bench_async(cfg, dataset, progress))
+    return uvloop.run(run_bench_async(cfg, dataset, progress))
+
+
+__all__ = ["BenchConfig", "BenchRun", "PointResult", "RunResult", "run_bench", "run_bench_async",
+           "closed_loop", "open_loop", "spec_accept_length", "UnreachableError"]

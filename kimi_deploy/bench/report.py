@@ -1,0 +1,185 @@
+"""Result files of ``kimi-deploy bench``: the versioned JSON, the CSV rows, the terminal table.
+
+JSON (``"schema": "kimi-deploy.bench/1"``)::
+
+    {"schema", "label", "created", "kimi_deploy_version", "definitions": {metric: text},
+     "config": {base_url, model, mode, concurrency, request_rates, max_in_flight, num_prompts, max_tokens,
+                temperature, ignore_eos, warmup, runs, seed, slo, request_timeout, flush_cache, extra_body},
+     "model", "profile_sha256", "dataset": {name, path, sha256, conversations},
+     "server": {"server_info": {...} | null, "server_info_status": str},
+     "client": {http, json, event_loop, pool_limit},
+     "points": [{"concurrency", "request_rate", "num_prompts", "warmup",
+                 "summary": WindowSummary, "spec_accept_length": float | null,
+                 "runs": [{"index", "flush_cache", "spec_accept_length", "summary": WindowSummary,
+                           "requests": [per-request row]}]}]}
+
+``WindowSummary`` and the per-request row are defined in :mod:`kimi_deploy.bench.metrics`.
+CSV: one row per point, columns :data:`CSV_COLUMNS`. A result is read back with
+:func:`load_result`, which checks the schema tag.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from kimi_deploy import __version__
+from kimi_deploy.bench.dataset import Dataset
+from kimi_deploy.bench.load import BenchRun
+from kimi_deploy.bench.metrics import DEFINITIONS
+from kimi_deploy.errors import UsageError
+
+SCHEMA = "kimi-deploy.bench/1"
+
+CSV_COLUMNS = [
+    "label", "concurrency", "request_rate", "runs", "requests", "completed", "errors", "requests_without_usage",
+    "ttft_ms_p50", "ttft_ms_p90", "ttft_ms_p99", "ttft_ms_mean",
+    "tpot_ms_p50", "tpot_ms_p90", "tpot_ms_p99", "tpot_ms_mean",
+    "itl_ms_p50", "itl_ms_p90", "itl_ms_p99", "itl_ms_mean",
+    "e2e_ms_p50", "e2e_ms_p90", "e2e_ms_p99", "e2e_ms_mean",
+    "tokens_per_chunk_mean", "output_tokens_per_s", "requests_per_s", "goodput_requests_per_s", "chunks_per_s",
+    "spec_accept_length", "window_s",
+]
+
+
+def build_result(run: BenchRun, dataset: Dataset, profile_sha256: str | None = None) -> dict[str, Any]:
+    """The result JSON object of one benchmark (layout in the module docstring)."""
+    points = []
+    for p in run.points:
+        accepts = [r.spec_accept_length for r in p.runs if r.spec_accept_length is not None]
+        points.append({
+            "concurrency": p.concurrency,
+            "request_rate": p.request_rate,
+            "num_prompts": p.num_prompts,
+            "warmup": p.warmup,
+            "summary": p.summary.to_dict(),
+            "spec_accept_length": accepts[-1] if accepts else None,
+            "runs": [{"index": r.index, "flush_cache": r.flush_cache, "spec_accept_length": r.spec_accept_length,
+                      "summary": r.summary.to_dict(), "requests": [rec.row() for rec in r.records]}
+                     for r in p.runs],
+        })
+    return {
+        "schema": SCHEMA,
+        "label": run.config.label or run.model,
+        "created": datetime.fromtimestamp(run.started, timezone.utc).isoformat(timespec="seconds"),
+        "duration_s": round(run.finished - run.started, 3),
+        "kimi_deploy_version": __version__,
+        "definitions": DEFINITIONS,
+        "config": run.config.to_dict(),
+        "model": run.model,
+        "profile_sha256": profile_sha256,
+        "dataset": dataset.describe(),
+        "server": {"server_info": run.server_info, "server_info_status": run.server_info_status},
+        "client": run.client,
+        "points": points,
+    }
+
+
+def csv_rows(result: dict[str, Any]) -> list[dict[str, Any]]:
+    """One dict per point with the keys of :data:`CSV_COLUMNS`."""
+    rows = []
+    for p in result["points"]:
+        s = p["summary"]
+        row: dict[str, Any] = {
+            "label": result["label"], "concurrency": p["concurrency"], "request_rate": p["request_rate"],
+            "runs": len(p["runs"]), "spec_accept_length": p["spec_accept_length"],
+        }
+        for key in ("requests", "completed", "errors", "requests_without_usage", "output_tokens_per_s",
+                    "requests_per_s", "goodput_requests_per_s", "chunks_per_s", "window_s"):
+            row[key] = s[key]
+        for metric in ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms"):
+            for stat in ("p50", "p90", "p99", "mean"):
+                row[f"{metric}_{stat}"] = (s[metric] or {}).get(stat)
+        row["tokens_per_chunk_mean"] = (s["tokens_per_chunk"] or {}).get("mean")
+        rows.append(row)
+    return rows
+
+
+def to_csv(result: dict[str, Any]) -> str:
+    """The CSV text (header + one row per point)."""
+    out = io.StringIO()
+    writer = csv.DictWriter(out, fieldnames=CSV_COLUMNS, lineterminator="\n")
+    writer.writeheader()
+    for row in csv_rows(result):
+        writer.writerow({k: _fmt(v) for k, v in row.items()})
+    return out.getvalue()
+
+
+def _fmt(v: Any) -> Any:
+    if isinstance(v, float):
+        return f"{v:.4f}".rstrip("0").rstrip(".") if v == v else ""
+    return "" if v is None else v
+
+
+def load_result(path: Path) -> dict[str, Any]:
+    """Read a result JSON written by ``kimi-deploy bench --json``.
+
+    Raises:
+        UsageError: unreadable, not JSON, or not a ``kimi-deploy.bench/1`` result.
+    """
+    try:
+        data = json.loads(Path(path).read_text())
+    except (OSError, ValueError) as exc:
+        raise UsageError("cannot read the benchmark result", value=str(path),
+                         hint="pass files written by `kimi-deploy bench --json PATH`") from exc
+    if not isinstance(data, dict) or data.get("schema") != SCHEMA:
+        found = data.get("schema") if isinstance(data, dict) else type(data).__name__
+        raise UsageError(f"not a {SCHEMA} result (schema: {found!r})", value=str(path),
+                         hint="pass files written by `kimi-deploy bench --json PATH` of this kimi-deploy version")
+    return data
+
+
+def summary_table(result: dict[str, Any]):
+    """A rich Table: one line per point with medians, throughput and flags."""
+    from rich.table import Table
+
+    table = Table(title=f"kimi-deploy bench: {result['label']}  (model {result['model']}, "
+                        f"max_tokens {result['config']['max_tokens']}, {result['config']['mode']})")
+    for col in ("point", "ok/err", "TTFT p50/p99 ms", "TPOT p50/p99 ms", "ITL p50 ms", "tok/chunk",
+                "E2E p50 ms", "out tok/s", "req/s", "goodput", "accept", "no usage"):
+        table.add_column(col, justify="right")
+    for p in result["points"]:
+        s = p["summary"]
+        point = f"c={p['concurrency']}" if p["request_rate"] is None else f"{p['request_rate']:g}/s"
+        table.add_row(
+            point, f"{s['completed']}/{s['errors']}",
+            _pair(s["ttft_ms"]), _pair(s["tpot_ms"]), _num((s["itl_ms"] or {}).get("p50"), 2),
+            _num((s["tokens_per_chunk"] or {}).get("mean"), 2), _num((s["e2e_ms"] or {}).get("p50"), 0),
+            _num(s["output_tokens_per_s"], 0), _num(s["requests_per_s"], 2), _num(s["goodput_requests_per_s"], 2),
+            _num(p["spec_accept_length"], 2),
+            f"[bold red]{s['requests_without_usage']}[/]" if s["requests_without_usage"] else "0",
+        )
+    return table
+
+
+def _pair(dist: dict | None) -> str:
+    if not dist:
+        return "-"
+    return f"{dist['p50']:.1f} / {dist['p99']:.1f}"
+
+
+def _num(v: float | None, digits: int) -> str:
+    return "-" if v is None else f"{v:,.{digits}f}"
+
+
+def warnings_of(result: dict[str, Any]) -> list[str]:
+    """Lines the operator must read: requests without usage, errors, flush failures."""
+    out = []
+    for p in result["points"]:
+        s = p["summary"]
+        point = f"c={p['concurrency']}" if p["request_rate"] is None else f"rate={p['request_rate']:g}/s"
+        if s["requests_without_usage"]:
+            out.append(f"{point}: {s['requests_without_usage']} response(s) had no usage block; their tokens are "
+                       "not counted and their TPOT is unknown (the server ignored stream_options.include_usage)")
+        if s["errors"]:
+            kinds = ", ".join(f"{k} x{n}" for k, n in s["error_kinds"].items())
+            out.append(f"{point}: {s['errors']} request(s) failed ({kinds})")
+        flushes = {r["flush_cache"] for r in p["runs"]}
+        bad = [f for f in flushes if f.startswith("failed")]
+        if bad:
+            out.append(f"{point}: prefix cache flush {bad[0]}")
+    return out

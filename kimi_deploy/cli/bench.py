@@ -1,0 +1,217 @@
+"""Verbs ``bench`` (run a sweep) and ``bench compare`` (ratios table + PNG)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import click
+
+from kimi_deploy.errors import UsageError
+from kimi_deploy.fsio import write_atomic
+
+
+def _int_list(value: str, name: str) -> tuple[int, ...]:
+    try:
+        items = tuple(int(v) for v in value.split(",") if v.strip())
+    except ValueError:
+        raise UsageError(f"{name} takes comma-separated integers", value=value, hint=f"e.g. {name} 1,8,32") from None
+    if not items:
+        raise UsageError(f"{name} is empty", value=value, hint=f"e.g. {name} 1,8,32")
+    return items
+
+
+def _float_list(value: str, name: str) -> tuple[float, ...]:
+    try:
+        return tuple(float(v) for v in value.split(",") if v.strip())
+    except ValueError:
+        raise UsageError(f"{name} takes comma-separated numbers", value=value, hint=f"e.g. {name} 2,4,8") from None
+
+
+def parse_slo(value: str | None) -> dict[str, float]:
+    """``ttft=2000,tpot=50,e2e=30000`` (milliseconds) → dict.
+
+    Raises:
+        UsageError: a part is not ``key=number`` or the key is not ttft/tpot/e2e.
+    """
+    slo: dict[str, float] = {}
+    for part in (value or "").split(","):
+        if not part.strip():
+            continue
+        key, sep, number = part.partition("=")
+        key = key.strip().lower()
+        try:
+            if not sep or key not in ("ttft", "tpot", "e2e"):
+                raise ValueError
+            slo[key] = float(number.removesuffix("ms"))
+        except ValueError:
+            raise UsageError("bad --slo item", value=part,
+                             hint="use ttft=MS,tpot=MS,e2e=MS, e.g. --slo ttft=2000,tpot=50") from None
+    return slo
+
+
+class _RichProgress:
+    """Progress on stderr, redrawn twice a second (the client's loop must not pay for drawing)."""
+
+    def __init__(self) -> None:
+        from rich.console import Console
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+        self.errors = 0
+        self.progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                                 TextColumn("errors {task.fields[errors]}"), TimeElapsedColumn(),
+                                 console=Console(stderr=True), refresh_per_second=2, transient=False)
+        self.task = None
+
+    def __enter__(self):
+        self.progress.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        self.progress.__exit__(*exc)
+
+    def start(self, description: str, total: int) -> None:
+        if self.task is not None:
+            self.progress.update(self.task, completed=self.progress.tasks[self.task].total)
+        self.errors = 0
+        self.task = self.progress.add_task(description, total=total, errors=0)
+
+    def advance(self, ok: bool) -> None:
+        if not ok:
+            self.errors += 1
+        self.progress.update(self.task, advance=1, errors=self.errors)
+
+
+@click.group("bench", invoke_without_command=True,
+             context_settings={"show_default": True})
+@click.option("--base-url", metavar="URL", help="Server root, e.g. http://127.0.0.1:30000 (a /v1 suffix is fine).")
+@click.option("--model", metavar="NAME", help="Served model name (default: the first of /v1/models).")
+@click.option("--concurrency", default="1,2,4,8,16,32,64", metavar="N,N,...",
+              help="Closed-loop points; with --request-rate: one cap on requests in flight.")
+@click.option("--request-rate", metavar="R,R,...", help="Open-loop Poisson arrivals (requests/s) instead.")
+@click.option("--num-prompts", type=int, default=None, metavar="N",
+              help="Measured requests per run [default: max(32, 4 x concurrency); 200 open loop].")
+@click.option("--max-tokens", type=int, default=256, metavar="M", help="max_tokens of every request.")
+@click.option("--temperature", type=float, default=0.0, help="temperature of every request.")
+@click.option("--ignore-eos", is_flag=True, help="Send ignore_eos (SGLang): every answer runs to max_tokens.")
+@click.option("--warmup", type=int, default=None, metavar="N",
+              help="Requests before each point, not measured [default: the concurrency].")
+@click.option("--runs", type=int, default=1, metavar="K", help="Measured runs per point (cache flushed before each).")
+@click.option("--dataset", type=click.Path(path_type=Path, dir_okay=False), metavar="FILE.jsonl",
+              help="JSONL of {\"messages\": [...]} [default: the kit's natural prompts].")
+@click.option("--seed", type=int, default=0, help="Seed of prompt order and Poisson arrivals.")
+@click.option("--slo", metavar="ttft=MS,tpot=MS,e2e=MS", help="SLOs for goodput (milliseconds).")
+@click.option("--label", metavar="NAME", help="Name of this configuration in compare tables and plots.")
+@click.option("--profile", "profile_path", type=click.Path(path_type=Path, dir_okay=False), metavar="FILE",
+              help="Deployment profile to record (its sha256) in the result.")
+@click.option("--json", "json_path", metavar="PATH", help="Write the result JSON to PATH ('-': stdout).")
+@click.option("--csv", "csv_path", type=click.Path(path_type=Path, dir_okay=False), metavar="PATH",
+              help="Write one CSV row per point to PATH.")
+@click.option("--request-timeout", type=float, default=600.0, metavar="S", help="Seconds per request before 'timeout'.")
+@click.option("--no-flush-cache", is_flag=True, help="Do not POST /flush_cache before each run.")
+@click.option("--extra-body", metavar="JSON", help="JSON object merged into every request body.")
+@click.option("--api-key", envvar="KIMI_DEPLOY_API_KEY", metavar="KEY",
+              help="Bearer token (env KIMI_DEPLOY_API_KEY); never written to the result.")
+@click.option("--no-progress", is_flag=True, help="No progress display.")
+@click.pass_context
+def bench_cmd(ctx, base_url, model, concurrency, request_rate, num_prompts, max_tokens, temperature, ignore_eos,
+              warmup, runs, dataset, seed, slo, label, profile_path, json_path, csv_path, request_timeout,
+              no_flush_cache, extra_body, api_key, no_progress):
+    """Benchmark a running OpenAI-compatible server: closed-loop concurrency sweep (or Poisson rates).
+
+    Streams /v1/chat/completions with stream_options.include_usage and reports TTFT, TPOT,
+    ITL with tokens per chunk, E2E (p50/p90/p99/mean), output tokens/s, requests/s and
+    goodput per point. `kimi-deploy bench compare A.json B.json` compares results.
+    """
+    if ctx.invoked_subcommand is not None:
+        return
+    from rich.console import Console
+
+    from kimi_deploy.bench import dataset as dataset_lib, load, report
+
+    if not base_url:
+        raise UsageError("--base-url is required", hint="e.g. kimi-deploy bench --base-url http://127.0.0.1:30000")
+    body_extra = {}
+    if extra_body:
+        try:
+            body_extra = json.loads(extra_body)
+        except ValueError:
+            body_extra = None
+        if not isinstance(body_extra, dict):
+            raise UsageError("--extra-body must be a JSON object", value=extra_body,
+                             hint='e.g. --extra-body \'{"chat_template_kwargs": {"thinking": false}}\'')
+    profile_sha = None
+    if profile_path:
+        from kimi_deploy.profile import load_profile
+
+        profile_sha = load_profile(profile_path).digest()
+    rates = _float_list(request_rate, "--request-rate") if request_rate else ()
+    conc = _int_list(concurrency, "--concurrency")
+    if rates and len(conc) > 1 and ctx.get_parameter_source("concurrency") != click.core.ParameterSource.DEFAULT:
+        raise UsageError("with --request-rate, --concurrency is one cap on requests in flight, not a sweep",
+                         value=concurrency, hint="give one --concurrency value, or none for no cap")
+    cfg = load.BenchConfig(
+        base_url=base_url, model=model, concurrency=() if rates else conc, request_rates=rates,
+        max_in_flight=(conc[0] if rates and ctx.get_parameter_source("concurrency")
+                       != click.core.ParameterSource.DEFAULT else None),
+        num_prompts=num_prompts, max_tokens=max_tokens, temperature=temperature, ignore_eos=ignore_eos,
+        warmup=warmup, runs=runs, seed=seed, slo=parse_slo(slo), label=label, request_timeout=request_timeout,
+        flush_cache=not no_flush_cache, extra_body=body_extra, api_key=api_key)
+    data = dataset_lib.load_dataset(dataset)
+    show = not no_progress and sys.stderr.isatty()
+    if show:
+        with _RichProgress() as progress:
+            run = load.run_bench(cfg, data, progress)
+    else:
+        run = load.run_bench(cfg, data)
+    result = report.build_result(run, data, profile_sha)
+    console = Console(stderr=json_path == "-")
+    console.width = max(console.width, 150)  # the table has 12 columns; let a narrow terminal wrap instead
+    if json_path and json_path != "-":
+        write_atomic(Path(json_path), json.dumps(result, indent=1) + "\n")
+    if csv_path:
+        write_atomic(csv_path, report.to_csv(result))
+    console.print(report.summary_table(result))
+    for line in report.warnings_of(result):
+        console.print(f"[yellow]warning:[/] {line}")
+    if json_path == "-":
+        click.echo(json.dumps(result, indent=1))
+    else:
+        for path in (json_path, csv_path):
+            if path:
+                console.print(f"wrote {path}")
+
+
+@bench_cmd.command("compare")
+@click.argument("results", nargs=-1, required=True, type=click.Path(path_type=Path, dir_okay=False))
+@click.option("--plot", "plot_path", type=click.Path(path_type=Path, dir_okay=False), default="bench-compare.png",
+              show_default=True, metavar="PATH", help="Where to write the PNG.")
+@click.option("--no-plot", is_flag=True, help="Only print the table.")
+@click.option("--json", "as_json", is_flag=True, help="Print the comparison as JSON.")
+def compare_cmd(results, plot_path, no_plot, as_json):
+    """Compare results (the first is the baseline): ratios per point, and a PNG plot."""
+    import dataclasses
+
+    from rich.console import Console
+
+    from kimi_deploy.bench import compare as compare_lib
+    from kimi_deploy.bench.report import load_result
+
+    loaded = [load_result(p) for p in results]
+    cmp = compare_lib.compare(loaded)
+    if not no_plot:
+        compare_lib.plot(loaded, plot_path)
+        cmp = dataclasses.replace(cmp, plot=str(plot_path))
+    if as_json:
+        click.echo(json.dumps(cmp.to_dict(), indent=2))
+        return
+    console = Console()
+    console.print(compare_lib.comparison_table(cmp))
+    for line in cmp.warnings:
+        console.print(f"[yellow]warning:[/] not the same workload: {line}")
+    if cmp.plot:
+        console.print(f"wrote {cmp.plot}")
+
+
+COMMANDS = [bench_cmd]
