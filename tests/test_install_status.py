@@ -14,7 +14,7 @@ import types
 
 import pytest
 
-from install_fakes import SHOW_ACTIVE, SHOW_FAILED, FakeServer, FakeSystemd, write_profile
+from install_fakes import SHOW_ACTIVE, SHOW_FAILED, FakeServer, FakeSystemd, sglang_server_args, write_profile
 from kimi_deploy.cli import cli
 from kimi_deploy.install import apply, plan_install
 from kimi_deploy.paths import HostLayout
@@ -95,13 +95,13 @@ def _installed(tmp_path, port, **kw):
 def test_status_json_healthy_in_sync(cli_runner, tmp_path, fake_systemd, patching_stand_in):
     holder = {}
 
-    def server_info():
+    def running():
         args = list(render(holder["profile"]).launch.server_args)
         i = args.index("--config")
-        return {"launch_command": " ".join(["--api-key", holder["key"], *args[:i], *args[i + 2:]]),
-                "version": "0.5.23"}
+        return sglang_server_args(holder["profile"], launch_command=" ".join(
+            ["--api-key", holder["key"], *args[:i], *args[i + 2:]]))
 
-    with FakeServer(server_info=server_info) as server:
+    with FakeServer(args=running) as server:
         root, profile = _installed(tmp_path, server.port)
         holder["profile"] = profile
         holder["key"] = server.api_key = (root / "etc/kimi-deploy/kimi-test.api-key").read_text().strip()
@@ -121,7 +121,8 @@ def test_status_json_healthy_in_sync(cli_runner, tmp_path, fake_systemd, patchin
 
 def test_status_finds_drift_in_proc_cmdline_and_reports_problems(cli_runner, tmp_path, fake_systemd,
                                                                  patching_stand_in):
-    with FakeServer(ready=lambda n: False) as server:  # no /server_info: falls back to /proc/<pid>/cmdline
+    # no /server_info: falls back to /proc/<pid>/cmdline
+    with FakeServer(ready=lambda n: False, args=lambda: None) as server:
         root, profile = _installed(tmp_path, server.port)
         args = [a if a != "1000" else "8192" for a in render(profile).launch.server_args]
         script = tmp_path / "launch_server.py"
