@@ -15,6 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 from kimi_deploy import systemd
+from kimi_deploy.check import CheckOptions, run_checks
 from kimi_deploy.errors import ExitCode, KimiDeployError
 from kimi_deploy.hostfiles import Restored, list_backups, restore_backup
 from kimi_deploy.paths import HostLayout
@@ -28,16 +29,20 @@ FAST_TIER = ("health.*", "config.*")
 
 @dataclasses.dataclass(frozen=True)
 class CheckSummary:
-    """The fast check tier's outcome: ``exit_code`` (an :class:`ExitCode` value) and its results as dicts
-    (``id``, ``status``, ``kind``, ``detail``); ``available`` False when the check module is missing."""
+    """The fast check tier's outcome: ``exit_code`` (the :class:`kimi_deploy.check.CheckReport`'s,
+    an :class:`ExitCode` value) and its results as dicts (``id``, ``status``, ``kind``, ``detail``)."""
 
     exit_code: int
     results: list[dict[str, Any]]
-    available: bool = True
 
     @property
     def ok(self) -> bool:
         return self.exit_code == ExitCode.OK
+
+    @property
+    def failed(self) -> list[str]:
+        """Ids of the checks whose status is ``fail``."""
+        return [r["id"] for r in self.results if r["status"] == "fail"]
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -56,21 +61,17 @@ def read_api_key(profile: Profile, layout: HostLayout) -> str | None:
 def run_fast_checks(profile: Profile, api_key: str | None, timeout: float = 60.0) -> CheckSummary:
     """Run the ``health.*`` and ``config.*`` checks of ``kimi-deploy check`` against the profile's server.
 
-    The only caller of :mod:`kimi_deploy.check` in this module (interface:
-    ``run_checks(CheckOptions(...)) -> CheckReport`` with ``.exit_code`` and ``.results``).
+    ``timeout``: seconds per HTTP request. The expected values (served model name, parsers,
+    speculative settings, ``tp_size``) come from ``profile``.
+
+    Raises:
+        UsageError / ProfileError: from :func:`kimi_deploy.check.run_checks` (a bad base URL).
     """
-    try:
-        from kimi_deploy.check import CheckOptions, run_checks
-    except ImportError:
-        return CheckSummary(int(ExitCode.OK), [], available=False)
     report = run_checks(CheckOptions(
         base_url=profile.base_url, model=profile.sglang.served_model_name or profile.sglang.model_path,
         api_key=api_key, profile=profile, only=list(FAST_TIER), timeout=timeout))
-    results = []
-    for r in report.results:
-        results.append({"id": getattr(r, "id", None), "status": str(getattr(r, "status", "")),
-                        "kind": str(getattr(r, "kind", "")), "detail": getattr(r, "detail", None)})
-    return CheckSummary(int(report.exit_code), results)
+    return CheckSummary(int(report.exit_code),
+                        [{"id": r.id, "status": r.status, "kind": r.kind, "detail": r.detail} for r in report.results])
 
 
 @dataclasses.dataclass(frozen=True)
@@ -136,14 +137,9 @@ def _attempt(label: str, profile: Profile, layout: HostLayout, *, wait: bool, ti
         code = ExitCode.FAILED if result.unit_failed else ExitCode.TIMEOUT
         return Attempt(label, done.command, result, None, int(code), why + last)
     checks = run_fast_checks(profile, api_key, timeout=min(120.0, max(10.0, timeout)))
-    if not checks.available:
-        return Attempt(label, done.command, result, checks, int(ExitCode.OK),
-                       f"ready after {result.elapsed:.0f} s; fast checks skipped (kimi_deploy.check not installed)")
     if not checks.ok:
-        failed = [r["id"] for r in checks.results
-                  if r["status"].lower().split(".")[-1] not in ("pass", "passed", "ok", "skip", "skipped", "warn")]
-        return Attempt(label, done.command, result, checks, checks.exit_code or int(ExitCode.FAILED),
-                       f"ready after {result.elapsed:.0f} s, but the fast checks failed: {', '.join(failed) or '?'}")
+        return Attempt(label, done.command, result, checks, checks.exit_code,
+                       f"ready after {result.elapsed:.0f} s, but the fast checks failed: {', '.join(checks.failed)}")
     return Attempt(label, done.command, result, checks, int(ExitCode.OK),
                    f"ready after {result.elapsed:.0f} s; fast checks passed ({len(checks.results)})")
 

@@ -24,6 +24,7 @@ from typing import Any
 from kimi_deploy import systemd
 from kimi_deploy.errors import ExitCode, KimiDeployError
 from kimi_deploy.hostfiles import Manifest, read_bytes, sha256
+from kimi_deploy.patching import status as series_status
 from kimi_deploy.paths import HostLayout
 from kimi_deploy.profile import Profile
 from kimi_deploy.readiness import get_json, probe_ready
@@ -126,19 +127,19 @@ def running_launch(base_url: str, api_key: str | None, main_pid: int | None) -> 
 
 
 def patch_state(python: str) -> dict[str, Any]:
-    """The patch series state of the SGLang in ``python`` (``kimi_deploy.patching.status(python).to_dict()``).
+    """The patch series state of the SGLang in ``python`` (:func:`kimi_deploy.patching.status`, as a dict).
 
-    The one caller of :mod:`kimi_deploy.patching` here; ``state`` is one of applied, not_applied,
-    drifted, partial, no_series; ``unknown`` when that module is missing, ``error`` when it failed.
+    ``state`` is one of applied, not_applied, drifted, partial, no_series; ``error`` (with
+    ``detail``: the reason and the offending value) when the state cannot be read (the interpreter
+    is missing or has no SGLang, a damaged record). The record is looked up in
+    :func:`kimi_deploy.paths.patch_state_dir` (``$KIMI_DEPLOY_STATE_DIR``, else
+    ``/var/lib/kimi-deploy``), where ``patch apply`` writes it.
     """
-    try:
-        from kimi_deploy.patching import status as series_status
-    except ImportError:
-        return {"state": "unknown", "detail": "kimi_deploy.patching is not installed"}
     try:
         return series_status(python).to_dict()
     except KimiDeployError as exc:
-        return {"state": "error", "detail": exc.message}
+        value = f": {exc.value}" if exc.value is not None else ""
+        return {"state": "error", "detail": exc.message + value}
 
 
 def last_check(path: Path) -> dict[str, Any] | None:

@@ -37,6 +37,22 @@ def sglang_python() -> str:
     pytest.skip("SGLang test environment missing: run scripts/sglang-testenv")
 
 
+#: Opt-in patches applied on top of the defaults in :func:`patched_sglang`.
+PATCHED_WITH = ["sm120-flashinfer-allreduce-fusion", "sm120-torch-symm-mem"]
+
+
+@pytest.fixture(scope="session")
+def patched_sglang(sglang_python, tmp_path_factory) -> tuple[str, Path]:
+    """``(python, state_dir)`` of one throwaway SGLang copy with the whole 0.5.23 series applied
+    (defaults + :data:`PATCHED_WITH`), built once per session (tests/patch_helpers.py).
+
+    Shared: only read it. A test that edits patched files builds its own copy.
+    """
+    from patch_helpers import patched_target
+
+    return patched_target(sglang_python, tmp_path_factory.mktemp("patched"), with_=PATCHED_WITH, bytecode=True)
+
+
 @pytest.fixture
 def cli_runner() -> CliRunner:
     """Click's CliRunner with stderr kept apart from stdout."""

@@ -136,25 +136,63 @@ class FakeSystemd:
         return out
 
 
-class FakeServer:
-    """A loopback HTTP server answering like SGLang 0.5.23's readiness and info endpoints.
+#: ``/server_info`` fields SGLang 0.5.23 adds to the resolved server arguments
+#: (``srt/utils/common.py`` ``build_server_info``, http_server.py), as the replay server serves them.
+SERVER_INFO_EXTRA = {"max_total_num_tokens": 1048576, "internal_states": [{"avg_spec_accept_length": 2.9,
+                                                                           "last_gen_throughput": 0.0}],
+                     "version": "0.5.23", "frontend": "python"}
 
-    ``ready(n)`` decides whether the n-th ``/health_generate`` call (1-based) answers 200;
-    ``model_info()`` and ``server_info()`` give the JSON bodies (None: 404). With ``api_key``,
-    ``/model_info`` and ``/server_info`` need ``Authorization: Bearer <key>`` (401 otherwise),
-    while ``/health*`` stay open, as in SGLang.
+
+def sglang_server_args(profile: Any = None, **overrides: Any) -> dict[str, Any]:
+    """The resolved server arguments SGLang 0.5.23 reports for a server launched from ``profile``.
+
+    A subset of ``ServerArgs`` under its own field names: what ``/model_info``, ``/server_info`` and
+    ``/v1/models`` derive from (``served_model_name`` defaults to ``model_path``, as in
+    ``ServerArgs.__post_init__``). ``profile`` None: :func:`write_profile`'s values.
+    ``overrides`` replace fields, e.g. ``tool_call_parser=None`` for a server launched without it.
+    """
+    s = profile.sglang if profile is not None else None
+    model_path = s.model_path if s else "/models/moonshotai/Kimi-K2.5"
+    args = {
+        "model_path": model_path, "tokenizer_path": model_path,
+        "served_model_name": (s.served_model_name if s else None) or model_path,
+        "host": s.host if s else "127.0.0.1", "port": s.port if s else 30000,
+        "tp_size": s.tp_size if s else 1, "context_length": s.context_length if s else 1000,
+        "tool_call_parser": s.tool_call_parser if s else "kimi_k2",
+        "reasoning_parser": s.reasoning_parser if s else "kimi_k2",
+        "speculative_algorithm": s.speculative_algorithm if s else None,
+        "speculative_num_steps": s.speculative_num_steps if s else None,
+        "speculative_eagle_topk": s.speculative_eagle_topk if s else None,
+        "speculative_num_draft_tokens": s.speculative_num_draft_tokens if s else None,
+        "load_format": "auto", "weight_version": "default", "disaggregation_mode": "null",
+        "preferred_sampling_params": None, "launch_command": None,
+    }
+    args.update(overrides)
+    return args
+
+
+class FakeServer:
+    """A loopback HTTP server answering like SGLang 0.5.23's health, info and model-list endpoints.
+
+    ``ready(n)`` decides whether the n-th ``/health`` or ``/health_generate`` call (1-based, both run
+    a 1-token generation in 0.5.23) answers 200 (else 503). ``args()`` gives the running server's
+    resolved arguments (:func:`sglang_server_args`), from which ``/model_info``, ``/server_info``
+    and ``/v1/models`` are built in the shapes of http_server.py 0.5.23 (tests/replay/server.py
+    serves the same ones from SGLang's own code); ``args()`` None: those routes answer 404.
+    With ``api_key``, every route but ``/health*`` and ``/ready`` needs ``Authorization: Bearer
+    <key>`` (401 otherwise), as SGLang's API-key middleware does. ``paths`` logs every GET,
+    ``unauthorized`` every path answered 401.
     """
 
     def __init__(self, *, ready: Callable[[int], bool] = lambda n: True,
-                 model_info: Callable[[], dict[str, Any] | None] = lambda: {"tool_call_parser": "kimi_k2"},
-                 server_info: Callable[[], dict[str, Any] | None] = lambda: None,
+                 args: Callable[[], dict[str, Any] | None] = sglang_server_args,
                  api_key: str | None = None) -> None:
         self.ready = ready
-        self.model_info = model_info
-        self.server_info = server_info
+        self.args = args
         self.api_key = api_key
         self.health_calls = 0
         self.paths: list[str] = []
+        self.unauthorized: list[str] = []
         server = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -171,15 +209,20 @@ class FakeServer:
 
             def do_GET(self):  # noqa: N802 - http.server's naming
                 server.paths.append(self.path)
-                if self.path == "/health_generate":
+                if self.path in ("/health", "/health_generate"):
                     server.health_calls += 1
                     ok = server.ready(server.health_calls)
                     return self._send(200 if ok else 503, {} if ok else {"detail": "starting"})
+                if self.path == "/ready":
+                    return self._send(200, {})
                 if server.api_key and self.headers.get("Authorization") != f"Bearer {server.api_key}":
+                    server.unauthorized.append(self.path)
                     return self._send(401, {"error": "Unauthorized"})
-                body = {"/model_info": server.model_info, "/server_info": server.server_info}.get(self.path)
-                data = body() if body else None
-                return self._send(200, data) if data is not None else self._send(404, {"detail": "Not Found"})
+                route = {"/model_info": _model_info, "/server_info": _server_info, "/v1/models": _models}
+                args = server.args() if self.path in route else None
+                if args is None:
+                    return self._send(404, {"detail": "Not Found"})
+                return self._send(200, route[self.path](args))
 
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.port = self.httpd.server_address[1]
@@ -194,11 +237,41 @@ class FakeServer:
         self.httpd.server_close()
 
 
+def _model_info(args: dict[str, Any]) -> dict[str, Any]:
+    """``GET /model_info`` of SGLang 0.5.23 (http_server.py; fields in its order)."""
+    return {"model_path": args["model_path"], "served_model_name": args["served_model_name"],
+            "tokenizer_path": args["tokenizer_path"], "is_generation": True,
+            "preferred_sampling_params": args["preferred_sampling_params"],
+            "weight_version": args["weight_version"], "load_format": args["load_format"],
+            "reasoning_parser": args["reasoning_parser"], "tool_call_parser": args["tool_call_parser"],
+            "disaggregation_mode": args["disaggregation_mode"], "has_image_understanding": False,
+            "has_audio_understanding": False, "model_type": "kimi_k25",
+            "architectures": ["KimiK25ForConditionalGeneration"]}
+
+
+def _server_info(args: dict[str, Any]) -> dict[str, Any]:
+    """``GET /server_info``: the resolved server arguments, ``launch_command``, scheduler info, ``version``."""
+    return {**args, **SERVER_INFO_EXTRA}
+
+
+def _models(args: dict[str, Any]) -> dict[str, Any]:
+    """``GET /v1/models``: an OpenAI model list with SGLang's ``ModelCard`` (one served name)."""
+    name = args["served_model_name"]
+    return {"object": "list", "data": [{"id": name, "object": "model", "created": 1749895200, "owned_by": "sglang",
+                                        "root": name, "parent": None,
+                                        "max_model_len": args["context_length"] or 262144}]}
+
+
 def write_profile(path: Path, *, port: int = 30000, context_length: int = 1000, name: str = "kimi-test",
-                  api_key: bool = True, cache_dir: str | None = None) -> Path:
-    """A small valid profile (loopback host) whose ``context_length`` tells two versions apart."""
+                  api_key: bool = True, cache_dir: str | None = None, python: str | None = None) -> Path:
+    """A small valid profile (loopback host) whose ``context_length`` tells two versions apart.
+
+    ``python``: ``[service] python`` (the SGLang interpreter; the profile default otherwise).
+    """
     lines = ["[service]", f'name = "{name}"', 'user = "sglang"', 'group = "sglang"', "gpu_count = 1",
              "timeout_start_sec = 600"]
+    if python:
+        lines.append(f'python = "{python}"')
     if cache_dir:
         lines.append(f'cache_dir = "{cache_dir}"')
     lines += ["", "[sglang]", 'model_path = "/models/moonshotai/Kimi-K2.5"', 'host = "127.0.0.1"', f"port = {port}",

@@ -41,6 +41,19 @@ def make_target(sglang_python: str, directory: Path, *, bytecode: bool = False) 
     return python
 
 
+def patched_target(sglang_python: str, directory: Path, *, with_: list[str] | None = None,
+                   bytecode: bool = False) -> tuple[str, Path]:
+    """A throwaway SGLang installation in ``directory/venv`` with the series applied (defaults plus
+    ``with_``) and verified; returns ``(python, state_dir)`` (the record is under ``directory/state``)."""
+    from kimi_deploy import patching
+
+    python = make_target(sglang_python, directory / "venv", bytecode=bytecode)
+    state = directory / "state"
+    patching.apply(python, with_=with_, state_dir=state)
+    assert patching.verify(python, state_dir=state).state == "applied"
+    return python, state
+
+
 def tree_hashes(root: Path) -> dict[str, str]:
     """sha256 of every file under ``root`` (relative path -> hex), ``__pycache__`` excluded."""
     return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()

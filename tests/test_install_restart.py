@@ -1,23 +1,20 @@
 """restart --wait / --rollback-on-failure with a fake systemctl/journalctl and a loopback server.
 
-STAND-IN NOTICE (for the merge): the tests using the ``check_stand_in`` fixture replace
-``kimi_deploy.check`` in ``sys.modules`` with a tiny local module implementing the agreed
-interface (``CheckOptions``, ``run_checks -> CheckReport(.exit_code, .results)``). Once the real
-module is on main, drop the fixture and let the real fast tier run against the same servers.
+After readiness, restart runs the real fast tier of ``kimi-deploy check`` (``health.*``,
+``config.*``) against the loopback server, which answers with the arguments of the profile
+installed under the test root (``FakeServer(args=...)``), like the server systemd would start.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import json
-import sys
-import types
+import re
 from pathlib import Path
 
-import httpx
 import pytest
 
-from install_fakes import STARTUP_JOURNAL, SHOW_FAILED, FakeServer, FakeSystemd, write_profile
+from install_fakes import STARTUP_JOURNAL, SHOW_FAILED, FakeServer, FakeSystemd, sglang_server_args, write_profile
+from kimi_deploy.check import registry
 from kimi_deploy.cli import cli
 from kimi_deploy.errors import ExitCode
 from kimi_deploy.install import apply, plan_install
@@ -37,54 +34,6 @@ def fake_systemd(tmp_path, monkeypatch) -> FakeSystemd:
     return fake
 
 
-@pytest.fixture
-def check_stand_in(monkeypatch):
-    """STAND-IN for kimi_deploy.check (see module docstring): health + the tool parser from /model_info."""
-    calls: list = []
-
-    @dataclasses.dataclass
-    class CheckOptions:
-        base_url: str
-        model: str
-        api_key: str | None
-        profile: object
-        only: list
-        timeout: float
-
-    @dataclasses.dataclass
-    class Result:
-        id: str
-        status: str
-        kind: str
-        detail: str
-        evidence: dict
-
-    @dataclasses.dataclass
-    class CheckReport:
-        exit_code: ExitCode
-        results: list
-
-    def run_checks(options: CheckOptions) -> CheckReport:
-        calls.append(options)
-        headers = {"Authorization": f"Bearer {options.api_key}"} if options.api_key else {}
-        health = httpx.get(options.base_url + "/health_generate", timeout=options.timeout)
-        info = httpx.get(options.base_url + "/model_info", headers=headers, timeout=options.timeout).json()
-        want = options.profile.sglang.tool_call_parser
-        results = [
-            Result("health.generate", "pass" if health.status_code == 200 else "fail", "health",
-                   f"HTTP {health.status_code}", {}),
-            Result("config.tool_call_parser", "pass" if info.get("tool_call_parser") == want else "fail", "config",
-                   f"server {info.get('tool_call_parser')!r}, profile {want!r}", {}),
-        ]
-        failed = any(r.status == "fail" for r in results)
-        return CheckReport(ExitCode.FAILED if failed else ExitCode.OK, results)
-
-    module = types.ModuleType("kimi_deploy.check")
-    module.CheckOptions, module.run_checks, module.calls = CheckOptions, run_checks, calls
-    monkeypatch.setitem(sys.modules, "kimi_deploy.check", module)
-    return module
-
-
 def _install(root: Path, profile_path: Path) -> None:
     apply(plan_install(load_profile(profile_path), HostLayout(root), enable=False, create_user=False))
 
@@ -94,6 +43,21 @@ def _setup(tmp_path, port: int) -> tuple[Path, Path, Path]:
     v1 = write_profile(tmp_path / "v1.toml", port=port, context_length=1000)
     v2 = write_profile(tmp_path / "v2.toml", port=port, context_length=2000)
     return root, v1, v2
+
+
+#: What restart runs once the server is ready.
+FAST_TIER = registry.select(["health.*", "config.*"], [])
+assert "health.ready" in FAST_TIER and "config.tool_call_parser" in FAST_TIER
+PROFILE_COPY = "etc/kimi-deploy/kimi-test.toml"
+
+
+def _running(holder: dict, **overrides):
+    """``FakeServer(args=...)``: the arguments of the profile installed under ``holder["root"]``,
+    with ``overrides`` while the v2 unit (context length 2000) is installed."""
+    def args():
+        profile = load_profile(holder["root"] / PROFILE_COPY)
+        return sglang_server_args(profile, **(overrides if _unit_is(holder["root"], 2000) else {}))
+    return args
 
 
 def _unit_is(root: Path, context_length: int) -> bool:
@@ -138,9 +102,11 @@ def test_wait_stops_early_when_the_unit_failed(fake_systemd):
     assert result.unit_failed and not result.ready and result.polls == 1
 
 
-def test_restart_wait_ready_after_n_polls_runs_the_fast_tier(cli_runner, tmp_path, fake_systemd, check_stand_in):
-    with FakeServer(ready=lambda n: n >= 3, api_key=None) as server:
+def test_restart_wait_ready_after_n_polls_runs_the_fast_tier(cli_runner, tmp_path, fake_systemd):
+    holder = {}
+    with FakeServer(ready=lambda n: n >= 3, args=_running(holder), api_key=None) as server:
         root, v1, _ = _setup(tmp_path, server.port)
+        holder["root"] = root
         _install(root, v1)
         key = (root / "etc/kimi-deploy/kimi-test.api-key").read_text().strip()
         server.api_key = key
@@ -150,9 +116,14 @@ def test_restart_wait_ready_after_n_polls_runs_the_fast_tier(cli_runner, tmp_pat
     data = json.loads(result.output)
     assert data["ok"] and data["attempts"][0]["wait"]["polls"] >= 3
     assert fake_systemd.verbs() == ["restart kimi-test.service"]
-    (options,) = check_stand_in.calls  # [STAND-IN]
-    assert options.only == ["health.*", "config.*"] and options.api_key == key
-    assert options.base_url == f"http://127.0.0.1:{server.port}"
+    checks = data["attempts"][0]["checks"]
+    assert checks["exit_code"] == 0
+    assert [r["id"] for r in checks["results"]] == FAST_TIER  # health.* and config.*, nothing else
+    assert {r["id"]: r["status"] for r in checks["results"]} == {i: "pass" for i in FAST_TIER}
+    # the checks reached this server, with the installed key (no 401), and read its facts
+    assert server.unauthorized == []
+    assert {"/health", "/v1/models", "/model_info", "/server_info"} <= set(server.paths)
+    assert "fast checks passed (%d)" % len(FAST_TIER) in data["attempts"][0]["summary"]
     assert key not in result.output
 
 
@@ -191,10 +162,10 @@ def test_never_ready_without_rollback_times_out_and_keeps_the_new_files(cli_runn
     assert fake_systemd.verbs() == ["restart kimi-test.service"]
 
 
-def test_never_ready_rolls_back_to_the_previous_bytes(cli_runner, tmp_path, fake_systemd, check_stand_in):
+def test_never_ready_rolls_back_to_the_previous_bytes(cli_runner, tmp_path, fake_systemd):
     # the "server" comes up only when the v1 unit is installed: v2 never becomes ready
     root_holder = {}
-    with FakeServer(ready=lambda n: _unit_is(root_holder["root"], 1000)) as server:
+    with FakeServer(ready=lambda n: _unit_is(root_holder["root"], 1000), args=_running(root_holder)) as server:
         root, v1, v2 = _setup(tmp_path, server.port)
         root_holder["root"] = root
         _install(root, v1)
@@ -212,6 +183,8 @@ def test_never_ready_rolls_back_to_the_previous_bytes(cli_runner, tmp_path, fake
     new, back = data["attempts"]
     assert not new["ok"] and new["wait"]["timed_out"]
     assert back["label"] == "rollback" and back["ok"], back
+    assert new["checks"] is None  # never ready: nothing to check
+    assert back["checks"]["exit_code"] == 0 and [r["id"] for r in back["checks"]["results"]] == FAST_TIER
     for rel, old in v1_files.items():
         assert (root / rel).read_bytes() == old, rel
     assert fake_systemd.verbs() == ["restart kimi-test.service", "daemon-reload", "restart kimi-test.service"]
@@ -220,14 +193,11 @@ def test_never_ready_rolls_back_to_the_previous_bytes(cli_runner, tmp_path, fake
     assert any(p.name.endswith(".rolled-back") for p in (root / "etc/kimi-deploy/backup/kimi-test").iterdir())
 
 
-def test_failing_config_tier_rolls_back(cli_runner, tmp_path, fake_systemd, check_stand_in):
-    # both versions start, but under v2 the server reports the wrong tool parser: the config tier fails
+def test_failing_config_tier_rolls_back(cli_runner, tmp_path, fake_systemd):
+    # both versions start, but under v2 the server runs without parsers: the config tier fails
     holder = {}
-
-    def model_info():
-        return {"tool_call_parser": "kimi_k2" if _unit_is(holder["root"], 1000) else "qwen25"}
-
-    with FakeServer(ready=lambda n: True, model_info=model_info) as server:
+    no_parsers = _running(holder, tool_call_parser=None, reasoning_parser=None)
+    with FakeServer(ready=lambda n: True, args=no_parsers) as server:
         root, v1, v2 = _setup(tmp_path, server.port)
         holder["root"] = root
         _install(root, v1)
@@ -237,10 +207,37 @@ def test_failing_config_tier_rolls_back(cli_runner, tmp_path, fake_systemd, chec
         result = cli_runner.invoke(cli, ["restart", "--root", str(root), "--wait", "--rollback-on-failure",
                                          "--timeout", "5", "--poll-interval", "0.05"], catch_exceptions=False)
     assert result.exit_code == ExitCode.FAILED, result.output
-    assert "new: FAILED" in result.output and "config.tool_call_parser" in result.output
-    assert "rollback: ok" in result.output
+    assert re.search(r"new: FAILED: ready after \d+ s, but the fast checks failed: config.tool_call_parser, "
+                     r"config.reasoning_parser\n", result.output)
+    assert ("  fail   config.tool_call_parser [config_mismatch]: tool-call parser differs from the profile: "
+            "tool_call_parser: running None, profile 'kimi_k2'") in result.output
+    assert "  fail   config.reasoning_parser [config_mismatch]: " in result.output
+    assert re.search(r"rollback: ok: ready after \d+ s; fast checks passed \(%d\)" % len(FAST_TIER), result.output)
     assert (root / UNIT).read_bytes() == v1_unit
-    assert len(check_stand_in.calls) == 2  # [STAND-IN] once per attempt
+    assert server.paths.count("/server_info") == 2  # the fast tier ran once per attempt
+    assert server.unauthorized == []
+
+
+def test_config_mismatch_in_the_json_result(cli_runner, tmp_path, fake_systemd):
+    # no rollback asked: the JSON result names the failing config checks and their kind
+    holder = {}
+    with FakeServer(args=_running(holder, reasoning_parser=None)) as server:
+        root, _, v2 = _setup(tmp_path, server.port)
+        holder["root"] = root
+        _install(root, v2)
+        server.api_key = (root / "etc/kimi-deploy/kimi-test.api-key").read_text().strip()
+        result = cli_runner.invoke(cli, ["restart", "--root", str(root), "--wait", "--timeout", "5",
+                                         "--poll-interval", "0.05", "--json"], catch_exceptions=False)
+    assert result.exit_code == ExitCode.FAILED, result.output
+    data = json.loads(result.output)
+    (new,) = data["attempts"]
+    assert not data["ok"] and new["exit_code"] == ExitCode.FAILED and new["checks"]["exit_code"] == ExitCode.FAILED
+    failed = [r for r in new["checks"]["results"] if r["status"] != "pass"]
+    assert [(r["id"], r["status"], r["kind"]) for r in failed] == [("config.reasoning_parser", "fail",
+                                                                   "config_mismatch")]
+    assert "running None, profile 'kimi_k2'" in failed[0]["detail"]
+    assert new["summary"].endswith("but the fast checks failed: config.reasoning_parser")
+    assert fake_systemd.verbs() == ["restart kimi-test.service"]
 
 
 def test_rollback_of_a_first_install_stops_and_disables(cli_runner, tmp_path, fake_systemd):

@@ -1,8 +1,9 @@
 """status: the systemctl show parser, launch drift (/server_info and /proc), patch state, nightly report.
 
-STAND-IN NOTICE (for the merge): tests using ``patching_stand_in`` replace ``kimi_deploy.patching``
-in ``sys.modules`` with a local module implementing ``status(python) -> SeriesStatus`` (``.state``,
-``.to_dict()``); switch them to the real module once it is on main.
+The patch state is the real ``kimi_deploy.patching.status`` of the profile's ``[service] python``:
+the SGLang test environment (not_applied, only read), the session's patched copy (applied), a
+copy of its own edited after apply (drifted). The record directory comes from
+``KIMI_DEPLOY_STATE_DIR`` (``kimi_deploy.paths.patch_state_dir``).
 """
 
 from __future__ import annotations
@@ -10,11 +11,11 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import types
 
 import pytest
 
-from install_fakes import SHOW_ACTIVE, SHOW_FAILED, FakeServer, FakeSystemd, write_profile
+from install_fakes import SHOW_ACTIVE, SHOW_FAILED, FakeServer, FakeSystemd, sglang_server_args, write_profile
+from kimi_deploy import patching
 from kimi_deploy.cli import cli
 from kimi_deploy.install import apply, plan_install
 from kimi_deploy.paths import HostLayout
@@ -22,6 +23,10 @@ from kimi_deploy.profile import load_profile
 from kimi_deploy.render import render
 from kimi_deploy.status import compare_launch, normalize_args, redact, server_args_from_cmdline
 from kimi_deploy.systemd import parse_show
+from patch_helpers import patched_target, site_packages_of
+
+#: A file the default series patches (kimi-k2-tool-call-ids).
+DETECTOR = "sglang/srt/function_call/kimik2_detector.py"
 
 
 @pytest.fixture
@@ -30,24 +35,6 @@ def fake_systemd(tmp_path, monkeypatch) -> FakeSystemd:
     monkeypatch.setenv("FAKE_SYSTEMD_DIR", str(fake.dir))
     monkeypatch.setenv("PATH", f"{fake.bin}:{__import__('os').environ['PATH']}")
     return fake
-
-
-@pytest.fixture
-def patching_stand_in(monkeypatch):
-    """STAND-IN for kimi_deploy.patching (see module docstring)."""
-    module = types.ModuleType("kimi_deploy.patching")
-    module.state = "applied"
-
-    class SeriesStatus:
-        def __init__(self, state):
-            self.state = state
-
-        def to_dict(self):
-            return {"state": self.state, "patches": []}
-
-    module.status = lambda python: SeriesStatus(module.state)
-    monkeypatch.setitem(sys.modules, "kimi_deploy.patching", module)
-    return module
 
 
 def test_parse_show_active_and_failed():
@@ -85,6 +72,17 @@ def test_server_args_from_cmdline():
     assert server_args_from_cmdline(["/usr/bin/python", "x.py"]) is None
 
 
+@pytest.fixture
+def drifted_sglang(sglang_python, tmp_path, monkeypatch) -> str:
+    """A throwaway SGLang copy, patched, then one patched file edited by hand; its record in
+    ``KIMI_DEPLOY_STATE_DIR``."""
+    python, state = patched_target(sglang_python, tmp_path / "drifted")
+    monkeypatch.setenv("KIMI_DEPLOY_STATE_DIR", str(state))
+    detector = site_packages_of(python) / DETECTOR
+    detector.write_text(detector.read_text() + "\n# edited by hand\n")
+    return python
+
+
 def _installed(tmp_path, port, **kw):
     root = tmp_path / "root"
     path = write_profile(tmp_path / "p.toml", port=port, **kw)
@@ -92,17 +90,20 @@ def _installed(tmp_path, port, **kw):
     return root, load_profile(path)
 
 
-def test_status_json_healthy_in_sync(cli_runner, tmp_path, fake_systemd, patching_stand_in):
+@pytest.mark.sglang
+def test_status_json_healthy_in_sync(cli_runner, tmp_path, fake_systemd, patched_sglang, monkeypatch):
+    python, state = patched_sglang
+    monkeypatch.setenv("KIMI_DEPLOY_STATE_DIR", str(state))
     holder = {}
 
-    def server_info():
+    def running():
         args = list(render(holder["profile"]).launch.server_args)
         i = args.index("--config")
-        return {"launch_command": " ".join(["--api-key", holder["key"], *args[:i], *args[i + 2:]]),
-                "version": "0.5.23"}
+        return sglang_server_args(holder["profile"], launch_command=" ".join(
+            ["--api-key", holder["key"], *args[:i], *args[i + 2:]]))
 
-    with FakeServer(server_info=server_info) as server:
-        root, profile = _installed(tmp_path, server.port)
+    with FakeServer(args=running) as server:
+        root, profile = _installed(tmp_path, server.port, python=python)
         holder["profile"] = profile
         holder["key"] = server.api_key = (root / "etc/kimi-deploy/kimi-test.api-key").read_text().strip()
         fake_systemd.set_show(SHOW_ACTIVE.format(pid=48213))
@@ -112,24 +113,30 @@ def test_status_json_healthy_in_sync(cli_runner, tmp_path, fake_systemd, patchin
     assert data["ok"] and data["problems"] == []
     assert data["unit"]["main_pid"] == 48213 and data["unit"]["n_restarts"] == 2
     assert data["launch"]["in_sync"] and data["launch"]["source"] == "/server_info launch_command"
-    assert data["patches"]["state"] == "applied"
+    patches = data["patches"]
+    assert patches["state"] == "applied" and patches["python"] == python and patches["problems"] == []
+    assert patches["sglang_version"] == "0.5.23" and patches["sglang_location"].startswith(str(state.parent))
+    assert patches["state_file"].startswith(str(state / "patches"))  # found through KIMI_DEPLOY_STATE_DIR
+    assert {p["id"] for p in patches["patches"] if p["state"] == "applied"} >= {"kimi-k2-tool-call-ids",
+                                                                                 "sm120-torch-symm-mem"}
     assert data["health"]["ready"] is True
     assert holder["key"] not in result.output
     assert ["show", "kimi-test.service", "--property=Id,LoadState,ActiveState,SubState,UnitFileState,MainPID,"
             "NRestarts,ExecMainStartTimestamp,ExecMainStatus,Result,FragmentPath"] in fake_systemd.calls()
 
 
+@pytest.mark.sglang
 def test_status_finds_drift_in_proc_cmdline_and_reports_problems(cli_runner, tmp_path, fake_systemd,
-                                                                 patching_stand_in):
-    with FakeServer(ready=lambda n: False) as server:  # no /server_info: falls back to /proc/<pid>/cmdline
-        root, profile = _installed(tmp_path, server.port)
+                                                                 drifted_sglang):
+    # not up: no /server_info, so the launch command comes from /proc/<pid>/cmdline
+    with FakeServer(ready=lambda n: False, args=lambda: None) as server:
+        root, profile = _installed(tmp_path, server.port, python=drifted_sglang)
         args = [a if a != "1000" else "8192" for a in render(profile).launch.server_args]
         script = tmp_path / "launch_server.py"
         script.write_text("import time\ntime.sleep(60)\n")
         child = subprocess.Popen([sys.executable, str(script), *args])
         try:
             fake_systemd.set_show(SHOW_ACTIVE.format(pid=child.pid))
-            patching_stand_in.state = "drifted"
             (root / "var/lib/kimi-test").mkdir(parents=True)
             (root / "var/lib/kimi-test/check-report.json").write_text(json.dumps(
                 {"exit_code": 1, "results": [{"id": "a", "status": "pass"}, {"id": "b", "status": "fail"}]}))
@@ -142,17 +149,35 @@ def test_status_finds_drift_in_proc_cmdline_and_reports_problems(cli_runner, tmp
     out = result.output
     assert f"launch    DRIFT (from /proc/{child.pid}/cmdline)" in out
     assert "- --context-length 1000" in out and "+ --context-length 8192" in out
+    assert "patches   drifted" in out
     assert "problem: patch series is drifted" in out
     assert "problem: the last nightly check failed (exit 1)" in out
     assert "problem: /etc/kimi-deploy/kimi-test.env is modified" in out
     assert "NOT READY" in out
 
 
-def test_status_of_a_failed_unit(cli_runner, tmp_path, fake_systemd):
-    with FakeServer(ready=lambda n: False) as server:
-        root, _ = _installed(tmp_path, server.port)
+@pytest.mark.sglang
+def test_status_of_a_failed_unit(cli_runner, tmp_path, fake_systemd, sglang_python, monkeypatch):
+    # the pristine SGLang test environment (status only reads it) and an empty record directory
+    monkeypatch.setenv("KIMI_DEPLOY_STATE_DIR", str(tmp_path / "state"))
+    with FakeServer(ready=lambda n: False, args=lambda: None) as server:
+        root, _ = _installed(tmp_path, server.port, python=sglang_python)
         fake_systemd.set_show(SHOW_FAILED)
         result = cli_runner.invoke(cli, ["status", "--root", str(root), "--json"], catch_exceptions=False)
     data = json.loads(result.output)
     assert result.exit_code == 1 and "kimi-test.service is failed/failed" in data["problems"]
     assert data["launch"] is None
+    assert data["patches"]["state"] == "not_applied" and data["patches"]["recorded"] is None
+    assert data["patches"]["python"] == sglang_python
+    assert not any("patch" in p for p in data["problems"]), data["problems"]  # not applied is not a fault
+    assert not (tmp_path / "state").exists()  # status writes no record
+
+
+def test_status_reports_an_unreadable_patch_state(cli_runner, tmp_path, fake_systemd):
+    # [service] python names no interpreter: the state is an error, and a problem
+    with FakeServer(ready=lambda n: False, args=lambda: None) as server:
+        root, _ = _installed(tmp_path, server.port, python=str(tmp_path / "no-such-venv/bin/python"))
+        result = cli_runner.invoke(cli, ["status", "--root", str(root), "--json"], catch_exceptions=False)
+    data = json.loads(result.output)
+    assert data["patches"]["state"] == "error" and "no-such-venv" in data["patches"]["detail"]
+    assert "patch series is error" in data["problems"] and result.exit_code == 1

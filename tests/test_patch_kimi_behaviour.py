@@ -11,8 +11,7 @@ import json
 
 import pytest
 
-from kimi_deploy import patching
-from patch_helpers import make_target, run_json
+from patch_helpers import run_json
 
 pytestmark = pytest.mark.sglang
 
@@ -71,13 +70,9 @@ CASES = {
 
 
 @pytest.fixture(scope="module")
-def patched_python(sglang_python, tmp_path_factory):
-    directory = tmp_path_factory.mktemp("patched")
-    python = make_target(sglang_python, directory / "venv", bytecode=True)
-    state = directory / "state"
-    patching.apply(python, with_=["sm120-flashinfer-allreduce-fusion", "sm120-torch-symm-mem"], state_dir=state)
-    assert patching.verify(python, state_dir=state).state == "applied"
-    return python
+def patched_python(patched_sglang):
+    """The session's patched copy (tests/conftest.py: defaults + both sm120 opt-ins)."""
+    return patched_sglang[0]
 
 
 MODEL_CONFIG = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 64,

@@ -76,7 +76,8 @@ def restart_cmd(ctx, profile_path, preset, root, name, wait, timeout, rollback_o
             click.echo(f"{attempt.label}: {mark}: {attempt.summary}")
             if attempt.checks:
                 for r in attempt.checks.results:
-                    click.echo(f"  {r['status']:<6} {r['id']}" + (f": {r['detail']}" if r.get("detail") else ""))
+                    kind = f" [{r['kind']}]" if r.get("kind") else ""
+                    click.echo(f"  {r['status']:<6} {r['id']}{kind}" + (f": {r['detail']}" if r.get("detail") else ""))
         for note in result.notes:
             click.echo(f"note: {note}")
     ctx.exit(result.exit_code)
