@@ -16,6 +16,7 @@ from typing import Any
 
 from kimi_deploy import systemd
 from kimi_deploy.check import CheckOptions, run_checks
+from kimi_deploy.check.runner import read_api_key as read_key_file
 from kimi_deploy.errors import ExitCode, KimiDeployError
 from kimi_deploy.hostfiles import Restored, list_backups, restore_backup
 from kimi_deploy.paths import HostLayout
@@ -49,13 +50,14 @@ class CheckSummary:
 
 
 def read_api_key(profile: Profile, layout: HostLayout) -> str | None:
-    """The API key from ``[sglang] api_key_file`` (under ``layout``), stripped; None when unset/unreadable."""
+    """The API key from ``[sglang] api_key_file`` (under ``layout``), stripped; None when the profile has none.
+
+    Raises:
+        UsageError: the file is set but unreadable or empty (exit 2).
+    """
     if not profile.sglang.api_key_file:
         return None
-    try:
-        return layout.under(profile.sglang.api_key_file).read_text().strip() or None
-    except OSError:
-        return None
+    return read_key_file(layout.under(profile.sglang.api_key_file))
 
 
 def run_fast_checks(profile: Profile, api_key: str | None, timeout: float = 60.0) -> CheckSummary:
@@ -121,13 +123,12 @@ class RestartResult:
                 "rollback": self.rollback.to_dict() if self.rollback else None, "notes": self.notes}
 
 
-def _attempt(label: str, profile: Profile, layout: HostLayout, *, wait: bool, timeout: float,
+def _attempt(label: str, profile: Profile, layout: HostLayout, *, api_key: str | None, wait: bool, timeout: float,
              poll_interval: float, on_poll: Callable[[str, WaitState], None] | None) -> Attempt:
     unit = f"{profile.service.name}.service"
     done = systemd.systemctl("restart", unit)
     if not wait:
         return Attempt(label, done.command, None, None, int(ExitCode.OK), f"{unit} restarted (not waited for)")
-    api_key = read_api_key(profile, layout)
     result = wait_ready(profile.base_url, unit, api_key=api_key, timeout=timeout, poll_interval=poll_interval,
                         on_poll=(lambda s: on_poll(label, s)) if on_poll else None)
     if not result.ready:
@@ -157,13 +158,17 @@ def restart(profile: Profile, layout: HostLayout, *, wait: bool = False, timeout
         on_event: called with one line per milestone (restart, rollback) for the display.
 
     Raises:
+        UsageError: ``wait`` and the profile's API key file is unreadable or empty; checked before
+            anything is restarted.
         ExternalCommandError: systemctl failed (the restart itself, not the server).
     """
+    api_key = read_api_key(profile, layout) if wait else None
     timeout = float(timeout if timeout is not None else profile.service.timeout_start_sec)
     say = on_event or (lambda _m: None)
     svc = profile.service.name
     say(f"restarting {svc}.service")
-    first = _attempt("new", profile, layout, wait=wait, timeout=timeout, poll_interval=poll_interval, on_poll=on_poll)
+    first = _attempt("new", profile, layout, api_key=api_key, wait=wait, timeout=timeout,
+                     poll_interval=poll_interval, on_poll=on_poll)
     attempts, notes = [first], []
     restored = None
     if first.ok or not rollback_on_failure:
@@ -186,7 +191,13 @@ def restart(profile: Profile, layout: HostLayout, *, wait: bool = False, timeout
         notes.append("that was a first install: no previous version to start; the service is stopped and disabled")
         return RestartResult(svc, attempts, restored, notes)
     say(f"restarting {svc}.service with the previous files")
-    attempts.append(_attempt("rollback", profile_after_rollback(layout, svc, profile), layout, wait=True,
+    previous = profile_after_rollback(layout, svc, profile)
+    try:
+        previous_key = read_api_key(previous, layout)
+    except KimiDeployError as exc:
+        notes.append(f"the previous version's API key is unreadable ({exc.message}); checking it without a key")
+        previous_key = None
+    attempts.append(_attempt("rollback", previous, layout, api_key=previous_key, wait=True,
                              timeout=timeout, poll_interval=poll_interval, on_poll=on_poll))
     return RestartResult(svc, attempts, restored, notes)
 

@@ -204,7 +204,11 @@ def status(profile: Profile, layout: HostLayout, manifest: Manifest) -> StatusRe
             problems.append(f"{unit_name} is {state.active_state}/{state.sub_state}")
     except KimiDeployError as exc:
         problems.append(f"systemctl show failed: {exc.message}")
-    api_key = read_api_key(profile, layout)
+    try:
+        api_key = read_api_key(profile, layout)
+    except KimiDeployError as exc:
+        problems.append(f"API key: {exc.message} ({exc.value})")
+        api_key = None
     probe = probe_ready(profile.base_url, api_key)
     health = {"ready": probe.ready, "endpoint": probe.stage, "http_status": probe.http_status, "detail": probe.detail}
     if not probe.ready:

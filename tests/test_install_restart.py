@@ -263,3 +263,17 @@ def test_restart_reports_a_systemctl_failure(cli_runner, tmp_path, fake_systemd)
     result = cli_runner.invoke(cli, ["restart", "--root", str(root)], catch_exceptions=False)
     assert result.exit_code == ExitCode.EXTERNAL
     assert "systemctl restart kimi-test.service" in result.stderr and "fake failure" in result.stderr
+
+
+def test_unreadable_api_key_is_refused_before_anything_restarts(cli_runner, tmp_path, fake_systemd):
+    """The key is needed to verify the new server: a missing key file fails first, with the service untouched."""
+    with FakeServer(ready=lambda n: True, args=lambda: {}, api_key=None) as server:
+        root, v1, _ = _setup(tmp_path, server.port)
+        _install(root, v1)
+        key_file = root / "etc/kimi-deploy/kimi-test.api-key"
+        key_file.unlink()
+        result = cli_runner.invoke(cli, ["restart", "--root", str(root), "--wait", "--rollback-on-failure",
+                                         "--poll-interval", "0.01"], catch_exceptions=False)
+    assert result.exit_code == 2, result.output + result.stderr
+    assert "cannot read the API key file" in result.stderr and str(key_file) in result.stderr
+    assert fake_systemd.verbs() == []

@@ -71,7 +71,7 @@ def build_server_args(opts: argparse.Namespace, model_dir: Path):
     ServerArgs.add_cli_args(parser)
     server_args = ServerArgs.from_cli_args(parser.parse_args(argv))
     # prepare_server_args sets this from sys.argv in a real launch (server_args.py 0.5.23)
-    server_args._launch_command = "python -m sglang.launch_server " + " ".join(argv)
+    server_args._launch_command = " ".join(argv)  # as prepare_server_args records it: the arguments only
     set_global_server_args_for_tokenizer(server_args)
     return server_args
 
