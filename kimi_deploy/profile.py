@@ -16,13 +16,14 @@ Layout of a profile file::
 from __future__ import annotations
 
 import difflib
+import functools
 import hashlib
 import ipaddress
 import json
 import re
 import tomllib
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Any, Literal
 
 import tomli_w
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
@@ -57,11 +58,15 @@ def _absolute(value: str) -> str:
     return value
 
 
-SafeStr = Annotated[str, Field(min_length=1)]
+#: Upper bound of every time span in ``[service]`` (seconds): one week. systemd stores spans in
+#: microseconds and silently falls back to its default on a value it cannot parse (e.g. 10^14 s is
+#: "Numerical result out of range"), and TimeoutStartSec= falling back to 90 s kills every cold start.
+MAX_SPAN_SEC = 7 * 24 * 3600
 
 
 class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True)
+    # strict: TOML has real types, so `tp_size = "8"` is a mistake to report, not to coerce.
+    model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True, strict=True)
 
 
 class Service(_Section):
@@ -75,12 +80,12 @@ class Service(_Section):
     kimi_deploy: str = Field("/usr/local/bin/kimi-deploy", description="the kimi-deploy executable units call")
     gpu_count: int = Field(8, ge=1, le=64, description="GPUs on the host that the server may use")
     hardening: Literal["standard", "strict"] = Field("standard", description="sandboxing level of the unit")
-    timeout_start_sec: int = Field(1200, ge=60, description="TimeoutStartSec=, seconds; above the cold start")
-    timeout_stop_sec: int = Field(120, ge=5, description="TimeoutStopSec=, seconds")
-    restart_sec: int = Field(30, ge=1, description="RestartSec=, seconds between restarts")
+    timeout_start_sec: int = Field(1200, ge=60, le=MAX_SPAN_SEC, description="TimeoutStartSec=, seconds; above the cold start")
+    timeout_stop_sec: int = Field(120, ge=5, le=MAX_SPAN_SEC, description="TimeoutStopSec=, seconds")
+    restart_sec: int = Field(30, ge=1, le=MAX_SPAN_SEC, description="RestartSec=, seconds between restarts")
     start_limit_burst: int = Field(3, ge=1, description="StartLimitBurst= within StartLimitIntervalSec=")
-    start_limit_interval_sec: int = Field(7200, ge=60, description="StartLimitIntervalSec=, seconds")
-    limit_nofile: int = Field(1048576, ge=1024, description="LimitNOFILE=")
+    start_limit_interval_sec: int = Field(7200, ge=60, le=MAX_SPAN_SEC, description="StartLimitIntervalSec=, seconds")
+    limit_nofile: int = Field(1048576, ge=1024, le=1073741816, description="LimitNOFILE=")
     cache_dir: str | None = Field(None, description="persistent cache root (default /var/cache/<name>)")
     verify_patches: bool = Field(True, description="ExecStartPre= kimi-deploy patch verify")
     check_on_calendar: str = Field("*-*-* 03:00:00", description="OnCalendar= of the nightly check timer")
@@ -192,11 +197,19 @@ class SGLang(_Section):
 class Profile(BaseModel):
     """A whole deployment profile: ``[service]``, ``[sglang]``, ``[environment]``."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
     service: Service = Field(default_factory=Service)
     sglang: SGLang
     environment: dict[str, str] = Field(default_factory=dict)
+
+    @field_validator("environment", mode="before")
+    @classmethod
+    def _env_numbers(cls, v: Any) -> Any:
+        """``NCCL_IB_DISABLE = 1`` means the string "1": integers become strings, nothing else is coerced."""
+        if isinstance(v, dict):
+            return {k: str(x) if isinstance(x, int) and not isinstance(x, bool) else x for k, x in v.items()}
+        return v
 
     @field_validator("environment")
     @classmethod
@@ -324,6 +337,25 @@ def check_rules(profile: Profile) -> list[str]:
     return problems
 
 
+@functools.lru_cache(maxsize=64)
+def calendar_problem(spec: str) -> str | None:
+    """Why systemd would reject ``spec`` as ``OnCalendar=``, or None when it accepts it.
+
+    Asks ``systemd-analyze calendar`` (the parser systemd itself uses) when it is on PATH;
+    without it the spec is accepted here and ``systemd-analyze verify``/``install`` catch it.
+    """
+    from kimi_deploy import proc
+
+    if proc.which("systemd-analyze") is None:
+        return None
+    done = proc.run(["systemd-analyze", "calendar", spec], check=False, timeout=30)
+    if done.ok:
+        return None
+    reason = (done.stderr or done.stdout).strip().splitlines()[-1:] or ["rejected"]
+    return (f"systemd rejects {spec!r} ({reason[0]}); use a calendar spec such as \"*-*-* 03:00:00\" or \"daily\" "
+            "(man systemd.time)")
+
+
 def _did_you_mean(loc: tuple[Any, ...]) -> str:
     """A hint for an unknown key at ``loc``: close names in the same section or the section that has it."""
     key = str(loc[-1])
@@ -376,6 +408,9 @@ def parse_profile(data: dict[str, Any], *, source: str = "profile") -> Profile:
         raise ProfileError(f"{source} is not a valid deployment profile", problems=problems,
                            hint="correct the keys above; `kimi-deploy init` writes a commented example") from None
     problems = check_rules(profile)
+    calendar = calendar_problem(profile.service.check_on_calendar)
+    if calendar:
+        problems.append(f"service.check_on_calendar: {calendar}")
     if problems:
         raise ProfileError(f"{source} is not a valid deployment profile", problems=problems,
                            hint="correct the settings above")

@@ -106,7 +106,8 @@ def render(profile: Profile, sglang_version: str | None = None, *,
     """
     from kimi_deploy import versions
 
-    launch = build_launch(profile, sglang_version or versions.DEFAULT_SGLANG_VERSION, components=components)
+    version = versions.DEFAULT_SGLANG_VERSION if sglang_version is None else sglang_version
+    launch = build_launch(profile, version, components=components)
     svc, s = profile.service, profile.sglang
     header = file_header(profile, launch.sglang_version)
     env_file = f"{paths.ETC_DIR}/{svc.name}.env"

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import shutil
+
 import pytest
 
 from helpers import MINIMAL, run_cli, write_profile
@@ -58,10 +60,21 @@ CASES = [
     ("bad-hardening", MINIMAL.replace('name = "kimi-k25"', 'name = "kimi-k25"\nhardening = "paranoid"'),
      ["service.hardening", "'standard' or 'strict'", "paranoid"]),
     ("toml-syntax", MINIMAL + "port = \n", ["is not valid TOML", "line"]),
+    ("string-for-int", MINIMAL.replace("tp_size = 8", 'tp_size = "8"'),
+     ["sglang.tp_size", "valid integer", "'8'"]),
+    ("string-for-bool", MINIMAL + 'trust_remote_code = "yes"\n', ["sglang.trust_remote_code", "valid boolean"]),
+    ("span-out-of-range", MINIMAL.replace('name = "kimi-k25"', 'name = "kimi-k25"\ntimeout_start_sec = 99999999999999'),
+     ["service.timeout_start_sec", "less than or equal to 604800"]),
+    pytest.param(
+        MINIMAL.replace('name = "kimi-k25"', 'name = "kimi-k25"\ncheck_on_calendar = "every blue moon"'),
+        ["service.check_on_calendar", "systemd rejects 'every blue moon'", "*-*-* 03:00:00"],
+        id="bad-calendar",
+        marks=pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason="needs systemd-analyze")),
 ]
 
 
-@pytest.mark.parametrize("text,expected", [c[1:] for c in CASES], ids=[c[0] for c in CASES])
+@pytest.mark.parametrize("text,expected", [c if isinstance(c, type(pytest.param())) else pytest.param(*c[1:], id=c[0])
+                                           for c in CASES])
 def test_bad_profile_is_exit_2_with_message_and_no_output(tmp_path, text, expected):
     profile = write_profile(tmp_path, text)
     out = tmp_path / "out"
@@ -73,6 +86,26 @@ def test_bad_profile_is_exit_2_with_message_and_no_output(tmp_path, text, expect
         assert fragment in result.stderr, f"{fragment!r} not in:\n{result.stderr}"
     assert "fix:" in result.stderr
     assert not out.exists(), "a failed render must not create the output folder"
+
+
+def test_integer_environment_values_mean_strings(tmp_path):
+    """`NCCL_IB_DISABLE = 1` is what people write; it is the string "1" in the EnvironmentFile."""
+    profile = write_profile(tmp_path, MINIMAL + "\n[environment]\nNCCL_IB_DISABLE = 1\nNCCL_MIN_NCHANNELS = 4\n")
+    out = tmp_path / "out"
+    assert run_cli(["render", "--profile", str(profile), "--out", str(out)]).exit_code == 0
+    env = (out / "kimi-k25.env").read_text()
+    assert "NCCL_IB_DISABLE=1\n" in env and "NCCL_MIN_NCHANNELS=4\n" in env
+
+
+def test_boolean_environment_value_is_refused(tmp_path):
+    profile = write_profile(tmp_path, MINIMAL + "\n[environment]\nNCCL_IB_DISABLE = true\n")
+    result = run_cli(["render", "--profile", str(profile)])
+    assert result.exit_code == 2 and "environment.NCCL_IB_DISABLE" in result.stderr
+
+
+def test_empty_sglang_version_is_an_error():
+    result = run_cli(["render", "--preset", "kimi-k25-rtx-pro-6000-x8", "--sglang-version", ""])
+    assert result.exit_code == 2 and "not an SGLang version" in result.stderr
 
 
 def test_missing_profile_file(tmp_path):
