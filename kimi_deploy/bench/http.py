@@ -1,11 +1,18 @@
-"""A minimal HTTP/1.1 client on ``asyncio.Protocol``: one keep-alive connection pool, callbacks per read.
+"""An HTTP/1.1 client on ``asyncio.Protocol``: one keep-alive connection pool, callbacks per read.
 
 Why not aiohttp or httpx: at 256 streams on 2 cores both spend more CPU per streamed chunk
 (a ``StreamReader``, a future and a wake-up per read) than the whole budget of a faithful
 measurement; measured with ``benchmarks/calibrate.py`` (production.md, "Benchmark"). Here a
-read costs one ``data_received`` call that timestamps the bytes on arrival and hands the
-decoded body to the request's sink synchronously, and a request is written with one
-``transport.write`` right after its send time is taken.
+read costs one ``data_received`` call that timestamps the bytes on arrival, feeds them to the
+response parser and hands the decoded body to the request's sink synchronously, and a request
+is written with one ``transport.write`` right after its send time is taken.
+
+What the library does: response parsing (status line, headers, ``Transfer-Encoding: chunked``
+with extensions and trailers, ``Content-Length``, the keep-alive decision) is httptools'
+``HttpResponseParser`` (the llhttp bindings uvicorn uses). What stays ours: the pool, the
+request bytes (one formatted write), the per-read timestamp and one joined ``on_body`` per
+read, the end of a close-delimited body (httptools does not expose ``llhttp_finish``), and the
+stale keep-alive detection the caller retries on.
 
 Scope (RFC 9112): ``http``/``https`` URLs, requests with a ``Content-Length`` body,
 responses framed by ``Transfer-Encoding: chunked``, ``Content-Length`` or connection close;
@@ -26,6 +33,9 @@ from urllib.parse import urlsplit
 import httptools
 
 from kimi_deploy.errors import UsageError
+
+
+PARSER = f"httptools {httptools.__version__} (llhttp)"
 
 
 class Sink(Protocol):
