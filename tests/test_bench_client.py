@@ -246,3 +246,38 @@ def test_chunked_and_sse_framing_survive_every_split(step):
         assert conn.sink is None and conn.keep_alive
     finally:
         loop.close()
+
+
+def test_close_delimited_body_ends_at_connection_close():
+    """No Content-Length, no chunked framing: the body ends when the server closes (RFC 9112 §6.3)."""
+    head = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n\r\n"
+    rec = run(one_request([head, delta(content="a"), delta(content="b") + USAGE + DONE], close=True))
+    assert rec.error is None and rec.ok and len(rec.chunk_times) == 2 and rec.output_tokens == 9
+
+
+def test_malformed_status_line_is_a_disconnect():
+    rec = run(one_request([b"HTTP/1.1 2x0 OK\r\n\r\n"], close=True))
+    assert rec.error is not None and rec.error.startswith("disconnected: bad response") and not rec.ok
+
+
+def test_every_event_of_one_read_carries_the_time_of_that_read():
+    """Body bytes are stamped when ``data_received`` runs, once per read, not per parser callback."""
+
+    class Transport:
+        def write(self, data): pass
+        def is_closing(self): return False
+        def abort(self): pass
+        def get_extra_info(self, name): return None
+
+    loop = asyncio.new_event_loop()
+    try:
+        conn = Connection()
+        conn.transport = Transport()
+        sink = SSESink(loop.create_future())
+        conn.send(b"", sink)
+        conn.data_received(HEAD + chunk(delta(content="a")) + chunk(delta(content="b")))
+        conn.data_received(chunk(delta(content="c")) + chunk(USAGE) + chunk(DONE) + b"0\r\n\r\n")
+        t = sink.rec.chunk_times
+        assert len(t) == 3 and t[0] == t[1] < t[2] == sink.rec.t_end
+    finally:
+        loop.close()

@@ -1,11 +1,18 @@
-"""A minimal HTTP/1.1 client on ``asyncio.Protocol``: one keep-alive connection pool, callbacks per read.
+"""An HTTP/1.1 client on ``asyncio.Protocol``: one keep-alive connection pool, callbacks per read.
 
 Why not aiohttp or httpx: at 256 streams on 2 cores both spend more CPU per streamed chunk
 (a ``StreamReader``, a future and a wake-up per read) than the whole budget of a faithful
 measurement; measured with ``benchmarks/calibrate.py`` (production.md, "Benchmark"). Here a
-read costs one ``data_received`` call that timestamps the bytes on arrival and hands the
-decoded body to the request's sink synchronously, and a request is written with one
-``transport.write`` right after its send time is taken.
+read costs one ``data_received`` call that timestamps the bytes on arrival, feeds them to the
+response parser and hands the decoded body to the request's sink synchronously, and a request
+is written with one ``transport.write`` right after its send time is taken.
+
+What the library does: response parsing (status line, headers, ``Transfer-Encoding: chunked``
+with extensions and trailers, ``Content-Length``, the keep-alive decision) is httptools'
+``HttpResponseParser`` (the llhttp bindings uvicorn uses). What stays ours: the pool, the
+request bytes (one formatted write), the per-read timestamp and one joined ``on_body`` per
+read, the end of a close-delimited body (httptools does not expose ``llhttp_finish``), and the
+stale keep-alive detection the caller retries on.
 
 Scope (RFC 9112): ``http``/``https`` URLs, requests with a ``Content-Length`` body,
 responses framed by ``Transfer-Encoding: chunked``, ``Content-Length`` or connection close;
@@ -23,7 +30,12 @@ import time
 from typing import Protocol
 from urllib.parse import urlsplit
 
+import httptools
+
 from kimi_deploy.errors import UsageError
+
+
+PARSER = f"httptools {httptools.__version__} (llhttp)"
 
 
 class Sink(Protocol):
@@ -39,20 +51,24 @@ class ConnectionLost(Exception):
     """A reused keep-alive connection closed before any byte of the response (safe to retry once)."""
 
 
-_HEAD, _CHUNKED, _LENGTH, _EOF, _IDLE = range(5)
-
-
 class Connection(asyncio.Protocol):
-    """One HTTP/1.1 connection carrying one request at a time."""
+    """One HTTP/1.1 connection carrying one request at a time.
+
+    Each request gets a fresh ``httptools.HttpResponseParser`` whose callbacks only record
+    (head, body pieces, end); after every ``feed_data`` the connection hands the sink, in this
+    order, the head, the read's body pieces joined into one ``on_body`` call and the end, all
+    stamped with the time of the read. No sink code runs inside a parser callback.
+    """
 
     def __init__(self) -> None:
         self.transport: asyncio.Transport | None = None
         self.sink: Sink | None = None
-        self.state = _IDLE
-        self.buf = b""
-        self.left = 0          # bytes left in the current chunk (chunked) or body (length)
-        self.skip = 0          # CRLF bytes to skip after a chunk's data
-        self.trailer = False   # reading the trailer section after the last chunk
+        self.parser: httptools.HttpResponseParser | None = None
+        self.headers: dict[str, str] = {}
+        self.body: list[bytes] = []
+        self.head = False        # headers complete, not yet handed to the sink
+        self.complete = False    # the parser saw the end of the response
+        self.eof_body = False    # body delimited by the connection closing (RFC 9112 §6.3 rule 8)
         self.keep_alive = True
         self.got_bytes = False
         self.used = 0
@@ -70,10 +86,10 @@ class Connection(asyncio.Protocol):
     def send(self, data: bytes, sink: Sink) -> None:
         """Write one whole request; the response goes to ``sink``."""
         self.sink = sink
-        self.state = _HEAD
-        self.buf = b""
-        self.trailer = False
-        self.got_bytes = False
+        self.parser = httptools.HttpResponseParser(self)
+        self.headers = {}
+        self.body = []
+        self.head = self.complete = self.eof_body = self.got_bytes = False
         self.used += 1
         self.transport.write(data)  # type: ignore[union-attr]
 
@@ -82,14 +98,34 @@ class Connection(asyncio.Protocol):
             self.transport.abort()
             self.transport = None
 
+    # httptools callbacks: record only
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self.headers[name.decode("latin-1").lower()] = value.decode("latin-1")
+
+    def on_headers_complete(self) -> None:
+        if self.complete:  # a second response in the same read: nobody asked for it
+            self.keep_alive = False
+            return
+        self.head = True
+        self.keep_alive = self.parser.should_keep_alive()  # type: ignore[union-attr]
+        h = self.headers
+        self.eof_body = "content-length" not in h and "chunked" not in h.get("transfer-encoding", "").lower()
+
+    def on_body(self, body: bytes) -> None:
+        if not self.complete:
+            self.body.append(body)
+
+    def on_message_complete(self) -> None:
+        self.complete = True
+
     def _finish(self, now: float) -> None:
-        sink, self.sink, self.state = self.sink, None, _IDLE
+        sink, self.sink, self.parser = self.sink, None, None
         if not self.keep_alive:
             self.close()
         sink.on_end(now)  # type: ignore[union-attr]
 
     def _fail(self, reason: str, now: float) -> None:
-        sink, self.sink, self.state = self.sink, None, _IDLE
+        sink, self.sink, self.parser = self.sink, None, None
         self.close()
         if sink is not None:
             sink.on_error(reason, now)
@@ -100,109 +136,22 @@ class Connection(asyncio.Protocol):
             self.close()
             return
         self.got_bytes = True
-        if self.state == _HEAD:
-            data = self.buf + data if self.buf else data
-            end = data.find(b"\r\n\r\n")
-            if end < 0:
-                self.buf = data
-                return
-            self.buf = b""
-            if not self._head(data[:end], now):
-                return
-            data = data[end + 4:]
-            if self.state == _LENGTH and self.left == 0:
-                self._finish(now)
-                return
-            if not data:
-                return
-        state = self.state
-        if state == _CHUNKED:
-            self._chunked(data, now)
-        elif state == _LENGTH:
-            take = data[:self.left]
-            self.left -= len(take)
-            self.sink.on_body(take, now)
-            if self.left == 0 and self.sink is not None:
-                self._finish(now)
-        elif state == _EOF:
-            self.sink.on_body(data, now)
-
-    def _head(self, head: bytes, now: float) -> bool:
-        lines = head.decode("latin-1").split("\r\n")
-        parts = lines[0].split(" ", 2)
         try:
-            status = int(parts[1])
-        except (IndexError, ValueError):
-            self._fail(f"bad status line {lines[0][:80]!r}", now)
-            return False
-        headers: dict[str, str] = {}
-        for line in lines[1:]:
-            name, _, value = line.partition(":")
-            headers[name.strip().lower()] = value.strip()
-        self.keep_alive = parts[0] == "HTTP/1.1" and headers.get("connection", "").lower() != "close"
-        if "chunked" in headers.get("transfer-encoding", "").lower():
-            self.state, self.left, self.skip = _CHUNKED, 0, 0
-        elif "content-length" in headers:
-            self.state, self.left = _LENGTH, int(headers["content-length"])
-        else:
-            self.state, self.keep_alive = _EOF, False
-        self.sink.on_head(status, headers, now)  # type: ignore[union-attr]
-        return self.sink is not None
+            self.parser.feed_data(data)  # type: ignore[union-attr]
+        except httptools.HttpParserError as exc:
+            self._fail(f"bad response: {exc}", now)
+            return
+        self._deliver(now)
 
-    def _chunked(self, data: bytes, now: float) -> None:
-        buf = self.buf + data if self.buf else data
-        self.buf = b""
-        pos, n = 0, len(buf)
-        out: list[bytes] = []
-        append, find = out.append, buf.find
-        left, skip, trailer = self.left, self.skip, self.trailer
-        done = False
-        while pos < n:
-            if left:  # inside a chunk that started in an earlier read
-                take = min(left, n - pos)
-                append(buf[pos:pos + take])
-                pos += take
-                left -= take
-                if not left:
-                    skip = 2
-                continue
-            if skip:  # the CRLF after a chunk's data
-                take = min(skip, n - pos)
-                pos += take
-                skip -= take
-                continue
-            eol = find(b"\r\n", pos)
-            if eol < 0:
-                self.buf = buf[pos:]
-                break
-            if trailer:
-                if eol == pos:
-                    done = True
-                    break
-                pos = eol + 2
-                continue
-            try:
-                size = int(buf[pos:eol], 16)
-            except ValueError:
-                try:
-                    size = int(buf[pos:eol].split(b";", 1)[0], 16)  # chunk extensions
-                except ValueError:
-                    self._fail(f"bad chunk size line {buf[pos:eol][:40]!r}", now)
-                    return
-            pos = eol + 2
-            if size == 0:
-                trailer = True
-                continue
-            end = pos + size
-            if end + 2 <= n:  # the common case: the whole chunk and its CRLF are in this read
-                append(buf[pos:end])
-                pos = end + 2
-            else:
-                left = size
-        self.left, self.skip, self.trailer = left, skip, trailer
-        if out:
-            self.sink.on_body(out[0] if len(out) == 1 else b"".join(out), now)  # type: ignore[union-attr]
-        if done and self.sink is not None:
+    def _deliver(self, now: float) -> None:
+        if self.head:
+            self.head = False
+            self.sink.on_head(self.parser.get_status_code(), self.headers, now)  # type: ignore[union-attr]
+        body = self.body
+        if body and self.sink is not None:
+            self.sink.on_body(body[0] if len(body) == 1 else b"".join(body), now)
+            body.clear()
+        if self.complete and self.sink is not None:
             self._finish(now)
 
     def connection_lost(self, exc: Exception | None) -> None:
@@ -210,10 +159,11 @@ class Connection(asyncio.Protocol):
         if self.sink is None:
             return
         now = time.perf_counter()
-        if self.state == _EOF:
-            self._finish(now)
+        if self.eof_body and not self.complete:
+            self.complete = True
+            self._deliver(now)
         elif not self.got_bytes and self.used > 1:
-            sink, self.sink, self.state = self.sink, None, _IDLE
+            sink, self.sink, self.parser = self.sink, None, None
             sink.on_error("stale keep-alive connection", now)
         else:
             self._fail(f"connection lost: {exc or 'closed by the server'}", now)

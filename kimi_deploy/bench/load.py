@@ -25,6 +25,7 @@ from typing import Any, Protocol
 
 from kimi_deploy.bench.client import JSON_LIB, StreamClient
 from kimi_deploy.bench.dataset import Dataset
+from kimi_deploy.bench.http import PARSER
 from kimi_deploy.bench.metrics import RequestRecord, WindowSummary, summarize
 from kimi_deploy.errors import UnreachableError, UsageError
 
@@ -297,7 +298,7 @@ async def run_bench_async(cfg: BenchConfig, dataset: Dataset, progress: Progress
             points.append(PointResult(concurrency=concurrency, request_rate=rate, num_prompts=n, warmup=warm_n,
                                       runs=runs, summary=summarize([r.records for r in runs], cfg.slo)))
     loop = asyncio.get_running_loop()
-    client_info = {"http": "kimi_deploy.bench.http (asyncio.Protocol, HTTP/1.1 keep-alive)", "json": JSON_LIB,
+    client_info = {"http": f"kimi_deploy.bench.http (asyncio.Protocol, HTTP/1.1 keep-alive, {PARSER})", "json": JSON_LIB,
                    "event_loop": f"{type(loop).__module__}.{type(loop).__name__}",
                    "pool_limit": pool or "unlimited"}
     return BenchRun(config=cfg, model=model, server_info=server_info, server_info_status=info_status,
