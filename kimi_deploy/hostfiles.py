@@ -93,9 +93,9 @@ def load_manifest(layout: HostLayout, service: str) -> Manifest | None:
     try:
         return Manifest.model_validate_json(raw)
     except ValidationError as exc:
-        raise UsageError("the install manifest is unreadable", value=str(path),
-                         hint=f"restore it from {layout.service_backup_dir(service)} or remove it and "
-                              f"reinstall with --force ({exc.error_count()} problems)") from None
+        raise UsageError("the install manifest is unreadable", value=layout.describe(layout.host_path(path)),
+                         hint=f"restore it from {layout.host_path(layout.service_backup_dir(service))} or remove it "
+                              f"and reinstall with --force ({exc.error_count()} problems)") from None
 
 
 def installed_services(layout: HostLayout) -> list[str]:
@@ -105,8 +105,11 @@ def installed_services(layout: HostLayout) -> list[str]:
     return sorted(p.name.removesuffix(".manifest.json") for p in layout.config_dir.glob("*.manifest.json"))
 
 
-def find_installed(layout: HostLayout, name: str | None = None) -> Manifest:
+def find_installed(layout: HostLayout, name: str | None = None, *, selectors: str = "--name NAME or --profile FILE") \
+        -> Manifest:
     """The manifest of service ``name``, or of the only installed service when ``name`` is None.
+
+    ``selectors``: the options of the calling verb that pick a service, named in the hints.
 
     Raises:
         UsageError: nothing installed, or several services and no ``name``.
@@ -114,17 +117,66 @@ def find_installed(layout: HostLayout, name: str | None = None) -> Manifest:
     if name is None:
         names = installed_services(layout)
         if not names:
-            raise UsageError(f"no service installed by kimi-deploy under {layout.config_dir}",
-                             hint="run `kimi-deploy install --profile FILE` first, or pass --profile/--root")
+            where = layout.describe(layout.host_path(layout.config_dir))
+            raise UsageError(f"no service installed by kimi-deploy in {where}",
+                             hint="run `kimi-deploy install --profile FILE` first, or pass the --root DIR "
+                                  "it was installed under")
         if len(names) > 1:
             raise UsageError("several services are installed; say which", value=", ".join(names),
-                             hint="pass --name NAME or --profile FILE")
+                             hint=f"pass {selectors}")
         name = names[0]
     manifest = load_manifest(layout, name)
     if manifest is None:
-        raise UsageError(f"service {name} is not installed by kimi-deploy", value=str(layout.manifest(name)),
+        raise UsageError(f"service {name} is not installed by kimi-deploy",
+                         value=layout.describe(layout.host_path(layout.manifest(name))),
                          hint="check the name, or install it with `kimi-deploy install --profile FILE`")
     return manifest
+
+
+def other_services_files(layout: HostLayout, service: str) -> dict[str, str]:
+    """Host path -> service name for every file the manifests of services other than ``service`` list.
+
+    A file another service installed is never overwritten or removed on behalf of ``service``
+    (before the check units were per service, two services shared ``kimi-deploy-check.*``).
+    Unreadable manifests are skipped (their own service reports them).
+    """
+    out: dict[str, str] = {}
+    for other in installed_services(layout):
+        if other == service:
+            continue
+        try:
+            manifest = load_manifest(layout, other)
+        except UsageError:
+            continue
+        for hp in (manifest.files if manifest else {}):
+            out.setdefault(hp, other)
+    return out
+
+
+def leftover_services(layout: HostLayout) -> list[str]:
+    """Services with a backup folder but no manifest: uninstalled, their kept files not purged (sorted)."""
+    if not layout.backup_dir.is_dir():
+        return []
+    installed = set(installed_services(layout))
+    return sorted(p.name for p in layout.backup_dir.iterdir() if p.is_dir() and p.name not in installed)
+
+
+def last_uninstalled_manifest(layout: HostLayout, service: str) -> Manifest | None:
+    """The manifest ``uninstall`` removed, from its newest uninstall backup set; None when there is none.
+
+    ``uninstall`` saves every file it removes, the manifest included, in
+    ``/etc/kimi-deploy/backup/<service>/<stamp>/``; the copy says what the kept files are
+    (state and cache folders, the API key file ``install`` created) for a later ``uninstall --purge``.
+    """
+    manifest_hp = layout.host_path(layout.manifest(service))
+    for backup in list_backups(layout, service):
+        if backup.operation != "uninstall" or backup.entries.get(manifest_hp) != "replaced":
+            continue
+        try:
+            return Manifest.model_validate_json(backup.saved(manifest_hp).read_bytes())
+        except (OSError, ValidationError):
+            continue
+    return None
 
 
 def installed_profile(layout: HostLayout, manifest: Manifest) -> Profile:

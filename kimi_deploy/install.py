@@ -9,7 +9,7 @@ of all new files (:mod:`kimi_deploy.fsio`), then systemctl. Applying a plan and 
 again gives a plan with nothing to do.
 
 Installed set for a profile whose ``[service] name`` is NAME (host paths):
-``/etc/systemd/system/{NAME.service, kimi-deploy-check.service, kimi-deploy-check.timer}``,
+``/etc/systemd/system/{NAME.service, kimi-deploy-check@NAME.service, kimi-deploy-check@NAME.timer}``,
 ``/etc/kimi-deploy/{NAME.env, NAME.toml, NAME.manifest.json}``, backups under
 ``/etc/kimi-deploy/backup/NAME/``, and the API key file named by ``[sglang] api_key_file``
 (created with a random key when missing, never overwritten).
@@ -31,11 +31,13 @@ from typing import Any, Literal
 from kimi_deploy import __version__, paths, proc, systemd
 from kimi_deploy.errors import RefusedError, UsageError
 from kimi_deploy.fsio import write_atomic, write_many_atomic
-from kimi_deploy.hostfiles import (FileRecord, Manifest, Ownership, classify, find_installed, load_manifest,
-                                   profile_toml, read_bytes, restore_backup, sha256, write_backup)
+from kimi_deploy.hostfiles import (FileRecord, Manifest, Ownership, classify, installed_services,
+                                   last_uninstalled_manifest, leftover_services, load_manifest,
+                                   other_services_files, profile_toml, read_bytes, restore_backup, sha256,
+                                   write_backup)
 from kimi_deploy.paths import HostLayout
 from kimi_deploy.profile import Profile
-from kimi_deploy.render import CHECK_UNIT, file_header, render
+from kimi_deploy.render import CHECK_UNIT, check_unit, file_header, render
 
 #: Shell of the service user: it never logs in (useradd(8) ``--shell``).
 NOLOGIN = "/usr/sbin/nologin"
@@ -54,8 +56,10 @@ _REASONS = {
 class FileChange:
     """One target file: what happens to it and why.
 
-    ``action``: ``create`` | ``replace`` | ``remove`` | ``unchanged``. ``diff`` is a unified diff
-    (``difflib``, ``a/<host path>`` -> ``b/<host path>``); ``old``/``new`` the bytes (None: absent).
+    ``action``: ``create`` | ``replace`` | ``remove`` | ``unchanged``: what applying does (with
+    ``--force`` when ``refused``). ``refused``: kimi-deploy will not do it without ``--force``
+    (the plan is refused as a whole). ``diff`` is a unified diff (``difflib``, ``a/<host path>``
+    -> ``b/<host path>``); ``old``/``new`` the bytes (None: absent).
     """
 
     host_path: str
@@ -66,10 +70,12 @@ class FileChange:
     diff: str
     old: bytes | None = dataclasses.field(repr=False, default=None)
     new: bytes | None = dataclasses.field(repr=False, default=None)
+    refused: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         return {"host_path": self.host_path, "path": str(self.path), "action": self.action,
-                "ownership": self.ownership.value, "reason": self.reason, "diff": self.diff}
+                "ownership": self.ownership.value, "reason": self.reason, "refused": self.refused,
+                "diff": self.diff}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -109,7 +115,8 @@ class Plan:
 
     ``files`` covers every target (unchanged ones too); ``notes`` are things skipped or
     worth knowing (warnings start with ``warning:``); ``refusals`` block :func:`apply`
-    unless ``force``.
+    unless ``force``. ``service`` is empty for an uninstall that found no service at all;
+    ``noop_message`` is what a plan with nothing to do says (empty: the default sentence).
     """
 
     operation: Literal["install", "uninstall"]
@@ -120,6 +127,7 @@ class Plan:
     notes: tuple[str, ...]
     refusals: tuple[Refusal, ...]
     force: bool
+    noop_message: str = ""
 
     @property
     def changes(self) -> list[FileChange]:
@@ -151,26 +159,37 @@ def _diff(host_path: str, old: bytes | None, new: bytes | None) -> str:
 
 
 def _change(layout: HostLayout, host_path: str, desired: bytes | None, manifest: Manifest | None,
-            force: bool, refusals: list[Refusal], *, needs_header: bool = True) -> FileChange:
+            force: bool, refusals: list[Refusal], *, needs_header: bool = True,
+            others: dict[str, str] | None = None) -> FileChange:
+    """Plan one target. ``others``: host path -> service, the files other services' manifests list."""
     path = layout.under(host_path)
     current = read_bytes(path)
     own = classify(host_path, current, desired, manifest, needs_header=needs_header)
     reason = _REASONS[own] if needs_header or own is not Ownership.UNRECORDED else "kimi-deploy's manifest"
+    other = (others or {}).get(host_path)
     if desired is None:
         action = "unchanged" if own is Ownership.ABSENT else "remove"
         if own is Ownership.ABSENT:
             reason = "already absent"
+        elif other:  # a file an older kit shared between services: the other service still uses it
+            return FileChange(host_path, path, "unchanged", own, f"kept: service {other} installed it too", "",
+                              current, current)
     elif own is Ownership.SAME:
         action = "unchanged"
     else:
         action = "create" if own is Ownership.ABSENT else "replace"
-    if own in (Ownership.HAND_EDITED, Ownership.FOREIGN):
+    blocked = own in (Ownership.HAND_EDITED, Ownership.FOREIGN)
+    if other and action == "replace":
+        blocked, reason = True, f"installed for service {other} (listed in its manifest)"
+    refused = False
+    if blocked:
         if force:
             reason = f"--force: {reason}; the current file is kept in the backup"
         else:
             refusals.append(Refusal(host_path, reason))
+            refused = True
     diff = "" if action == "unchanged" else _diff(host_path, current, desired)
-    return FileChange(host_path, path, action, own, reason, diff, current, desired)
+    return FileChange(host_path, path, action, own, reason, diff, current, desired, refused)
 
 
 # ---------------------------------------------------------------- facts about users and devices
@@ -214,7 +233,7 @@ def _user_steps(profile: Profile, layout: HostLayout, create_user: bool, notes: 
         notes.append(f"warning: {what} missing and --no-create-user given: the unit fails to start until it exists")
         return []
     if not layout.is_host and not layout.passwd.is_file():
-        notes.append(f"{what} not created: {layout.root} has no etc/passwd (with --root, kimi-deploy runs "
+        notes.append(f"{what} not created: the --root tree has no /etc/passwd (with --root, kimi-deploy runs "
                      f"useradd --root DIR only on a tree that has one); create it in the image")
         return []
     root_args = () if layout.is_host else ("--root", str(layout.root))
@@ -355,15 +374,20 @@ def plan_install(profile: Profile, layout: HostLayout, *, sglang_version: str | 
                         sglang_version=version, files={hp: FileRecord(sha256=sha256(b)) for hp, b in files.items()},
                         api_key_file_created=created_key, cache_dir=profile.cache_root,
                         state_dir=f"/var/lib/{svc.name}")
-    changes = [_change(layout, hp, data, old_manifest, force, refusals) for hp, data in files.items()]
+    others = other_services_files(layout, svc.name)
+    changes = [_change(layout, hp, data, old_manifest, force, refusals, others=others) for hp, data in files.items()]
     if old_manifest:  # files an older kit installed that this one no longer renders
         for hp in sorted(set(old_manifest.files) - set(files)):
-            changes.append(_change(layout, hp, None, old_manifest, force, refusals))
+            changes.append(_change(layout, hp, None, old_manifest, force, refusals, others=others))
     manifest_hp = layout.host_path(layout.manifest(svc.name))
     changes.append(_change(layout, manifest_hp, manifest.to_bytes(), old_manifest, force, refusals,
                            needs_header=False))
 
-    units = [f"{svc.name}.service", f"{CHECK_UNIT}.timer"]
+    # units an older kit installed that go away now (kimi-deploy-check.timer, shared before 0.x):
+    # stop and disable them first, or their symlinks would dangle
+    gone = [Path(c.host_path).name for c in changes if c.action == "remove" and _is_unit(c.host_path)]
+    steps += _disable_steps(layout, gone)
+    units = [f"{svc.name}.service", f"{check_unit(svc.name)}.timer"]
     units_changed = any(c.action != "unchanged" and c.host_path.startswith(paths.SYSTEMD_DIR + "/") for c in changes)
     if layout.is_host:
         if units_changed:
@@ -377,9 +401,10 @@ def plan_install(profile: Profile, layout: HostLayout, *, sglang_version: str | 
         if to_enable:
             steps.append(Step("command", f"enable {', '.join(to_enable)} (start at boot)", when="after",
                               argv=tuple(systemd.systemctl_argv("enable", *to_enable, root=root))))
-        if layout.is_host and not systemd.is_active(f"{CHECK_UNIT}.timer"):
+        timer = f"{check_unit(svc.name)}.timer"
+        if layout.is_host and not systemd.is_active(timer):
             steps.append(Step("command", "start the nightly check timer now", when="after",
-                              argv=tuple(systemd.systemctl_argv("start", f"{CHECK_UNIT}.timer"))))
+                              argv=tuple(systemd.systemctl_argv("start", timer))))
     else:
         notes.append("--no-enable: units are not enabled; the service does not start at boot")
     if restart:
@@ -393,65 +418,138 @@ def plan_install(profile: Profile, layout: HostLayout, *, sglang_version: str | 
 
 # ---------------------------------------------------------------- uninstall
 
+def _is_unit(host_path: str) -> bool:
+    return host_path.startswith(paths.SYSTEMD_DIR + "/") and host_path.endswith((".service", ".timer"))
+
+
+def _disable_steps(layout: HostLayout, units: list[str]) -> list[Step]:
+    """Stop and disable ``units`` before their files go: ``disable --now`` on the host, ``--root`` ``disable``
+    (symlinks only) on an image tree for those that are enabled there. The check services are left
+    out: they have no ``[Install]`` section (the timer starts them)."""
+    units = [u for u in units if u.endswith(".timer") or not u.startswith(CHECK_UNIT)]
+    if not units:
+        return []
+    if layout.is_host:
+        return [Step("command", f"stop and disable {', '.join(units)}",
+                     argv=tuple(systemd.systemctl_argv("disable", "--now", *units)))]
+    enabled = [u for u in units if systemd.is_enabled(u, root=layout.root)]
+    if not enabled:
+        return []
+    return [Step("command", f"disable {', '.join(enabled)}",
+                 argv=tuple(systemd.systemctl_argv("disable", *enabled, root=layout.root)))]
+
+
+def _purge_steps(layout: HostLayout, svc: str, record: Manifest | None) -> tuple[list[Step], list[str]]:
+    """``--purge`` steps for what ``uninstall`` keeps, and the host paths of what exists of it.
+
+    ``record``: the service's manifest (the installed one, or the copy in its last uninstall
+    backup); None when neither exists: only the backup folder is known to be kimi-deploy's.
+    """
+    steps: list[Step] = []
+    kept: list[str] = []
+    if record:
+        if layout.under(record.state_dir).exists():
+            kept.append(record.state_dir)
+            steps.append(Step("remove-tree", f"--purge: remove the state folder {record.state_dir}", when="after",
+                              path=layout.under(record.state_dir)))
+        cache = layout.under(record.cache_dir)
+        if cache.exists():
+            kept.append(record.cache_dir)
+            if record.cache_dir.rstrip("/") == f"/var/cache/{svc}":
+                steps.append(Step("remove-tree", f"--purge: remove the cache folder {record.cache_dir}",
+                                  when="after", path=cache))
+            else:
+                steps.append(Step("remove-cache-keys",
+                                  f"--purge: remove the sglang-* cache folders in {record.cache_dir} "
+                                  "(the folder itself is yours)", when="after", path=cache))
+    backups = layout.service_backup_dir(svc)
+    backups_hp = layout.host_path(backups)
+    if backups.exists() or record is not None:  # an uninstall of an installed service writes one now
+        kept.append(backups_hp)
+        steps.append(Step("remove-tree", f"--purge: remove the backups {backups_hp}", when="after", path=backups))
+    key = record.api_key_file_created if record else None
+    if key and layout.under(key).exists():
+        kept.append(key)
+        steps.append(Step("remove-file", f"--purge: remove the API key file {key} (kimi-deploy created it)",
+                          when="after", path=layout.under(key)))
+    return steps, kept
+
+
+def _pick_service(layout: HostLayout, name: str | None, purge: bool) -> str | None:
+    """The service ``uninstall`` acts on: ``name``, the only installed one, or the only one left over
+    by an earlier uninstall; None when there is none (or, without ``purge``, several left over).
+
+    Raises:
+        UsageError: several candidates and no ``name``.
+    """
+    if name:
+        return name
+    installed = installed_services(layout)
+    if len(installed) == 1:
+        return installed[0]
+    if len(installed) > 1:
+        raise UsageError("several services are installed; say which one to uninstall", value=", ".join(installed),
+                         hint="pass --name NAME")
+    leftovers = leftover_services(layout)
+    if len(leftovers) == 1:
+        return leftovers[0]
+    if len(leftovers) > 1 and purge:
+        raise UsageError("several uninstalled services left files behind; say which to purge",
+                         value=", ".join(leftovers), hint="pass --name NAME")
+    return None
+
+
 def plan_uninstall(layout: HostLayout, name: str | None = None, *, force: bool = False,
                    purge: bool = False) -> Plan:
     """Compute what ``kimi-deploy uninstall`` would do: remove the files the manifest lists that are unmodified.
 
-    Files kimi-deploy did not install are never touched. The state folder, the caches, the
-    backups and an API key file kimi-deploy created are kept unless ``purge``.
+    Files kimi-deploy did not install are never touched, nor files another service's manifest
+    lists. The state folder, the caches, the backups and an API key file kimi-deploy created
+    are kept unless ``purge``. A service already uninstalled plans only the ``purge`` of what
+    its uninstall kept (read from the manifest copy in its last uninstall backup); with nothing
+    left, or nothing installed at all, the plan is a no-op that says so.
 
     Raises:
-        UsageError: nothing installed (or several services and no ``name``); a bad manifest.
+        UsageError: several services (installed, or left over with ``purge``) and no ``name``; a bad manifest.
     """
-    manifest = find_installed(layout, name)
-    svc = manifest.service
+    svc = _pick_service(layout, name, purge)
+    if svc is None:
+        where = layout.host_path(layout.config_dir)
+        leftovers = leftover_services(layout)
+        message = f"nothing to do: no service installed by kimi-deploy in {where}"
+        notes = ([f"left over from earlier uninstalls: {', '.join(leftovers)} "
+                  "(remove with `kimi-deploy uninstall --purge --name NAME`)"] if leftovers else [])
+        return Plan("uninstall", "", layout, (), (), tuple(notes), (), force, noop_message=message)
+    manifest = load_manifest(layout, svc)
+    if manifest is None:  # uninstalled before: only what that uninstall kept may be left
+        record = last_uninstalled_manifest(layout, svc)
+        purge_steps, kept = _purge_steps(layout, svc, record)
+        if purge:
+            return Plan("uninstall", svc, layout, (), tuple(purge_steps), (), (), force,
+                        noop_message=f"nothing to do: {svc} is not installed and nothing of it is left")
+        notes = [f"{svc} is already uninstalled; kept (remove with `kimi-deploy uninstall --purge --name {svc}`): "
+                 f"{', '.join(kept)}"] if kept else []
+        return Plan("uninstall", svc, layout, (), (), tuple(notes), (), force,
+                    noop_message=f"nothing to do: {svc} is not installed"
+                                 + ("" if kept else " and nothing of it is left"))
     notes: list[str] = []
     refusals: list[Refusal] = []
-    changes = [_change(layout, hp, None, manifest, force, refusals) for hp in sorted(manifest.files)]
+    others = other_services_files(layout, svc)
+    changes = [_change(layout, hp, None, manifest, force, refusals, others=others) for hp in sorted(manifest.files)]
     manifest_hp = layout.host_path(layout.manifest(svc))
     changes.append(_change(layout, manifest_hp, None, None, force, refusals, needs_header=False))
 
-    steps: list[Step] = []
-    units = [u for u in (f"{svc}.service", f"{CHECK_UNIT}.timer") if layout.unit_path(u).exists()]
-    if units:
-        if layout.is_host:
-            steps.append(Step("command", f"stop and disable {', '.join(units)}",
-                              argv=tuple(systemd.systemctl_argv("disable", "--now", *units))))
-            steps.append(Step("command", "reload systemd's unit files", when="after",
-                              argv=tuple(systemd.systemctl_argv("daemon-reload"))))
-        else:
-            enabled = [u for u in units if systemd.is_enabled(u, root=layout.root)]
-            if enabled:
-                steps.append(Step("command", f"disable {', '.join(enabled)}",
-                                  argv=tuple(systemd.systemctl_argv("disable", *enabled, root=layout.root))))
-    kept = []
-    state = layout.under(manifest.state_dir)
-    cache = layout.under(manifest.cache_dir)
-    backups = layout.service_backup_dir(svc)
-    key = manifest.api_key_file_created
+    units = [Path(c.host_path).name for c in changes if c.action == "remove" and _is_unit(c.host_path)]
+    units.sort(key=lambda u: (not u.startswith(f"{svc}."), u.endswith(".service"), u))  # server first, timers next
+    steps = _disable_steps(layout, units)
+    if units and layout.is_host:
+        steps.append(Step("command", "reload systemd's unit files", when="after",
+                          argv=tuple(systemd.systemctl_argv("daemon-reload"))))
+    purge_steps, kept = _purge_steps(layout, svc, manifest)
     if purge:
-        if state.exists():
-            steps.append(Step("remove-tree", f"--purge: remove the state folder {manifest.state_dir}", when="after",
-                              path=state))
-        if cache.exists():
-            if manifest.cache_dir in (f"/var/cache/{svc}", f"/var/cache/{svc}/"):
-                steps.append(Step("remove-tree", f"--purge: remove the cache folder {manifest.cache_dir}",
-                                  when="after", path=cache))
-            else:
-                steps.append(Step("remove-cache-keys",
-                                  f"--purge: remove the sglang-* cache folders in {manifest.cache_dir} "
-                                  "(the folder itself is yours)", when="after", path=cache))
-        if key and layout.under(key).exists():
-            steps.append(Step("remove-file", f"--purge: remove the API key file {key} (kimi-deploy created it)",
-                              when="after", path=layout.under(key)))
-        steps.append(Step("remove-tree", f"--purge: remove the backups {layout.host_path(backups)}", when="after",
-                          path=backups))
-    else:
-        kept = [p for p in (manifest.state_dir, manifest.cache_dir, layout.host_path(backups)) if layout.under(p).exists()]
-        if key and layout.under(key).exists():
-            kept.append(key)
-        if kept:
-            notes.append(f"kept (remove with --purge): {', '.join(kept)}")
+        steps += purge_steps
+    elif kept:
+        notes.append(f"kept (remove with `kimi-deploy uninstall --purge --name {svc}`): {', '.join(kept)}")
     return Plan("uninstall", svc, layout, tuple(changes), tuple(steps), tuple(notes), tuple(refusals), force)
 
 
@@ -476,11 +574,22 @@ def refuse(plan: Plan) -> None:
     if not plan.refusals or plan.force:
         return
     lines = [f"{r.host_path}: {r.reason}" for r in plan.refusals]
-    raise RefusedError(
-        f"refusing to {plan.operation}: {len(lines)} file(s) kimi-deploy must not overwrite",
-        value="; ".join(lines),
-        hint="move hand edits into the profile (review with --dry-run), or pass --force: the current "
-             f"files are kept in {plan.layout.host_path(plan.layout.service_backup_dir(plan.service))}")
+    count, them = count_files(len(lines)), "it" if len(lines) == 1 else "them"
+    backups = plan.layout.describe(plan.layout.host_path(plan.layout.service_backup_dir(plan.service)))
+    if plan.operation == "install":
+        message = f"refusing to install: it would overwrite {count} that kimi-deploy did not write as they are now"
+        hint = ("move hand edits into the profile (compare with `kimi-deploy install --dry-run`), or pass --force "
+                f"to overwrite {them}: a copy is kept in {backups}")
+    else:
+        message = f"refusing to uninstall: {count} changed since kimi-deploy installed {them}"
+        hint = ("copy out what you want to keep (see the changes with `kimi-deploy uninstall --dry-run --diff`), "
+                f"then pass --force to remove {them} anyway: a copy is kept in {backups}")
+    raise RefusedError(message, value="; ".join(lines), hint=hint)
+
+
+def count_files(n: int) -> str:
+    """``1 file`` / ``N files``."""
+    return f"{n} file" if n == 1 else f"{n} files"
 
 
 def _create_api_key(path: Path) -> None:
@@ -489,7 +598,7 @@ def _create_api_key(path: Path) -> None:
         os.chown(path, 0, 0)
 
 
-def _run_step(step: Step, ran: list[str], messages: list[str]) -> None:
+def _run_step(step: Step, layout: HostLayout, ran: list[str], messages: list[str]) -> None:
     if step.kind == "command":
         done = proc.run(step.argv)
         ran.append(done.command)
@@ -501,8 +610,8 @@ def _run_step(step: Step, ran: list[str], messages: list[str]) -> None:
     elif step.kind == "api-key":
         assert step.path is not None
         _create_api_key(step.path)
-        messages.append(f"created the API key file {step.path} (mode 0600, a random key; clients need it "
-                        "as their Bearer token)")
+        messages.append(f"created the API key file {layout.host_path(step.path)} (mode 0600, a random key; "
+                        "clients need it as their Bearer token)")
         return
     elif step.kind == "remove-tree":
         assert step.path is not None
@@ -534,7 +643,7 @@ def apply(plan: Plan) -> ApplyResult:
     messages: list[str] = []
     for step in plan.steps:
         if step.when == "before":
-            _run_step(step, ran, messages)
+            _run_step(step, plan.layout, ran, messages)
     backup_path = None
     changes = plan.changes
     if changes:
@@ -551,36 +660,55 @@ def apply(plan: Plan) -> ApplyResult:
             raise
         except OSError as exc:
             restore_backup(plan.layout, backup, "")
-            raise UsageError(f"installing failed midway and was rolled back: {exc}", value=str(exc.filename or ""),
-                             hint="fix the cause (disk full? read-only file system?) and run again") from exc
-        kept = "backup for rollback" if plan.operation == "install" else "removed files kept"
-        messages.append(f"{plan.operation}: {len(changes)} file(s) changed; {kept} in "
-                        f"{plan.layout.host_path(backup.path)}")
+            where = plan.layout.describe(plan.layout.host_path(Path(exc.filename))) if exc.filename else ""
+            raise UsageError(f"{plan.operation} failed midway and was rolled back: {exc.strerror or exc}",
+                             value=where, hint="fix the cause (disk full? read-only file system?) and run again") \
+                from exc
+        saved = plan.layout.host_path(backup.path)
+        if plan.operation == "install":
+            messages.append(f"install: {count_files(len(changes))} changed; the previous versions are kept for "
+                            f"rollback in {saved}")
+        elif any(st.kind == "remove-tree" and st.path == plan.layout.service_backup_dir(plan.service)
+                 for st in plan.steps):
+            messages.append(f"uninstall: removed {count_files(len(changes))}")
+        else:
+            messages.append(f"uninstall: removed {count_files(len(changes))}; copies kept in {saved}")
     for step in plan.steps:
         if step.when == "after":
-            _run_step(step, ran, messages)
+            _run_step(step, plan.layout, ran, messages)
     return ApplyResult(plan, backup_path, tuple(ran), tuple(messages))
 
 
 def format_plan(plan: Plan, *, diffs: bool = True) -> str:
-    """The plan as text for a terminal: one line per file and step, the diffs, notes, refusals."""
+    """The plan as text for a terminal: the root (with ``--root``), one line per file and step, the diffs, notes.
+
+    Every path is a host path; with ``--root`` the first line names the tree once. A file
+    refused without ``--force`` reads ``refuse`` (what ``--force`` would do follows the reason).
+    ``diffs`` False: file names only (``uninstall`` without ``--diff``), and a note saying how to see them.
+    """
     out = []
+    if not plan.layout.is_host:
+        out.append(f"root    {plan.layout.root}  (--root: every path below is a host path inside this tree)")
     verb = {"create": "create ", "replace": "replace", "remove": "remove ", "unchanged": "keep   "}
+    forced = {"replace": "--force replaces it", "remove": "--force removes it", "create": "--force creates it"}
     for f in plan.files:
-        out.append(f"{verb[f.action]} {f.host_path}  ({f.reason})")
+        if f.refused:
+            out.append(f"refuse  {f.host_path}  ({f.reason}; {forced.get(f.action, '--force overrides')}, "
+                       "keeping a copy in the backup)")
+        else:
+            out.append(f"{verb[f.action]} {f.host_path}  ({f.reason})")
     for s in plan.steps:
         cmd = proc.Completed(s.argv, 0, "", "").command if s.argv else ""
         out.append(f"run     {s.summary}" + (f": {cmd}" if cmd else ""))
+    with_diff = [f for f in plan.changes if f.diff]
     if diffs:
-        for f in plan.changes:
-            if f.diff:
-                out.append("")
-                out.append(f.diff.rstrip("\n"))
+        for f in with_diff:
+            out.append("")
+            out.append(f.diff.rstrip("\n"))
     for note in plan.notes:
         out.append(note if note.startswith("warning:") else f"note: {note}")
-    for r in plan.refusals:
-        out.append(f"{'forced' if plan.force else 'REFUSED'}: {r.host_path}: {r.reason}")
+    if with_diff and not diffs:
+        out.append("note: contents not shown; pass --diff (or -v) to see them")
     if plan.is_noop:
-        out.append(f"nothing to do: {plan.service} is {'installed' if plan.operation == 'install' else 'absent'} "
-                   "and up to date")
+        out.append(plan.noop_message or f"nothing to do: {plan.service} is installed and up to date")
     return "\n".join(out) + "\n"

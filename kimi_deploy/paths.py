@@ -150,6 +150,11 @@ class HostLayout:
         """True when ``root`` is ``/``: systemctl talks to the running manager, not ``--root``."""
         return self.root.resolve() == Path("/")
 
+    def describe(self, host_path: str) -> str:
+        """``host_path`` for a message that stands alone (an error): the host path, and the root
+        named after it when it is not ``/`` (``/etc/x (under --root /tmp/img)``)."""
+        return host_path if self.is_host else f"{host_path} (under --root {self.root})"
+
     def host_path(self, path: Path) -> str:
         """The path as the target host sees it (``root`` removed)."""
         if not path.is_relative_to(self.root):

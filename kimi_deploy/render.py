@@ -18,7 +18,16 @@ from kimi_deploy.fsio import write_many_atomic
 from kimi_deploy.launch import API_KEY_CREDENTIAL, SECRETS_CONFIG_NAME, LaunchSpec, build_launch
 from kimi_deploy.profile import Profile
 
+#: Family name of the nightly check units. Each service gets its own concrete instance units,
+#: ``kimi-deploy-check@<name>.service`` and ``.timer`` (systemd loads a unit file named
+#: ``family@instance.suffix`` directly, no template needed: systemd.unit(5), "Description"),
+#: so two services on one host never share (and overwrite) one check.
 CHECK_UNIT = "kimi-deploy-check"
+
+
+def check_unit(service: str) -> str:
+    """Name of ``service``'s nightly check units without the suffix: ``kimi-deploy-check@<service>``."""
+    return f"{CHECK_UNIT}@{service}"
 
 #: Runs in ExecStartPre= with the SGLang interpreter: turns the API-key credential into
 #: SGLang's YAML --config file (0600 in the 0700 RuntimeDirectory=). JSON strings are
@@ -49,6 +58,14 @@ class Rendered:
     @property
     def env_file(self) -> str:
         return f"{self.profile.service.name}.env"
+
+    @property
+    def check_service(self) -> str:
+        return f"{check_unit(self.profile.service.name)}.service"
+
+    @property
+    def check_timer(self) -> str:
+        return f"{check_unit(self.profile.service.name)}.timer"
 
 
 #: First characters of every file kimi-deploy renders; ``install`` refuses to replace a file without them.
@@ -98,8 +115,8 @@ def render(profile: Profile, sglang_version: str | None = None, *,
             (default ``/etc/kimi-deploy/<name>.toml``, where ``install`` puts it).
 
     Returns:
-        :class:`Rendered` with ``<name>.service``, ``<name>.env``, ``kimi-deploy-check.service``,
-        ``kimi-deploy-check.timer``.
+        :class:`Rendered` with ``<name>.service``, ``<name>.env``, ``kimi-deploy-check@<name>.service``,
+        ``kimi-deploy-check@<name>.timer``.
 
     Raises:
         UsageError / UnsupportedVersionError: from :func:`kimi_deploy.launch.build_launch`.
@@ -135,13 +152,14 @@ def render(profile: Profile, sglang_version: str | None = None, *,
         "read_write_paths": read_write_paths,
         "cache_key": launch.cache_dir.rsplit("/", 1)[-1],
         "check_command": check_command,
+        "check_unit": check_unit(svc.name),
     }
     env = _environment()
     files = {
         f"{svc.name}.service": env.get_template("server.service.j2").render(context),
         f"{svc.name}.env": env.get_template("server.env.j2").render(context),
-        f"{CHECK_UNIT}.service": env.get_template("check.service.j2").render(context),
-        f"{CHECK_UNIT}.timer": env.get_template("check.timer.j2").render(context),
+        f"{check_unit(svc.name)}.service": env.get_template("check.service.j2").render(context),
+        f"{check_unit(svc.name)}.timer": env.get_template("check.timer.j2").render(context),
     }
     return Rendered(profile=profile, launch=launch, files=files)
 

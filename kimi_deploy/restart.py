@@ -17,12 +17,12 @@ from typing import Any
 from kimi_deploy import systemd
 from kimi_deploy.check import CheckOptions, run_checks
 from kimi_deploy.check.runner import read_api_key as read_key_file
-from kimi_deploy.errors import ExitCode, KimiDeployError
+from kimi_deploy.errors import ExitCode, KimiDeployError, UsageError
 from kimi_deploy.hostfiles import Restored, list_backups, restore_backup
 from kimi_deploy.paths import HostLayout
 from kimi_deploy.profile import Profile
 from kimi_deploy.readiness import WaitResult, WaitState, wait_ready
-from kimi_deploy.render import CHECK_UNIT
+from kimi_deploy.render import check_unit
 
 #: ``kimi-deploy check`` groups run after a restart: quick, and they prove the configuration took.
 FAST_TIER = ("health.*", "config.*")
@@ -53,11 +53,18 @@ def read_api_key(profile: Profile, layout: HostLayout) -> str | None:
     """The API key from ``[sglang] api_key_file`` (under ``layout``), stripped; None when the profile has none.
 
     Raises:
-        UsageError: the file is set but unreadable or empty (exit 2).
+        UsageError: the file is set but unreadable or empty (exit 2); the value names the host path
+            (and the ``--root`` tree once).
     """
-    if not profile.sglang.api_key_file:
+    host_path = profile.sglang.api_key_file
+    if not host_path:
         return None
-    return read_key_file(layout.under(profile.sglang.api_key_file))
+    try:
+        return read_key_file(layout.under(host_path))
+    except UsageError as exc:
+        raise UsageError(exc.message, value=layout.describe(host_path),
+                         hint="the profile's [sglang] api_key_file must hold the server's key (one line, "
+                              "readable by this user); `kimi-deploy install` creates it when missing") from None
 
 
 def run_fast_checks(profile: Profile, api_key: str | None, timeout: float = 60.0) -> CheckSummary:
@@ -185,7 +192,7 @@ def restart(profile: Profile, layout: HostLayout, *, wait: bool = False, timeout
     systemd.systemctl("daemon-reload")
     if not restored.had_previous_service:
         try:
-            systemd.systemctl("disable", "--now", f"{svc}.service", f"{CHECK_UNIT}.timer")
+            systemd.systemctl("disable", "--now", f"{svc}.service", f"{check_unit(svc)}.timer")
         except KimiDeployError as exc:
             notes.append(f"could not disable the units: {exc.message}")
         notes.append("that was a first install: no previous version to start; the service is stopped and disabled")

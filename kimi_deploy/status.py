@@ -7,8 +7,14 @@ series state (:func:`patch_state`), ``GET /health_generate``, and the nightly ch
 ``/var/lib/<name>/check-report.json``.
 
 SGLang 0.5.23 builds ``launch_command`` after merging the ``--config`` YAML into argv
-(``srt/server_args.py`` ``prepare_server_args``), so it contains ``--api-key <key>`` and lacks
-``--config``: :func:`normalize_args` drops both before comparing, and :func:`redact` hides key values.
+(``srt/server_args.py`` ``prepare_server_args``), so it contains ``--api-key <key>`` (unless the
+redact-api-key patch is applied) and lacks ``--config``: :func:`normalize_args` drops both before
+comparing, and :func:`redact` hides key values in every output. It joins argv with single spaces
+(``redact_watermark_command_line``: ``" ".join(argv)``, no shell quoting), so
+:func:`parse_launch_command` splits on whitespace, never with shell rules (a key holding a quote
+is not a shell syntax error).
+
+Every problem reads ``what (evidence); fix: how`` (:func:`problem`).
 """
 
 from __future__ import annotations
@@ -16,7 +22,6 @@ from __future__ import annotations
 import dataclasses
 import datetime as _dt
 import json
-import shlex
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -28,7 +33,7 @@ from kimi_deploy.patching import status as series_status
 from kimi_deploy.paths import HostLayout
 from kimi_deploy.profile import Profile
 from kimi_deploy.readiness import get_json, probe_ready
-from kimi_deploy.render import render
+from kimi_deploy.render import check_unit, render
 from kimi_deploy.restart import read_api_key
 
 #: Options whose value is a secret (SGLang 0.5.23 ``--api-key``, ``--admin-api-key``).
@@ -52,6 +57,33 @@ def redact(args: list[str]) -> list[str]:
         else:
             out.append(arg)
     return out
+
+
+def parse_launch_command(text: str) -> list[str]:
+    """Split SGLang 0.5.23's ``launch_command`` (argv joined with spaces) back into arguments.
+
+    Whitespace split, as SGLang joined them; a secret option's value runs up to the next
+    ``--option`` (an API key may hold spaces), and is already ``<redacted>`` in the result.
+    Never raises.
+    """
+    out: list[str] = []
+    in_secret = False  # inside a secret option's value: drop words up to the next --option
+    for word in text.split():
+        if in_secret and not word.startswith("--"):
+            continue
+        in_secret = False
+        flag = word.split("=", 1)[0]
+        if flag in SECRET_OPTIONS:
+            out += [word, "<redacted>"] if word == flag else [f"{flag}=<redacted>"]
+            in_secret = True
+        else:
+            out.append(word)
+    return out
+
+
+def problem(what: str, evidence: str, fix: str) -> str:
+    """One ``status`` problem line: ``what (evidence); fix: how``."""
+    return f"{what} ({evidence}); fix: {fix}"
 
 
 def _entries(args: list[str]) -> list[str]:
@@ -115,8 +147,8 @@ def running_launch(base_url: str, api_key: str | None, main_pid: int | None) -> 
     """``(server args, source)`` of the running server: ``/server_info`` ``launch_command``, else
     ``/proc/<pid>/cmdline``; None when neither is available."""
     info = get_json(base_url, "/server_info", api_key)
-    if info and isinstance(info.get("launch_command"), str):
-        return shlex.split(info["launch_command"]), "/server_info launch_command"
+    if info and isinstance(info.get("launch_command"), str) and info["launch_command"].strip():
+        return parse_launch_command(info["launch_command"]), "/server_info launch_command"
     if main_pid:
         raw = read_bytes(Path(f"/proc/{main_pid}/cmdline"))
         if raw:
@@ -142,19 +174,23 @@ def patch_state(python: str) -> dict[str, Any]:
         return {"state": "error", "detail": exc.message + value}
 
 
-def last_check(path: Path) -> dict[str, Any] | None:
-    """Summary of the nightly check report at ``path``: time, exit code, counts by status; None when absent."""
+def last_check(path: Path, host_path: str | None = None) -> dict[str, Any] | None:
+    """Summary of the nightly check report at ``path``: time, exit code, counts by status; None when absent.
+
+    ``host_path``: the report's path on the target host, shown as ``path`` (default ``path``).
+    """
     raw = read_bytes(path)
     if raw is None:
         return None
+    shown = host_path or str(path)
     when = _dt.datetime.fromtimestamp(path.stat().st_mtime, _dt.timezone.utc).isoformat(timespec="seconds")
     try:
         data = json.loads(raw)
     except ValueError:
-        return {"path": str(path), "modified_at": when, "exit_code": None, "detail": "not valid JSON"}
+        return {"path": shown, "modified_at": when, "exit_code": None, "detail": "not valid JSON"}
     results = data.get("results") if isinstance(data, dict) else None
     counts = Counter(str(r.get("status")) for r in results if isinstance(r, dict)) if isinstance(results, list) else {}
-    return {"path": str(path), "modified_at": when,
+    return {"path": shown, "modified_at": when,
             "exit_code": data.get("exit_code") if isinstance(data, dict) else None, "counts": dict(counts)}
 
 
@@ -165,6 +201,7 @@ class StatusReport:
     service: str
     files: dict[str, str]
     unit: dict[str, Any] | None
+    check_timer: str
     launch: Drift | None
     patches: dict[str, Any]
     health: dict[str, Any]
@@ -177,7 +214,7 @@ class StatusReport:
 
     def to_dict(self) -> dict[str, Any]:
         return {"service": self.service, "ok": not self.problems, "problems": self.problems, "files": self.files,
-                "unit": self.unit, "launch": self.launch.to_dict() if self.launch else None,
+                "unit": self.unit, "check_timer": self.check_timer, "launch": self.launch.to_dict() if self.launch else None,
                 "patches": self.patches, "health": self.health, "last_check": self.last_check}
 
 
@@ -190,40 +227,96 @@ def file_states(layout: HostLayout, manifest: Manifest) -> dict[str, str]:
     return out
 
 
+def _systemctl_failure(unit: str, exc: KimiDeployError) -> str:
+    """The problem line for a failed ``systemctl show``: its stderr's last line and the fix restart gives."""
+    from kimi_deploy.errors import ExternalCommandError
+
+    evidence = exc.message
+    if isinstance(exc, ExternalCommandError):
+        said = " ".join(line.strip() for line in exc.stderr.splitlines() if line.strip())
+        evidence = f"`{exc.command}`: " + (said[:400] if said else exc.message)
+    return problem(f"cannot read the state of {unit}", evidence, exc.hint or systemd.HINT)
+
+
+def _patch_problem(patches: dict[str, Any], python: str) -> str | None:
+    state = patches.get("state")
+    if state == "error":
+        return problem("cannot read the SGLang patch series state", patches.get("detail") or "no detail",
+                       f"make [service] python name the server's SGLang interpreter (now {python}); "
+                       f"`kimi-deploy patch status --python {python}` shows the same error")
+    if state in ("drifted", "partial"):
+        what = ("a patched SGLang file changed after `kimi-deploy patch apply` (pip install over it?)"
+                if state == "drifted" else "only some patches of the SGLang patch series are applied")
+        evidence = "; ".join(patches.get("problems") or []) or f"state {state}"
+        return problem(f"SGLang patch series is {state}: {what}", evidence,
+                       f"run `kimi-deploy patch apply --python {python}`, then `kimi-deploy restart --wait`")
+    return None
+
+
 def status(profile: Profile, layout: HostLayout, manifest: Manifest) -> StatusReport:
-    """Collect the status of ``profile``'s installed service (never raises for a down server)."""
+    """Collect the status of ``profile``'s installed service (never raises for a down server).
+
+    Paths in the report are host paths. Each entry of ``problems`` is one :func:`problem` line.
+    """
     problems: list[str] = []
-    unit_name = f"{profile.service.name}.service"
+    name = profile.service.name
+    unit_name = f"{name}.service"
+    profile_copy = layout.host_path(layout.profile_copy(name))
     files = file_states(layout, manifest)
-    problems += [f"{hp} is {state}" for hp, state in files.items() if state != "ok"]
+    for hp, state in files.items():
+        if state == "modified":
+            problems.append(problem(f"{hp} was changed after install", "its sha256 differs from the install manifest",
+                                    "move the change into the profile and run `kimi-deploy install`, or restore "
+                                    f"the installed file with `kimi-deploy install --profile {profile_copy} --force`"))
+        elif state == "missing":
+            problems.append(problem(f"{hp} is missing", "listed in the install manifest, not on disk",
+                                    f"put it back with `kimi-deploy install --profile {profile_copy}`"))
     unit = None
     try:
         state = systemd.show(unit_name)
         unit = state.to_dict()
         if not state.is_active:
-            problems.append(f"{unit_name} is {state.active_state}/{state.sub_state}")
+            problems.append(problem(f"{unit_name} is {state.active_state}/{state.sub_state}",
+                                    f"systemctl show: Result={state.result or '-'}, "
+                                    f"ExecMainStatus={state.properties.get('ExecMainStatus') or '-'}",
+                                    f"read `journalctl -u {unit_name} -n 50`, fix the cause, then "
+                                    "`kimi-deploy restart --wait`"))
     except KimiDeployError as exc:
-        problems.append(f"systemctl show failed: {exc.message}")
+        problems.append(_systemctl_failure(unit_name, exc))
     try:
         api_key = read_api_key(profile, layout)
     except KimiDeployError as exc:
-        problems.append(f"API key: {exc.message} ({exc.value})")
+        problems.append(problem(f"the API key is unreadable: {exc.message}", str(exc.value), exc.hint or ""))
         api_key = None
     probe = probe_ready(profile.base_url, api_key)
     health = {"ready": probe.ready, "endpoint": probe.stage, "http_status": probe.http_status, "detail": probe.detail}
     if not probe.ready:
-        problems.append(f"not ready: {probe.stage} {probe.detail}")
+        problems.append(problem(f"the server at {profile.base_url} is not ready",
+                                f"GET {probe.stage}: {probe.detail}",
+                                f"if it is starting, wait (`kimi-deploy restart --wait` shows the phase); else read "
+                                f"`journalctl -u {unit_name} -n 50`"))
     rendered = render(profile, manifest.sglang_version)
     found = running_launch(profile.base_url, api_key, unit.get("main_pid") if unit else None)
     drift = None
     if found:
         drift = compare_launch(found[0], list(rendered.launch.server_args), found[1])
         if not drift.in_sync:
-            problems.append("the running launch command differs from the profile (restart to apply, or re-install)")
+            shown = [f"- {e}" for e in drift.missing] + [f"+ {e}" for e in drift.unexpected]
+            problems.append(problem("the running launch command differs from the profile",
+                                    f"{drift.source}: " + ", ".join(shown[:4]) + (" ..." if len(shown) > 4 else ""),
+                                    "`kimi-deploy restart --wait` starts the installed unit; if the profile changed "
+                                    "since, `kimi-deploy install --profile FILE` first"))
     patches = patch_state(profile.service.python)
-    if patches.get("state") in ("drifted", "partial", "error"):
-        problems.append(f"patch series is {patches['state']}")
-    check = last_check(layout.check_report(profile.service.name))
+    patch_problem = _patch_problem(patches, profile.service.python)
+    if patch_problem:
+        problems.append(patch_problem)
+    report_hp = layout.host_path(layout.check_report(name))
+    check = last_check(layout.check_report(name), report_hp)
     if check and check.get("exit_code") not in (None, 0):
-        problems.append(f"the last nightly check failed (exit {check['exit_code']})")
-    return StatusReport(profile.service.name, files, unit, drift, patches, health, check, problems)
+        counts = ", ".join(f"{n} {k}" for k, n in sorted((check.get("counts") or {}).items()))
+        problems.append(problem("the last nightly check failed",
+                                f"exit {check['exit_code']} at {check['modified_at']}" + (f": {counts}" if counts else "")
+                                + f"; report {report_hp}",
+                                f"read the failed results in the report, or rerun now with "
+                                f"`kimi-deploy check --profile {profile_copy}`"))
+    return StatusReport(name, files, unit, f"{check_unit(name)}.timer", drift, patches, health, check, problems)

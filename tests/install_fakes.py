@@ -26,8 +26,9 @@ with open(os.path.join(state, "argv.log"), "a") as fh:
     fh.write(json.dumps(["systemctl", *args]) + "\n")
 verbs = [a for a in args if not a.startswith("-")]
 verb = verbs[0] if verbs else ""
-if os.path.exists(os.path.join(state, "fail-" + verb)):
-    sys.stderr.write("Failed to " + verb + ": fake failure\n")
+fail = os.path.join(state, "fail-" + verb)
+if os.path.exists(fail):
+    sys.stderr.write(open(fail).read() or "Failed to " + verb + ": fake failure\n")
     sys.exit(1)
 if verb == "show":
     sys.stdout.write(open(os.path.join(state, "show.txt")).read())
@@ -80,6 +81,10 @@ ActiveState=failed
 SubState=failed
 """
 
+#: What systemd 252's ``systemctl show`` prints (stderr, exit 1) in a container without systemd as PID 1.
+NO_SYSTEMD_STDERR = ("System has not been booted with systemd as init system (PID 1). Can't operate.\n"
+                     "Failed to connect to bus: Host is down\n")
+
 #: Log lines of an SGLang 0.5.23 cold start, as ``journalctl -o cat`` shows them (TP0 only).
 STARTUP_JOURNAL = [
     "[2025-06-14 10:02:15] server_args=ServerArgs(model_path='/models/x', tp_size=8, ...)",
@@ -116,8 +121,9 @@ class FakeSystemd:
     def set_journal(self, lines: list[str]) -> None:
         (self.dir / "journal.txt").write_text("\n".join(lines) + "\n")
 
-    def fail(self, verb: str) -> None:
-        (self.dir / f"fail-{verb}").touch()
+    def fail(self, verb: str, stderr: str = "") -> None:
+        """Make ``systemctl VERB`` exit 1 printing ``stderr`` (default ``Failed to VERB: fake failure``)."""
+        (self.dir / f"fail-{verb}").write_text(stderr)
 
     def calls(self, program: str = "systemctl") -> list[list[str]]:
         log = self.dir / "argv.log"

@@ -154,11 +154,11 @@ def test_list_prints_stable_ids():
 
 
 def test_nightly_unit_command_line_is_accepted(tmp_path):
-    """The ExecStart= of kimi-deploy-check.service (render.py) parses: check --profile --api-key-file --json ..."""
+    """The ExecStart= of kimi-deploy-check@NAME.service (render.py) parses: check --profile --api-key-file --json ..."""
     from kimi_deploy.presets import get_preset
     from kimi_deploy.render import render
 
-    unit = render(get_preset("kimi-k25-rtx-pro-6000-x8").profile()).files["kimi-deploy-check.service"]
+    unit = render(get_preset("kimi-k25-rtx-pro-6000-x8").profile()).files["kimi-deploy-check@kimi-k25.service"]
     exec_start = next(line for line in unit.splitlines() if line.startswith("ExecStart="))
     argv = exec_start.split("=", 1)[1].split()
     assert argv[1:3] == ["check", "--profile"] and "--api-key-file" in argv and "--prom" in argv

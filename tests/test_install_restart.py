@@ -252,8 +252,8 @@ def test_rollback_of_a_first_install_stops_and_disables(cli_runner, tmp_path, fa
     assert data["rollback"]["had_previous_service"] is False and len(data["attempts"]) == 1
     assert not (root / UNIT).exists() and not (root / "etc/kimi-deploy/kimi-test.manifest.json").exists()
     assert fake_systemd.verbs() == ["restart kimi-test.service", "daemon-reload",
-                                    "disable kimi-test.service kimi-deploy-check.timer"]
-    assert ["disable", "--now", "kimi-test.service", "kimi-deploy-check.timer"] in fake_systemd.calls()
+                                    "disable kimi-test.service kimi-deploy-check@kimi-test.timer"]
+    assert ["disable", "--now", "kimi-test.service", "kimi-deploy-check@kimi-test.timer"] in fake_systemd.calls()
 
 
 def test_restart_reports_a_systemctl_failure(cli_runner, tmp_path, fake_systemd):
@@ -275,5 +275,8 @@ def test_unreadable_api_key_is_refused_before_anything_restarts(cli_runner, tmp_
         result = cli_runner.invoke(cli, ["restart", "--root", str(root), "--wait", "--rollback-on-failure",
                                          "--poll-interval", "0.01"], catch_exceptions=False)
     assert result.exit_code == 2, result.output + result.stderr
-    assert "cannot read the API key file" in result.stderr and str(key_file) in result.stderr
+    assert "cannot read the API key file" in result.stderr
+    # a host path, the --root tree named once after it
+    assert f"value: /etc/kimi-deploy/kimi-test.api-key (under --root {root})" in result.stderr
+    assert str(key_file) not in result.stderr
     assert fake_systemd.verbs() == []

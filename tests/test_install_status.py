@@ -14,14 +14,16 @@ import sys
 
 import pytest
 
-from install_fakes import SHOW_ACTIVE, SHOW_FAILED, FakeServer, FakeSystemd, sglang_server_args, write_profile
+from install_fakes import (NO_SYSTEMD_STDERR, SHOW_ACTIVE, SHOW_FAILED, FakeServer, FakeSystemd, sglang_server_args,
+                           write_profile)
 from kimi_deploy import patching
 from kimi_deploy.cli import cli
 from kimi_deploy.install import apply, plan_install
 from kimi_deploy.paths import HostLayout
 from kimi_deploy.profile import load_profile
 from kimi_deploy.render import render
-from kimi_deploy.status import compare_launch, normalize_args, redact, server_args_from_cmdline
+from kimi_deploy.status import (compare_launch, normalize_args, parse_launch_command, redact,
+                                server_args_from_cmdline)
 from kimi_deploy.systemd import parse_show
 from patch_helpers import patched_target, site_packages_of
 
@@ -150,9 +152,17 @@ def test_status_finds_drift_in_proc_cmdline_and_reports_problems(cli_runner, tmp
     assert f"launch    DRIFT (from /proc/{child.pid}/cmdline)" in out
     assert "- --context-length 1000" in out and "+ --context-length 8192" in out
     assert "patches   drifted" in out
-    assert "problem: patch series is drifted" in out
-    assert "problem: the last nightly check failed (exit 1)" in out
-    assert "problem: /etc/kimi-deploy/kimi-test.env is modified" in out
+    assert "files     5 installed, 1 modified: /etc/kimi-deploy/kimi-test.env\n" in out  # no Python dict
+    assert "{" not in out
+    problems = [line for line in out.splitlines() if line.startswith("problem: ")]
+    assert all("); fix: " in line for line in problems), problems  # what (evidence); fix: how
+    assert any(line.startswith("problem: SGLang patch series is drifted: a patched SGLang file changed")
+               and DETECTOR in line and f"kimi-deploy patch apply --python {drifted_sglang}" in line
+               for line in problems), problems
+    assert any(line.startswith("problem: the last nightly check failed (exit 1 at ") and "1 fail, 1 pass" in line
+               and "report /var/lib/kimi-test/check-report.json" in line for line in problems), problems
+    assert any(line.startswith("problem: /etc/kimi-deploy/kimi-test.env was changed after install (its sha256")
+               for line in problems), problems
     assert "NOT READY" in out
 
 
@@ -165,7 +175,9 @@ def test_status_of_a_failed_unit(cli_runner, tmp_path, fake_systemd, sglang_pyth
         fake_systemd.set_show(SHOW_FAILED)
         result = cli_runner.invoke(cli, ["status", "--root", str(root), "--json"], catch_exceptions=False)
     data = json.loads(result.output)
-    assert result.exit_code == 1 and "kimi-test.service is failed/failed" in data["problems"]
+    assert result.exit_code == 1
+    assert "kimi-test.service is failed/failed (systemctl show: Result=exit-code, ExecMainStatus=1); fix: read " \
+           "`journalctl -u kimi-test.service -n 50`, fix the cause, then `kimi-deploy restart --wait`" in data["problems"]
     assert data["launch"] is None
     assert data["patches"]["state"] == "not_applied" and data["patches"]["recorded"] is None
     assert data["patches"]["python"] == sglang_python
@@ -180,4 +192,69 @@ def test_status_reports_an_unreadable_patch_state(cli_runner, tmp_path, fake_sys
         result = cli_runner.invoke(cli, ["status", "--root", str(root), "--json"], catch_exceptions=False)
     data = json.loads(result.output)
     assert data["patches"]["state"] == "error" and "no-such-venv" in data["patches"]["detail"]
-    assert "patch series is error" in data["problems"] and result.exit_code == 1
+    (line,) = [p for p in data["problems"] if "patch" in p]
+    assert line.startswith("cannot read the SGLang patch series state (") and "no-such-venv" in line
+    assert "; fix: make [service] python name the server's SGLang interpreter" in line and result.exit_code == 1
+
+
+def test_parse_launch_command_splits_like_sglang_joins_and_hides_keys():
+    # SGLang 0.5.23 joins argv with single spaces: quotes are plain characters, a key may hold spaces
+    text = """--api-key ab"c d'e --port 1 --admin-api-key=x y --host 0.0.0.0 --api-key"""
+    assert parse_launch_command(text) == ["--api-key", "<redacted>", "--port", "1", "--admin-api-key=<redacted>",
+                                          "--host", "0.0.0.0", "--api-key", "<redacted>"]
+    assert parse_launch_command("") == []
+
+
+#: An API key with a double quote, a single quote and a space: shell rules cannot split SGLang's launch_command.
+QUOTED_KEY = """sk-ab"c d'ef"""
+
+
+@pytest.mark.sglang
+def test_status_with_a_quoted_api_key_in_launch_command(cli_runner, tmp_path, fake_systemd, sglang_python,
+                                                        monkeypatch):
+    """launch_command built by SGLang's own code (no redact-api-key patch): no crash, in sync, key never shown."""
+    monkeypatch.setenv("KIMI_DEPLOY_STATE_DIR", str(tmp_path / "state"))
+    holder = {}
+
+    def running():
+        return sglang_server_args(holder["profile"], launch_command=holder["launch_command"])
+
+    with FakeServer(args=running) as server:
+        root, profile = _installed(tmp_path, server.port, python=sglang_python)
+        (root / "etc/kimi-deploy/kimi-test.api-key").write_text(QUOTED_KEY + "\n")
+        server.api_key = QUOTED_KEY
+        args = list(render(profile).launch.server_args)
+        i = args.index("--config")
+        argv = ["--api-key", QUOTED_KEY, *args[:i], *args[i + 2:]]  # what prepare_server_args sees after the merge
+        done = subprocess.run([sglang_python, "-c", "import json, sys\n"
+                               "from sglang.srt.sampling.watermarking.core import redact_watermark_command_line\n"
+                               "print(redact_watermark_command_line(json.load(sys.stdin), None))"],
+                              input=json.dumps(argv), capture_output=True, text=True, check=True)
+        holder.update(profile=profile, launch_command=done.stdout.rstrip("\n"))
+        assert QUOTED_KEY in holder["launch_command"]  # SGLang 0.5.23 leaves it in, unquoted
+        fake_systemd.set_show(SHOW_ACTIVE.format(pid=48213))
+        as_json = cli_runner.invoke(cli, ["status", "--root", str(root), "--json"], catch_exceptions=False)
+        text = cli_runner.invoke(cli, ["status", "--root", str(root)], catch_exceptions=False)
+    data = json.loads(as_json.output)
+    assert data["launch"]["source"] == "/server_info launch_command" and data["launch"]["in_sync"], data["launch"]
+    assert data["launch"]["running"][:2] == ["--api-key", "<redacted>"]
+    assert data["problems"] == [] and as_json.exit_code == 0 and text.exit_code == 0, data["problems"]
+    for out in (as_json.output, text.output):
+        for piece in ('ab"c', "d'ef"):
+            assert piece not in out
+    assert "launch    matches the profile (from /server_info launch_command)" in text.output
+
+
+def test_status_when_systemctl_show_fails_says_why_and_how_to_fix(cli_runner, tmp_path, fake_systemd):
+    fake_systemd.fail("show", NO_SYSTEMD_STDERR)  # systemd 252 in a container without systemd as PID 1
+    with FakeServer(ready=lambda n: False, args=lambda: None) as server:
+        root, _ = _installed(tmp_path, server.port, python=str(tmp_path / "no-such-venv/bin/python"))
+        result = cli_runner.invoke(cli, ["status", "--root", str(root)], catch_exceptions=False)
+    assert result.exit_code == 1
+    (line,) = [p for p in result.output.splitlines() if "state of kimi-test.service" in p]
+    assert line.startswith("problem: cannot read the state of kimi-test.service (`systemctl show kimi-test.service ")
+    assert "System has not been booted with systemd as init system (PID 1)" in line
+    assert "command failed with exit status" not in line
+    assert line.endswith("; fix: is systemd running on this host? `systemctl status` shows it; "
+                         "pass --root DIR for an image tree")
+    assert "service   kimi-test.service: ?/?" in result.output

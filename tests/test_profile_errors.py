@@ -157,14 +157,14 @@ def test_render_that_cannot_replace_a_file_restores_the_others(tmp_path):
     out = tmp_path / "out"
     assert run_cli(["render", "--profile", str(good), "--out", str(out)]).exit_code == 0
     before = {p.name: p.read_bytes() for p in out.iterdir()}
-    blocker = out / "kimi-deploy-check.timer"  # written last
+    blocker = out / "kimi-deploy-check@kimi-k25.timer"  # written last
     blocker.unlink()
     blocker.mkdir()
     (blocker / "keep").write_text("x")
-    before.pop("kimi-deploy-check.timer")
+    before.pop("kimi-deploy-check@kimi-k25.timer")
     changed = write_profile(tmp_path, MINIMAL.replace("tp_size = 8", "tp_size = 4"), "changed.toml")
     result = run_cli(["render", "--profile", str(changed), "--out", str(out)])
     assert result.exit_code == 2 and "cannot replace" in result.stderr
     after = {p.name: p.read_bytes() for p in out.iterdir() if p.is_file()}
     assert after == before
-    assert sorted(p.name for p in out.iterdir()) == sorted([*before, "kimi-deploy-check.timer"])
+    assert sorted(p.name for p in out.iterdir()) == sorted([*before, "kimi-deploy-check@kimi-k25.timer"])

@@ -73,7 +73,7 @@ def test_strict_is_tighter_than_standard(tmp_path):
 
 
 def test_check_unit_exposure(tmp_path):
-    assert _exposure(_render(tmp_path, "standard") / "kimi-deploy-check.service") <= 2.0
+    assert _exposure(_render(tmp_path, "standard") / "kimi-deploy-check@kimi-k25.service") <= 2.0
 
 
 def test_strict_lists_every_gpu_device(tmp_path):

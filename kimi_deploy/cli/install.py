@@ -11,11 +11,12 @@ from kimi_deploy.paths import HostLayout
 from kimi_deploy.versions import DEFAULT_SGLANG_VERSION
 
 
-def _show(plan: install_lib.Plan, result: install_lib.ApplyResult | None, as_json: bool, dry_run: bool) -> None:
+def _show(plan: install_lib.Plan, result: install_lib.ApplyResult | None, as_json: bool, dry_run: bool,
+          diffs: bool) -> None:
     if as_json:
         echo_json(result.to_dict() if result else {**plan.to_dict(), "applied": False})
         return
-    click.echo(install_lib.format_plan(plan), nl=False)
+    click.echo(install_lib.format_plan(plan, diffs=diffs), nl=False)
     if dry_run:
         if not plan.is_noop:
             click.echo("dry run: nothing was changed")
@@ -45,7 +46,7 @@ def install_cmd(profile_path, preset, root, sglang_version, dry_run, force, no_e
     layout = HostLayout(root)
     plan = install_lib.plan_install(profile, layout, sglang_version=sglang_version, force=force,
                                     enable=not no_enable, create_user=not no_create_user, restart=restart)
-    _carry_out(plan, dry_run=dry_run, force=force, as_json=as_json)
+    _carry_out(plan, dry_run=dry_run, force=force, as_json=as_json, diffs=True)
 
 
 @click.command("uninstall")
@@ -54,27 +55,32 @@ def install_cmd(profile_path, preset, root, sglang_version, dry_run, force, no_e
 @click.option("--dry-run", is_flag=True, help="Show the plan; change nothing.")
 @click.option("--force", is_flag=True, help="Also remove installed files that were edited by hand.")
 @click.option("--purge", is_flag=True, help="Also remove the state folder, the caches, the backups and an API "
-              "key file kimi-deploy created.")
+              "key file kimi-deploy created; after an earlier uninstall, removes what it kept (with --name).")
+@click.option("--diff", "show_diff", is_flag=True, help="Show the contents of the removed files (as with -v).")
 @click.option("--json", "as_json", is_flag=True, help="Print the plan and what was done as JSON.")
-def uninstall_cmd(root, name, dry_run, force, purge, as_json):
-    """Stop, disable and remove what kimi-deploy installed (only unmodified files; never foreign ones)."""
+@click.pass_context
+def uninstall_cmd(ctx, root, name, dry_run, force, purge, show_diff, as_json):
+    """Stop, disable and remove what kimi-deploy installed (only unmodified files; never foreign ones).
+
+    Nothing installed: says so and exits 0."""
     layout = HostLayout(root)
     plan = install_lib.plan_uninstall(layout, name, force=force, purge=purge)
-    _carry_out(plan, dry_run=dry_run, force=force, as_json=as_json)
+    verbose = bool(ctx.find_root().params.get("verbose"))
+    _carry_out(plan, dry_run=dry_run, force=force, as_json=as_json, diffs=show_diff or verbose)
 
 
-def _carry_out(plan, *, dry_run: bool, force: bool, as_json: bool) -> None:
+def _carry_out(plan, *, dry_run: bool, force: bool, as_json: bool, diffs: bool) -> None:
     """Show ``plan`` (``--dry-run``), or refuse it (exit 4) unless forced, else apply it and show the result."""
     if dry_run:
-        _show(plan, None, as_json, dry_run=True)
+        _show(plan, None, as_json, dry_run=True, diffs=diffs)
         install_lib.refuse(plan)
         return
     if plan.refusals and not force:
         if not as_json:
-            click.echo(install_lib.format_plan(plan), nl=False, err=True)
+            click.echo(install_lib.format_plan(plan, diffs=diffs), nl=False, err=True)
         install_lib.refuse(plan)
     result = install_lib.apply(plan)
-    _show(plan, result, as_json, dry_run=False)
+    _show(plan, result, as_json, dry_run=False, diffs=diffs)
 
 
 COMMANDS = [install_cmd, uninstall_cmd]

@@ -27,8 +27,7 @@ def status_cmd(ctx, profile_path, preset, root, name, as_json):
     click.echo(f"service   {report.service}.service: {unit.get('active_state', '?')}/{unit.get('sub_state', '?')}"
                f", enabled: {unit.get('unit_file_state', '?')}, main PID {unit.get('main_pid') or '-'}"
                f", restarts {unit.get('n_restarts') if unit.get('n_restarts') is not None else '?'}")
-    changed = {hp: s for hp, s in report.files.items() if s != "ok"}
-    click.echo(f"files     {len(report.files)} installed" + (f", {changed}" if changed else ", all unmodified"))
+    click.echo(f"files     {len(report.files)} installed, " + _file_summary(report.files))
     h = report.health
     click.echo(f"health    {'ready' if h['ready'] else 'NOT READY'} ({h['endpoint']}: {h['detail']})")
     if report.launch:
@@ -40,14 +39,30 @@ def status_cmd(ctx, profile_path, preset, root, name, as_json):
             click.echo(f"          + {entry}   (running, not in the profile)")
     else:
         click.echo("launch    unknown (no /server_info answer and no main PID)")
-    click.echo(f"patches   {report.patches.get('state')}" +
+    state = report.patches.get("state")
+    click.echo(f"patches   {'unreadable' if state == 'error' else str(state).replace('_', ' ')}" +
                (f" ({report.patches['detail']})" if report.patches.get("detail") else ""))
     c = report.last_check
-    click.echo("check     " + ("no nightly report yet" if not c else
-                               f"exit {c.get('exit_code')} at {c['modified_at']} {c.get('counts') or ''}"))
+    if not c:
+        click.echo(f"check     no nightly report yet ({report.check_timer})")
+    else:
+        counts = ", ".join(f"{n} {k}" for k, n in sorted((c.get("counts") or {}).items()))
+        click.echo(f"check     exit {c.get('exit_code')} at {c['modified_at']}" + (f" ({counts})" if counts else "")
+                   + (f" ({c['detail']})" if c.get("detail") else "") + f", {report.check_timer}")
     for problem in report.problems:
         click.echo(f"problem: {problem}")
     ctx.exit(report.exit_code)
+
+
+def _file_summary(files: dict[str, str]) -> str:
+    """``all unmodified`` or ``1 modified: /etc/...; 1 missing: /etc/...`` (host paths)."""
+    by_state: dict[str, list[str]] = {}
+    for hp, state in files.items():
+        if state != "ok":
+            by_state.setdefault(state, []).append(hp)
+    if not by_state:
+        return "all unmodified"
+    return "; ".join(f"{len(paths)} {state}: {', '.join(paths)}" for state, paths in sorted(by_state.items()))
 
 
 COMMANDS = [status_cmd]
