@@ -184,3 +184,27 @@ def test_sglang_patches_and_flags():
     assert c.status == "fail" and "unrecognized arguments: --x" in c.evidence
     missing = by_name(facts(target=None, target_error="the SGLang interpreter does not exist: /x"))
     assert missing["sglang"].status == "fail" and missing["sglang.flags"].status == "warn"
+
+
+def test_ipv6_addresses_are_bracketed():
+    """An IPv6 bind address is shown as [addr]:port (RFC 3986), never ':::30000'."""
+    import socket
+
+    from kimi_deploy.doctor.host import hostport, probe_port
+
+    assert hostport("::", 30000) == "[::]:30000" and hostport("fe80::1", 8) == "[fe80::1]:8"
+    assert hostport("0.0.0.0", 30000) == "0.0.0.0:30000" and hostport("localhost", 1) == "localhost:1"
+    free = PortProbe("::", 30000, "free", "bind [::]:30000 succeeded")
+    assert checks.check_port(facts(port=free)).evidence == "[::]:30000 is free"
+    if not socket.has_ipv6:
+        pytest.skip("no IPv6 on this host")
+    try:
+        with socket.socket(socket.AF_INET6) as s:
+            s.bind(("::1", 0))
+            s.listen()
+            port = s.getsockname()[1]
+            probe = probe_port("::1", port)
+    except OSError:
+        pytest.skip("IPv6 loopback not configured")
+    assert probe.state == "in_use" and probe.detail.startswith(f"bind [::1]:{port}: ")
+    assert ":::" not in checks.check_port(facts(port=probe)).evidence

@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 
 from kimi_deploy.doctor.cuda import SOURCE as DRIVER_SOURCE, judge_driver
-from kimi_deploy.doctor.host import DiskSpace, FileDrift, PortProbe
+from kimi_deploy.doctor.host import DiskSpace, FileDrift, PortProbe, hostport
 from kimi_deploy.doctor.modeldir import ModelDir
 from kimi_deploy.doctor.nvidia import P2P_LEVEL_FOR_LINK, P2P_LEVELS, Gpu, Topology
 from kimi_deploy.doctor.report import Check, failed, passed, warned
@@ -315,7 +315,7 @@ def check_port(f: Facts) -> Check | None:
     if p is None:
         return None
     if p.state == "free":
-        return passed("port", f"{p.host}:{p.port} is free")
+        return passed("port", f"{hostport(p.host, p.port)} is free")
     svc = f.profile.service.name
     installed = any(d.state != "absent" for d in f.unit)
     who = f"`ss -ltnp 'sport = :{p.port}'` shows the owner"
