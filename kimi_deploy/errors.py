@@ -108,23 +108,35 @@ class RefusedError(KimiDeployError):
 
 
 class ExternalCommandError(KimiDeployError):
-    """A subprocess failed; ``command`` is the exact shell line, ``stderr`` its tail (exit 5)."""
+    """A subprocess failed (exit 5).
+
+    ``command``: the command as shown to the user (an inline ``-c`` script abbreviated, see
+    :func:`kimi_deploy.proc.run`'s ``display``); ``stdout``/``stderr``: what the program printed,
+    each rendered under its own label (last 15 lines).
+    """
 
     exit_code = ExitCode.EXTERNAL
 
     def __init__(self, message: str, *, command: str = "", returncode: int | None = None,
-                 stderr: str = "", hint: str | None = None) -> None:
+                 stderr: str = "", stdout: str = "", hint: str | None = None) -> None:
         super().__init__(message, value=command or None, hint=hint)
         self.command = command
         self.returncode = returncode
         self.stderr = stderr
+        self.stdout = stdout
 
     def render(self) -> str:
         text = super().render()
-        if self.stderr:
-            tail = "\n".join(self.stderr.rstrip().splitlines()[-15:])
-            text += "\n  stderr:\n" + "\n".join(f"    {line}" for line in tail.splitlines())
+        for label, output in (("stdout", self.stdout), ("stderr", self.stderr)):
+            if output.strip():
+                tail = output.rstrip().splitlines()[-15:]
+                text += f"\n  {label}:\n" + "\n".join(f"    {line}" for line in tail)
         return text
+
+    def to_dict(self) -> dict[str, Any]:
+        data = super().to_dict()
+        data.update(stdout=self.stdout[-4000:] or None, stderr=self.stderr[-4000:] or None)
+        return data
 
 
 class UnreachableError(KimiDeployError):

@@ -22,12 +22,16 @@ log = logging.getLogger(__name__)
 
 @dataclasses.dataclass(frozen=True)
 class Completed:
-    """Result of :func:`run`: argv as run, exit status, captured text (str, UTF-8, errors replaced)."""
+    """Result of :func:`run`: argv as run, exit status, captured text (str, UTF-8, errors replaced).
+
+    ``display``: argv as shown in error messages (:func:`run`'s ``display``), default ``argv``.
+    """
 
     argv: tuple[str, ...]
     returncode: int
     stdout: str
     stderr: str
+    display: tuple[str, ...] | None = None
 
     @property
     def command(self) -> str:
@@ -35,8 +39,19 @@ class Completed:
         return shlex.join(self.argv)
 
     @property
+    def shown(self) -> str:
+        """The command as error messages show it (an inline script abbreviated)."""
+        return shown_command(self.display or self.argv)
+
+    @property
     def ok(self) -> bool:
         return self.returncode == 0
+
+
+def shown_command(argv: Sequence[str]) -> str:
+    """``shlex.join`` of ``argv``, except that an ``<abbreviation>`` placeholder stays unquoted."""
+    return " ".join(a if a.startswith("<") and a.endswith(">") and "\n" not in a else shlex.quote(a)
+                    for a in argv)
 
 
 def which(name: str, env: Mapping[str, str] | None = None) -> str | None:
@@ -55,6 +70,7 @@ def run(
     timeout: float | None = 120.0,
     cwd: str | os.PathLike[str] | None = None,
     hint: str | None = None,
+    display: Sequence[str] | None = None,
 ) -> Completed:
     """Run ``argv`` (no shell), capture stdout/stderr as text, log the exact command.
 
@@ -65,6 +81,9 @@ def run(
         env: full environment (default: this process's); ``extra_env`` is laid over it.
         timeout: seconds before the program is killed (``None``: no limit).
         hint: the fix shown when the command fails or is missing.
+        display: argv as error messages show it (e.g. an inline ``-c`` script replaced by
+            ``<probe script>``, no environment prefix); the log line (``-v``) always has the
+            full, pasteable command.
 
     Raises:
         ExternalCommandError: the program is missing, or exits non-zero with ``check``.
@@ -76,6 +95,7 @@ def run(
     if extra_env:
         run_env.update(extra_env)
         command = " ".join(f"{k}={shlex.quote(v)}" for k, v in extra_env.items()) + " " + command
+    shown = command if display is None else shown_command(display)
     log.info("$ %s", command)
     try:
         proc = subprocess.run(
@@ -84,24 +104,25 @@ def run(
         )
     except FileNotFoundError as exc:
         raise ExternalCommandError(
-            f"program not found: {argv[0]}", command=command,
+            f"program not found: {argv[0]}", command=shown,
             hint=hint or f"install {argv[0]} or put it on PATH",
         ) from exc
     except PermissionError as exc:
         raise ExternalCommandError(
-            f"program not executable: {argv[0]}", command=command,
+            f"program not executable: {argv[0]}", command=shown,
             hint=hint or f"check the permissions of {argv[0]}",
         ) from exc
     except subprocess.TimeoutExpired as exc:
         raise DeadlineError(
-            f"command ran past its {timeout:g} s limit", value=command,
+            f"command ran past its {timeout:g} s limit", value=shown,
             hint=hint or "raise the timeout or look at why the program hangs",
         ) from exc
-    done = Completed(tuple(argv), proc.returncode, proc.stdout, proc.stderr)
+    done = Completed(tuple(argv), proc.returncode, proc.stdout, proc.stderr,
+                     tuple(display) if display is not None else None)
     if check and not done.ok:
         raise ExternalCommandError(
             f"command failed with exit status {proc.returncode}",
-            command=command, returncode=proc.returncode, stderr=proc.stderr or proc.stdout,
+            command=shown, returncode=proc.returncode, stdout=proc.stdout, stderr=proc.stderr,
             hint=hint,
         )
     return done

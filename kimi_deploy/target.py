@@ -11,11 +11,14 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
+import shlex
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from kimi_deploy import proc
+from kimi_deploy.versions import DEFAULT_SGLANG_VERSION
 from kimi_deploy.errors import ExternalCommandError, UsageError
 
 #: Runs inside the target interpreter; standard library only until torch is asked for.
@@ -85,25 +88,61 @@ class TargetInfo:
         return out
 
 
+def sglang_check_command(python: str | Path) -> str:
+    """The shell line an operator runs to see whether ``python`` can import SGLang."""
+    return f"{shlex.quote(str(python))} -c 'import sglang; print(sglang.__file__)'"
+
+
+def interpreter_hint(python: str | Path) -> str:
+    """The fix shown when ``python`` ran but did not answer like SGLang's interpreter."""
+    return (f"is {python} SGLang's interpreter? `{sglang_check_command(python)}` must print SGLang's path; "
+            "if not, pass --python with the python of SGLang's virtual environment or fix [service] python "
+            "(`kimi-deploy -v ...` logs the full command that was run)")
+
+
+def _missing_hint(path: Path) -> str:
+    """A next step for a missing interpreter: a python beside it, or how to create the environment."""
+    folder = path.parent
+    beside = sorted(str(c) for c in folder.glob("python*") if c.is_file() and os.access(c, os.X_OK)) \
+        if folder.is_dir() else []
+    if beside:
+        return f"{folder} holds {', '.join(beside)}: pass --python {beside[0]} or fix [service] python"
+    venv = folder.parent if folder.name == "bin" else None
+    create = (f"create the environment (`python3 -m venv {venv} && {venv}/bin/pip install "
+              f"sglang=={DEFAULT_SGLANG_VERSION}`), or " if venv and not venv.exists() else "")
+    return (f"{create}find SGLang's interpreter where SGLang is installed "
+            "(`python3 -c 'import sglang, sys; print(sys.executable)'` in that environment) and pass it "
+            "with --python or set [service] python")
+
+
 def check_interpreter(python: str | Path) -> str:
     """Validate that ``python`` is an existing executable file; returns it as str.
 
     Raises:
-        UsageError: missing or not executable (exit 2).
+        UsageError: missing, a folder, or a file without execute permission (exit 2); the
+            hint names a next step for each case.
     """
     path = Path(python)
     if not path.exists():
-        raise UsageError("the SGLang interpreter does not exist", value=str(python),
-                         hint="pass --python with the interpreter of SGLang's virtual environment "
-                              "(e.g. /opt/sglang/.venv/bin/python) or fix [service] python in the profile")
+        raise UsageError("the SGLang interpreter does not exist", value=str(python), hint=_missing_hint(path))
+    if path.is_dir():
+        inside = next((str(c) for c in (path / "bin" / "python", path / "bin" / "python3", path / "python")
+                       if c.is_file()), None)
+        raise UsageError("the SGLang interpreter is a folder, not a program", value=str(python),
+                         hint=(f"pass the python binary inside it: --python {inside}" if inside else
+                               "pass the python binary of SGLang's virtual environment (VENV/bin/python), "
+                               "not a folder"))
     if not path.is_file() or not (path.stat().st_mode & 0o111):
-        raise UsageError("the SGLang interpreter is not an executable file", value=str(python),
-                         hint="point --python at the python binary itself, not its folder")
+        raise UsageError("the SGLang interpreter is not executable (a file without execute permission)",
+                         value=str(python),
+                         hint="pass the python binary of SGLang's virtual environment (VENV/bin/python); "
+                              f"`ls -l {shlex.quote(str(python))}` shows its mode")
     return str(python)
 
 
 def run_script(python: str | Path, script: str, args: Sequence[str] = (), *,
-               timeout: float = 180.0, env: dict[str, str] | None = None) -> dict[str, Any]:
+               timeout: float = 180.0, env: dict[str, str] | None = None,
+               label: str = "script") -> dict[str, Any]:
     """Run ``script`` with ``python -c`` and return the JSON object printed on its last stdout line.
 
     Args:
@@ -112,24 +151,33 @@ def run_script(python: str | Path, script: str, args: Sequence[str] = (), *,
         args: ``sys.argv[1:]`` of the script.
         timeout: seconds.
         env: extra environment variables (``HF_HUB_OFFLINE=1`` is always set).
+        label: how errors show the script (``python -c <label> ARGS``; the full command is
+            logged with ``-v``).
 
     Raises:
-        UsageError: the interpreter is missing.
-        ExternalCommandError: the script failed or printed no JSON.
+        UsageError: the interpreter is missing, a folder or not executable.
+        ExternalCommandError: the script failed or printed no JSON; the error shows the
+            command with the script abbreviated, stdout and stderr under their own labels, and
+            how to check that ``python`` is SGLang's interpreter.
     """
     interpreter = check_interpreter(python)
     extra = {"HF_HUB_OFFLINE": "1", "PYTHONDONTWRITEBYTECODE": "1", **(env or {})}
-    done = proc.run([interpreter, "-c", script, *args], extra_env=extra, timeout=timeout,
-                    hint="run the command shown by hand to see the whole error")
+    display = [interpreter, "-c", f"<{label}>", *args]
+    hint = interpreter_hint(interpreter)
+    done = proc.run([interpreter, "-c", script, *args], extra_env=extra, timeout=timeout, hint=hint,
+                    display=display)
     lines = [line for line in done.stdout.splitlines() if line.strip()]
     try:
         data = json.loads(lines[-1])
     except (IndexError, json.JSONDecodeError):
-        raise ExternalCommandError("the target interpreter printed no JSON result", command=done.command,
-                                   stderr=done.stderr + done.stdout) from None
+        raise ExternalCommandError(
+            "the target interpreter printed no JSON result" + ("" if lines else " (no output at all)"),
+            command=done.shown, returncode=done.returncode, stdout=done.stdout, stderr=done.stderr,
+            hint=hint) from None
     if not isinstance(data, dict):
         raise ExternalCommandError("the target interpreter printed JSON that is not an object",
-                                   command=done.command, stderr=done.stdout)
+                                   command=done.shown, returncode=done.returncode, stdout=done.stdout,
+                                   stderr=done.stderr, hint=hint)
     return data
 
 
@@ -142,7 +190,7 @@ def probe(python: str | Path, *, with_torch: bool = False) -> TargetInfo:
     Raises:
         UsageError / ExternalCommandError: as :func:`run_script`.
     """
-    data = run_script(python, PROBE_SCRIPT, ["1" if with_torch else "0"])
+    data = run_script(python, PROBE_SCRIPT, ["1" if with_torch else "0"], label="probe script")
     return TargetInfo(python=data["python"], python_version=data["python_version"],
                       packages=data["packages"], sglang_location=data["sglang_location"], torch=data["torch"])
 

@@ -203,7 +203,7 @@ def validate_server_args(python: str | Path, server_args: Sequence[str], *, secr
     """
     data = target.run_script(python, VALIDATE_SCRIPT,
                              [json.dumps(list(server_args)), secrets_config or "", PLACEHOLDER_API_KEY],
-                             timeout=timeout, env=dict(env or {}))
+                             timeout=timeout, env=dict(env or {}), label="validate script")
     errors = list(data.get("errors", []))
     if data.get("api_key_from_config") is False:
         errors.append(f"SGLang did not read api-key from the --config file {secrets_config}")

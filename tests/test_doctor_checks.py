@@ -12,6 +12,7 @@ from kimi_deploy.doctor import checks, nvidia
 from kimi_deploy.doctor.checks import Facts, evaluate
 from kimi_deploy.doctor.host import DiskSpace, FileDrift, PortProbe
 from kimi_deploy.doctor.modeldir import ModelDir, inspect_model_dir
+from kimi_deploy.patching import PatchStatus, SeriesStatus, find_series
 from kimi_deploy.presets import get_preset
 from kimi_deploy.profile import parse_profile
 from kimi_deploy.target import TargetInfo
@@ -173,14 +174,142 @@ def test_disk_port_and_unit():
     assert c.status == "fail" and "kimi-k25.service: +1 -1 lines, first `+ --port 30001`" in c.evidence and c.details == "-x\n+y"
 
 
-def test_sglang_patches_and_flags():
-    c = by_name(facts(has_patch_series=False))
+def series_status(state="applied", *, applied=(), selected=None, record=True, reinstall_first=False):
+    """A :class:`SeriesStatus` of the real 0.5.23 series: ``applied`` ids applied, the rest ``state``."""
+    series = find_series("0.5.23")
+    chosen = selected or [p.id for p in series.defaults]
+    patches = [PatchStatus(id=p.id, state="applied" if p.id in applied else ("drifted" if state == "drifted" else
+                                                                                "not_applied"),
+                           default=p.default, selected=p.id in chosen, purpose=p.purpose, files=[])
+               for p in series.patch]
+    st = SeriesStatus(state=state, python=PY, sglang_version="0.5.23", sglang_location="/x/sglang",
+                      series_versions=["0.5.23"], selected=chosen, patches=patches, state_file="/s.json",
+                      recorded={"applied_at": "2026-11-29T00:00:00+00:00"} if record else None,
+                      problems=[] if state == "applied" else ["kimi-k2-tool-call-ids: " + state],
+                      reinstall_first=reinstall_first)
+    return dataclasses.replace(st, fix=None if state == "applied" else st.remedy())
+
+
+PY = "/opt/sglang/.venv/bin/python"
+DEFAULT_IDS = ["kimi-k2-tool-call-ids", "kimi-k2-canonical-history-ids", "redact-api-key"]
+FUSION, SYMM = "sm120-flashinfer-allreduce-fusion", "sm120-torch-symm-mem"
+
+
+def test_sglang_check_and_flags():
+    c = by_name(facts(patches=series_status(applied=DEFAULT_IDS)))
     assert c["sglang"].status == "pass" and "SGLang 0.5.23" in c["sglang"].evidence
-    assert c["sglang.patches"].status == "warn" and "patches/0.5.23/series" in c["sglang.patches"].evidence
-    assert checks.check_patches(facts(has_patch_series=True)).status == "pass"
-    rejected = Validation("/p", "0.5.23", (), ("config",), ("sglang serve: error: unrecognized arguments: --x",),
-                          (), (), None)
-    c = checks.check_flags(facts(validation=rejected))
-    assert c.status == "fail" and "unrecognized arguments: --x" in c.evidence
-    missing = by_name(facts(target=None, target_error="the SGLang interpreter does not exist: /x"))
-    assert missing["sglang"].status == "fail" and missing["sglang.flags"].status == "warn"
+    assert c["sglang.patches"].status == "pass"
+    assert c["sglang.patches"].evidence.startswith("SGLang 0.5.23 carries kimi-k2-tool-call-ids, ")
+
+
+def test_patches_not_applied_fail_like_the_units_patch_verify():
+    """`patch verify` exits 1 on an unpatched SGLang, so with verify_patches on the doctor must fail."""
+    c = checks.check_patches(facts(patches=series_status("not_applied")))
+    assert c.status == "fail" and "not applied" in c.evidence and "ExecStartPre=kimi-deploy patch verify" in c.evidence
+    assert c.hint.startswith(f"`kimi-deploy patch apply --python {PY}`")
+    for state in ("partial", "drifted"):
+        assert checks.check_patches(facts(patches=series_status(state))).status == "fail"
+    drift = checks.check_patches(facts(patches=series_status("drifted", reinstall_first=True)))
+    assert drift.hint.startswith(f"reinstall the same SGLang release (`{PY} -m pip install --force-reinstall "
+                                 "--no-deps sglang==0.5.23`), then `kimi-deploy patch apply --python ")
+    data = copy.deepcopy(get_preset(PRESET).data)
+    data["service"]["verify_patches"] = False
+    off = checks.check_patches(facts(profile=parse_profile(data), patches=series_status("not_applied")))
+    assert off.status == "warn" and "verify_patches = false" in off.evidence
+    unknown = checks.check_patches(facts(patches_error="GNU patch is not installed"))
+    assert unknown.status == "warn" and "GNU patch" in unknown.evidence
+    none = series_status("no_series")
+    assert checks.check_patches(facts(patches=dataclasses.replace(none, fix="install X"))).status == "warn"
+
+
+def gates(*extra):
+    """The gated features the reference preset's rendered command asks for (fusion, torch symm mem)."""
+    from kimi_deploy.launch import build_launch
+    from kimi_deploy.versions import parse_version
+
+    args = build_launch(profile(), parse_version("0.5.23")).server_args
+    return tuple(find_series("0.5.23").gates_asked([*args, *extra]))
+
+
+def test_the_mapping_lives_in_the_series_manifest():
+    hits = gates()
+    assert [(h.patch.id, h.gate.setting, h.flag, h.gate.without) for h in hits] == [
+        (FUSION, "flashinfer_allreduce_fusion_backend", "--flashinfer-allreduce-fusion-backend", "fails"),
+        (SYMM, "enable_torch_symm_mem", "--enable-torch-symm-mem", "disabled")]
+    assert find_series("0.5.23").gates_asked(["--enable-flashinfer-allreduce-fusion"])[0].patch.id == FUSION
+    assert find_series("0.5.23").gates_asked(["--enable-flashinfer-allreduce-fusion",
+                                              "--enforce-disable-flashinfer-allreduce-fusion"]) == []
+
+
+def test_gated_features_on_sm120_without_their_patches():
+    c = by_name(facts(gates=gates(), patches=series_status(applied=DEFAULT_IDS)))
+    fusion, symm = c["sglang.flashinfer_allreduce_fusion_backend"], c["sglang.enable_torch_symm_mem"]
+    assert fusion.status == "fail" and symm.status == "warn"
+    assert "compute capability 12.0 without patch sm120-flashinfer-allreduce-fusion" in fusion.evidence
+    assert "raises ValueError 'FlashInfer allreduce fusion requires SM90 or SM10X NVIDIA GPUs.'" in fusion.evidence
+    assert "Device capability 12 not supported" in symm.evidence
+    # one command for both: `apply` applies exactly one set, so it names both opt-ins
+    want = f"`kimi-deploy patch apply --python {PY} --with {FUSION},{SYMM}`"
+    assert fusion.hint.startswith(want) and symm.hint.startswith(want)
+    assert "production.md section 4" in fusion.hint
+    assert fusion.hint.endswith("or remove [sglang] flashinfer_allreduce_fusion_backend")
+    # only one missing: the command keeps the applied opt-in
+    c = by_name(facts(gates=gates(), patches=series_status(applied=DEFAULT_IDS + [SYMM],
+                                                           selected=DEFAULT_IDS + [SYMM])))
+    assert c["sglang.enable_torch_symm_mem"].status == "pass"
+    assert c["sglang.flashinfer_allreduce_fusion_backend"].hint.startswith(
+        f"`kimi-deploy patch apply --python {PY} --with {FUSION},{SYMM}`")
+
+
+def test_gated_features_pass_when_patched_or_not_sm12x():
+    every = DEFAULT_IDS + [FUSION, SYMM]
+    c = by_name(facts(gates=gates(), patches=series_status(applied=every, selected=every)))
+    assert c["sglang.flashinfer_allreduce_fusion_backend"].status == "pass"
+    assert c["sglang.enable_torch_symm_mem"].status == "pass"
+    hopper = tuple(dataclasses.replace(g, name="NVIDIA H100 80GB HBM3", compute_cap="9.0") for g in gpus())
+    c = by_name(facts(gpus=hopper, gates=gates(), patches=series_status("not_applied")))
+    assert c["sglang.flashinfer_allreduce_fusion_backend"].status == "pass"
+    assert "not gated" in c["sglang.flashinfer_allreduce_fusion_backend"].evidence
+    # a profile that does not ask for them gets no such check
+    assert "sglang.enable_torch_symm_mem" not in by_name(facts(patches=series_status("applied")))
+
+
+def test_gated_features_without_nvidia_smi_are_not_checked():
+    c = by_name(facts(gpus=(), gpu_error="nvidia-smi not found on PATH", topology=None, gates=gates(),
+                      patches=series_status(applied=DEFAULT_IDS)))
+    fusion = c["sglang.flashinfer_allreduce_fusion_backend"]
+    assert fusion.status == "warn"
+    assert fusion.evidence.startswith("not checked: GPU compute capability unknown (nvidia-smi not found on PATH)")
+    assert FUSION in fusion.evidence and "run doctor on the serving host" in fusion.hint
+
+
+def test_gate_from_extra_args_names_extra_args():
+    data = copy.deepcopy(get_preset(PRESET).data)
+    del data["sglang"]["enable_torch_symm_mem"]
+    data["sglang"]["extra_args"] = ["--enable-torch-symm-mem"]
+    c = by_name(facts(profile=parse_profile(data), gates=gates(), patches=series_status(applied=DEFAULT_IDS)))
+    assert c["sglang.enable_torch_symm_mem"].hint.endswith("or remove --enable-torch-symm-mem from [sglang] extra_args")
+
+
+def test_ipv6_addresses_are_bracketed():
+    """An IPv6 bind address is shown as [addr]:port (RFC 3986), never ':::30000'."""
+    import socket
+
+    from kimi_deploy.doctor.host import hostport, probe_port
+
+    assert hostport("::", 30000) == "[::]:30000" and hostport("fe80::1", 8) == "[fe80::1]:8"
+    assert hostport("0.0.0.0", 30000) == "0.0.0.0:30000" and hostport("localhost", 1) == "localhost:1"
+    free = PortProbe("::", 30000, "free", "bind [::]:30000 succeeded")
+    assert checks.check_port(facts(port=free)).evidence == "[::]:30000 is free"
+    if not socket.has_ipv6:
+        pytest.skip("no IPv6 on this host")
+    try:
+        with socket.socket(socket.AF_INET6) as s:
+            s.bind(("::1", 0))
+            s.listen()
+            port = s.getsockname()[1]
+            probe = probe_port("::1", port)
+    except OSError:
+        pytest.skip("IPv6 loopback not configured")
+    assert probe.state == "in_use" and probe.detail.startswith(f"bind [::1]:{port}: ")
+    assert ":::" not in checks.check_port(facts(port=probe)).evidence

@@ -100,8 +100,9 @@ def test_four_gpus_tp8_fails(cli_runner, bin_dir, host):
     assert "4 x NVIDIA RTX PRO 6000 Blackwell Workstation Edition; tp_size 8 needs 8" in result.output
 
 
-def test_reference_host_with_sglang_env(cli_runner, bin_dir, host, sglang_python):
+def test_reference_host_with_sglang_env(cli_runner, bin_dir, host, sglang_python, tmp_path, monkeypatch):
     """8x RTX PRO 6000 (recorded), real SGLang 0.5.23 interpreter, complete tiny models, installed unit."""
+    monkeypatch.setenv("KIMI_DEPLOY_STATE_DIR", str(tmp_path / "state"))
     install_fake_nvidia_smi(bin_dir, "query-8x-server-580.csv", "topo-8x-dual-socket.txt")
     profile = parse_profile(host["data"])
     version, components = render_lib.target_versions(sglang_python)
@@ -128,6 +129,13 @@ def test_reference_host_with_sglang_env(cli_runner, bin_dir, host, sglang_python
     assert status["sglang.flags"] == "pass"
     assert status["port"] == "pass"
     assert status["unit.installed"] == "pass", checks["unit.installed"]
+    # The test environment's SGLang is unpatched: `patch verify` (the unit's ExecStartPre=) exits 1 there,
+    # and the preset's fusion/torch symm mem meet SGLang's SM90/SM100-only gates on these SM120 GPUs.
+    assert status["sglang.patches"] == "fail" and "not applied" in checks["sglang.patches"]["evidence"]
+    assert checks["sglang.patches"]["hint"].startswith("`kimi-deploy patch apply --python ")
+    assert status["sglang.flashinfer_allreduce_fusion_backend"] == "fail"
+    assert status["sglang.enable_torch_symm_mem"] == "warn"
+    assert result.exit_code == 1
 
 
 
@@ -171,3 +179,53 @@ def test_port_in_use_and_missing_shard(cli_runner, bin_dir, host, tmp_path):
     model = next(line for line in lines if line.startswith("FAIL  model "))
     assert "1 of 3 shards missing (first: model-00002-of-00003.safetensors)" in model
     assert any(line.startswith("WARN  unit.installed") and "not installed" in line for line in lines)
+
+
+def test_patches_follow_patch_verify(cli_runner, bin_dir, host, sglang_python, patched_sglang, tmp_path):
+    """The doctor's sglang.patches agrees with `patch verify` (the unit's ExecStartPre=), on a real unpatched
+    copy and on the session's patched copy (defaults + both SM120 opt-ins)."""
+    from patch_helpers import make_target
+
+    install_fake_nvidia_smi(bin_dir, "query-8x-server-580.csv", "topo-8x-dual-socket.txt")
+    state = tmp_path / "state"
+    pristine = make_target(sglang_python, tmp_path / "venv")
+
+    def run(python, state_dir):
+        verify = cli_runner.invoke(cli, ["patch", "verify", "--python", python, "--state-dir", str(state_dir)])
+        result = doctor(cli_runner, "--profile", host["path"], "--root", host["root"], "--python", python,
+                        "--state-dir", state_dir, "--json")
+        return verify, {c["name"]: c for c in json.loads(result.stdout)["checks"]}, result.stdout
+
+    verify, checks, _ = run(pristine, state)
+    assert verify.exit_code == 1
+    patches = checks["sglang.patches"]
+    assert patches["status"] == "fail" and f"`kimi-deploy patch apply --python {pristine}`" in patches["hint"]
+    fusion = checks["sglang.flashinfer_allreduce_fusion_backend"]
+    assert fusion["status"] == "fail"
+    assert fusion["hint"].startswith(f"`kimi-deploy patch apply --python {pristine} --with "
+                                     "sm120-flashinfer-allreduce-fusion,sm120-torch-symm-mem`")
+    assert checks["sglang.enable_torch_symm_mem"]["status"] == "warn"
+
+    # verify_patches = false: the unit has no ExecStartPre=patch verify, so a warning
+    data = copy.deepcopy(host["data"])
+    data["service"]["verify_patches"] = False
+    off = doctor(cli_runner, "--profile", toml_profile(tmp_path / "off.toml", data), "--root", host["root"],
+                 "--python", pristine, "--state-dir", state, "--json")
+    assert {c["name"]: c for c in json.loads(off.stdout)["checks"]}["sglang.patches"]["status"] == "warn"
+
+    python, patched_state = patched_sglang
+    verify, checks, out = run(python, patched_state)
+    assert verify.exit_code == 0, verify.output
+    assert checks["sglang.patches"]["status"] == "pass"
+    assert checks["sglang.flashinfer_allreduce_fusion_backend"]["status"] == "pass"
+    assert checks["sglang.enable_torch_symm_mem"]["status"] == "pass"
+
+
+def test_ipv6_bind_address_is_bracketed(cli_runner, bin_dir, host, tmp_path):
+    data = copy.deepcopy(host["data"])
+    data["sglang"]["host"] = "::"
+    data["sglang"]["api_key_file"] = "/etc/kimi-deploy/kimi-k25.api-key"
+    result = doctor(cli_runner, "--profile", toml_profile(tmp_path / "v6.toml", data), "--root", host["root"],
+                    "--python", "/nonexistent/python")
+    port = next(line for line in result.output.splitlines() if line.split()[1:2] == ["port"])
+    assert f"[::]:{data['sglang']['port']}" in port and ":::" not in port

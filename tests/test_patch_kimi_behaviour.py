@@ -148,3 +148,17 @@ def test_redaction_and_sm120_gates(before, after):
     assert (old["fused_norm_site"], new["fused_norm_site"]) == (False, True)
     # sm120-torch-symm-mem
     assert (old["symm_mem_rows"], new["symm_mem_rows"]) == ([9, 10], [9, 10, 12])
+
+
+def test_the_series_needed_by_symptoms_are_what_0_5_23_does(before, after):
+    """The manifest's feature -> patch mapping (read by `doctor`) quotes SGLang 0.5.23's own behaviour."""
+    from kimi_deploy.patching import find_series
+
+    gates = {g.setting: (p.id, g) for p in find_series("0.5.23").patch for g in p.needed_by}
+    _, fusion = gates["flashinfer_allreduce_fusion_backend"]
+    raised = before["gates.py"]["fusion"]["auto"].removeprefix("error:")
+    assert f"raises ValueError '{raised}'" in fusion.symptom and fusion.without == "fails"
+    assert after["gates.py"]["fusion"]["auto"] == "ok:trtllm"
+    _, symm = gates["enable_torch_symm_mem"]
+    assert 12 not in before["gates.py"]["symm_mem_rows"] and symm.without == "disabled"
+    assert 12 in after["gates.py"]["symm_mem_rows"] and symm.compute_capability_major == [12]

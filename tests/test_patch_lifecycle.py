@@ -170,3 +170,39 @@ def test_refuses_another_version(target, cli_runner):
     assert tree_hashes(site / "sglang") == before
     assert patching.status(python).state == "no_series"
     assert invoke(cli_runner, "verify", "--python", python).exit_code == ExitCode.FAILED
+
+
+def test_verify_and_apply_give_the_same_working_fix_on_drift(target, cli_runner, sglang_python):
+    """verify's fix after drift is the real sequence: pip's reinstall of the same release, then the
+    apply line for the recorded set; apply's refusal names the same reinstall command."""
+    python, site = target
+    patching.apply(python, with_=["sm120-torch-symm-mem"])
+    detector = site / DETECTOR
+    detector.write_text(detector.read_text() + "\n# edited by hand\n")
+    reinstall = f"{python} -m pip install --force-reinstall --no-deps sglang==0.5.23"
+    apply_line = f"kimi-deploy patch apply --python {python} --with sm120-torch-symm-mem"
+
+    verify = invoke(cli_runner, "verify", "--python", python)
+    assert verify.exit_code == ExitCode.FAILED
+    assert f"fix: reinstall the same SGLang release (`{reinstall}`), then `{apply_line}`, then restart" in verify.stderr
+    status = invoke(cli_runner, "status", "--python", python)
+    assert f"fix: reinstall the same SGLang release (`{reinstall}`), then `{apply_line}`" in status.stderr
+    refused = invoke(cli_runner, *apply_line.split()[2:])            # apply before the reinstall: refused ...
+    assert refused.exit_code == ExitCode.REFUSED and f"(`{reinstall}`)" in refused.stderr
+
+    # ... the reinstall (pip cannot reach an index here: the same bytes, copied from the test environment)
+    shutil.copyfile(site_packages_of(sglang_python) / DETECTOR, detector)
+    st = patching.status(python)
+    assert st.state == "drifted" and st.fix == f"`{apply_line}`"      # originals back: apply alone now
+    done = invoke(cli_runner, *apply_line.split()[2:])
+    assert done.exit_code == 0, done.output
+    assert invoke(cli_runner, "verify", "--python", python).exit_code == 0
+    assert patching.verify(python).selected == DEFAULTS[:2] + ["sm120-torch-symm-mem", "redact-api-key"]
+
+
+def test_not_applied_fix_is_the_apply_command(target, cli_runner):
+    python, _ = target
+    verify = invoke(cli_runner, "verify", "--python", python)
+    assert verify.exit_code == ExitCode.FAILED
+    assert f"fix: `kimi-deploy patch apply --python {python}`, then restart the service" in verify.stderr
+    assert patching.apply_command(python, ["a", "c"], ["a", "b"]) == f"kimi-deploy patch apply --python {python} --only a,c"

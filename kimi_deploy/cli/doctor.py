@@ -11,6 +11,8 @@ from kimi_deploy.cli.options import echo_json, profile_options, resolve_profile
 from kimi_deploy.errors import ExitCode
 
 _LABEL = {"pass": "PASS", "warn": "WARN", "fail": "FAIL"}
+#: Names longer than this (a gated feature's SGLang option) overflow instead of widening every line.
+_WIDTH = 22
 
 
 @click.command("doctor")
@@ -19,20 +21,23 @@ _LABEL = {"pass": "PASS", "warn": "WARN", "fail": "FAIL"}
               help="SGLang's interpreter (default: [service] python of the profile).")
 @click.option("--root", type=click.Path(path_type=Path, file_okay=False), default=Path("/"), show_default=True,
               help="Root under which the installed unit is compared with a fresh render.")
+@click.option("--state-dir", type=click.Path(file_okay=False), default=None, metavar="DIR",
+              help="kimi-deploy's state directory, where the patch record is read (default "
+                   "$KIMI_DEPLOY_STATE_DIR or /var/lib/kimi-deploy, as the unit's `patch verify`).")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 @click.pass_context
-def doctor_cmd(ctx, profile_path, preset, python, root, as_json):
+def doctor_cmd(ctx, profile_path, preset, python, root, state_dir, as_json):
     """Check GPUs, driver, torch, topology, models, disk, port, SGLang flags and the installed unit.
 
     Each check prints PASS / WARN / FAIL, one line of evidence and a fix. Exit 1 if any check fails.
     """
     profile = resolve_profile(profile_path, preset)
-    report = doctor_lib.run_doctor(profile, python=python, root=root)
+    report = doctor_lib.run_doctor(profile, python=python, root=root, state_dir=state_dir)
     verbose = ctx.find_root().params.get("verbose")
     if as_json:
         echo_json(report.to_dict())
     else:
-        width = max(len(c.name) for c in report.checks)
+        width = min(max(len(c.name) for c in report.checks), _WIDTH)
         for check in report.checks:
             click.echo(f"{_LABEL[check.status]}  {check.name:<{width}}  {check.evidence}")
             if check.hint and check.status != "pass":

@@ -54,6 +54,10 @@ def list_cmd(sglang_version, as_json):
         click.echo(f"   {spec.purpose}")
         click.echo(f"   risk: {spec.risk}")
         click.echo(f"   files: {', '.join(series.files_of(spec))}")
+        for gate in spec.needed_by:
+            click.echo(f"   needed by: {gate.setting} ({', '.join(gate.flags)}) on compute capability "
+                       f"{', '.join(f'{m}.x' for m in gate.compute_capability_major)} (without it "
+                       f"{'SGLang fails to start' if gate.without == 'fails' else 'SGLang starts with the feature off'})")
         for url in spec.upstream:
             click.echo(f"   upstream: {url}")
 
@@ -71,6 +75,8 @@ def _print_status(result: patching.SeriesStatus) -> None:
         click.echo("   (* = checked: --only, else the recorded set, else the defaults)")
     for problem in result.problems:
         click.echo(f"problem: {problem}", err=True)
+    if result.fix:
+        click.echo(f"fix: {result.fix}", err=True)
 
 
 @patch_group.command("status")

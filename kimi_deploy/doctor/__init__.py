@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from kimi_deploy import proc, target, versions
+from kimi_deploy import patching, proc, target, versions
 from kimi_deploy.doctor import nvidia
 from kimi_deploy.doctor.checks import Facts, evaluate
 from kimi_deploy.doctor.host import compare_installed, disk_space, probe_port
@@ -61,11 +61,13 @@ def probe_topology() -> tuple[nvidia.Topology | None, str | None]:
 
 
 def gather(profile: Profile, *, python: str | None = None, root: Path = Path("/"),
-           check_flags: bool = True) -> Facts:
+           check_flags: bool = True, state_dir: str | Path | None = None) -> Facts:
     """Run every probe for ``profile``; ``python`` overrides ``[service] python``; ``root`` is where
-    the installed unit is looked for (``<root>/etc/systemd/system``)."""
+    the installed unit is looked for (``<root>/etc/systemd/system``); ``state_dir`` is where the patch
+    record is read (default: the one the unit's ``patch verify`` reads, :func:`kimi_deploy.paths.state_dir`)."""
     from kimi_deploy import render as render_lib
     from kimi_deploy import validate as validate_lib
+    from kimi_deploy.launch import build_launch
 
     facts: dict = {"profile": profile}
     gpus, facts["gpu_error"] = probe_gpus()
@@ -85,7 +87,17 @@ def gather(profile: Profile, *, python: str | None = None, root: Path = Path("/"
             else f"{exc.message}: {exc.value}"
     version = info.sglang_version if info and info.sglang_version else None
     if version:
-        facts["has_patch_series"] = render_lib.has_patch_series(version)
+        try:
+            facts["patches"] = patching.status(python, state_dir=state_dir)
+        except KimiDeployError as exc:
+            facts["patches_error"] = exc.message
+        try:
+            series = patching.find_series(version)
+            if series is not None:
+                launch = build_launch(profile, versions.parse_version(version), components=info.components())
+                facts["gates"] = tuple(series.gates_asked(launch.server_args))
+        except KimiDeployError as exc:
+            facts["gates_error"] = exc.message
         if check_flags:
             try:
                 facts["validation"] = validate_lib.validate_profile(profile, python).validation
@@ -111,8 +123,8 @@ def gather(profile: Profile, *, python: str | None = None, root: Path = Path("/"
 
 
 def run_doctor(profile: Profile, *, python: str | None = None, root: Path = Path("/"),
-               check_flags: bool = True) -> DoctorReport:
+               check_flags: bool = True, state_dir: str | Path | None = None) -> DoctorReport:
     """Probe and judge: the :class:`DoctorReport` of ``profile`` on this host (never raises for a
     failed probe; each becomes a failing or warning check)."""
-    facts = gather(profile, python=python, root=root, check_flags=check_flags)
+    facts = gather(profile, python=python, root=root, check_flags=check_flags, state_dir=state_dir)
     return DoctorReport(profile_name=profile.service.name, checks=tuple(evaluate(facts)))

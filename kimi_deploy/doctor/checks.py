@@ -3,7 +3,9 @@
 No I/O here: every function is tested on recorded probe output. Check names are stable
 (scripts read ``--json``): ``gpu.devices``, ``gpu.compute_capability``, ``gpu.memory``,
 ``driver``, ``torch.arch``, ``pcie.topology``, ``model``, ``draft_model``, ``sglang``,
-``sglang.patches``, ``sglang.flags``, ``disk.cache``, ``port``, ``unit.installed``.
+``sglang.patches``, ``sglang.<option>`` (one per gated feature the profile asks for, e.g.
+``sglang.flashinfer_allreduce_fusion_backend``; the mapping is the patch series' ``needed_by``),
+``sglang.flags``, ``disk.cache``, ``port``, ``unit.installed``.
 """
 
 from __future__ import annotations
@@ -11,10 +13,11 @@ from __future__ import annotations
 import dataclasses
 
 from kimi_deploy.doctor.cuda import SOURCE as DRIVER_SOURCE, judge_driver
-from kimi_deploy.doctor.host import DiskSpace, FileDrift, PortProbe
+from kimi_deploy.doctor.host import DiskSpace, FileDrift, PortProbe, hostport
 from kimi_deploy.doctor.modeldir import ModelDir
 from kimi_deploy.doctor.nvidia import P2P_LEVEL_FOR_LINK, P2P_LEVELS, Gpu, Topology
 from kimi_deploy.doctor.report import Check, failed, passed, warned
+from kimi_deploy.patching import GateHit, SeriesStatus
 from kimi_deploy.profile import Profile
 from kimi_deploy.target import TargetInfo
 from kimi_deploy.validate import Validation
@@ -48,7 +51,10 @@ class Facts:
     target_error: str | None = None
     validation: Validation | None = None
     validation_error: str | None = None
-    has_patch_series: bool | None = None
+    patches: SeriesStatus | None = None
+    patches_error: str | None = None
+    gates: tuple[GateHit, ...] = ()
+    gates_error: str | None = None
     model: ModelDir | None = None
     draft_model: ModelDir | None = None
     disk: DiskSpace | None = None
@@ -272,15 +278,78 @@ def check_sglang(f: Facts) -> Check:
 
 
 def check_patches(f: Facts) -> Check:
+    """The series state as the unit's ``ExecStartPre=kimi-deploy patch verify`` will find it."""
     name = "sglang.patches"
     if f.target is None or not f.target.sglang_version:
         return _not_checked(name, "SGLang version unknown", "fix the sglang check first")
-    v = f.target.sglang_version
-    if f.has_patch_series:
-        return passed(name, f"patch series for SGLang {v} is available")
-    return warned(name, f"no patch series for SGLang {v} (patches/{v}/series)",
-                  "the SM120 patches cannot be applied to this SGLang; use a release the kit ships patches for, "
-                  "or run unpatched")
+    v, st = f.target.sglang_version, f.patches
+    if st is None:
+        return _not_checked(name, f"patch state unknown ({f.patches_error or 'not probed'})",
+                            "run `kimi-deploy patch status --python P` to see why")
+    if st.state == "no_series":
+        return warned(name, f"no patch series for SGLang {v} (patches/{v}/series)",
+                      "the kit's patches (tool-call ids, API-key redaction, SM120 gates) cannot be applied to this "
+                      f"SGLang: {st.fix}")
+    if st.state == "applied":
+        when = f" (applied {st.recorded['applied_at']})" if st.recorded else ""
+        return passed(name, f"SGLang {v} carries {', '.join(st.selected)}{when}")
+    evidence = f"patch series is {st.state.replace('_', ' ')}: " + "; ".join(st.problems)
+    if f.profile.service.verify_patches:
+        return failed(name, evidence + "; the unit's ExecStartPre=kimi-deploy patch verify refuses to start SGLang",
+                      f"{st.fix}; or set [service] verify_patches = false to run unpatched")
+    return warned(name, evidence + " ([service] verify_patches = false: SGLang starts without them)", st.fix)
+
+
+def _gate_fix(f: Facts, hit: GateHit, missing: list[str]) -> str:
+    where = f"[sglang] {hit.gate.setting}" if getattr(f.profile.sglang, hit.gate.setting, None) \
+        else f"{hit.flag} from [sglang] extra_args"
+    apply_fix = f.patches.remedy(missing) if f.patches else \
+        f"`kimi-deploy patch apply --python {f.profile.service.python} --with {','.join(missing)}`"
+    return (f"{apply_fix} (opt-in: then measure it with `kimi-deploy bench`, production.md section 4), "
+            f"or remove {where}")
+
+
+def check_gates(f: Facts) -> list[Check]:
+    """One check per gated feature the rendered command asks for (:meth:`Series.gates_asked`):
+    FAIL (``without = "fails"``) / WARN (``"disabled"``) when the TP GPUs are gated and the patch
+    that lifts the gate is not applied."""
+    if not f.gates:
+        return []
+    caps = sorted({g.compute_cap for g in f.tp_gpus})
+    v = f.target.sglang_version if f.target else "?"
+    state = {p.id: p.state for p in f.patches.patches} if f.patches else {}
+    gated = [h for h in f.gates if any(h.applies_to(c) for c in caps)]
+    # One apply command for every missing patch: `apply` applies exactly one set.
+    missing = list(dict.fromkeys(h.patch.id for h in (gated if caps else f.gates)
+                                 if state.get(h.patch.id) != "applied"))
+    out = []
+    for hit in f.gates:
+        name, gate, pid = f"sglang.{hit.gate.setting}", hit.gate, hit.patch.id
+        majors = ", ".join(f"{m}.x" for m in gate.compute_capability_major)
+        outcome = "fails to start" if gate.without == "fails" else "starts with it off"
+        if not caps:
+            out.append(_not_checked(name, f"GPU compute capability unknown ({f.gpu_error or 'no GPU data'}); "
+                                          f"{hit.flag} on compute capability {majors} needs patch {pid} "
+                                          f"(SGLang {v} {outcome} without it)",
+                                    f"run doctor on the serving host; on such GPUs: {_gate_fix(f, hit, missing)}"))
+            continue
+        if hit not in gated:
+            out.append(passed(name, f"{hit.flag} on compute capability {', '.join(caps)}: not gated "
+                                    f"(patch {pid} matters on {majors} only)"))
+            continue
+        if f.patches is None:
+            out.append(_not_checked(name, f"{hit.flag} on compute capability {', '.join(caps)} needs patch {pid}; "
+                                          f"patch state unknown ({f.patches_error or 'not probed'})",
+                                    "fix the sglang.patches check first"))
+            continue
+        if state.get(pid) == "applied":
+            out.append(passed(name, f"{hit.flag} on compute capability {', '.join(caps)}: patch {pid} applied"))
+            continue
+        evidence = (f"{hit.flag} on compute capability {', '.join(caps)} without patch {pid} "
+                    f"({state.get(pid, 'not in the series').replace('_', ' ')}): SGLang {v} {gate.symptom}")
+        check = failed if gate.without == "fails" else warned
+        out.append(check(name, evidence, _gate_fix(f, hit, missing)))
+    return out
 
 
 def check_flags(f: Facts) -> Check:
@@ -315,7 +384,7 @@ def check_port(f: Facts) -> Check | None:
     if p is None:
         return None
     if p.state == "free":
-        return passed("port", f"{p.host}:{p.port} is free")
+        return passed("port", f"{hostport(p.host, p.port)} is free")
     svc = f.profile.service.name
     installed = any(d.state != "absent" for d in f.unit)
     who = f"`ss -ltnp 'sport = :{p.port}'` shows the owner"
@@ -359,6 +428,7 @@ def evaluate(f: Facts) -> list[Check]:
         check_torch_arch(f), check_topology(f),
         check_model("model", f.model, "model_path"),
         check_model("draft_model", f.draft_model, "speculative_draft_model_path"),
-        check_sglang(f), check_patches(f), check_flags(f), check_disk(f), check_port(f), check_unit(f),
+        check_sglang(f), check_patches(f), *check_gates(f), check_flags(f), check_disk(f), check_port(f),
+        check_unit(f),
     ]
     return [c for c in checks if c is not None]

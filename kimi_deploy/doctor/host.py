@@ -24,6 +24,11 @@ class PortProbe:
     detail: str
 
 
+def hostport(host: str, port: int) -> str:
+    """``host:port`` for display; an IPv6 address in brackets (``[::]:30000``, RFC 3986 section 3.2.2)."""
+    return f"[{host}]:{port}" if ":" in host and not host.startswith("[") else f"{host}:{port}"
+
+
 def probe_port(host: str, port: int) -> PortProbe:
     """Try to bind ``host:port`` (TCP, SO_REUSEADDR like uvicorn) and release it at once."""
     try:
@@ -37,10 +42,10 @@ def probe_port(host: str, port: int) -> PortProbe:
         sock.bind(addr)
     except OSError as exc:
         state = "in_use" if exc.errno == errno.EADDRINUSE else "unavailable"
-        return PortProbe(host, port, state, f"bind {host}:{port}: {exc.strerror}")
+        return PortProbe(host, port, state, f"bind {hostport(host, port)}: {exc.strerror}")
     finally:
         sock.close()
-    return PortProbe(host, port, "free", f"bind {host}:{port} succeeded")
+    return PortProbe(host, port, "free", f"bind {hostport(host, port)} succeeded")
 
 
 @dataclasses.dataclass(frozen=True)

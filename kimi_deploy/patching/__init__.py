@@ -5,7 +5,8 @@
 - :mod:`.engine`: status, verify, apply (all-or-nothing through GNU patch), revert.
 
 Interface for other modules: :func:`status` and :func:`verify` (both take the target
-interpreter and return a :class:`SeriesStatus`).
+interpreter and return a :class:`SeriesStatus`, whose ``fix`` is the one remedy every verb
+prints); :meth:`Series.gates_asked` (the manifest's feature -> patch mapping, ``needed_by``).
 """
 
 from kimi_deploy.patching.engine import (
@@ -14,14 +15,25 @@ from kimi_deploy.patching.engine import (
     PatchStatus,
     SeriesStatus,
     apply,
+    apply_command,
     list_series,
+    reinstall_command,
     revert,
     status,
     verify,
 )
-from kimi_deploy.patching.series import PatchSpec, Series, available_versions, find_series, require_series
+from kimi_deploy.patching.series import (
+    FeatureGate,
+    GateHit,
+    PatchSpec,
+    Series,
+    available_versions,
+    find_series,
+    require_series,
+)
 
 __all__ = [
-    "ChangeResult", "FileStatus", "PatchSpec", "PatchStatus", "Series", "SeriesStatus", "apply",
-    "available_versions", "find_series", "list_series", "require_series", "revert", "status", "verify",
+    "ChangeResult", "FeatureGate", "FileStatus", "GateHit", "PatchSpec", "PatchStatus", "Series", "SeriesStatus",
+    "apply", "apply_command", "available_versions", "find_series", "list_series", "reinstall_command",
+    "require_series", "revert", "status", "verify",
 ]

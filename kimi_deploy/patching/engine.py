@@ -26,6 +26,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as _dt
 import os
+import shlex
 import tempfile
 from pathlib import Path
 from typing import Any, Literal
@@ -49,6 +50,26 @@ PatchState = Literal["applied", "not_applied", "drifted"]
 #: GNU patch options used for every run: strict, non-interactive, no side files.
 PATCH_OPTIONS = ("-p1", "--forward", "--batch", "--fuzz=0", "--no-backup-if-mismatch", "--reject-file=-")
 PATCH_HINT = "install GNU patch (Debian/Ubuntu: apt-get install patch; RHEL: dnf install patch)"
+
+
+def reinstall_command(python: str, sglang_version: str) -> str:
+    """pip's command that puts the original files of SGLang ``sglang_version`` back into ``python``'s
+    environment (``--no-deps``: only SGLang's own files are replaced)."""
+    return f"{shlex.quote(python)} -m pip install --force-reinstall --no-deps sglang=={sglang_version}"
+
+
+def apply_command(python: str, ids: list[str], defaults: list[str]) -> str:
+    """The ``kimi-deploy patch apply`` line whose result is exactly the set ``ids``.
+
+    ``defaults``: the series' on-by-default ids. A set holding every default is written as
+    ``--with`` the others (nothing when none); any other set as ``--only`` (``apply`` always
+    applies exactly one set, so a fix that adds a patch must name the ones to keep too).
+    """
+    head = f"kimi-deploy patch apply --python {shlex.quote(python)}"
+    if set(defaults) <= set(ids):
+        extra = [i for i in ids if i not in defaults]
+        return head + (f" --with {','.join(extra)}" if extra else "")
+    return head + f" --only {','.join(ids)}"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -90,6 +111,11 @@ class SeriesStatus:
     ``"not_applied"`` (none applied), ``"drifted"`` (a patched file changed after
     patching, e.g. ``pip install`` over it), ``"partial"`` (some selected patches
     applied, others not), ``"no_series"`` (the kit has no series for this version).
+    ``fix``: the commands that make ``state`` ``"applied"`` (``None`` when it is): after drift
+    that changed files, pip's reinstall of the same release then ``patch apply``; otherwise
+    ``patch apply`` for the checked set. ``verify``, ``status`` and ``doctor`` all print it.
+    ``reinstall_first``: a patched file has bytes that are neither original nor patched, so
+    ``apply`` refuses until the same release is reinstalled.
     """
 
     state: SeriesState
@@ -102,10 +128,27 @@ class SeriesStatus:
     state_file: str
     recorded: dict[str, Any] | None = None
     problems: list[str] = dataclasses.field(default_factory=list)
+    fix: str | None = None
+    reinstall_first: bool = False
 
     @property
     def ok(self) -> bool:
         return self.state == "applied"
+
+    def apply_command(self, add: list[str] | None = None) -> str:
+        """``kimi-deploy patch apply`` for the checked set plus ``add``, in series order."""
+        wanted = set(self.selected) | set(add or [])
+        ids = [p.id for p in self.patches if p.id in wanted]
+        return apply_command(self.python, ids, [p.id for p in self.patches if p.default])
+
+    def remedy(self, add: list[str] | None = None) -> str:
+        """The commands that leave the checked set plus ``add`` applied: the reinstall of the same
+        release first when :attr:`reinstall_first`, then :meth:`apply_command`."""
+        apply_line = f"`{self.apply_command(add)}`"
+        if self.reinstall_first:
+            return (f"reinstall the same SGLang release (`{reinstall_command(self.python, self.sglang_version)}`), "
+                    f"then {apply_line}")
+        return apply_line
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-friendly form (``--json``)."""
@@ -190,7 +233,8 @@ def _why(done: proc.Completed) -> str:
     return "; ".join(lines[-4:])[:600]
 
 
-def _stage_and_apply(series: Series, selection: list[PatchSpec], bases: dict[str, bytes]) -> dict[str, bytes]:
+def _stage_and_apply(series: Series, selection: list[PatchSpec], bases: dict[str, bytes],
+                     python: str) -> dict[str, bytes]:
     """Apply ``selection`` to copies of ``bases`` in a temporary folder; return the patched bytes.
 
     Raises:
@@ -211,9 +255,9 @@ def _stage_and_apply(series: Series, selection: list[PatchSpec], bases: dict[str
                     raise RefusedError(
                         f"patch {spec.id} does not apply to this SGLang {series.sglang_version}; nothing was changed",
                         value=_why(done),
-                        hint="the files differ from the release the series was written for: reinstall SGLang "
-                             f"(pip install --force-reinstall --no-deps sglang=={series.sglang_version}) and retry, "
-                             "or leave this patch out with --only")
+                        hint="the files differ from the release the series was written for: reinstall the same "
+                             f"SGLang release (`{reinstall_command(python, series.sglang_version)}`) and apply "
+                             "again, or leave this patch out with --only")
         return {relpath: (stage / relpath).read_bytes() for relpath in bases}
 
 
@@ -275,7 +319,9 @@ def status(python: str, *, only: list[str] | None = None,
             sglang_location=str(inst.location), series_versions=versions, selected=[], patches=[],
             state_file=str(store.record_path),
             problems=[f"kimi-deploy has no patch series for SGLang {inst.version} "
-                      f"(series exist for: {', '.join(versions) or 'none'})"])
+                      f"(series exist for: {', '.join(versions) or 'none'})"],
+            fix=f"install an SGLang release the kit has a series for ({', '.join(versions) or 'none'}), or set "
+                "[service] verify_patches = false and re-render the unit")
     raw = store.load()
     record = _usable_record(store, inst)
     problems: list[str] = []
@@ -321,9 +367,18 @@ def status(python: str, *, only: list[str] | None = None,
     if raw is not None:
         recorded = {"sglang_version": raw.sglang_version, "applied_at": raw.applied_at,
                     "kit_version": raw.kit_version, "patches": raw.ids}
-    return SeriesStatus(state=overall, python=inst.python, sglang_version=inst.version,
-                        sglang_location=str(inst.location), series_versions=versions, selected=selected,
-                        patches=patches, state_file=str(store.record_path), recorded=recorded, problems=problems)
+    result = SeriesStatus(state=overall, python=inst.python, sglang_version=inst.version,
+                          sglang_location=str(inst.location), series_versions=versions, selected=selected,
+                          patches=patches, state_file=str(store.record_path), recorded=recorded, problems=problems)
+    if overall == "applied":
+        return result
+    # A file that is neither the original nor the patched bytes makes `apply` refuse (drift): only a
+    # reinstall of the same release brings the originals back. A stale record (another version)
+    # or files already back to their originals need `apply` alone.
+    reinstall = record is not None and any(f.state in ("changed", "missing")
+                                           for p in chosen if p.state == "drifted" for f in p.files)
+    result = dataclasses.replace(result, reinstall_first=reinstall)
+    return dataclasses.replace(result, fix=result.remedy())
 
 
 def _dry_run_detail(series: Series, spec: PatchSpec, site_packages: Path) -> str:
@@ -353,10 +408,7 @@ def verify(python: str, *, only: list[str] | None = None,
         raise KimiDeployError(
             f"SGLang {result.sglang_version} patch series is {result.state.replace('_', ' ')}",
             value="; ".join(result.problems) or None,
-            hint=("re-render the unit for this SGLang version or set [service] verify_patches = false"
-                  if result.state == "no_series" else
-                  f"run `kimi-deploy patch apply --python {python}` (after a reinstall of the same SGLang "
-                  "version), then restart the service"))
+            hint=result.fix if result.state == "no_series" else f"{result.fix}, then restart the service")
     return result
 
 
@@ -379,7 +431,9 @@ def _bases(inst: _Install, store: StateStore, record: StateRecord | None,
             modes[relpath] = path.stat().st_mode & 0o7777
         except FileNotFoundError:
             raise RefusedError(f"a file the series patches is missing from SGLang {inst.version}",
-                               value=str(path), hint="reinstall SGLang; the installation is incomplete") from None
+                               value=str(path),
+                               hint="the installation is incomplete: reinstall the same SGLang release "
+                                    f"(`{reinstall_command(inst.python, inst.version)}`)") from None
         rec = record.files.get(relpath) if record else None
         digest = sha256_bytes(current)
         if rec is None or digest == rec.before:
@@ -389,13 +443,15 @@ def _bases(inst: _Install, store: StateStore, record: StateRecord | None,
             if original is None or sha256_bytes(original) != rec.before:
                 raise RefusedError("the saved original of a patched file is missing or damaged",
                                    value=str(store.originals_dir / relpath),
-                                   hint=f"reinstall SGLang (pip install --force-reinstall --no-deps "
-                                        f"sglang=={inst.version}), then apply again")
+                                   hint="reinstall the same SGLang release "
+                                        f"(`{reinstall_command(inst.python, inst.version)}`), "
+                                        "then run this `kimi-deploy patch apply` again")
             bases[relpath] = original
         else:
             raise RefusedError("a patched file changed after kimi-deploy patched it (drift)", value=str(path),
-                               hint=f"reinstall SGLang (pip install --force-reinstall --no-deps "
-                                    f"sglang=={inst.version}) to get the original files back, then apply again")
+                               hint="reinstall the same SGLang release "
+                                    f"(`{reinstall_command(inst.python, inst.version)}`) to get the original "
+                                    "files back, then run this `kimi-deploy patch apply` again")
     return bases, modes
 
 
@@ -434,7 +490,7 @@ def apply(python: str, *, only: list[str] | None = None, with_: list[str] | None
     if record and record.ids == ids and all(
             sha256_file(inst.site_packages / r) == f.after for r, f in record.files.items()):
         return result(False, f"already applied: {', '.join(ids)} (nothing to do)", [])
-    patched = _stage_and_apply(series, selection, bases)
+    patched = _stage_and_apply(series, selection, bases, inst.python)
     writes = {r: data for r, data in patched.items()
               if sha256_file(inst.site_packages / r) != sha256_bytes(data)}
     if dry_run:
@@ -501,13 +557,14 @@ def revert(python: str, *, state_dir: str | os.PathLike[str] | None = None, forc
         if digest != rec.after and not force:
             raise RefusedError("a patched file changed after kimi-deploy patched it (drift); nothing was changed",
                                value=str(path),
-                               hint="pass --force to restore the saved original anyway, or reinstall SGLang "
-                                    f"(pip install --force-reinstall --no-deps sglang=={inst.version})")
+                               hint="pass --force to restore the saved original anyway, or reinstall the same "
+                                    f"SGLang release (`{reinstall_command(inst.python, inst.version)}`)")
         original = store.original(relpath)
         if original is None or sha256_bytes(original) != rec.before:
             raise RefusedError("the saved original of a patched file is missing or damaged; nothing was changed",
                                value=str(store.originals_dir / relpath),
-                               hint=f"reinstall SGLang (pip install --force-reinstall --no-deps sglang=={inst.version})")
+                               hint="reinstall the same SGLang release "
+                                    f"(`{reinstall_command(inst.python, inst.version)}`)")
         restores[relpath] = original
         modes[relpath] = rec.mode
     if dry_run:
@@ -529,5 +586,5 @@ def list_series(sglang_version: str) -> Series:
     return require_series(sglang_version)
 
 
-__all__ = ["ChangeResult", "FileStatus", "PatchStatus", "SeriesStatus", "apply", "list_series", "revert",
-           "status", "verify"]
+__all__ = ["ChangeResult", "FileStatus", "PatchStatus", "SeriesStatus", "apply", "apply_command", "list_series",
+           "reinstall_command", "revert", "status", "verify"]

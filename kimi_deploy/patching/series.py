@@ -12,15 +12,30 @@ Format (one file per SGLang release, patches listed in application order)::
     risk = "low: ..."
     default = true                        # applied without --only / --with
 
+    [[patch.needed_by]]                   # optional: a profile setting this release refuses or
+    setting = "enable_torch_symm_mem"     #   disables on some GPUs unless the patch is applied
+    flags = ["--enable-torch-symm-mem"]   # SGLang flags (this release) that ask for it
+    unless_flags = []                     # optional: flags that turn the feature off again
+    compute_capability_major = [12]       # GPUs (nvidia-smi compute_cap major) where it is gated
+    without = "disabled"                  # "fails": the server does not start; "disabled": it starts
+                                          #   without the feature
+    symptom = "what SGLang does without the patch, with the source location"
+
+``needed_by`` is the one feature -> patch mapping: ``kimi-deploy doctor`` reads it (through
+:meth:`Series.gates_asked`) and holds no list of its own.
+
 Unknown keys are errors (pydantic ``extra="forbid"``).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import hashlib
 import tomllib
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
@@ -28,6 +43,27 @@ from kimi_deploy import paths
 from kimi_deploy.errors import UnsupportedVersionError, UsageError
 
 SERIES_FILE = "series"
+
+
+class FeatureGate(BaseModel):
+    """A ``[[patch.needed_by]]`` entry: a profile feature the unpatched release refuses or disables.
+
+    ``setting``: the ``[sglang]`` profile key (SGLang's option name); ``flags``: the SGLang
+    flags of this release that ask for the feature (matched in the rendered command, so
+    ``extra_args`` count); ``unless_flags``: flags that switch it off again (SGLang's
+    enforce-disable switches win); ``compute_capability_major``: GPU generations where the release gates
+    it; ``without``: ``"fails"`` (the start fails) or ``"disabled"`` (the server runs without it);
+    ``symptom``: what the release does, with the source location.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    setting: str
+    flags: list[str] = Field(min_length=1)
+    unless_flags: list[str] = Field(default_factory=list)
+    compute_capability_major: list[int] = Field(min_length=1)
+    without: Literal["fails", "disabled"]
+    symptom: str
 
 
 class PatchSpec(BaseModel):
@@ -41,6 +77,21 @@ class PatchSpec(BaseModel):
     upstream: list[str] = Field(default_factory=list)
     risk: str
     default: bool
+    needed_by: list[FeatureGate] = Field(default_factory=list)
+
+
+@dataclasses.dataclass(frozen=True)
+class GateHit:
+    """A gated feature a command asks for: the patch that lifts the gate, the gate, the flag seen."""
+
+    patch: PatchSpec
+    gate: FeatureGate
+    flag: str
+
+    def applies_to(self, compute_capability: str) -> bool:
+        """Whether GPUs of ``compute_capability`` (nvidia-smi ``compute_cap``, ``"12.0"``) are gated."""
+        major = compute_capability.split(".", 1)[0]
+        return major.isdigit() and int(major) in self.gate.compute_capability_major
 
 
 class Series(BaseModel):
@@ -95,6 +146,20 @@ class Series(BaseModel):
         else:
             wanted = {p.id for p in self.defaults} | {self.get(i).id for i in (with_ or [])}
         return [p for p in self.patch if p.id in wanted]
+
+    def gates_asked(self, server_args: Sequence[str]) -> list[GateHit]:
+        """The gated features ``server_args`` (a rendered SGLang command) asks for, in series order.
+
+        A flag counts as given in ``--flag``, ``--flag VALUE`` and ``--flag=VALUE`` form.
+        """
+        given = {a.split("=", 1)[0] for a in server_args if a.startswith("--")}
+        hits = []
+        for spec in self.patch:
+            for gate in spec.needed_by:
+                flag = next((f for f in gate.flags if f in given), None)
+                if flag and not given.intersection(gate.unless_flags):
+                    hits.append(GateHit(spec, gate, flag))
+        return hits
 
     def diff_path(self, spec: PatchSpec) -> Path:
         return self.directory / spec.file
@@ -177,4 +242,4 @@ def require_series(sglang_version: str) -> Series:
     return series
 
 
-__all__ = ["PatchSpec", "Series", "available_versions", "find_series", "require_series", "SERIES_FILE"]
+__all__ = ["FeatureGate", "GateHit", "PatchSpec", "Series", "available_versions", "find_series", "require_series", "SERIES_FILE"]
