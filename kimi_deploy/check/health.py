@@ -66,11 +66,12 @@ def health_ready(ctx: Context) -> Outcome:
         return _ok(f"GET /health_generate: HTTP {status} (1-token generation)")
     if status >= 500:
         return _fail(_status_finding("/health_generate", status, body))
-    if not ctx.model:
+    model = ctx.model or ctx.served_model()
+    if not model:
         return _skip("no /health_generate and no model name to send a 1-token completion to")
     try:
         ctx.clients.chat(
-            model=ctx.model, messages=[{"role": "user", "content": "Say OK."}], max_tokens=1, temperature=0)
+            model=model, messages=[{"role": "user", "content": "Say OK."}], max_tokens=1, temperature=0)
     except openai.OpenAIError as exc:
         return _fail(openai_finding(exc, streaming=False, raw=ctx.clients.recorder.last_text))
     return _ok("1-token chat completion answered (no /health_generate)")

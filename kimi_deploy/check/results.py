@@ -39,7 +39,7 @@ FAILURE_KINDS: tuple[str, ...] = (
     "noncanonical_id",         # kimi_k2 servers must return functions.NAME:N ids
     "stream_shape",            # [DONE] missing, finish_reason repeated, index gaps, id/name resent, args differ
     "config_mismatch",         # a running setting differs from the profile (parsers, speculative, TP, model name)
-    "timeout",                 # no answer within --timeout seconds
+    "timeout",                 # no answer within --timeout seconds, or the run's --deadline passed
 )
 WARN_KINDS: tuple[str, ...] = ("model_declined",)
 ALL_KINDS: tuple[str, ...] = FAILURE_KINDS + WARN_KINDS
@@ -110,7 +110,11 @@ class CheckResult:
 
 @dataclasses.dataclass
 class CheckReport:
-    """A whole run: where, what server, when, and every selected check's result."""
+    """A whole run: where, what server, when, and every selected check's result.
+
+    ``answered`` is ``False`` when the server gave no HTTP answer to the health tier (then every
+    other check is not attempted and :attr:`exit_code` is UNREACHABLE).
+    """
 
     base_url: str
     model: str | None

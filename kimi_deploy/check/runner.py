@@ -124,7 +124,7 @@ def run_checks(options: CheckOptions) -> CheckReport:
                                                        "more was sent", f"not attempted: the server did not answer {what}")
                                for i in rest]
             return report
-        if rest and not deadline.passed():
+        if not deadline.passed():
             ctx.load_facts()
             report.server = {k: v for k, v in {
                 "version": (ctx.server_info or {}).get("version"),
@@ -133,7 +133,7 @@ def run_checks(options: CheckOptions) -> CheckReport:
                 "served_model_name": ctx.server_value("served_model_name"),
             }.items() if v is not None}
             if ctx.model is None and any(registry.tier(i) == "contract" for i in ids):
-                ctx.model = _first_served_model(clients)
+                ctx.model = ctx.served_model()
                 report.model = ctx.model
         cache: dict = {}
         for check_id in rest:
@@ -166,16 +166,4 @@ def _probe(clients: Clients) -> tuple[str, str, str] | None:
     except httpx.TransportError as exc:
         finding = transport_finding(exc, what)
         return what, finding.kind, finding.detail
-    return None
-
-
-def _first_served_model(clients: Clients) -> str | None:
-    try:
-        status, body = clients.get_json("/v1/models")
-    except httpx.TransportError:
-        return None
-    if status == 200 and isinstance(body, dict):
-        for item in body.get("data") or []:
-            if isinstance(item, dict) and item.get("id"):
-                return str(item["id"])
     return None
