@@ -206,13 +206,18 @@ class CountingHandler(_Quiet):
     do_POST = do_GET
 
 
-@pytest.fixture
-def counting():
-    CountingHandler.seen = []
+@pytest.fixture(scope="module")
+def counting_server():
     server = _serve(CountingHandler)
     yield f"http://127.0.0.1:{server.server_address[1]}"
     server.shutdown()
     server.server_close()
+
+
+@pytest.fixture
+def counting(counting_server):
+    CountingHandler.seen = []
+    return counting_server
 
 
 @pytest.mark.parametrize("make, needle", [
