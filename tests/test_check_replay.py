@@ -168,6 +168,7 @@ def test_patched_configured_server_passes_every_check(patched, tmp_path):
     url = patched.url()
     profile = profile_for(tmp_path, url)
     out = tmp_path / "reports"
+    out.mkdir()  # report directories must exist: check creates none
     result = run_cli(["check", "--profile", str(profile), "--json", str(out / "r.json"), "--junit",
                       str(out / "r.xml"), "--prom", str(out / "c.prom")])
     doc = json.loads((out / "r.json").read_text())

@@ -101,6 +101,8 @@ def test_warn_only_exits_ok():
 def test_junit_shape():
     root = ET.fromstring(reports.to_junit(sample()))
     assert root.tag == "testsuite" and root.get("tests") == "5" and root.get("failures") == "2"
+    assert root.get("hostname") == "127.0.0.1"  # the host; the URL is a property
+    assert {p.get("name"): p.get("value") for p in root.iter("property")}["base_url"] == "http://127.0.0.1:30000"
     assert root.get("skipped") == "1"
     cases = {c.get("name"): c for c in root.iter("testcase")}
     failure = cases["contract.tool_auto.stream"].find("failure")
@@ -151,6 +153,10 @@ def test_write_reports_is_all_or_nothing(tmp_path):
     blocker = tmp_path / "file"
     blocker.write_text("not a directory")
     good = tmp_path / "out" / "r.json"
+    with pytest.raises(UsageError, match="does not exist"):  # no directory is created on the way
+        reports.write_reports(sample(), json_path=good)
+    assert not (tmp_path / "out").exists()
+    (tmp_path / "out").mkdir()
     with pytest.raises(UsageError):
         reports.write_reports(sample(), json_path=good, prom_path=blocker / "check.prom")
     assert not good.exists()

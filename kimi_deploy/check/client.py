@@ -9,7 +9,9 @@ off (``max_retries=0``): a check reports what one request got.
 from __future__ import annotations
 
 import dataclasses
+import http
 import json
+import time
 from typing import Any
 
 import httpx
@@ -24,14 +26,52 @@ from kimi_deploy.check.validate import Finding
 GENERATION_TIMEOUT_FACTOR = 6
 
 
+#: Shortest timeout a request is given once the run's deadline is (nearly) reached, in seconds.
+MIN_TIMEOUT_S = 0.05
+
+
+class Deadline:
+    """A point on the monotonic clock after which no request may still be waiting (``None``: no bound).
+
+    ``bound(seconds)`` caps a per-request timeout by the time left; :meth:`check` raises
+    ``httpx.ReadTimeout`` once the deadline has passed, so a body that trickles in byte by byte
+    (each read within the read timeout) still ends at the deadline.
+    """
+
+    def __init__(self, seconds: float | None) -> None:
+        self.seconds = seconds
+        self.at = None if seconds is None else time.monotonic() + seconds
+
+    def left(self) -> float | None:
+        """Seconds left (may be negative), ``None`` without a deadline."""
+        return None if self.at is None else self.at - time.monotonic()
+
+    def passed(self) -> bool:
+        left = self.left()
+        return left is not None and left <= 0
+
+    def bound(self, seconds: float) -> float:
+        left = self.left()
+        return seconds if left is None else max(MIN_TIMEOUT_S, min(seconds, left))
+
+    def check(self, request: httpx.Request | None = None) -> None:
+        if self.passed():
+            raise httpx.ReadTimeout(f"the run's deadline of {self.seconds:g} s passed while reading the answer",
+                                    request=request)
+
+
 class _Tee(httpx.SyncByteStream):
-    def __init__(self, inner: httpx.SyncByteStream, sink: bytearray) -> None:
+    def __init__(self, inner: httpx.SyncByteStream, sink: bytearray, deadline: Deadline,
+                 request: httpx.Request) -> None:
         self._inner = inner
         self._sink = sink
+        self._deadline = deadline
+        self._request = request
 
     def __iter__(self):
         for chunk in self._inner:
             self._sink.extend(chunk)
+            self._deadline.check(self._request)
             yield chunk
 
     def close(self) -> None:
@@ -39,17 +79,22 @@ class _Tee(httpx.SyncByteStream):
 
 
 class RecordingTransport(httpx.BaseTransport):
-    """An httpx transport that keeps the raw body of the last response in :attr:`last_body`."""
+    """An httpx transport that keeps the raw body of the last response in :attr:`last_body`.
 
-    def __init__(self) -> None:
+    Reading a body past ``deadline`` raises ``httpx.ReadTimeout`` (see :class:`Deadline`).
+    """
+
+    def __init__(self, deadline: Deadline | None = None) -> None:
         self._inner = httpx.HTTPTransport()
+        self._deadline = deadline or Deadline(None)
         self.last_body = bytearray()
 
     def handle_request(self, request: httpx.Request) -> httpx.Response:
         response = self._inner.handle_request(request)
         self.last_body = bytearray()
         return httpx.Response(status_code=response.status_code, headers=response.headers,
-                              stream=_Tee(response.stream, self.last_body), extensions=response.extensions)
+                              stream=_Tee(response.stream, self.last_body, self._deadline, request),
+                              extensions=response.extensions)
 
     def close(self) -> None:
         self._inner.close()
@@ -61,9 +106,10 @@ class RecordingTransport(httpx.BaseTransport):
 
 @dataclasses.dataclass
 class Clients:
-    """The two clients of one run, sharing base URL, key and timeout.
+    """The two clients of one run, sharing base URL, key, timeout and the run's deadline.
 
-    ``root`` is the server root without ``/v1`` (``http://HOST:PORT``).
+    ``root`` is the server root without ``/v1`` (``http://HOST:PORT``). Send requests through
+    :meth:`get_json` and :meth:`chat`: they cap every timeout by the time left before ``deadline``.
     """
 
     root: str
@@ -72,22 +118,36 @@ class Clients:
     http: httpx.Client
     openai: openai.OpenAI
     recorder: RecordingTransport
+    deadline: Deadline
 
     @classmethod
-    def open(cls, base_url: str, api_key: str | None, timeout: float) -> Clients:
+    def open(cls, base_url: str, api_key: str | None, timeout: float, deadline: Deadline | None = None) -> Clients:
+        deadline = deadline or Deadline(None)
         root = base_url.rstrip("/")
         if root.endswith("/v1"):
             root = root[:-3]
         headers = {"Accept-Encoding": "identity"}
         if api_key:
             headers["Authorization"] = f"Bearer {api_key}"
-        http = httpx.Client(base_url=root, headers=headers, timeout=timeout, follow_redirects=True)
-        recorder = RecordingTransport()
+        http_client = httpx.Client(base_url=root, headers=headers, timeout=timeout, follow_redirects=True,
+                                   transport=RecordingTransport(deadline))
+        recorder = RecordingTransport(deadline)
         generation = httpx.Timeout(timeout * GENERATION_TIMEOUT_FACTOR, connect=timeout)
         oa = openai.OpenAI(base_url=f"{root}/v1", api_key=api_key or "EMPTY", timeout=generation, max_retries=0,
                            http_client=httpx.Client(transport=recorder, headers={"Accept-Encoding": "identity"},
                                                     timeout=generation))
-        return cls(root=root, api_key=api_key, timeout=timeout, http=http, openai=oa, recorder=recorder)
+        return cls(root=root, api_key=api_key, timeout=timeout, http=http_client, openai=oa, recorder=recorder,
+                   deadline=deadline)
+
+    def chat(self, **kwargs: Any) -> Any:
+        """``openai.chat.completions.create(**kwargs)`` with the generation timeout capped by the deadline.
+
+        Raises:
+            openai.OpenAIError: as the client raises it (map it with :func:`openai_finding`).
+        """
+        generation = httpx.Timeout(self.deadline.bound(self.timeout * GENERATION_TIMEOUT_FACTOR),
+                                   connect=self.deadline.bound(self.timeout))
+        return self.openai.chat.completions.create(timeout=generation, **kwargs)
 
     def close(self) -> None:
         self.http.close()
@@ -99,11 +159,28 @@ class Clients:
         Raises:
             httpx.TransportError: connection or timeout (callers map it with :func:`transport_finding`).
         """
-        response = self.http.get(path)
+        response = self.http.get(path, timeout=self.deadline.bound(self.timeout))
         try:
             return response.status_code, response.json()
         except (json.JSONDecodeError, ValueError):
             return response.status_code, response.text
+
+
+def status_label(status: int) -> str:
+    """``HTTP 501 Not Implemented``: the status and its RFC 9110 reason phrase (``HTTP 599`` when unregistered).
+
+    The ``openai`` client's exception class names are no label: it raises ``InternalServerError``
+    for every status >= 500 (501, 502, 503 ...) and a bare ``APIStatusError`` for unmapped ones.
+    """
+    try:
+        return f"HTTP {status} {http.HTTPStatus(status).phrase}"
+    except ValueError:
+        return f"HTTP {status}"
+
+
+def status_kind(status: int) -> str:
+    """The failure kind of an unexpected HTTP status: ``server_error`` for 5xx (and above), else ``http_error``."""
+    return "server_error" if status >= 500 else "http_error"
 
 
 def transport_finding(exc: Exception, what: str) -> Finding:
@@ -116,8 +193,9 @@ def transport_finding(exc: Exception, what: str) -> Finding:
 def openai_finding(exc: Exception, *, streaming: bool, raw: str = "") -> Finding:
     """The failure kind for an exception the ``openai`` client raised.
 
-    APITimeoutError → ``timeout``; APIConnectionError → ``unreachable``; a status error 5xx
-    or with a non-JSON body → ``server_error``, other statuses → ``http_error``; a generic
+    APITimeoutError → ``timeout``; APIConnectionError → ``unreachable``; a status error →
+    :func:`status_kind` (5xx ``server_error``, others ``http_error``), labelled by
+    :func:`status_label`, never by the client's class name; a generic
     APIError while streaming (openai-python raises it for an SSE ``{"error": ...}`` frame) →
     ``error_frame``; anything else (a body the client could not decode) → ``server_error``.
     """
@@ -127,10 +205,7 @@ def openai_finding(exc: Exception, *, streaming: bool, raw: str = "") -> Finding
         return Finding("unreachable", f"connection failed: {exc}", clip(exc.__cause__ or exc))
     if isinstance(exc, openai.APIStatusError):
         body = exc.response.text if exc.response is not None else str(exc)
-        status = exc.status_code
-        if status >= 500:
-            return Finding("server_error", f"HTTP {status} ({type(exc).__name__})", clip(body))
-        return Finding("http_error", f"HTTP {status} ({type(exc).__name__})", clip(body))
+        return Finding(status_kind(exc.status_code), status_label(exc.status_code), clip(body))
     if isinstance(exc, openai.APIError) and streaming:
         return Finding("error_frame", f"the stream carried an error ({type(exc).__name__}: {exc.message})",
                        clip(exc.message))

@@ -5,6 +5,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+import httpx
+
 from kimi_deploy.check.client import Clients
 from kimi_deploy.profile import Profile
 
@@ -26,6 +28,7 @@ class Context:
     model_info: dict[str, Any] | None = None
     server_info: dict[str, Any] | None = None
     facts_loaded: bool = False
+    _cache: dict[str, Any] = dataclasses.field(default_factory=dict, repr=False)
 
     def load_facts(self) -> None:
         """Fetch ``/model_info`` and ``/server_info`` once (errors: the facts stay ``None``)."""
@@ -39,6 +42,19 @@ class Context:
                 continue
             if status == 200 and isinstance(data, dict):
                 setattr(self, attr, data)
+
+    def served_model(self) -> str | None:
+        """The first model ``/v1/models`` lists (asked once; ``None`` when it lists none or does not answer)."""
+        if "served_model" not in self._cache:
+            self._cache["served_model"] = None
+            try:
+                status, body = self.clients.get_json("/v1/models")
+            except httpx.TransportError:
+                return None
+            if status == 200 and isinstance(body, dict):
+                ids = [str(m["id"]) for m in body.get("data") or [] if isinstance(m, dict) and m.get("id")]
+                self._cache["served_model"] = ids[0] if ids else None
+        return self._cache["served_model"]
 
     def server_value(self, name: str) -> Any:
         """A server argument as the server reports it (``/model_info`` first, then ``/server_info``)."""

@@ -22,7 +22,7 @@ from typing import Any
 import openai
 
 from kimi_deploy.check import stream as stream_v
-from kimi_deploy.check.client import openai_finding
+from kimi_deploy.check.client import openai_finding, status_kind, status_label
 from kimi_deploy.check.context import Context
 from kimi_deploy.check.results import clip
 from kimi_deploy.check.validate import Expectation, Finding, Message, check_message, first, message_from_completion
@@ -171,13 +171,12 @@ def _request(ctx: Context, case: Case, messages: list[dict[str, Any]], *, stream
         kwargs["tool_choice"] = case.tool_choice
     if case.extra_body:
         kwargs["extra_body"] = case.extra_body
-    client = ctx.clients.openai
     try:
         if not stream:
-            completion = client.chat.completions.create(**kwargs)
+            completion = ctx.clients.chat(**kwargs)
             msg = message_from_completion(completion.model_dump())  # extras (reasoning_content) included
             return Answer(msg, check_message(msg, exp))
-        for _chunk in client.chat.completions.create(stream=True, **kwargs):
+        for _chunk in ctx.clients.chat(stream=True, **kwargs):
             pass
     except openai.OpenAIError as exc:
         raw = ctx.clients.recorder.last_text
@@ -284,19 +283,19 @@ def run_multi_turn(ctx: Context, mode: str) -> tuple[str, list[Finding], str]:
 def run_malformed(ctx: Context) -> tuple[str, list[Finding], str]:
     """A request with ``messages`` not a list must get a 4xx JSON error, not a 5xx or a 200."""
     try:
-        ctx.clients.openai.chat.completions.create(model=ctx.model, messages="this is not a list",  # type: ignore[arg-type]
-                                                   temperature=0, max_tokens=8)
+        ctx.clients.chat(model=ctx.model, messages="this is not a list", temperature=0, max_tokens=8)
     except openai.APIStatusError as exc:
         body = exc.response.text
-        if exc.status_code >= 500:
-            return "fail", [Finding("server_error", f"a malformed request got HTTP {exc.status_code}, not a 4xx",
+        if not 400 <= exc.status_code < 500:
+            return "fail", [Finding(status_kind(exc.status_code),
+                                    f"a malformed request got {status_label(exc.status_code)}, not a 4xx",
                                     clip(body))], ""
         try:
             json.loads(body)
         except ValueError:
-            return "fail", [Finding("server_error", f"HTTP {exc.status_code} with a body that is not JSON",
+            return "fail", [Finding("server_error", f"{status_label(exc.status_code)} with a body that is not JSON",
                                     clip(body))], ""
-        return "pass", [], f"HTTP {exc.status_code} with a JSON error"
+        return "pass", [], f"{status_label(exc.status_code)} with a JSON error"
     except openai.OpenAIError as exc:
         return "fail", [openai_finding(exc, streaming=False, raw=ctx.clients.recorder.last_text)], ""
     return "fail", [Finding("http_error", "a malformed request (messages not a list) was accepted with 2xx",

@@ -15,7 +15,7 @@ from collections.abc import Callable
 import httpx
 import openai
 
-from kimi_deploy.check.client import openai_finding, transport_finding
+from kimi_deploy.check.client import openai_finding, status_kind, status_label, transport_finding
 from kimi_deploy.check.context import Context
 from kimi_deploy.check.results import clip
 from kimi_deploy.check.validate import Finding
@@ -37,8 +37,7 @@ def _fail(finding: Finding) -> Outcome:
 
 
 def _status_finding(path: str, status: int, body: object) -> Finding:
-    kind = "server_error" if status >= 500 else "http_error"
-    return Finding(kind, f"GET {path} answered HTTP {status}", clip(body))
+    return Finding(status_kind(status), f"GET {path} answered {status_label(status)}", clip(body))
 
 
 def health_live(ctx: Context) -> Outcome:
@@ -67,11 +66,12 @@ def health_ready(ctx: Context) -> Outcome:
         return _ok(f"GET /health_generate: HTTP {status} (1-token generation)")
     if status >= 500:
         return _fail(_status_finding("/health_generate", status, body))
-    if not ctx.model:
+    model = ctx.model or ctx.served_model()
+    if not model:
         return _skip("no /health_generate and no model name to send a 1-token completion to")
     try:
-        ctx.clients.openai.chat.completions.create(
-            model=ctx.model, messages=[{"role": "user", "content": "Say OK."}], max_tokens=1, temperature=0)
+        ctx.clients.chat(
+            model=model, messages=[{"role": "user", "content": "Say OK."}], max_tokens=1, temperature=0)
     except openai.OpenAIError as exc:
         return _fail(openai_finding(exc, streaming=False, raw=ctx.clients.recorder.last_text))
     return _ok("1-token chat completion answered (no /health_generate)")

@@ -14,15 +14,19 @@
 from __future__ import annotations
 
 import json
+import os
 import xml.etree.ElementTree as ET
 from pathlib import Path
+from urllib.parse import urlsplit
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from kimi_deploy.check.registry import tier
-from kimi_deploy.check.results import CheckReport, clip
+from kimi_deploy.check.results import CheckReport, CheckResult, clip
+from kimi_deploy.errors import UsageError
 from kimi_deploy.fsio import write_many_atomic
 
 #: Value of kimi_deploy_check_status per status (documented in the HELP line).
@@ -31,18 +35,34 @@ _STYLE = {"pass": "green", "warn": "yellow", "fail": "bold red", "skip": "dim"}
 
 
 def render_table(report: CheckReport, console: Console) -> None:
-    """Print one row per check (status, kind, one line of evidence) and a summary line."""
+    """Print one row per check (status, kind, one line of evidence) and a summary line.
+
+    Checks that were not attempted (:attr:`CheckResult.attempted` False) with the same kind and
+    evidence share one row ("(45 more checks)"); the JSON report keeps each.
+    """
     table = Table(title=f"kimi-deploy check {report.base_url}" + (f" ({report.model})" if report.model else ""),
                   expand=False)
     table.add_column("check", no_wrap=True)
     table.add_column("status", no_wrap=True)
     table.add_column("kind", no_wrap=True)
     table.add_column("detail / evidence", overflow="fold")
+    def add(check: str, r: CheckResult, detail: str, evidence: str) -> None:
+        text = escape(clip(detail, 120))
+        if evidence:
+            evidence = escape(clip(evidence, 120))
+            text += f"\n[dim]{evidence}[/dim]" if console.is_terminal else f" | {evidence}"
+        table.add_row(escape(check), f"[{_STYLE[r.status]}]{r.status}[/]", r.kind or "", text)
+
+    skipped: dict[tuple[str | None, str], list[CheckResult]] = {}
     for r in report.results:
-        text = clip(r.detail, 120)
-        if r.evidence:
-            text += f"\n[dim]{clip(r.evidence, 120)}[/dim]" if console.is_terminal else f" | {clip(r.evidence, 120)}"
-        table.add_row(r.id, f"[{_STYLE[r.status]}]{r.status}[/]", r.kind or "", text)
+        if r.attempted:
+            add(r.id, r, r.detail, r.evidence)
+        else:
+            skipped.setdefault((r.kind, r.evidence), []).append(r)
+    for group in skipped.values():
+        first, n = group[0], len(group)
+        add(f"({n} more checks)" if n > 1 else first.id, first, first.detail,
+            first.evidence + (" (each id in the JSON report)" if n > 1 else ""))
     console.print(table)
     c = report.counts()
     server = report.server.get("version")
@@ -57,12 +77,16 @@ def to_json_text(report: CheckReport) -> str:
 
 
 def to_junit(report: CheckReport) -> str:
-    """JUnit XML (one testsuite ``kimi-deploy check``), UTF-8 text with an XML declaration."""
+    """JUnit XML (one testsuite ``kimi-deploy check``), UTF-8 text with an XML declaration.
+
+    ``hostname`` is the checked server's host (``10.0.0.5``); the whole URL is the ``base_url`` property.
+    """
     c = report.counts()
     suite = ET.Element("testsuite", {
         "name": "kimi-deploy check", "tests": str(len(report.results)), "failures": str(c["fail"]),
         "errors": "0", "skipped": str(c["skip"]), "time": f"{report.duration_s:.3f}",
-        "timestamp": report.started_at.isoformat(timespec="seconds"), "hostname": report.base_url,
+        "timestamp": report.started_at.isoformat(timespec="seconds"),
+        "hostname": urlsplit(report.base_url).hostname or report.base_url,
     })
     props = ET.SubElement(suite, "properties")
     for name, value in (("base_url", report.base_url), ("model", report.model or ""),
@@ -114,13 +138,55 @@ def to_prometheus(report: CheckReport) -> str:
     return "\n".join(lines) + "\n"
 
 
+_EXAMPLE_NAME = {"--json": "check-report.json", "--junit": "check-report.xml", "--prom": "check.prom"}
+
+
+def check_output_paths(*, json_path: Path | None = None, junit_path: Path | None = None,
+                       prom_path: Path | None = None) -> None:
+    """Refuse report paths that cannot be written, before anything is checked.
+
+    Each parent directory must exist and be a writable directory (nothing is created: a typo
+    must not make a tree under ``/``), the path itself must not be a directory, and no two
+    reports may share a path.
+
+    Raises:
+        UsageError: the first bad path, with the option that gave it (exit 2).
+    """
+    seen: dict[Path, str] = {}
+    for option, path in (("--json", json_path), ("--junit", junit_path), ("--prom", prom_path)):
+        if path is None:
+            continue
+        path = Path(path)
+        resolved = path.resolve()
+        if resolved in seen:
+            raise UsageError(f"{option} and {seen[resolved]} name the same file", value=str(path),
+                             hint="give each report its own path")
+        seen[resolved] = option
+        parent = path.parent
+        if not parent.exists():
+            raise UsageError(f"{option}: the directory {parent} does not exist", value=str(path),
+                             hint=f"create it first (mkdir -p {parent}) or write the report elsewhere")
+        if not parent.is_dir():
+            raise UsageError(f"{option}: {parent} is not a directory", value=str(path),
+                             hint="give a path inside an existing directory")
+        if path.is_dir():
+            raise UsageError(f"{option}: {path} is a directory", value=str(path),
+                             hint=f"give a file name, e.g. {path / _EXAMPLE_NAME[option]}")
+        if not os.access(parent, os.W_OK | os.X_OK):
+            raise UsageError(f"{option}: the directory {parent} is not writable by this user", value=str(path),
+                             hint="write the report into a directory this user owns (the nightly unit uses its "
+                                  "StateDirectory=)")
+
+
 def write_reports(report: CheckReport, *, json_path: Path | None = None, junit_path: Path | None = None,
                   prom_path: Path | None = None) -> list[Path]:
     """Write the requested report files atomically, all or none (:mod:`kimi_deploy.fsio`).
 
     Raises:
-        UsageError: a directory cannot be created or written; no file was changed.
+        UsageError: a path :func:`check_output_paths` refuses, or a directory cannot be written;
+            no file was changed.
     """
+    check_output_paths(json_path=json_path, junit_path=junit_path, prom_path=prom_path)
     files: dict[Path, Any] = {}
     if json_path:
         files[json_path] = to_json_text(report)

@@ -39,7 +39,7 @@ FAILURE_KINDS: tuple[str, ...] = (
     "noncanonical_id",         # kimi_k2 servers must return functions.NAME:N ids
     "stream_shape",            # [DONE] missing, finish_reason repeated, index gaps, id/name resent, args differ
     "config_mismatch",         # a running setting differs from the profile (parsers, speculative, TP, model name)
-    "timeout",                 # no answer within --timeout seconds
+    "timeout",                 # no answer within --timeout seconds, or the run's --deadline passed
 )
 WARN_KINDS: tuple[str, ...] = ("model_declined",)
 ALL_KINDS: tuple[str, ...] = FAILURE_KINDS + WARN_KINDS
@@ -68,6 +68,9 @@ class CheckOptions:
         only / skip: shell-style globs over check ids (``health.*``, ``contract.id_roundtrip.*``).
         timeout: seconds per HTTP request.
         repeat: retries of a call check when the model answered in clean prose (then ``warn``).
+        deadline: seconds the whole run may take (``None``: unbounded). Every request's timeout
+            is capped by the time left; checks not started by then are ``fail``/``timeout``,
+            not attempted.
     """
 
     base_url: str | None = None
@@ -78,6 +81,7 @@ class CheckOptions:
     skip: tuple[str, ...] | list[str] = ()
     timeout: float = 30.0
     repeat: int = 2
+    deadline: float | None = None
 
 
 @dataclasses.dataclass
@@ -86,7 +90,9 @@ class CheckResult:
 
     ``kind`` is one of :data:`FAILURE_KINDS` for ``fail``, ``model_declined`` for ``warn``,
     ``None`` otherwise. ``evidence`` is the offending text, at most :data:`EVIDENCE_CHARS`
-    characters. ``duration_s`` is wall time in seconds.
+    characters. ``duration_s`` is wall time in seconds. ``attempted`` is ``False`` for a check
+    that sent nothing (the server did not answer the health tier, or the run's deadline passed):
+    it is ``fail`` with the kind that stopped the run and evidence starting ``not attempted:``.
     """
 
     id: str
@@ -95,6 +101,7 @@ class CheckResult:
     detail: str = ""
     evidence: str = ""
     duration_s: float = 0.0
+    attempted: bool = True
 
     def to_dict(self) -> dict[str, Any]:
         return {"id": self.id, "status": self.status, "kind": self.kind, "detail": self.detail,
@@ -103,7 +110,11 @@ class CheckResult:
 
 @dataclasses.dataclass
 class CheckReport:
-    """A whole run: where, what server, when, and every selected check's result."""
+    """A whole run: where, what server, when, and every selected check's result.
+
+    ``answered`` is ``False`` when the server gave no HTTP answer to the health tier (then every
+    other check is not attempted and :attr:`exit_code` is UNREACHABLE).
+    """
 
     base_url: str
     model: str | None
@@ -112,14 +123,20 @@ class CheckReport:
     server: dict[str, Any] = dataclasses.field(default_factory=dict)
     results: list[CheckResult] = dataclasses.field(default_factory=list)
     profile: str | None = None
+    answered: bool = True
 
     @property
     def unreachable(self) -> bool:
-        return any(r.kind == "unreachable" for r in self.results)
+        """The server did not answer at all (``answered`` is False) or refused a connection."""
+        return not self.answered or any(r.kind == "unreachable" for r in self.results)
 
     @property
     def exit_code(self) -> ExitCode:
-        """UNREACHABLE (3) when the server did not answer, FAILED (1) on any fail, else OK (warns allowed)."""
+        """UNREACHABLE (3) when the server did not answer, FAILED (1) on any fail, else OK (warns allowed).
+
+        "Did not answer": every health check (or, with none selected, the ``GET /v1/models``
+        probe) got no HTTP answer (``unreachable`` or ``timeout``), or any check was refused.
+        """
         if self.unreachable:
             return ExitCode.UNREACHABLE
         if any(r.status == "fail" for r in self.results):

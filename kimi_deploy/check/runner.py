@@ -9,9 +9,9 @@ from pathlib import Path
 import httpx
 
 from kimi_deploy.check import contract, health, registry
-from kimi_deploy.check.client import Clients, transport_finding
+from kimi_deploy.check.client import Clients, Deadline, transport_finding
 from kimi_deploy.check.context import Context
-from kimi_deploy.check.results import CheckOptions, CheckReport, CheckResult
+from kimi_deploy.check.results import CheckOptions, CheckReport, CheckResult, clip
 from kimi_deploy.check.validate import Finding, first
 from kimi_deploy.errors import UsageError
 from kimi_deploy.profile import Profile, load_profile
@@ -53,12 +53,39 @@ def _result(check_id: str, status: str, findings: list[Finding], detail: str, st
     return CheckResult(check_id, status, top.kind, text, top.evidence, duration)  # type: ignore[arg-type]
 
 
+#: Kinds that mean "no HTTP answer": when every health check got one of these, nothing else is sent.
+NO_ANSWER_KINDS = ("unreachable", "timeout")
+
+
+def _not_attempted(check_id: str, kind: str, detail: str, evidence: str) -> CheckResult:
+    return CheckResult(check_id, "fail", kind, detail, clip(evidence), 0.0, attempted=False)  # type: ignore[arg-type]
+
+
+def _past_deadline(check_id: str, deadline: Deadline, t0: float) -> CheckResult:
+    return _not_attempted(check_id, "timeout",
+                          f"the run reached its deadline (--deadline {deadline.seconds:g} s) after "
+                          f"{time.monotonic() - t0:.1f} s; this check was not started",
+                          f"not attempted: the run's deadline of {deadline.seconds:g} s passed")
+
+
+def _no_answer(results: list[CheckResult]) -> CheckResult | None:
+    """The first health result when every one of them got no HTTP answer, else ``None``."""
+    if results and any(r.attempted for r in results) and all(
+            r.status == "fail" and r.kind in NO_ANSWER_KINDS for r in results):
+        return next(r for r in results if r.attempted)
+    return None
+
+
 def run_checks(options: CheckOptions) -> CheckReport:
     """Run the checks ``options`` select against one OpenAI-compatible server.
 
     Order: ``health.*``, ``config.*``, ``contract.*`` (see :mod:`kimi_deploy.check.registry`).
-    When the server does not answer at all, every selected check is ``fail``/``unreachable``
-    and :attr:`CheckReport.exit_code` is UNREACHABLE (3).
+    When the server does not answer the health tier (every selected health check
+    ``unreachable`` or ``timeout``; with no health check selected, a ``GET /v1/models`` probe),
+    nothing else is sent: every other check is ``fail`` with that kind and evidence
+    ``not attempted: the server did not answer health.live``, and
+    :attr:`CheckReport.exit_code` is UNREACHABLE (3). With ``options.deadline``, no request
+    waits past it, and checks not started by then are ``fail``/``timeout``, not attempted.
 
     Raises:
         UsageError / ProfileError: no base URL, a bad profile, an unreadable key file,
@@ -79,52 +106,64 @@ def run_checks(options: CheckOptions) -> CheckReport:
     report = CheckReport(base_url=base_url, model=expected, started_at=_dt.datetime.now(_dt.timezone.utc),
                          profile=profile_path)
     t0 = time.monotonic()
-    clients = Clients.open(base_url, api_key, options.timeout)
+    deadline = Deadline(options.deadline)
+    clients = Clients.open(base_url, api_key, options.timeout, deadline)
+    health_ids = [i for i in ids if registry.tier(i) == "health"]
+    rest = [i for i in ids if i not in health_ids]
     try:
         ctx = Context(clients=clients, profile=profile, model=expected, expected_model=expected,
                       repeat=options.repeat)
-        try:
-            clients.http.get("/v1/models")
-        except httpx.TransportError as exc:
-            finding = transport_finding(exc, f"connect to {clients.root}")
-            if finding.kind == "unreachable":
-                now = time.monotonic()
-                report.results = [_result(i, "fail", [finding], "", now) for i in ids]
-                report.duration_s = time.monotonic() - t0
-                return report
-        ctx.load_facts()
-        report.server = {k: v for k, v in {
-            "version": (ctx.server_info or {}).get("version"),
-            "tool_call_parser": ctx.server_value("tool_call_parser"),
-            "reasoning_parser": ctx.server_value("reasoning_parser"),
-            "served_model_name": ctx.server_value("served_model_name"),
-        }.items() if v is not None}
-        if ctx.model is None and any(registry.tier(i) == "contract" for i in ids):
-            ctx.model = _first_served_model(clients)
-            report.model = ctx.model
+        for check_id in health_ids:
+            report.results.append(_run_one(ctx, check_id, {}, deadline, t0))
+        silent = _no_answer(report.results)
+        gate = (silent.id, silent.kind, silent.detail) if silent else None if health_ids else _probe(clients)
+        if gate is not None:
+            what, kind, detail = gate
+            report.answered = False
+            report.results += [_not_attempted(i, kind, f"the server did not answer {what} ({detail}); nothing "
+                                                       "more was sent", f"not attempted: the server did not answer {what}")
+                               for i in rest]
+            return report
+        if not deadline.passed():
+            ctx.load_facts()
+            report.server = {k: v for k, v in {
+                "version": (ctx.server_info or {}).get("version"),
+                "tool_call_parser": ctx.server_value("tool_call_parser"),
+                "reasoning_parser": ctx.server_value("reasoning_parser"),
+                "served_model_name": ctx.server_value("served_model_name"),
+            }.items() if v is not None}
+            if ctx.model is None and any(registry.tier(i) == "contract" for i in ids):
+                ctx.model = ctx.served_model()
+                report.model = ctx.model
         cache: dict = {}
-        for check_id in ids:
-            started = time.monotonic()
-            if check_id in health.CHECKS:
-                status, detail, findings = health.CHECKS[check_id](ctx)
-            elif ctx.model is None:
-                status, detail, findings = "skip", "no model name: give --model, or the server lists none", []
-            else:
-                status, findings, detail = contract.run(ctx, check_id, cache)
-            report.results.append(_result(check_id, status, findings, detail, started))
+        for check_id in rest:
+            report.results.append(_run_one(ctx, check_id, cache, deadline, t0))
     finally:
         clients.close()
-    report.duration_s = time.monotonic() - t0
+        report.duration_s = time.monotonic() - t0
     return report
 
 
-def _first_served_model(clients: Clients) -> str | None:
+def _run_one(ctx: Context, check_id: str, cache: dict, deadline: Deadline, t0: float) -> CheckResult:
+    if deadline.passed():
+        return _past_deadline(check_id, deadline, t0)
+    started = time.monotonic()
+    if check_id in health.CHECKS:
+        status, detail, findings = health.CHECKS[check_id](ctx)
+    elif ctx.model is None:
+        status, detail, findings = "skip", "no model name: give --model, or the server lists none", []
+    else:
+        status, findings, detail = contract.run(ctx, check_id, cache)
+    return _result(check_id, status, findings, detail, started)
+
+
+def _probe(clients: Clients) -> tuple[str, str, str] | None:
+    """``GET /v1/models`` when no health check is selected: ``None`` on any HTTP answer, else
+    ("GET /v1/models", ``unreachable``/``timeout``, detail)."""
+    what = "GET /v1/models"
     try:
-        status, body = clients.get_json("/v1/models")
-    except httpx.TransportError:
-        return None
-    if status == 200 and isinstance(body, dict):
-        for item in body.get("data") or []:
-            if isinstance(item, dict) and item.get("id"):
-                return str(item["id"])
+        clients.get_json("/v1/models")
+    except httpx.TransportError as exc:
+        finding = transport_finding(exc, what)
+        return what, finding.kind, finding.detail
     return None

@@ -12,6 +12,10 @@ from kimi_deploy.check import CheckOptions, registry, reports, run_checks
 from kimi_deploy.check.runner import read_api_key
 from kimi_deploy.errors import UsageError
 
+#: Default ``--deadline``: 12 minutes, well inside the nightly unit's ``TimeoutStartSec=900``
+#: (systemd/check.service.j2), leaving 3 minutes for start-up, the last request and the reports.
+DEFAULT_DEADLINE_S = 720.0
+
 
 def _globs(values: tuple[str, ...]) -> list[str]:
     return [part.strip() for value in values for part in value.split(",") if part.strip()]
@@ -37,14 +41,17 @@ def _globs(values: tuple[str, ...]) -> list[str]:
               help="Seconds per HTTP request (chat completions may take 6x this to generate).")
 @click.option("--repeat", type=click.IntRange(min=0), default=2, show_default=True, metavar="N",
               help="Retries when a call was due and the model answered in prose (then: warn model_declined).")
+@click.option("--deadline", type=click.FloatRange(min=1), default=DEFAULT_DEADLINE_S, show_default=True, metavar="S",
+              help="Seconds the whole run may take; checks not done by then fail as 'timeout' (not attempted). "
+                   "Keep it under the nightly unit's TimeoutStartSec=.")
 @click.option("--list", "list_only", is_flag=True, help="Print the check ids and exit.")
 @click.pass_context
 def check_cmd(ctx, base_url, model, api_key_file, profile_path, only, skip, json_path, junit_path, prom_path,
-              timeout, repeat, list_only):
+              timeout, repeat, deadline, list_only):
     """Check a running OpenAI-compatible server: health, configuration, API contract.
 
     Exit status: 0 no failure (warnings allowed), 1 a check failed, 2 usage or profile
-    error, 3 server unreachable.
+    error (nothing sent, nothing written), 3 the server did not answer at all.
     """
     if list_only:
         for check_id in registry.select(_globs(only), _globs(skip)):
@@ -52,13 +59,15 @@ def check_cmd(ctx, base_url, model, api_key_file, profile_path, only, skip, json
         return
     if not base_url and not profile_path:
         raise UsageError("no server to check", hint="pass --base-url http://HOST:PORT or --profile FILE")
+    to_stdout = json_path == "-"
+    outputs = {"json_path": Path(json_path) if json_path and not to_stdout else None,
+               "junit_path": junit_path, "prom_path": prom_path}
+    reports.check_output_paths(**outputs)
     api_key = read_api_key(api_key_file) if api_key_file else None
     options = CheckOptions(base_url=base_url, model=model, api_key=api_key, profile=profile_path,
-                           only=_globs(only), skip=_globs(skip), timeout=timeout, repeat=repeat)
+                           only=_globs(only), skip=_globs(skip), timeout=timeout, repeat=repeat, deadline=deadline)
     report = run_checks(options)
-    to_stdout = json_path == "-"
-    reports.write_reports(report, json_path=Path(json_path) if json_path and not to_stdout else None,
-                          junit_path=junit_path, prom_path=prom_path)
+    reports.write_reports(report, **outputs)
     reports.render_table(report, Console(file=sys.stderr if to_stdout else sys.stdout, width=160
                                          if not sys.stdout.isatty() else None))
     if to_stdout:

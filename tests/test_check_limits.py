@@ -1,0 +1,302 @@
+"""`kimi-deploy check` against servers that do not answer, answer too slowly, or answer errors.
+
+Real loopback servers: a socket that accepts TCP but never answers (the kernel completes the
+handshake from the listen backlog), an HTTP server whose health tier is fine but whose chat
+completions hang or trickle one byte at a time, and one that answers every request with a
+chosen HTTP status. The report paths are checked before the first request.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import socket
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import jsonschema
+import pytest
+
+from helpers import run_cli
+from kimi_deploy import paths
+from kimi_deploy.check import registry
+from kimi_deploy.check.client import status_kind, status_label
+from kimi_deploy.cli.check import DEFAULT_DEADLINE_S
+from kimi_deploy.errors import ExitCode
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def validate(doc: dict) -> None:
+    schema = json.loads(paths.check_report_schema().read_text())
+    jsonschema.Draft202012Validator(schema).validate(doc)
+
+
+@pytest.fixture
+def silent_url():
+    """A port that completes TCP handshakes (listen backlog) and never reads or answers."""
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(128)
+    yield f"http://127.0.0.1:{sock.getsockname()[1]}"
+    sock.close()
+
+
+class _Quiet(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    requests: list[str]
+
+    def log_message(self, *args):
+        pass
+
+    def _send(self, status: int, body: bytes, ctype: str = "application/json") -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", ctype)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+
+def _serve(handler: type[BaseHTTPRequestHandler]):
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    server.daemon_threads = True
+    server.block_on_close = False  # handlers still sleeping must not hold up the test
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server
+
+
+class SlowChatHandler(_Quiet):
+    """Health tier fine; ``/hang/...`` chats never answer, ``/trickle/...`` chats send a byte every 0.1 s."""
+
+    def do_GET(self):
+        path = self.path.split("/", 2)[2] if self.path.count("/") >= 2 else ""
+        if path in ("health", "health_generate"):
+            self._send(200, b"{}")
+        elif path == "v1/models":
+            self._send(200, b'{"object": "list", "data": [{"id": "m", "object": "model"}]}')
+        else:
+            self._send(404, b'{"detail": "Not Found"}')
+
+    def do_POST(self):
+        self.rfile.read(int(self.headers["Content-Length"]))
+        if self.path.startswith("/hang/"):
+            time.sleep(20)
+            return
+        # headers at once, then an SSE comment byte every 0.1 s: no single read ever times out
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.end_headers()
+        for _ in range(200):
+            try:
+                self.wfile.write(b":")
+                self.wfile.flush()
+            except OSError:
+                return
+            time.sleep(0.1)
+
+
+@pytest.fixture(scope="module")
+def slow_chat():
+    server = _serve(SlowChatHandler)
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+    server.server_close()
+
+
+def _json(tmp_path: Path) -> dict:
+    return json.loads((tmp_path / "r.json").read_text())
+
+
+def test_silent_server_stops_after_the_health_tier_and_exits_3(tmp_path, silent_url):
+    """Accepts TCP, never answers: 3 health timeouts, then nothing else is sent; all reports written."""
+    t0 = time.monotonic()
+    result = run_cli(["check", "--base-url", silent_url, "--timeout", "0.3", "--model", "m",
+                      "--json", str(tmp_path / "r.json"), "--junit", str(tmp_path / "r.xml"),
+                      "--prom", str(tmp_path / "c.prom")])
+    elapsed = time.monotonic() - t0
+    assert result.exit_code == ExitCode.UNREACHABLE, result.output
+    assert elapsed < 8, f"{elapsed:.1f} s: checks after the health tier were sent"
+    doc = _json(tmp_path)
+    validate(doc)
+    assert doc["exit_code"] == 3 and len(doc["checks"]) == len(registry.all_ids())
+    checks = {c["id"]: c for c in doc["checks"]}
+    for cid in ("health.live", "health.ready", "health.models"):
+        assert (checks[cid]["status"], checks[cid]["kind"]) == ("fail", "timeout"), checks[cid]
+        assert not checks[cid]["evidence"].startswith("not attempted")
+    rest = [c for c in doc["checks"] if not c["id"].startswith("health.")]
+    assert {(c["status"], c["kind"], c["evidence"]) for c in rest} == {
+        ("fail", "timeout", "not attempted: the server did not answer health.live")}
+    assert (tmp_path / "r.xml").is_file() and "kimi_deploy_check_exit_code 3" in (tmp_path / "c.prom").read_text()
+    # the terminal collapses the 45 not-attempted checks into one row; the JSON keeps every id
+    assert result.stdout.count(f"({len(rest)} more checks)") == 1, result.stdout
+    assert "config.tool_call_parser" not in result.stdout and "contract." not in result.stdout
+
+
+def test_silent_server_without_health_checks_is_probed_once(tmp_path, silent_url):
+    result = run_cli(["check", "--base-url", silent_url, "--timeout", "0.3", "--model", "m",
+                      "--only", "contract.plain,contract.tool_auto", "--json", str(tmp_path / "r.json")])
+    assert result.exit_code == ExitCode.UNREACHABLE, result.output
+    doc = _json(tmp_path)
+    assert {(c["status"], c["kind"], c["evidence"]) for c in doc["checks"]} == {
+        ("fail", "timeout", "not attempted: the server did not answer GET /v1/models")}
+    assert len(doc["checks"]) == 4 and doc["duration_s"] < 3
+
+
+def test_refused_connection_marks_the_rest_not_attempted(tmp_path):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    result = run_cli(["check", "--base-url", f"http://127.0.0.1:{port}", "--only", "health.*,contract.plain",
+                      "--json", str(tmp_path / "r.json")])
+    assert result.exit_code == ExitCode.UNREACHABLE
+    checks = _json(tmp_path)["checks"]
+    assert [c["evidence"].startswith("not attempted") for c in checks] == [False, False, False, True, True]
+    assert {c["kind"] for c in checks} == {"unreachable"}
+
+
+@pytest.mark.parametrize("mode", ["hang", "trickle"])
+def test_deadline_bounds_the_run_and_reports_the_rest(tmp_path, slow_chat, mode):
+    """A chat that hangs (or trickles a byte every 0.1 s, so no read times out) stops at --deadline."""
+    first_mode = "nonstream" if mode == "hang" else "stream"
+    t0 = time.monotonic()
+    result = run_cli(["check", "--base-url", f"{slow_chat}/{mode}", "--timeout", "5", "--deadline", "1.5",
+                      "--only", f"health.live,contract.plain.{first_mode},contract.tool_auto,contract.malformed",
+                      "--json", str(tmp_path / "r.json"), "--prom", str(tmp_path / "c.prom")])
+    elapsed = time.monotonic() - t0
+    assert elapsed < 4, f"{elapsed:.1f} s: the run outlived --deadline 1.5"
+    assert result.exit_code == ExitCode.FAILED, result.output
+    doc = _json(tmp_path)
+    validate(doc)
+    checks = {c["id"]: c for c in doc["checks"]}
+    assert checks["health.live"]["status"] == "pass"
+    first = checks[f"contract.plain.{first_mode}"]
+    assert (first["status"], first["kind"]) == ("fail", "timeout") and not first["evidence"].startswith("not")
+    late = [c for c in doc["checks"] if c["evidence"].startswith("not attempted")]
+    assert late and {(c["status"], c["kind"], c["evidence"]) for c in late} == {
+        ("fail", "timeout", "not attempted: the run's deadline of 1.5 s passed")}
+    assert checks["contract.malformed"] in late
+    assert (tmp_path / "c.prom").is_file()
+
+
+def test_nightly_unit_outlives_the_default_deadline():
+    """TimeoutStartSec= of kimi-deploy-check@NAME.service leaves >= 2 min after --deadline; production.md says so."""
+    from kimi_deploy.presets import get_preset
+    from kimi_deploy.render import render
+
+    unit = render(get_preset("kimi-k25-rtx-pro-6000-x8").profile()).files["kimi-deploy-check@kimi-k25.service"]
+    timeout_start = int(re.search(r"^TimeoutStartSec=(\d+)$", unit, re.M).group(1))
+    assert DEFAULT_DEADLINE_S + 120 <= timeout_start
+    exec_start = next(line for line in unit.splitlines() if line.startswith("ExecStart="))
+    assert "--deadline" not in exec_start or f"--deadline {DEFAULT_DEADLINE_S:g}" in exec_start
+    runbook = (ROOT / "production.md").read_text()
+    section = runbook[runbook.index("## 9. Check the server"):runbook.index("## 10.")]
+    assert f"`--deadline S` ({DEFAULT_DEADLINE_S:g})" in section and f"TimeoutStartSec={timeout_start}" in section
+    assert f"({DEFAULT_DEADLINE_S:g} s by default)" in unit
+
+
+class CountingHandler(_Quiet):
+    seen: list[str] = []
+
+    def do_GET(self):
+        CountingHandler.seen.append(self.path)
+        self._send(200, b"{}")
+
+    do_POST = do_GET
+
+
+@pytest.fixture(scope="module")
+def counting_server():
+    server = _serve(CountingHandler)
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+    server.server_close()
+
+
+@pytest.fixture
+def counting(counting_server):
+    CountingHandler.seen = []
+    return counting_server
+
+
+@pytest.mark.parametrize("make, needle", [
+    (lambda t: ["--json", str(t / "nonexistent" / "dir" / "r.json")], "does not exist"),
+    (lambda t: ["--junit", str(t / "missing" / "r.xml")], "does not exist"),
+    (lambda t: ["--prom", str(t / "file" / "check.prom")], "is not a directory"),
+    (lambda t: ["--json", str(t)], "is a directory"),
+    (lambda t: ["--json", str(t / "same"), "--prom", str(t / "same")], "name the same file"),
+])
+def test_bad_report_paths_exit_2_before_any_request(tmp_path, counting, make, needle):
+    (tmp_path / "file").write_text("not a directory")
+    before = sorted(p.name for p in tmp_path.iterdir())
+    result = run_cli(["check", "--base-url", counting, "--only", "health.live", *make(tmp_path)])
+    assert result.exit_code == ExitCode.USAGE, result.output
+    assert needle in result.stderr and "Traceback" not in result.stderr
+    assert CountingHandler.seen == []
+    assert sorted(p.name for p in tmp_path.iterdir()) == before  # nothing created
+
+
+def test_json_dash_is_still_stdout(counting):
+    result = run_cli(["check", "--base-url", counting, "--only", "health.live", "--json", "-"])
+    assert result.exit_code == ExitCode.OK, result.output
+    assert json.loads(result.stdout)["checks"][0]["id"] == "health.live"
+    assert CountingHandler.seen
+
+
+class StatusHandler(_Quiet):
+    """``/sNNN/...`` answers every request with HTTP NNN and a short body."""
+
+    def _status(self):
+        if self.command == "POST":
+            self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        status = int(self.path.split("/")[1][1:])
+        self._send(status, json.dumps({"error": {"message": f"status {status}"}}).encode())
+
+    do_GET = do_POST = _status
+
+
+@pytest.fixture(scope="module")
+def status_server():
+    server = _serve(StatusHandler)
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+    server.server_close()
+
+
+STATUSES = [(400, "HTTP 400 Bad Request"), (402, "HTTP 402 Payment Required"), (404, "HTTP 404 Not Found"),
+            (405, "HTTP 405 Method Not Allowed"), (413, "HTTP 413 Request Entity Too Large"),
+            (429, "HTTP 429 Too Many Requests"), (500, "HTTP 500 Internal Server Error"),
+            (501, "HTTP 501 Not Implemented"), (502, "HTTP 502 Bad Gateway"),
+            (503, "HTTP 503 Service Unavailable"), (504, "HTTP 504 Gateway Timeout"), (599, "HTTP 599")]
+
+
+@pytest.mark.parametrize("status, label", STATUSES)
+def test_http_errors_are_labelled_by_their_status(tmp_path, status_server, status, label):
+    """The openai client raises InternalServerError for every 5xx: the label is the status, not the class."""
+    assert status_label(status) == label
+    kind = "server_error" if status >= 500 else "http_error"
+    assert status_kind(status) == kind
+    result = run_cli(["check", "--base-url", f"{status_server}/s{status}", "--model", "m",
+                      "--only", "health.live,health.models,contract.plain.nonstream,contract.plain.stream",
+                      "--json", str(tmp_path / "r.json")])
+    checks = {c["id"]: c for c in _json(tmp_path)["checks"]}
+    for c in checks.values():
+        assert "Error)" not in c["detail"] and "APIStatusError" not in c["detail"], c
+    assert checks["health.models"]["detail"] == f"GET /v1/models answered {label}"
+    assert checks["health.models"]["kind"] == kind
+    live_path = "/health" if status >= 500 else "/v1/models"  # 4xx: /ready and /v1/models are tried too
+    assert checks["health.live"]["detail"] == f"GET {live_path} answered {label}"
+    # health.live answered (an HTTP error is an answer): the contract checks were sent
+    for cid in ("contract.plain.nonstream", "contract.plain.stream"):
+        assert (checks[cid]["kind"], checks[cid]["detail"]) == (kind, label), checks[cid]
+    assert result.exit_code == ExitCode.FAILED
+
+
+def test_malformed_request_accepted_with_a_non_4xx_status_is_labelled(tmp_path, status_server):
+    result = run_cli(["check", "--base-url", f"{status_server}/s501", "--model", "m",
+                      "--only", "contract.malformed", "--json", str(tmp_path / "r.json")])
+    (check,) = _json(tmp_path)["checks"]
+    assert (check["kind"], check["detail"]) == ("server_error", "a malformed request got HTTP 501 Not Implemented, "
+                                                                "not a 4xx")
+    assert result.exit_code == ExitCode.FAILED
