@@ -87,6 +87,9 @@ class ProfileError(UsageError):
         super().__init__(message, value=value, hint=hint)
         self.problems = problems or []
 
+    def to_dict(self) -> dict[str, Any]:
+        return {**super().to_dict(), "problems": list(self.problems)}
+
     def render(self) -> str:
         if not self.problems:
             return super().render()

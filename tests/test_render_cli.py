@@ -137,3 +137,16 @@ def test_empty_key_credential_fails_the_start(tmp_path):
                           env={"CREDENTIALS_DIRECTORY": str(creds), "RUNTIME_DIRECTORY": str(runtime)})
     assert done.returncode == 1 and "API key credential is empty" in done.stderr
     assert not (runtime / "sglang-secrets.yaml").exists()
+
+
+def test_errors_are_json_on_stdout_when_json_was_asked(tmp_path):
+    """A script reading --json output gets a JSON error, not an empty stdout; stderr keeps the text."""
+    profile = write_profile(tmp_path, MINIMAL.replace("tp_size = 8", "tp_size = 3"))
+    result = run_cli(["render", "--profile", str(profile), "--json"])
+    assert result.exit_code == 2
+    error = json.loads(result.stdout)["error"]
+    assert error["error"] == "ProfileError" and error["exit_code"] == 2
+    assert any("sglang.tp_size: 3 does not divide" in p for p in error["problems"])
+    assert result.stderr.startswith("error: ")
+    plain = run_cli(["render", "--profile", str(profile)])
+    assert plain.stdout == "" and plain.exit_code == 2

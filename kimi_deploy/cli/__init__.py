@@ -3,8 +3,9 @@
 Each verb lives in a module of this package named after it, parses options,
 calls one library function and prints its result (``--json`` where offered).
 Errors derived from :class:`kimi_deploy.errors.KimiDeployError` are caught here,
-at the edge, and printed as ``error:`` / ``value:`` / ``fix:`` lines with the
-error's exit code; ``--debug`` shows the traceback instead.
+at the edge, and printed as ``error:`` / ``value:`` / ``fix:`` lines on stderr with the
+error's exit code (and as ``{"error": {...}}`` on stdout when the verb was asked for
+JSON there); ``--debug`` shows the traceback instead.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import sys
 import click
 
 from kimi_deploy import __version__
+from kimi_deploy.cli.options import JSON_META, echo_json
 from kimi_deploy.errors import ExitCode, KimiDeployError
 
 
@@ -27,6 +29,8 @@ class KimiGroup(click.Group):
         except KimiDeployError as exc:
             if ctx.find_root().params.get("debug") or (ctx.obj or {}).get("debug"):
                 raise
+            if ctx.meta.get(JSON_META):
+                echo_json({"error": exc.to_dict()})
             click.echo(exc.render(), err=True)
             ctx.exit(int(exc.exit_code))
         except KeyboardInterrupt:

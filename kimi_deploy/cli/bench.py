@@ -10,6 +10,7 @@ import click
 
 from kimi_deploy.errors import UsageError
 from kimi_deploy.fsio import write_atomic
+from kimi_deploy.cli.options import json_flag, json_path_option
 
 
 def _int_list(value: str, name: str) -> tuple[int, ...]:
@@ -105,7 +106,7 @@ class _RichProgress:
 @click.option("--label", metavar="NAME", help="Name of this configuration in compare tables and plots.")
 @click.option("--profile", "profile_path", type=click.Path(path_type=Path, dir_okay=False), metavar="FILE",
               help="Deployment profile to record (its sha256) in the result.")
-@click.option("--json", "json_path", metavar="PATH", help="Write the result JSON to PATH ('-': stdout).")
+@json_path_option("Write the result JSON to PATH ('-': stdout).")
 @click.option("--csv", "csv_path", type=click.Path(path_type=Path, dir_okay=False), metavar="PATH",
               help="Write one CSV row per point to PATH.")
 @click.option("--request-timeout", type=float, default=600.0, metavar="S", help="Seconds per request before 'timeout'.")
@@ -188,7 +189,7 @@ def bench_cmd(ctx, base_url, model, concurrency, request_rate, num_prompts, max_
 @click.option("--plot", "plot_path", type=click.Path(path_type=Path, dir_okay=False), default="bench-compare.png",
               show_default=True, metavar="PATH", help="Where to write the PNG.")
 @click.option("--no-plot", is_flag=True, help="Only print the table.")
-@click.option("--json", "as_json", is_flag=True, help="Print the comparison as JSON.")
+@json_flag("Print the comparison as JSON.")
 def compare_cmd(results, plot_path, no_plot, as_json):
     """Compare results (the first is the baseline): ratios per point, and a PNG plot."""
     import dataclasses

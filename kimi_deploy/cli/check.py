@@ -11,6 +11,7 @@ from rich.console import Console
 from kimi_deploy.check import CheckOptions, registry, reports, run_checks
 from kimi_deploy.check.runner import read_api_key
 from kimi_deploy.errors import UsageError
+from kimi_deploy.cli.options import json_path_option
 
 #: Default ``--deadline``: 12 minutes, well inside the nightly unit's ``TimeoutStartSec=900``
 #: (systemd/check.service.j2), leaving 3 minutes for start-up, the last request and the reports.
@@ -32,7 +33,7 @@ def _globs(values: tuple[str, ...]) -> list[str]:
 @click.option("--only", multiple=True, metavar="IDS", help="Run only checks matching these globs "
               "(repeat or comma-separate: 'health.*,config.*').")
 @click.option("--skip", multiple=True, metavar="IDS", help="Leave out checks matching these globs.")
-@click.option("--json", "json_path", metavar="PATH", help="Write the JSON report (kimi-deploy.check/1); '-' = stdout.")
+@json_path_option("Write the JSON report (kimi-deploy.check/1); '-' = stdout.")
 @click.option("--junit", "junit_path", type=click.Path(path_type=Path, dir_okay=False), metavar="PATH",
               help="Write a JUnit XML report.")
 @click.option("--prom", "prom_path", type=click.Path(path_type=Path, dir_okay=False), metavar="PATH",

@@ -7,7 +7,7 @@ from pathlib import Path
 import click
 
 from kimi_deploy import doctor as doctor_lib
-from kimi_deploy.cli.options import echo_json, profile_options, resolve_profile
+from kimi_deploy.cli.options import echo_json, json_flag, profile_options, resolve_profile
 from kimi_deploy.errors import ExitCode
 
 _LABEL = {"pass": "PASS", "warn": "WARN", "fail": "FAIL"}
@@ -24,7 +24,7 @@ _WIDTH = 22
 @click.option("--state-dir", type=click.Path(file_okay=False), default=None, metavar="DIR",
               help="kimi-deploy's state directory, where the patch record is read (default "
                    "$KIMI_DEPLOY_STATE_DIR or /var/lib/kimi-deploy, as the unit's `patch verify`).")
-@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+@json_flag("Print the report as JSON.")
 @click.pass_context
 def doctor_cmd(ctx, profile_path, preset, python, root, state_dir, as_json):
     """Check GPUs, driver, torch, topology, models, disk, port, SGLang flags and the installed unit.

@@ -6,7 +6,7 @@ from __future__ import annotations
 import click
 
 from kimi_deploy import install as install_lib
-from kimi_deploy.cli.options import echo_json, profile_options, resolve_profile, root_option
+from kimi_deploy.cli.options import echo_json, json_flag, profile_options, resolve_profile, root_option
 from kimi_deploy.paths import HostLayout
 from kimi_deploy.versions import DEFAULT_SGLANG_VERSION
 
@@ -38,7 +38,7 @@ def _show(plan: install_lib.Plan, result: install_lib.ApplyResult | None, as_jso
 @click.option("--no-create-user", is_flag=True, help="Do not create the service user/group when missing.")
 @click.option("--restart", is_flag=True, help="Restart the service when something changed (no wait; "
               "prefer `kimi-deploy restart --wait --rollback-on-failure`).")
-@click.option("--json", "as_json", is_flag=True, help="Print the plan and what was done as JSON.")
+@json_flag("Print the plan and what was done as JSON.")
 def install_cmd(profile_path, preset, root, sglang_version, dry_run, force, no_enable, no_create_user, restart,
                 as_json):
     """Install the rendered units, env file and profile on the host (plan, diff, apply)."""
@@ -57,7 +57,7 @@ def install_cmd(profile_path, preset, root, sglang_version, dry_run, force, no_e
 @click.option("--purge", is_flag=True, help="Also remove the state folder, the caches, the backups and an API "
               "key file kimi-deploy created; after an earlier uninstall, removes what it kept (with --name).")
 @click.option("--diff", "show_diff", is_flag=True, help="Show the contents of the removed files (as with -v).")
-@click.option("--json", "as_json", is_flag=True, help="Print the plan and what was done as JSON.")
+@json_flag("Print the plan and what was done as JSON.")
 @click.pass_context
 def uninstall_cmd(ctx, root, name, dry_run, force, purge, show_diff, as_json):
     """Stop, disable and remove what kimi-deploy installed (only unmodified files; never foreign ones).

@@ -66,3 +66,24 @@ def resolve_installed(profile_path: Path | None, preset: str | None, name: str |
     profile = resolve_profile(profile_path, preset, required=False)
     manifest = find_installed(layout, profile.service.name if profile else name)
     return (profile or installed_profile(layout, manifest)), manifest
+
+
+#: ``ctx.meta`` key (shared by every nested click context): this invocation prints JSON on stdout,
+#: so the CLI edge prints an error as JSON there too (and its text on stderr, as always).
+JSON_META = "kimi_deploy.json_stdout"
+
+
+def _note_json(ctx: click.Context, _param: click.Parameter, value: Any) -> Any:
+    if value is True or value == "-":
+        ctx.meta[JSON_META] = True
+    return value
+
+
+def json_flag(help: str):  # noqa: A002 - click's own keyword
+    """``--json`` as a flag: print the result as JSON on stdout (errors too, as ``{"error": ...}``)."""
+    return click.option("--json", "as_json", is_flag=True, callback=_note_json, help=help)
+
+
+def json_path_option(help: str):  # noqa: A002
+    """``--json PATH`` writing a JSON document; ``-`` means stdout (errors then go there as JSON too)."""
+    return click.option("--json", "json_path", metavar="PATH", callback=_note_json, help=help)

@@ -5,8 +5,8 @@ from __future__ import annotations
 import click
 
 from kimi_deploy import patching
-from kimi_deploy.cli.options import echo_json
-from kimi_deploy.errors import ExitCode, KimiDeployError
+from kimi_deploy.cli.options import echo_json, json_flag
+from kimi_deploy.errors import ExitCode
 from kimi_deploy.versions import DEFAULT_SGLANG_VERSION
 
 _STATE_HELP = "kimi-deploy's state directory (default $KIMI_DEPLOY_STATE_DIR or /var/lib/kimi-deploy)."
@@ -40,7 +40,7 @@ def patch_group():
 @patch_group.command("list")
 @click.option("--sglang-version", default=DEFAULT_SGLANG_VERSION, show_default=True, metavar="V",
               help="Series of this SGLang release.")
-@click.option("--json", "as_json", is_flag=True, help="Print the series as JSON.")
+@json_flag("Print the series as JSON.")
 def list_cmd(sglang_version, as_json):
     """List the patches of a series: order, id, default, risk, purpose, upstream links."""
     series = patching.list_series(sglang_version)
@@ -83,7 +83,7 @@ def _print_status(result: patching.SeriesStatus) -> None:
 @_python_option
 @_only_option
 @_state_option
-@click.option("--json", "as_json", is_flag=True, help="Print the status as JSON.")
+@json_flag("Print the status as JSON.")
 def status_cmd(python, only, state_dir, as_json):
     """Say whether the series is applied, not applied, drifted (changed after patching) or partial."""
     result = patching.status(python, only=_ids(only), state_dir=state_dir)
@@ -97,17 +97,10 @@ def status_cmd(python, only, state_dir, as_json):
 @_python_option
 @_only_option
 @_state_option
-@click.option("--json", "as_json", is_flag=True, help="Print the status as JSON (also on failure).")
-@click.pass_context
-def verify_cmd(ctx, python, only, state_dir, as_json):
+@json_flag("Print the status as JSON (on failure: the error as JSON).")
+def verify_cmd(python, only, state_dir, as_json):
     """Exit 0 only when the series is fully applied and undrifted (the unit's ExecStartPre=)."""
-    try:
-        result = patching.verify(python, only=_ids(only), state_dir=state_dir)
-    except KimiDeployError as exc:
-        if as_json:
-            echo_json(exc.to_dict())
-            ctx.exit(int(exc.exit_code))
-        raise
+    result = patching.verify(python, only=_ids(only), state_dir=state_dir)
     if as_json:
         echo_json(result.to_dict())
     else:
@@ -134,7 +127,7 @@ def _print_change(result: patching.ChangeResult, as_json: bool) -> None:
               help="Comma-separated patch ids to apply in addition to the defaults (e.g. off-by-default ones).")
 @_state_option
 @click.option("--dry-run", is_flag=True, help="Check that every patch applies; write nothing.")
-@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+@json_flag("Print the result as JSON.")
 def apply_cmd(python, only, with_, state_dir, dry_run, as_json):
     """Apply the series all-or-nothing (a no-op when already applied); restart SGLang afterwards."""
     result = patching.apply(python, only=_ids(only), with_=_ids(with_), state_dir=state_dir, dry_run=dry_run)
@@ -146,7 +139,7 @@ def apply_cmd(python, only, with_, state_dir, dry_run, as_json):
 @_state_option
 @click.option("--force", is_flag=True, help="Restore the saved originals even over files changed since patching.")
 @click.option("--dry-run", is_flag=True, help="Show what would be restored; write nothing.")
-@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+@json_flag("Print the result as JSON.")
 def revert_cmd(python, state_dir, force, dry_run, as_json):
     """Restore the original bytes of every patched file and delete the record."""
     result = patching.revert(python, state_dir=state_dir, force=force, dry_run=dry_run)

@@ -7,7 +7,7 @@ from pathlib import Path
 import click
 
 from kimi_deploy import paths, render as render_lib
-from kimi_deploy.cli.options import echo_json, profile_options, resolve_profile
+from kimi_deploy.cli.options import echo_json, json_flag, profile_options, resolve_profile
 from kimi_deploy.errors import UsageError
 from kimi_deploy.fsio import write_atomic
 from kimi_deploy.presets import PRESETS, get_preset
@@ -25,7 +25,7 @@ from kimi_deploy.versions import DEFAULT_SGLANG_VERSION
 @click.option("--out", "out_dir", type=click.Path(path_type=Path, file_okay=False), metavar="DIR",
               help="Write the units and env file into DIR (atomically).")
 @click.option("--print-command", is_flag=True, help="Print the exact launch command a user could paste.")
-@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+@json_flag("Print the result as JSON.")
 def render_cmd(profile_path, preset, sglang_version, python, out_dir, print_command, as_json):
     """Render a profile into an SGLang launch command and hardened systemd units."""
     profile = resolve_profile(profile_path, preset)
@@ -63,7 +63,7 @@ def render_cmd(profile_path, preset, sglang_version, python, out_dir, print_comm
 
 
 @click.command("presets")
-@click.option("--json", "as_json", is_flag=True, help="Print the presets as JSON.")
+@json_flag("Print the presets as JSON.")
 def presets_cmd(as_json):
     """List the built-in presets, one line each."""
     if as_json:

@@ -6,7 +6,7 @@ import click
 from rich.console import Console
 
 from kimi_deploy import restart as restart_lib
-from kimi_deploy.cli.options import echo_json, profile_options, resolve_installed, root_option
+from kimi_deploy.cli.options import echo_json, json_flag, profile_options, resolve_installed, root_option
 from kimi_deploy.paths import HostLayout
 from kimi_deploy.readiness import WaitState
 
@@ -32,7 +32,7 @@ def _line(label: str, state: WaitState) -> str:
                    "files, reload, restart and verify them.")
 @click.option("--poll-interval", type=float, default=5.0, show_default=True, metavar="S",
               help="Seconds between readiness probes.")
-@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+@json_flag("Print the result as JSON.")
 @click.pass_context
 def restart_cmd(ctx, profile_path, preset, root, name, wait, timeout, rollback_on_failure, poll_interval, as_json):
     """Restart the server; with --wait, show its progress and verify it (exit 6: not ready in time)."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from kimi_deploy import status as status_lib
-from kimi_deploy.cli.options import echo_json, profile_options, resolve_installed, root_option
+from kimi_deploy.cli.options import echo_json, json_flag, profile_options, resolve_installed, root_option
 from kimi_deploy.paths import HostLayout
 
 
@@ -13,7 +13,7 @@ from kimi_deploy.paths import HostLayout
 @profile_options
 @root_option
 @click.option("--name", default=None, metavar="NAME", help="Installed service (default: the only one).")
-@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+@json_flag("Print the report as JSON.")
 @click.pass_context
 def status_cmd(ctx, profile_path, preset, root, name, as_json):
     """Show the installed service's state; exit 1 when something is wrong (the problems are listed)."""

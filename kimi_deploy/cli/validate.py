@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from kimi_deploy import validate as validate_lib
-from kimi_deploy.cli.options import echo_json, profile_options, resolve_profile
+from kimi_deploy.cli.options import echo_json, json_flag, profile_options, resolve_profile
 from kimi_deploy.errors import ExitCode
 
 
@@ -13,7 +13,7 @@ from kimi_deploy.errors import ExitCode
 @profile_options
 @click.option("--python", "python", metavar="PATH",
               help="SGLang's interpreter (default: [service] python of the profile).")
-@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+@json_flag("Print the result as JSON.")
 @click.pass_context
 def validate_cmd(ctx, profile_path, preset, python, as_json):
     """Render for the installed SGLang version and parse the command with SGLang's own argparse.
