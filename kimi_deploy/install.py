@@ -202,30 +202,21 @@ def _names_in(file: Path) -> set[str]:
         return set()
 
 
-def _user_exists(layout: HostLayout, user: str) -> bool:
+def _account_exists(layout: HostLayout, kind: str, name: str) -> bool:
+    """Whether user (``kind="user"``) or group ``name`` exists: NSS on the host, the tree's files under --root."""
     if layout.is_host:
         try:
-            pwd.getpwnam(user)
+            (pwd.getpwnam if kind == "user" else grp.getgrnam)(name)
             return True
         except KeyError:
             return False
-    return user in _names_in(layout.passwd)
-
-
-def _group_exists(layout: HostLayout, group: str) -> bool:
-    if layout.is_host:
-        try:
-            grp.getgrnam(group)
-            return True
-        except KeyError:
-            return False
-    return group in _names_in(layout.group_file)
+    return name in _names_in(layout.passwd if kind == "user" else layout.group_file)
 
 
 def _user_steps(profile: Profile, layout: HostLayout, create_user: bool, notes: list[str]) -> list[Step]:
     svc = profile.service
-    user_missing = not _user_exists(layout, svc.user)
-    group_missing = not _group_exists(layout, svc.group)
+    user_missing = not _account_exists(layout, "user", svc.user)
+    group_missing = not _account_exists(layout, "group", svc.group)
     if not (user_missing or group_missing):
         return []
     what = " and ".join(x for x, m in ((f"user {svc.user}", user_missing), (f"group {svc.group}", group_missing)) if m)

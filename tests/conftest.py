@@ -60,3 +60,22 @@ def cli_runner() -> CliRunner:
         return CliRunner(mix_stderr=False)  # click < 8.2
     except TypeError:
         return CliRunner()
+
+
+@pytest.fixture
+def fake_systemd(tmp_path, monkeypatch):
+    """Fake ``systemctl``/``journalctl`` first on PATH, replaying recorded systemd output (tests/install_fakes.py)."""
+    from install_fakes import FakeSystemd
+
+    fake = FakeSystemd(tmp_path)
+    monkeypatch.setenv("FAKE_SYSTEMD_DIR", str(fake.dir))
+    monkeypatch.setenv("PATH", f"{fake.bin}:{os.environ['PATH']}")
+    return fake
+
+
+@pytest.fixture
+def root(tmp_path) -> Path:
+    """An empty folder standing for a host's / (``--root``)."""
+    r = tmp_path / "root"
+    r.mkdir()
+    return r

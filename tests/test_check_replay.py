@@ -13,8 +13,6 @@ import json
 import os
 import shutil
 import subprocess
-import sys
-import sysconfig
 import time
 from pathlib import Path
 

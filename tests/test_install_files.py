@@ -29,13 +29,6 @@ def run(cli_runner, *args):
 
 
 @pytest.fixture
-def root(tmp_path) -> Path:
-    r = tmp_path / "root"
-    r.mkdir()
-    return r
-
-
-@pytest.fixture
 def v1(tmp_path) -> Path:
     return write_profile(tmp_path / "v1.toml", context_length=1000)
 

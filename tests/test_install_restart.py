@@ -11,9 +11,7 @@ import json
 import re
 from pathlib import Path
 
-import pytest
-
-from install_fakes import STARTUP_JOURNAL, SHOW_FAILED, FakeServer, FakeSystemd, sglang_server_args, write_profile
+from install_fakes import STARTUP_JOURNAL, SHOW_FAILED, FakeServer, sglang_server_args, write_profile
 from kimi_deploy.check import registry
 from kimi_deploy.cli import cli
 from kimi_deploy.errors import ExitCode
@@ -24,14 +22,6 @@ from kimi_deploy.readiness import phase_of, wait_ready
 from kimi_deploy.restart import restart
 
 UNIT = "etc/systemd/system/kimi-test.service"
-
-
-@pytest.fixture
-def fake_systemd(tmp_path, monkeypatch) -> FakeSystemd:
-    fake = FakeSystemd(tmp_path)
-    monkeypatch.setenv("FAKE_SYSTEMD_DIR", str(fake.dir))
-    monkeypatch.setenv("PATH", f"{fake.bin}:{__import__('os').environ['PATH']}")
-    return fake
 
 
 def _install(root: Path, profile_path: Path) -> None:

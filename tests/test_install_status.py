@@ -14,9 +14,8 @@ import sys
 
 import pytest
 
-from install_fakes import (NO_SYSTEMD_STDERR, SHOW_ACTIVE, SHOW_FAILED, FakeServer, FakeSystemd, sglang_server_args,
+from install_fakes import (NO_SYSTEMD_STDERR, SHOW_ACTIVE, SHOW_FAILED, FakeServer, sglang_server_args,
                            write_profile)
-from kimi_deploy import patching
 from kimi_deploy.cli import cli
 from kimi_deploy.install import apply, plan_install
 from kimi_deploy.paths import HostLayout
@@ -29,14 +28,6 @@ from patch_helpers import patched_target, site_packages_of
 
 #: A file the default series patches (kimi-k2-tool-call-ids).
 DETECTOR = "sglang/srt/function_call/kimik2_detector.py"
-
-
-@pytest.fixture
-def fake_systemd(tmp_path, monkeypatch) -> FakeSystemd:
-    fake = FakeSystemd(tmp_path)
-    monkeypatch.setenv("FAKE_SYSTEMD_DIR", str(fake.dir))
-    monkeypatch.setenv("PATH", f"{fake.bin}:{__import__('os').environ['PATH']}")
-    return fake
 
 
 def test_parse_show_active_and_failed():

@@ -28,13 +28,6 @@ def run(cli_runner, *args):
     return cli_runner.invoke(cli, list(args), catch_exceptions=False)
 
 
-@pytest.fixture
-def root(tmp_path) -> Path:
-    r = tmp_path / "root"
-    r.mkdir()
-    return r
-
-
 def install(cli_runner, root, profile, *extra):
     result = run(cli_runner, "install", "--profile", str(profile), "--root", str(root), *extra)
     return result

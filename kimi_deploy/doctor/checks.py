@@ -229,7 +229,7 @@ def check_topology(f: Facts) -> Check:
     group = [g for g in f.topology.gpus if g < tp]
     worst = f.topology.worst_link(group)
     if worst is None:
-        return passed(name, f"single GPU in the TP group: no GPU-to-GPU traffic")
+        return passed(name, "single GPU in the TP group: no GPU-to-GPU traffic")
     kind, (a, b) = worst
     level = P2P_LEVEL_FOR_LINK[kind]
     evidence = f"farthest link in GPU0-{max(group)}: {kind} (GPU{a}-GPU{b}), implies NCCL_P2P_LEVEL={level}"
@@ -399,13 +399,12 @@ def check_port(f: Facts) -> Check | None:
 
 def check_unit(f: Facts) -> Check:
     name = "unit.installed"
-    svc = f.profile.service.name
     if f.unit_error:
         return warned(name, f"not checked: {f.unit_error}", "fix the profile or the sglang check first")
     if not f.unit or all(d.state == "absent" for d in f.unit):
         paths = ", ".join(d.path for d in f.unit)
         return warned(name, f"not installed ({paths})",
-                      f"render and install the unit (`kimi-deploy render --out DIR`, then install)")
+                      "install the unit (`kimi-deploy install --profile P --dry-run`, then without --dry-run)")
     absent = [d for d in f.unit if d.state == "absent"]
     different = [d for d in f.unit if d.state == "different"]
     if absent:
@@ -415,8 +414,8 @@ def check_unit(f: Facts) -> Check:
     if different:
         summary = "; ".join(f"{d.name}: +{d.added} -{d.removed} lines, first `{d.first}`" for d in different)
         return failed(name, f"installed files differ from a fresh render: {summary}",
-                      f"review the diff (`kimi-deploy doctor --json`), then reinstall and "
-                      f"`systemctl daemon-reload`; or fix the profile if the installed unit is what you want",
+                      "review the diff (`kimi-deploy doctor --json`), then reinstall and "
+                      "`systemctl daemon-reload`; or fix the profile if the installed unit is what you want",
                       details="\n".join(d.diff for d in different))
     return passed(name, f"{', '.join(d.name for d in f.unit)} match a fresh render")
 
