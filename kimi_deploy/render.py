@@ -1,6 +1,6 @@
 """Profile -> rendered artefacts: the server unit, its EnvironmentFile, the nightly check units.
 
-:func:`render` is pure (no I/O besides reading templates) and deterministic: the
+:func:`render` is pure (it reads only the templates and whether a patch series exists) and deterministic: the
 same profile, version and kit version give byte-identical files. :func:`write`
 puts them in a directory atomically (:mod:`kimi_deploy.fsio`).
 """
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import jinja2
 
-from kimi_deploy import __version__, paths
+from kimi_deploy import __version__, paths, versions
 from kimi_deploy.fsio import write_many_atomic
 from kimi_deploy.launch import API_KEY_CREDENTIAL, SECRETS_CONFIG_NAME, LaunchSpec, build_launch
 from kimi_deploy.profile import Profile
@@ -28,6 +28,7 @@ CHECK_UNIT = "kimi-deploy-check"
 def check_unit(service: str) -> str:
     """Name of ``service``'s nightly check units without the suffix: ``kimi-deploy-check@<service>``."""
     return f"{CHECK_UNIT}@{service}"
+
 
 #: Runs in ExecStartPre= with the SGLang interpreter: turns the API-key credential into
 #: SGLang's YAML --config file (0600 in the 0700 RuntimeDirectory=). JSON strings are
@@ -121,16 +122,15 @@ def render(profile: Profile, sglang_version: str | None = None, *,
     Raises:
         UsageError / UnsupportedVersionError: from :func:`kimi_deploy.launch.build_launch`.
     """
-    from kimi_deploy import versions
-
     version = versions.DEFAULT_SGLANG_VERSION if sglang_version is None else sglang_version
     launch = build_launch(profile, version, components=components)
     svc, s = profile.service, profile.sglang
     header = file_header(profile, launch.sglang_version)
     env_file = f"{paths.ETC_DIR}/{svc.name}.env"
-    read_write_paths = []
-    if not profile.cache_root.startswith(f"/var/cache/{svc.name}"):
-        read_write_paths.append(profile.cache_root)
+    # CacheDirectory= makes /var/cache/<name> writable; a cache_dir elsewhere needs ReadWritePaths=.
+    cache_directory = f"/var/cache/{svc.name}"
+    inside = profile.cache_root == cache_directory or profile.cache_root.startswith(cache_directory + "/")
+    read_write_paths = [] if inside else [profile.cache_root]
     profile_host_path = profile_path or f"{paths.ETC_DIR}/{svc.name}.toml"
     state = f"/var/lib/{svc.name}"
     check_command = (

@@ -150,3 +150,14 @@ def test_errors_are_json_on_stdout_when_json_was_asked(tmp_path):
     assert result.stderr.startswith("error: ")
     plain = run_cli(["render", "--profile", str(profile)])
     assert plain.stdout == "" and plain.exit_code == 2
+
+
+def test_cache_dir_outside_cache_directory_is_made_writable(tmp_path):
+    """ProtectSystem=strict: a cache_dir not under /var/cache/<name> (even one sharing its prefix) needs ReadWritePaths=."""
+    for cache_dir, writable in [("/var/cache/kimi-k25", False), ("/var/cache/kimi-k25/x", False),
+                                ("/var/cache/kimi-k25-old", True), ("/srv/cache", True)]:
+        text = MINIMAL.replace('name = "kimi-k25"', f'name = "kimi-k25"\ncache_dir = "{cache_dir}"')
+        out = tmp_path / cache_dir.replace("/", "_")
+        assert run_cli(["render", "--profile", str(write_profile(out, text)), "--out", str(out)]).exit_code == 0
+        unit = (out / "kimi-k25.service").read_text()
+        assert (f"ReadWritePaths={cache_dir}\n" in unit) is writable, cache_dir
