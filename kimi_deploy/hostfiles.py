@@ -26,7 +26,7 @@ from kimi_deploy import __version__
 from kimi_deploy.errors import UsageError
 from kimi_deploy.fsio import write_many_atomic
 from kimi_deploy.paths import HostLayout
-from kimi_deploy.profile import Profile, dump_profile, load_profile
+from kimi_deploy.profile import Profile, check_service_name, dump_profile, load_profile
 from kimi_deploy.render import GENERATED_PREFIX
 
 MANIFEST_FORMAT = 1
@@ -98,6 +98,21 @@ def load_manifest(layout: HostLayout, service: str) -> Manifest | None:
                               f"and reinstall with --force ({exc.error_count()} problems)") from None
 
 
+def valid_service_name(name: str, option: str = "--name") -> str:
+    """``name`` when it is a valid service name (the profile's ``[service] name`` rule,
+    :func:`kimi_deploy.profile.check_service_name`), so it can name files under ``/etc/kimi-deploy``.
+
+    Raises:
+        UsageError: not a valid name (``../x``, ``a/b``, ``x.service``); exit 2.
+    """
+    try:
+        return check_service_name(name)
+    except ValueError as exc:
+        raise UsageError(f"{option}: not a service name: {exc}", value=name,
+                         hint=f"give {option} the [service] name of an installed profile (letters, digits and "
+                              "_.:-, no '/'); `ls /etc/kimi-deploy/*.manifest.json` lists them") from None
+
+
 def installed_services(layout: HostLayout) -> list[str]:
     """Names of the services with a manifest under ``layout`` (sorted)."""
     if not layout.config_dir.is_dir():
@@ -112,7 +127,7 @@ def find_installed(layout: HostLayout, name: str | None = None, *, selectors: st
     ``selectors``: the options of the calling verb that pick a service, named in the hints.
 
     Raises:
-        UsageError: nothing installed, or several services and no ``name``.
+        UsageError: nothing installed, several services and no ``name``, or ``name`` is not a service name.
     """
     if name is None:
         names = installed_services(layout)
@@ -125,6 +140,8 @@ def find_installed(layout: HostLayout, name: str | None = None, *, selectors: st
             raise UsageError("several services are installed; say which", value=", ".join(names),
                              hint=f"pass {selectors}")
         name = names[0]
+    else:
+        valid_service_name(name)
     manifest = load_manifest(layout, name)
     if manifest is None:
         raise UsageError(f"service {name} is not installed by kimi-deploy",

@@ -33,7 +33,7 @@ from kimi_deploy.errors import RefusedError, UsageError
 from kimi_deploy.fsio import write_atomic, write_many_atomic
 from kimi_deploy.hostfiles import (FileRecord, Manifest, Ownership, classify, installed_services,
                                    last_uninstalled_manifest, leftover_services, load_manifest,
-                                   other_services_files, profile_toml, read_bytes, restore_backup, sha256,
+                                   other_services_files, profile_toml, valid_service_name, read_bytes, restore_backup, sha256,
                                    write_backup)
 from kimi_deploy.paths import HostLayout
 from kimi_deploy.profile import Profile
@@ -471,10 +471,10 @@ def _pick_service(layout: HostLayout, name: str | None, purge: bool) -> str | No
     by an earlier uninstall; None when there is none (or, without ``purge``, several left over).
 
     Raises:
-        UsageError: several candidates and no ``name``.
+        UsageError: several candidates and no ``name``; ``name`` is not a service name.
     """
-    if name:
-        return name
+    if name is not None:
+        return valid_service_name(name)
     installed = installed_services(layout)
     if len(installed) == 1:
         return installed[0]
