@@ -59,8 +59,11 @@ class Manifest(BaseModel):
     """``/etc/kimi-deploy/<name>.manifest.json``: what kimi-deploy installed for one service.
 
     ``files`` maps host path -> :class:`FileRecord`. ``api_key_file_created`` is the host path
-    of the API key file when ``install`` created it (``uninstall --purge`` removes only that one).
-    ``cache_dir``/``state_dir`` are host paths ``uninstall --purge`` may clean.
+    of the API key file when ``install`` created it (``uninstall --purge`` removes only that one,
+    and only while no other installed service names it). ``api_key_file`` is the key file the
+    service reads, created or not (another service's purge keeps it; ``None`` in manifests of
+    kits before 0.x, whose profile copy still names it). ``cache_dir``/``state_dir`` are host
+    paths ``uninstall --purge`` may clean.
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -72,6 +75,7 @@ class Manifest(BaseModel):
     sglang_version: str
     files: dict[str, FileRecord]
     api_key_file_created: str | None = None
+    api_key_file: str | None = None
     cache_dir: str
     state_dir: str
 
@@ -168,6 +172,63 @@ def other_services_files(layout: HostLayout, service: str) -> dict[str, str]:
         for hp in (manifest.files if manifest else {}):
             out.setdefault(hp, other)
     return out
+
+
+@dataclasses.dataclass
+class Claims:
+    """What the installed services other than one use on the host, from their manifests and profile copies.
+
+    ``paths``: host path -> ``[(service, what)]``, ``what`` one of ``file`` (listed in its
+    manifest), ``API key file``, ``cache folder``, ``state folder``. ``ports``: ``(service,
+    host, port)`` of each one's ``[sglang]`` listener.
+    """
+
+    paths: dict[str, list[tuple[str, str]]] = dataclasses.field(default_factory=dict)
+    ports: list[tuple[str, str, int]] = dataclasses.field(default_factory=list)
+
+    def add(self, host_path: str | None, service: str, what: str) -> None:
+        if host_path:
+            users = self.paths.setdefault(host_path.rstrip("/") or "/", [])
+            if (service, what) not in users:
+                users.append((service, what))
+
+    def users(self, host_path: str | None) -> list[tuple[str, str]]:
+        """``[(service, what)]`` naming ``host_path`` (empty: no other service uses it)."""
+        return self.paths.get(host_path.rstrip("/") or "/", []) if host_path else []
+
+
+def other_services_claims(layout: HostLayout, service: str) -> Claims:
+    """Host paths and ports the installed services other than ``service`` use (see :class:`Claims`).
+
+    Read from each manifest (files, API key file, cache and state folders) and its profile copy
+    (``[sglang] api_key_file``, ``port``, ``host``, the cache root); unreadable ones give what
+    they can (their own service reports them).
+    """
+    from kimi_deploy.errors import KimiDeployError
+
+    claims = Claims()
+    for other in installed_services(layout):
+        if other == service:
+            continue
+        try:
+            manifest = load_manifest(layout, other)
+        except UsageError:
+            manifest = None
+        if manifest:
+            for hp in manifest.files:
+                claims.add(hp, other, "file")
+            claims.add(manifest.api_key_file_created, other, "API key file")
+            claims.add(manifest.api_key_file, other, "API key file")
+            claims.add(manifest.cache_dir, other, "cache folder")
+            claims.add(manifest.state_dir, other, "state folder")
+        try:
+            profile = load_profile(layout.profile_copy(other))
+        except (KimiDeployError, OSError):
+            continue
+        claims.add(profile.sglang.api_key_file, other, "API key file")
+        claims.add(profile.cache_root, other, "cache folder")
+        claims.ports.append((other, profile.sglang.host, profile.sglang.port))
+    return claims
 
 
 def leftover_services(layout: HostLayout) -> list[str]:
