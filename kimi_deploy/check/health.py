@@ -5,7 +5,9 @@ liveness; ``/health_generate`` runs a real 1-token generation (other servers: a 
 completion instead); ``/v1/models`` lists the served name; ``/model_info`` reports
 ``tool_call_parser``/``reasoning_parser``; ``/server_info`` every resolved server argument
 (``tp_size``, ``speculative_*``) plus ``version``. Servers without ``/model_info`` (vLLM, Exo,
-LiteLLM) get ``skip`` for the config tier.
+LiteLLM) get ``skip`` for the config tier; a 401/403 there is ``fail``/``http_error`` (a key is
+needed). Checks that need a model name fail as ``http_error`` when ``/v1/models`` does not answer
+200 and none was given (:func:`no_model`): the server is not OpenAI-compatible, or needs the key.
 """
 
 from __future__ import annotations
