@@ -26,7 +26,7 @@ from kimi_deploy import __version__
 from kimi_deploy.errors import UsageError
 from kimi_deploy.fsio import write_many_atomic
 from kimi_deploy.paths import HostLayout
-from kimi_deploy.profile import Profile, dump_profile, load_profile
+from kimi_deploy.profile import Profile, check_service_name, dump_profile, load_profile
 from kimi_deploy.render import GENERATED_PREFIX
 
 MANIFEST_FORMAT = 1
@@ -59,8 +59,11 @@ class Manifest(BaseModel):
     """``/etc/kimi-deploy/<name>.manifest.json``: what kimi-deploy installed for one service.
 
     ``files`` maps host path -> :class:`FileRecord`. ``api_key_file_created`` is the host path
-    of the API key file when ``install`` created it (``uninstall --purge`` removes only that one).
-    ``cache_dir``/``state_dir`` are host paths ``uninstall --purge`` may clean.
+    of the API key file when ``install`` created it (``uninstall --purge`` removes only that one,
+    and only while no other installed service names it). ``api_key_file`` is the key file the
+    service reads, created or not (another service's purge keeps it; ``None`` in manifests of
+    kits before 0.x, whose profile copy still names it). ``cache_dir``/``state_dir`` are host
+    paths ``uninstall --purge`` may clean.
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -72,6 +75,7 @@ class Manifest(BaseModel):
     sglang_version: str
     files: dict[str, FileRecord]
     api_key_file_created: str | None = None
+    api_key_file: str | None = None
     cache_dir: str
     state_dir: str
 
@@ -98,6 +102,21 @@ def load_manifest(layout: HostLayout, service: str) -> Manifest | None:
                               f"and reinstall with --force ({exc.error_count()} problems)") from None
 
 
+def valid_service_name(name: str, option: str = "--name") -> str:
+    """``name`` when it is a valid service name (the profile's ``[service] name`` rule,
+    :func:`kimi_deploy.profile.check_service_name`), so it can name files under ``/etc/kimi-deploy``.
+
+    Raises:
+        UsageError: not a valid name (``../x``, ``a/b``, ``x.service``); exit 2.
+    """
+    try:
+        return check_service_name(name)
+    except ValueError as exc:
+        raise UsageError(f"{option}: not a service name: {exc}", value=name,
+                         hint=f"give {option} the [service] name of an installed profile (letters, digits and "
+                              "_.:-, no '/'); `ls /etc/kimi-deploy/*.manifest.json` lists them") from None
+
+
 def installed_services(layout: HostLayout) -> list[str]:
     """Names of the services with a manifest under ``layout`` (sorted)."""
     if not layout.config_dir.is_dir():
@@ -112,7 +131,7 @@ def find_installed(layout: HostLayout, name: str | None = None, *, selectors: st
     ``selectors``: the options of the calling verb that pick a service, named in the hints.
 
     Raises:
-        UsageError: nothing installed, or several services and no ``name``.
+        UsageError: nothing installed, several services and no ``name``, or ``name`` is not a service name.
     """
     if name is None:
         names = installed_services(layout)
@@ -125,6 +144,8 @@ def find_installed(layout: HostLayout, name: str | None = None, *, selectors: st
             raise UsageError("several services are installed; say which", value=", ".join(names),
                              hint=f"pass {selectors}")
         name = names[0]
+    else:
+        valid_service_name(name)
     manifest = load_manifest(layout, name)
     if manifest is None:
         raise UsageError(f"service {name} is not installed by kimi-deploy",
@@ -151,6 +172,63 @@ def other_services_files(layout: HostLayout, service: str) -> dict[str, str]:
         for hp in (manifest.files if manifest else {}):
             out.setdefault(hp, other)
     return out
+
+
+@dataclasses.dataclass
+class Claims:
+    """What the installed services other than one use on the host, from their manifests and profile copies.
+
+    ``paths``: host path -> ``[(service, what)]``, ``what`` one of ``file`` (listed in its
+    manifest), ``API key file``, ``cache folder``, ``state folder``. ``ports``: ``(service,
+    host, port)`` of each one's ``[sglang]`` listener.
+    """
+
+    paths: dict[str, list[tuple[str, str]]] = dataclasses.field(default_factory=dict)
+    ports: list[tuple[str, str, int]] = dataclasses.field(default_factory=list)
+
+    def add(self, host_path: str | None, service: str, what: str) -> None:
+        if host_path:
+            users = self.paths.setdefault(host_path.rstrip("/") or "/", [])
+            if (service, what) not in users:
+                users.append((service, what))
+
+    def users(self, host_path: str | None) -> list[tuple[str, str]]:
+        """``[(service, what)]`` naming ``host_path`` (empty: no other service uses it)."""
+        return self.paths.get(host_path.rstrip("/") or "/", []) if host_path else []
+
+
+def other_services_claims(layout: HostLayout, service: str) -> Claims:
+    """Host paths and ports the installed services other than ``service`` use (see :class:`Claims`).
+
+    Read from each manifest (files, API key file, cache and state folders) and its profile copy
+    (``[sglang] api_key_file``, ``port``, ``host``, the cache root); unreadable ones give what
+    they can (their own service reports them).
+    """
+    from kimi_deploy.errors import KimiDeployError
+
+    claims = Claims()
+    for other in installed_services(layout):
+        if other == service:
+            continue
+        try:
+            manifest = load_manifest(layout, other)
+        except UsageError:
+            manifest = None
+        if manifest:
+            for hp in manifest.files:
+                claims.add(hp, other, "file")
+            claims.add(manifest.api_key_file_created, other, "API key file")
+            claims.add(manifest.api_key_file, other, "API key file")
+            claims.add(manifest.cache_dir, other, "cache folder")
+            claims.add(manifest.state_dir, other, "state folder")
+        try:
+            profile = load_profile(layout.profile_copy(other))
+        except (KimiDeployError, OSError):
+            continue
+        claims.add(profile.sglang.api_key_file, other, "API key file")
+        claims.add(profile.cache_root, other, "cache folder")
+        claims.ports.append((other, profile.sglang.host, profile.sglang.port))
+    return claims
 
 
 def leftover_services(layout: HostLayout) -> list[str]:

@@ -31,10 +31,10 @@ from typing import Any, Literal
 from kimi_deploy import __version__, paths, proc, systemd
 from kimi_deploy.errors import RefusedError, UsageError
 from kimi_deploy.fsio import write_atomic, write_many_atomic
-from kimi_deploy.hostfiles import (FileRecord, Manifest, Ownership, classify, installed_services,
+from kimi_deploy.hostfiles import (Claims, FileRecord, Manifest, Ownership, classify, installed_services,
                                    last_uninstalled_manifest, leftover_services, load_manifest,
-                                   other_services_files, profile_toml, read_bytes, restore_backup, sha256,
-                                   write_backup)
+                                   other_services_claims, other_services_files, profile_toml, read_bytes,
+                                   restore_backup, sha256, valid_service_name, write_backup)
 from kimi_deploy.paths import HostLayout
 from kimi_deploy.profile import Profile
 from kimi_deploy.render import CHECK_UNIT, check_unit, file_header, render
@@ -103,10 +103,15 @@ class Step:
 
 @dataclasses.dataclass(frozen=True)
 class Refusal:
-    """A file kimi-deploy will not touch without ``--force``, and why."""
+    """Something kimi-deploy will not do without ``--force``, and why.
+
+    ``kind``: ``file`` (``host_path`` is a file it would overwrite or remove) or ``conflict``
+    (``host_path`` names what another installed service already uses: ``port 30000``, a path).
+    """
 
     host_path: str
     reason: str
+    kind: Literal["file", "conflict"] = "file"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -304,6 +309,54 @@ def _api_key_step(profile: Profile, layout: HostLayout, notes: list[str]) -> Ste
     return None
 
 
+# ---------------------------------------------------------------- other services
+
+def _who(users: list[tuple[str, str]]) -> str:
+    """``service kimi-a (API key file)`` / ``services kimi-a (cache folder), kimi-b (file)``."""
+    names = ", ".join(f"{svc} ({what})" for svc, what in users)
+    return f"service{'s' if len(users) > 1 else ''} {names}"
+
+
+def _hosts_overlap(a: str, b: str) -> bool:
+    """Whether listeners on hosts ``a`` and ``b`` (same port) collide: equal, or either is a wildcard."""
+    wildcard = ("0.0.0.0", "::", "")
+    return a == b or a in wildcard or b in wildcard
+
+
+def _conflicts(profile: Profile, layout: HostLayout, claims: Claims, force: bool, notes: list[str],
+               refusals: list[Refusal]) -> None:
+    """Compare what ``profile`` uses with what the other installed services use (``claims``).
+
+    A shared API key file or cache folder is legitimate: a ``warning:`` note (``uninstall --purge``
+    of either keeps it while the other is installed). The same port on overlapping hosts, or a
+    host path this profile uses that another service uses for something else (its unit, env file,
+    state folder...), is refused without ``force`` (a ``warning:`` note with it).
+    """
+    def conflict(what: str, reason: str) -> None:
+        if force:
+            notes.append(f"warning: --force: {what}: {reason}")
+        else:
+            refusals.append(Refusal(what, reason, kind="conflict"))
+
+    s = profile.sglang
+    for other, host, port in claims.ports:
+        if port == s.port and _hosts_overlap(host, s.host):
+            conflict(f"port {s.port}", f"service {other} listens on {host}:{port} too (its [sglang] port); "
+                                       "only one of them can start")
+    named = ((s.api_key_file, "API key file"), (profile.cache_root, "cache folder"),
+             (f"/var/lib/{profile.service.name}", "state folder"))
+    for host_path, what in named:
+        users = claims.users(host_path)
+        if not users:
+            continue
+        if all(use == what for _, use in users) and what != "state folder":
+            notes.append(f"warning: the {what} {host_path} is also used by {_who(users)}: shared between services "
+                         f"(recorded in the manifests); `uninstall --purge` of one keeps it while another is "
+                         "installed")
+        else:
+            conflict(host_path, f"this profile's {what} is used by {_who(users)}")
+
+
 # ---------------------------------------------------------------- install
 
 def target_host_path(file_name: str) -> str:
@@ -355,6 +408,7 @@ def plan_install(profile: Profile, layout: HostLayout, *, sglang_version: str | 
     key_step = _api_key_step(profile, layout, notes)
     if key_step:
         steps.append(key_step)
+    _conflicts(profile, layout, other_services_claims(layout, svc.name), force, notes, refusals)
 
     created_key = None
     if key_step:
@@ -363,7 +417,8 @@ def plan_install(profile: Profile, layout: HostLayout, *, sglang_version: str | 
         created_key = old_manifest.api_key_file_created
     manifest = Manifest(kimi_deploy_version=__version__, service=svc.name, profile_sha256=profile.digest(),
                         sglang_version=version, files={hp: FileRecord(sha256=sha256(b)) for hp, b in files.items()},
-                        api_key_file_created=created_key, cache_dir=profile.cache_root,
+                        api_key_file_created=created_key, api_key_file=profile.sglang.api_key_file,
+                        cache_dir=profile.cache_root,
                         state_dir=f"/var/lib/{svc.name}")
     others = other_services_files(layout, svc.name)
     changes = [_change(layout, hp, data, old_manifest, force, refusals, others=others) for hp, data in files.items()]
@@ -430,21 +485,35 @@ def _disable_steps(layout: HostLayout, units: list[str]) -> list[Step]:
                  argv=tuple(systemd.systemctl_argv("disable", *enabled, root=layout.root)))]
 
 
-def _purge_steps(layout: HostLayout, svc: str, record: Manifest | None) -> tuple[list[Step], list[str]]:
-    """``--purge`` steps for what ``uninstall`` keeps, and the host paths of what exists of it.
+def _purge_steps(layout: HostLayout, svc: str, record: Manifest | None) -> tuple[list[Step], list[str], list[str]]:
+    """``--purge`` steps for what ``uninstall`` keeps, the host paths of what exists of it, and notes
+    on what stays because another installed service names it (its manifest or profile copy).
 
     ``record``: the service's manifest (the installed one, or the copy in its last uninstall
     backup); None when neither exists: only the backup folder is known to be kimi-deploy's.
     """
     steps: list[Step] = []
     kept: list[str] = []
+    shared: list[str] = []
+    claims = other_services_claims(layout, svc)
+
+    def in_use(host_path: str, what: str) -> bool:
+        users = claims.users(host_path)
+        if users and layout.under(host_path).exists():
+            shared.append(f"the {what} {host_path} stays: {_who(users)} uses it too")
+        return bool(users)
+
     if record:
-        if layout.under(record.state_dir).exists():
+        if in_use(record.state_dir, "state folder"):
+            pass
+        elif layout.under(record.state_dir).exists():
             kept.append(record.state_dir)
             steps.append(Step("remove-tree", f"--purge: remove the state folder {record.state_dir}", when="after",
                               path=layout.under(record.state_dir)))
         cache = layout.under(record.cache_dir)
-        if cache.exists():
+        if in_use(record.cache_dir, "cache folder"):
+            pass
+        elif cache.exists():
             kept.append(record.cache_dir)
             if record.cache_dir.rstrip("/") == f"/var/cache/{svc}":
                 steps.append(Step("remove-tree", f"--purge: remove the cache folder {record.cache_dir}",
@@ -459,11 +528,11 @@ def _purge_steps(layout: HostLayout, svc: str, record: Manifest | None) -> tuple
         kept.append(backups_hp)
         steps.append(Step("remove-tree", f"--purge: remove the backups {backups_hp}", when="after", path=backups))
     key = record.api_key_file_created if record else None
-    if key and layout.under(key).exists():
+    if key and not in_use(key, "API key file") and layout.under(key).exists():
         kept.append(key)
         steps.append(Step("remove-file", f"--purge: remove the API key file {key} (kimi-deploy created it)",
                           when="after", path=layout.under(key)))
-    return steps, kept
+    return steps, kept, shared
 
 
 def _pick_service(layout: HostLayout, name: str | None, purge: bool) -> str | None:
@@ -471,10 +540,10 @@ def _pick_service(layout: HostLayout, name: str | None, purge: bool) -> str | No
     by an earlier uninstall; None when there is none (or, without ``purge``, several left over).
 
     Raises:
-        UsageError: several candidates and no ``name``.
+        UsageError: several candidates and no ``name``; ``name`` is not a service name.
     """
-    if name:
-        return name
+    if name is not None:
+        return valid_service_name(name)
     installed = installed_services(layout)
     if len(installed) == 1:
         return installed[0]
@@ -514,9 +583,9 @@ def plan_uninstall(layout: HostLayout, name: str | None = None, *, force: bool =
     manifest = load_manifest(layout, svc)
     if manifest is None:  # uninstalled before: only what that uninstall kept may be left
         record = last_uninstalled_manifest(layout, svc)
-        purge_steps, kept = _purge_steps(layout, svc, record)
+        purge_steps, kept, shared = _purge_steps(layout, svc, record)
         if purge:
-            return Plan("uninstall", svc, layout, (), tuple(purge_steps), (), (), force,
+            return Plan("uninstall", svc, layout, (), tuple(purge_steps), tuple(shared), (), force,
                         noop_message=f"nothing to do: {svc} is not installed and nothing of it is left")
         notes = [f"{svc} is already uninstalled; kept (remove with `kimi-deploy uninstall --purge --name {svc}`): "
                  f"{', '.join(kept)}"] if kept else []
@@ -536,7 +605,8 @@ def plan_uninstall(layout: HostLayout, name: str | None = None, *, force: bool =
     if units and layout.is_host:
         steps.append(Step("command", "reload systemd's unit files", when="after",
                           argv=tuple(systemd.systemctl_argv("daemon-reload"))))
-    purge_steps, kept = _purge_steps(layout, svc, manifest)
+    purge_steps, kept, shared = _purge_steps(layout, svc, manifest)
+    notes += shared
     if purge:
         steps += purge_steps
     elif kept:
@@ -564,6 +634,12 @@ def refuse(plan: Plan) -> None:
     """Raise :class:`RefusedError` naming every refused file, unless the plan has none or is forced."""
     if not plan.refusals or plan.force:
         return
+    conflicts = [r for r in plan.refusals if r.kind == "conflict"]
+    if conflicts:
+        raise RefusedError(f"refusing to {plan.operation}: {plan.service} would collide with another installed "
+                           "service", value="; ".join(f"{r.host_path}: {r.reason}" for r in plan.refusals),
+                           hint="give this profile its own [sglang] port and paths (`kimi-deploy status --name "
+                                "OTHER` shows the other one), or pass --force to install anyway")
     lines = [f"{r.host_path}: {r.reason}" for r in plan.refusals]
     count, them = count_files(len(lines)), "it" if len(lines) == 1 else "them"
     backups = plan.layout.describe(plan.layout.host_path(plan.layout.service_backup_dir(plan.service)))
@@ -688,6 +764,9 @@ def format_plan(plan: Plan, *, diffs: bool = True) -> str:
                        "keeping a copy in the backup)")
         else:
             out.append(f"{verb[f.action]} {f.host_path}  ({f.reason})")
+    for r in plan.refusals:
+        if r.kind == "conflict":
+            out.append(f"refuse  {r.host_path}  ({r.reason}; --force installs anyway)")
     for s in plan.steps:
         cmd = proc.Completed(s.argv, 0, "", "").command if s.argv else ""
         out.append(f"run     {s.summary}" + (f": {cmd}" if cmd else ""))

@@ -37,6 +37,19 @@ from kimi_deploy.errors import ProfileError
 #: expansion) are excluded on purpose.
 SAFE_TOKEN = re.compile(r"^[A-Za-z0-9_@+=:,./-]+$")
 UNIT_NAME = re.compile(r"^[A-Za-z0-9_.:-]+$")
+
+
+def check_service_name(v: str) -> str:
+    """``v`` when it is a valid ``[service] name`` (a systemd unit name stem, :data:`UNIT_NAME`), else ValueError.
+
+    The one rule for service names: the profile validator and every ``--name`` option use it
+    (a name is also a file name under ``/etc/kimi-deploy``, so no ``/`` and no ``..`` alone).
+    """
+    if not UNIT_NAME.match(v) or v.endswith((".service", ".timer")) or v in (".", ".."):
+        raise ValueError(f"unit name {v!r} must be letters, digits and _.:- without a .service suffix")
+    if v == "kimi-deploy-check":
+        raise ValueError("the name kimi-deploy-check is taken by the nightly check unit")
+    return v
 POSIX_NAME = re.compile(r"^[a-z_][a-z0-9_-]{0,31}$")
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
@@ -93,11 +106,7 @@ class Service(_Section):
     @field_validator("name")
     @classmethod
     def _unit_name(cls, v: str) -> str:
-        if not UNIT_NAME.match(v) or v.endswith((".service", ".timer")):
-            raise ValueError(f"unit name {v!r} must be letters, digits and _.:- without a .service suffix")
-        if v == "kimi-deploy-check":
-            raise ValueError("the name kimi-deploy-check is taken by the nightly check unit")
-        return v
+        return check_service_name(v)
 
     @field_validator("user", "group")
     @classmethod

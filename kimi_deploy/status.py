@@ -227,15 +227,26 @@ def file_states(layout: HostLayout, manifest: Manifest) -> dict[str, str]:
     return out
 
 
-def _systemctl_failure(unit: str, exc: KimiDeployError) -> str:
-    """The problem line for a failed ``systemctl show``: its stderr's last line and the fix restart gives."""
+def _systemctl_failure(unit: str, exc: KimiDeployError, layout: HostLayout) -> str:
+    """The problem line for a failed ``systemctl show``: its stderr and a fix that fits how status was run.
+
+    ``systemctl show`` always asks the running manager (``--root`` only moves kimi-deploy's files),
+    so with ``--root`` the fix is to run ``status`` on the booted host, not to pass ``--root``.
+    """
     from kimi_deploy.errors import ExternalCommandError
 
     evidence = exc.message
     if isinstance(exc, ExternalCommandError):
         said = " ".join(line.strip() for line in exc.stderr.splitlines() if line.strip())
         evidence = f"`{exc.command}`: " + (said[:400] if said else exc.message)
-    return problem(f"cannot read the state of {unit}", evidence, exc.hint or systemd.HINT)
+    if layout.is_host:
+        hint = ("is systemd running on this host? `systemctl status` shows it (a container or an image build has "
+                "none; there the unit state is unknown, the other lines still hold)")
+    else:
+        hint = (f"--root {layout.root} reads kimi-deploy's files from that tree, but the unit state comes from "
+                "the running systemd, which did not answer: run `kimi-deploy status` on the host booted from "
+                "the tree for the unit state (the file and profile lines hold for the tree)")
+    return problem(f"cannot read the state of {unit}", evidence, hint)
 
 
 def _patch_problem(patches: dict[str, Any], python: str) -> str | None:
@@ -282,7 +293,7 @@ def status(profile: Profile, layout: HostLayout, manifest: Manifest) -> StatusRe
                                     f"read `journalctl -u {unit_name} -n 50`, fix the cause, then "
                                     "`kimi-deploy restart --wait`"))
     except KimiDeployError as exc:
-        problems.append(_systemctl_failure(unit_name, exc))
+        problems.append(_systemctl_failure(unit_name, exc, layout))
     try:
         api_key = read_api_key(profile, layout)
     except KimiDeployError as exc:

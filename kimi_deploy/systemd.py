@@ -25,7 +25,11 @@ SHOW_PROPERTIES = (
     "ExecMainStartTimestamp", "ExecMainStatus", "Result", "FragmentPath",
 )
 
+#: Fix for a failed ``systemctl`` on the running manager: the command was not given ``--root``.
 HINT = "is systemd running on this host? `systemctl status` shows it; pass --root DIR for an image tree"
+#: Fix for a failed ``systemctl --root DIR``: the tree, not a running systemd, is the suspect.
+ROOT_HINT = ("systemctl --root DIR only edits unit files in that tree: is DIR an OS tree (with etc/systemd/system) "
+             "and readable? `systemctl --root DIR list-unit-files` shows what it sees")
 
 
 def systemctl_argv(*args: str, root: Path | None = None) -> list[str]:
@@ -39,7 +43,8 @@ def systemctl(*args: str, root: Path | None = None, check: bool = True, timeout:
     Raises:
         ExternalCommandError: systemctl is missing or fails (with ``check``).
     """
-    return proc.run(systemctl_argv(*args, root=root), check=check, timeout=timeout, hint=HINT)
+    return proc.run(systemctl_argv(*args, root=root), check=check, timeout=timeout,
+                    hint=HINT if root is None else ROOT_HINT)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -285,8 +285,12 @@ def test_http_errors_are_labelled_by_their_status(tmp_path, status_server, statu
         assert "Error)" not in c["detail"] and "APIStatusError" not in c["detail"], c
     assert checks["health.models"]["detail"] == f"GET /v1/models answered {label}"
     assert checks["health.models"]["kind"] == kind
-    live_path = "/health" if status >= 500 else "/v1/models"  # 4xx: /ready and /v1/models are tried too
-    assert checks["health.live"]["detail"] == f"GET {live_path} answered {label}"
+    if status >= 500:  # a 5xx stops at /health
+        assert checks["health.live"]["detail"] == f"GET /health answered {label}"
+    else:  # 4xx: /ready and /v1/models are tried too, and every one is named with its status
+        detail, evidence = checks["health.live"]["detail"], checks["health.live"]["evidence"]
+        for path in ("/health", "/ready", "/v1/models"):
+            assert f"GET {path}: {label}" in detail and f"GET {path} {status}" in evidence, checks["health.live"]
     # health.live answered (an HTTP error is an answer): the contract checks were sent
     for cid in ("contract.plain.nonstream", "contract.plain.stream"):
         assert (checks[cid]["kind"], checks[cid]["detail"]) == (kind, label), checks[cid]

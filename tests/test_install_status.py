@@ -246,6 +246,22 @@ def test_status_when_systemctl_show_fails_says_why_and_how_to_fix(cli_runner, tm
     assert line.startswith("problem: cannot read the state of kimi-test.service (`systemctl show kimi-test.service ")
     assert "System has not been booted with systemd as init system (PID 1)" in line
     assert "command failed with exit status" not in line
-    assert line.endswith("; fix: is systemd running on this host? `systemctl status` shows it; "
-                         "pass --root DIR for an image tree")
+    # --root was given: the fix is not "pass --root", it is where the unit state can be read
+    assert "pass --root DIR" not in line, line
+    assert f"; fix: --root {root} reads kimi-deploy's files from that tree, but the unit state comes from the " \
+           "running systemd" in line and "run `kimi-deploy status` on the host booted from the tree" in line
     assert "service   kimi-test.service: ?/?" in result.output
+
+
+def test_status_systemd_hint_on_the_host_does_not_suggest_root():
+    """Without --root, status still reads the running systemd: --root would not help, so it is not offered."""
+    from pathlib import Path
+
+    from kimi_deploy.errors import ExternalCommandError
+    from kimi_deploy.status import _systemctl_failure
+
+    exc = ExternalCommandError("systemctl failed", command="systemctl show x.service", stderr=NO_SYSTEMD_STDERR)
+    host = _systemctl_failure("x.service", exc, HostLayout(Path("/")))
+    tree = _systemctl_failure("x.service", exc, HostLayout(Path("/tmp/img")))
+    assert "is systemd running on this host?" in host and "--root" not in host
+    assert "--root /tmp/img reads kimi-deploy's files" in tree

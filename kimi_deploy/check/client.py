@@ -17,7 +17,7 @@ from typing import Any
 import httpx
 import openai
 
-from kimi_deploy.check.results import clip
+from kimi_deploy.check.results import clip, clip_body
 from kimi_deploy.check.validate import Finding
 
 #: Contract requests may wait this many times ``--timeout`` for the answer: a non-streamed answer
@@ -183,6 +183,40 @@ def status_kind(status: int) -> str:
     return "server_error" if status >= 500 else "http_error"
 
 
+#: The fix for a 401/403: where the check gets its key.
+AUTH_FIX = "pass --api-key-file FILE (with --profile, its [sglang] api_key_file is read by default)"
+
+
+def auth_note(status: int, key_sent: bool) -> str | None:
+    """What a 401/403 means for the check (``None`` for any other status).
+
+    SGLang answers 401 to a request without the ``--api-key`` bearer token (0.5.23,
+    ``http_server.py`` auth middleware); other servers use 401 or 403.
+    """
+    if status not in (401, 403):
+        return None
+    return "the API key was refused" if key_sent else "an API key is needed"
+
+
+def status_finding(what: str, status: int, body: object, *, key_sent: bool) -> Finding:
+    """The finding for ``what`` (``GET /health``) answering an unexpected HTTP ``status``.
+
+    401/403: ``http_error``, evidence ``HTTP 401: an API key is needed`` and the fix in the detail;
+    others: :func:`status_kind`, labelled by :func:`status_label`, the body as evidence (:func:`clip_body`).
+    """
+    note = auth_note(status, key_sent)
+    if note:
+        return Finding("http_error", f"{what} answered {status_label(status)}: {note}; fix: {AUTH_FIX}",
+                       clip(f"HTTP {status}: {note}"))
+    return Finding(status_kind(status), f"{what} answered {status_label(status)}", clip_body(body))
+
+
+def _key_sent(request: httpx.Request | None) -> bool:
+    """Whether ``request`` carried a real bearer token (the ``openai`` client sends ``EMPTY`` without one)."""
+    auth = request.headers.get("authorization", "") if request is not None else ""
+    return bool(auth) and auth != "Bearer EMPTY"
+
+
 def transport_finding(exc: Exception, what: str) -> Finding:
     """``unreachable`` or ``timeout`` for an httpx transport error."""
     if isinstance(exc, httpx.TimeoutException):
@@ -195,7 +229,8 @@ def openai_finding(exc: Exception, *, streaming: bool, raw: str = "") -> Finding
 
     APITimeoutError → ``timeout``; APIConnectionError → ``unreachable``; a status error →
     :func:`status_kind` (5xx ``server_error``, others ``http_error``), labelled by
-    :func:`status_label`, never by the client's class name; a generic
+    :func:`status_label`, never by the client's class name (401/403: ``http_error`` with
+    :func:`auth_note`); a generic
     APIError while streaming (openai-python raises it for an SSE ``{"error": ...}`` frame) →
     ``error_frame``; anything else (a body the client could not decode) → ``server_error``.
     """
@@ -205,7 +240,11 @@ def openai_finding(exc: Exception, *, streaming: bool, raw: str = "") -> Finding
         return Finding("unreachable", f"connection failed: {exc}", clip(exc.__cause__ or exc))
     if isinstance(exc, openai.APIStatusError):
         body = exc.response.text if exc.response is not None else str(exc)
-        return Finding(status_kind(exc.status_code), status_label(exc.status_code), clip(body))
+        note = auth_note(exc.status_code, _key_sent(exc.request))
+        if note:
+            return Finding("http_error", f"{status_label(exc.status_code)}: {note}; fix: {AUTH_FIX}",
+                           clip(f"HTTP {exc.status_code}: {note}"))
+        return Finding(status_kind(exc.status_code), status_label(exc.status_code), clip_body(body))
     if isinstance(exc, openai.APIError) and streaming:
         return Finding("error_frame", f"the stream carried an error ({type(exc).__name__}: {exc.message})",
                        clip(exc.message))

@@ -28,10 +28,15 @@ class Context:
     model_info: dict[str, Any] | None = None
     server_info: dict[str, Any] | None = None
     facts_loaded: bool = False
+    #: ``(path, status)`` when ``/model_info`` or ``/server_info`` answered 401/403 (a key is needed).
+    facts_denied: tuple[str, int] | None = None
+    #: ``(status, body)`` of ``GET /v1/models`` as :meth:`served_model` got it (``None``: not asked or no answer).
+    models_answer: tuple[int, Any] | None = None
     _cache: dict[str, Any] = dataclasses.field(default_factory=dict, repr=False)
 
     def load_facts(self) -> None:
-        """Fetch ``/model_info`` and ``/server_info`` once (errors: the facts stay ``None``)."""
+        """Fetch ``/model_info`` and ``/server_info`` once (errors: the facts stay ``None``; a 401/403
+        is kept in :attr:`facts_denied`)."""
         if self.facts_loaded:
             return
         self.facts_loaded = True
@@ -42,6 +47,8 @@ class Context:
                 continue
             if status == 200 and isinstance(data, dict):
                 setattr(self, attr, data)
+            elif status in (401, 403) and self.facts_denied is None:
+                self.facts_denied = (path, status)
 
     def served_model(self) -> str | None:
         """The first model ``/v1/models`` lists (asked once; ``None`` when it lists none or does not answer)."""
@@ -51,6 +58,7 @@ class Context:
                 status, body = self.clients.get_json("/v1/models")
             except httpx.TransportError:
                 return None
+            self.models_answer = (status, body)
             if status == 200 and isinstance(body, dict):
                 ids = [str(m["id"]) for m in body.get("data") or [] if isinstance(m, dict) and m.get("id")]
                 self._cache["served_model"] = ids[0] if ids else None

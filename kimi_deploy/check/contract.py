@@ -286,6 +286,8 @@ def run_malformed(ctx: Context) -> tuple[str, list[Finding], str]:
         ctx.clients.chat(model=ctx.model, messages="this is not a list", temperature=0, max_tokens=8)
     except openai.APIStatusError as exc:
         body = exc.response.text
+        if exc.status_code in (401, 403):  # refused before the request was read: says nothing of validation
+            return "fail", [openai_finding(exc, streaming=False)], ""
         if not 400 <= exc.status_code < 500:
             return "fail", [Finding(status_kind(exc.status_code),
                                     f"a malformed request got {status_label(exc.status_code)}, not a 4xx",

@@ -5,7 +5,9 @@ liveness; ``/health_generate`` runs a real 1-token generation (other servers: a 
 completion instead); ``/v1/models`` lists the served name; ``/model_info`` reports
 ``tool_call_parser``/``reasoning_parser``; ``/server_info`` every resolved server argument
 (``tp_size``, ``speculative_*``) plus ``version``. Servers without ``/model_info`` (vLLM, Exo,
-LiteLLM) get ``skip`` for the config tier.
+LiteLLM) get ``skip`` for the config tier; a 401/403 there is ``fail``/``http_error`` (a key is
+needed). Checks that need a model name fail as ``http_error`` when ``/v1/models`` does not answer
+200 and none was given (:func:`no_model`): the server is not OpenAI-compatible, or needs the key.
 """
 
 from __future__ import annotations
@@ -15,9 +17,9 @@ from collections.abc import Callable
 import httpx
 import openai
 
-from kimi_deploy.check.client import openai_finding, status_kind, status_label, transport_finding
+from kimi_deploy.check.client import auth_note, openai_finding, status_finding, status_label, transport_finding
 from kimi_deploy.check.context import Context
-from kimi_deploy.check.results import clip
+from kimi_deploy.check.results import clip, clip_body
 from kimi_deploy.check.validate import Finding
 
 #: What a check function returns: (status, detail, findings); findings empty unless status is fail.
@@ -36,24 +38,37 @@ def _fail(finding: Finding) -> Outcome:
     return "fail", finding.detail, [finding]
 
 
-def _status_finding(path: str, status: int, body: object) -> Finding:
-    return Finding(status_kind(status), f"GET {path} answered {status_label(status)}", clip(body))
+def _status_finding(ctx: Context, path: str, status: int, body: object) -> Finding:
+    return status_finding(f"GET {path}", status, body, key_sent=bool(ctx.clients.api_key))
+
+
+#: Liveness endpoints, tried in this order until one answers 2xx.
+LIVE_PATHS = ("/health", "/ready", "/v1/models")
 
 
 def health_live(ctx: Context) -> Outcome:
-    """``/health`` (SGLang, vLLM, LiteLLM), else ``/ready``, else ``/v1/models`` answers 2xx."""
-    last: Finding | None = None
-    for path in ("/health", "/ready", "/v1/models"):
+    """``/health`` (SGLang, vLLM, LiteLLM), else ``/ready``, else ``/v1/models`` answers 2xx.
+
+    A 5xx or 401/403 stops at that endpoint; when none answers 2xx, the detail and the evidence
+    name every endpoint tried with its status (``GET /health 404, GET /ready 404, ...``), then the
+    last body, whitespace-collapsed.
+    """
+    tried: list[tuple[str, int]] = []
+    for path in LIVE_PATHS:
         try:
             status, body = ctx.clients.get_json(path)
         except httpx.TransportError as exc:
             return _fail(transport_finding(exc, f"GET {path}"))
         if 200 <= status < 300:
             return _ok(f"GET {path}: HTTP {status}")
-        last = _status_finding(path, status, body)
+        found = _status_finding(ctx, path, status, body)
         if status >= 500 or status in (401, 403):
-            return _fail(last)
-    return _fail(last)  # type: ignore[arg-type]
+            return _fail(found)
+        tried.append((path, status))
+    labels = "; ".join(f"GET {p}: {status_label(st)}" for p, st in tried)
+    detail = f"no health endpoint answered 2xx ({labels}): not an SGLang or OpenAI-compatible server?"
+    codes = ", ".join(f"GET {p} {st}" for p, st in tried)
+    return _fail(Finding(found.kind, detail, clip(f"{codes}; last body: {clip_body(body)}")))
 
 
 def health_ready(ctx: Context) -> Outcome:
@@ -65,16 +80,35 @@ def health_ready(ctx: Context) -> Outcome:
     if 200 <= status < 300:
         return _ok(f"GET /health_generate: HTTP {status} (1-token generation)")
     if status >= 500:
-        return _fail(_status_finding("/health_generate", status, body))
+        return _fail(_status_finding(ctx, "/health_generate", status, body))
     model = ctx.model or ctx.served_model()
     if not model:
-        return _skip("no /health_generate and no model name to send a 1-token completion to")
+        status, detail, findings = no_model(ctx)
+        if status == "skip":
+            return _skip("no /health_generate and no model name to send a 1-token completion to")
+        return status, detail, findings
     try:
         ctx.clients.chat(
             model=model, messages=[{"role": "user", "content": "Say OK."}], max_tokens=1, temperature=0)
     except openai.OpenAIError as exc:
         return _fail(openai_finding(exc, streaming=False, raw=ctx.clients.recorder.last_text))
     return _ok("1-token chat completion answered (no /health_generate)")
+
+
+def no_model(ctx: Context) -> Outcome:
+    """A check that needs a model name and has none: ``fail``/``http_error`` when ``/v1/models`` did not
+    answer 200 (not an OpenAI-compatible server, or a key is needed), ``skip`` when it lists no model."""
+    answer = ctx.models_answer
+    if answer is None or answer[0] == 200:
+        return "skip", "no model name: give --model, or the server lists none", []
+    status, body = answer
+    found = status_finding("GET /v1/models", status, body, key_sent=bool(ctx.clients.api_key))
+    if auth_note(status, bool(ctx.clients.api_key)) is None:
+        found = Finding("http_error", f"no model to send chat completions to: GET /v1/models answered "
+                        f"{status_label(status)}, so this is not an OpenAI-compatible server; fix: check --base-url, "
+                        "or pass --model NAME if the server serves chat completions without a model list",
+                        clip(f"GET /v1/models {status}: not an OpenAI-compatible server; body: {clip_body(body)}"))
+    return "fail", found.detail, [found]
 
 
 def health_models(ctx: Context) -> Outcome:
@@ -84,7 +118,7 @@ def health_models(ctx: Context) -> Outcome:
     except httpx.TransportError as exc:
         return _fail(transport_finding(exc, "GET /v1/models"))
     if status != 200:
-        return _fail(_status_finding("/v1/models", status, body))
+        return _fail(_status_finding(ctx, "/v1/models", status, body))
     if not isinstance(body, dict) or not isinstance(body.get("data"), list):
         return _fail(Finding("server_error", "GET /v1/models did not return an OpenAI model list", clip(body)))
     ids = [m.get("id") for m in body["data"] if isinstance(m, dict)]
@@ -102,6 +136,9 @@ def _config_compare(ctx: Context, what: str, pairs: list[tuple[str, object]]) ->
         return _skip(f"no profile: nothing to compare the running {what} with")
     ctx.load_facts()
     if ctx.model_info is None and ctx.server_info is None:
+        if ctx.facts_denied:  # 401/403: the facts exist but need the key; a profile expects them
+            path, status = ctx.facts_denied
+            return _fail(_status_finding(ctx, path, status, ""))
         return _skip("the server exposes neither /model_info nor /server_info (not SGLang?)")
     mismatches, shown = [], []
     for name, expected in pairs:

@@ -147,7 +147,8 @@ def check_output_paths(*, json_path: Path | None = None, junit_path: Path | None
 
     Each parent directory must exist and be a writable directory (nothing is created: a typo
     must not make a tree under ``/``), the path itself must not be a directory, and no two
-    reports may share a path.
+    reports may share a path. ``-`` (stdout) is refused for ``--junit``/``--prom``: only the JSON
+    report goes to stdout (the caller passes ``json_path=None`` for ``--json -``).
 
     Raises:
         UsageError: the first bad path, with the option that gave it (exit 2).
@@ -156,6 +157,9 @@ def check_output_paths(*, json_path: Path | None = None, junit_path: Path | None
     for option, path in (("--json", json_path), ("--junit", junit_path), ("--prom", prom_path)):
         if path is None:
             continue
+        if option != "--json" and str(path) == "-":
+            raise UsageError(f"{option} cannot write to stdout ('-')", value="-",
+                             hint=f"give {option} a file path; only --json accepts '-' (stdout)")
         path = Path(path)
         resolved = path.resolve()
         if resolved in seen:

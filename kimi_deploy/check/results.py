@@ -7,6 +7,7 @@ described by ``report.schema.json`` next to this module (``kimi_deploy.paths.che
 from __future__ import annotations
 
 import dataclasses
+import json
 import datetime as _dt
 from collections import Counter
 from typing import Any, Literal
@@ -52,6 +53,13 @@ def clip(text: Any, limit: int = EVIDENCE_CHARS) -> str:
     """``text`` as one line, cut to ``limit`` characters with an ellipsis."""
     s = str(text).replace("\r", "\\r").replace("\n", "\\n")
     return s if len(s) <= limit else s[: limit - 1] + "…"
+
+
+def clip_body(body: Any, limit: int = EVIDENCE_CHARS) -> str:
+    """An HTTP body as evidence: JSON re-serialised compactly, every whitespace run (newlines of an
+    HTML page) collapsed to one space, cut to ``limit`` characters with an ellipsis."""
+    text = json.dumps(body, ensure_ascii=False) if isinstance(body, (dict, list)) else str(body)
+    return clip(" ".join(text.split()), limit)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -151,7 +151,7 @@ def _run_one(ctx: Context, check_id: str, cache: dict, deadline: Deadline, t0: f
     if check_id in health.CHECKS:
         status, detail, findings = health.CHECKS[check_id](ctx)
     elif ctx.model is None:
-        status, detail, findings = "skip", "no model name: give --model, or the server lists none", []
+        status, detail, findings = health.no_model(ctx)
     else:
         status, findings, detail = contract.run(ctx, check_id, cache)
     return _result(check_id, status, findings, detail, started)

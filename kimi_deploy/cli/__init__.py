@@ -20,12 +20,43 @@ from kimi_deploy.cli.options import JSON_META, echo_json
 from kimi_deploy.errors import ExitCode, KimiDeployError
 
 
+def _asks_json_stdout(command: click.Command | None, args: list[str]) -> bool:
+    """Whether ``args`` (a verb's raw arguments) ask for JSON on stdout: ``--json`` where it is a
+    flag, ``--json -`` / ``--json=-`` where it takes a path. Read before click parsed them, since a
+    usage error stops parsing before the ``--json`` callback (:data:`JSON_META`) runs."""
+    while isinstance(command, click.Group) and args:  # `patch apply --json`: the verb's own verb
+        command, args = command.commands.get(args[0]), args[1:]
+    option = next((p for p in (command.params if command else []) if isinstance(p, click.Option)
+                   and "--json" in p.opts), None)
+    if option is None:
+        return False
+    for i, arg in enumerate(args):
+        if arg == "--":
+            break
+        if option.is_flag and arg == "--json":
+            return True
+        if not option.is_flag and (arg == "--json=-" or (arg == "--json" and args[i + 1:i + 2] == ["-"])):
+            return True
+    return False
+
+
 class KimiGroup(click.Group):
-    """Click group that turns :class:`KimiDeployError` into a message and a named exit code."""
+    """Click group that turns :class:`KimiDeployError` into a message and a named exit code.
+
+    Click's own usage errors (unknown option, bad value) keep click's text on stderr and exit 2,
+    and are also printed as ``{"error": ...}`` on stdout when the verb was asked for JSON there.
+    """
 
     def invoke(self, ctx: click.Context):
+        args = [*getattr(ctx, "_protected_args", []), *ctx.args]
         try:
             return super().invoke(ctx)
+        except click.UsageError as exc:
+            if exc.ctx is not None and exc.ctx is not ctx and args \
+                    and _asks_json_stdout(self.get_command(ctx, args[0]), args[1:]):
+                echo_json({"error": {"error": type(exc).__name__, "message": exc.format_message(), "value": None,
+                                     "hint": f"see `{exc.ctx.command_path} --help`", "exit_code": exc.exit_code}})
+            raise  # click prints its usage text on stderr and exits 2
         except KimiDeployError as exc:
             if ctx.find_root().params.get("debug") or (ctx.obj or {}).get("debug"):
                 raise
