@@ -88,7 +88,9 @@ def test_the_same_port_is_refused_without_force(cli_runner, root, tmp_path):
     assert snapshot(root) == before  # nothing written
 
     as_json = install(cli_runner, root, clash, "--dry-run", "--json")
-    plan, _ = json.JSONDecoder().raw_decode(as_json.stdout)  # the plan (then the refusal as an error)
+    assert as_json.exit_code == ExitCode.REFUSED
+    plan = json.loads(as_json.stdout)  # one document: the plan, whose refusals say why
+    assert "collide with another installed service" in as_json.stderr
     assert {"host_path": "port 30000", "kind": "conflict"}.items() <= plan["refusals"][0].items()
 
     forced = install(cli_runner, root, clash, "--force")

@@ -7,6 +7,7 @@ import click
 
 from kimi_deploy import install as install_lib
 from kimi_deploy.cli.options import echo_json, json_flag, profile_options, resolve_profile, root_option
+from kimi_deploy.errors import RefusedError
 from kimi_deploy.paths import HostLayout
 from kimi_deploy.versions import DEFAULT_SGLANG_VERSION
 
@@ -73,7 +74,14 @@ def _carry_out(plan, *, dry_run: bool, force: bool, as_json: bool, diffs: bool) 
     """Show ``plan`` (``--dry-run``), or refuse it (exit 4) unless forced, else apply it and show the result."""
     if dry_run:
         _show(plan, None, as_json, dry_run=True, diffs=diffs)
-        install_lib.refuse(plan)
+        try:
+            install_lib.refuse(plan)
+        except RefusedError as exc:
+            if not as_json:
+                raise
+            # The plan on stdout already lists the refusals: keep stdout one JSON document.
+            click.echo(exc.render(), err=True)
+            raise click.exceptions.Exit(int(exc.exit_code)) from None
         return
     if plan.refusals and not force:
         if not as_json:
