@@ -289,11 +289,7 @@ class StreamClient:
         for _ in (0, 1):
             sink = _BufferSink(loop.create_future())
             try:
-                async with asyncio.timeout(limit):
-                    conn = await self.pool.acquire()
-            except TimeoutError as exc:
-                reason = str(exc) or f"no connection within {limit:g} s (--request-timeout)"
-                break
+                conn = await self.pool.acquire(timeout=limit)
             except OSError as exc:
                 reason = f"{type(exc).__name__}: {exc}"
                 break

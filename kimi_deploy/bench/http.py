@@ -197,8 +197,11 @@ class Pool:
         self.open = 0
         self.waiters: collections.deque[asyncio.Future] = collections.deque()
 
-    async def acquire(self) -> Connection:
-        """An idle live connection, else a new one (waits when ``limit`` connections are busy)."""
+    async def acquire(self, timeout: float | None = None) -> Connection:
+        """An idle live connection, else a new one (waits when ``limit`` connections are busy).
+
+        ``timeout``: seconds a new connection may take when below ``connect_timeout``.
+        """
         while self.idle:
             conn = self.idle.pop()
             if conn.alive:
@@ -211,15 +214,16 @@ class Pool:
             if conn is not None:
                 return conn
         self.open += 1
+        limit = min(self.connect_timeout, timeout) if timeout else self.connect_timeout
         try:
-            async with asyncio.timeout(self.connect_timeout):
+            async with asyncio.timeout(limit):
                 _, conn = await asyncio.get_running_loop().create_connection(
                     Connection, self.host, self.port, ssl=self.ssl,
-                    ssl_handshake_timeout=self.connect_timeout if self.ssl else None)
+                    ssl_handshake_timeout=limit if self.ssl else None)
         except TimeoutError:
             self.open -= 1
             self._wake(None)
-            raise TimeoutError(f"{self.host}:{self.port}: no connection within {self.connect_timeout:g} s "
+            raise TimeoutError(f"{self.host}:{self.port}: no connection within {limit:g} s "
                                f"(TCP connect{' + TLS handshake' if self.ssl else ''})"
                                + (" - is the server plain http://?" if self.ssl else "")) from None
         except BaseException:
