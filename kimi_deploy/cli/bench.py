@@ -199,12 +199,11 @@ def bench_cmd(ctx, base_url, model, concurrency, request_rate, num_prompts, max_
 
 @bench_cmd.command("compare")
 @click.argument("results", nargs=-1, required=True, type=click.Path(path_type=Path, dir_okay=False))
-@click.option("--plot", "plot_path", type=click.Path(path_type=Path, dir_okay=False), default="bench-compare.png",
-              show_default=True, metavar="PATH", help="Where to write the PNG.")
-@click.option("--no-plot", is_flag=True, help="Only print the table.")
+@click.option("--plot", "plot_path", type=click.Path(path_type=Path, dir_okay=False), default=None, metavar="PATH",
+              help="Also write a PNG plot (output tok/s and TPOT p50 against concurrency) to PATH.")
 @json_flag("Print the comparison as JSON.")
-def compare_cmd(results, plot_path, no_plot, as_json):
-    """Compare results (the first is the baseline): ratios per point, and a PNG plot."""
+def compare_cmd(results, plot_path, as_json):
+    """Compare results (the first is the baseline): ratios per point; a PNG plot with --plot PATH."""
     import dataclasses
 
     from rich.console import Console
@@ -212,19 +211,20 @@ def compare_cmd(results, plot_path, no_plot, as_json):
     from kimi_deploy.bench import compare as compare_lib
     from kimi_deploy.bench.report import load_result
 
+    check_output_paths({"--plot": plot_path})
     loaded = [load_result(p) for p in results]
     cmp = compare_lib.compare(loaded)
-    if not no_plot:
+    if plot_path:
         compare_lib.plot(loaded, plot_path)
         cmp = dataclasses.replace(cmp, plot=str(plot_path))
+    console = Console(stderr=as_json)
     if as_json:
-        click.echo(json.dumps(cmp.to_dict(), indent=2))
-        return
-    console = Console()
-    console.print(compare_lib.comparison_table(cmp))
+        click.echo(json.dumps(cmp.to_dict(), indent=2, allow_nan=False))
+    else:
+        console.print(compare_lib.comparison_table(cmp))
     for line in cmp.warnings:
-        console.print(f"[yellow]warning:[/] not the same workload: {line}")
-    if cmp.plot:
+        console.print(f"[yellow]warning:[/] {line}")
+    if cmp.plot and not as_json:
         console.print(f"wrote {cmp.plot}")
 
 
