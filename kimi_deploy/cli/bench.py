@@ -1,4 +1,4 @@
-"""Verbs ``bench`` (run a sweep) and ``bench compare`` (ratios table + PNG)."""
+"""Verbs ``bench`` (run a sweep) and ``bench compare`` (ratios table; PNG with ``--plot``)."""
 
 from __future__ import annotations
 
@@ -126,6 +126,9 @@ def bench_cmd(ctx, base_url, model, concurrency, request_rate, num_prompts, max_
     Streams /v1/chat/completions with stream_options.include_usage and reports TTFT, TPOT,
     ITL with tokens per chunk, E2E (p50/p90/p99/mean), output tokens/s, requests/s and
     goodput per point. `kimi-deploy bench compare A.json B.json` compares results.
+
+    Exit status: 0 every point had successful requests, 1 a point had none (results still
+    written), 2 bad input (nothing sent, nothing written), 3 the server did not answer.
     """
     if ctx.invoked_subcommand is not None:
         return
