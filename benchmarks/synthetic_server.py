@@ -26,7 +26,8 @@ retry adds 1-2 s to TTFT). HTTP/1.1 keep-alive, SSE framed one event per HTTP ch
 Also serves ``GET /server_info`` (the synthetic settings plus, with
 ``--spec-accept-length``, ``internal_states[0].avg_spec_accept_length`` as SGLang
 0.5.23 reports it), ``GET|POST /flush_cache`` (404 with ``--no-flush-cache``),
-``GET /v1/models``, ``GET /health``. Prints ``listening on http://HOST:PORT`` on stdout
+``GET /v1/models``, ``GET /health``. ``--chat-status 500`` makes every chat request fail
+with that status (a broken server whose control plane still answers). Prints ``listening on http://HOST:PORT`` on stdout
 once bound (``--port 0`` picks a free port). Standard library only (uvloop optional).
 """
 
@@ -60,6 +61,7 @@ class Settings:
         self.flush_cache = not ns.no_flush_cache
         self.spec_accept_length = ns.spec_accept_length
         self.model = ns.model
+        self.chat_status = ns.chat_status
         self.rng = random.Random(ns.seed)
         self.raw = {k: v for k, v in vars(ns).items() if k not in ("host", "port")}
 
@@ -207,6 +209,9 @@ class Handler(asyncio.Protocol):
     def _chat(self, body: bytes) -> None:
         s = self.settings
         t0 = time.monotonic()
+        if s.chat_status != 200:
+            self._respond(s.chat_status, {"error": {"message": "synthetic failure", "code": s.chat_status}})
+            return
         try:
             req = json.loads(body)
             n = int(req.get("max_tokens") or req.get("max_completion_tokens") or s.default_max_tokens)
@@ -286,6 +291,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-flush-cache", action="store_true", help="answer /flush_cache with 404")
     p.add_argument("--spec-accept-length", type=float, default=None, help="report this in /server_info")
     p.add_argument("--model", default="synthetic")
+    p.add_argument("--chat-status", type=int, default=200,
+                   help="answer every chat request with this HTTP status and a JSON error (a failing server)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--backlog", type=int, default=4096)
     p.add_argument("--loop", choices=["auto", "asyncio", "uvloop"], default="auto")

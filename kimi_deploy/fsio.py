@@ -2,6 +2,7 @@
 
 Writes go to a temporary file in the target's directory, are fsynced, then
 ``os.replace``d over the target (POSIX rename is atomic within a file system).
+:func:`check_output_paths` refuses report paths up front, before a long run produces them.
 """
 
 from __future__ import annotations
@@ -13,6 +14,46 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from kimi_deploy.errors import UsageError
+
+
+def check_output_paths(paths: Mapping[str, Path | None], *, unwritable_hint: str | None = None) -> None:
+    """Refuse output paths that cannot be written, before the work that produces them starts.
+
+    ``paths`` maps the option that gave a path (``"--json"``) to the path (``None``: not asked
+    for). Each parent directory must exist and be a writable directory (nothing is created:
+    a typo must not make a tree under ``/``), the path itself must not be a directory, and no
+    two options may name the same file. ``-`` (stdout) is the caller's to leave out.
+
+    Raises:
+        UsageError: the first bad path, with the option that gave it (exit 2).
+    """
+    seen: dict[Path, str] = {}
+    for option, path in paths.items():
+        if path is None:
+            continue
+        path = Path(path)
+        resolved = path.resolve()
+        if resolved in seen:
+            raise UsageError(f"{option} and {seen[resolved]} name the same file", value=str(path),
+                             hint="give each output its own path")
+        seen[resolved] = option
+        parent = path.parent
+        if not parent.exists():
+            raise UsageError(f"{option}: the directory {parent} does not exist", value=str(path),
+                             hint=f"create it first (mkdir -p {parent}) or write the file elsewhere")
+        if not parent.is_dir():
+            raise UsageError(f"{option}: {parent} is not a directory", value=str(path),
+                             hint="give a path inside an existing directory")
+        if path.is_dir():
+            raise UsageError(f"{option}: {path} is a directory", value=str(path),
+                             hint=f"give a file name, e.g. {path / ('out' + _SUFFIX.get(option, ''))}")
+        if not os.access(parent, os.W_OK | os.X_OK):
+            raise UsageError(f"{option}: the directory {parent} is not writable by this user", value=str(path),
+                             hint=unwritable_hint or "write the file into a directory this user can write to")
+
+
+#: File name suffix per output option, for the example in a "give a file name" hint.
+_SUFFIX = {"--json": ".json", "--junit": ".xml", "--prom": ".prom", "--csv": ".csv", "--plot": ".png"}
 
 
 def write_atomic(path: Path, data: bytes | str, *, mode: int = 0o644) -> None:

@@ -132,7 +132,7 @@ def test_compare_prints_ratios_and_writes_a_png(sweep, cli_runner):
     assert res.exit_code == 0, res.output
     assert "candidate" in res.output and "TPOT p50" in res.output and "out tok/s" in res.output
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
-    res = cli_runner.invoke(cli, ["bench", "compare", str(out / "a.json"), str(out / "b.json"), "--no-plot", "--json"])
+    res = cli_runner.invoke(cli, ["bench", "compare", str(out / "a.json"), str(out / "b.json"), "--json"])
     data = json.loads(res.stdout)
     assert data["labels"] == ["baseline", "candidate"] and data["warnings"] == []
     assert [row["x"] for row in data["rows"]] == [1.0, 4.0]
@@ -152,7 +152,7 @@ def test_compare_warns_when_the_workload_differs(sweep):
     b["label"] = "longer"
     b["config"]["max_tokens"] = 64
     cmp = compare([a, b])
-    assert cmp.warnings == ["longer: max_tokens 64 differs from baseline's 32"]
+    assert cmp.warnings == ["not the same workload: longer: max_tokens 64 differs from baseline's 32"]
     assert all(row.ratios["tpot_ms"] == pytest.approx(1.0) for row in cmp.rows)
 
 

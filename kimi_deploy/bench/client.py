@@ -37,6 +37,15 @@ except ImportError:  # pragma: no cover - orjson is a dependency, json is the fa
 
 _DONE = b"[DONE]"
 
+#: Seconds a control-plane call (``/server_info``, ``/v1/models``, ``/flush_cache``) may take at most;
+#: a smaller ``request_timeout`` bounds it too. Each answers in milliseconds on an idle SGLang server.
+CONTROL_TIMEOUT_S = 30.0
+
+
+def _finite_or_null(name: str) -> None:
+    """``parse_constant`` hook: a server's ``NaN``/``Infinity`` (Python's json emits them) read as ``null``."""
+    return None
+
 
 def _event_data(event: bytes) -> bytes | None:
     """The ``data`` of one SSE event with several lines or fields; ``None`` when it has none."""
@@ -192,7 +201,9 @@ class StreamClient:
         pool_size: connection pool limit; at least the highest concurrency (0: no limit).
         api_key: sent as ``Authorization: Bearer`` when given.
         request_timeout: seconds one streamed request may take end to end; past it the
-            request is recorded with ``error="timeout"`` and its connection closed.
+            request is recorded with ``error="timeout"`` and its connection closed. It also
+            bounds every new connection (TCP connect + TLS handshake) and each control-plane
+            call (:data:`CONTROL_TIMEOUT_S` at most).
 
     Use as ``async with StreamClient(...) as client``.
 
@@ -204,7 +215,7 @@ class StreamClient:
                  request_timeout: float = 600.0) -> None:
         base = base_url.rstrip("/")
         self.base_url = base[:-3] if base.endswith("/v1") else base
-        self.pool = Pool(self.base_url, pool_size)
+        self.pool = Pool(self.base_url, pool_size, connect_timeout=request_timeout)
         self.request_timeout = request_timeout
         self.headers = {"Content-Type": "application/json", "Accept": "text/event-stream",
                         "User-Agent": "kimi-deploy-bench"}
@@ -270,22 +281,24 @@ class StreamClient:
         return await self._call("POST", path)
 
     async def _call(self, method: str, path: str) -> tuple[int, Any]:
+        """One control-plane request, bounded by ``min(CONTROL_TIMEOUT_S, request_timeout)`` after connecting."""
         loop = asyncio.get_running_loop()
         headers = {k: v for k, v in self.headers.items() if k != "Accept"}
         reason = None
+        limit = min(CONTROL_TIMEOUT_S, self.request_timeout)
         for _ in (0, 1):
             sink = _BufferSink(loop.create_future())
             try:
-                conn = await self.pool.acquire()
+                conn = await self.pool.acquire(timeout=limit)
             except OSError as exc:
                 reason = f"{type(exc).__name__}: {exc}"
                 break
             conn.send(self.pool.request_bytes(method, path, b"", headers), sink)
             try:
-                async with asyncio.timeout(30):
+                async with asyncio.timeout(limit):
                     await sink.done
             except TimeoutError:
-                sink.error = "no answer within 30 s"
+                sink.error = f"no answer within {limit:g} s (--request-timeout)"
                 conn.close()
             self.pool.release(conn)
             if sink.error == "stale keep-alive connection":
@@ -293,7 +306,7 @@ class StreamClient:
             if sink.error is None:
                 raw = bytes(sink.body)
                 try:
-                    return sink.status, json.loads(raw)
+                    return sink.status, json.loads(raw, parse_constant=_finite_or_null)
                 except ValueError:
                     return sink.status, raw.decode("utf-8", "replace")
             reason = sink.error

@@ -3,8 +3,14 @@
 Points are matched by concurrency (closed loop) or request rate (open loop). For every
 point of the baseline (the first file) and every other result, the ratio other/baseline of
 median TPOT, median TTFT, median E2E (lower is better) and output tokens/s (higher is
-better). The plot (matplotlib, Agg backend) has two panels, output tokens/s vs concurrency
-and median TPOT vs concurrency, one line per result.
+better). The plot (matplotlib, Agg backend; written only when asked for) has two panels,
+output tokens/s vs concurrency and median TPOT vs concurrency, one line per result.
+
+What would mislead is said, not drawn: :attr:`Comparison.warnings` names results that differ
+in workload, share no point with the baseline (no ratio can be formed) or have points with no
+successful request. The plot labels only measured points (plain numbers, no offset or
+scientific notation), starts both y axes at 0 so a sub-microsecond change draws flat, names every
+result and model in its title, and leaves out (with a note) results with no successful request.
 """
 
 from __future__ import annotations
@@ -82,7 +88,41 @@ def compare(results: list[dict[str, Any]]) -> Comparison:
             ratios = {m: (values[m] / refs[m] if values[m] is not None and refs[m] else None) for m, _ in METRICS}
             rows.append(CompareRow(label=label, axis=key[0], x=key[1], values=values, baseline=refs, ratios=ratios))
     rows.sort(key=lambda r: (r.x, labels.index(r.label)))
-    return Comparison(labels=labels, rows=rows, warnings=_unequal_work(results, labels))
+    warnings = [f"not the same workload: {line}" for line in _unequal_work(results, labels)]
+    warnings += _no_success(results, labels) + _no_shared_point(results, labels)
+    return Comparison(labels=labels, rows=rows, warnings=warnings)
+
+
+def _succeeded(point: dict[str, Any]) -> bool:
+    return bool(point["summary"].get("completed"))
+
+
+def _point_name(axis: str, x: float) -> str:
+    return f"c={x:g}" if axis == "concurrency" else f"rate={x:g}/s"
+
+
+def _no_success(results: list[dict[str, Any]], labels: list[str]) -> list[str]:
+    out = []
+    for label, r in zip(labels, results):
+        failed = [_point_name(*_x(p)) for p in r["points"] if not _succeeded(p)]
+        if failed and len(failed) == len(r["points"]):
+            out.append(f"{label}: no successful request at any point: nothing of it is compared or drawn")
+        elif failed:
+            out.append(f"{label}: no successful request at {', '.join(failed)}: no figures there")
+    return out
+
+
+def _no_shared_point(results: list[dict[str, Any]], labels: list[str]) -> list[str]:
+    base = [_x(p) for p in results[0]["points"]]
+    out = []
+    for label, r in zip(labels[1:], results[1:]):
+        mine = [_x(p) for p in r["points"]]
+        if mine and base and not set(mine) & set(base):
+            axis = mine[0][0]
+            out.append(f"{label} shares no {axis} point with {labels[0]} ({labels[0]}: "
+                       f"{', '.join(f'{x:g}' for _, x in base)}; {label}: {', '.join(f'{x:g}' for _, x in mine)}): "
+                       "its rows show absolute values only, no ratios; rerun with the same points")
+    return out
 
 
 #: Settings that change the work a server does: results that differ in them do not compare equal work.
@@ -136,46 +176,85 @@ def comparison_table(cmp: Comparison):
 
 
 def plot(results: list[dict[str, Any]], path: Path) -> Path:
-    """Write the PNG: output tokens/s and median TPOT against concurrency (or rate), one line per result.
+    """Write :func:`figure` of ``results`` as a PNG to ``path`` (atomically).
 
     Raises:
         UsageError: the file cannot be written.
     """
-    import matplotlib
+    import io
 
-    matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     from kimi_deploy.fsio import write_atomic
 
-    labels = _labels(results)
-    fig, (ax_tput, ax_tpot) = plt.subplots(1, 2, figsize=(12, 4.8))
-    axis = "concurrency"
-    for label, result in zip(labels, results):
-        pts = sorted(result["points"], key=lambda p: _x(p)[1])
-        if not pts:
-            continue
-        axis = _x(pts[0])[0]
-        xs = [_x(p)[1] for p in pts]
-        ax_tput.plot(xs, [p["summary"]["output_tokens_per_s"] or float("nan") for p in pts], marker="o", label=label)
-        ax_tpot.plot(xs, [_value(p["summary"], "tpot_ms") or float("nan") for p in pts], marker="o", label=label)
-    xlabel = "concurrency (closed loop)" if axis == "concurrency" else "request rate (req/s, open loop)"
-    for ax, ylabel, title in ((ax_tput, "output tokens/s", "Throughput"),
-                              (ax_tpot, "TPOT p50 (ms)", "Time per output token")):
-        if axis == "concurrency":
-            ax.set_xscale("log", base=2)
-        ax.set_xlabel(xlabel)
-        ax.set_ylabel(ylabel)
-        ax.set_title(title)
-        ax.grid(True, alpha=0.3)
-        ax.legend()
-    model = results[0].get("model", "")
-    fig.suptitle(f"kimi-deploy bench compare: {model}  (max_tokens {results[0]['config']['max_tokens']})")
-    fig.tight_layout()
-    import io
-
+    fig = figure(results)
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=110)
     plt.close(fig)
     write_atomic(Path(path), buf.getvalue())
     return Path(path)
+
+
+def figure(results: list[dict[str, Any]]):
+    """The matplotlib Figure: output tokens/s and median TPOT against concurrency (or rate), one line per result.
+
+    x: the measured points only, labelled with their plain values (log2 scale for concurrency);
+    y: from 0, plain numbers (no offset such as ``+1.9998e1``, no scientific notation). A result
+    with no successful request is left out and named in a note under the plots; a point with no
+    successful request is a gap in its line. The title names every result with its model.
+    The caller closes it (``matplotlib.pyplot.close``).
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator, ScalarFormatter
+
+    labels = _labels(results)
+    fig, (ax_tput, ax_tpot) = plt.subplots(1, 2, figsize=(12, 5.2))
+    axis = _x(results[0]["points"][0])[0] if results[0]["points"] else "concurrency"
+    xs_all: set[float] = set()
+    left_out = []
+    for label, result in zip(labels, results):
+        pts = sorted(result["points"], key=lambda p: _x(p)[1])
+        if not any(_succeeded(p) for p in pts):
+            left_out.append(label)
+            continue
+        xs = [_x(p)[1] for p in pts]
+        xs_all.update(xs)
+        failed = [_point_name(*_x(p)) for p in pts if not _succeeded(p)]
+        name = f"{label} (no successful request at {', '.join(failed)})" if failed else label
+        nan = float("nan")
+        tput = [p["summary"].get("output_tokens_per_s") if _succeeded(p) else None for p in pts]
+        tpot = [_value(p["summary"], "tpot_ms") if _succeeded(p) else None for p in pts]
+        ax_tput.plot(xs, [nan if v is None else v for v in tput], marker="o", label=name)
+        ax_tpot.plot(xs, [nan if v is None else v for v in tpot], marker="o", label=name)
+    xlabel = "concurrency (closed loop)" if axis == "concurrency" else "request rate (req/s, open loop)"
+    ticks = sorted(xs_all)
+    for ax, ylabel, title in ((ax_tput, "output tokens/s", "Throughput"),
+                              (ax_tpot, "TPOT p50 (ms)", "Time per output token")):
+        if axis == "concurrency":
+            ax.set_xscale("log", base=2)
+        if ticks:
+            ax.xaxis.set_major_locator(FixedLocator(ticks))
+            ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _pos: f"{v:g}"))
+            ax.xaxis.set_minor_locator(NullLocator())
+        plain = ScalarFormatter(useOffset=False)
+        plain.set_scientific(False)
+        ax.yaxis.set_major_formatter(plain)
+        drawn = [y for line in ax.get_lines() for y in line.get_ydata() if y == y]
+        ax.set_ylim(0, max(drawn) * 1.1 if drawn and max(drawn) > 0 else 1)  # from 0, with headroom
+        ax.set_xlabel(xlabel)
+        ax.set_ylabel(ylabel)
+        ax.set_title(title)
+        ax.grid(True, alpha=0.3)
+        if ax.get_lines():
+            ax.legend()
+    names = ", ".join(f"{label} [{r.get('model', '?')}]" for label, r in zip(labels, results))
+    max_tokens = sorted({str(r["config"].get("max_tokens")) for r in results})
+    fig.suptitle(f"kimi-deploy bench compare: {names}  (max_tokens {'/'.join(max_tokens)})")
+    if left_out:
+        fig.text(0.5, 0.01, f"not drawn (no successful request at any point): {', '.join(left_out)}",
+                 ha="center", color="firebrick")
+    fig.tight_layout(rect=(0, 0.04 if left_out else 0, 1, 1))
+    return fig

@@ -172,11 +172,16 @@ class Connection(asyncio.Protocol):
 class Pool:
     """Keep-alive connections to one origin, at most ``limit`` open (0: no limit).
 
+    ``connect_timeout``: seconds one new connection may take, TCP connect and TLS handshake
+    together (asyncio's own TLS handshake limit is 60 s: ``https://`` against a plain-HTTP
+    port would wait that long).
+
     Raises on :meth:`acquire`:
-        OSError: the TCP (or TLS) connection cannot be opened.
+        OSError: the TCP (or TLS) connection cannot be opened; ``TimeoutError`` (an OSError)
+            when it is not open within ``connect_timeout``.
     """
 
-    def __init__(self, base_url: str, limit: int = 0) -> None:
+    def __init__(self, base_url: str, limit: int = 0, connect_timeout: float = 30.0) -> None:
         u = urlsplit(base_url)
         if u.scheme not in ("http", "https") or not u.hostname:
             raise UsageError("the base URL must be http://HOST[:PORT] or https://...", value=base_url,
@@ -187,12 +192,16 @@ class Pool:
         self.host_header = u.netloc.rsplit("@", 1)[-1]
         self.prefix = u.path.rstrip("/")
         self.limit = limit
+        self.connect_timeout = connect_timeout
         self.idle: list[Connection] = []
         self.open = 0
         self.waiters: collections.deque[asyncio.Future] = collections.deque()
 
-    async def acquire(self) -> Connection:
-        """An idle live connection, else a new one (waits when ``limit`` connections are busy)."""
+    async def acquire(self, timeout: float | None = None) -> Connection:
+        """An idle live connection, else a new one (waits when ``limit`` connections are busy).
+
+        ``timeout``: seconds a new connection may take when below ``connect_timeout``.
+        """
         while self.idle:
             conn = self.idle.pop()
             if conn.alive:
@@ -205,9 +214,18 @@ class Pool:
             if conn is not None:
                 return conn
         self.open += 1
+        limit = min(self.connect_timeout, timeout) if timeout else self.connect_timeout
         try:
-            _, conn = await asyncio.get_running_loop().create_connection(
-                Connection, self.host, self.port, ssl=self.ssl)
+            async with asyncio.timeout(limit):
+                _, conn = await asyncio.get_running_loop().create_connection(
+                    Connection, self.host, self.port, ssl=self.ssl,
+                    ssl_handshake_timeout=limit if self.ssl else None)
+        except TimeoutError:
+            self.open -= 1
+            self._wake(None)
+            raise TimeoutError(f"{self.host}:{self.port}: no connection within {limit:g} s "
+                               f"(TCP connect{' + TLS handshake' if self.ssl else ''})"
+                               + (" - is the server plain http://?" if self.ssl else "")) from None
         except BaseException:
             self.open -= 1
             self._wake(None)

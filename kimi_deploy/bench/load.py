@@ -18,11 +18,13 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
+import math
 import random
 import time
 from collections.abc import Callable
 from typing import Any, Protocol
 
+from kimi_deploy.bench import params
 from kimi_deploy.bench.client import JSON_LIB, StreamClient
 from kimi_deploy.bench.dataset import Dataset
 from kimi_deploy.bench.http import PARSER
@@ -70,22 +72,30 @@ class BenchConfig:
     api_key: dataclasses.InitVar[str | None] = None
 
     def __post_init__(self, api_key: str | None) -> None:
+        """Check every number with :mod:`kimi_deploy.bench.params` (the CLI's own validators).
+
+        Raises:
+            UsageError: no point, a repeated point, a non-finite or out-of-range number, an unknown SLO key.
+        """
         object.__setattr__(self, "_api_key", api_key)
-        if (not self.concurrency and not self.request_rates) or any(c < 1 for c in self.concurrency):
-            raise UsageError("concurrency values must be >= 1", value=list(self.concurrency),
-                             hint="e.g. --concurrency 1,8,32,64")
-        if any(r <= 0 for r in self.request_rates):
-            raise UsageError("request rates must be > 0 requests/s", value=list(self.request_rates),
-                             hint="e.g. --request-rate 2,4,8")
-        if self.max_in_flight is not None and self.max_in_flight < 1:
-            raise UsageError("the cap on requests in flight must be >= 1", value=self.max_in_flight)
-        if self.runs < 1 or (self.num_prompts is not None and self.num_prompts < 1) or self.max_tokens < 1:
-            raise UsageError("--runs, --num-prompts and --max-tokens must be >= 1",
-                             value=f"runs={self.runs} num_prompts={self.num_prompts} max_tokens={self.max_tokens}")
-        unknown = set(self.slo) - {"ttft", "tpot", "e2e"}
-        if unknown:
-            raise UsageError("unknown SLO key", value=", ".join(sorted(unknown)),
-                             hint="use ttft, tpot and e2e in milliseconds, e.g. --slo ttft=2000,tpot=50")
+        if not self.concurrency and not self.request_rates:
+            raise UsageError("no point to measure", hint="give --concurrency 1,8,32 or --request-rate 2,4,8")
+        if self.concurrency:
+            params.number_list(self.concurrency, option="--concurrency", kind=int, minimum=1, example="1,8,32,64")
+        if self.request_rates:
+            object.__setattr__(self, "request_rates", params.number_list(
+                self.request_rates, option="--request-rate", minimum=0, open_min=True, example="2,4,8"))
+        if self.max_in_flight is not None:
+            params.number(self.max_in_flight, option="--concurrency", kind=int, minimum=1, example="64")
+        for option, value in (("--runs", self.runs), ("--num-prompts", self.num_prompts),
+                              ("--max-tokens", self.max_tokens)):
+            if value is not None:
+                params.number(value, option=option, kind=int, minimum=1, example="8")
+        if self.warmup is not None:
+            params.number(self.warmup, option="--warmup", kind=int, minimum=0, example="8")
+        params.number(self.temperature, option="--temperature", minimum=0, example="0")
+        params.number(self.request_timeout, option="--request-timeout", minimum=0, open_min=True, example="600")
+        object.__setattr__(self, "slo", params.slo(self.slo))
 
     @property
     def open_loop(self) -> bool:
@@ -154,7 +164,7 @@ def spec_accept_length(server_info: Any) -> float | None:
     """``internal_states[0].avg_spec_accept_length`` from a ``/server_info`` answer (SGLang 0.5.23).
 
     Disaggregated (PD) servers nest the decode side under ``decode[0]``, as SGLang's own
-    ``bench_serving`` reads it. ``None`` when absent or not a number.
+    ``bench_serving`` reads it. ``None`` when absent or not a finite number.
     """
     if not isinstance(server_info, dict):
         return None
@@ -163,7 +173,7 @@ def spec_accept_length(server_info: Any) -> float | None:
     states = server_info.get("internal_states") if isinstance(server_info, dict) else None
     if isinstance(states, list) and states and isinstance(states[0], dict):
         value = states[0].get("avg_spec_accept_length")
-        if isinstance(value, (int, float)):
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
             return float(value)
     return None
 

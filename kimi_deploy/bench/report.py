@@ -79,6 +79,30 @@ def build_result(run: BenchRun, dataset: Dataset, profile_sha256: str | None = N
     }
 
 
+def to_json_text(result: dict[str, Any]) -> str:
+    """The result as JSON text (indent 1, trailing newline), strictly RFC 8259.
+
+    ``allow_nan=False``: a non-finite number can never be written as ``NaN``/``Infinity``
+    (not JSON; most readers refuse it). The inputs are checked up front
+    (:mod:`kimi_deploy.bench.params`) and the server's own answers are read with
+    non-finite constants as ``null`` (:mod:`kimi_deploy.bench.client`), so this is a last guard.
+
+    Raises:
+        ValueError: a non-finite number reached the result (a defect of the kit, never of input).
+    """
+    return json.dumps(result, indent=1, allow_nan=False) + "\n"
+
+
+def point_name(point: dict[str, Any]) -> str:
+    """``c=8`` (closed loop) or ``rate=2/s`` (open loop)."""
+    return f"c={point['concurrency']}" if point["request_rate"] is None else f"rate={point['request_rate']:g}/s"
+
+
+def failed_points(result: dict[str, Any]) -> list[str]:
+    """Names (:func:`point_name`) of the points where no request succeeded: their figures measure nothing."""
+    return [point_name(p) for p in result["points"] if not p["summary"]["completed"]]
+
+
 def csv_rows(result: dict[str, Any]) -> list[dict[str, Any]]:
     """One dict per point with the keys of :data:`CSV_COLUMNS`."""
     rows = []
@@ -122,15 +146,19 @@ def load_result(path: Path) -> dict[str, Any]:
         UsageError: unreadable, not JSON, or not a ``kimi-deploy.bench/1`` result.
     """
     try:
-        data = json.loads(Path(path).read_text())
+        data = json.loads(Path(path).read_text(), parse_constant=_refuse_constant)
     except (OSError, ValueError) as exc:
-        raise UsageError("cannot read the benchmark result", value=str(path),
+        raise UsageError(f"cannot read the benchmark result ({exc})", value=str(path),
                          hint="pass files written by `kimi-deploy bench --json PATH`") from exc
     if not isinstance(data, dict) or data.get("schema") != SCHEMA:
         found = data.get("schema") if isinstance(data, dict) else type(data).__name__
         raise UsageError(f"not a {SCHEMA} result (schema: {found!r})", value=str(path),
                          hint="pass files written by `kimi-deploy bench --json PATH` of this kimi-deploy version")
     return data
+
+
+def _refuse_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON number (a result written before non-finite numbers were refused)")
 
 
 def summary_table(result: dict[str, Any]):
@@ -167,11 +195,15 @@ def _num(v: float | None, digits: int) -> str:
 
 
 def warnings_of(result: dict[str, Any]) -> list[str]:
-    """Lines the operator must read: requests without usage, errors, flush failures."""
+    """Lines the operator must read: requests without usage, errors, flush failures, a point under its load."""
     out = []
     for p in result["points"]:
         s = p["summary"]
-        point = f"c={p['concurrency']}" if p["request_rate"] is None else f"rate={p['request_rate']:g}/s"
+        point = point_name(p)
+        if p["request_rate"] is None and p["num_prompts"] < p["concurrency"]:
+            out.append(f"{point}: only {p['num_prompts']} prompt(s) per run, so at most {p['num_prompts']} request(s) "
+                       f"were in flight, not {p['concurrency']}: this point measures less load than it says "
+                       f"(give --num-prompts >= {p['concurrency']}, or leave it out for max(32, 4 x concurrency))")
         if s["requests_without_usage"]:
             out.append(f"{point}: {s['requests_without_usage']} response(s) had no usage block; their tokens are "
                        "not counted and their TPOT is unknown (the server ignored stream_options.include_usage)")

@@ -14,7 +14,6 @@
 from __future__ import annotations
 
 import json
-import os
 import xml.etree.ElementTree as ET
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -27,7 +26,7 @@ from rich.table import Table
 from kimi_deploy.check.registry import tier
 from kimi_deploy.check.results import CheckReport, CheckResult, clip
 from kimi_deploy.errors import UsageError
-from kimi_deploy.fsio import write_many_atomic
+from kimi_deploy.fsio import check_output_paths as fsio_check_output_paths, write_many_atomic
 
 #: Value of kimi_deploy_check_status per status (documented in the HELP line).
 STATUS_VALUE = {"pass": 0, "warn": 1, "fail": 2, "skip": 3}
@@ -138,48 +137,24 @@ def to_prometheus(report: CheckReport) -> str:
     return "\n".join(lines) + "\n"
 
 
-_EXAMPLE_NAME = {"--json": "check-report.json", "--junit": "check-report.xml", "--prom": "check.prom"}
-
-
 def check_output_paths(*, json_path: Path | None = None, junit_path: Path | None = None,
                        prom_path: Path | None = None) -> None:
     """Refuse report paths that cannot be written, before anything is checked.
 
-    Each parent directory must exist and be a writable directory (nothing is created: a typo
-    must not make a tree under ``/``), the path itself must not be a directory, and no two
-    reports may share a path. ``-`` (stdout) is refused for ``--junit``/``--prom``: only the JSON
-    report goes to stdout (the caller passes ``json_path=None`` for ``--json -``).
+    The rule is :func:`kimi_deploy.fsio.check_output_paths` (shared with ``bench``); ``-``
+    (stdout) is refused for ``--junit``/``--prom``: only the JSON report goes to stdout (the
+    caller passes ``json_path=None`` for ``--json -``).
 
     Raises:
         UsageError: the first bad path, with the option that gave it (exit 2).
     """
-    seen: dict[Path, str] = {}
-    for option, path in (("--json", json_path), ("--junit", junit_path), ("--prom", prom_path)):
-        if path is None:
-            continue
-        if option != "--json" and str(path) == "-":
+    for option, path in (("--junit", junit_path), ("--prom", prom_path)):
+        if path is not None and str(path) == "-":
             raise UsageError(f"{option} cannot write to stdout ('-')", value="-",
                              hint=f"give {option} a file path; only --json accepts '-' (stdout)")
-        path = Path(path)
-        resolved = path.resolve()
-        if resolved in seen:
-            raise UsageError(f"{option} and {seen[resolved]} name the same file", value=str(path),
-                             hint="give each report its own path")
-        seen[resolved] = option
-        parent = path.parent
-        if not parent.exists():
-            raise UsageError(f"{option}: the directory {parent} does not exist", value=str(path),
-                             hint=f"create it first (mkdir -p {parent}) or write the report elsewhere")
-        if not parent.is_dir():
-            raise UsageError(f"{option}: {parent} is not a directory", value=str(path),
-                             hint="give a path inside an existing directory")
-        if path.is_dir():
-            raise UsageError(f"{option}: {path} is a directory", value=str(path),
-                             hint=f"give a file name, e.g. {path / _EXAMPLE_NAME[option]}")
-        if not os.access(parent, os.W_OK | os.X_OK):
-            raise UsageError(f"{option}: the directory {parent} is not writable by this user", value=str(path),
-                             hint="write the report into a directory this user owns (the nightly unit uses its "
-                                  "StateDirectory=)")
+    fsio_check_output_paths({"--json": json_path, "--junit": junit_path, "--prom": prom_path},
+                            unwritable_hint="write the report into a directory this user owns (the nightly unit "
+                                            "uses its StateDirectory=)")
 
 
 def write_reports(report: CheckReport, *, json_path: Path | None = None, junit_path: Path | None = None,

@@ -1,4 +1,4 @@
-"""Verbs ``bench`` (run a sweep) and ``bench compare`` (ratios table + PNG)."""
+"""Verbs ``bench`` (run a sweep) and ``bench compare`` (ratios table; PNG with ``--plot``)."""
 
 from __future__ import annotations
 
@@ -8,48 +8,43 @@ from pathlib import Path
 
 import click
 
-from kimi_deploy.errors import UsageError
-from kimi_deploy.fsio import write_atomic
+from kimi_deploy.bench import params
+from kimi_deploy.errors import ExitCode, UsageError
+from kimi_deploy.fsio import check_output_paths, write_atomic
 from kimi_deploy.cli.options import json_flag, json_path_option
 
 
-def _int_list(value: str, name: str) -> tuple[int, ...]:
-    try:
-        items = tuple(int(v) for v in value.split(",") if v.strip())
-    except ValueError:
-        raise UsageError(f"{name} takes comma-separated integers", value=value, hint=f"e.g. {name} 1,8,32") from None
-    if not items:
-        raise UsageError(f"{name} is empty", value=value, hint=f"e.g. {name} 1,8,32")
-    return items
+class Checked(click.ParamType):
+    """A click type whose conversion is one validator of :mod:`kimi_deploy.bench.params`.
 
-
-def _float_list(value: str, name: str) -> tuple[float, ...]:
-    try:
-        return tuple(float(v) for v in value.split(",") if v.strip())
-    except ValueError:
-        raise UsageError(f"{name} takes comma-separated numbers", value=value, hint=f"e.g. {name} 2,4,8") from None
-
-
-def parse_slo(value: str | None) -> dict[str, float]:
-    """``ttft=2000,tpot=50,e2e=30000`` (milliseconds) → dict.
-
-    Raises:
-        UsageError: a part is not ``key=number`` or the key is not ttft/tpot/e2e.
+    The validator's :class:`UsageError` (exit 2, with the bad value and a fix) passes through
+    click unchanged to the CLI edge, so every bad number reads the same way.
     """
-    slo: dict[str, float] = {}
-    for part in (value or "").split(","):
-        if not part.strip():
-            continue
-        key, sep, number = part.partition("=")
-        key = key.strip().lower()
-        try:
-            if not sep or key not in ("ttft", "tpot", "e2e"):
-                raise ValueError
-            slo[key] = float(number.removesuffix("ms"))
-        except ValueError:
-            raise UsageError("bad --slo item", value=part,
-                             hint="use ttft=MS,tpot=MS,e2e=MS, e.g. --slo ttft=2000,tpot=50") from None
-    return slo
+
+    def __init__(self, name: str, check) -> None:
+        self.name = name
+        self.check = check
+
+    def convert(self, value, param, ctx):
+        if value is None or (not isinstance(value, str) and self.name.endswith("list")):
+            return value  # a default already converted, or none
+        return self.check(value)
+
+
+def _num(option: str, kind: type = float, *, minimum: float | None = None, open_min: bool = False,
+         example: str = "") -> Checked:
+    return Checked("integer" if kind is int else "number",
+                   lambda v: params.number(v, option=option, kind=kind, minimum=minimum, open_min=open_min,
+                                           example=example))
+
+
+def _list(option: str, kind: type, *, minimum: float, open_min: bool = False, example: str) -> Checked:
+    return Checked(f"{kind.__name__} list",
+                   lambda v: params.number_list(v, option=option, kind=kind, minimum=minimum, open_min=open_min,
+                                                example=example))
+
+
+SLO = Checked("slo", params.slo)
 
 
 class _RichProgress:
@@ -89,27 +84,34 @@ class _RichProgress:
 @click.option("--base-url", metavar="URL", help="Server root, e.g. http://127.0.0.1:30000 (a /v1 suffix is fine).")
 @click.option("--model", metavar="NAME", help="Served model name (default: the first of /v1/models).")
 @click.option("--concurrency", default="1,2,4,8,16,32,64", metavar="N,N,...",
+              type=_list("--concurrency", int, minimum=1, example="1,8,32,64"),
               help="Closed-loop points; with --request-rate: one cap on requests in flight.")
-@click.option("--request-rate", metavar="R,R,...", help="Open-loop Poisson arrivals (requests/s) instead.")
-@click.option("--num-prompts", type=int, default=None, metavar="N",
+@click.option("--request-rate", metavar="R,R,...",
+              type=_list("--request-rate", float, minimum=0, open_min=True, example="2,4,8"), help="Open-loop Poisson arrivals (requests/s) instead.")
+@click.option("--num-prompts", type=_num("--num-prompts", int, minimum=1, example="64"), default=None, metavar="N",
               help="Measured requests per run [default: max(32, 4 x concurrency); 200 open loop].")
-@click.option("--max-tokens", type=int, default=256, metavar="M", help="max_tokens of every request.")
-@click.option("--temperature", type=float, default=0.0, help="temperature of every request.")
+@click.option("--max-tokens", type=_num("--max-tokens", int, minimum=1, example="256"), default=256, metavar="M", help="max_tokens of every request.")
+@click.option("--temperature", type=_num("--temperature", minimum=0, example="0"), default=0.0, help="temperature of every request.")
 @click.option("--ignore-eos", is_flag=True, help="Send ignore_eos (SGLang): every answer runs to max_tokens.")
-@click.option("--warmup", type=int, default=None, metavar="N",
+@click.option("--warmup", type=_num("--warmup", int, minimum=0, example="8"), default=None, metavar="N",
               help="Requests before each point, not measured [default: the concurrency].")
-@click.option("--runs", type=int, default=1, metavar="K", help="Measured runs per point (cache flushed before each).")
+@click.option("--runs", type=_num("--runs", int, minimum=1, example="3"), default=1, metavar="K",
+              help="Measured runs per point (cache flushed before each).")
 @click.option("--dataset", type=click.Path(path_type=Path, dir_okay=False), metavar="FILE.jsonl",
               help="JSONL of {\"messages\": [...]} [default: the kit's natural prompts].")
-@click.option("--seed", type=int, default=0, help="Seed of prompt order and Poisson arrivals.")
-@click.option("--slo", metavar="ttft=MS,tpot=MS,e2e=MS", help="SLOs for goodput (milliseconds).")
+@click.option("--seed", type=_num("--seed", int, example="0"), default=0,
+              help="Seed of prompt order and Poisson arrivals.")
+@click.option("--slo", type=SLO, metavar="ttft=MS,tpot=MS,e2e=MS", help="SLOs for goodput (milliseconds).")
 @click.option("--label", metavar="NAME", help="Name of this configuration in compare tables and plots.")
 @click.option("--profile", "profile_path", type=click.Path(path_type=Path, dir_okay=False), metavar="FILE",
               help="Deployment profile to record (its sha256) in the result.")
 @json_path_option("Write the result JSON to PATH ('-': stdout).")
 @click.option("--csv", "csv_path", type=click.Path(path_type=Path, dir_okay=False), metavar="PATH",
               help="Write one CSV row per point to PATH.")
-@click.option("--request-timeout", type=float, default=600.0, metavar="S", help="Seconds per request before 'timeout'.")
+@click.option("--request-timeout", type=_num("--request-timeout", minimum=0, open_min=True, example="600"),
+              default=600.0, metavar="S",
+              help="Seconds per request before 'timeout'; also bounds every connection attempt (TCP and TLS) and "
+                   "each metadata call (/server_info, /v1/models, /flush_cache: at most 30 s).")
 @click.option("--no-flush-cache", is_flag=True, help="Do not POST /flush_cache before each run.")
 @click.option("--extra-body", metavar="JSON", help="JSON object merged into every request body.")
 @click.option("--api-key", envvar="KIMI_DEPLOY_API_KEY", metavar="KEY",
@@ -124,6 +126,9 @@ def bench_cmd(ctx, base_url, model, concurrency, request_rate, num_prompts, max_
     Streams /v1/chat/completions with stream_options.include_usage and reports TTFT, TPOT,
     ITL with tokens per chunk, E2E (p50/p90/p99/mean), output tokens/s, requests/s and
     goodput per point. `kimi-deploy bench compare A.json B.json` compares results.
+
+    Exit status: 0 every point had successful requests, 1 a point had none (results still
+    written), 2 bad input (nothing sent, nothing written), 3 the server did not answer.
     """
     if ctx.invoked_subcommand is not None:
         return
@@ -133,6 +138,9 @@ def bench_cmd(ctx, base_url, model, concurrency, request_rate, num_prompts, max_
 
     if not base_url:
         raise UsageError("--base-url is required", hint="e.g. kimi-deploy bench --base-url http://127.0.0.1:30000")
+    to_stdout = json_path == "-"
+    outputs = {"--json": Path(json_path) if json_path and not to_stdout else None, "--csv": csv_path}
+    check_output_paths(outputs)  # before any request: a bad path must not cost a sweep
     body_extra = {}
     if extra_body:
         try:
@@ -147,17 +155,16 @@ def bench_cmd(ctx, base_url, model, concurrency, request_rate, num_prompts, max_
         from kimi_deploy.profile import load_profile
 
         profile_sha = load_profile(profile_path).digest()
-    rates = _float_list(request_rate, "--request-rate") if request_rate else ()
-    conc = _int_list(concurrency, "--concurrency")
-    if rates and len(conc) > 1 and ctx.get_parameter_source("concurrency") != click.core.ParameterSource.DEFAULT:
+    rates = request_rate or ()
+    conc_given = ctx.get_parameter_source("concurrency") != click.core.ParameterSource.DEFAULT
+    if rates and len(concurrency) > 1 and conc_given:
         raise UsageError("with --request-rate, --concurrency is one cap on requests in flight, not a sweep",
-                         value=concurrency, hint="give one --concurrency value, or none for no cap")
+                         value=",".join(map(str, concurrency)), hint="give one --concurrency value, or none for no cap")
     cfg = load.BenchConfig(
-        base_url=base_url, model=model, concurrency=() if rates else conc, request_rates=rates,
-        max_in_flight=(conc[0] if rates and ctx.get_parameter_source("concurrency")
-                       != click.core.ParameterSource.DEFAULT else None),
+        base_url=base_url, model=model, concurrency=() if rates else concurrency, request_rates=rates,
+        max_in_flight=concurrency[0] if rates and conc_given else None,
         num_prompts=num_prompts, max_tokens=max_tokens, temperature=temperature, ignore_eos=ignore_eos,
-        warmup=warmup, runs=runs, seed=seed, slo=parse_slo(slo), label=label, request_timeout=request_timeout,
+        warmup=warmup, runs=runs, seed=seed, slo=slo or {}, label=label, request_timeout=request_timeout,
         flush_cache=not no_flush_cache, extra_body=body_extra, api_key=api_key)
     data = dataset_lib.load_dataset(dataset)
     show = not no_progress and sys.stderr.isatty()
@@ -167,31 +174,39 @@ def bench_cmd(ctx, base_url, model, concurrency, request_rate, num_prompts, max_
     else:
         run = load.run_bench(cfg, data)
     result = report.build_result(run, data, profile_sha)
-    console = Console(stderr=json_path == "-")
+    text = report.to_json_text(result)
+    console = Console(stderr=to_stdout)
     console.width = max(console.width, 150)  # the table has 12 columns; let a narrow terminal wrap instead
-    if json_path and json_path != "-":
-        write_atomic(Path(json_path), json.dumps(result, indent=1) + "\n")
+    check_output_paths(outputs)  # again: the directory may have gone during the run
+    if outputs["--json"]:
+        write_atomic(outputs["--json"], text)
     if csv_path:
         write_atomic(csv_path, report.to_csv(result))
     console.print(report.summary_table(result))
     for line in report.warnings_of(result):
         console.print(f"[yellow]warning:[/] {line}")
-    if json_path == "-":
-        click.echo(json.dumps(result, indent=1))
+    if to_stdout:
+        click.echo(text, nl=False)
     else:
         for path in (json_path, csv_path):
             if path:
                 console.print(f"wrote {path}")
+    failed = report.failed_points(result)
+    if failed:
+        click.echo(f"error: no successful request at {', '.join(failed)}; the figures of "
+                   f"{'that point' if len(failed) == 1 else 'those points'} measure nothing (results written)\n"
+                   "  fix: read the error kinds above; check the server (`kimi-deploy check`) and --request-timeout",
+                   err=True)
+        ctx.exit(int(ExitCode.FAILED))
 
 
 @bench_cmd.command("compare")
 @click.argument("results", nargs=-1, required=True, type=click.Path(path_type=Path, dir_okay=False))
-@click.option("--plot", "plot_path", type=click.Path(path_type=Path, dir_okay=False), default="bench-compare.png",
-              show_default=True, metavar="PATH", help="Where to write the PNG.")
-@click.option("--no-plot", is_flag=True, help="Only print the table.")
+@click.option("--plot", "plot_path", type=click.Path(path_type=Path, dir_okay=False), default=None, metavar="PATH",
+              help="Also write a PNG plot (output tok/s and TPOT p50 against concurrency) to PATH.")
 @json_flag("Print the comparison as JSON.")
-def compare_cmd(results, plot_path, no_plot, as_json):
-    """Compare results (the first is the baseline): ratios per point, and a PNG plot."""
+def compare_cmd(results, plot_path, as_json):
+    """Compare results (the first is the baseline): ratios per point; a PNG plot with --plot PATH."""
     import dataclasses
 
     from rich.console import Console
@@ -199,19 +214,20 @@ def compare_cmd(results, plot_path, no_plot, as_json):
     from kimi_deploy.bench import compare as compare_lib
     from kimi_deploy.bench.report import load_result
 
+    check_output_paths({"--plot": plot_path})
     loaded = [load_result(p) for p in results]
     cmp = compare_lib.compare(loaded)
-    if not no_plot:
+    if plot_path:
         compare_lib.plot(loaded, plot_path)
         cmp = dataclasses.replace(cmp, plot=str(plot_path))
+    console = Console(stderr=as_json)
     if as_json:
-        click.echo(json.dumps(cmp.to_dict(), indent=2))
-        return
-    console = Console()
-    console.print(compare_lib.comparison_table(cmp))
+        click.echo(json.dumps(cmp.to_dict(), indent=2, allow_nan=False))
+    else:
+        console.print(compare_lib.comparison_table(cmp))
     for line in cmp.warnings:
-        console.print(f"[yellow]warning:[/] not the same workload: {line}")
-    if cmp.plot:
+        console.print(f"[yellow]warning:[/] {line}")
+    if cmp.plot and not as_json:
         console.print(f"wrote {cmp.plot}")
 
 

@@ -1,0 +1,132 @@
+"""`kimi-deploy bench compare`: says what would mislead (no shared point, no success), plots only on request,
+and draws nearly flat data flat (no offset label, axes from 0, ticks at measured points only).
+
+Results are built in the layout of `kimi-deploy bench --json` (kimi_deploy/bench/report.py); the end-to-end
+run that writes real ones is tests/test_bench_e2e.py.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from kimi_deploy.cli import cli
+from kimi_deploy.errors import ExitCode
+
+
+def result(label, model, tpots, tputs, conc=(1, 2, 4, 8, 16), completed=8):
+    points = []
+    for x, tpot, tput in zip(conc, tpots, tputs):
+        ok = completed > 0
+        points.append({"concurrency": x, "request_rate": None, "num_prompts": 8, "warmup": 0,
+                       "spec_accept_length": None, "runs": [],
+                       "summary": {"completed": completed, "requests": 8, "errors": 8 - completed,
+                                   "output_tokens_per_s": tput if ok else None,
+                                   "tpot_ms": {"p50": tpot} if ok else None,
+                                   "ttft_ms": {"p50": 60.0} if ok else None,
+                                   "e2e_ms": {"p50": 130.0} if ok else None}})
+    return {"schema": "kimi-deploy.bench/1", "label": label, "model": model,
+            "config": {"mode": "closed-loop", "max_tokens": 32, "ignore_eos": False, "temperature": 0.0,
+                       "extra_body": {}, "seed": 0},
+            "dataset": {"sha256": "x", "name": "d"}, "points": points}
+
+
+FLAT_A = result("baseline", "kimi-a", [19.9980, 19.9982, 19.9984, 19.9985, 19.9987], [50, 100, 199, 398, 795])
+FLAT_B = result("candidate", "kimi-b", [19.9981, 19.9983, 19.9985, 19.9986, 19.9987], [50, 100, 200, 399, 796])
+BROKEN = result("broken", "kimi-a", [0] * 5, [0] * 5, completed=0)
+
+
+@pytest.fixture
+def files(tmp_path):
+    out = {}
+    for r in (FLAT_A, FLAT_B, BROKEN, result("elsewhere", "kimi-a", [20, 21], [700, 900], conc=(32, 64))):
+        out[r["label"]] = tmp_path / f"{r['label']}.json"
+        out[r["label"]].write_text(json.dumps(r))
+    return out
+
+
+def test_no_plot_is_written_unless_asked(files, cli_runner, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    res = cli_runner.invoke(cli, ["bench", "compare", str(files["baseline"]), str(files["candidate"])])
+    assert res.exit_code == 0, res.output
+    assert not list(tmp_path.glob("*.png")) and "wrote" not in res.output
+
+
+def test_a_bad_plot_path_is_refused_before_anything(files, cli_runner, tmp_path):
+    missing = tmp_path / "missing" / "p.png"
+    res = cli_runner.invoke(cli, ["bench", "compare", str(files["baseline"]), str(files["candidate"]),
+                                  "--plot", str(missing)])
+    assert res.exit_code == ExitCode.USAGE and "--plot: the directory" in res.stderr and "mkdir -p" in res.stderr
+    assert not missing.parent.exists()
+
+
+def test_results_without_a_shared_point_are_named(files, cli_runner):
+    res = cli_runner.invoke(cli, ["bench", "compare", str(files["baseline"]), str(files["elsewhere"])])
+    assert res.exit_code == 0, res.output
+    text = " ".join(res.output.split())
+    assert "warning: elsewhere shares no concurrency point with baseline (baseline: 1, 2, 4, 8, 16; " \
+           "elsewhere: 32, 64)" in text and "no ratios" in text
+
+
+def test_results_without_a_successful_request_are_named(files, cli_runner, tmp_path):
+    png = tmp_path / "p.png"
+    res = cli_runner.invoke(cli, ["bench", "compare", str(files["baseline"]), str(files["broken"]), "--json",
+                                  "--plot", str(png)])
+    assert res.exit_code == 0, res.output
+    data = json.loads(res.stdout)
+    assert "broken: no successful request at any point: nothing of it is compared or drawn" in data["warnings"]
+    assert "warning: broken: no successful request" in " ".join(res.stderr.split())
+    assert png.read_bytes()[:4] == b"\x89PNG"
+
+
+def _fig(results):
+    import matplotlib.pyplot as plt
+
+    from kimi_deploy.bench.compare import figure
+
+    fig = figure(results)
+    fig.canvas.draw()  # tick labels and offset texts are only set when drawn
+    return fig, plt
+
+
+def test_nearly_flat_tpot_draws_flat_with_plain_ticks_from_zero():
+    fig, plt = _fig([FLAT_A, FLAT_B])
+    try:
+        tput, tpot = fig.axes
+        for ax in (tput, tpot):
+            assert ax.get_ylim()[0] == 0
+            assert ax.yaxis.get_offset_text().get_text() == ""  # no "+1.9998e1"
+            assert [t.get_text() for t in ax.get_xticklabels()] == ["1", "2", "4", "8", "16"]
+            assert ax.xaxis.get_minorticklocs().size == 0
+        labels = [t.get_text() for t in tpot.get_yticklabels()]
+        assert "20" in "".join(labels) and not any("e" in x for x in labels)
+        assert tpot.get_ylim()[1] >= 20  # the data sit inside the axes
+    finally:
+        plt.close(fig)
+
+
+def test_title_names_every_result_and_a_failed_result_is_a_note():
+    fig, plt = _fig([FLAT_A, FLAT_B, BROKEN])
+    try:
+        title = fig._suptitle.get_text()
+        assert "baseline [kimi-a]" in title and "candidate [kimi-b]" in title and "broken [kimi-a]" in title
+        legend = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
+        assert legend == ["baseline", "candidate"]
+        notes = [t.get_text() for t in fig.texts]
+        assert notes[-1] == "not drawn (no successful request at any point): broken"
+    finally:
+        plt.close(fig)
+
+
+def test_a_point_without_success_is_a_gap_named_in_the_legend():
+    partial = json.loads(json.dumps(FLAT_B))
+    partial["points"][2]["summary"].update(completed=0, output_tokens_per_s=None, tpot_ms=None)
+    fig, plt = _fig([FLAT_A, partial])
+    try:
+        legend = [t.get_text() for t in fig.axes[1].get_legend().get_texts()]
+        assert legend == ["baseline", "candidate (no successful request at c=4)"]
+        ys = fig.axes[1].get_lines()[1].get_ydata()
+        assert ys[2] != ys[2]  # NaN: a gap, not a zero
+    finally:
+        plt.close(fig)
