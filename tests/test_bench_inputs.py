@@ -127,7 +127,7 @@ def test_the_library_config_applies_the_same_validators():
 
 def test_json_is_strict_and_a_server_nan_reads_as_null():
     from kimi_deploy.bench.load import spec_accept_length
-    from kimi_deploy.bench.report import load_result, to_json_text
+    from kimi_deploy.bench.report import to_json_text
 
     with pytest.raises(ValueError):
         to_json_text({"x": math.nan})
