@@ -154,26 +154,6 @@ def find_installed(layout: HostLayout, name: str | None = None, *, selectors: st
     return manifest
 
 
-def other_services_files(layout: HostLayout, service: str) -> dict[str, str]:
-    """Host path -> service name for every file the manifests of services other than ``service`` list.
-
-    A file another service installed is never overwritten or removed on behalf of ``service``
-    (before the check units were per service, two services shared ``kimi-deploy-check.*``).
-    Unreadable manifests are skipped (their own service reports them).
-    """
-    out: dict[str, str] = {}
-    for other in installed_services(layout):
-        if other == service:
-            continue
-        try:
-            manifest = load_manifest(layout, other)
-        except UsageError:
-            continue
-        for hp in (manifest.files if manifest else {}):
-            out.setdefault(hp, other)
-    return out
-
-
 @dataclasses.dataclass
 class Claims:
     """What the installed services other than one use on the host, from their manifests and profile copies.
@@ -191,6 +171,15 @@ class Claims:
             users = self.paths.setdefault(host_path.rstrip("/") or "/", [])
             if (service, what) not in users:
                 users.append((service, what))
+
+    def files(self) -> dict[str, str]:
+        """Host path -> service for every file another service's manifest lists.
+
+        Such a file is never overwritten or removed on behalf of this service (before the check
+        units were per service, two services shared ``kimi-deploy-check.*``).
+        """
+        return {hp: owners[0] for hp, users in self.paths.items()
+                if (owners := [svc for svc, what in users if what == "file"])}
 
     def users(self, host_path: str | None) -> list[tuple[str, str]]:
         """``[(service, what)]`` naming ``host_path`` (empty: no other service uses it)."""

@@ -33,7 +33,7 @@ from kimi_deploy.errors import RefusedError, UsageError
 from kimi_deploy.fsio import write_atomic, write_many_atomic
 from kimi_deploy.hostfiles import (Claims, FileRecord, Manifest, Ownership, classify, installed_services,
                                    last_uninstalled_manifest, leftover_services, load_manifest,
-                                   other_services_claims, other_services_files, profile_toml, read_bytes,
+                                   other_services_claims, profile_toml, read_bytes,
                                    restore_backup, sha256, valid_service_name, write_backup)
 from kimi_deploy.paths import HostLayout
 from kimi_deploy.profile import Profile
@@ -408,7 +408,8 @@ def plan_install(profile: Profile, layout: HostLayout, *, sglang_version: str | 
     key_step = _api_key_step(profile, layout, notes)
     if key_step:
         steps.append(key_step)
-    _conflicts(profile, layout, other_services_claims(layout, svc.name), force, notes, refusals)
+    claims = other_services_claims(layout, svc.name)
+    _conflicts(profile, layout, claims, force, notes, refusals)
 
     created_key = None
     if key_step:
@@ -420,7 +421,7 @@ def plan_install(profile: Profile, layout: HostLayout, *, sglang_version: str | 
                         api_key_file_created=created_key, api_key_file=profile.sglang.api_key_file,
                         cache_dir=profile.cache_root,
                         state_dir=f"/var/lib/{svc.name}")
-    others = other_services_files(layout, svc.name)
+    others = claims.files()
     changes = [_change(layout, hp, data, old_manifest, force, refusals, others=others) for hp, data in files.items()]
     if old_manifest:  # files an older kit installed that this one no longer renders
         for hp in sorted(set(old_manifest.files) - set(files)):
@@ -594,7 +595,7 @@ def plan_uninstall(layout: HostLayout, name: str | None = None, *, force: bool =
                                  + ("" if kept else " and nothing of it is left"))
     notes: list[str] = []
     refusals: list[Refusal] = []
-    others = other_services_files(layout, svc)
+    others = other_services_claims(layout, svc).files()
     changes = [_change(layout, hp, None, manifest, force, refusals, others=others) for hp in sorted(manifest.files)]
     manifest_hp = layout.host_path(layout.manifest(svc))
     changes.append(_change(layout, manifest_hp, None, None, force, refusals, needs_header=False))
