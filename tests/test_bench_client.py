@@ -219,15 +219,18 @@ def test_unreachable_server_raises_a_kit_error():
     assert rec.error.startswith("disconnected: cannot connect")
 
 
+class _NullTransport:
+    """A transport that accepts writes and never closes: drives ``Connection`` by hand, read by read."""
+
+    def write(self, data): pass
+    def is_closing(self): return False
+    def abort(self): pass
+    def get_extra_info(self, name): return None
+
+
 @pytest.mark.parametrize("step", [1, 2, 3, 7, 64])
 def test_chunked_and_sse_framing_survive_every_split(step):
     """The same stream delivered in reads of ``step`` bytes: identical result (the protocol object, fed directly)."""
-
-    class Transport:
-        def write(self, data): pass
-        def is_closing(self): return False
-        def abort(self): pass
-        def get_extra_info(self, name): return None
 
     body = (HEAD + chunk(delta(role="assistant", content="x")) + chunk(b"data: " + json.dumps(
         {"choices": [{"delta": {"content": "y\r\nz"}}]}).encode() + b"\r\n\r\n") + b"5;ext=1\r\n: hi\n\r\n"
@@ -235,7 +238,7 @@ def test_chunked_and_sse_framing_survive_every_split(step):
     loop = asyncio.new_event_loop()
     try:
         conn = Connection()
-        conn.transport = Transport()
+        conn.transport = _NullTransport()
         sink = SSESink(loop.create_future())
         conn.send(b"", sink)
         for i in range(0, len(body), step):
@@ -263,16 +266,10 @@ def test_malformed_status_line_is_a_disconnect():
 def test_every_event_of_one_read_carries_the_time_of_that_read():
     """Body bytes are stamped when ``data_received`` runs, once per read, not per parser callback."""
 
-    class Transport:
-        def write(self, data): pass
-        def is_closing(self): return False
-        def abort(self): pass
-        def get_extra_info(self, name): return None
-
     loop = asyncio.new_event_loop()
     try:
         conn = Connection()
-        conn.transport = Transport()
+        conn.transport = _NullTransport()
         sink = SSESink(loop.create_future())
         conn.send(b"", sink)
         conn.data_received(HEAD + chunk(delta(content="a")) + chunk(delta(content="b")))
