@@ -57,10 +57,11 @@ class Option:
     """One row: an ``[sglang]`` profile key and everything the kit knows about it.
 
     ``annotation``/``default``/``bounds``: the profile field (pydantic type, default, ``ge``/``le``/``gt``/
-    ``lt``); ``...`` as default means required, a type (``list``) a fresh empty one. ``aliases``: other flags SGLang's argparse accepts for
-    the same setting (the kit owns them too). ``owns``: more flags the row owns (``api_key_file`` owns
-    ``--api-key``). ``requires``: emitted only when that other key is set. ``comment``/``example``: the
-    lines ``init`` writes above the key and the value it shows when the preset leaves the key out.
+    ``lt``); ``...`` as default means required, a type (``list``) a fresh empty one. ``aliases``: other
+    flags SGLang's argparse accepts for the same setting (the kit owns them too). ``owns``: more flags
+    the row owns (``api_key_file`` owns ``--api-key``). ``requires``: emitted only when that other key
+    is set. ``scope``: where it takes effect (:data:`Scope`). ``comment``/``example``: the lines
+    ``init`` writes above the key and the value it shows when the preset leaves the key out.
     """
 
     key: str
@@ -226,7 +227,7 @@ def _releases(s: Spelling) -> str:
 def _spelled(s: Spelling) -> str:
     if s.kind == "implicit":
         return "implicit"
-    text = f"env `{s.name}=1`" if s.kind == "env" else f"`{s.name}`"
+    text = f"env `{s.name}`" if s.kind == "env" else f"`{s.name}`"
     return f"{text} (value {s.value})" if s.value else text
 
 

@@ -148,7 +148,7 @@ SGLang: type[_Section] = create_model(  # type: ignore[call-overload]
     "SGLang", __base__=_Section, __module__=__name__,
     **{option.key: _option_field(option) for option in OPTIONS},
 )
-SGLang.__doc__ = "``[sglang]``: SGLang server arguments under their own names, from :data:`kimi_deploy.options.OPTIONS`."
+SGLang.__doc__ = "``[sglang]``: SGLang server arguments under their own names (rows of ``options.OPTIONS``)."
 
 
 class Profile(BaseModel):
