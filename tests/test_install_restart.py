@@ -245,7 +245,7 @@ def test_rollback_of_a_first_install_stops_and_disables(cli_runner, tmp_path, fa
     assert not (root / UNIT).exists() and not (root / "etc/kimi-deploy/kimi-test.manifest.json").exists()
     assert fake_systemd.verbs() == ["restart kimi-test.service", "daemon-reload",
                                     "disable kimi-test.service kimi-deploy-check@kimi-test.timer"]
-    assert ["disable", "--now", "kimi-test.service", "kimi-deploy-check@kimi-test.timer"] in fake_systemd.calls()
+    assert ["disable", "--now", "--", "kimi-test.service", "kimi-deploy-check@kimi-test.timer"] in fake_systemd.calls()
 
 
 def test_restart_reports_a_systemctl_failure(cli_runner, tmp_path, fake_systemd):
@@ -254,7 +254,7 @@ def test_restart_reports_a_systemctl_failure(cli_runner, tmp_path, fake_systemd)
     _install(root, v1)
     result = cli_runner.invoke(cli, ["restart", "--root", str(root)], catch_exceptions=False)
     assert result.exit_code == ExitCode.EXTERNAL
-    assert "systemctl restart kimi-test.service" in result.stderr and "fake failure" in result.stderr
+    assert "systemctl restart -- kimi-test.service" in result.stderr and "fake failure" in result.stderr
 
 
 def test_unreadable_api_key_is_refused_before_anything_restarts(cli_runner, tmp_path, fake_systemd):
