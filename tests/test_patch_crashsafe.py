@@ -42,6 +42,7 @@ class Installation:
         self.site = site_packages_of(python)
         self.state = state
         self.store = StateStore(state / "patches", str(self.site / "sglang"))
+        self.journal = self.store.directory / f"{self.store.key}.journal.json"
 
     def kit(self, *args: str, kill_at: int | None = None, trace: Path | None = None,
             env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
@@ -89,7 +90,7 @@ class Installation:
 
     def assert_consistent(self) -> None:
         """No journal, no litter; the record (if any) matches the files and its saved originals."""
-        assert not self.store.journal_path.exists()
+        assert not self.journal.exists()
         assert self.litter() == []
         record = self.store.load()
         saved = sorted(str(p.relative_to(self.store.originals_dir)) for p in self.store.originals_dir.rglob("*")
@@ -141,11 +142,10 @@ def test_sigkill_at_every_file_operation_then_the_next_command_recovers(installa
     end_files = inst.files()
     assert inst.record_ids() == after_ids and end_files != start_files
     inst.assert_consistent()
-    # the journal is the first thing written; every operation after its rename finishes the command
-    committed = next(int(line.split()[0]) for line in ops
-                     if line.split()[1] == "replace" and line.endswith(".journal.json"))
-    assert any(str(inst.site) in line for line in ops[committed:])  # site-packages changes after it
     assert len(ops) >= 10
+    # the journal is the first thing written; every operation after its rename finishes the command
+    committed = next((int(line.split()[0]) for line in ops
+                      if line.split()[1] == "replace" and line.endswith(".journal.json")), None)
 
     outcomes = []
     for n in range(1, len(ops) + 1):
@@ -156,16 +156,22 @@ def test_sigkill_at_every_file_operation_then_the_next_command_recovers(installa
         rerun = n % 3 == 2
         nxt = invoke(cli_runner, *(command if rerun else [("status", "verify")[n % 3]]), "--python", inst.python)
         files, ids = inst.files(), inst.record_ids()
+        # whatever the kill point: exactly the state before or exactly the command's result, recorded
+        assert (files, ids) in ((start_files, start_ids), (end_files, after_ids)), (n, ops[n - 1], nxt.output)
+        inst.assert_consistent()
+        st = patching.status(inst.python)
+        assert st.state == ("applied" if ids else "not_applied"), (n, st.problems)
+        assert nxt.exit_code == (0 if ids or rerun else ExitCode.FAILED), (n, nxt.output)
+        if committed is None:
+            continue
         if n > committed or rerun:  # the journal was on disk (or the command ran again): it is finished
             assert (files, ids) == (end_files, after_ids), (n, ops[n - 1], nxt.output)
         else:                       # killed before the journal: nothing changed
             assert (files, ids) == (start_files, start_ids), (n, ops[n - 1], nxt.output)
         assert ("finished an interrupted patch" in nxt.stderr) == (n > committed), (n, nxt.output)
-        inst.assert_consistent()
-        st = patching.status(inst.python)
-        assert st.state == ("applied" if ids else "not_applied"), (n, st.problems)
-        assert nxt.exit_code == (0 if ids or rerun else ExitCode.FAILED), (n, nxt.output)
         outcomes.append("finished" if n > committed else "untouched")
+    assert committed is not None, "no write-ahead journal"
+    assert any(str(inst.site) in line for line in ops[committed:])  # site-packages changes after the journal
     assert "finished" in outcomes and "untouched" in outcomes
 
 
