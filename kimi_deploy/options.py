@@ -182,6 +182,10 @@ OPTIONS: tuple[Option, ...] = (
            (Spelling("env", "SGLANG_ENABLE_PCIE_IPC_ALLREDUCE", since="0.5.21",
                      source="sglang 0.5.21: custom all-reduce over PCIe IPC for world sizes 2/4/8"),),
            comment=("Custom all-reduce over PCIe IPC for 8x SM120 without NVLink (SGLang 0.5.21+).",)),
+    Option("enable_metrics", bool, False, "--enable-metrics: Prometheus /metrics on the server port", "switch",
+           "every rank", _flag("--enable-metrics"),
+           comment=("Prometheus metrics (sglang:*) at /metrics on the server port; no API key is needed to read "
+                    "them, so bind host/port to a trusted network ([monitoring] and production.md section 11).",)),
     Option("api_key_file", AbsPath | None, None, "file holding the API key (--api-key, via a credential)",
            "special", "HTTP rank",
            _flag("--config", source="sglang server_args.py: YAML file of options merged before the command line"),
@@ -190,7 +194,7 @@ OPTIONS: tuple[Option, ...] = (
                     "never argv or env.",)),
     Option("allow_unauthenticated", bool, False, "allow a non-loopback host without an API key", "none", "kit"),
     Option("extra_args", list[Token], list, "more SGLang arguments, verbatim", "none", "every rank",
-           example=["--enable-metrics"],
+           example=["--log-requests"],
            comment=("More SGLang arguments, verbatim (no shell quoting possible; validated by "
                     "`kimi-deploy validate`).",)),
 )

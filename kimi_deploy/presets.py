@@ -65,10 +65,14 @@ PRESETS: dict[str, Preset] = {
                     "enable_spec_v2": True,
                     "flashinfer_allreduce_fusion_backend": "auto",
                     "enable_torch_symm_mem": True,
+                    "enable_metrics": True,
                     "api_key_file": "/etc/kimi-deploy/kimi-k25.api-key",
                 },
                 "environment": {
                     "NCCL_IB_DISABLE": "1",
+                },
+                "monitoring": {
+                    "slo": {"ttft": 2000.0, "tpot": 100.0},
                 },
             },
         ),

@@ -11,6 +11,8 @@ Layout of a profile file::
     [service]      # the systemd unit and host facts
     [sglang]       # SGLang server arguments
     [environment]  # extra environment (NCCL_*, ...), written to the EnvironmentFile
+    [monitoring]   # Prometheus jobs, labels, alert thresholds (kimi_deploy.monitoring renders them)
+    [monitoring.slo]  # latency SLOs in milliseconds, the keys of `bench --slo`
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 
 from kimi_deploy.errors import ProfileError
 from kimi_deploy.options import OPTIONS, Option, owned_env, owned_flags
-from kimi_deploy.values import SAFE_TOKEN, check_abs_path, check_text, check_token, check_unit_stem
+from kimi_deploy.values import SAFE_TOKEN, check_abs_path, check_host, check_text, check_token, check_unit_stem
 
 __all__ = ["SAFE_TOKEN", "Profile", "check_service_name", "check_rules", "load_profile", "parse_profile"]
 
@@ -142,6 +144,124 @@ def _option_field(option: Option) -> tuple[Any, Any]:
     return option.annotation, Field(option.default, description=option.help, **option.bounds)
 
 
+#: A Prometheus label name (Prometheus data model: ``[a-zA-Z_][a-zA-Z0-9_]*``; ``__`` prefixes are reserved).
+LABEL_NAME = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
+#: Labels the rendered scrape config and rules set themselves (a ``[monitoring] labels`` key may not be one).
+RESERVED_LABELS = frozenset({"job", "instance", "severity", "service", "alertname", "le", "quantile"})
+#: A job name: it is quoted inside PromQL and YAML, so a conservative character set.
+JOB_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.:-]{0,127}")
+#: A runbook base URL or path: no spaces, quotes, ``#`` (the kit appends ``#anchor``) or template braces.
+RUNBOOK = re.compile(r"[A-Za-z0-9_@+=:,./~%?&;-]{1,2000}")
+
+
+def check_scrape_target(value: str) -> str:
+    """``value`` when it is ``host:port`` or ``[ipv6]:port`` with a port 1-65535, else ValueError."""
+    host, sep, port = value.rpartition(":")
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+        if ":" not in host:
+            raise ValueError(f"scrape target {value!r}: brackets are for IPv6 addresses only")
+    elif ":" in host:
+        raise ValueError(f"scrape target {value!r}: write an IPv6 address in brackets, e.g. [::1]:9100")
+    if not sep or not host or not port.isdigit() or not 1 <= int(port) <= 65535:
+        raise ValueError(f"scrape target {value!r} is not HOST:PORT with a port 1-65535 (e.g. 10.0.0.5:30000)")
+    try:
+        check_host(host)
+    except ValueError as exc:
+        raise ValueError(f"scrape target {value!r}: {exc}") from None
+    return value
+
+
+def _job(v: str | None) -> str | None:
+    if v is not None and not JOB_NAME.fullmatch(v):
+        raise ValueError(f"job name {v!r}: use letters, digits and _.:- (at most 128, not starting with . : -)")
+    return v
+
+
+class SLO(_Section):
+    """``[monitoring.slo]``: p99 latency limits in milliseconds, the keys of ``bench --slo`` (ttft, tpot, e2e).
+
+    ``ttft`` bounds SGLang's ``sglang:time_to_first_token_seconds``, ``tpot`` its
+    ``sglang:inter_token_latency_seconds``, ``e2e`` its ``sglang:e2e_request_latency_seconds``;
+    ``e2e`` has no default (output lengths vary too much for one); without it no E2E alert is rendered.
+    """
+
+    ttft: float = Field(2000.0, gt=0, le=3_600_000, allow_inf_nan=False,
+                               description="p99 time to first token, ms")
+    tpot: float = Field(100.0, gt=0, le=3_600_000, allow_inf_nan=False,
+                               description="p99 inter-token latency, ms")
+    e2e: float | None = Field(None, gt=0, le=86_400_000, allow_inf_nan=False,
+                              description="p99 end-to-end request latency, ms")
+
+
+class Monitoring(_Section):
+    """``[monitoring]``: Prometheus job names, target addresses, labels and alert thresholds.
+
+    Rendered by :mod:`kimi_deploy.monitoring` into a scrape configuration, recording and alert rules
+    and a Grafana dashboard; defaults that depend on other tables are resolved there.
+    """
+
+    job: str | None = Field(None, description="job of the SGLang server(s) (default: the service name)")
+    targets: list[str] = Field(default_factory=list,
+                               description="HOST:PORT of each server's /metrics (default: the profile's host:port)")
+    check_job: str | None = Field(None, description="job of the check textfile (default <name>-check)")
+    node_exporter: str = Field("127.0.0.1:9100", description="HOST:PORT of node_exporter reading check.prom")
+    gateway: str | None = Field(None, description="HOST:PORT of SGLang's gateway (smg) metrics; none: no gateway")
+    gateway_job: str | None = Field(None, description="job of the gateway (default <name>-gateway)")
+    scrape_interval_s: int = Field(15, ge=1, le=3600, description="scrape_interval of the rendered jobs, seconds")
+    labels: dict[str, str] = Field(default_factory=dict, description="extra labels on every target and alert")
+    slo: SLO = Field(default_factory=SLO, description="p99 latency SLOs, ms")
+    slo_for_minutes: int = Field(10, ge=1, le=1440, description="how long a p99 stays over its SLO before paging")
+    check_max_age_hours: int = Field(26, ge=1, le=24 * 14, description="the nightly check is stale after this")
+    running_limit: int | None = Field(None, ge=1, description="running requests that mean 'at the limit' "
+                                      "(default: sglang.max_running_requests, 48 with EAGLE)")
+    aborted_ratio: float = Field(0.05, gt=0, le=1, allow_inf_nan=False,
+                                 description="aborted / all requests over 10 min that alerts")
+    spec_accept_length_min: float | None = Field(None, ge=1, le=64, allow_inf_nan=False,
+                                                 description="mean accepted tokens per step below which "
+                                                             "speculative decoding has collapsed (default 1.5)")
+    runbook_url: str = Field("production.md", description="where production.md is read; alerts link to anchors")
+
+    @field_validator("job", "check_job", "gateway_job")
+    @classmethod
+    def _jobs(cls, v: str | None) -> str | None:
+        return _job(v)
+
+    @field_validator("targets")
+    @classmethod
+    def _targets(cls, v: list[str]) -> list[str]:
+        for target in v:
+            check_scrape_target(target)
+        if len(set(v)) != len(v):
+            raise ValueError("a target is listed twice; list each server once")
+        return v
+
+    @field_validator("node_exporter", "gateway")
+    @classmethod
+    def _target(cls, v: str | None) -> str | None:
+        return None if v is None else check_scrape_target(v)
+
+    @field_validator("labels")
+    @classmethod
+    def _labels(cls, v: dict[str, str]) -> dict[str, str]:
+        for name, value in v.items():
+            if not LABEL_NAME.fullmatch(name) or name.startswith("__"):
+                raise ValueError(f"label name {name!r}: letters, digits and _, not starting with a digit or __")
+            if name in RESERVED_LABELS:
+                raise ValueError(f"label {name!r} is set by the kit itself; choose another name")
+            if not value or len(value) > 255:
+                raise ValueError(f"label {name}: the value must be 1-255 characters")
+        return v
+
+    @field_validator("runbook_url")
+    @classmethod
+    def _runbook(cls, v: str) -> str:
+        if not RUNBOOK.fullmatch(v):
+            raise ValueError(f"runbook_url {v!r}: a URL or path without spaces, quotes, braces or '#' "
+                             "(the kit appends #anchor)")
+        return v
+
+
 #: ``[sglang]``: SGLang server arguments under their own names (SGLang 0.5.23), one field per row of
 #: :data:`kimi_deploy.options.OPTIONS` in table order (types, defaults, bounds and help come from there).
 SGLang: type[_Section] = create_model(  # type: ignore[call-overload]
@@ -165,6 +285,7 @@ class Profile(BaseModel):
     service: Service = Field(default_factory=Service)
     sglang: SGLang
     environment: dict[str, str] = Field(default_factory=dict)
+    monitoring: Monitoring = Field(default_factory=Monitoring)
 
     @field_validator("environment", mode="before")
     @classmethod
@@ -226,7 +347,7 @@ RESERVED_ENV = {
     "SGLANG_API_KEY": "[sglang] api_key_file",
 }
 
-_SECTIONS: dict[str, type[BaseModel]] = {"service": Service, "sglang": SGLang}
+_SECTIONS: dict[str, type[BaseModel]] = {"service": Service, "sglang": SGLang, "monitoring": Monitoring}
 
 
 def check_rules(profile: Profile) -> list[str]:
@@ -287,6 +408,35 @@ def check_rules(profile: Profile) -> list[str]:
         if key in RESERVED_ENV:
             problems.append(f"environment.{key}: kimi-deploy sets this variable itself; use {RESERVED_ENV[key]}")
     problems += extra_args_problems(s.extra_args)
+    problems += monitoring_problems(profile)
+    return problems
+
+
+def monitoring_problems(profile: Profile) -> list[str]:
+    """Cross-field rules of ``[monitoring]``: thresholds that could never fire or always fire, clashing jobs."""
+    s, m = profile.sglang, profile.monitoring
+    problems: list[str] = []
+    jobs = [j for j in (m.job or profile.service.name, m.check_job or f"{profile.service.name}-check",
+                        (m.gateway_job or f"{profile.service.name}-gateway") if m.gateway else None) if j]
+    if len(set(jobs)) != len(jobs):
+        problems.append(f"monitoring.job: the server, check and gateway jobs must differ, got {', '.join(jobs)}; "
+                        "set job, check_job and gateway_job to distinct names")
+    if m.gateway_job and not m.gateway:
+        problems.append("monitoring.gateway_job: set without monitoring.gateway; set gateway = \"HOST:PORT\" of "
+                        "smg's --prometheus-port, or remove gateway_job")
+    if m.spec_accept_length_min is not None and s.speculative_algorithm is None:
+        problems.append("monitoring.spec_accept_length_min: no speculative_algorithm is set, so SGLang reports no "
+                        "accept length; remove it or enable speculative decoding")
+    if (m.spec_accept_length_min is not None and s.speculative_num_draft_tokens is not None
+            and m.spec_accept_length_min > s.speculative_num_draft_tokens):
+        problems.append(f"monitoring.spec_accept_length_min: {m.spec_accept_length_min} is above "
+                        f"speculative_num_draft_tokens = {s.speculative_num_draft_tokens}, the most a step can "
+                        "accept, so the alert would always fire; use a value such as 1.5")
+    if (m.running_limit is not None and s.max_running_requests is not None
+            and m.running_limit > s.max_running_requests):
+        problems.append(f"monitoring.running_limit: {m.running_limit} is above sglang.max_running_requests = "
+                        f"{s.max_running_requests}, which SGLang never exceeds, so the queue alert could never "
+                        "fire; remove running_limit or lower it")
     return problems
 
 
@@ -365,6 +515,11 @@ def _did_you_mean(loc: tuple[Any, ...]) -> str:
     model = _SECTIONS.get(section)
     if model is None:
         return "remove it"
+    for part in loc[1:-1]:  # a nested table such as [monitoring.slo]
+        field = model.model_fields.get(str(part))
+        if field is None or not (isinstance(field.annotation, type) and issubclass(field.annotation, BaseModel)):
+            return "remove it"
+        model, section = field.annotation, f"{section}.{part}"
     close = difflib.get_close_matches(key, model.model_fields, n=1, cutoff=0.6)
     if close:
         return f"did you mean {close[0]}?"
@@ -446,4 +601,7 @@ def dump_profile(profile: Profile) -> str:
     data = profile.model_dump(mode="json")
     tables = {table: {k: v for k, v in data[table].items() if v is not None} for table in ("service", "sglang")}
     tables["environment"] = data["environment"]
+    monitoring = {k: v for k, v in data["monitoring"].items() if v is not None and k != "slo"}
+    monitoring["slo"] = {k: v for k, v in data["monitoring"]["slo"].items() if v is not None}
+    tables["monitoring"] = monitoring
     return tomli_w.dumps(tables)

@@ -1,4 +1,5 @@
-"""Profile -> rendered artefacts: the server unit, its EnvironmentFile, the nightly check units.
+"""Profile -> rendered artefacts: the server unit, its EnvironmentFile, the nightly check units, and the
+monitoring files (Prometheus scrape configuration and rules, :mod:`kimi_deploy.monitoring`).
 
 :func:`render` is pure (it reads only the templates and whether a patch series exists) and deterministic: the
 same profile, version and kit version give byte-identical files. :func:`write`
@@ -46,11 +47,17 @@ SECRETS_SCRIPT = (
 
 @dataclasses.dataclass(frozen=True)
 class Rendered:
-    """The result of :func:`render`: ``files`` maps file name -> text, in a stable order."""
+    """The result of :func:`render`: ``files`` maps file name -> text, in a stable order.
+
+    ``monitoring``: file name -> text of the Prometheus files (:func:`kimi_deploy.monitoring.render_monitoring`),
+    written into ``monitoring/`` beside the units; ``install`` does not install them (they belong on the
+    Prometheus host). Empty when ``enable_metrics`` is off.
+    """
 
     profile: Profile
     launch: LaunchSpec
     files: Mapping[str, str]
+    monitoring: Mapping[str, str] = dataclasses.field(default_factory=dict)
 
     @property
     def service_unit(self) -> str:
@@ -161,7 +168,9 @@ def render(profile: Profile, sglang_version: str | None = None, *,
         f"{check_unit(svc.name)}.service": env.get_template("check.service.j2").render(context),
         f"{check_unit(svc.name)}.timer": env.get_template("check.timer.j2").render(context),
     }
-    return Rendered(profile=profile, launch=launch, files=files)
+    from kimi_deploy.monitoring import render_monitoring
+
+    return Rendered(profile=profile, launch=launch, files=files, monitoring=render_monitoring(profile, header))
 
 
 def target_versions(python: str) -> tuple[str, dict[str, str]]:
@@ -181,12 +190,19 @@ def target_versions(python: str) -> tuple[str, dict[str, str]]:
     return version, info.components()
 
 
+#: Sub-folder of ``render --out DIR`` holding the monitoring files.
+MONITORING_DIR = "monitoring"
+
+
 def write(rendered: Rendered, out_dir: Path) -> list[Path]:
-    """Write every rendered file into ``out_dir`` atomically; returns the paths written.
+    """Write every rendered file into ``out_dir`` (monitoring files into ``out_dir/monitoring``) atomically;
+    returns the paths written.
 
     Raises:
         UsageError: ``out_dir`` cannot be created or written; no file was changed.
     """
     targets = {out_dir / name: text for name, text in rendered.files.items()}
+    if rendered.monitoring:
+        targets.update({out_dir / MONITORING_DIR / name: text for name, text in rendered.monitoring.items()})
     write_many_atomic(targets)
     return list(targets)

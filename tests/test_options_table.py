@@ -24,7 +24,7 @@ VALUES = {"model_path": "/models/other", "enforce_disable_flashinfer_allreduce_f
           "speculative_algorithm": "EAGLE3", "speculative_draft_model_path": "/models/d", "speculative_num_steps": 3,
           "speculative_eagle_topk": 1, "speculative_num_draft_tokens": 4, "disable_overlap_schedule": True,
           "flashinfer_allreduce_fusion_backend": "trtllm", "enable_symm_mem": True, "enable_torch_symm_mem": True,
-          "enable_pcie_ipc_allreduce": True, "api_key_file": "/etc/kimi-deploy/x.api-key"}
+          "enable_pcie_ipc_allreduce": True, "enable_metrics": True, "api_key_file": "/etc/kimi-deploy/x.api-key"}
 
 
 def test_the_sglang_model_is_the_table_in_order():

@@ -42,7 +42,7 @@ CASES = [
     ("env-name-trailing-newline", MINIMAL + '\n[environment]\n"NCCL_X\\n" = "1"\n', ["environment", "U+000A"]),
     ("env-value-cr", MINIMAL + '\n[environment]\nNCCL_X = "1\\rLD_PRELOAD=/tmp/x.so"\n', ["U+000D"]),
     ("token-trailing-newline", MINIMAL + 'served_model_name = "kimi\\n"\n', ["sglang.served_model_name"]),
-    ("extra-arg-newline", MINIMAL + 'extra_args = ["--enable-metrics\\n"]\n', ["sglang.extra_args"]),
+    ("extra-arg-newline", MINIMAL + 'extra_args = ["--log-requests\\n"]\n', ["sglang.extra_args"]),
     ("name-dash", MINIMAL.replace('name = "kimi-k25"', 'name = "-x"'), ["service.name", "not starting with -"]),
     ("name-dot", MINIMAL.replace('name = "kimi-k25"', 'name = ".hidden"'), ["service.name"]),
     ("name-300-chars", MINIMAL.replace('name = "kimi-k25"', f'name = "{"k" * 300}"'),
@@ -91,7 +91,7 @@ def test_hostile_value_is_exit_2_and_nothing_is_written(tmp_path, text, expected
     assert not out.exists()
 
 
-@pytest.mark.parametrize("args", [["--enable-metrics"], ["--model-loader-extra-config", "{}"],
+@pytest.mark.parametrize("args", [["--log-requests"], ["--model-loader-extra-config", "{}"],
                                   ["--speculative-draft-model-revision", "main"], ["--cuda-graph-max-bs-decode", "-1"],
                                   ["--log-level", "debug"]])
 def test_extra_args_the_kit_does_not_own_stay_allowed(args):

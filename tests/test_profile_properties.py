@@ -45,7 +45,7 @@ BASE = {
                "reasoning_parser": "kimi_k2", "speculative_algorithm": "EAGLE3",
                "speculative_draft_model_path": "/models/draft", "speculative_num_steps": 3,
                "speculative_eagle_topk": 1, "speculative_num_draft_tokens": 4,
-               "api_key_file": "/etc/kimi-deploy/kimi-k25.api-key", "extra_args": ["--enable-metrics"]},
+               "api_key_file": "/etc/kimi-deploy/kimi-k25.api-key", "extra_args": ["--log-requests"]},
     "environment": {"NCCL_IB_DISABLE": "1"},
 }
 
@@ -74,7 +74,7 @@ def _baseline(table: str, key: str) -> str:
         return "NCCL_IB_DISABLE" if key == "<name>" else "1"
     value = BASE[table].get(key)
     if key == "extra_args":
-        return "--enable-metrics"
+        return "--log-requests"
     return value if isinstance(value, str) else "kimi"
 
 
@@ -105,7 +105,7 @@ def _profile_data(table: str, key: str, value: str) -> dict[str, typing.Any]:
     if table == "environment":
         data["environment"] = {value: "1"} if key == "<name>" else {"NCCL_IB_DISABLE": value}
     elif key == "extra_args":
-        data["sglang"]["extra_args"] = ["--enable-metrics", value]
+        data["sglang"]["extra_args"] = ["--log-requests", value]
     else:
         data[table][key] = value
     return data

@@ -21,24 +21,31 @@ PRESET = "kimi-k25-rtx-pro-6000-x8"
 UPDATE = os.environ.get("KIMI_DEPLOY_UPDATE_GOLDEN") == "1"
 
 
+def _tree(directory: Path) -> dict[str, str]:
+    """Relative path (``monitoring/prometheus.yml``) -> text of every file under ``directory``."""
+    return {p.relative_to(directory).as_posix(): p.read_text() for p in sorted(directory.rglob("*")) if p.is_file()}
+
+
 @pytest.mark.parametrize("version", ["0.5.23", "0.5.12"])
 def test_preset_render_matches_golden(tmp_path, version):
     out = tmp_path / "out"
     result = run_cli(["render", "--preset", PRESET, "--sglang-version", version, "--out", str(out)])
     assert result.exit_code == 0, result.stderr
     command = run_cli(["render", "--preset", PRESET, "--sglang-version", version, "--print-command"])
-    rendered = {p.name: p.read_text() for p in sorted(out.iterdir())}
+    rendered = _tree(out)
     rendered["launch-command.sh"] = command.stdout
     golden_dir = GOLDEN / f"{PRESET}-{version}"
     if UPDATE:
         golden_dir.mkdir(parents=True, exist_ok=True)
-        for stale in golden_dir.iterdir():
-            stale.unlink()
+        for stale in golden_dir.rglob("*"):
+            if stale.is_file():
+                stale.unlink()
         for name, text in rendered.items():
+            (golden_dir / name).parent.mkdir(parents=True, exist_ok=True)
             (golden_dir / name).write_text(text)
         pytest.skip(f"golden files rewritten in {golden_dir}")
     assert golden_dir.is_dir(), "no golden files: run KIMI_DEPLOY_UPDATE_GOLDEN=1 python -m pytest tests/test_render_golden.py"
-    expected = {p.name: p.read_text() for p in sorted(golden_dir.iterdir())}
+    expected = _tree(golden_dir)
     assert sorted(rendered) == sorted(expected)
     for name in expected:
         assert rendered[name] == expected[name], f"{name} differs from {golden_dir / name}"
@@ -48,4 +55,4 @@ def test_render_is_deterministic(tmp_path):
     first, second = tmp_path / "a", tmp_path / "b"
     for out in (first, second):
         assert run_cli(["render", "--preset", PRESET, "--out", str(out)]).exit_code == 0
-    assert {p.name: p.read_bytes() for p in first.iterdir()} == {p.name: p.read_bytes() for p in second.iterdir()}
+    assert _tree(first) == _tree(second) and "monitoring/kimi-k25.rules.yml" in _tree(first)

@@ -23,7 +23,7 @@ from kimi_deploy.versions import DEFAULT_SGLANG_VERSION
               help="SGLang's interpreter: render for the SGLang version installed there and key the caches by "
                    "its flashinfer/torch/CUDA versions (imports torch there, a few seconds).")
 @click.option("--out", "out_dir", type=click.Path(path_type=Path, file_okay=False), metavar="DIR",
-              help="Write the units and env file into DIR (atomically).")
+              help="Write the units and env file into DIR, the Prometheus files into DIR/monitoring (atomically).")
 @click.option("--print-command", is_flag=True, help="Print the exact launch command a user could paste.")
 @json_flag("Print the result as JSON.")
 def render_cmd(profile_path, preset, sglang_version, python, out_dir, print_command, as_json):
@@ -49,6 +49,8 @@ def render_cmd(profile_path, preset, sglang_version, python, out_dir, print_comm
             "argv": list(rendered.launch.argv),
             "env": dict(rendered.launch.env),
             "files": {name: str(out_dir / name) if out_dir else None for name in rendered.files},
+            "monitoring": {name: str(out_dir / render_lib.MONITORING_DIR / name) if out_dir else None
+                           for name in rendered.monitoring},
             "warnings": list(rendered.launch.warnings),
         })
         return
@@ -60,6 +62,12 @@ def render_cmd(profile_path, preset, sglang_version, python, out_dir, print_comm
         for name, text in rendered.files.items():
             click.echo(f"# ---- {name}")
             click.echo(text, nl=False)
+        for name, text in rendered.monitoring.items():
+            click.echo(f"# ---- {render_lib.MONITORING_DIR}/{name}")
+            click.echo(text, nl=False)
+    if not rendered.monitoring:
+        click.echo("note: sglang.enable_metrics is off, so no Prometheus files were rendered "
+                   "(set enable_metrics = true)", err=True)
 
 
 @click.command("presets")

@@ -15,4 +15,5 @@ env HF_HUB_OFFLINE=1 PYTHONUNBUFFERED=1 SGLANG_CACHE_DIR=/var/cache/kimi-k25/sgl
   --speculative-num-draft-tokens 4 \
   --flashinfer-allreduce-fusion-backend auto \
   --enable-torch-symm-mem \
+  --enable-metrics \
   --config /run/kimi-k25/sglang-secrets.yaml

@@ -1,0 +1,354 @@
+"""Profile -> Prometheus scrape configuration, recording and alert rules (and, via :mod:`kimi_deploy.dashboard`,
+a Grafana dashboard) for one deployment.
+
+Everything here is pure and deterministic, like :mod:`kimi_deploy.render`. Metric names are SGLang 0.5.23's
+(``sglang/srt/observability/metrics_collector.py``: ``SchedulerMetricsCollector`` labels ``model_name``,
+``engine_type``, ``tp_rank``, ``pp_rank``, ``moe_ep_rank``; its scheduler gauges come from attention-TP rank 0
+only; ``TokenizerMetricsCollector`` histograms and counters from the HTTP rank), the check textfile's
+(:func:`kimi_deploy.check.reports.to_prometheus`) and SGLang's gateway ``smg``'s (``smg_worker_health`` 1 ready,
+0 not ready, -1 removed; ``smg_worker_cb_state`` 0 closed, 1 open, 2 half-open; label ``worker``). SGLang serves
+``/metrics`` without the API key (``srt/utils/auth.py``: ``/health``, ``/ready``, ``/metrics`` are always
+allowed), so the scrape configuration carries no credentials.
+
+The YAML is written by :func:`to_yaml` (block style; every string a JSON string, which is a YAML double-quoted
+scalar), so the kit needs no YAML library.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from kimi_deploy.profile import Profile
+
+#: Default running-request limit of SGLang with EAGLE/EAGLE3 and no --max-running-requests (options.py comment).
+EAGLE_RUNNING_DEFAULT = 48
+#: Default ``spec_accept_length_min``: below it, most steps accept only the verified token itself.
+SPEC_ACCEPT_MIN_DEFAULT = 1.5
+#: Window of every rate and quantile in the rules.
+WINDOW = "5m"
+
+
+@dataclasses.dataclass(frozen=True)
+class Settings:
+    """``[monitoring]`` with every default resolved against the rest of the profile."""
+
+    service: str
+    job: str
+    targets: tuple[str, ...]
+    check_job: str
+    node_exporter: str
+    gateway: str | None
+    gateway_job: str | None
+    scrape_interval_s: int
+    labels: Mapping[str, str]
+    slo_ms: Mapping[str, float]
+    slo_for_minutes: int
+    check_max_age_hours: int
+    running_limit: int | None
+    aborted_ratio: float
+    spec_accept_length_min: float | None
+    runbook_url: str
+    start_minutes: int
+
+
+def _base_target(profile: Profile) -> str:
+    return profile.base_url.removeprefix("http://")
+
+
+def settings(profile: Profile) -> Settings:
+    """Resolve ``[monitoring]``: default job names from the service name, the target from host/port, the
+    running limit from ``max_running_requests`` (48 with EAGLE, SGLang's pick), the accept-length floor
+    (1.5) only with speculative decoding."""
+    m, s, name = profile.monitoring, profile.sglang, profile.service.name
+    running = m.running_limit or s.max_running_requests
+    if running is None and s.speculative_algorithm in ("EAGLE", "EAGLE3"):
+        running = EAGLE_RUNNING_DEFAULT
+    spec_min = m.spec_accept_length_min
+    if spec_min is None and s.speculative_algorithm is not None:
+        spec_min = SPEC_ACCEPT_MIN_DEFAULT
+    slo = {k: v for k, v in m.slo.model_dump().items() if v is not None}
+    return Settings(
+        service=name, job=m.job or name, targets=tuple(m.targets) or (_base_target(profile),),
+        check_job=m.check_job or f"{name}-check", node_exporter=m.node_exporter, gateway=m.gateway,
+        gateway_job=(m.gateway_job or f"{name}-gateway") if m.gateway else None,
+        scrape_interval_s=m.scrape_interval_s, labels=dict(m.labels), slo_ms=slo,
+        slo_for_minutes=m.slo_for_minutes, check_max_age_hours=m.check_max_age_hours, running_limit=running,
+        aborted_ratio=m.aborted_ratio, spec_accept_length_min=spec_min, runbook_url=m.runbook_url,
+        start_minutes=-(-profile.service.timeout_start_sec // 60),
+    )
+
+
+# ---------------------------------------------------------------- YAML
+
+
+def _scalar(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return repr(value)
+    return json.dumps(str(value))
+
+
+def to_yaml(data: Any, indent: int = 0) -> str:
+    """``data`` (dicts, lists, str, int, float, bool) as block-style YAML text ending in a newline."""
+    pad = " " * indent
+    lines: list[str] = []
+    if isinstance(data, Mapping):
+        for key, value in data.items():
+            if isinstance(value, (Mapping, list, tuple)) and value:
+                lines.append(f"{pad}{key}:")
+                lines.append(to_yaml(value, indent + 2).rstrip("\n"))
+            elif isinstance(value, (Mapping, list, tuple)):
+                lines.append(f"{pad}{key}: {'{}' if isinstance(value, Mapping) else '[]'}")
+            else:
+                lines.append(f"{pad}{key}: {_scalar(value)}")
+    elif isinstance(data, (list, tuple)):
+        for item in data:
+            if isinstance(item, (Mapping, list, tuple)) and item:
+                text = to_yaml(item, indent + 2).rstrip("\n")
+                lines.append(f"{pad}- " + text[indent + 2:])
+            else:
+                lines.append(f"{pad}- {_scalar(item)}")
+    else:
+        lines.append(pad + _scalar(data))
+    return "\n".join(lines) + "\n"
+
+
+# ---------------------------------------------------------------- scrape configuration
+
+
+def rules_file(st: Settings) -> str:
+    """File name of the rules: ``<name>.rules.yml``."""
+    return f"{st.service}.rules.yml"
+
+
+def scrape_configs(st: Settings) -> list[dict[str, Any]]:
+    """The ``scrape_configs`` entries: the server(s), the check textfile via node_exporter, the gateway."""
+    labels = dict(st.labels)
+    jobs: list[dict[str, Any]] = [{
+        "job_name": st.job,
+        "scrape_interval": f"{st.scrape_interval_s}s",
+        "metrics_path": "/metrics",
+        "static_configs": [{"targets": list(st.targets), "labels": {"service": st.service, **labels}}],
+    }, {
+        "job_name": st.check_job,
+        "scrape_interval": f"{st.scrape_interval_s}s",
+        "metrics_path": "/metrics",
+        "static_configs": [{"targets": [st.node_exporter], "labels": {"service": st.service, **labels}}],
+        # node_exporter's own series belong to the host's node job; keep only the check textfile here
+        "metric_relabel_configs": [{"source_labels": ["__name__"], "regex": "kimi_deploy_check_.*",
+                                    "action": "keep"}],
+    }]
+    if st.gateway:
+        jobs.append({
+            "job_name": st.gateway_job,
+            "scrape_interval": f"{st.scrape_interval_s}s",
+            "metrics_path": "/metrics",
+            "static_configs": [{"targets": [st.gateway], "labels": {"service": st.service, **labels}}],
+        })
+    return jobs
+
+
+def prometheus_config(profile: Profile, header: str) -> str:
+    """A complete ``prometheus.yml`` for the deployment (``promtool check config`` accepts it).
+
+    Merge its ``scrape_configs`` and ``rule_files`` into an existing Prometheus configuration; the
+    ``global`` block only makes the file complete.
+    """
+    st = settings(profile)
+    doc = {
+        "global": {"scrape_interval": f"{st.scrape_interval_s}s",
+                   "evaluation_interval": f"{st.scrape_interval_s}s"},
+        "rule_files": [rules_file(st)],
+        "scrape_configs": scrape_configs(st),
+    }
+    return (f"{header}\n"
+            "# Prometheus scrape jobs and rule file for this deployment: merge scrape_configs and rule_files into\n"
+            "# your prometheus.yml. No credentials: SGLang serves /metrics without the API key, so keep the\n"
+            "# server port (and node_exporter's, smg's --prometheus-port) reachable only from a trusted network\n"
+            "# (production.md section 11).\n" + to_yaml(doc))
+
+
+# ---------------------------------------------------------------- rules
+
+
+@dataclasses.dataclass(frozen=True)
+class Alert:
+    """One alert rule: name, PromQL, ``for`` duration, severity, one-line summary, runbook anchor."""
+
+    name: str
+    expr: str
+    for_: str
+    severity: str
+    summary: str
+    description: str
+
+    @property
+    def anchor(self) -> str:
+        """GitHub's anchor of the production.md heading ``#### `Name```: the name in lower case."""
+        return self.name.lower()
+
+
+def _sel(job: str, extra: str = "") -> str:
+    return "{" + f'job="{job}"' + (f", {extra}" if extra else "") + "}"
+
+
+def recording_rules(st: Settings) -> list[dict[str, str]]:
+    """Recording rules: latency quantiles per job, queue/running per server, request and abort rates."""
+    j = _sel(st.job)
+    rules: list[dict[str, str]] = []
+    for metric, short in (("time_to_first_token_seconds", "ttft"), ("inter_token_latency_seconds", "itl"),
+                          ("e2e_request_latency_seconds", "e2e")):
+        for q in ("0.5", "0.9", "0.99"):
+            rules.append({
+                "record": f"job:sglang_{metric}:p{q[2:].ljust(2, '0')}_{WINDOW}",
+                "expr": f"histogram_quantile({q}, sum by (job, le) (rate(sglang:{metric}_bucket{j}[{WINDOW}])))",
+            })
+    rules += [
+        {"record": "instance:sglang_num_running_reqs:sum", "expr": f"sum by (job, instance) (sglang:num_running_reqs{j})"},
+        {"record": "instance:sglang_num_queue_reqs:sum", "expr": f"sum by (job, instance) (sglang:num_queue_reqs{j})"},
+        {"record": "instance:sglang_token_usage:max", "expr": f"max by (job, instance) (sglang:token_usage{j})"},
+        {"record": "instance:sglang_gen_throughput:sum", "expr": f"sum by (job, instance) (sglang:gen_throughput{j})"},
+        {"record": f"job:sglang_num_requests:rate{WINDOW}",
+         "expr": f"sum by (job) (rate(sglang:num_requests_total{j}[{WINDOW}]))"},
+        {"record": f"job:sglang_num_aborted_requests:rate{WINDOW}",
+         "expr": f"sum by (job) (rate(sglang:num_aborted_requests_total{j}[{WINDOW}]))"},
+    ]
+    if st.spec_accept_length_min is not None:
+        rules.append({"record": "instance:sglang_spec_accept_length:avg",
+                      "expr": f"avg by (job, instance) (sglang:spec_accept_length{j})"})
+    return rules
+
+
+def _ms(value: float) -> str:
+    return f"{value:g} ms"
+
+
+def alerts(st: Settings) -> list[Alert]:
+    """Every alert of the deployment, in the order production.md's runbook lists them."""
+    j, c = _sel(st.job), _sel(st.check_job)
+    out = [
+        Alert("KimiServerDown", f"up{j} == 0", "2m", "page",
+              "SGLang server {{ $labels.instance }} does not answer /metrics",
+              "Prometheus could not scrape {{ $labels.instance }} (job {{ $labels.job }}) for 2 minutes: the server "
+              "is down, restarting, or the port is not reachable from Prometheus."),
+        Alert("KimiServerNotReady", f"up{j} == 1 unless on (job, instance) sglang:num_running_reqs{j}",
+              f"{st.start_minutes}m", "page",
+              "SGLang server {{ $labels.instance }} answers but its scheduler reports nothing",
+              f"/metrics answers but no scheduler gauge has been reported for longer than the unit's start timeout "
+              f"({st.start_minutes} min): the model never finished loading, or the scheduler process is gone."),
+        Alert("KimiNightlyCheckFailed", f"kimi_deploy_check_exit_code{c} != 0", "0m", "page",
+              "The last kimi-deploy check failed (exit {{ $value }})",
+              "Exit 1: a check failed; exit 3: the server was unreachable. The JSON report in /var/lib/"
+              f"{st.service}/check-report.json names each failing check and its evidence."),
+        Alert("KimiNightlyCheckStale",
+              f"time() - kimi_deploy_check_last_run_timestamp_seconds{c} > {st.check_max_age_hours * 3600}",
+              "0m", "ticket", f"The last kimi-deploy check ran more than {st.check_max_age_hours} h ago",
+              "The nightly check timer did not run, or the check could not write its textfile."),
+        Alert("KimiNightlyCheckMissing", f"absent(kimi_deploy_check_last_run_timestamp_seconds{c})",
+              f"{st.check_max_age_hours}h", "ticket",
+              f"No kimi-deploy check result has been scraped for {st.check_max_age_hours} h",
+              "node_exporter does not read check.prom (textfile directory, permissions) or the check never ran."),
+        Alert("KimiToolCallContractBroken",
+              "kimi_deploy_check_status" + _sel(st.check_job, 'check=~"(parser|contract)[.].+"') + " == 2",
+              "0m", "page", "{{ $labels.check }} failed: {{ $labels.kind }}",
+              "The nightly check found the API contract broken ({{ $labels.kind }}): clients get raw tool-call "
+              "markup, dropped or wrong tool calls. Every request of that shape fails until it is fixed."),
+    ]
+    names = {"ttft": ("KimiTTFTOverSLO", "time_to_first_token_seconds", "time to first token"),
+             "tpot": ("KimiITLOverSLO", "inter_token_latency_seconds", "inter-token latency"),
+             "e2e": ("KimiE2EOverSLO", "e2e_request_latency_seconds", "end-to-end latency")}
+    for key, limit in st.slo_ms.items():
+        name, metric, what = names[key]
+        out.append(Alert(
+            name, f"job:sglang_{metric}:p99_{WINDOW}{j} > {limit / 1000:g}", f"{st.slo_for_minutes}m", "page",
+            f"p99 {what} of {{{{ $labels.job }}}} is over the SLO of {_ms(limit)}",
+            f"p99 {what} over {WINDOW} is {{{{ $value | humanizeDuration }}}}, above [monitoring.slo] {key} = "
+            f"{limit:g} ms for {st.slo_for_minutes} min."))
+    queue = f"instance:sglang_num_queue_reqs:sum{j}"
+    growing = f"{queue} > 0 and deriv({queue}[10m]) > 0"
+    if st.running_limit is not None:
+        growing += f" and on (job, instance) instance:sglang_num_running_reqs:sum{j} >= {st.running_limit}"
+    out += [
+        Alert("KimiQueueGrowingAtLimit", growing, "10m", "page",
+              "Requests queue up on {{ $labels.instance }}"
+              + (f" while {st.running_limit} are running" if st.running_limit else ""),
+              "The waiting queue has grown for 10 minutes"
+              + (f" with running requests at the limit ({st.running_limit})" if st.running_limit else "")
+              + ": offered load exceeds capacity; TTFT rises for everyone."),
+        Alert("KimiRequestsAborted",
+              f"job:sglang_num_aborted_requests:rate{WINDOW}{j} > {st.aborted_ratio:g} * "
+              f"job:sglang_num_requests:rate{WINDOW}{j}", "10m", "ticket",
+              f"More than {st.aborted_ratio:.0%} of requests to {{{{ $labels.job }}}} are aborted",
+              "SGLang aborts requests that clients cancel, that time out, or that it cannot serve "
+              "(context too long, out of memory)."),
+    ]
+    if st.spec_accept_length_min is not None:
+        out.append(Alert(
+            "KimiSpecAcceptLengthCollapsed",
+            f"instance:sglang_spec_accept_length:avg{j} < {st.spec_accept_length_min:g} "
+            f"and on (job) job:sglang_num_requests:rate{WINDOW}{j} > 0", "15m", "ticket",
+            "Speculative decoding on {{ $labels.instance }} accepts {{ $value }} tokens per step",
+            f"Mean accepted tokens per step stayed under {st.spec_accept_length_min:g} for 15 min while serving: "
+            "a wrong or mismatched draft model, or a patch that broke the draft path. Decoding is slower than "
+            "without speculation."))
+    if st.gateway_job:
+        g = _sel(st.gateway_job)
+        out += [
+            Alert("KimiGatewayDown", f"up{g} == 0", "2m", "page",
+                  "SGLang gateway {{ $labels.instance }} does not answer /metrics",
+                  "Prometheus could not scrape the gateway (smg) for 2 minutes."),
+            Alert("KimiGatewayWorkerUnhealthy", f"smg_worker_health{g} == 0", "2m", "page",
+                  "Gateway worker {{ $labels.worker }} is unhealthy",
+                  "smg's health checks of this worker fail; it gets no traffic."),
+            Alert("KimiGatewayCircuitOpen", f"smg_worker_cb_state{g} == 1", "1m", "page",
+                  "Gateway circuit breaker of {{ $labels.worker }} is open",
+                  "Requests to this worker failed repeatedly; smg stopped sending it traffic."),
+        ]
+    return out
+
+
+def rules_doc(profile: Profile) -> dict[str, Any]:
+    """The rule file as a mapping (two groups: recording, alerts)."""
+    st = settings(profile)
+    alert_rules = []
+    for a in alerts(st):
+        rule: dict[str, Any] = {"alert": a.name, "expr": a.expr}
+        if a.for_ != "0m":
+            rule["for"] = a.for_
+        rule["labels"] = {"severity": a.severity, "service": st.service, **st.labels}
+        rule["annotations"] = {"summary": a.summary, "description": a.description,
+                               "runbook_url": f"{st.runbook_url}#{a.anchor}"}
+        alert_rules.append(rule)
+    return {"groups": [
+        {"name": f"kimi-deploy-{st.service}-recording", "interval": f"{st.scrape_interval_s}s",
+         "rules": recording_rules(st)},
+        {"name": f"kimi-deploy-{st.service}-alerts", "interval": f"{st.scrape_interval_s}s", "rules": alert_rules},
+    ]}
+
+
+def rules_text(profile: Profile, header: str) -> str:
+    """The rule file (``promtool check rules`` accepts it)."""
+    return (f"{header}\n# Recording and alert rules; each alert's runbook_url points into production.md section 11.\n"
+            + to_yaml(rules_doc(profile)))
+
+
+def render_monitoring(profile: Profile, header: str) -> dict[str, str]:
+    """File name -> text of every monitoring file: ``prometheus.yml``, ``<name>.rules.yml``,
+    Empty when ``enable_metrics`` is off (there would be nothing to scrape)."""
+    if not profile.sglang.enable_metrics:
+        return {}
+    st = settings(profile)
+    return {
+        "prometheus.yml": prometheus_config(profile, header),
+        rules_file(st): rules_text(profile, header),
+    }
+
+
+def all_exprs(profile: Profile) -> Sequence[str]:
+    """Every PromQL expression of the rules (tests parse them)."""
+    doc = rules_doc(profile)
+    return [r["expr"] for g in doc["groups"] for r in g["rules"]]

@@ -1,0 +1,87 @@
+"""Shared by the monitoring tests: promtool, rendering a profile's monitoring files, Go-template expansion."""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from kimi_deploy.presets import get_preset
+from kimi_deploy.profile import Profile, parse_profile
+from kimi_deploy.render import render
+
+PRESET = "kimi-k25-rtx-pro-6000-x8"
+
+
+def tool(name: str) -> str:
+    """Path of ``promtool``/``prometheus`` (Debian's ``prometheus`` package); skipped outside CI when missing."""
+    path = shutil.which(name)
+    if path:
+        return path
+    if os.environ.get("CI"):
+        pytest.fail(f"{name} is missing in CI; .ci/run installs Debian's prometheus package")
+    pytest.skip(f"{name} missing: apt-get install --no-install-recommends prometheus")
+
+
+def promtool(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    """Run promtool in ``cwd`` (bounded: 120 s); the result carries stdout and stderr."""
+    return subprocess.run([tool("promtool"), *args], cwd=cwd, capture_output=True, text=True, timeout=120)
+
+
+def preset_profile(**monitoring) -> Profile:
+    """The reference preset, its ``[monitoring]`` table updated with ``monitoring``."""
+    data = get_preset(PRESET).data
+    data = {**data, "monitoring": {**data.get("monitoring", {}), **monitoring}}
+    return parse_profile(data)
+
+
+def write_monitoring(profile: Profile, directory: Path) -> dict[str, Path]:
+    """Render ``profile`` and write its monitoring files into ``directory``; name -> path."""
+    directory.mkdir(parents=True, exist_ok=True)
+    out = {}
+    for name, text in render(profile).monitoring.items():
+        (directory / name).write_text(text)
+        out[name] = directory / name
+    return out
+
+
+def go_value(v: float) -> str:
+    """Go's ``%v`` of a float64, as ``{{ $value }}`` prints it (integers without a point)."""
+    if v == int(v) and abs(v) < 1e21:
+        return str(int(v))
+    return repr(v)
+
+
+def humanize_duration(v: float) -> str:
+    """Prometheus' ``humanizeDuration`` for positive values under a day (template/template.go)."""
+    if v == 0 or math.isnan(v):
+        return f"{v:.4g}s"
+    if abs(v) >= 1:
+        assert 0 < v < 86400, "only positive values under a day are needed here"
+        seconds, minutes, hours = int(v) % 60, int(v) // 60 % 60, int(v) // 3600
+        if hours:
+            return f"{hours}h {minutes}m {seconds}s"
+        if minutes:
+            return f"{minutes}m {seconds}s"
+        return f"{v:.4g}s"
+    prefix = ""
+    for p in ("m", "u", "n"):
+        if abs(v) >= 1:
+            break
+        prefix, v = p, v * 1000
+    return f"{v:.4g}{prefix}s"
+
+
+def expand(template: str, labels: dict[str, str], value: float) -> str:
+    """Expand the few Go-template forms the rendered annotations use: labels, $value, humanizeDuration."""
+    text = re.sub(r"\{\{ \$labels\.(\w+) \}\}", lambda m: labels.get(m.group(1), ""), template)
+    if "{{ $value | humanizeDuration }}" in text:
+        text = text.replace("{{ $value | humanizeDuration }}", humanize_duration(value))
+    text = text.replace("{{ $value }}", go_value(value))
+    assert "{{" not in text, f"unexpanded template in {template!r}"
+    return text
