@@ -338,13 +338,17 @@ def rules_text(profile: Profile, header: str) -> str:
 
 def render_monitoring(profile: Profile, header: str) -> dict[str, str]:
     """File name -> text of every monitoring file: ``prometheus.yml``, ``<name>.rules.yml``,
-    Empty when ``enable_metrics`` is off (there would be nothing to scrape)."""
+    ``<name>.dashboard.json`` (:mod:`kimi_deploy.dashboard`). Empty when ``enable_metrics`` is off (there would
+    be nothing to scrape)."""
     if not profile.sglang.enable_metrics:
         return {}
+    from kimi_deploy.dashboard import dashboard_json
+
     st = settings(profile)
     return {
         "prometheus.yml": prometheus_config(profile, header),
         rules_file(st): rules_text(profile, header),
+        f"{st.service}.dashboard.json": dashboard_json(profile),
     }
 
 

@@ -16,6 +16,10 @@ from kimi_deploy.profile import Profile, parse_profile
 from kimi_deploy.render import render
 
 PRESET = "kimi-k25-rtx-pro-6000-x8"
+#: A [monitoring] table with every optional part: a gateway, extra labels, several targets, an E2E SLO.
+GATEWAY_MONITORING = {"gateway": "127.0.0.1:29000", "labels": {"cluster": "gpu-a", "team": "inference"},
+                      "targets": ["10.0.0.5:30000", "[::1]:30001"],
+                      "slo": {"ttft": 2000.0, "tpot": 100.0, "e2e": 60000.0}}
 
 
 def tool(name: str) -> str:

@@ -12,16 +12,14 @@ from pathlib import Path
 import pytest
 
 from kimi_deploy.monitoring import alerts, rules_doc, settings, to_yaml
+from monitoring_helpers import GATEWAY_MONITORING as GATEWAY
 from monitoring_helpers import expand, preset_profile, promtool, write_monitoring
-
-GATEWAY = {"gateway": "127.0.0.1:29000", "labels": {"cluster": "gpu-a", "team": "inference"},
-           "targets": ["10.0.0.5:30000", "[::1]:30001"], "slo": {"ttft": 2000.0, "tpot": 100.0, "e2e": 60000.0}}
 
 
 @pytest.mark.parametrize("monitoring", [{}, GATEWAY], ids=["preset", "gateway-labels-e2e"])
 def test_promtool_accepts_config_and_rules(tmp_path, monitoring):
     files = write_monitoring(preset_profile(**monitoring), tmp_path)
-    assert sorted(files) == ["kimi-k25.rules.yml", "prometheus.yml"]
+    assert sorted(files) == ["kimi-k25.dashboard.json", "kimi-k25.rules.yml", "prometheus.yml"]
     done = promtool("check", "config", "prometheus.yml", cwd=tmp_path)
     assert done.returncode == 0, done.stdout + done.stderr
     done = promtool("check", "rules", "kimi-k25.rules.yml", cwd=tmp_path)
@@ -210,3 +208,32 @@ def test_every_alert_links_to_its_runbook_entry(repo_root):
     profile = preset_profile(**GATEWAY)
     for a in alerts(settings(profile)):
         assert a.anchor in headings, f"production.md has no '#### `{a.name}`' runbook entry"
+
+
+@pytest.mark.parametrize("monitoring", [{}, GATEWAY], ids=["preset", "gateway-labels-e2e"])
+def test_every_dashboard_query_parses(tmp_path, monitoring):
+    """promtool parses each dashboard expression as a recording rule (the dashboard has no Grafana-only macros)."""
+    from kimi_deploy.dashboard import all_queries
+
+    queries = all_queries(preset_profile(**monitoring))
+    doc = {"groups": [{"name": "dashboard", "rules": [{"record": f"dashboard:query{i}", "expr": q}
+                                                      for i, q in enumerate(queries)]}]}
+    (tmp_path / "dashboard.rules.yml").write_text(to_yaml(doc))
+    done = promtool("check", "rules", "dashboard.rules.yml", cwd=tmp_path)
+    assert done.returncode == 0 and f"SUCCESS: {len(queries)} rules found" in done.stdout, done.stdout + done.stderr
+
+
+def test_dashboard_shows_what_the_issue_asks(tmp_path):
+    import json
+
+    text = write_monitoring(preset_profile(**GATEWAY), tmp_path)["kimi-k25.dashboard.json"].read_text()
+    board = json.loads(text)
+    assert board["uid"] == "kimi-deploy-kimi-k25" and board["templating"]["list"][0]["type"] == "datasource"
+    exprs = " ".join(t["expr"] for p in board["panels"] for t in p.get("targets", []))
+    for needle in ("time_to_first_token_seconds:p99", "inter_token_latency_seconds:p99", "e2e_request_latency_seconds",
+                   "gen_throughput", "num_queue_reqs", "num_running_reqs", "token_usage", "spec_accept_length",
+                   "kimi_deploy_check_status", "smg_worker_health", "smg_worker_cb_state"):
+        assert needle in exprs, needle
+    ttft = next(p for p in board["panels"] if p.get("title") == "TTFT")
+    assert ttft["fieldConfig"]["defaults"]["thresholds"]["steps"][1]["value"] == 2.0  # [monitoring.slo] ttft, s
+    assert all(p["datasource"]["uid"] == "${datasource}" for p in board["panels"] if p["type"] != "row")
