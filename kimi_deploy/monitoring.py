@@ -238,8 +238,8 @@ def alerts(st: Settings) -> list[Alert]:
         Alert("KimiServerNotReady", f"up{j} == 1 unless on (job, instance) sglang:num_running_reqs{j}",
               f"{st.start_minutes}m", "page",
               "SGLang server {{ $labels.instance }} answers but its scheduler reports nothing",
-              f"/metrics answers but no scheduler gauge has been reported for longer than the unit's start timeout "
-              f"({st.start_minutes} min): the model never finished loading, or the scheduler process is gone."),
+              f"/metrics answers but the scheduler has reported no gauge for longer than the unit's start timeout "
+              f"({st.start_minutes} min): the model never finished loading."),
         Alert("KimiNightlyCheckFailed", f"kimi_deploy_check_exit_code{c} != 0", "0m", "page",
               "The last kimi-deploy check failed (exit {{ $value }})",
               "Exit 1: a check failed; exit 3: the server was unreachable. The JSON report in /var/lib/"
