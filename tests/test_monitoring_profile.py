@@ -4,6 +4,7 @@ are ``bench --slo``'s; the option table turns metrics on in the preset and ``ini
 from __future__ import annotations
 
 import tomllib
+from pathlib import Path
 
 import pytest
 
@@ -86,3 +87,16 @@ def test_dumped_profile_keeps_monitoring():
     profile = parse_profile(tomllib.loads(MON + 'labels = { team = "inference" }\n[monitoring.slo]\ne2e = 9000.0\n'))
     again = parse_profile(tomllib.loads(dump_profile(profile)))
     assert again.digest() == profile.digest() and again.monitoring.slo.e2e == 9000.0
+
+
+def test_render_writes_and_lists_the_monitoring_files(tmp_path):
+    import json
+
+    out = tmp_path / "out"
+    result = run_cli(["render", "--preset", "kimi-k25-rtx-pro-6000-x8", "--out", str(out), "--json"])
+    assert result.exit_code == 0, result.stderr
+    listed = json.loads(result.stdout)["monitoring"]
+    assert sorted(listed) == ["kimi-k25.dashboard.json", "kimi-k25.rules.yml", "prometheus.yml"]
+    assert all(Path(path).parent == out / "monitoring" and Path(path).is_file() for path in listed.values())
+    assert sorted(p.name for p in out.iterdir() if p.is_file()) == sorted(  # install's files stay as they were
+        ["kimi-k25.service", "kimi-k25.env", "kimi-deploy-check@kimi-k25.service", "kimi-deploy-check@kimi-k25.timer"])
