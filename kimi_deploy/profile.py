@@ -251,6 +251,9 @@ class Monitoring(_Section):
                 raise ValueError(f"label {name!r} is set by the kit itself; choose another name")
             if not value or len(value) > 255:
                 raise ValueError(f"label {name}: the value must be 1-255 characters")
+            if "{{" in value or "}}" in value:
+                raise ValueError(f"label {name}: {value!r} has {{{{ or }}}}, which Prometheus expands as a template "
+                                 "in alert labels; remove them")
         return v
 
     @field_validator("runbook_url")

@@ -33,6 +33,7 @@ CASES = [
     ("same-jobs", MON + 'job = "x"\ncheck_job = "x"\n', ["jobs must differ"]),
     ("reserved-label", MON + 'labels = { instance = "a" }\n', ["monitoring.labels", "'instance' is set by the kit"]),
     ("bad-label-name", MON + 'labels = { "1x" = "a" }\n', ["monitoring.labels", "'1x'"]),
+    ("template-label", MON + 'labels = { team = "{{ $value }}" }\n', ["monitoring.labels", "as a template"]),
     ("empty-label", MON + 'labels = { team = "" }\n', ["monitoring.labels", "1-255"]),
     ("interval-zero", MON + "scrape_interval_s = 0\n", ["monitoring.scrape_interval_s", "greater than or equal to 1"]),
     ("ratio-above-one", MON + "aborted_ratio = 1.5\n", ["monitoring.aborted_ratio", "less than or equal to 1"]),
