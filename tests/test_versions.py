@@ -23,6 +23,7 @@ REFERENCE_0_5_23 = [
     "--speculative-num-steps", "3", "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", "4",
     "--flashinfer-allreduce-fusion-backend", "auto",
     "--enable-torch-symm-mem",
+    "--enable-metrics",  # issue 16: Prometheus metrics on in the preset
     "--config", "/run/kimi-k25/sglang-secrets.yaml",
 ]
 
