@@ -30,6 +30,10 @@ class ExitCode(enum.IntEnum):
     EXTERNAL = 5
     #: a deadline passed (restart --wait, a request timeout)
     TIMEOUT = 6
+    #: another kimi-deploy run holds the service's lock (install, uninstall, restart); nothing was changed
+    LOCKED = 7
+    #: the host could not store a file: disk full, quota, read-only file system, I/O error
+    STORAGE = 8
 
 
 class KimiDeployError(Exception):
@@ -152,3 +156,18 @@ class DeadlineError(KimiDeployError):
     """A wait ran past its deadline (exit 6)."""
 
     exit_code = ExitCode.TIMEOUT
+
+
+class LockedError(KimiDeployError):
+    """Another kimi-deploy run holds the lock this one needs (exit 7); this run changed nothing."""
+
+    exit_code = ExitCode.LOCKED
+
+
+class StorageError(KimiDeployError):
+    """The file system refused a write for a reason of its own: ENOSPC, EDQUOT, EROFS, EIO (exit 8).
+
+    Not bad input: the same command works once the disk has room or is mounted read-write.
+    """
+
+    exit_code = ExitCode.STORAGE

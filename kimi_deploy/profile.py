@@ -29,6 +29,7 @@ import tomli_w
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from kimi_deploy.errors import ProfileError
+from kimi_deploy.paths import service_cache_dir
 
 #: Characters a value may use so that it survives systemd's ExecStart= and
 #: EnvironmentFile= parsing and a POSIX shell unquoted: anything else would need
@@ -243,7 +244,7 @@ class Profile(BaseModel):
     @property
     def cache_root(self) -> str:
         """Persistent cache root on the host (``[service] cache_dir`` or ``/var/cache/<name>``)."""
-        return self.service.cache_dir or f"/var/cache/{self.service.name}"
+        return self.service.cache_dir or service_cache_dir(self.service.name)
 
     @property
     def base_url(self) -> str:
