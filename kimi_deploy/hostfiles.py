@@ -12,11 +12,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import datetime as _dt
 import enum
 import hashlib
 import json
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Literal
 
@@ -32,6 +34,19 @@ from kimi_deploy.render import GENERATED_PREFIX
 
 MANIFEST_FORMAT = 1
 BACKUP_INDEX = "backup.json"
+
+
+@contextlib.contextmanager
+def service_lock(layout: HostLayout, service: str, *, wait: float | None = None) -> Iterator[None]:
+    """Hold the lock of ``service`` (``/etc/kimi-deploy/.<service>.lock``, :func:`kimi_deploy.fsio.exclusive_lock`)
+    for the ``with`` block: ``install``, ``uninstall`` and ``restart`` of one service never overlap.
+
+    Raises:
+        LockedError: another run still holds it after ``wait`` seconds (default
+            :data:`kimi_deploy.fsio.LOCK_WAIT_S`); exit 7.
+    """
+    with fsio.exclusive_lock(layout.lock_file(service), what=f"service {service}", wait=wait):
+        yield
 
 
 def sha256(data: bytes) -> str:

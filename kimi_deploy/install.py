@@ -10,7 +10,7 @@ record first (:class:`kimi_deploy.hostfiles.Intent`), commands before the files 
 directories, the API key file), a backup of every file it will change, one atomic write of all
 new files (:mod:`kimi_deploy.fsio`), the intent removed, then systemctl. Applying a plan and
 planning again gives a plan with nothing to do. A run killed at any point leaves files the next
-run recognises as its own; :func:`locked` serialises runs on one service.
+run recognises as its own; :func:`kimi_deploy.hostfiles.service_lock` serialises runs on one service.
 
 Installed set for a profile whose ``[service] name`` is NAME (host paths):
 ``/etc/systemd/system/{NAME.service, kimi-deploy-check@NAME.service, kimi-deploy-check@NAME.timer}``,
@@ -30,17 +30,17 @@ import pwd
 import secrets
 import shutil
 import stat
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
-from kimi_deploy import __version__, fsio, paths, proc, systemd
+from kimi_deploy import __version__, apikey, fsio, paths, proc, systemd
 from kimi_deploy.errors import KimiDeployError, RefusedError, UsageError
 from kimi_deploy.fsio import write_atomic, write_many_atomic
 from kimi_deploy.hostfiles import (Claims, FileRecord, Intent, Manifest, Ownership, classify, installed_services,
                                    last_uninstalled_manifest, leftover_services, load_intent, load_manifest,
                                    other_services_claims, profile_toml, read_bytes, restore_backup, sha256,
-                                   stale_files, valid_service_name, write_backup)
+                                   service_lock, stale_files, valid_service_name, write_backup)
 from kimi_deploy.paths import HostLayout
 from kimi_deploy.profile import Profile
 from kimi_deploy.render import CHECK_UNIT, check_unit, file_header, render
@@ -176,19 +176,6 @@ def _diff(host_path: str, old: bytes | None, new: bytes | None) -> str:
 # ---------------------------------------------------------------- facts (the only reads of the host)
 
 @dataclasses.dataclass(frozen=True)
-class KeyFile:
-    """What is on disk at the API key file's host path: ``exists``; for an existing one whether it is a
-    ``regular`` file, ``empty`` (only whitespace), its permission ``mode`` and owner ``uid``."""
-
-    host_path: str
-    exists: bool
-    regular: bool = True
-    empty: bool = False
-    mode: int = 0o600
-    uid: int = 0
-
-
-@dataclasses.dataclass(frozen=True)
 class HostFacts:
     """Everything ``install``/``uninstall`` plan from, gathered once (:func:`gather_install_facts`,
     :func:`gather_uninstall_facts`); the planners read nothing else.
@@ -217,7 +204,7 @@ class HostFacts:
     gpu_groups: Mapping[str, tuple[str, ...]] = dataclasses.field(default_factory=dict)
     enabled: Mapping[str, bool] = dataclasses.field(default_factory=dict)
     active: Mapping[str, bool] = dataclasses.field(default_factory=dict)
-    key: KeyFile | None = None
+    key: apikey.KeyFile | None = None
     dirs: frozenset[str] = frozenset()
     exists: frozenset[str] = frozenset()
     stale: tuple[str, ...] = ()
@@ -281,19 +268,6 @@ def _gpu_group_members() -> dict[str, tuple[str, ...]]:
     return out
 
 
-def _key_fact(layout: HostLayout, host_path: str | None) -> KeyFile | None:
-    if not host_path:
-        return None
-    path = layout.under(host_path)
-    try:
-        st = path.stat()
-    except FileNotFoundError:
-        return KeyFile(host_path, exists=False)
-    regular = stat.S_ISREG(st.st_mode)
-    empty = regular and not path.read_text(errors="replace").strip()
-    return KeyFile(host_path, True, regular, empty, stat.S_IMODE(st.st_mode), st.st_uid)
-
-
 def _read_files(layout: HostLayout, host_paths: set[str]) -> dict[str, bytes | None]:
     return {hp: read_bytes(layout.under(hp)) for hp in sorted(host_paths)}
 
@@ -338,7 +312,7 @@ def gather_install_facts(profile: Profile, layout: HostLayout, desired: Mapping[
         users=_existing_accounts(layout, "user", {svc.user}), groups=_existing_accounts(layout, "group", {svc.group}),
         has_passwd=layout.is_host or layout.passwd.is_file(),
         gpu_groups=_gpu_group_members() if layout.is_host and create_user else {},
-        enabled=enabled, active=active, key=_key_fact(layout, key_hp), dirs=dirs, exists=exists,
+        enabled=enabled, active=active, key=apikey.inspect(layout, key_hp) if key_hp else None, dirs=dirs, exists=exists,
         stale=tuple(stale_files(layout, targets | ({key_hp} if key_hp else set()), svc.name)))
 
 
@@ -923,19 +897,6 @@ def _run_step(step: Step, layout: HostLayout, ran: list[str], messages: list[str
     messages.append(step.summary)
 
 
-@contextlib.contextmanager
-def locked(layout: HostLayout, service: str, *, wait: float | None = None) -> Iterator[None]:
-    """Hold the lock of ``service`` (``/etc/kimi-deploy/.<service>.lock``, :func:`kimi_deploy.fsio.exclusive_lock`)
-    for the ``with`` block: ``install``, ``uninstall`` and ``restart`` of one service never overlap.
-
-    Raises:
-        LockedError: another run still holds it after ``wait`` seconds (default
-            :data:`kimi_deploy.fsio.LOCK_WAIT_S`); exit 7.
-    """
-    with fsio.exclusive_lock(layout.lock_file(service), what=f"service {service}", wait=wait):
-        yield
-
-
 def apply(plan: Plan) -> ApplyResult:
     """Carry ``plan`` out: intent record, steps before, backup, one atomic write, removals, steps after.
 
@@ -945,7 +906,7 @@ def apply(plan: Plan) -> ApplyResult:
     while staging or renaming the new files leaves every target as it was
     (:func:`kimi_deploy.fsio.write_many_atomic` undoes a half-done rename), drops the backup set
     and removes an API key file this run created; a failure while removing files restores the backup.
-    The caller holds :func:`locked` (the CLI does).
+    The caller holds :func:`kimi_deploy.hostfiles.service_lock` (the CLI does).
 
     Raises:
         RefusedError: the plan has refusals and no ``force`` (exit 4); nothing was changed.
@@ -1050,3 +1011,7 @@ def format_plan(plan: Plan, *, diffs: bool = True) -> str:
     if plan.is_noop:
         out.append(plan.noop_message or f"nothing to do: {plan.service} is installed and up to date")
     return "\n".join(out) + "\n"
+
+
+#: The per-service lock ``install``/``uninstall``/``restart`` hold (:func:`kimi_deploy.hostfiles.service_lock`).
+locked = service_lock
