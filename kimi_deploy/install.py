@@ -313,7 +313,8 @@ def gather_install_facts(profile: Profile, layout: HostLayout, desired: Mapping[
         has_passwd=layout.is_host or layout.passwd.is_file(),
         gpu_groups=_gpu_group_members() if layout.is_host and create_user else {},
         enabled=enabled, active=active, key=apikey.inspect(layout, key_hp) if key_hp else None, dirs=dirs, exists=exists,
-        stale=tuple(stale_files(layout, targets | ({key_hp} if key_hp else set()), svc.name)))
+        stale=tuple(stale_files(layout, targets | {layout.host_path(layout.intent(svc.name))}
+                                | ({key_hp} if key_hp else set()), svc.name)))
 
 
 def gather_uninstall_facts(layout: HostLayout, name: str | None) -> HostFacts:
@@ -336,7 +337,7 @@ def gather_uninstall_facts(layout: HostLayout, name: str | None) -> HostFacts:
     enabled = ({} if layout.is_host else
                {u: systemd.is_enabled(u, root=layout.root) for u in _unit_names(recorded)})
     kept = [r for r in (manifest, intent.manifest if intent else None, last) if r]
-    candidates = {layout.host_path(layout.service_backup_dir(name))}
+    candidates = {layout.host_path(layout.service_backup_dir(name)), layout.host_path(layout.lock_file(name))}
     for record in kept:
         candidates |= {record.state_dir, record.cache_dir}
         if record.api_key_file_created:
@@ -348,7 +349,8 @@ def gather_uninstall_facts(layout: HostLayout, name: str | None) -> HostFacts:
     return HostFacts(
         layout=layout, files=files, manifest=manifest, intent=intent, last_uninstalled=last,
         claims=other_services_claims(layout, name), enabled=enabled, exists=exists,
-        stale=tuple(stale_files(layout, recorded | {manifest_hp} | key_paths, name)),
+        stale=tuple(stale_files(layout, recorded | {manifest_hp, layout.host_path(layout.intent(name))} | key_paths,
+                                name)),
         installed=installed, leftovers=leftovers)
 
 
@@ -713,6 +715,10 @@ def _purge_steps(facts: HostFacts, svc: str, record: Manifest | None) -> tuple[l
                               when="after", path=layout.under(key)))
     if backups_hp in kept:
         steps.append(Step("remove-tree", f"--purge: remove the backups {backups_hp}", when="after", path=backups))
+    lock_hp = layout.host_path(layout.lock_file(svc))
+    if not steps and lock_hp in facts.exists:  # a purge killed after its last step: only the lock file is left
+        steps.append(Step("remove-file", f"--purge: remove the lock file {lock_hp}", when="after",
+                          path=layout.lock_file(svc)))
     return steps, kept, shared
 
 
@@ -972,6 +978,9 @@ def apply(plan: Plan) -> ApplyResult:
     for step in plan.steps:
         if step.when == "after":
             _run_step(step, layout, ran, messages)
+    if plan.operation == "uninstall" and plan.service and any(
+            st.kind == "remove-tree" and st.path == layout.service_backup_dir(plan.service) for st in plan.steps):
+        fsio.unlink(layout.lock_file(plan.service))  # purged: nothing of the service stays, its lock file neither
     return ApplyResult(plan, backup_path, tuple(ran), tuple(messages))
 
 
