@@ -30,9 +30,9 @@ class ExitCode(enum.IntEnum):
     EXTERNAL = 5
     #: a deadline passed (restart --wait, a request timeout)
     TIMEOUT = 6
-    #: another kimi-deploy run holds the service's lock (install, uninstall, restart); nothing was changed
+    #: another kimi-deploy run holds the lock this one needs (waited briefly, then gave up; nothing changed)
     LOCKED = 7
-    #: the host could not store a file: disk full, quota, read-only file system, I/O error
+    #: the file system refused a write: disk full, quota, read-only file system, I/O error
     STORAGE = 8
 
 
@@ -159,7 +159,7 @@ class DeadlineError(KimiDeployError):
 
 
 class LockedError(KimiDeployError):
-    """Another kimi-deploy run holds the lock this one needs (exit 7); this run changed nothing."""
+    """Another kimi-deploy run holds the lock (exit 7); this run changed nothing."""
 
     exit_code = ExitCode.LOCKED
 

@@ -1,16 +1,18 @@
-"""Atomic file writes, the file-operation gateway and the lock: every file is either its old bytes or
-its new bytes, never half.
+"""Atomic file writes: every file is either its old bytes or its new bytes, never half.
 
-Writes go to a temporary file in the target's directory (``.<name>.XXXXXXXX.tmp``, :data:`TEMP_RE`),
-are fsynced, then ``os.replace``d over the target (POSIX rename is atomic within a file system).
+Writes go to a temporary file in the target's directory, are fsynced, then
+``os.replace``d over the target (POSIX rename is atomic within a file system).
 :func:`check_output_paths` refuses report paths up front, before a long run produces them.
-
-Every operation that changes a file or folder of the host (create, rename, link, unlink, mkdir,
-rmtree, chmod) goes through :func:`_mutation` first. With ``$KIMI_DEPLOY_TEST_KILL_AT=N`` the process
-SIGKILLs itself just before its N-th such operation (the fault-injection tests kill a run at every
-one in turn); ``$KIMI_DEPLOY_TEST_OPS_LOG=FILE`` appends one ``N op path`` line per operation.
+:func:`exclusive_lock` serialises kimi-deploy runs that change the same thing.
 An OSError becomes :class:`UsageError` (exit 2: permissions, a path in the way) or, when the file
-system itself refused (:data:`STORAGE_ERRNOS`), :class:`StorageError` (exit 8).
+system itself refused (:data:`STORAGE_ERRNOS`: disk full, read-only, I/O error),
+:class:`StorageError` (exit 8) with a hint about the disk (:func:`os_failure`).
+
+The kit's file writes and deletes go through this module (:func:`write_many_atomic`,
+:func:`remove`, :func:`remove_tree`), each announced to :func:`fault_point` first: the
+fault-injection tests set ``KIMI_DEPLOY_FAULT_KILL_AT=N`` to SIGKILL the process just before
+its N-th mutating operation (``KIMI_DEPLOY_FAULT_TRACE=FILE`` appends one line per operation,
+to count them). Both are test hooks; unset, they cost one environment lookup per operation.
 """
 
 from __future__ import annotations
@@ -29,36 +31,40 @@ from pathlib import Path
 
 from kimi_deploy.errors import KimiDeployError, LockedError, StorageError, UsageError
 
-#: Environment variable: SIGKILL this process just before its N-th mutating file operation (tests only).
-KILL_AT_ENV = "KIMI_DEPLOY_TEST_KILL_AT"
-#: Environment variable: append ``N op path`` for each mutating file operation to this file (tests only).
-OPS_LOG_ENV = "KIMI_DEPLOY_TEST_OPS_LOG"
-_ops_done = 0
+#: Test hook: SIGKILL this process just before its N-th mutating file operation (1-based).
+FAULT_KILL_ENV = "KIMI_DEPLOY_FAULT_KILL_AT"
+#: Test hook: append ``N OP PATH`` for every mutating file operation to this file.
+FAULT_TRACE_ENV = "KIMI_DEPLOY_FAULT_TRACE"
+_fault_count = 0
+
+
+def fault_point(op: str, path: str | os.PathLike[str]) -> None:
+    """Announce a mutating file operation ``op`` on ``path`` (see the module docstring).
+
+    Kills the process with SIGKILL (no cleanup, no ``finally``) when this is operation
+    number ``$KIMI_DEPLOY_FAULT_KILL_AT``; records it in ``$KIMI_DEPLOY_FAULT_TRACE`` first.
+    """
+    global _fault_count
+    trace, kill_at = os.environ.get(FAULT_TRACE_ENV), os.environ.get(FAULT_KILL_ENV)
+    if not trace and not kill_at:
+        return
+    _fault_count += 1
+    if trace:
+        with open(trace, "a", encoding="utf-8") as fh:
+            fh.write(f"{_fault_count} {op} {os.fspath(path)}\n")
+    if kill_at and kill_at.isdigit() and int(kill_at) == _fault_count:
+        os.kill(os.getpid(), signal.SIGKILL)
+
 
 #: errno values that mean the file system, not the input, is at fault (errno(3)).
 STORAGE_ERRNOS = {errno.ENOSPC: "the disk is full", errno.EDQUOT: "the disk quota is exhausted",
                   errno.EROFS: "the file system is read-only", errno.EIO: "the disk reported an I/O error"}
 
 #: A temporary file of :func:`write_many_atomic` (``tempfile.mkstemp``: 8 random characters) and the
-#: hard link :func:`_swap_in` keeps of a replaced target: leftovers of a killed run; group 1 is the
+#: hard link :func:`_swap_in` keeps of a replaced target: what a killed run leaves; group 1 is the
 #: target's file name.
 TEMP_RE = re.compile(r"\.(.+)\.[a-z0-9_]{8}\.tmp")
 BACKUP_LINK_RE = re.compile(r"\.(.+)\.[0-9]+\.bak")
-
-
-def _mutation(op: str, path: object) -> None:
-    """Called before every mutating file operation (the fault-injection point, see the module doc)."""
-    global _ops_done
-    kill_at = os.environ.get(KILL_AT_ENV)
-    log = os.environ.get(OPS_LOG_ENV)
-    if not kill_at and not log:
-        return
-    _ops_done += 1
-    if log:
-        with open(log, "a", encoding="utf-8") as fh:
-            fh.write(f"{_ops_done} {op} {path}\n")
-    if kill_at and _ops_done == int(kill_at):
-        os.kill(os.getpid(), signal.SIGKILL)
 
 
 def os_failure(exc: OSError, message: str, *, value: str, hint: str) -> KimiDeployError:
@@ -69,103 +75,144 @@ def os_failure(exc: OSError, message: str, *, value: str, hint: str) -> KimiDepl
     """
     cause = exc.strerror or str(exc)
     if exc.errno in STORAGE_ERRNOS:
-        where = value or "the target"
         return StorageError(f"{message}: {cause}", value=value,
-                            hint=f"{STORAGE_ERRNOS[exc.errno]} where {where} lives: free space (df -h), remount it "
-                                 "read-write or replace the disk, then run the same command again")
+                            hint=f"{STORAGE_ERRNOS[exc.errno]} where {value or 'the target'} lives: free space "
+                                 "(df -h), remount it read-write or replace the disk, then run the same command again")
     return UsageError(f"{message}: {cause}", value=value, hint=hint)
 
 
-def replace(src: str | Path, dst: str | Path) -> None:
-    """``os.replace`` through the gateway."""
-    _mutation("replace", dst)
-    os.replace(src, dst)
-
-
-def unlink(path: str | Path, *, missing_ok: bool = True) -> None:
-    """Remove a file through the gateway (absent is fine with ``missing_ok``)."""
-    _mutation("unlink", path)
-    try:
-        os.unlink(path)
-    except FileNotFoundError:
-        if not missing_ok:
-            raise
-
-
-def rmtree(path: Path) -> None:
-    """Remove a folder tree through the gateway (absent is fine; a symlink is unlinked, never followed)."""
-    _mutation("rmtree", path)
-    if path.is_symlink():
-        path.unlink()
-    else:
-        shutil.rmtree(path, ignore_errors=True)
-
-
-def mkdir(path: Path, *, mode: int = 0o755) -> None:
-    """``mkdir -p`` through the gateway."""
+def mkdir(path: Path) -> None:
+    """``mkdir -p path`` (announced to :func:`fault_point` when it creates something)."""
     if path.is_dir():
         return
-    _mutation("mkdir", path)
-    path.mkdir(parents=True, exist_ok=True, mode=mode)
+    fault_point("mkdir", path)
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise os_failure(exc, f"cannot create the folder {path}", value=str(path),
+                         hint="run as a user that can write there (root for /etc and /var)") from exc
 
 
 def rename(src: Path, dst: Path) -> None:
-    """``os.rename`` through the gateway."""
-    _mutation("rename", dst)
-    os.rename(src, dst)
+    """``os.rename`` (announced to :func:`fault_point`).
+
+    Raises:
+        UsageError / StorageError: the rename failed.
+    """
+    fault_point("rename", dst)
+    try:
+        os.rename(src, dst)
+    except OSError as exc:
+        raise os_failure(exc, f"cannot rename {src}", value=str(dst),
+                         hint="remove what is in the way, then run again") from exc
 
 
-#: Seconds a run waits for a lock another run holds (:func:`exclusive_lock`), then gives up.
+def remove(path: Path) -> bool:
+    """Delete the file ``path`` (a missing file is fine); whether it existed.
+
+    Raises:
+        UsageError: it exists and cannot be deleted.
+    """
+    if not os.path.lexists(path):
+        return False
+    fault_point("unlink", path)
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        return False
+    except OSError as exc:
+        raise os_failure(exc, f"cannot delete {path}", value=str(path),
+                         hint="run as a user that can write that directory") from exc
+    return True
+
+
+def remove_tree(path: Path) -> bool:
+    """Delete the folder ``path`` and everything under it (missing is fine); whether it existed.
+
+    Raises:
+        UsageError: it exists and cannot be deleted completely.
+    """
+    if not os.path.lexists(path):
+        return False
+    fault_point("rmtree", path)
+    try:
+        shutil.rmtree(path)
+    except FileNotFoundError:
+        return False
+    except OSError as exc:
+        raise os_failure(exc, f"cannot delete {path}", value=str(exc.filename or path),
+                         hint="run as a user that can write that directory") from exc
+    return True
+
+
+#: How long a second run waits for the lock before it gives up (seconds): long enough for a
+#: short verb to finish (a patch apply takes about a second), short enough for a unit's ExecStartPre.
 LOCK_WAIT_S = 10.0
+_LOCK_POLL_S = 0.1
+_UNAVAILABLE = {errno.EACCES, errno.EPERM, errno.EROFS}
 
 
 @contextlib.contextmanager
-def exclusive_lock(path: Path, *, what: str, wait: float | None = None, poll: float = 0.2,
+def exclusive_lock(path: Path, *, what: str, wait_s: float = LOCK_WAIT_S,
+                   unavailable_ok: bool = False,
                    clock: Callable[[], float] = time.monotonic,
-                   sleep: Callable[[float], None] = time.sleep) -> Iterator[None]:
-    """Hold an exclusive ``flock(2)`` on ``path`` (created 0600 when missing) for the ``with`` block.
+                   sleep: Callable[[float], None] = time.sleep) -> Iterator[Path | None]:
+    """Hold an exclusive ``flock(2)`` on the file ``path`` (created 0644 with its parents) for the block.
 
-    The kernel drops the lock when the holder exits, even by SIGKILL, so a killed run never
-    leaves a stale lock. The holder may unlink ``path`` (``uninstall --purge``): a waiter that then
-    gets the lock on the unlinked file notices (inode check) and locks the new one.
-    ``what`` names the locked thing in the error (``service kimi-k25``); ``wait`` (seconds, default
-    :data:`LOCK_WAIT_S`) is how long to retry every ``poll`` seconds; ``clock``/``sleep`` are injectable.
+    The kernel releases the lock when the holder exits, however it dies, so a killed run
+    never leaves a stale lock; the file itself stays (it holds the last holder's pid, for
+    the message). A second holder polls every 0.1 s for ``wait_s`` seconds (``clock`` and
+    ``sleep`` drive that wait; tests inject them), then gives up.
+
+    ``what``: the guarded thing, for the message (``"patch run on /opt/sglang/..."``).
+    ``unavailable_ok``: when this user cannot create or open the lock file (EACCES, EPERM,
+    EROFS: a read-only check by an unprivileged user), yield ``None`` instead of failing.
+
+    Yields:
+        ``path`` while held (``None``: see ``unavailable_ok``).
 
     Raises:
-        LockedError: still held by another process after ``wait`` seconds (exit 7).
-        UsageError / StorageError: the lock file cannot be created.
+        LockedError: another process held it for all of ``wait_s`` (exit 7).
+        UsageError: the lock file cannot be created or opened.
     """
-    wait = LOCK_WAIT_S if wait is None else wait
-    deadline = clock() + wait
-    while True:
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
-        except OSError as exc:
-            raise os_failure(exc, f"cannot create the lock file {path}", value=str(path),
-                             hint="run as a user who can write there (root for /etc)") from exc
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(fd)
-            if clock() >= deadline:
-                raise LockedError(f"another kimi-deploy run is working on {what}", value=str(path),
-                                  hint=f"wait until it has finished (`fuser -v {path}` names it) and run this "
-                                       "command again; nothing was changed") from None
-            sleep(poll)
-            continue
-        try:
-            same = os.fstat(fd).st_ino == os.stat(path).st_ino
-        except FileNotFoundError:
-            same = False
-        if not same:  # the previous holder removed the file: lock the current one
-            os.close(fd)
-            continue
-        try:
-            yield
-        finally:
-            os.close(fd)
-        return
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    except OSError as exc:
+        if unavailable_ok and exc.errno in _UNAVAILABLE:
+            yield None
+            return
+        raise UsageError(f"cannot open the lock file {path}: {exc.strerror}", value=str(path),
+                         hint="run as a user that can write that directory (usually root)") from exc
+    try:
+        deadline = clock() + wait_s
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if clock() >= deadline:
+                    holder = _lock_holder(fd)
+                    raise LockedError(
+                        f"another kimi-deploy {what} is running (waited {wait_s:g} s for its lock)",
+                        value=f"{path}" + (f" (held by pid {holder})" if holder else ""),
+                        hint="let it finish, then run this command again; nothing was changed (the lock goes "
+                             "away with the process that holds it, even when it is killed)") from None
+                sleep(_LOCK_POLL_S)
+        with contextlib.suppress(OSError):
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        yield path
+    finally:
+        os.close(fd)  # closing the last descriptor releases the flock
+
+
+def _lock_holder(fd: int) -> str:
+    with contextlib.suppress(OSError):
+        text = os.pread(fd, 32, 0).decode("ascii", "replace").strip()
+        if text.isdigit():
+            return text
+    return ""
 
 
 def check_output_paths(paths: Mapping[str, Path | None], *, unwritable_hint: str | None = None) -> None:
@@ -228,26 +275,26 @@ def write_many_atomic(files: Mapping[Path, bytes | str], *, mode: int = 0o644,
     staging removes the staged files and leaves every target as it was.
 
     Raises:
-        UsageError: a directory cannot be created or written.
+        UsageError: a directory cannot be created or written (permissions, a path in the way).
+        StorageError: the file system refused (disk full, read-only, I/O error); nothing was changed.
     """
     staged: list[tuple[str, Path]] = []
     try:
         for path, data in files.items():
             payload = data.encode() if isinstance(data, str) else data
-            mkdir(path.parent)
-            _mutation("create", path.parent / f".{path.name}.XXXXXXXX.tmp")
+            path.parent.mkdir(parents=True, exist_ok=True)
+            fault_point("create", path)
             fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
             staged.append((tmp, path))
             with os.fdopen(fd, "wb") as fh:
                 fh.write(payload)
                 fh.flush()
                 os.fsync(fh.fileno())
-            _mutation("chmod", tmp)
             os.chmod(tmp, (modes or {}).get(path, mode))
     except OSError as exc:
         for tmp, _ in staged:
             with contextlib.suppress(OSError):
-                unlink(tmp)
+                os.unlink(tmp)
         raise os_failure(exc, f"cannot write {exc.filename or 'output'}", value=str(exc.filename or ""),
                          hint="choose a directory you can write to (or fix its permissions); nothing was changed") \
             from exc
@@ -276,9 +323,9 @@ def _swap_in(staged: list[tuple[str, Path]]) -> None:
         for _, path in staged:
             if path.is_file():
                 backup = f"{path.parent}/.{path.name}.{os.getpid()}.bak"
-                if os.path.lexists(backup):
-                    unlink(backup)
-                _mutation("link", backup)
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(backup)
+                fault_point("link", backup)
                 os.link(path, backup)
                 backups[path] = backup
             else:
@@ -286,25 +333,27 @@ def _swap_in(staged: list[tuple[str, Path]]) -> None:
         done: list[Path] = []
         try:
             for tmp, path in staged:
-                replace(tmp, path)
+                fault_point("replace", path)
+                os.replace(tmp, path)
                 done.append(path)
         except OSError as exc:
             for path in done:
                 backup = backups.get(path)
                 if backup:
-                    replace(backup, path)
+                    os.replace(backup, path)
                     backups[path] = None
                 else:
                     with contextlib.suppress(OSError):
-                        unlink(path)
+                        os.unlink(path)
             for tmp, _ in staged:
                 with contextlib.suppress(OSError):
-                    unlink(tmp)
+                    os.unlink(tmp)
             target = str(exc.filename2 or exc.filename or "")
             raise os_failure(exc, f"cannot replace {target}", value=target,
                              hint="remove or rename what is in the way; every file was left as it was") from exc
     finally:
         for backup in backups.values():
             if backup:
+                fault_point("unlink", backup)
                 with contextlib.suppress(OSError):
-                    unlink(backup)
+                    os.unlink(backup)

@@ -45,7 +45,9 @@ def service_lock(layout: HostLayout, service: str, *, wait: float | None = None)
         LockedError: another run still holds it after ``wait`` seconds (default
             :data:`kimi_deploy.fsio.LOCK_WAIT_S`); exit 7.
     """
-    with fsio.exclusive_lock(layout.lock_file(service), what=f"service {service}", wait=wait):
+    wait_s = fsio.LOCK_WAIT_S if wait is None else wait
+    with fsio.exclusive_lock(layout.lock_file(service), what=f"install, uninstall or restart of service {service}",
+                             wait_s=wait_s):
         yield
 
 
@@ -475,7 +477,7 @@ def restore_backup(layout: HostLayout, backup: BackupSet, service_unit_host_path
     removed = []
     for hp, kind in backup.entries.items():
         if kind == "absent" and layout.under(hp).exists():
-            fsio.unlink(layout.under(hp))
+            fsio.remove(layout.under(hp))
             removed.append(hp)
     fsio.rename(backup.path, backup.path.with_name(backup.path.name + ".rolled-back"))
     return Restored(backup=backup.path, restored=sorted(hp for hp, k in backup.entries.items() if k == "replaced"),

@@ -337,7 +337,7 @@ def gather_uninstall_facts(layout: HostLayout, name: str | None) -> HostFacts:
     enabled = ({} if layout.is_host else
                {u: systemd.is_enabled(u, root=layout.root) for u in _unit_names(recorded)})
     kept = [r for r in (manifest, intent.manifest if intent else None, last) if r]
-    candidates = {layout.host_path(layout.service_backup_dir(name)), layout.host_path(layout.lock_file(name))}
+    candidates = {layout.host_path(layout.service_backup_dir(name))}
     for record in kept:
         candidates |= {record.state_dir, record.cache_dir}
         if record.api_key_file_created:
@@ -715,10 +715,6 @@ def _purge_steps(facts: HostFacts, svc: str, record: Manifest | None) -> tuple[l
                               when="after", path=layout.under(key)))
     if backups_hp in kept:
         steps.append(Step("remove-tree", f"--purge: remove the backups {backups_hp}", when="after", path=backups))
-    lock_hp = layout.host_path(layout.lock_file(svc))
-    if not steps and lock_hp in facts.exists:  # a purge killed after its last step: only the lock file is left
-        steps.append(Step("remove-file", f"--purge: remove the lock file {lock_hp}", when="after",
-                          path=layout.lock_file(svc)))
     return steps, kept, shared
 
 
@@ -892,14 +888,14 @@ def _run_step(step: Step, layout: HostLayout, ran: list[str], messages: list[str
         return
     elif step.kind == "remove-tree":
         assert step.path is not None
-        fsio.rmtree(step.path)
+        fsio.remove_tree(step.path)
     elif step.kind == "remove-file":
         assert step.path is not None
-        fsio.unlink(step.path)
+        fsio.remove(step.path)
     elif step.kind == "remove-cache-keys":
         assert step.path is not None
         for child in sorted(step.path.glob("sglang-*")):
-            fsio.rmtree(child)
+            fsio.remove_tree(child)
     messages.append(step.summary)
 
 
@@ -944,13 +940,13 @@ def apply(plan: Plan) -> ApplyResult:
     except BaseException:
         if backup is not None:
             with contextlib.suppress(KimiDeployError):
-                fsio.rmtree(backup.path)
+                fsio.remove_tree(backup.path)
         if created_key is not None:  # the key of a run that failed goes with it
-            with contextlib.suppress(OSError):
-                fsio.unlink(created_key)
+            with contextlib.suppress(KimiDeployError):
+                fsio.remove(created_key)
         if record is not None and intent_path is not None:
-            with contextlib.suppress(OSError):
-                fsio.unlink(intent_path)
+            with contextlib.suppress(KimiDeployError):
+                fsio.remove(intent_path)
         raise
     backup_path = backup.path if backup else None
     if changes:
@@ -958,12 +954,11 @@ def apply(plan: Plan) -> ApplyResult:
         try:
             for c in changes:
                 if c.action == "remove":
-                    fsio.unlink(c.path)
-        except OSError as exc:
+                    fsio.remove(c.path)
+        except KimiDeployError as exc:
             restore_backup(layout, backup, "")
-            where = layout.describe(layout.host_path(Path(exc.filename))) if exc.filename else ""
-            raise fsio.os_failure(exc, f"{plan.operation} failed midway and was rolled back", value=where,
-                                  hint="fix the cause (permissions? a folder in the way?) and run again") from exc
+            exc.message = f"{plan.operation} failed midway and was rolled back: {exc.message}"
+            raise
         saved = layout.host_path(backup.path)
         if plan.operation == "install":
             messages.append(f"install: {count_files(len(changes))} changed; the previous versions are kept for "
@@ -974,13 +969,10 @@ def apply(plan: Plan) -> ApplyResult:
         else:
             messages.append(f"uninstall: removed {count_files(len(changes))}; copies kept in {saved}")
     if intent_path is not None and (record is not None or plan.stale_intent):
-        fsio.unlink(intent_path)
+        fsio.remove(intent_path)
     for step in plan.steps:
         if step.when == "after":
             _run_step(step, layout, ran, messages)
-    if plan.operation == "uninstall" and plan.service and any(
-            st.kind == "remove-tree" and st.path == layout.service_backup_dir(plan.service) for st in plan.steps):
-        fsio.unlink(layout.lock_file(plan.service))  # purged: nothing of the service stays, its lock file neither
     return ApplyResult(plan, backup_path, tuple(ran), tuple(messages))
 
 

@@ -178,7 +178,8 @@ class HostLayout:
 
     def lock_file(self, service: str) -> Path:
         """``/etc/kimi-deploy/.<service>.lock``: held by ``install``/``uninstall``/``restart`` of the service
-        (:func:`kimi_deploy.fsio.exclusive_lock`)."""
+        (:func:`kimi_deploy.hostfiles.service_lock`); it stays after ``uninstall --purge`` (the pid of its
+        last holder, nothing else)."""
         return self.config_dir / f".{service}.lock"
 
     def service_backup_dir(self, service: str) -> Path:

@@ -1,8 +1,8 @@
 """install/uninstall under hard kills, concurrent runs, hostile paths and a failing disk.
 
 The fault-injection harness runs the real CLI in a forked child (the kit already imported, so a
-run costs milliseconds, not an interpreter start) with ``$KIMI_DEPLOY_TEST_KILL_AT=N``: the child
-SIGKILLs itself just before its N-th mutating file operation (:func:`kimi_deploy.fsio._mutation`).
+run costs milliseconds, not an interpreter start) with ``$KIMI_DEPLOY_FAULT_KILL_AT=N``: the child
+SIGKILLs itself just before its N-th mutating file operation (:func:`kimi_deploy.fsio.fault_point`).
 For every N until a run completes, the next plain run must end in a recorded, verified state:
 every file the manifest lists holds the recorded bytes, no temp/rename leftovers, no intent
 record, and a further run plans nothing. Real ``systemctl --root`` on a tmp tree.
@@ -40,10 +40,10 @@ def fork_cli(args: list[str], *, kill_at: int | None = None) -> int:
     if pid == 0:  # child: never return into pytest
         code = 70
         try:
-            fsio._ops_done = 0
-            os.environ.pop(fsio.KILL_AT_ENV, None)
+            fsio._fault_count = 0
+            os.environ.pop(fsio.FAULT_KILL_ENV, None)
             if kill_at is not None:
-                os.environ[fsio.KILL_AT_ENV] = str(kill_at)
+                os.environ[fsio.FAULT_KILL_ENV] = str(kill_at)
             devnull = os.open(os.devnull, os.O_WRONLY)
             os.dup2(devnull, 1)
             os.dup2(devnull, 2)
@@ -82,8 +82,8 @@ def assert_installed(root: Path, profile: Path) -> None:
 
 
 def assert_uninstalled(root: Path) -> None:
-    """No file of the service left (its lock file included); empty folders may stay."""
-    assert snapshot(root) == {}
+    """No file of the service left but its lock file (the last holder's pid); empty folders may stay."""
+    assert list(snapshot(root)) in ([], ["etc/kimi-deploy/.kimi-test.lock"])
 
 
 def install_args(profile: Path, root: Path, *extra: str) -> list[str]:
@@ -167,11 +167,11 @@ def test_an_uninstall_purge_killed_at_every_file_operation_is_finished_by_the_ne
 def test_a_run_killed_after_creating_the_key_records_it_for_purge(root, profiles, tmp_path):
     v1, _ = profiles
     log = tmp_path / "ops.log"
-    os.environ[fsio.OPS_LOG_ENV] = str(log)
+    os.environ[fsio.FAULT_TRACE_ENV] = str(log)
     try:
         assert fork_cli(install_args(v1, root)) == 0
     finally:
-        del os.environ[fsio.OPS_LOG_ENV]
+        del os.environ[fsio.FAULT_TRACE_ENV]
     ops = log.read_text().splitlines()
     after_key = next(i for i, line in enumerate(ops, 1) if "kimi-test.api-key" in line and " replace " in line) + 1
     shutil.rmtree(root)
@@ -185,14 +185,14 @@ def test_a_run_killed_after_creating_the_key_records_it_for_purge(root, profiles
 
 def test_a_failed_install_takes_the_key_it_created_with_it(cli_runner, root, profiles, monkeypatch):
     v1, _ = profiles
-    real = fsio.replace
+    real = os.replace
 
     def full_disk(src, dst):
         if str(dst).endswith(".service"):
             raise OSError(errno.ENOSPC, "No space left on device", str(dst))
         return real(src, dst)
 
-    monkeypatch.setattr(fsio, "replace", full_disk)
+    monkeypatch.setattr(os, "replace", full_disk)
     result = cli_runner.invoke(cli, install_args(v1, root), catch_exceptions=False)
     assert result.exit_code == ExitCode.STORAGE, result.output + result.stderr
     assert "No space left on device" in result.stderr and "df -h" in result.stderr
@@ -249,7 +249,6 @@ def test_a_second_run_on_a_locked_service_waits_then_exits_7_and_changes_nothing
                                                                                 monkeypatch):
     v1, v2 = profiles
     assert cli_runner.invoke(cli, install_args(v1, root)).exit_code == 0
-    before = snapshot(root)
     slept = []
     clock = iter(range(0, 1000)).__next__
     real_lock = fsio.exclusive_lock
@@ -259,13 +258,14 @@ def test_a_second_run_on_a_locked_service_waits_then_exits_7_and_changes_nothing
 
     layout = HostLayout(root)
     with fsio.exclusive_lock(layout.lock_file("kimi-test"), what="test"):
+        before = snapshot(root)
         monkeypatch.setattr(fsio, "exclusive_lock", fake_clock_lock)
         for args in (install_args(v2, root), ["uninstall", "--root", str(root)]):
             result = cli_runner.invoke(cli, args)
             assert result.exit_code == ExitCode.LOCKED, result.output + result.stderr
-            assert "another kimi-deploy run is working on service kimi-test" in result.stderr
+            assert "install, uninstall or restart of service kimi-test is running" in result.stderr
             assert snapshot(root) == before
-        assert slept and all(s == 0.2 for s in slept)
+        assert len(slept) >= 10  # it waited (on the injected clock) before giving up
         # a dry run only reads: it takes no lock
         assert cli_runner.invoke(cli, install_args(v2, root) + ["--dry-run"]).exit_code == 0
     monkeypatch.setattr(fsio, "exclusive_lock", real_lock)
