@@ -361,7 +361,7 @@ def _change(facts: HostFacts, host_path: str, desired: bytes | None, force: bool
             manifest: Manifest | None = None) -> FileChange:
     """Plan one target from its bytes in ``facts``. ``others``: host path -> service, the files other
     services' manifests list; ``manifest``: the record to classify against (default ``facts.manifest``)."""
-    path = facts.layout.under(host_path)
+    path = facts.layout.join(host_path)
     current = facts.files.get(host_path)
     record = facts.manifest if manifest is None else manifest
     own = classify(host_path, current, desired, record, needs_header=needs_header, intent=facts.intent)
@@ -433,7 +433,7 @@ def _api_key_step(facts: HostFacts, notes: list[str]) -> Step | None:
     key = facts.key
     if key is None:
         return None
-    path = facts.layout.under(key.host_path)
+    path = facts.layout.join(key.host_path)
     if not key.exists:
         return Step("api-key", f"create the API key file {key.host_path} with a random key (mode 0600, owner root)",
                     path=path)
@@ -458,7 +458,7 @@ def _stale_steps(facts: HostFacts) -> list[Step]:
     for hp in facts.stale:
         is_backup_set = not Path(hp).name.startswith(".")
         steps.append(Step("remove-tree" if is_backup_set else "remove-file",
-                          f"remove {hp} (left by an interrupted kimi-deploy run)", path=facts.layout.under(hp)))
+                          f"remove {hp} (left by an interrupted kimi-deploy run)", path=facts.layout.join(hp)))
     return steps
 
 
@@ -572,7 +572,7 @@ def plan_install_from(profile: Profile, facts: HostFacts, files: Mapping[str, by
     if not paths.is_within(profile.cache_root, paths.service_cache_dir(svc.name)) \
             and profile.cache_root not in facts.dirs:
         steps.append(Step("mkdir", f"create the cache folder {profile.cache_root} (ReadWritePaths= must exist)",
-                          path=layout.under(profile.cache_root),
+                          path=layout.join(profile.cache_root),
                           owner=(svc.user, svc.group) if layout.is_host else None))
     key_step = _api_key_step(facts, notes)
     if key_step:
@@ -590,7 +590,7 @@ def plan_install_from(profile: Profile, facts: HostFacts, files: Mapping[str, by
     if orphan_key and orphan_key != key_hp and orphan_key != (old.api_key_file_created if old else None) \
             and not facts.claims.users(orphan_key) and orphan_key in facts.exists:
         steps.append(Step("remove-file", f"remove the API key file {orphan_key} an interrupted install created",
-                          path=layout.under(orphan_key)))
+                          path=layout.join(orphan_key)))
     manifest = Manifest(kimi_deploy_version=__version__, service=svc.name, profile_sha256=profile.digest(),
                         sglang_version=version, files={hp: FileRecord(sha256=sha256(b)) for hp, b in files.items()},
                         api_key_file_created=created_key, api_key_file=key_hp,
@@ -689,18 +689,18 @@ def _purge_steps(facts: HostFacts, svc: str, record: Manifest | None) -> tuple[l
         elif record.state_dir in facts.exists:
             kept.append(record.state_dir)
             steps.append(Step("remove-tree", f"--purge: remove the state folder {record.state_dir}", when="after",
-                              path=layout.under(record.state_dir)))
+                              path=layout.join(record.state_dir)))
         if in_use(record.cache_dir, "cache folder"):
             pass
         elif record.cache_dir in facts.exists:
             kept.append(record.cache_dir)
             if record.cache_dir.rstrip("/") == paths.service_cache_dir(svc):
                 steps.append(Step("remove-tree", f"--purge: remove the cache folder {record.cache_dir}",
-                                  when="after", path=layout.under(record.cache_dir)))
+                                  when="after", path=layout.join(record.cache_dir)))
             else:
                 steps.append(Step("remove-cache-keys",
                                   f"--purge: remove the sglang-* cache folders in {record.cache_dir} "
-                                  "(the folder itself is yours)", when="after", path=layout.under(record.cache_dir)))
+                                  "(the folder itself is yours)", when="after", path=layout.join(record.cache_dir)))
     keys = [record.api_key_file_created] if record and record.api_key_file_created else []
     if facts.intent and facts.intent.api_key_created and facts.intent.api_key_created not in keys:
         keys.append(facts.intent.api_key_created)
@@ -712,7 +712,7 @@ def _purge_steps(facts: HostFacts, svc: str, record: Manifest | None) -> tuple[l
         if not in_use(key, "API key file") and key in facts.exists:
             kept.append(key)
             steps.append(Step("remove-file", f"--purge: remove the API key file {key} (kimi-deploy created it)",
-                              when="after", path=layout.under(key)))
+                              when="after", path=layout.join(key)))
     if backups_hp in kept:
         steps.append(Step("remove-tree", f"--purge: remove the backups {backups_hp}", when="after", path=backups))
     return steps, kept, shared

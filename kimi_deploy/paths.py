@@ -114,6 +114,10 @@ class HostLayout:
 
     root: Path = Path("/")
 
+    def __post_init__(self) -> None:
+        # resolved once, here: planners ask is_host and must not touch the file system
+        object.__setattr__(self, "_is_host", Path(self.root).resolve() == Path("/"))
+
     def _under(self, host_path: str) -> Path:
         return self.root / host_path.lstrip("/")
 
@@ -139,6 +143,17 @@ class HostLayout:
                                  hint=f"replace the symlink inside {self.root} by a folder, or use a path that "
                                       "stays in the tree")
         return local
+
+    def join(self, host_path: str) -> Path:
+        """``root`` joined with ``host_path``, lexically (no file system access: the planners' form).
+
+        ``host_path`` must be normalised (:func:`check_host_path`); the symlink check of
+        :meth:`under` is the fact gatherers' (every path a plan names was read through it first).
+
+        Raises:
+            UsageError: the path is not normalised (exit 2).
+        """
+        return self._under(check_host_path(host_path))
 
     @property
     def systemd_dir(self) -> Path:
@@ -203,7 +218,7 @@ class HostLayout:
     @property
     def is_host(self) -> bool:
         """True when ``root`` is ``/``: systemctl talks to the running manager, not ``--root``."""
-        return self.root.resolve() == Path("/")
+        return self._is_host  # type: ignore[attr-defined]
 
     def describe(self, host_path: str) -> str:
         """``host_path`` for a message that stands alone (an error): the host path, and the root
