@@ -179,3 +179,26 @@ def test_planners_never_touch_the_disk(profile, monkeypatch):
         monkeypatch.undo()
     assert calls == []
     assert p.changes and u.files and u.steps
+
+
+def test_status_is_computed_from_facts(profile):
+    from kimi_deploy.readiness import Probe
+    from kimi_deploy.status import StatusFacts, status_from
+    from kimi_deploy.systemd import parse_show
+
+    files, version = desired_files(profile)
+    manifest = plan(profile, facts_for(HOST))[0].intent.manifest
+    unit = "/etc/systemd/system/kimi-test.service"
+    on_disk = {**files, unit: b"edited", "/etc/kimi-deploy/kimi-test.env": None}
+    facts = StatusFacts(NOWHERE, on_disk, parse_show("ActiveState=failed\nSubState=failed\nResult=exit-code\n"),
+                        None, None, Probe(False, "/health_generate", None, "connection refused"),
+                        None, {"state": "applied"}, {"path": "/var/lib/kimi-test/check-report.json",
+                                                     "modified_at": "2025-01-01T00:00:00+00:00", "exit_code": 1,
+                                                     "counts": {"fail": 2}})
+    report = status_from(profile, manifest, facts)
+    assert report.files[unit] == "modified" and report.files["/etc/kimi-deploy/kimi-test.env"] == "missing"
+    text = "\n".join(report.problems)
+    for expected in (f"{unit} was changed after install", "kimi-deploy/kimi-test.env is missing",
+                     "kimi-test.service is failed/failed", "is not ready", "the last nightly check failed"):
+        assert expected in text
+    assert report.exit_code == 1
