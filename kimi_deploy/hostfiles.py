@@ -79,9 +79,8 @@ class Manifest(BaseModel):
     ``files`` maps host path -> :class:`FileRecord`. ``api_key_file_created`` is the host path
     of the API key file when ``install`` created it (``uninstall --purge`` removes only that one,
     and only while no other installed service names it). ``api_key_file`` is the key file the
-    service reads, created or not (another service's purge keeps it; ``None`` in manifests of
-    kits before 0.x, whose profile copy still names it). ``cache_dir``/``state_dir`` are host
-    paths ``uninstall --purge`` may clean.
+    service reads, created or not (another service's purge keeps it; ``None``: the profile has
+    none). ``cache_dir``/``state_dir`` are host paths ``uninstall --purge`` may clean.
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -240,8 +239,7 @@ class Claims:
     def files(self) -> dict[str, str]:
         """Host path -> service for every file another service's manifest lists.
 
-        Such a file is never overwritten or removed on behalf of this service (before the check
-        units were per service, two services shared ``kimi-deploy-check.*``).
+        Such a file is never overwritten or removed on behalf of this service: the plan refuses it.
         """
         return {hp: owners[0] for hp, users in self.paths.items()
                 if (owners := [svc for svc, what in users if what == "file"])}
