@@ -15,6 +15,7 @@ import os
 import re
 import shutil
 import signal
+import time
 from pathlib import Path
 
 import pytest
@@ -34,8 +35,12 @@ KEY = "etc/kimi-deploy/kimi-test.api-key"
 LEFTOVER = re.compile(r"\..+\.([a-z0-9_]{8}\.tmp|[0-9]+\.bak)$")
 
 
-def fork_cli(args: list[str], *, kill_at: int | None = None) -> int:
-    """Run ``kimi-deploy ARGS`` in a forked child; its exit status, or ``-signal`` when killed."""
+#: A child that has not exited after this many seconds is hung (not slow): it is killed and the test fails.
+HANG_GUARD_S = 600
+
+
+def spawn_cli(args: list[str], *, kill_at: int | None = None) -> int:
+    """Start ``kimi-deploy ARGS`` in a forked child (output discarded); its pid."""
     pid = os.fork()
     if pid == 0:  # child: never return into pytest
         code = 70
@@ -54,8 +59,26 @@ def fork_cli(args: list[str], *, kill_at: int | None = None) -> int:
                 code = exc.code if isinstance(exc.code, int) else 1
         finally:
             os._exit(code)
-    _, status = os.waitpid(pid, 0)
-    return -os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
+    return pid
+
+
+def reap(pid: int) -> int:
+    """The child's exit status, or ``-signal`` when it was killed."""
+    deadline = time.monotonic() + HANG_GUARD_S
+    while True:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            return -os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
+        if time.monotonic() > deadline:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+            pytest.fail(f"kimi-deploy child {pid} hung")
+        time.sleep(0.01)
+
+
+def fork_cli(args: list[str], *, kill_at: int | None = None) -> int:
+    """Run ``kimi-deploy ARGS`` in a forked child; its exit status, or ``-signal`` when killed."""
+    return reap(spawn_cli(args, kill_at=kill_at))
 
 
 def leftovers(root: Path) -> list[str]:
@@ -297,24 +320,8 @@ def test_restart_takes_the_same_lock(root, profiles, fake_systemd):
 def test_two_concurrent_installs_of_one_service_end_in_one_recorded_state(root, profiles):
     v1, v2 = profiles
     for _ in range(3):
-        pids = []
-        for profile in (v1, v2):
-            pid = os.fork()
-            if pid == 0:
-                code = 70
-                try:
-                    devnull = os.open(os.devnull, os.O_WRONLY)
-                    os.dup2(devnull, 1)
-                    os.dup2(devnull, 2)
-                    try:
-                        cli.main(args=install_args(profile, root), prog_name="kimi-deploy")
-                        code = 0
-                    except SystemExit as exc:
-                        code = exc.code if isinstance(exc.code, int) else 1
-                finally:
-                    os._exit(code)
-            pids.append(pid)
-        codes = [os.WEXITSTATUS(os.waitpid(pid, 0)[1]) for pid in pids]
+        pids = [spawn_cli(install_args(profile, root)) for profile in (v1, v2)]
+        codes = [reap(pid) for pid in pids]
         assert set(codes) <= {0, ExitCode.LOCKED}, codes
         layout = HostLayout(root)
         manifest = hostfiles.load_manifest(layout, "kimi-test")
