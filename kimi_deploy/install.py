@@ -525,7 +525,7 @@ def desired_files(profile: Profile, sglang_version: str | None = None) -> tuple[
     rendered = render(profile, sglang_version)
     files = {target_host_path(name): text.encode() for name, text in rendered.files.items()}
     header = file_header(profile, rendered.launch.sglang_version)
-    files[f"{paths.ETC_DIR}/{profile.service.name}.toml"] = profile_toml(profile, header).encode()
+    files[paths.service_profile_copy(profile.service.name)] = profile_toml(profile, header).encode()
     return files, rendered.launch.sglang_version
 
 

@@ -73,6 +73,11 @@ def kit_templates_dir() -> Path:
     return _PACKAGE_DIR / "templates"
 
 
+#: Host paths of the installed configuration, used inside rendered units.
+ETC_DIR = "/etc/kimi-deploy"
+SYSTEMD_DIR = "/etc/systemd/system"
+
+
 def service_state_dir(service: str) -> str:
     """``/var/lib/<service>``: host path of a service's state folder (systemd ``StateDirectory=<service>``)."""
     return f"/var/lib/{service}"
@@ -81,6 +86,21 @@ def service_state_dir(service: str) -> str:
 def service_cache_dir(service: str) -> str:
     """``/var/cache/<service>``: host path of a service's default cache root (systemd ``CacheDirectory=<service>``)."""
     return f"/var/cache/{service}"
+
+
+def service_env_file(service: str) -> str:
+    """``/etc/kimi-deploy/<service>.env``: host path of the server unit's ``EnvironmentFile=``."""
+    return f"{ETC_DIR}/{service}.env"
+
+
+def service_profile_copy(service: str) -> str:
+    """``/etc/kimi-deploy/<service>.toml``: host path of the installed profile (the check unit reads it)."""
+    return f"{ETC_DIR}/{service}.toml"
+
+
+def service_check_report(service: str) -> str:
+    """``/var/lib/<service>/check-report.json``: host path of the nightly check's JSON report."""
+    return f"{service_state_dir(service)}/check-report.json"
 
 
 def is_within(host_path: str, folder: str) -> bool:
@@ -179,8 +199,8 @@ class HostLayout:
         return self.systemd_dir / unit
 
     def profile_copy(self, service: str) -> Path:
-        """``/etc/kimi-deploy/<service>.toml``: the installed profile the nightly check unit reads."""
-        return self.config_dir / f"{service}.toml"
+        """``/etc/kimi-deploy/<service>.toml`` (:func:`service_profile_copy`): the installed profile."""
+        return self._under(service_profile_copy(service))
 
     def manifest(self, service: str) -> Path:
         """``/etc/kimi-deploy/<service>.manifest.json``: what ``install`` wrote, with sha256 of each file."""
@@ -203,7 +223,7 @@ class HostLayout:
 
     def check_report(self, service: str) -> Path:
         """``/var/lib/<service>/check-report.json``: the nightly check's last JSON report."""
-        return self.state_dir(service) / "check-report.json"
+        return self._under(service_check_report(service))
 
     @property
     def passwd(self) -> Path:
@@ -232,7 +252,3 @@ class HostLayout:
         rel = path.relative_to(self.root).as_posix()
         return "/" if rel == "." else "/" + rel
 
-
-#: Host paths of the installed configuration, used inside rendered units.
-ETC_DIR = "/etc/kimi-deploy"
-SYSTEMD_DIR = "/etc/systemd/system"
