@@ -58,8 +58,8 @@ def test_an_empty_host_plans_every_file_the_user_the_key_and_enabling(profile):
     assert argv[0][:2] == ("groupadd", "--system") and argv[1][0] == "useradd"
     assert "--home-dir" in argv[1] and "/var/lib/kimi-test" in argv[1]
     assert [s.kind for s in p.steps if s.kind == "api-key"] == ["api-key"]
-    assert ("systemctl", "enable", "kimi-test.service", "kimi-deploy-check@kimi-test.timer") in argv
-    assert ("systemctl", "start", "kimi-deploy-check@kimi-test.timer") in argv
+    assert ("systemctl", "enable", "--", "kimi-test.service", "kimi-deploy-check@kimi-test.timer") in argv
+    assert ("systemctl", "start", "--", "kimi-deploy-check@kimi-test.timer") in argv
     assert p.intent.api_key_created == KEY and p.intent.manifest.api_key_file_created == KEY
 
 
