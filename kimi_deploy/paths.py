@@ -178,12 +178,12 @@ class HostLayout:
     @property
     def systemd_dir(self) -> Path:
         """``/etc/systemd/system``: where the units go."""
-        return self._under("/etc/systemd/system")
+        return self._under(SYSTEMD_DIR)
 
     @property
     def config_dir(self) -> Path:
         """``/etc/kimi-deploy``: env files, the installed profile, backups."""
-        return self._under("/etc/kimi-deploy")
+        return self._under(ETC_DIR)
 
     @property
     def backup_dir(self) -> Path:

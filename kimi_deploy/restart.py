@@ -48,15 +48,6 @@ class CheckSummary:
         return dataclasses.asdict(self)
 
 
-def read_api_key(profile: Profile, layout: HostLayout) -> str | None:
-    """The profile's API key (:func:`kimi_deploy.apikey.profile_key`); None when it has none.
-
-    Raises:
-        UsageError: the file is set but unreadable or empty (exit 2).
-    """
-    return apikey.profile_key(profile.sglang.api_key_file, layout)
-
-
 def run_fast_checks(profile: Profile, api_key: str | None, timeout: float = 60.0) -> CheckSummary:
     """Run the ``health.*``, ``config.*`` and ``parser.*`` checks of ``kimi-deploy check`` against the profile's server.
 
@@ -161,7 +152,7 @@ def restart(profile: Profile, layout: HostLayout, *, wait: bool = False, timeout
         LockedError: an install, uninstall or restart of the service is running (exit 7); it holds
             :func:`kimi_deploy.hostfiles.service_lock` for its whole run, and so does this one.
     """
-    api_key = read_api_key(profile, layout) if wait else None
+    api_key = apikey.profile_key(profile.sglang.api_key_file, layout) if wait else None
     with service_lock(layout, profile.service.name):
         return _restart(profile, layout, api_key=api_key, wait=wait, timeout=timeout,
                         rollback_on_failure=rollback_on_failure, poll_interval=poll_interval, on_poll=on_poll,
@@ -201,7 +192,7 @@ def _restart(profile: Profile, layout: HostLayout, *, api_key: str | None, wait:
     say(f"restarting {svc}.service with the previous files")
     previous = profile_after_rollback(layout, svc, profile)
     try:
-        previous_key = read_api_key(previous, layout)
+        previous_key = apikey.profile_key(previous.sglang.api_key_file, layout)
     except KimiDeployError as exc:
         notes.append(f"the previous version's API key is unreadable ({exc.message}); checking it without a key")
         previous_key = None

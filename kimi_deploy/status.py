@@ -27,7 +27,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from kimi_deploy import systemd
+from kimi_deploy import apikey, systemd
 from kimi_deploy.errors import ExitCode, KimiDeployError
 from kimi_deploy.hostfiles import Manifest, read_bytes, sha256
 from kimi_deploy.patching import status as series_status
@@ -35,7 +35,6 @@ from kimi_deploy.paths import HostLayout
 from kimi_deploy.profile import Profile
 from kimi_deploy.readiness import Probe, get_json, probe_ready
 from kimi_deploy.render import check_unit, render
-from kimi_deploy.restart import read_api_key
 
 #: Options whose value is a secret (SGLang 0.5.23 ``--api-key``, ``--admin-api-key``).
 SECRET_OPTIONS = ("--api-key", "--admin-api-key")
@@ -266,7 +265,7 @@ def gather_status_facts(profile: Profile, layout: HostLayout, manifest: Manifest
         unit_error = exc
     api_key = key_error = None
     try:
-        api_key = read_api_key(profile, layout)
+        api_key = apikey.profile_key(profile.sglang.api_key_file, layout)
     except KimiDeployError as exc:
         key_error = exc
     probe = probe_ready(profile.base_url, api_key)
