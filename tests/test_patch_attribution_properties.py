@@ -5,8 +5,8 @@ tool sets from a pool of names that collide on purpose (a name plus ``_2``, ``st
 dotted name and its sanitised twin, tools named ``call`` or ``functions``, non-ASCII names), schemas
 sharing argument keys, ids in every named form, client-minted ids, words posing as ids
 (``call_read``), arbitrary id text; one to three calls, with or without the section markers, with
-``<|tool_call_end|>`` missing before the next call or the section end, the last call cut off by
-the end of the output. Each output runs through SGLang's own parser in the patched 0.5.23 copy
+``<|tool_call_end|>`` missing before the next call or the section end, in one section or several,
+the last call cut off by the end of the output. Each output runs through SGLang's own parser in the patched 0.5.23 copy
 (tests/patch_scripts/kimi_worker.py), non-streaming and in three chunkings.
 
 The oracle is the rule as production.md section 4 writes it, not the patch's code:
@@ -211,6 +211,8 @@ def outputs(draw):
             return tools, raw, want, prefix
         if not last:
             raw += draw(ws)
+            if sectioned and draw(st.booleans()):  # a new section for the next call (several sections)
+                raw += E + B
     if sectioned:
         raw += E
     return tools, raw, want, prefix
