@@ -21,6 +21,7 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from kimi_deploy import paths
 from kimi_deploy.profile import Profile
 
 #: Default running-request limit of SGLang with EAGLE/EAGLE3 and no --max-running-requests (options.py comment).
@@ -242,8 +243,8 @@ def alerts(st: Settings) -> list[Alert]:
               f"({st.start_minutes} min): the model never finished loading."),
         Alert("KimiNightlyCheckFailed", f"kimi_deploy_check_exit_code{c} != 0", "0m", "page",
               "The last kimi-deploy check failed (exit {{ $value }})",
-              "Exit 1: a check failed; exit 3: the server was unreachable. The JSON report in /var/lib/"
-              f"{st.service}/check-report.json names each failing check and its evidence."),
+              "Exit 1: a check failed; exit 3: the server was unreachable. The JSON report in "
+              f"{paths.service_check_report(st.service)} names each failing check and its evidence."),
         Alert("KimiNightlyCheckStale",
               f"time() - kimi_deploy_check_last_run_timestamp_seconds{c} > {st.check_max_age_hours * 3600}",
               "0m", "ticket", f"The last kimi-deploy check ran more than {st.check_max_age_hours} h ago",
