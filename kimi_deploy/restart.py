@@ -15,8 +15,6 @@ from collections.abc import Callable
 from typing import Any
 
 from kimi_deploy import systemd
-from kimi_deploy.check import CheckOptions, run_checks
-from kimi_deploy.check.runner import read_api_key as read_key_file
 from kimi_deploy.errors import ExitCode, KimiDeployError, UsageError
 from kimi_deploy.hostfiles import Restored, list_backups, restore_backup
 from kimi_deploy.paths import HostLayout
@@ -56,6 +54,8 @@ def read_api_key(profile: Profile, layout: HostLayout) -> str | None:
         UsageError: the file is set but unreadable or empty (exit 2); the value names the host path
             (and the ``--root`` tree once).
     """
+    from kimi_deploy.check.runner import read_api_key as read_key_file  # check imports openai: only when needed
+
     host_path = profile.sglang.api_key_file
     if not host_path:
         return None
@@ -76,6 +76,8 @@ def run_fast_checks(profile: Profile, api_key: str | None, timeout: float = 60.0
     Raises:
         UsageError / ProfileError: from :func:`kimi_deploy.check.run_checks` (a bad base URL).
     """
+    from kimi_deploy.check import CheckOptions, run_checks  # imports openai (about 0.5 s): only when checking
+
     report = run_checks(CheckOptions(
         base_url=profile.base_url, model=profile.sglang.served_model_name or profile.sglang.model_path,
         api_key=api_key, profile=profile, only=list(FAST_TIER), timeout=timeout))
