@@ -175,7 +175,7 @@ def test_patched_configured_server_passes_every_check(patched, tmp_path):
     assert bad == [], bad
     assert result.exit_code == ExitCode.OK
     assert doc["summary"]["pass"] == len(doc["checks"]) >= 48
-    assert doc["duration_s"] < 60
+    assert doc["duration_s"] >= sum(c["duration_s"] for c in doc["checks"]) - 0.005  # the run covers its checks
     assert 'kimi_deploy_check_exit_code 0' in (out / "c.prom").read_text()
     assert 'failures="0"' in (out / "r.xml").read_text()
 
@@ -204,7 +204,7 @@ def test_unpatched_server_passes_everything_but_the_foreign_id_round_trips(repla
     assert failed == {f"contract.id_roundtrip.{s}.{m}" for s in DROPPED_STYLES for m in ("nonstream", "stream")}
     assert doc["server"] == {"version": "0.5.23", "tool_call_parser": "kimi_k2", "reasoning_parser": "kimi_k2",
                              "served_model_name": "moonshotai/Kimi-K2.5"}
-    assert doc["duration_s"] < 60
+    assert doc["duration_s"] >= sum(c["duration_s"] for c in doc["checks"]) - 0.005  # the run covers its checks
     assert "contract.id_roundtrip.sanitised.stream" in result.stdout  # the table
 
 
