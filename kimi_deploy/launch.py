@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from packaging.version import Version
 
 from kimi_deploy import versions
+from kimi_deploy.argv import flag_groups
 from kimi_deploy.errors import UnsupportedVersionError
 from kimi_deploy.profile import Profile
 
@@ -46,15 +47,9 @@ class LaunchSpec:
         return self.argv[3:]
 
     def flag_groups(self) -> list[tuple[str, ...]]:
-        """:attr:`server_args` grouped for display: each flag with its value, if it takes one."""
-        args = list(self.server_args)
-        groups: list[tuple[str, ...]] = []
-        i = 0
-        while i < len(args):
-            takes_value = i + 1 < len(args) and not args[i + 1].startswith("--")
-            groups.append(tuple(args[i:i + 2]) if takes_value else (args[i],))
-            i += 2 if takes_value else 1
-        return groups
+        """:attr:`server_args` grouped for display: each flag with its value, if it takes one
+        (:func:`kimi_deploy.argv.flag_groups`)."""
+        return flag_groups(self.server_args)
 
     def shell_command(self) -> str:
         """The command as a POSIX shell line a user can paste (``env K=V ... python -m ...``), one flag a line."""
