@@ -119,11 +119,8 @@ def build_target(sglang_python: str, directory: Path) -> Path:
 @pytest.fixture(scope="session")
 def patched(sglang_python, tmp_path_factory):
     """The replay server on a copy of SGLang with the kit's default patch series applied."""
-    try:
-        from kimi_deploy import patching
-    except ImportError:
-        pytest.skip("kimi_deploy.patching (issue #4, the patch series) is not in this branch yet; "
-                    "the lead wires it at merge")
+    from kimi_deploy import patching
+
     root = tmp_path_factory.mktemp("patched-target")
     python = build_target(sglang_python, root / "venv")
     patching.apply(str(python), state_dir=root / "state")

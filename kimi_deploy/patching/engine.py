@@ -577,14 +577,5 @@ def revert(python: str, *, state_dir: str | os.PathLike[str] | None = None, forc
                   removed)
 
 
-def list_series(sglang_version: str) -> Series:
-    """The series for ``sglang_version`` (for ``patch list``).
-
-    Raises:
-        UnsupportedVersionError: none shipped for that version.
-    """
-    return require_series(sglang_version)
-
-
-__all__ = ["ChangeResult", "FileStatus", "PatchStatus", "SeriesStatus", "apply", "apply_command", "list_series",
+__all__ = ["ChangeResult", "FileStatus", "PatchStatus", "SeriesStatus", "apply", "apply_command",
            "reinstall_command", "revert", "status", "verify"]
