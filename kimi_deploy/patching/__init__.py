@@ -17,6 +17,7 @@ from kimi_deploy.patching.engine import (
     apply,
     apply_command,
     reinstall_command,
+    require_applied,
     revert,
     status,
     verify,
@@ -34,5 +35,5 @@ from kimi_deploy.patching.series import (
 __all__ = [
     "ChangeResult", "FeatureGate", "FileStatus", "GateHit", "PatchSpec", "PatchStatus", "Series", "SeriesStatus",
     "apply", "apply_command", "available_versions", "find_series", "reinstall_command",
-    "require_series", "revert", "status", "verify",
+    "require_applied", "require_series", "revert", "status", "verify",
 ]
