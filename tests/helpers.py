@@ -47,8 +47,8 @@ class FakeTime:
     """A monotonic clock (seconds) that moves only when slept on or advanced by the test.
 
     Pass ``.monotonic`` and ``.sleep`` where the code under test waits (``wait_ready``, ``restart``,
-    ``run_checks``): how many polls fit in a timeout, or whether a deadline passed, then follows the
-    test's steps and not how fast a loaded machine runs them. ``slept`` lists every sleep asked for.
+    ``run_checks``, ``fsio.exclusive_lock``): how many polls fit in a timeout, or whether a deadline
+    passed, then follows the test's steps and not how fast a loaded machine runs them. ``slept`` lists every sleep asked for.
     Thread-safe enough for a test server thread calling :meth:`advance` (a float add under the GIL).
     """
 

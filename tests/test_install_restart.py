@@ -111,9 +111,11 @@ def test_wait_ready_needs_model_info_too(fake_systemd):
 
 def test_wait_stops_early_when_the_unit_failed(fake_systemd):
     fake_systemd.set_show(SHOW_FAILED)
+    fake = FakeTime()
     with FakeServer(ready=lambda n: False) as server:
-        result = wait_ready(f"http://127.0.0.1:{server.port}", "kimi-test.service", timeout=30, poll_interval=0.01)
-    assert result.unit_failed and not result.ready and result.polls == 1
+        result = wait_ready(f"http://127.0.0.1:{server.port}", "kimi-test.service", timeout=30, poll_interval=0.01,
+                            clock=fake.monotonic, sleep=fake.sleep)
+    assert result.unit_failed and not result.ready and result.polls == 1 and fake.slept == []
 
 
 def test_restart_wait_ready_after_n_polls_runs_the_fast_tier(cli_runner, tmp_path, fake_systemd):
