@@ -1,11 +1,15 @@
-"""One rule groups SGLang arguments into ``--flag value``: the printed command and ``status``'s comparison agree."""
+"""One rule groups SGLang arguments into ``--flag value``: the printed command, ``status``'s comparison and the
+public-host check agree."""
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given, strategies as st
 
 from kimi_deploy.argv import flag_groups, split_equals
-from kimi_deploy.launch import LaunchSpec
+from kimi_deploy.errors import ProfileError
+from kimi_deploy.launch import LaunchSpec, check_exposure
+from kimi_deploy.profile import parse_profile
 from kimi_deploy.presets import get_preset
 from kimi_deploy.render import render
 from kimi_deploy.status import IGNORED_OPTIONS, normalize_args
@@ -44,3 +48,14 @@ def test_the_rendered_unit_prints_one_group_a_line():
     launch = render(get_preset("kimi-k25-rtx-pro-6000-x8").profile()).launch
     lines = launch.shell_command().splitlines()
     assert len(lines) == 2 + len(launch.flag_groups()) and lines[2].strip() == "--model-path /models/moonshotai/Kimi-K2.5 \\"
+
+
+@pytest.mark.parametrize("args", [["--host"], ["--host", "--port", "1"], ["--host", "127.0.0.1", "--host"],
+                                  ["--host="]])
+def test_exposure_check_reads_a_host_without_a_value_as_public(args):
+    """Where the rule gives ``--host`` no value, the public-host check does not take the next flag for one
+    nor fall back to loopback: without a key it refuses (SGLang's argparse would reject the command too)."""
+    profile = parse_profile({"service": {"name": "x"}, "sglang": {"model_path": "/m"}})
+    with pytest.raises(ProfileError):
+        check_exposure(args, profile)
+    check_exposure(["--host", "::1", "--config"], profile)  # a --config without a path changes nothing
