@@ -9,7 +9,7 @@ import click
 from kimi_deploy import paths, render as render_lib
 from kimi_deploy.cli.options import echo_json, json_flag, profile_options, resolve_profile
 from kimi_deploy.errors import UsageError
-from kimi_deploy.fsio import write_atomic
+from kimi_deploy.fsio import check_output_dir, check_output_paths, create_output_dir, write_atomic
 from kimi_deploy.presets import PRESETS, get_preset
 from kimi_deploy.profile import toml_value
 from kimi_deploy.versions import DEFAULT_SGLANG_VERSION
@@ -28,6 +28,7 @@ from kimi_deploy.versions import DEFAULT_SGLANG_VERSION
 @json_flag("Print the result as JSON.")
 def render_cmd(profile_path, preset, sglang_version, python, out_dir, print_command, as_json):
     """Render a profile into an SGLang launch command and hardened systemd units."""
+    check_output_dir("--out", out_dir)  # the rule of every output path: nothing created on the way
     profile = resolve_profile(profile_path, preset)
     components = None
     if python:
@@ -39,6 +40,8 @@ def render_cmd(profile_path, preset, sglang_version, python, out_dir, print_comm
     rendered = render_lib.render(profile, sglang_version, components=components)
     for warning in rendered.launch.warnings:
         click.echo(f"warning: {warning}", err=True)
+    if out_dir:
+        create_output_dir(out_dir)
     written = render_lib.write(rendered, out_dir) if out_dir else []
     if as_json:
         echo_json({
@@ -86,6 +89,7 @@ def init_cmd(path: Path, preset: str, force: bool):
     if path.exists() and not force:
         raise UsageError("the profile file already exists", value=str(path),
                          hint="choose another path or pass --force to overwrite it")
+    check_output_paths({"PATH": path})  # the rule of every output path: its directory must exist
     chosen = get_preset(preset)
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(paths.kit_templates_dir())),
                              undefined=jinja2.StrictUndefined, keep_trailing_newline=True,
