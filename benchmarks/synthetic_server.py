@@ -25,7 +25,8 @@ retry adds 1-2 s to TTFT). HTTP/1.1 keep-alive, SSE framed one event per HTTP ch
 
 Also serves ``GET /server_info`` (the synthetic settings plus, with
 ``--spec-accept-length``, ``internal_states[0].avg_spec_accept_length`` as SGLang
-0.5.23 reports it), ``GET|POST /flush_cache`` (404 with ``--no-flush-cache``),
+0.5.23 reports it; ``chat_requests`` and ``completion_tokens_served`` count what was asked of it),
+``GET|POST /flush_cache`` (404 with ``--no-flush-cache``),
 ``GET /v1/models``, ``GET /health``. ``--chat-status 500`` makes every chat request fail
 with that status (a broken server whose control plane still answers). Prints ``listening on http://HOST:PORT`` on stdout
 once bound (``--port 0`` picks a free port). Standard library only (uvloop optional).
@@ -112,6 +113,7 @@ class Handler(asyncio.Protocol):
     """One client connection: parses HTTP/1.1 requests one at a time and answers them."""
 
     counter = 0
+    tokens = 0
     flushes = 0
     bodies: dict[tuple[int, int, bool], bytes] = {}
 
@@ -191,7 +193,8 @@ class Handler(asyncio.Protocol):
             self._chat(body)
         elif path in ("/server_info", "/get_server_info") and method == "GET":
             info = {"synthetic": s.raw, "served_model_name": s.model, "version": "synthetic",
-                    "flush_cache_count": Handler.flushes, "internal_states": [{}]}
+                    "flush_cache_count": Handler.flushes, "internal_states": [{}],
+                    "chat_requests": Handler.counter, "completion_tokens_served": Handler.tokens}
             if s.spec_accept_length is not None:
                 info["speculative_algorithm"] = "EAGLE3"
                 info["internal_states"] = [{"avg_spec_accept_length": s.spec_accept_length}]
@@ -221,6 +224,7 @@ class Handler(asyncio.Protocol):
         if s.output_tokens:
             n = s.output_tokens
         Handler.counter += 1
+        Handler.tokens += n
         request_id = f"chatcmpl-syn{Handler.counter}"
         prompt_tokens = max(1, len(body) // 4)
         if not req.get("stream"):

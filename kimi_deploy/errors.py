@@ -30,6 +30,9 @@ class ExitCode(enum.IntEnum):
     EXTERNAL = 5
     #: a deadline passed (restart --wait, a request timeout)
     TIMEOUT = 6
+    #: stopped by Ctrl-C or SIGTERM (128 + SIGINT, the shell's convention); check and bench first
+    #: write what finished, marked as interrupted
+    INTERRUPTED = 130
 
 
 class KimiDeployError(Exception):
