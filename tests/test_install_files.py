@@ -136,6 +136,7 @@ def test_hand_edited_file_is_refused_with_the_reason(cli_runner, root, v1, v2):
 def test_unchanged_content_written_by_render_is_adopted_without_force(cli_runner, root, v1):
     # `kimi-deploy render --out` straight into /etc: header present, no manifest: accepted and recorded
     out = root / "etc/systemd/system"
+    out.mkdir(parents=True)  # as on a host; render --out creates no parents (one rule for output paths)
     assert run(cli_runner, "render", "--profile", str(v1), "--out", str(out)).exit_code == 0
     result = install(cli_runner, v1, root)
     assert result.exit_code == 0, result.stderr
