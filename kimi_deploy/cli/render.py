@@ -24,7 +24,9 @@ from kimi_deploy.versions import DEFAULT_SGLANG_VERSION
                    "its flashinfer/torch/CUDA versions (imports torch there, a few seconds).")
 @click.option("--out", "out_dir", type=click.Path(path_type=Path, file_okay=False), metavar="DIR",
               help="Write the units and env file into DIR (atomically).")
-@click.option("--print-command", is_flag=True, help="Print the exact launch command a user could paste.")
+@click.option("--print-command", is_flag=True,
+              help="Print the launch command to paste on the host (with an API key: first the step that writes "
+                   "SGLang's --config YAML from the key file).")
 @json_flag("Print the result as JSON.")
 def render_cmd(profile_path, preset, sglang_version, python, out_dir, print_command, as_json):
     """Render a profile into an SGLang launch command and hardened systemd units."""
@@ -56,7 +58,7 @@ def render_cmd(profile_path, preset, sglang_version, python, out_dir, print_comm
         })
         return
     if print_command:
-        click.echo(rendered.launch.shell_command(), nl=False)
+        click.echo(rendered.launch.shell_command(api_key_file=profile.sglang.api_key_file), nl=False)
     for path in written:
         click.echo(f"wrote {path}", err=print_command)
     if not out_dir and not print_command:
