@@ -36,7 +36,7 @@ from kimi_deploy.hostfiles import (Claims, FileRecord, Manifest, Ownership, clas
                                    other_services_claims, profile_toml, read_bytes,
                                    restore_backup, sha256, valid_service_name, write_backup)
 from kimi_deploy.paths import HostLayout
-from kimi_deploy.profile import Profile
+from kimi_deploy.profile import Profile, naming_warnings
 from kimi_deploy.render import CHECK_UNIT, check_unit, file_header, render
 
 #: Shell of the service user: it never logs in (useradd(8) ``--shell``).
@@ -405,6 +405,7 @@ def plan_install(profile: Profile, layout: HostLayout, *, sglang_version: str | 
         if not cache.is_dir():
             steps.append(Step("mkdir", f"create the cache folder {profile.cache_root} (ReadWritePaths= must exist)",
                               path=cache, owner=(svc.user, svc.group) if layout.is_host else None))
+    notes += [f"warning: {w}" for w in naming_warnings(profile)]
     key_step = _api_key_step(profile, layout, notes)
     if key_step:
         steps.append(key_step)

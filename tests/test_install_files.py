@@ -322,3 +322,16 @@ def test_uninstall_without_an_install_says_so(cli_runner, root):
     result = run(cli_runner, "uninstall", "--root", str(root))
     assert result.exit_code == 0, result.stderr
     assert "nothing to do: no service installed by kimi-deploy in /etc/kimi-deploy" in result.output
+
+
+def test_install_warns_when_the_key_file_is_named_after_another_service(cli_runner, root, tmp_path):
+    """Issue 13 item 7: after renaming the service, install created a key file named after another one."""
+    profile = write_profile(tmp_path / "renamed.toml", name="kimi-two")
+    profile.write_text(profile.read_text().replace("/etc/kimi-deploy/kimi-two.api-key",
+                                                   "/etc/kimi-deploy/kimi-k25.api-key"))
+    result = install(cli_runner, profile, root, "--dry-run")
+    assert result.exit_code == 0, result.stderr
+    assert "warning: [sglang] api_key_file /etc/kimi-deploy/kimi-k25.api-key is named after service 'kimi-k25'" \
+        in result.output
+    plain = install(cli_runner, write_profile(tmp_path / "ok.toml", name="kimi-two"), root, "--dry-run")
+    assert "named after service" not in plain.output

@@ -205,3 +205,27 @@ def test_cache_dir_outside_cache_directory_is_made_writable(tmp_path):
         assert run_cli(["render", "--profile", str(write_profile(out, text)), "--out", str(out)]).exit_code == 0
         unit = (out / "kimi-k25.service").read_text()
         assert (f"ReadWritePaths={cache_dir}\n" in unit) is writable, cache_dir
+
+
+def test_init_name_derives_the_key_file_from_the_service(tmp_path):
+    """Issue 13 item 7: init wrote api_key_file named after the preset's service whatever the name."""
+    path = tmp_path / "two.toml"
+    result = run_cli(["init", str(path), "--name", "kimi-two"])
+    assert result.exit_code == 0, result.stderr
+    profile = load_profile(path)
+    assert profile.service.name == "kimi-two"
+    assert profile.sglang.api_key_file == "/etc/kimi-deploy/kimi-two.api-key"
+    assert "# cache_dir = \"/var/cache/kimi-two\"" in path.read_text()
+    assert run_cli(["init", str(tmp_path / "x.toml"), "--name", "../x"]).exit_code == 2
+
+
+def test_a_renamed_service_with_the_old_key_file_name_is_warned_about(tmp_path):
+    path = tmp_path / "p.toml"
+    assert run_cli(["init", str(path)]).exit_code == 0
+    path.write_text(path.read_text().replace('name = "kimi-k25"', 'name = "kimi-two"', 1))
+    result = run_cli(["render", "--profile", str(path), "--print-command"])
+    assert result.exit_code == 0
+    assert "warning: [sglang] api_key_file /etc/kimi-deploy/kimi-k25.api-key is named after service 'kimi-k25'" \
+        in result.stderr and '"/etc/kimi-deploy/kimi-two.api-key"' in result.stderr
+    # the preset itself, and a key file outside /etc/kimi-deploy, say nothing
+    assert "warning" not in run_cli(["render", "--preset", PRESET, "--print-command"]).stderr
