@@ -272,16 +272,17 @@ def status(profile: Profile, layout: HostLayout, manifest: Manifest) -> StatusRe
     problems: list[str] = []
     name = profile.service.name
     unit_name = f"{name}.service"
-    profile_copy = layout.host_path(layout.profile_copy(name))
+    profile_copy = layout.profile_copy(name)  # a local path: what `install --profile` reads (under --root)
+    cmd = layout.command
     files = file_states(layout, manifest)
     for hp, state in files.items():
         if state == "modified":
             problems.append(problem(f"{hp} was changed after install", "its sha256 differs from the install manifest",
-                                    "move the change into the profile and run `kimi-deploy install`, or restore "
-                                    f"the installed file with `kimi-deploy install --profile {profile_copy} --force`"))
+                                    f"move the change into the profile and run `{cmd('install --profile FILE')}`, or "
+                                    f"restore the installed file with `{cmd(f'install --profile {profile_copy} --force')}`"))
         elif state == "missing":
             problems.append(problem(f"{hp} is missing", "listed in the install manifest, not on disk",
-                                    f"put it back with `kimi-deploy install --profile {profile_copy}`"))
+                                    f"put it back with `{cmd(f'install --profile {profile_copy}')}`"))
     unit = None
     try:
         state = systemd.show(unit_name)
@@ -291,7 +292,7 @@ def status(profile: Profile, layout: HostLayout, manifest: Manifest) -> StatusRe
                                     f"systemctl show: Result={state.result or '-'}, "
                                     f"ExecMainStatus={state.properties.get('ExecMainStatus') or '-'}",
                                     f"read `journalctl -u {unit_name} -n 50`, fix the cause, then "
-                                    "`kimi-deploy restart --wait`"))
+                                    f"`{cmd('restart --wait')}`"))
     except KimiDeployError as exc:
         problems.append(_systemctl_failure(unit_name, exc, layout))
     try:
@@ -304,7 +305,7 @@ def status(profile: Profile, layout: HostLayout, manifest: Manifest) -> StatusRe
     if not probe.ready:
         problems.append(problem(f"the server at {profile.base_url} is not ready",
                                 f"GET {probe.stage}: {probe.detail}",
-                                f"if it is starting, wait (`kimi-deploy restart --wait` shows the phase); else read "
+                                f"if it is starting, wait (`{cmd('restart --wait')}` shows the phase); else read "
                                 f"`journalctl -u {unit_name} -n 50`"))
     rendered = render(profile, manifest.sglang_version)
     found = running_launch(profile.base_url, api_key, unit.get("main_pid") if unit else None)
@@ -315,8 +316,8 @@ def status(profile: Profile, layout: HostLayout, manifest: Manifest) -> StatusRe
             shown = [f"- {e}" for e in drift.missing] + [f"+ {e}" for e in drift.unexpected]
             problems.append(problem("the running launch command differs from the profile",
                                     f"{drift.source}: " + ", ".join(shown[:4]) + (" ..." if len(shown) > 4 else ""),
-                                    "`kimi-deploy restart --wait` starts the installed unit; if the profile changed "
-                                    "since, `kimi-deploy install --profile FILE` first"))
+                                    f"`{cmd('restart --wait')}` starts the installed unit; if the profile changed "
+                                    f"since, `{cmd('install --profile FILE')}` first"))
     patches = patch_state(profile.service.python)
     patch_problem = _patch_problem(patches, profile.service.python)
     if patch_problem:

@@ -117,7 +117,7 @@ def _print_change(result: patching.ChangeResult, as_json: bool) -> None:
     if result.removed_bytecode:
         click.echo(f"  removed {len(result.removed_bytecode)} stale .pyc file(s)")
     if not result.dry_run and result.changed:
-        click.echo(f"  record: {result.state_file}")
+        click.echo(f"  {'record deleted' if result.action == 'revert' else 'record'}: {result.state_file}")
 
 
 @patch_group.command("apply")
