@@ -64,7 +64,8 @@ def read_api_key(profile: Profile, layout: HostLayout) -> str | None:
     except UsageError as exc:
         raise UsageError(exc.message, value=layout.describe(host_path),
                          hint="the profile's [sglang] api_key_file must hold the server's key (one line, "
-                              "readable by this user); `kimi-deploy install` creates it when missing") from None
+                              f"readable by this user); `{layout.command('install --profile FILE')}` creates it "
+                              "when missing") from None
 
 
 def run_fast_checks(profile: Profile, api_key: str | None, timeout: float = 60.0) -> CheckSummary:
