@@ -35,6 +35,7 @@ FAILURE_KINDS: tuple[str, ...] = (
     "invalid_arguments",       # arguments is not a string holding a JSON object
     "schema_violation",        # arguments do not validate against the tool's JSON schema
     "unknown_tool",            # a call names a tool the request did not offer
+    "wrong_tool",              # a call given to a tool of the request the model did not name (parser.* tier)
     "tool_choice_violation",   # tool_choice none/required/named not honoured
     "duplicate_id",            # a tool-call id already used in the conversation
     "noncanonical_id",         # kimi_k2 servers must return functions.NAME:N ids
@@ -76,6 +77,9 @@ FIXES: dict[str, str] = {
                         "> 8 KiB): report it upstream with this evidence",
     "unknown_tool": "the parser merged or mangled tool names: `kimi-deploy patch apply --python {python}`, else "
                     "report it upstream",
+    "wrong_tool": "the parser attributes a call to another tool of the request (the tool-call id attribution "
+                  "bug): `kimi-deploy patch apply --python {python}` (kimi-k2-tool-call-ids), then "
+                  "`kimi-deploy restart --wait`",
     "tool_choice_violation": "the server ignores tool_choice: agents relying on it need another server or parser",
     "duplicate_id": "the server's history count is off: `kimi-deploy patch apply --python {python}` "
                     "(kimi-k2-canonical-history-ids), then `kimi-deploy restart --wait`",

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import httpx
 
-from kimi_deploy.check import contract, health, registry
+from kimi_deploy.check import contract, health, parser, registry
 from kimi_deploy.check.client import Clients, Deadline, transport_finding
 from kimi_deploy.check.context import Context
 from kimi_deploy.check.results import CheckOptions, CheckReport, CheckResult, clip, fix_for
@@ -85,7 +85,9 @@ Progress = Callable[[str, int, int, "CheckResult | None"], None]
 def run_checks(options: CheckOptions, progress: Progress | None = None) -> CheckReport:
     """Run the checks ``options`` select against one OpenAI-compatible server.
 
-    Order: ``health.*``, ``config.*``, ``contract.*`` (see :mod:`kimi_deploy.check.registry`).
+    Order: ``health.*``, ``config.*``, ``parser.*``, ``contract.*`` (see :mod:`kimi_deploy.check.registry`);
+    where the ``parser.*`` tier cannot run (not SGLang, no ``kimi_k2`` parser) it reports one
+    ``skip`` row and its other ids are left out of the report.
     When the server does not answer the health tier (every selected health check
     ``unreachable`` or ``timeout``; with no health check selected, a ``GET /v1/models`` probe),
     nothing else is sent: every other check is ``fail`` with that kind and evidence
@@ -120,19 +122,23 @@ def run_checks(options: CheckOptions, progress: Progress | None = None) -> Check
     health_ids = [i for i in ids if registry.tier(i) == "health"]
     rest = [i for i in ids if i not in health_ids]
 
-    def run_one(check_id: str, cache: dict) -> CheckResult:
+    finished: list[str] = []  # ids run to the end, including parser.* ids the tier's skip row stands for
+
+    def run_one(check_id: str, cache: dict) -> None:
         if progress is not None:
-            progress(check_id, len(report.results), len(ids), None)
+            progress(check_id, len(finished), len(ids), None)
         result = _run_one(ctx, check_id, cache, deadline, t0)
+        if result is not None:  # None: a parser.* id on a server where the tier already said why it skips
+            report.results.append(result)
+        finished.append(check_id)
         if progress is not None:
-            progress(check_id, len(report.results) + 1, len(ids), result)
-        return result
+            progress(check_id, len(finished), len(ids), result)
 
     try:
         ctx = Context(clients=clients, profile=profile, model=expected, expected_model=expected,
                       repeat=options.repeat)
         for check_id in health_ids:
-            report.results.append(run_one(check_id, {}))
+            run_one(check_id, {})
         silent = _no_answer(report.results)
         gate = (silent.id, silent.kind, silent.detail) if silent else None if health_ids else _probe(clients)
         if gate is not None:
@@ -157,11 +163,10 @@ def run_checks(options: CheckOptions, progress: Progress | None = None) -> Check
                 report.model = ctx.model
         cache: dict = {}
         for check_id in rest:
-            report.results.append(run_one(check_id, cache))
+            run_one(check_id, cache)
     except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM through the CLI's handler (Interrupted)
         report.interrupted = getattr(exc, "signal", "SIGINT")
-        done = {r.id for r in report.results}
-        report.not_run = [i for i in ids if i not in done]
+        report.not_run = [i for i in ids if i not in finished and i not in {r.id for r in report.results}]
     finally:
         clients.close()
         report.duration_s = time.monotonic() - t0
@@ -187,12 +192,17 @@ def _add_fixes(report: CheckReport, profile: Profile | None) -> None:
             r.fix = fix_for(r.kind, python=python, name=name, detail=r.detail)
 
 
-def _run_one(ctx: Context, check_id: str, cache: dict, deadline: Deadline, t0: float) -> CheckResult:
+def _run_one(ctx: Context, check_id: str, cache: dict, deadline: Deadline, t0: float) -> CheckResult | None:
     if deadline.passed():
         return _past_deadline(check_id, deadline, t0)
     started = time.monotonic()
     if check_id in health.CHECKS:
         status, detail, findings = health.CHECKS[check_id](ctx)
+    elif registry.tier(check_id) == "parser":  # needs no model: it posts raw text to the parsers
+        outcome = parser.run(ctx, check_id, cache)
+        if outcome is None:
+            return None
+        status, findings, detail = outcome
     elif ctx.model is None:
         status, detail, findings = health.no_model(ctx)
     else:
