@@ -28,10 +28,8 @@ from kimi_deploy.check.results import FAILURE_KINDS, FIXES, WARN_KINDS, CheckRes
 REPO = Path(__file__).resolve().parent.parent
 
 
-@pytest.fixture
-def synthetic():
-    """benchmarks/synthetic_server.py with its defaults (only the port is chosen)."""
-    proc = subprocess.Popen([sys.executable, str(REPO / "benchmarks" / "synthetic_server.py"), "--port", "0"],
+def _serve(*args: str):
+    proc = subprocess.Popen([sys.executable, str(REPO / "benchmarks" / "synthetic_server.py"), "--port", "0", *args],
                             stdout=subprocess.PIPE, text=True)
     try:
         line = proc.stdout.readline().strip()
@@ -40,6 +38,23 @@ def synthetic():
     finally:
         proc.terminate()
         proc.wait(timeout=10)
+
+
+@pytest.fixture
+def synthetic():
+    """benchmarks/synthetic_server.py with its defaults (only the port is chosen)."""
+    yield from _serve()
+
+
+@pytest.fixture
+def synthetic_eos():
+    """benchmarks/synthetic_server.py as production.md §9 runs it for a check in seconds: answers that
+    end after 16 tokens, as a model's do."""
+    yield from _serve("--eos-tokens", str(EOS_TOKENS))
+
+
+#: The synthetic server's ``--eos-tokens`` in the run production.md §9 describes.
+EOS_TOKENS = 16
 
 
 def served(url: str) -> tuple[int, int]:
@@ -68,6 +83,45 @@ def test_synthetic_server_defaults_are_asked_only_what_each_case_needs(synthetic
     ids = [r.id for r in report.results]
     assert [e[0] for e in events] == [i for i in ids for _ in (0, 1)]
     assert [(e[1], e[2]) for e in events if e[3] is not None] == [(n, len(ids)) for n in range(1, len(ids) + 1)]
+
+
+def test_whole_suite_against_the_synthetic_server_with_eos_takes_seconds_of_generation(synthetic_eos):
+    """Issue 13 item 1: the kit's own synthetic server ran the check into its 720 s deadline. With
+    --eos-tokens 16 every answer ends after 16 tokens (finish_reason stop), as a model's do: the
+    whole suite runs, every check attempted, and the server generates at most 16 tokens a request, i.e.
+    under 0.3 s each at the defaults (TTFT 200 ms + 3 gaps of 20 ms), a few seconds for the suite.
+    Asserted on the work the server was asked for, never on elapsed time."""
+    report = run_checks(CheckOptions(base_url=synthetic_eos, timeout=30, deadline=600))
+    requests, tokens = served(synthetic_eos)
+    rows = report.results
+    assert report.answered and not report.interrupted
+    assert not [r.id for r in rows if r.kind == "timeout" or "not attempted" in (r.evidence or "")]
+    # health.ready asks for 1 token; every other chat request is cut at EOS_TOKENS
+    assert tokens <= 1 + (requests - 1) * EOS_TOKENS
+    # one request per check, plus the retries of calls the server declined (--repeat 2) and the
+    # multi-turn case's extra turns: bounded, however the report counts
+    assert requests <= 3 * len(check_ids()), requests
+    assert report.exit_code == 1  # prose only: the tool-call cases fail or warn, and say why
+    for r in rows:
+        if r.status in ("fail", "warn"):
+            assert r.fix and r.evidence, r
+
+
+def test_synthetic_server_eos_tokens_keeps_ignore_eos_requests_whole(synthetic_eos):
+    """--eos-tokens ends answers early (finish_reason stop) unless the request sends ignore_eos
+    (what `kimi-deploy bench --ignore-eos` sends): those still get every token, finish_reason length."""
+    body = {"model": "synthetic", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 40}
+    short = httpx.post(f"{synthetic_eos}/v1/chat/completions", json=body, timeout=30).json()
+    assert (short["usage"]["completion_tokens"], short["choices"][0]["finish_reason"]) == (EOS_TOKENS, "stop")
+    whole = httpx.post(f"{synthetic_eos}/v1/chat/completions", json={**body, "ignore_eos": True}, timeout=30).json()
+    assert (whole["usage"]["completion_tokens"], whole["choices"][0]["finish_reason"]) == (40, "length")
+    with httpx.stream("POST", f"{synthetic_eos}/v1/chat/completions", timeout=30,
+                      json={**body, "stream": True, "stream_options": {"include_usage": True}}) as resp:
+        events = [json.loads(line[6:]) for line in resp.iter_lines() if line.startswith("data: {")]
+    assert [c["choices"][0]["finish_reason"] for c in events if c["choices"]][-1] == "stop"
+    assert events[-1]["usage"]["completion_tokens"] == EOS_TOKENS
+    small = httpx.post(f"{synthetic_eos}/v1/chat/completions", json={**body, "max_tokens": 8}, timeout=30).json()
+    assert (small["usage"]["completion_tokens"], small["choices"][0]["finish_reason"]) == (8, "length")
 
 
 def test_whole_suite_asks_for_a_bounded_number_of_tokens():
