@@ -28,9 +28,8 @@ def _resolve_profile(value: object) -> tuple[Profile | None, str | None]:
     return load_profile(path), str(path)
 
 
-def _result(check_id: str, status: str, findings: list[Finding], detail: str, started: float) -> CheckResult:
+def _result(check_id: str, status: str, findings: list[Finding], detail: str, duration: float) -> CheckResult:
     top = first(findings)
-    duration = time.monotonic() - started
     if top is None:
         return CheckResult(check_id, status, None, detail, "", duration)  # type: ignore[arg-type]
     others = sorted({f.kind for f in findings} - {top.kind})
@@ -49,7 +48,7 @@ def _not_attempted(check_id: str, kind: str, detail: str, evidence: str) -> Chec
 def _past_deadline(check_id: str, deadline: Deadline, t0: float) -> CheckResult:
     return _not_attempted(check_id, "timeout",
                           f"the run reached its deadline (--deadline {deadline.seconds:g} s) after "
-                          f"{time.monotonic() - t0:.1f} s; this check was not started",
+                          f"{deadline.clock() - t0:.1f} s; this check was not started",
                           f"not attempted: the run's deadline of {deadline.seconds:g} s passed")
 
 
@@ -66,7 +65,8 @@ def _no_answer(results: list[CheckResult]) -> CheckResult | None:
 Progress = Callable[[str, int, int, "CheckResult | None"], None]
 
 
-def run_checks(options: CheckOptions, progress: Progress | None = None) -> CheckReport:
+def run_checks(options: CheckOptions, progress: Progress | None = None, *,
+               clock: Callable[[], float] = time.monotonic) -> CheckReport:
     """Run the checks ``options`` select against one OpenAI-compatible server.
 
     Order: ``health.*``, ``config.*``, ``parser.*``, ``contract.*`` (see :mod:`kimi_deploy.check.registry`);
@@ -81,6 +81,7 @@ def run_checks(options: CheckOptions, progress: Progress | None = None) -> Check
     ``progress`` (optional) hears of every check as it starts and ends (:data:`Progress`).
     Interrupted (``KeyboardInterrupt``; :class:`Interrupted` names another signal), it returns the
     checks that finished, with :attr:`CheckReport.interrupted` and ``not_run`` set (exit 130).
+    ``clock`` (seconds, monotonic) times the run, its checks and the deadline.
 
     Raises:
         UsageError / ProfileError: no base URL, a bad profile, an unreadable key file,
@@ -100,8 +101,8 @@ def run_checks(options: CheckOptions, progress: Progress | None = None) -> Check
     expected = options.model or (profile.sglang.served_model_name or profile.sglang.model_path if profile else None)
     report = CheckReport(base_url=base_url, model=expected, started_at=_dt.datetime.now(_dt.timezone.utc),
                          profile=profile_path)
-    t0 = time.monotonic()
-    deadline = Deadline(options.deadline)
+    t0 = clock()
+    deadline = Deadline(options.deadline, clock)
     clients = Clients.open(base_url, api_key, options.timeout, deadline)
     health_ids = [i for i in ids if registry.tier(i) == "health"]
     rest = [i for i in ids if i not in health_ids]
@@ -153,7 +154,7 @@ def run_checks(options: CheckOptions, progress: Progress | None = None) -> Check
         report.not_run = [i for i in ids if i not in finished and i not in {r.id for r in report.results}]
     finally:
         clients.close()
-        report.duration_s = time.monotonic() - t0
+        report.duration_s = clock() - t0
         _add_fixes(report, profile)
     return report
 
@@ -179,7 +180,7 @@ def _add_fixes(report: CheckReport, profile: Profile | None) -> None:
 def _run_one(ctx: Context, check_id: str, cache: dict, deadline: Deadline, t0: float) -> CheckResult | None:
     if deadline.passed():
         return _past_deadline(check_id, deadline, t0)
-    started = time.monotonic()
+    started = deadline.clock()
     if check_id in health.CHECKS:
         status, detail, findings = health.CHECKS[check_id](ctx)
     elif registry.tier(check_id) == "parser":  # needs no model: it posts raw text to the parsers
@@ -191,7 +192,7 @@ def _run_one(ctx: Context, check_id: str, cache: dict, deadline: Deadline, t0: f
         status, detail, findings = health.no_model(ctx)
     else:
         status, findings, detail = contract.run(ctx, check_id, cache)
-    return _result(check_id, status, findings, detail, started)
+    return _result(check_id, status, findings, detail, deadline.clock() - started)
 
 
 def _probe(clients: Clients) -> tuple[str, str, str] | None:
