@@ -287,7 +287,9 @@ def _systemctl_failure(unit: str, exc: KimiDeployError, layout: HostLayout) -> s
     return problem(f"cannot read the state of {unit}", evidence, hint)
 
 
-def _patch_problem(patches: dict[str, Any], python: str) -> str | None:
+def _patch_problem(patches: dict[str, Any], python: str, restart: str = "kimi-deploy restart --wait") -> str | None:
+    """The problem line of a patch series that is not applied as recorded; ``restart``: the restart
+    command as the user must type it (``--root`` kept)."""
     state = patches.get("state")
     if state == "error":
         return problem("cannot read the SGLang patch series state", patches.get("detail") or "no detail",
@@ -297,13 +299,13 @@ def _patch_problem(patches: dict[str, Any], python: str) -> str | None:
         return problem("SGLang patch series is interrupted: a killed `kimi-deploy patch` run left its change "
                        "unfinished", "; ".join(patches.get("problems") or []) or f"state {state}",
                        f"{patches.get('fix') or f'run `kimi-deploy patch status --python {python}` as root'}, "
-                       "then `kimi-deploy restart --wait`")
+                       f"then `{restart}`")
     if state in ("drifted", "partial"):
         what = ("a patched SGLang file changed after `kimi-deploy patch apply` (pip install over it?)"
                 if state == "drifted" else "only some patches of the SGLang patch series are applied")
         evidence = "; ".join(patches.get("problems") or []) or f"state {state}"
         return problem(f"SGLang patch series is {state}: {what}", evidence,
-                       f"run `kimi-deploy patch apply --python {python}`, then `kimi-deploy restart --wait`")
+                       f"run `kimi-deploy patch apply --python {python}`, then `{restart}`")
     return None
 
 
@@ -366,7 +368,7 @@ def status_from(profile: Profile, manifest: Manifest, facts: StatusFacts) -> Sta
                                     f"`{cmd('restart --wait')}` starts the installed unit; if the profile changed "
                                     f"since, `{cmd('install --profile FILE')}` first"))
     patches = facts.patches
-    patch_problem = _patch_problem(patches, profile.service.python)
+    patch_problem = _patch_problem(patches, profile.service.python, cmd("restart --wait"))
     if patch_problem:
         problems.append(patch_problem)
     report_hp = layout.host_path(layout.check_report(name))
