@@ -342,6 +342,18 @@ def check_gates(f: Facts) -> list[Check]:
                                           f"patch state unknown ({f.patches_error or 'not probed'})",
                                     "fix the sglang.patches check first"))
             continue
+        unopened = [c for c in caps if hit.applies_to(c) and not hit.patch_opens(c)]
+        if unopened:
+            # The patch cannot help here (it opens the gate on exact capabilities only, e.g. 12.0 not 12.1).
+            check = failed if gate.without == "fails" else warned
+            where = f"[sglang] {gate.setting}" if getattr(f.profile.sglang, gate.setting, None) \
+                else f"{hit.flag} from [sglang] extra_args"
+            out.append(check(name, f"{hit.flag} on compute capability {', '.join(unopened)}: patch {pid} opens the "
+                                   f"gate on {', '.join(gate.patched_compute_capability)} only, so SGLang {v} "
+                                   f"{outcome} ({gate.symptom})",
+                             f"remove {where}; on this GPU use NCCL or SGLANG_ENABLE_PCIE_IPC_ALLREDUCE=1 "
+                             "([sglang] enable_pcie_ipc_allreduce = true) and measure it (production.md section 4)"))
+            continue
         if state.get(pid) == "applied":
             out.append(passed(name, f"{hit.flag} on compute capability {', '.join(caps)}: patch {pid} applied"))
             continue
