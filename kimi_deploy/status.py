@@ -207,6 +207,7 @@ class StatusReport:
     health: dict[str, Any]
     last_check: dict[str, Any] | None
     problems: list[str]
+    allreduce: dict[str, Any] | None = None
 
     @property
     def exit_code(self) -> int:
@@ -215,7 +216,8 @@ class StatusReport:
     def to_dict(self) -> dict[str, Any]:
         return {"service": self.service, "ok": not self.problems, "problems": self.problems, "files": self.files,
                 "unit": self.unit, "check_timer": self.check_timer, "launch": self.launch.to_dict() if self.launch else None,
-                "patches": self.patches, "health": self.health, "last_check": self.last_check}
+                "patches": self.patches, "health": self.health, "last_check": self.last_check,
+                "allreduce": self.allreduce}
 
 
 def file_states(layout: HostLayout, manifest: Manifest) -> dict[str, str]:
@@ -288,9 +290,11 @@ def status(profile: Profile, layout: HostLayout, manifest: Manifest) -> StatusRe
             problems.append(problem(f"{hp} is missing", "listed in the install manifest, not on disk",
                                     f"put it back with `kimi-deploy install --profile {profile_copy}`"))
     unit = None
+    started = None
     try:
         state = systemd.show(unit_name)
         unit = state.to_dict()
+        started = state.properties.get("ExecMainStartTimestamp") or None
         if not state.is_active:
             problems.append(problem(f"{unit_name} is {state.active_state}/{state.sub_state}",
                                     f"systemctl show: Result={state.result or '-'}, "
@@ -326,6 +330,16 @@ def status(profile: Profile, layout: HostLayout, manifest: Manifest) -> StatusRe
     patch_problem = _patch_problem(patches, profile.service.python)
     if patch_problem:
         problems.append(patch_problem)
+    paths = None
+    if unit and unit.get("active_state") == "active":
+        from kimi_deploy import allreduce
+
+        report, why = allreduce.report_for(profile, started)
+        paths = report.to_dict() if report else {"error": why}
+        for line in report.failures if report else []:
+            problems.append(problem(f"{allreduce.LABELS[line.path]} was asked for but SGLang skipped it",
+                                    f"the server log of this start says `{line.evidence}`",
+                                    allreduce.FIXES[line.path] + "; then `kimi-deploy restart --wait`"))
     report_hp = layout.host_path(layout.check_report(name))
     check = last_check(layout.check_report(name), report_hp)
     if check and check.get("exit_code") not in (None, 0):
@@ -335,4 +349,5 @@ def status(profile: Profile, layout: HostLayout, manifest: Manifest) -> StatusRe
                                 + f"; report {report_hp}",
                                 f"read the failed results in the report, or rerun now with "
                                 f"`kimi-deploy check --profile {profile_copy}`"))
-    return StatusReport(name, files, unit, f"{check_unit(name)}.timer", drift, patches, health, check, problems)
+    return StatusReport(name, files, unit, f"{check_unit(name)}.timer", drift, patches, health, check, problems,
+                        paths)
