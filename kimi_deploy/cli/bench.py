@@ -99,6 +99,9 @@ class _RichProgress:
               help="Measured runs per point (cache flushed before each).")
 @click.option("--dataset", type=click.Path(path_type=Path, dir_okay=False), metavar="FILE.jsonl",
               help="JSONL of {\"messages\": [...]} [default: the kit's natural prompts].")
+@click.option("--long-prompts", is_flag=True,
+              help="Send the kit's generated long prompts (25, about 8k to 32k tokens, no download) instead: "
+                   "prefill-sized all-reduces, TTFT under long context.")
 @click.option("--seed", type=_num("--seed", int, example="0"), default=0,
               help="Seed of prompt order and Poisson arrivals.")
 @click.option("--slo", type=SLO, metavar="ttft=MS,tpot=MS,e2e=MS", help="SLOs for goodput (milliseconds).")
@@ -119,7 +122,7 @@ class _RichProgress:
 @click.option("--no-progress", is_flag=True, help="No progress display.")
 @click.pass_context
 def bench_cmd(ctx, base_url, model, concurrency, request_rate, num_prompts, max_tokens, temperature, ignore_eos,
-              warmup, runs, dataset, seed, slo, label, profile_path, json_path, csv_path, request_timeout,
+              warmup, runs, dataset, long_prompts, seed, slo, label, profile_path, json_path, csv_path, request_timeout,
               no_flush_cache, extra_body, api_key, no_progress):
     """Benchmark a running OpenAI-compatible server: closed-loop concurrency sweep (or Poisson rates).
 
@@ -166,7 +169,15 @@ def bench_cmd(ctx, base_url, model, concurrency, request_rate, num_prompts, max_
         num_prompts=num_prompts, max_tokens=max_tokens, temperature=temperature, ignore_eos=ignore_eos,
         warmup=warmup, runs=runs, seed=seed, slo=slo or {}, label=label, request_timeout=request_timeout,
         flush_cache=not no_flush_cache, extra_body=body_extra, api_key=api_key)
-    data = dataset_lib.load_dataset(dataset)
+    if long_prompts and dataset:
+        raise UsageError("--dataset and --long-prompts are mutually exclusive", value=str(dataset),
+                         hint="--long-prompts is a generated dataset; pass one of the two")
+    if long_prompts:
+        from kimi_deploy.bench import longprompts
+
+        data = longprompts.dataset()
+    else:
+        data = dataset_lib.load_dataset(dataset)
     show = not no_progress and sys.stderr.isatty()
     if show:
         with _RichProgress() as progress:
