@@ -217,26 +217,36 @@ def bench_cmd(ctx, base_url, model, concurrency, request_rate, num_prompts, max_
               help="Also write a PNG plot (output tok/s and TPOT p50 against concurrency) to PATH.")
 @json_flag("Print the comparison as JSON.")
 def compare_cmd(results, plot_path, as_json):
-    """Compare results (the first is the baseline): ratios per point; a PNG plot with --plot PATH."""
+    """Compare results (the first is the baseline): ratios per point; with --runs >= 3, whether each
+    difference is beyond run-to-run noise; speculative accept-length alarms; KV capacity; --plot PATH."""
     import dataclasses
 
     from rich.console import Console
 
+    from kimi_deploy.bench import abtest
     from kimi_deploy.bench import compare as compare_lib
     from kimi_deploy.bench.report import load_result
 
     check_output_paths({"--plot": plot_path})
     loaded = [load_result(p) for p in results]
     cmp = compare_lib.compare(loaded)
+    verdicts = abtest.ab(loaded, cmp.labels)
     if plot_path:
         compare_lib.plot(loaded, plot_path)
         cmp = dataclasses.replace(cmp, plot=str(plot_path))
     console = Console(stderr=as_json)
     if as_json:
-        click.echo(json.dumps(cmp.to_dict(), indent=2, allow_nan=False))
+        click.echo(json.dumps(dict(cmp.to_dict(), ab=verdicts.to_dict()), indent=2, allow_nan=False))
     else:
         console.print(compare_lib.comparison_table(cmp))
-    for line in cmp.warnings:
+        console.print(f"beyond noise? ({verdicts.test})", highlight=False)
+        for line in abtest.verdict_lines(verdicts):
+            console.print(f"  {line}", highlight=False)
+        kv = ", ".join(f"{k} {v:,}" if v else f"{k} ?" for k, v in verdicts.kv_tokens.items())
+        console.print(f"KV capacity (tokens): {kv}", highlight=False)
+    for line in verdicts.alarms:
+        console.print(f"[red]ALARM:[/] {line}", highlight=False)
+    for line in cmp.warnings + verdicts.notes:
         console.print(f"[yellow]warning:[/] {line}")
     if cmp.plot and not as_json:
         console.print(f"wrote {cmp.plot}")
