@@ -267,7 +267,11 @@ def test_a_second_apply_waits_for_the_lock_or_fails_clearly(installation, cli_ru
 def test_a_hunk_that_applies_only_at_an_offset_is_refused(installation, cli_runner):
     inst = installation
     detector = inst.site / DETECTOR
-    detector.write_text("# a line the release does not have\n" + detector.read_text())
+    # below the imports the first hunk anchors at the file's start (that hunk must still apply exactly),
+    # above the context of every later hunk: each of those then applies only 1 line down
+    lines = detector.read_text().splitlines(keepends=True)
+    assert lines[4] == "\n"
+    detector.write_text("".join(lines[:4] + ["# a line the release does not have\n"] + lines[4:]))
     before = tree_hashes(inst.site / "sglang")
     result = invoke(cli_runner, "apply", "--python", inst.python)
     assert result.exit_code == ExitCode.REFUSED, result.output
