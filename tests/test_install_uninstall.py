@@ -114,21 +114,6 @@ def test_upgrade_from_the_shared_check_unit_disables_and_removes_it(cli_runner, 
     assert check_units(root, "kimi-a")
 
 
-def test_upgrading_one_service_keeps_a_shared_check_unit_the_other_still_lists(cli_runner, root, tmp_path):
-    a = write_profile(tmp_path / "a.toml", name="kimi-a", port=30000)
-    b = write_profile(tmp_path / "b.toml", name="kimi-b", port=30001)
-    assert install(cli_runner, root, a).exit_code == 0 and install(cli_runner, root, b).exit_code == 0
-    _as_older_kit(root, ["kimi-a", "kimi-b"])
-    shared = (root / f"{SYSTEMD}/kimi-deploy-check.timer").read_bytes()
-
-    result = install(cli_runner, root, a)
-    assert result.exit_code == 0, result.output + result.stderr
-    assert "keep    /etc/systemd/system/kimi-deploy-check.timer  (kept: service kimi-b installed it too)" \
-        in result.output
-    assert (root / f"{SYSTEMD}/kimi-deploy-check.timer").read_bytes() == shared
-    assert check_units(root, "kimi-a")
-
-
 # ---------------------------------------------------------------- leftovers and --purge
 
 def test_purge_after_uninstall_removes_what_it_kept_and_a_third_run_is_a_noop(cli_runner, root, tmp_path):
