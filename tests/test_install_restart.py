@@ -141,7 +141,9 @@ def test_never_ready_without_rollback_times_out_and_keeps_the_new_files(cli_runn
         _install(root, v1)
         _install(root, v2)
         new_bytes = (root / UNIT).read_bytes()
-        result = cli_runner.invoke(cli, ["restart", "--root", str(root), "--wait", "--timeout", "1.5",
+        # 6 s, not 1.5: each poll runs the fake systemctl/journalctl (Python processes); on a loaded 2-core
+        # machine 1.5 s gave fewer polls than journal lines and the last phase was not reached
+        result = cli_runner.invoke(cli, ["restart", "--root", str(root), "--wait", "--timeout", "6",
                                          "--poll-interval", "0.05"], catch_exceptions=False)
     assert result.exit_code == ExitCode.TIMEOUT
     assert server.health_calls >= 5  # more polls than journal lines: the last phase is the last line's
