@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from packaging.version import Version
 
 from kimi_deploy import options, versions
+from kimi_deploy.argv import flag_groups, split_equals
 from kimi_deploy.errors import ProfileError, UnsupportedVersionError
 from kimi_deploy.profile import Profile, is_loopback
 
@@ -46,15 +47,9 @@ class LaunchSpec:
         return self.argv[3:]
 
     def flag_groups(self) -> list[tuple[str, ...]]:
-        """:attr:`server_args` grouped for display: each flag with its value, if it takes one."""
-        args = list(self.server_args)
-        groups: list[tuple[str, ...]] = []
-        i = 0
-        while i < len(args):
-            takes_value = i + 1 < len(args) and not args[i + 1].startswith("--")
-            groups.append(tuple(args[i:i + 2]) if takes_value else (args[i],))
-            i += 2 if takes_value else 1
-        return groups
+        """:attr:`server_args` grouped for display: each flag with its value, if it takes one
+        (:func:`kimi_deploy.argv.flag_groups`)."""
+        return flag_groups(self.server_args)
 
     def shell_command(self) -> str:
         """The command as a POSIX shell line a user can paste (``env K=V ... python -m ...``), one flag a line."""
@@ -206,7 +201,8 @@ def check_exposure(server_args: list[str] | tuple[str, ...], profile: Profile) -
     """The public-host rule on the final command: a non-loopback ``--host`` needs ``--config`` with the key.
 
     Reads the last ``--host``/``--host=`` of ``server_args`` (argparse keeps the last), SGLang's default
-    127.0.0.1 without one.
+    127.0.0.1 without one; which word is a flag's value is :func:`kimi_deploy.argv.flag_groups`'s rule,
+    and a ``--host`` without one counts as a host that is not loopback.
 
     Raises:
         ProfileError: the command would listen beyond loopback with no API key and the profile does not
@@ -214,13 +210,11 @@ def check_exposure(server_args: list[str] | tuple[str, ...], profile: Profile) -
     """
     host = "127.0.0.1"
     keyed = False
-    for i, arg in enumerate(server_args):
-        name, sep, inline = arg.partition("=")
-        value = inline if sep else (server_args[i + 1] if i + 1 < len(server_args) else "")
+    for name, *value in map(split_equals, flag_groups(server_args)):
         if name == "--host":
-            host = value
+            host = value[0] if value else ""
         elif name == "--config":
-            keyed = value == secrets_config(profile) and value is not None
+            keyed = bool(value) and value[0] == secrets_config(profile)
     if keyed or profile.sglang.allow_unauthenticated or is_loopback(host):
         return
     raise ProfileError(

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from kimi_deploy import apikey, systemd
+from kimi_deploy.argv import flag_groups, split_equals
 from kimi_deploy.errors import ExitCode, KimiDeployError
 from kimi_deploy.hostfiles import Manifest, read_bytes, sha256
 from kimi_deploy.patching import status as series_status
@@ -87,21 +88,10 @@ def problem(what: str, evidence: str, fix: str) -> str:
 
 
 def _entries(args: list[str]) -> list[str]:
-    """Group argv into ``--flag value`` / ``--flag`` entries (``--flag=value`` split), ignored options dropped."""
-    out: list[str] = []
-    i = 0
-    while i < len(args):
-        arg = args[i]
-        flag, eq, value = arg.partition("=")
-        if arg.startswith("--") and eq:
-            entry, i = [flag, value], i + 1
-        elif arg.startswith("--") and i + 1 < len(args) and not args[i + 1].startswith("--"):
-            entry, i = [arg, args[i + 1]], i + 2
-        else:
-            entry, i = [arg], i + 1
-        if entry[0] not in IGNORED_OPTIONS:
-            out.append(" ".join(entry))
-    return out
+    """argv as ``--flag value`` / ``--flag`` entries (:func:`kimi_deploy.argv.flag_groups`, ``--flag=value``
+    split), ignored options dropped."""
+    groups = [split_equals(g) for g in flag_groups(args)]
+    return [" ".join(g) for g in groups if g[0] not in IGNORED_OPTIONS]
 
 
 def normalize_args(args: list[str]) -> list[str]:

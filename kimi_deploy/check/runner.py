@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import httpx
@@ -27,9 +28,8 @@ def _resolve_profile(value: object) -> tuple[Profile | None, str | None]:
     return load_profile(path), str(path)
 
 
-def _result(check_id: str, status: str, findings: list[Finding], detail: str, started: float) -> CheckResult:
+def _result(check_id: str, status: str, findings: list[Finding], detail: str, duration: float) -> CheckResult:
     top = first(findings)
-    duration = time.monotonic() - started
     if top is None:
         return CheckResult(check_id, status, None, detail, "", duration)  # type: ignore[arg-type]
     others = sorted({f.kind for f in findings} - {top.kind})
@@ -48,7 +48,7 @@ def _not_attempted(check_id: str, kind: str, detail: str, evidence: str) -> Chec
 def _past_deadline(check_id: str, deadline: Deadline, t0: float) -> CheckResult:
     return _not_attempted(check_id, "timeout",
                           f"the run reached its deadline (--deadline {deadline.seconds:g} s) after "
-                          f"{time.monotonic() - t0:.1f} s; this check was not started",
+                          f"{deadline.clock() - t0:.1f} s; this check was not started",
                           f"not attempted: the run's deadline of {deadline.seconds:g} s passed")
 
 
@@ -60,7 +60,7 @@ def _no_answer(results: list[CheckResult]) -> CheckResult | None:
     return None
 
 
-def run_checks(options: CheckOptions) -> CheckReport:
+def run_checks(options: CheckOptions, *, clock: Callable[[], float] = time.monotonic) -> CheckReport:
     """Run the checks ``options`` select against one OpenAI-compatible server.
 
     Order: ``health.*``, ``config.*``, ``parser.*``, ``contract.*`` (see :mod:`kimi_deploy.check.registry`);
@@ -72,6 +72,7 @@ def run_checks(options: CheckOptions) -> CheckReport:
     ``not attempted: the server did not answer health.live``, and
     :attr:`CheckReport.exit_code` is UNREACHABLE (3). With ``options.deadline``, no request
     waits past it, and checks not started by then are ``fail``/``timeout``, not attempted.
+    ``clock`` (seconds, monotonic) times the run, its checks and the deadline.
 
     Raises:
         UsageError / ProfileError: no base URL, a bad profile, an unreadable key file,
@@ -91,8 +92,8 @@ def run_checks(options: CheckOptions) -> CheckReport:
     expected = options.model or (profile.sglang.served_model_name or profile.sglang.model_path if profile else None)
     report = CheckReport(base_url=base_url, model=expected, started_at=_dt.datetime.now(_dt.timezone.utc),
                          profile=profile_path)
-    t0 = time.monotonic()
-    deadline = Deadline(options.deadline)
+    t0 = clock()
+    deadline = Deadline(options.deadline, clock)
     clients = Clients.open(base_url, api_key, options.timeout, deadline)
     health_ids = [i for i in ids if registry.tier(i) == "health"]
     rest = [i for i in ids if i not in health_ids]
@@ -128,14 +129,14 @@ def run_checks(options: CheckOptions) -> CheckReport:
                 report.results.append(result)
     finally:
         clients.close()
-        report.duration_s = time.monotonic() - t0
+        report.duration_s = clock() - t0
     return report
 
 
 def _run_one(ctx: Context, check_id: str, cache: dict, deadline: Deadline, t0: float) -> CheckResult | None:
     if deadline.passed():
         return _past_deadline(check_id, deadline, t0)
-    started = time.monotonic()
+    started = deadline.clock()
     if check_id in health.CHECKS:
         status, detail, findings = health.CHECKS[check_id](ctx)
     elif registry.tier(check_id) == "parser":  # needs no model: it posts raw text to the parsers
@@ -147,7 +148,7 @@ def _run_one(ctx: Context, check_id: str, cache: dict, deadline: Deadline, t0: f
         status, detail, findings = health.no_model(ctx)
     else:
         status, findings, detail = contract.run(ctx, check_id, cache)
-    return _result(check_id, status, findings, detail, started)
+    return _result(check_id, status, findings, detail, deadline.clock() - started)
 
 
 def _probe(clients: Clients) -> tuple[str, str, str] | None:
