@@ -65,7 +65,10 @@ def render_cmd(profile_path, preset, sglang_version, python, out_dir, print_comm
 @click.command("presets")
 @json_flag("Print the presets as JSON.")
 def presets_cmd(as_json):
-    """List the built-in presets: one line each, then how it differs from the reference and what to measure."""
+    """List the built-in presets, one line each.
+
+    Under each: how it differs from the reference preset and what it needs measured.
+    """
     if as_json:
         echo_json({name: {"summary": p.summary, "differs": p.differs, "measure": p.measure, "profile": p.data}
                    for name, p in PRESETS.items()})
