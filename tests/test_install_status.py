@@ -170,7 +170,8 @@ def test_status_of_a_failed_unit(cli_runner, tmp_path, fake_systemd, sglang_pyth
     data = json.loads(result.output)
     assert result.exit_code == 1
     assert "kimi-test.service is failed/failed (systemctl show: Result=exit-code, ExecMainStatus=1); fix: read " \
-           "`journalctl -u kimi-test.service -n 50`, fix the cause, then `kimi-deploy restart --wait`" in data["problems"]
+           "`journalctl -u kimi-test.service -n 50`, fix the cause, then " \
+           f"`kimi-deploy restart --wait --root {root}`" in data["problems"]
     assert data["launch"] is None
     assert data["patches"]["state"] == "not_applied" and data["patches"]["recorded"] is None
     assert data["patches"]["python"] == sglang_python

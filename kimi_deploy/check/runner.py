@@ -12,7 +12,7 @@ import httpx
 from kimi_deploy.check import contract, health, parser, registry
 from kimi_deploy.check.client import Clients, Deadline, transport_finding
 from kimi_deploy.check.context import Context
-from kimi_deploy.check.results import CheckOptions, CheckReport, CheckResult, clip
+from kimi_deploy.check.results import CheckOptions, CheckReport, CheckResult, clip, fix_for
 from kimi_deploy.check.validate import Finding, first
 from kimi_deploy.apikey import read_key_file
 from kimi_deploy.errors import UsageError
@@ -60,7 +60,13 @@ def _no_answer(results: list[CheckResult]) -> CheckResult | None:
     return None
 
 
-def run_checks(options: CheckOptions, *, clock: Callable[[], float] = time.monotonic) -> CheckReport:
+#: ``progress(check_id, done, total, result)``: called before each check starts (``result`` None,
+#: ``done`` = checks finished so far) and after it ends (with its result), for a live display.
+Progress = Callable[[str, int, int, "CheckResult | None"], None]
+
+
+def run_checks(options: CheckOptions, progress: Progress | None = None, *,
+               clock: Callable[[], float] = time.monotonic) -> CheckReport:
     """Run the checks ``options`` select against one OpenAI-compatible server.
 
     Order: ``health.*``, ``config.*``, ``parser.*``, ``contract.*`` (see :mod:`kimi_deploy.check.registry`);
@@ -72,6 +78,9 @@ def run_checks(options: CheckOptions, *, clock: Callable[[], float] = time.monot
     ``not attempted: the server did not answer health.live``, and
     :attr:`CheckReport.exit_code` is UNREACHABLE (3). With ``options.deadline``, no request
     waits past it, and checks not started by then are ``fail``/``timeout``, not attempted.
+    ``progress`` (optional) hears of every check as it starts and ends (:data:`Progress`).
+    Interrupted (``KeyboardInterrupt``; :class:`Interrupted` names another signal), it returns the
+    checks that finished, with :attr:`CheckReport.interrupted` and ``not_run`` set (exit 130).
     ``clock`` (seconds, monotonic) times the run, its checks and the deadline.
 
     Raises:
@@ -97,11 +106,24 @@ def run_checks(options: CheckOptions, *, clock: Callable[[], float] = time.monot
     clients = Clients.open(base_url, api_key, options.timeout, deadline)
     health_ids = [i for i in ids if registry.tier(i) == "health"]
     rest = [i for i in ids if i not in health_ids]
+
+    finished: list[str] = []  # ids run to the end, including parser.* ids the tier's skip row stands for
+
+    def run_one(check_id: str, cache: dict) -> None:
+        if progress is not None:
+            progress(check_id, len(finished), len(ids), None)
+        result = _run_one(ctx, check_id, cache, deadline, t0)
+        if result is not None:  # None: a parser.* id on a server where the tier already said why it skips
+            report.results.append(result)
+        finished.append(check_id)
+        if progress is not None:
+            progress(check_id, len(finished), len(ids), result)
+
     try:
         ctx = Context(clients=clients, profile=profile, model=expected, expected_model=expected,
                       repeat=options.repeat)
         for check_id in health_ids:
-            report.results.append(_run_one(ctx, check_id, {}, deadline, t0))
+            run_one(check_id, {})
         silent = _no_answer(report.results)
         gate = (silent.id, silent.kind, silent.detail) if silent else None if health_ids else _probe(clients)
         if gate is not None:
@@ -110,6 +132,8 @@ def run_checks(options: CheckOptions, *, clock: Callable[[], float] = time.monot
             report.results += [_not_attempted(i, kind, f"the server did not answer {what} ({detail}); nothing "
                                                        "more was sent", f"not attempted: the server did not answer {what}")
                                for i in rest]
+            if progress is not None and rest:
+                progress(rest[-1], len(report.results), len(ids), report.results[-1])
             return report
         if not deadline.passed():
             ctx.load_facts()
@@ -124,13 +148,33 @@ def run_checks(options: CheckOptions, *, clock: Callable[[], float] = time.monot
                 report.model = ctx.model
         cache: dict = {}
         for check_id in rest:
-            result = _run_one(ctx, check_id, cache, deadline, t0)
-            if result is not None:  # None: a parser.* id on a server where the tier already said why it skips
-                report.results.append(result)
+            run_one(check_id, cache)
+    except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM through the CLI's handler (Interrupted)
+        report.interrupted = getattr(exc, "signal", "SIGINT")
+        report.not_run = [i for i in ids if i not in finished and i not in {r.id for r in report.results}]
     finally:
         clients.close()
         report.duration_s = clock() - t0
+        _add_fixes(report, profile)
     return report
+
+
+class Interrupted(KeyboardInterrupt):
+    """Raised (by a signal handler) to stop a run the way Ctrl-C does; ``signal`` names the signal."""
+
+    def __init__(self, signal: str) -> None:
+        super().__init__(signal)
+        self.signal = signal
+
+
+def _add_fixes(report: CheckReport, profile: Profile | None) -> None:
+    """Fill the profile's interpreter and service name into every ``fail``/``warn`` row's fix
+    (:class:`CheckResult` sets the generic one itself)."""
+    python = profile.service.python if profile else None
+    name = profile.service.name if profile else None
+    for r in report.results:
+        if r.status in ("fail", "warn") and profile is not None:
+            r.fix = fix_for(r.kind, python=python, name=name, detail=r.detail)
 
 
 def _run_one(ctx: Context, check_id: str, cache: dict, deadline: Deadline, t0: float) -> CheckResult | None:

@@ -27,8 +27,8 @@ def _asks_json_stdout(command: click.Command | None, args: list[str]) -> bool:
     """Whether ``args`` (a verb's raw arguments) ask for JSON on stdout: ``--json`` where it is a
     flag, ``--json -`` / ``--json=-`` where it takes a path. Read before click parsed them, since a
     usage error stops parsing before the ``--json`` callback (:data:`JSON_META`) runs."""
-    while isinstance(command, click.Group) and args:  # `patch apply --json`: the verb's own verb
-        command, args = command.commands.get(args[0]), args[1:]
+    while isinstance(command, click.Group) and args and args[0] in command.commands:
+        command, args = command.commands[args[0]], args[1:]  # `patch apply --json`: the verb's own verb
     option = next((p for p in (command.params if command else []) if isinstance(p, click.Option)
                    and "--json" in p.opts), None)
     if option is None:
@@ -108,7 +108,8 @@ class KimiGroup(click.Group):
         except KimiDeployError as exc:
             if ctx.find_root().params.get("debug") or (ctx.obj or {}).get("debug"):
                 raise
-            if ctx.meta.get(JSON_META):
+            # an option's own check (bench's numbers) can refuse before the --json callback ran
+            if ctx.meta.get(JSON_META) or (args and _asks_json_stdout(self.get_command(ctx, args[0]), args[1:])):
                 echo_json({"error": exc.to_dict()})
             click.echo(exc.render(), err=True)
             ctx.exit(int(exc.exit_code))
