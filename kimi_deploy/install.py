@@ -604,6 +604,13 @@ def plan_uninstall(layout: HostLayout, name: str | None = None, *, force: bool =
     units.sort(key=lambda u: (not u.startswith(f"{svc}."), u.endswith(".service"), u))  # server first, timers next
     steps = _disable_steps(layout, units)
     if units and layout.is_host:
+        # A unit that failed (e.g. the last nightly check) stays loaded as "not-found failed" after its file
+        # is gone, and `systemctl --failed` and unit monitoring keep reporting it (seen under systemd 252 in
+        # tests/test_container_serve.py). Each name goes as a glob matching only itself ("x.servic[e]"):
+        # systemctl expands globs over loaded units, so a unit `disable --now` already unloaded is skipped
+        # instead of failing the uninstall with "Unit ... not loaded".
+        steps.append(Step("command", f"forget the failed state of {', '.join(units)}", when="after",
+                          argv=tuple(systemd.systemctl_argv("reset-failed", *(f"{u[:-1]}[{u[-1]}]" for u in units)))))
         steps.append(Step("command", "reload systemd's unit files", when="after",
                           argv=tuple(systemd.systemctl_argv("daemon-reload"))))
     purge_steps, kept, shared = _purge_steps(layout, svc, manifest)
