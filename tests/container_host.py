@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import subprocess
 import sys
 import time
@@ -195,3 +196,18 @@ def booted_host(workdir: Path, sglang_python: str, *, timings: dict[str, float] 
         box.shutdown(timeout=60)
         if timings is not None:
             timings["group"] = time.monotonic() - start
+
+
+def exposure(analyze_output: str) -> str:
+    """The overall exposure (``"2.4"``) from ``systemd-analyze security UNIT`` output."""
+    m = re.search(r"Overall exposure level for \S+: (\d+\.\d)", analyze_output)
+    assert m, analyze_output[-2000:]
+    return m.group(1)
+
+
+def documented_exposure(repo_root: Path, hardening: str) -> str:
+    """The server unit's exposure production.md states for ``hardening`` (its table in §2)."""
+    text = (repo_root / "production.md").read_text()
+    m = re.search(rf'\| server, `hardening = "{hardening}"` \| (\d+\.\d)', text)
+    assert m, f"production.md has no exposure row for hardening {hardening}"
+    return m.group(1)

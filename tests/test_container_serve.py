@@ -18,7 +18,7 @@ import re
 
 import pytest
 
-from container_host import SGLANG_PYTHON, booted_host, profile
+from container_host import SGLANG_PYTHON, booted_host, documented_exposure, exposure, profile
 
 pytestmark = [pytest.mark.container, pytest.mark.sglang]
 
@@ -36,20 +36,6 @@ def host(tmp_path_factory, sglang_python, repo_root):
         h.restart = h.sh("kimi-deploy restart --wait --timeout 240", check=False)
         h.key = h.sh(f"cat {KEY_FILE}").stdout.strip()
         yield h
-
-
-def _exposure(text: str) -> str:
-    m = re.search(r"Overall exposure level for \S+: (\d+\.\d)", text)
-    assert m, text[-2000:]
-    return m.group(1)
-
-
-def documented_exposure(repo_root, hardening: str) -> str:
-    """The server unit's exposure production.md states for ``hardening`` (its table in §2)."""
-    text = (repo_root / "production.md").read_text()
-    m = re.search(rf'\| server, `hardening = "{hardening}"` \| (\d+\.\d)', text)
-    assert m, f"production.md has no exposure row for hardening {hardening}"
-    return m.group(1)
 
 
 def test_restart_wait_starts_the_hardened_unit_and_it_serves(host, repo_root):
@@ -75,7 +61,7 @@ def test_restart_wait_starts_the_hardened_unit_and_it_serves(host, repo_root):
 
 def test_running_unit_has_the_exposure_production_md_states(host, repo_root):
     out = host.sh(f"systemd-analyze security {NAME}.service --no-pager").stdout
-    assert _exposure(out) == documented_exposure(repo_root, "standard")
+    assert exposure(out) == documented_exposure(repo_root, "standard")
 
 
 def test_key_arrives_only_through_the_credential(host):

@@ -6,8 +6,9 @@ SGLang's own code here: ``prepare_server_args(ARGS)`` (the argparse of every ren
 ``--config`` YAML merged by ``ConfigArgumentMerger``, ``launch_command`` recorded from the merged
 argv), so ``--host``, ``--port`` and ``--api-key`` come from the YAML exactly as SGLang reads them.
 The model is not loaded: ``--model-path`` must be a folder holding ``config.json`` and the
-tokenizer (tests/replay/kimi_tokenizer.py builds one), else the start fails with exit 1 as SGLang's
-model loading does. Prints SGLang's "The server is fired up and ready to roll!" once it serves.
+tokenizer (tests/replay/kimi_tokenizer.py builds one). A path that does not exist is refused by
+SGLang's own argument handling (an ``OSError`` naming it: neither a folder nor a hub repo id); a
+folder without ``config.json`` fails with exit 1 as SGLang's model loading does. Prints SGLang's "The server is fired up and ready to roll!" once it serves.
 
 Not exercised (SGLang's engine stack cannot be imported on a CPU): the ``server_args=...`` start-up
 log line of ``engine.py``, the scheduler and TP worker processes, CUDA.
