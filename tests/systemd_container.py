@@ -19,6 +19,7 @@ Needs root, ``systemd-nspawn`` (Debian: ``systemd-container``), ``unshare`` and 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shlex
 import shutil
@@ -163,9 +164,14 @@ class Container:
             self.console.close()
 
     def kill(self) -> None:
-        """Stop the container now (SIGKILL to systemd-nspawn's process group; the kernel ends the rest)."""
+        """Stop the container now: SIGKILL to its PID 1 (the kernel then kills every process of its PID
+        namespace; killing systemd-nspawn alone would orphan them), then to systemd-nspawn's process group."""
+        if self.init_pid is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.init_pid, signal.SIGKILL)
         if self.proc is not None and self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGKILL)
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, signal.SIGKILL)
             self.proc.wait(timeout=30)
 
     def console_tail(self, lines: int = 40) -> str:
