@@ -30,6 +30,8 @@ class ExitCode(enum.IntEnum):
     EXTERNAL = 5
     #: a deadline passed (restart --wait, a request timeout)
     TIMEOUT = 6
+    #: another kimi-deploy run holds the lock this one needs (waited briefly, then gave up; nothing changed)
+    LOCKED = 7
 
 
 class KimiDeployError(Exception):
@@ -152,3 +154,9 @@ class DeadlineError(KimiDeployError):
     """A wait ran past its deadline (exit 6)."""
 
     exit_code = ExitCode.TIMEOUT
+
+
+class LockedError(KimiDeployError):
+    """Another kimi-deploy run holds the lock (exit 7); this run changed nothing."""
+
+    exit_code = ExitCode.LOCKED

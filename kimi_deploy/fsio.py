@@ -3,17 +3,161 @@
 Writes go to a temporary file in the target's directory, are fsynced, then
 ``os.replace``d over the target (POSIX rename is atomic within a file system).
 :func:`check_output_paths` refuses report paths up front, before a long run produces them.
+:func:`exclusive_lock` serialises kimi-deploy runs that change the same thing.
+
+The kit's file writes and deletes go through this module (:func:`write_many_atomic`,
+:func:`remove`, :func:`remove_tree`), each announced to :func:`fault_point` first: the
+fault-injection tests set ``KIMI_DEPLOY_FAULT_KILL_AT=N`` to SIGKILL the process just before
+its N-th mutating operation (``KIMI_DEPLOY_FAULT_TRACE=FILE`` appends one line per operation,
+to count them). Both are test hooks; unset, they cost one environment lookup per operation.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
+import fcntl
 import os
+import shutil
+import signal
 import tempfile
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 
-from kimi_deploy.errors import UsageError
+from kimi_deploy.errors import LockedError, UsageError
+
+#: Test hook: SIGKILL this process just before its N-th mutating file operation (1-based).
+FAULT_KILL_ENV = "KIMI_DEPLOY_FAULT_KILL_AT"
+#: Test hook: append ``N OP PATH`` for every mutating file operation to this file.
+FAULT_TRACE_ENV = "KIMI_DEPLOY_FAULT_TRACE"
+_fault_count = 0
+
+
+def fault_point(op: str, path: str | os.PathLike[str]) -> None:
+    """Announce a mutating file operation ``op`` on ``path`` (see the module docstring).
+
+    Kills the process with SIGKILL (no cleanup, no ``finally``) when this is operation
+    number ``$KIMI_DEPLOY_FAULT_KILL_AT``; records it in ``$KIMI_DEPLOY_FAULT_TRACE`` first.
+    """
+    global _fault_count
+    trace, kill_at = os.environ.get(FAULT_TRACE_ENV), os.environ.get(FAULT_KILL_ENV)
+    if not trace and not kill_at:
+        return
+    _fault_count += 1
+    if trace:
+        with open(trace, "a", encoding="utf-8") as fh:
+            fh.write(f"{_fault_count} {op} {os.fspath(path)}\n")
+    if kill_at and kill_at.isdigit() and int(kill_at) == _fault_count:
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+def remove(path: Path) -> bool:
+    """Delete the file ``path`` (a missing file is fine); whether it existed.
+
+    Raises:
+        UsageError: it exists and cannot be deleted.
+    """
+    if not os.path.lexists(path):
+        return False
+    fault_point("unlink", path)
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        return False
+    except OSError as exc:
+        raise UsageError(f"cannot delete {path}: {exc.strerror}", value=str(path),
+                         hint="run as a user that can write that directory") from exc
+    return True
+
+
+def remove_tree(path: Path) -> bool:
+    """Delete the folder ``path`` and everything under it (missing is fine); whether it existed.
+
+    Raises:
+        UsageError: it exists and cannot be deleted completely.
+    """
+    if not os.path.lexists(path):
+        return False
+    fault_point("rmtree", path)
+    try:
+        shutil.rmtree(path)
+    except FileNotFoundError:
+        return False
+    except OSError as exc:
+        raise UsageError(f"cannot delete {path}: {exc.strerror}", value=str(exc.filename or path),
+                         hint="run as a user that can write that directory") from exc
+    return True
+
+
+#: How long a second run waits for the lock before it gives up (seconds): long enough for a
+#: short verb to finish (a patch apply takes about a second), short enough for a unit's ExecStartPre.
+LOCK_WAIT_S = 10.0
+_LOCK_POLL_S = 0.1
+_UNAVAILABLE = {errno.EACCES, errno.EPERM, errno.EROFS}
+
+
+@contextlib.contextmanager
+def exclusive_lock(path: Path, *, what: str, wait_s: float = LOCK_WAIT_S,
+                   unavailable_ok: bool = False,
+                   clock: Callable[[], float] = time.monotonic,
+                   sleep: Callable[[float], None] = time.sleep) -> Iterator[Path | None]:
+    """Hold an exclusive ``flock(2)`` on the file ``path`` (created 0644 with its parents) for the block.
+
+    The kernel releases the lock when the holder exits, however it dies, so a killed run
+    never leaves a stale lock; the file itself stays (it holds the last holder's pid, for
+    the message). A second holder polls every 0.1 s for ``wait_s`` seconds (``clock`` and
+    ``sleep`` drive that wait; tests inject them), then gives up.
+
+    ``what``: the guarded thing, for the message (``"patch run on /opt/sglang/..."``).
+    ``unavailable_ok``: when this user cannot create or open the lock file (EACCES, EPERM,
+    EROFS: a read-only check by an unprivileged user), yield ``None`` instead of failing.
+
+    Yields:
+        ``path`` while held (``None``: see ``unavailable_ok``).
+
+    Raises:
+        LockedError: another process held it for all of ``wait_s`` (exit 7).
+        UsageError: the lock file cannot be created or opened.
+    """
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    except OSError as exc:
+        if unavailable_ok and exc.errno in _UNAVAILABLE:
+            yield None
+            return
+        raise UsageError(f"cannot open the lock file {path}: {exc.strerror}", value=str(path),
+                         hint="run as a user that can write that directory (usually root)") from exc
+    try:
+        deadline = clock() + wait_s
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if clock() >= deadline:
+                    holder = _lock_holder(fd)
+                    raise LockedError(
+                        f"another kimi-deploy {what} is running (waited {wait_s:g} s for its lock)",
+                        value=f"{path}" + (f" (held by pid {holder})" if holder else ""),
+                        hint="let it finish, then run this command again; nothing was changed (the lock goes "
+                             "away with the process that holds it, even when it is killed)") from None
+                sleep(_LOCK_POLL_S)
+        with contextlib.suppress(OSError):
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        yield path
+    finally:
+        os.close(fd)  # closing the last descriptor releases the flock
+
+
+def _lock_holder(fd: int) -> str:
+    with contextlib.suppress(OSError):
+        text = os.pread(fd, 32, 0).decode("ascii", "replace").strip()
+        if text.isdigit():
+            return text
+    return ""
 
 
 def check_output_paths(paths: Mapping[str, Path | None], *, unwritable_hint: str | None = None) -> None:
@@ -83,6 +227,7 @@ def write_many_atomic(files: Mapping[Path, bytes | str], *, mode: int = 0o644,
         for path, data in files.items():
             payload = data.encode() if isinstance(data, str) else data
             path.parent.mkdir(parents=True, exist_ok=True)
+            fault_point("create", path)
             fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
             staged.append((tmp, path))
             with os.fdopen(fd, "wb") as fh:
@@ -126,6 +271,7 @@ def _swap_in(staged: list[tuple[str, Path]]) -> None:
                 backup = f"{path.parent}/.{path.name}.{os.getpid()}.bak"
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(backup)
+                fault_point("link", backup)
                 os.link(path, backup)
                 backups[path] = backup
             else:
@@ -133,6 +279,7 @@ def _swap_in(staged: list[tuple[str, Path]]) -> None:
         done: list[Path] = []
         try:
             for tmp, path in staged:
+                fault_point("replace", path)
                 os.replace(tmp, path)
                 done.append(path)
         except OSError as exc:
@@ -155,5 +302,6 @@ def _swap_in(staged: list[tuple[str, Path]]) -> None:
     finally:
         for backup in backups.values():
             if backup:
+                fault_point("unlink", backup)
                 with contextlib.suppress(OSError):
                     os.unlink(backup)
