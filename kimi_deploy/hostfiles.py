@@ -63,7 +63,9 @@ class Manifest(BaseModel):
     and only while no other installed service names it). ``api_key_file`` is the key file the
     service reads, created or not (another service's purge keeps it; ``None`` in manifests of
     kits before 0.x, whose profile copy still names it). ``cache_dir``/``state_dir`` are host
-    paths ``uninstall --purge`` may clean.
+    paths ``uninstall --purge`` may clean. ``user_created``/``group_created`` name the system
+    user/group when ``install`` created them (``uninstall --purge`` removes only those, and only
+    while no other installed service runs as them).
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -78,6 +80,8 @@ class Manifest(BaseModel):
     api_key_file: str | None = None
     cache_dir: str
     state_dir: str
+    user_created: str | None = None
+    group_created: str | None = None
 
     def to_bytes(self) -> bytes:
         """Canonical JSON (sorted keys, 2-space indent, trailing newline): same manifest, same bytes."""
@@ -160,11 +164,19 @@ class Claims:
 
     ``paths``: host path -> ``[(service, what)]``, ``what`` one of ``file`` (listed in its
     manifest), ``API key file``, ``cache folder``, ``state folder``. ``ports``: ``(service,
-    host, port)`` of each one's ``[sglang]`` listener.
+    host, port)`` of each one's ``[sglang]`` listener. ``accounts``: ``("user"|"group", name)``
+    -> ``[(service, what)]`` for the system user and group each one runs as.
     """
 
     paths: dict[str, list[tuple[str, str]]] = dataclasses.field(default_factory=dict)
     ports: list[tuple[str, str, int]] = dataclasses.field(default_factory=list)
+    accounts: dict[tuple[str, str], list[tuple[str, str]]] = dataclasses.field(default_factory=dict)
+
+    def add_account(self, kind: str, name: str | None, service: str) -> None:
+        if name:
+            users = self.accounts.setdefault((kind, name), [])
+            if (service, f"service {kind}") not in users:
+                users.append((service, f"service {kind}"))
 
     def add(self, host_path: str | None, service: str, what: str) -> None:
         if host_path:
@@ -210,10 +222,14 @@ def other_services_claims(layout: HostLayout, service: str) -> Claims:
             claims.add(manifest.api_key_file, other, "API key file")
             claims.add(manifest.cache_dir, other, "cache folder")
             claims.add(manifest.state_dir, other, "state folder")
+            claims.add_account("user", manifest.user_created, other)
+            claims.add_account("group", manifest.group_created, other)
         try:
             profile = load_profile(layout.profile_copy(other))
         except (KimiDeployError, OSError):
             continue
+        claims.add_account("user", profile.service.user, other)
+        claims.add_account("group", profile.service.group, other)
         claims.add(profile.sglang.api_key_file, other, "API key file")
         claims.add(profile.cache_root, other, "cache folder")
         claims.ports.append((other, profile.sglang.host, profile.sglang.port))

@@ -84,11 +84,14 @@ class Step:
 
     ``kind``: ``command`` (``argv`` through :mod:`kimi_deploy.proc`), ``mkdir`` (``path``, chowned to
     ``owner`` = (user, group) when given), ``api-key`` (create ``path`` with a random key, 0600
-    root), ``remove-tree``, ``remove-file``, ``remove-cache-keys`` (the ``sglang-*`` folders in ``path``).
+    root), ``remove-tree``, ``remove-file``, ``remove-cache-keys`` (the ``sglang-*`` folders in ``path``),
+    ``remove-account`` (``argv`` is ``userdel``/``groupdel``; run only while the account exists:
+    ``userdel`` also removes the user's own group when ``USERGROUPS_ENAB`` is set in login.defs).
     ``when``: ``before`` the files are written or ``after``.
     """
 
-    kind: Literal["command", "mkdir", "api-key", "remove-tree", "remove-file", "remove-cache-keys"]
+    kind: Literal["command", "mkdir", "api-key", "remove-tree", "remove-file", "remove-cache-keys",
+                  "remove-account"]
     summary: str
     when: Literal["before", "after"] = "before"
     argv: tuple[str, ...] = ()
@@ -397,7 +400,8 @@ def plan_install(profile: Profile, layout: HostLayout, *, sglang_version: str | 
     files, version = desired_files(profile, sglang_version)
 
     steps: list[Step] = []
-    steps += _user_steps(profile, layout, create_user, notes)
+    user_steps = _user_steps(profile, layout, create_user, notes)
+    steps += user_steps
     steps += _gpu_group_steps(profile, layout, create_user, notes)
     default_cache = f"/var/cache/{svc.name}"
     if profile.cache_root != default_cache and not profile.cache_root.startswith(default_cache + "/"):
@@ -416,11 +420,18 @@ def plan_install(profile: Profile, layout: HostLayout, *, sglang_version: str | 
         created_key = profile.sglang.api_key_file
     elif old_manifest and old_manifest.api_key_file_created == profile.sglang.api_key_file:
         created_key = old_manifest.api_key_file_created
+    created = {cmd: name for cmd, name in (("useradd", svc.user), ("groupadd", svc.group))
+               if any(st.argv[:1] == (cmd,) for st in user_steps)}
+    if old_manifest and old_manifest.user_created == svc.user:
+        created.setdefault("useradd", svc.user)
+    if old_manifest and old_manifest.group_created == svc.group:
+        created.setdefault("groupadd", svc.group)
     manifest = Manifest(kimi_deploy_version=__version__, service=svc.name, profile_sha256=profile.digest(),
                         sglang_version=version, files={hp: FileRecord(sha256=sha256(b)) for hp, b in files.items()},
                         api_key_file_created=created_key, api_key_file=profile.sglang.api_key_file,
                         cache_dir=profile.cache_root,
-                        state_dir=f"/var/lib/{svc.name}")
+                        state_dir=f"/var/lib/{svc.name}",
+                        user_created=created.get("useradd"), group_created=created.get("groupadd"))
     others = claims.files()
     changes = [_change(layout, hp, data, old_manifest, force, refusals, others=others) for hp, data in files.items()]
     if old_manifest:  # files an older kit installed that this one no longer renders
@@ -533,6 +544,18 @@ def _purge_steps(layout: HostLayout, svc: str, record: Manifest | None) -> tuple
         kept.append(key)
         steps.append(Step("remove-file", f"--purge: remove the API key file {key} (kimi-deploy created it)",
                           when="after", path=layout.under(key)))
+    root_args = () if layout.is_host else ("--root", str(layout.root))
+    for kind, name, command in (("user", record.user_created if record else None, "userdel"),
+                                ("group", record.group_created if record else None, "groupdel")):
+        if not name or not _account_exists(layout, kind, name):
+            continue
+        users = claims.accounts.get((kind, name), [])
+        if users:
+            shared.append(f"the system {kind} {name} stays: {_who(users)} runs as it too")
+            continue
+        kept.append(f"system {kind} {name}")
+        steps.append(Step("remove-account", f"--purge: remove the system {kind} {name} (kimi-deploy created it)",
+                          when="after", argv=(command, *root_args, name)))
     return steps, kept, shared
 
 
@@ -698,6 +721,12 @@ def _run_step(step: Step, layout: HostLayout, ran: list[str], messages: list[str
         assert step.path is not None
         for child in step.path.glob("sglang-*"):
             shutil.rmtree(child, ignore_errors=True)
+    elif step.kind == "remove-account":
+        kind = "user" if step.argv[0] == "userdel" else "group"
+        if not _account_exists(layout, kind, step.argv[-1]):  # userdel took the user's own group with it
+            messages.append(f"{step.summary}: already gone with its user")
+            return
+        ran.append(proc.run(step.argv).command)
     messages.append(step.summary)
 
 

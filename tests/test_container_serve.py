@@ -8,7 +8,7 @@ tests below run in file order against that one host (issue 17, scenarios 1, 2, 5
    with the exposure production.md states;
 2. the API key arrives only through the credential;
 5. the nightly timer is listed, its check unit writes the reports, and fails when the server is down;
-6. ``uninstall --purge`` leaves no unit, credential, runtime file or state behind.
+6. ``uninstall --purge`` leaves no unit, credential, runtime file, state or user behind.
 """
 
 from __future__ import annotations
@@ -137,3 +137,4 @@ def test_uninstall_purge_leaves_nothing_behind(host):
     assert left == "", left
     assert host.sh("ss -Hltn 'sport = :30000'").stdout.strip() == ""
     assert host.sh("pgrep -u sglang", check=False).stdout == ""
+    assert host.sh("getent passwd sglang; getent group sglang", check=False).stdout == ""  # install created both
