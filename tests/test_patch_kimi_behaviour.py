@@ -18,7 +18,7 @@ pytestmark = pytest.mark.sglang
 B, E = "<|tool_calls_section_begin|>", "<|tool_calls_section_end|>"
 CB, AB, CE = "<|tool_call_begin|>", "<|tool_call_argument_begin|>", "<|tool_call_end|>"
 TOOLS = [["get_weather", ["city"]], ["get", ["url"]], ["exec", ["command"]], ["get_news", ["content"]],
-         ["get_location", ["latitude", "longitude"]], ["edit", ["path"]], ["read_file_v2", ["file_path"]]]
+         ["get_location", {"latitude": "number", "longitude": "number"}], ["edit", ["path"]], ["read_file_v2", ["file_path"]]]
 LA = '{"latitude": 34.05, "longitude": -118.24}'
 
 
@@ -133,6 +133,20 @@ def test_history_ids_through_openai_serving_chat(before, after):
     assert tc["id"] == "functions.get_weather:1"  # canonical, numbered after the history's one call
     assert tc["function"]["name"] == "get_weather"
     assert json.loads(tc["function"]["arguments"]) == {"city": "Melbourne, Australia"}
+
+
+def test_history_ids_of_one_parallel_turn_are_matched_by_position(before, after):
+    """Rule 5: a client that sends the same id (or none) for both calls of one turn gets each tool
+    result labelled with its own call, in order (0.5.23 and the first patch labelled both the last)."""
+    for label in ("same_id", "empty_id"):
+        new = after["serving_history.py"][label]
+        assert "## Return of functions.get_weather:0\n18C" in new, new
+        assert "## Return of functions.get_weather:1\n25C" in new, new
+        first, second = (new.index(f"<|tool_call_begin|>functions.get_weather:{k}<|tool_call_argument_begin|>")
+                         for k in (0, 1))
+        assert first < new.index("Sydney", first) < second < new.index("Perth", second)
+        old = before["serving_history.py"][label]
+        assert "functions.get_weather:" not in old  # pristine 0.5.23 copies whatever the client sent
 
 
 def test_redaction_and_sm120_gates(before, after):

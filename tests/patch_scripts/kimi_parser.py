@@ -1,6 +1,7 @@
 """Run in an SGLang 0.5.23 interpreter: SGLang's own FunctionCallParser(tools, "kimi_k2") on raw outputs.
 
-argv[1]: JSON {"tools": [[name, [property, ...]], ...], "cases": {name: raw model output}}.
+argv[1]: JSON {"tools": [[name, [property, ...] or {property: JSON type}], ...], "cases": {name: raw
+model output}} (properties given as a list are strings).
 Prints one JSON object {case: {"non_stream": {...}, "stream": {...}, "stream_merged": {...}}}:
 each with the normal text and the calls (name + concatenated arguments per tool_index).
 "stream" feeds token-aligned chunks (each Kimi marker one chunk, the text between markers one
@@ -14,7 +15,8 @@ from sglang.srt.function_call.function_call_parser import FunctionCallParser
 
 spec = json.loads(sys.argv[1])
 tools = [Tool(type="function", function=Function(name=name, parameters={
-    "type": "object", "properties": {p: {"type": "string"} for p in props}})) for name, props in spec["tools"]]
+    "type": "object", "properties": {p: {"type": props[p] if isinstance(props, dict) else "string"} for p in props}}))
+    for name, props in spec["tools"]]
 marker = re.compile(r"(<\|[a-z_]+\|>)")
 
 

@@ -1,7 +1,8 @@
 """Run in an SGLang 0.5.23 interpreter: one chat request through SGLang's own OpenAIServingChat.
 
 Prints one JSON object: the prompt the tokenizer manager received (decoded from its input_ids)
-and the response's tool calls. argv[1]: scratch folder. The history carries ids sanitised the way
+and the response's tool calls; then, under "same_id" and "empty_id", the prompts of a parallel turn
+whose two calls share one id (or carry none) with their two tool results. argv[1]: scratch folder. The history carries ids sanitised the way
 LiteLLM-style clients send them back (functions_get_weather_0); the scripted model answers with
 the id style it saw (shared/notes/tool-call-failures.md item 2).
 
@@ -106,20 +107,36 @@ async def main(scratch: Path) -> dict:
     serving = OpenAIServingChat(tm, templates)
     weather = {"type": "function", "function": {"name": "get_weather", "parameters": {
         "type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}
-    request = ChatCompletionRequest(model="kimi", tools=[weather], messages=[
+    async def ask(messages):
+        request = ChatCompletionRequest(model="kimi", tools=[weather], messages=messages)
+        response = await serving.handle_request(request, None)
+        body = json.loads(response.body) if hasattr(response, "body") else response.model_dump()
+        obj = tm.received[-1]
+        ids = obj.input_ids[0] if obj.input_ids and isinstance(obj.input_ids[0], list) else obj.input_ids
+        prompt = tokenizer.decode(ids, skip_special_tokens=False) if ids else (obj.text or "")
+        return prompt, body
+
+    prompt, body = await ask([
         {"role": "user", "content": "Weather in Sydney, then Melbourne?"},
         {"role": "assistant", "content": "", "tool_calls": [{"id": "functions_get_weather_0", "type": "function",
          "function": {"name": "get_weather", "arguments": "{\"city\": \"Sydney\"}"}}]},
         {"role": "tool", "tool_call_id": "functions_get_weather_0", "content": "18C"},
     ])
-    response = await serving.handle_request(request, None)
-    body = json.loads(response.body) if hasattr(response, "body") else response.model_dump()
-    obj = tm.received[0]
-    ids = obj.input_ids[0] if obj.input_ids and isinstance(obj.input_ids[0], list) else obj.input_ids
-    prompt = tokenizer.decode(ids, skip_special_tokens=False) if ids else (obj.text or "")
     message = body["choices"][0]["message"]
-    return {"prompt": prompt, "tool_calls": message.get("tool_calls") or [],
-            "content": message.get("content"), "finish_reason": body["choices"][0]["finish_reason"]}
+    out = {"prompt": prompt, "tool_calls": message.get("tool_calls") or [],
+           "content": message.get("content"), "finish_reason": body["choices"][0]["finish_reason"]}
+    # one parallel assistant turn whose two calls share one id (or have none): results by position
+    for label, cid in (("same_id", "call_1"), ("empty_id", "")):
+        calls = [{"id": cid, "type": "function", "function": {"name": "get_weather", "arguments": json.dumps(
+            {"city": city})}} for city in ("Sydney", "Perth")]
+        prompt, _ = await ask([
+            {"role": "user", "content": "Weather in Sydney and Perth?"},
+            {"role": "assistant", "content": "", "tool_calls": calls},
+            {"role": "tool", "tool_call_id": cid, "content": "18C"},
+            {"role": "tool", "tool_call_id": cid, "content": "25C"},
+        ])
+        out[label] = prompt
+    return out
 
 
 if __name__ == "__main__":
