@@ -32,7 +32,7 @@ from pathlib import Path
 
 import pytest
 
-from systemd_container import OPERATOR_ENV, Container, unavailable
+from systemd_container import OPERATOR_ENV, CannotBoot, Container, unavailable
 
 REPO = Path(__file__).resolve().parent.parent
 KIT = "/opt/kimi-deploy/bin/kimi-deploy"
@@ -167,7 +167,9 @@ GROUP_WATCHDOG = 900.0
 def booted_host(workdir: Path, sglang_python: str, *, timings: dict[str, float] | None = None) -> Iterator[Host]:
     """Boot a container laid out by :func:`lay_out`, yield it as a :class:`Host`, power it off.
 
-    Skips (pytest.skip) with the reason when no container can boot here. ``timings`` gets ``boot``
+    Skips (pytest.skip) with the reason when no container can boot here (outside CI: also when
+    systemd-nspawn gives up before the container's systemd runs, e.g. without the privilege to
+    mount). ``timings`` gets ``boot``
     (seconds until systemd reported the boot finished) and ``group`` (boot to power-off).
     A watchdog kills the container when the group is not done after :data:`GROUP_WATCHDOG` s
     (the test then fails on its next command).
@@ -181,7 +183,12 @@ def booted_host(workdir: Path, sglang_python: str, *, timings: dict[str, float] 
     box.workdir.mkdir()
     out = lay_out(box, workdir / "host", sglang_python, model)
     start = time.monotonic()
-    seconds = box.boot(timeout=120)
+    try:
+        seconds = box.boot(timeout=120)
+    except CannotBoot as exc:
+        if os.environ.get("CI"):  # CI machines can boot one: there this is a failure
+            raise
+        pytest.skip(f"systemd-nspawn cannot boot a container here: {str(exc)[:2000]}")
     if timings is not None:
         timings["boot"] = seconds
     import threading

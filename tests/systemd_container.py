@@ -41,6 +41,10 @@ OPERATOR_ENV = {
 }
 
 
+class CannotBoot(RuntimeError):
+    """systemd-nspawn gave up before the container's systemd ran (e.g. no privilege to mount here)."""
+
+
 def unavailable() -> str | None:
     """Why no container can boot on this machine, or None when one can."""
     if os.geteuid() != 0:
@@ -92,7 +96,8 @@ class Container:
     def boot(self, timeout: float = 120.0) -> float:
         """Start the container and wait until systemd finished booting; returns the seconds it took.
 
-        Raises RuntimeError (with the console log's tail) when it does not boot within ``timeout``.
+        Raises CannotBoot when systemd-nspawn exits before the container's systemd ran, RuntimeError
+        (with the console log's tail) when systemd does not finish booting within ``timeout``.
         """
         etc = self._prepare_etc()
         args = ["systemd-nspawn", "--quiet", "--directory=/", "--volatile=yes", "--register=no",
@@ -109,7 +114,8 @@ class Container:
         deadline = start + timeout
         while self.init_pid is None:
             if self.proc.poll() is not None:
-                raise RuntimeError(f"systemd-nspawn exited with {self.proc.returncode}:\n{self.console_tail()}")
+                raise CannotBoot(f"systemd-nspawn exited with {self.proc.returncode} before the container's "
+                                 f"systemd ran:\n{self.console_tail()}")
             if time.monotonic() > deadline:
                 self.kill()
                 raise RuntimeError(f"no container init within {timeout} s:\n{self.console_tail()}")
