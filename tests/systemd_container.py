@@ -110,14 +110,21 @@ class Container:
         start = time.monotonic()
         self.proc = subprocess.Popen(["unshare", "--mount", "--propagation", "private", "sh", "-c", script,
                                       "sh", *args], stdin=subprocess.DEVNULL, stdout=self.console,
-                                     stderr=subprocess.STDOUT, start_new_session=True)
-        deadline = start + timeout
+                                     stderr=subprocess.STDOUT, start_new_session=True,
+                                     preexec_fn=_terminate_with_parent)
+        try:
+            return self._wait_booted(start, start + timeout)
+        except BaseException:  # a command's timeout, ^C ...: never leave a container behind
+            self.kill()
+            raise
+
+    def _wait_booted(self, start: float, deadline: float) -> float:
+        timeout = deadline - start
         while self.init_pid is None:
             if self.proc.poll() is not None:
                 raise CannotBoot(f"systemd-nspawn exited with {self.proc.returncode} before the container's "
                                  f"systemd ran:\n{self.console_tail()}")
             if time.monotonic() > deadline:
-                self.kill()
                 raise RuntimeError(f"no container init within {timeout} s:\n{self.console_tail()}")
             self.init_pid = _container_init(self.proc.pid)
             if self.init_pid is None:
@@ -133,7 +140,6 @@ class Container:
                 time.sleep(0.2)
         if state not in ("running", "degraded"):
             failed = self.run("systemctl --failed --no-legend", timeout=30, check=False).stdout
-            self.kill()
             raise RuntimeError(f"the container did not boot (state {state!r}; failed units: {failed})\n"
                                f"{self.console_tail()}")
         self.boot_seconds = time.monotonic() - start
@@ -185,6 +191,17 @@ class Container:
         self.console.flush()
         text = (self.workdir / "console.log").read_text(errors="replace")
         return "\n".join(text.splitlines()[-lines:])
+
+
+def _terminate_with_parent() -> None:
+    """In the child before exec: SIGTERM when the test process dies (PR_SET_PDEATHSIG, kept across the
+    execs of ``unshare``, ``sh`` and ``systemd-nspawn``, which all run in this one process). On SIGTERM
+    systemd-nspawn sends the booted container's PID 1 SIGRTMIN+3, an orderly power-off, so a test run
+    killed outright (a CI timeout, SIGKILL) leaves no container behind either."""
+    import ctypes
+
+    pr_set_pdeathsig = 1
+    ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGTERM, 0, 0, 0)
 
 
 def _container_init(nspawn_pid: int) -> int | None:
