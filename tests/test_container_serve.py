@@ -7,7 +7,8 @@ tests below run in file order against that one host (issue 17, scenarios 1, 2, 5
 1. the hardened unit (``hardening = "standard"``) starts and serves, sandboxed as production.md says,
    with the exposure production.md states;
 2. the API key arrives only through the credential;
-5. the nightly timer is listed, its check unit writes the reports, and fails when the server is down;
+5. the nightly timer is listed and armed, runs its check unit itself (a missed run, ``Persistent=true``),
+   the check unit writes the reports, and fails when the server is down;
 6. ``uninstall --purge`` leaves no unit, credential, runtime file, state or user behind.
 """
 
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import json
 import re
+import time
 
 import pytest
 
@@ -111,6 +113,39 @@ def test_nightly_timer_is_listed_and_its_check_unit_reports(host):
     # the reports belong to the service user (the unit runs as User=sglang)
     assert host.sh(f"stat -c %U {state}/check-report.json").stdout.strip() == "sglang"
     assert re.search(r"^check +exit 0 at ", host.sh("kimi-deploy status").stdout, re.M)  # status reads the report
+
+
+def test_nightly_timer_itself_runs_the_check(host):
+    """The timer, not the operator, starts the check: a nightly run missed while the host was off
+    (``Persistent=true``: a last-run stamp older than the last 03:00) happens as soon as the timer starts.
+
+    The container shares the host's clock, so 03:00 cannot be waited for; a runtime drop-in sets
+    ``RandomizedDelaySec=0`` so the catch-up run is immediate instead of within 15 minutes.
+    """
+    timer, check = f"kimi-deploy-check@{NAME}.timer", f"kimi-deploy-check@{NAME}.service"
+    armed = host.unit(timer, "ActiveState", "SubState", "Unit", "Persistent", "NextElapseUSecRealtime")
+    assert (armed["ActiveState"], armed["SubState"], armed["Unit"], armed["Persistent"]) == (
+        "active", "waiting", check, "yes")
+    assert armed["NextElapseUSecRealtime"], armed  # 03:00 plus its randomized delay
+    before = host.unit(check, "InvocationID")["InvocationID"]
+    host.sh(f"rm /var/lib/{NAME}/check-report.json")
+    dropin = f"/run/systemd/system/{timer}.d"
+    host.sh(f"mkdir -p {dropin} && printf '[Timer]\\nRandomizedDelaySec=0\\n' > {dropin}/test-now.conf"
+            f" && mkdir -p /var/lib/systemd/timers && touch -d '3 days ago' /var/lib/systemd/timers/stamp-{timer}"
+            f" && systemctl daemon-reload && systemctl restart {timer}")
+    try:
+        deadline = time.monotonic() + 300
+        while True:
+            unit = host.unit(check, "InvocationID", "ActiveState", "Result", "ExecMainStatus")
+            if unit["InvocationID"] not in ("", before) and unit["ActiveState"] in ("inactive", "failed"):
+                break
+            assert time.monotonic() < deadline, f"the timer did not run {check} within 300 s: {unit}"
+            time.sleep(1)
+    finally:
+        host.sh(f"rm -r {dropin} && systemctl daemon-reload")
+    assert (unit["Result"], unit["ExecMainStatus"]) == ("success", "0"), unit
+    assert json.loads(host.sh(f"cat /var/lib/{NAME}/check-report.json").stdout)["exit_code"] == 0
+    assert host.unit(timer, "LastTriggerUSec")["LastTriggerUSec"] not in ("", "n/a", "0")
 
 
 def test_nightly_check_unit_fails_when_the_server_is_down(host):
