@@ -93,12 +93,14 @@ def remove_tree(path: Path) -> bool:
 #: How long a second run waits for the lock before it gives up (seconds): long enough for a
 #: short verb to finish (a patch apply takes about a second), short enough for a unit's ExecStartPre.
 LOCK_WAIT_S = 10.0
+#: Environment variable that changes :data:`LOCK_WAIT_S` (seconds, a number >= 0).
+LOCK_WAIT_ENV = "KIMI_DEPLOY_LOCK_WAIT_S"
 _LOCK_POLL_S = 0.1
 _UNAVAILABLE = {errno.EACCES, errno.EPERM, errno.EROFS}
 
 
 @contextlib.contextmanager
-def exclusive_lock(path: Path, *, what: str, wait_s: float = LOCK_WAIT_S,
+def exclusive_lock(path: Path, *, what: str, wait_s: float | None = None,
                    unavailable_ok: bool = False,
                    clock: Callable[[], float] = time.monotonic,
                    sleep: Callable[[float], None] = time.sleep) -> Iterator[Path | None]:
@@ -106,8 +108,9 @@ def exclusive_lock(path: Path, *, what: str, wait_s: float = LOCK_WAIT_S,
 
     The kernel releases the lock when the holder exits, however it dies, so a killed run
     never leaves a stale lock; the file itself stays (it holds the last holder's pid, for
-    the message). A second holder polls every 0.1 s for ``wait_s`` seconds (``clock`` and
-    ``sleep`` drive that wait; tests inject them), then gives up.
+    the message). A second holder polls every 0.1 s for ``wait_s`` seconds (default
+    ``$KIMI_DEPLOY_LOCK_WAIT_S``, else :data:`LOCK_WAIT_S`; ``clock`` and ``sleep`` drive that
+    wait, tests inject them), then gives up.
 
     ``what``: the guarded thing, for the message (``"patch run on /opt/sglang/..."``).
     ``unavailable_ok``: when this user cannot create or open the lock file (EACCES, EPERM,
@@ -118,8 +121,10 @@ def exclusive_lock(path: Path, *, what: str, wait_s: float = LOCK_WAIT_S,
 
     Raises:
         LockedError: another process held it for all of ``wait_s`` (exit 7).
-        UsageError: the lock file cannot be created or opened.
+        UsageError: the lock file cannot be created or opened; a bad ``$KIMI_DEPLOY_LOCK_WAIT_S``.
     """
+    if wait_s is None:
+        wait_s = lock_wait_s()
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
@@ -150,6 +155,25 @@ def exclusive_lock(path: Path, *, what: str, wait_s: float = LOCK_WAIT_S,
         yield path
     finally:
         os.close(fd)  # closing the last descriptor releases the flock
+
+
+def lock_wait_s() -> float:
+    """``$KIMI_DEPLOY_LOCK_WAIT_S`` as seconds, else :data:`LOCK_WAIT_S`.
+
+    Raises:
+        UsageError: not a finite number >= 0.
+    """
+    text = os.environ.get(LOCK_WAIT_ENV, "").strip()
+    if not text:
+        return LOCK_WAIT_S
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0 <= value < float("inf"):
+        raise UsageError(f"{LOCK_WAIT_ENV} must be a number of seconds >= 0", value=text,
+                         hint=f"unset it for the default {LOCK_WAIT_S:g} s, or give e.g. {LOCK_WAIT_ENV}=30")
+    return value
 
 
 def _lock_holder(fd: int) -> str:

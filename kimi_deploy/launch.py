@@ -14,9 +14,9 @@ from collections.abc import Mapping
 
 from packaging.version import Version
 
-from kimi_deploy import versions
-from kimi_deploy.errors import UnsupportedVersionError
-from kimi_deploy.profile import Profile
+from kimi_deploy import options, versions
+from kimi_deploy.errors import ProfileError, UnsupportedVersionError
+from kimi_deploy.profile import Profile, is_loopback
 
 #: Name of the systemd credential that carries the API key (``LoadCredential=``).
 API_KEY_CREDENTIAL = "api-key"
@@ -101,76 +101,22 @@ def build_launch(profile: Profile, sglang_version: str | Version = versions.DEFA
             f"SGLang {version} is newer than the newest release kimi-deploy's flag table knows "
             f"({versions.NEWEST_KNOWN}); rendering {versions.NEWEST_KNOWN} spellings — validate with "
             "`kimi-deploy validate --python ...`")
-    args: list[str] = ["--model-path", s.model_path]
-    if s.served_model_name:
-        args += ["--served-model-name", s.served_model_name]
-    if s.trust_remote_code:
-        args.append("--trust-remote-code")
-    args += ["--host", s.host, "--port", str(s.port), "--tp-size", str(s.tp_size)]
-    for flag, value in (("--context-length", s.context_length),
-                        ("--mem-fraction-static", s.mem_fraction_static),
-                        ("--max-running-requests", s.max_running_requests),
-                        ("--chunked-prefill-size", s.chunked_prefill_size),
-                        ("--attention-backend", s.attention_backend)):
-        if value is not None:
-            args += [flag, str(value)]
-    if s.tool_call_parser:
-        args += [versions.spelling("tool_call_parser", version).spelling, s.tool_call_parser]
-    if s.reasoning_parser:
-        args += [versions.spelling("reasoning_parser", version).spelling, s.reasoning_parser]
-
+    args: list[str] = []
     env: list[tuple[str, str]] = []
-    if s.speculative_algorithm:
-        if s.speculative_algorithm == "EAGLE3":
-            versions.spelling("speculative_eagle3_kimi", version, what="speculative_algorithm = \"EAGLE3\"")
-        args += ["--speculative-algorithm", s.speculative_algorithm]
-        if s.speculative_draft_model_path:
-            args += ["--speculative-draft-model-path", s.speculative_draft_model_path]
-        if s.speculative_num_steps is not None:
-            args += ["--speculative-num-steps", str(s.speculative_num_steps),
-                     "--speculative-eagle-topk", str(s.speculative_eagle_topk),
-                     "--speculative-num-draft-tokens", str(s.speculative_num_draft_tokens)]
-    if s.enable_spec_v2 is not None:
-        rule = versions.spelling("spec_v2", version, what="enable_spec_v2")
-        if rule.kind == "env":
-            env.append((rule.spelling, "1" if s.enable_spec_v2 else "0"))
-        elif not s.enable_spec_v2:
-            raise UnsupportedVersionError(
-                f"enable_spec_v2 = false cannot be honoured by SGLang {version}: from 0.5.14 EAGLE/EAGLE3 "
-                "always use the v2 worker", value="false",
-                hint="remove enable_spec_v2, or set disable_overlap_schedule = true to turn overlap scheduling off")
-    if s.disable_overlap_schedule:
-        args.append("--disable-overlap-schedule")
-
-    if s.flashinfer_allreduce_fusion_backend:
-        rule = versions.spelling("flashinfer_allreduce_fusion", version,
-                                 what="flashinfer_allreduce_fusion_backend")
-        if rule.spelling == "--flashinfer-allreduce-fusion-backend":
-            args += [rule.spelling, s.flashinfer_allreduce_fusion_backend]
-        elif s.flashinfer_allreduce_fusion_backend == "auto":
-            args.append(rule.spelling)
-        else:
-            raise UnsupportedVersionError(
-                f"flashinfer_allreduce_fusion_backend = \"{s.flashinfer_allreduce_fusion_backend}\" needs "
-                f"SGLang >= 0.5.14 (backend choice); SGLang {version} only has {rule.spelling}",
-                value=s.flashinfer_allreduce_fusion_backend,
-                hint="use flashinfer_allreduce_fusion_backend = \"auto\" or upgrade SGLang to 0.5.14+")
-    if s.enforce_disable_flashinfer_allreduce_fusion:
-        args.append(versions.spelling("enforce_disable_flashinfer_allreduce_fusion", version,
-                                      what="enforce_disable_flashinfer_allreduce_fusion").spelling)
-    if s.enable_symm_mem:
-        args.append(versions.spelling("enable_symm_mem", version, what="enable_symm_mem").spelling)
-    if s.enable_torch_symm_mem:
-        args.append(versions.spelling("enable_torch_symm_mem", version, what="enable_torch_symm_mem").spelling)
-    if s.enable_pcie_ipc_allreduce:
-        env.append((versions.spelling("pcie_ipc_allreduce", version, what="enable_pcie_ipc_allreduce").spelling,
-                    "1"))
-
-    secrets_config = None
-    if s.api_key_file:
-        secrets_config = f"/run/{svc.name}/{SECRETS_CONFIG_NAME}"
-        args += [versions.spelling("config_file", version).spelling, secrets_config]
+    for option in options.OPTIONS:
+        value = getattr(s, option.key)
+        if option.requires and not getattr(s, option.requires):
+            continue
+        if option.emit == "special":
+            _SPECIAL[option.key](profile, version, value, args, env)
+        elif option.emit == "value" and value is not None:
+            args += [versions.spelling(option.key, version, what=option.key).spelling, str(value)]
+        elif option.emit == "switch" and value:
+            args.append(versions.spelling(option.key, version, what=option.key).spelling)
+        elif option.emit == "env-switch" and value:
+            env.append((versions.spelling(option.key, version, what=option.key).spelling, "1"))
     args += list(s.extra_args)
+    check_exposure(args, profile)
 
     key = cache_key(str(version), components)
     cache_dir = f"{profile.cache_root}/{key}"
@@ -188,4 +134,96 @@ def build_launch(profile: Profile, sglang_version: str | Version = versions.DEFA
     full_env = base_env + cache_env + env + list(profile.environment.items())
     argv = (svc.python, "-m", "sglang.launch_server", *args)
     return LaunchSpec(argv=argv, env=tuple(full_env), sglang_version=str(version), cache_dir=cache_dir,
-                      secrets_config=secrets_config, warnings=tuple(warnings))
+                      secrets_config=secrets_config(profile), warnings=tuple(warnings))
+
+
+def secrets_config(profile: Profile) -> str | None:
+    """Host path of SGLang's ``--config`` YAML holding the API key (``None`` without ``api_key_file``)."""
+    return f"/run/{profile.service.name}/{SECRETS_CONFIG_NAME}" if profile.sglang.api_key_file else None
+
+
+def _speculative_algorithm(profile: Profile, version: Version, value: str | None,
+                           args: list[str], env: list[tuple[str, str]]) -> None:
+    """``--speculative-algorithm VALUE``; a value newer than ``version`` (EAGLE3 before 0.5.10) is refused."""
+    if value is None:
+        return
+    rule = versions.spelling("speculative_algorithm", version, what="speculative_algorithm", value=value)
+    args += [rule.spelling, value]
+
+
+def _enable_spec_v2(profile: Profile, version: Version, value: bool | None,
+                    args: list[str], env: list[tuple[str, str]]) -> None:
+    """The env switch in 0.5.5-0.5.13; from 0.5.14 implicit, so ``false`` cannot be honoured."""
+    if value is None:
+        return
+    rule = versions.spelling("enable_spec_v2", version, what="enable_spec_v2")
+    if rule.kind == "env":
+        env.append((rule.spelling, "1" if value else "0"))
+    elif not value:
+        raise UnsupportedVersionError(
+            f"enable_spec_v2 = false cannot be honoured by SGLang {version}: from 0.5.14 EAGLE/EAGLE3 "
+            "always use the v2 worker", value="false",
+            hint="remove enable_spec_v2, or set disable_overlap_schedule = true to turn overlap scheduling off")
+
+
+def _flashinfer_allreduce_fusion_backend(profile: Profile, version: Version, value: str | None,
+                                         args: list[str], env: list[tuple[str, str]]) -> None:
+    """``--flashinfer-allreduce-fusion-backend VALUE`` (0.5.14+), or the older switch for ``auto``."""
+    if not value:
+        return
+    rule = versions.spelling("flashinfer_allreduce_fusion_backend", version,
+                             what="flashinfer_allreduce_fusion_backend")
+    if rule.spelling == "--flashinfer-allreduce-fusion-backend":
+        args += [rule.spelling, value]
+    elif value == "auto":
+        args.append(rule.spelling)
+    else:
+        raise UnsupportedVersionError(
+            f"flashinfer_allreduce_fusion_backend = \"{value}\" needs "
+            f"SGLang >= 0.5.14 (backend choice); SGLang {version} only has {rule.spelling}",
+            value=value, hint="use flashinfer_allreduce_fusion_backend = \"auto\" or upgrade SGLang to 0.5.14+")
+
+
+def _api_key_file(profile: Profile, version: Version, value: str | None,
+                  args: list[str], env: list[tuple[str, str]]) -> None:
+    """``--config /run/<name>/sglang-secrets.yaml``: the key reaches SGLang in a YAML file, never argv."""
+    path = secrets_config(profile)
+    if path:
+        args += [versions.spelling("api_key_file", version).spelling, path]
+
+
+#: Handlers of the rows whose ``emit`` is ``special``, by key: (profile, version, value, args, env) -> None,
+#: appending to ``args``/``env``.
+_SPECIAL = {
+    "speculative_algorithm": _speculative_algorithm,
+    "enable_spec_v2": _enable_spec_v2,
+    "flashinfer_allreduce_fusion_backend": _flashinfer_allreduce_fusion_backend,
+    "api_key_file": _api_key_file,
+}
+
+
+def check_exposure(server_args: list[str] | tuple[str, ...], profile: Profile) -> None:
+    """The public-host rule on the final command: a non-loopback ``--host`` needs ``--config`` with the key.
+
+    Reads the last ``--host``/``--host=`` of ``server_args`` (argparse keeps the last), SGLang's default
+    127.0.0.1 without one.
+
+    Raises:
+        ProfileError: the command would listen beyond loopback with no API key and the profile does not
+            say ``allow_unauthenticated = true`` (exit 2).
+    """
+    host = "127.0.0.1"
+    keyed = False
+    for i, arg in enumerate(server_args):
+        name, sep, inline = arg.partition("=")
+        value = inline if sep else (server_args[i + 1] if i + 1 < len(server_args) else "")
+        if name == "--host":
+            host = value
+        elif name == "--config":
+            keyed = value == secrets_config(profile) and value is not None
+    if keyed or profile.sglang.allow_unauthenticated or is_loopback(host):
+        return
+    raise ProfileError(
+        "the launch command would accept connections from other machines without an API key",
+        value=f"--host {host}", hint="set [sglang] api_key_file, bind host = \"127.0.0.1\", "
+                                     "or set allow_unauthenticated = true")

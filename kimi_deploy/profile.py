@@ -26,49 +26,35 @@ from pathlib import Path
 from typing import Any, Literal
 
 import tomli_w
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model, field_validator
 
 from kimi_deploy.errors import ProfileError
+from kimi_deploy.options import OPTIONS, Option, owned_env, owned_flags
+from kimi_deploy.values import SAFE_TOKEN, check_abs_path, check_text, check_token, check_unit_stem
 
-#: Characters a value may use so that it survives systemd's ExecStart= and
-#: EnvironmentFile= parsing and a POSIX shell unquoted: anything else would need
-#: quoting, and kimi-deploy does not render quoted values (a reviewer must be able
-#: to paste the command as shown). ``%`` (systemd specifiers) and ``$`` (variable
-#: expansion) are excluded on purpose.
-SAFE_TOKEN = re.compile(r"^[A-Za-z0-9_@+=:,./-]+$")
-UNIT_NAME = re.compile(r"^[A-Za-z0-9_.:-]+$")
+__all__ = ["SAFE_TOKEN", "Profile", "check_service_name", "check_rules", "load_profile", "parse_profile"]
+
+POSIX_NAME = re.compile(r"[a-z_][a-z0-9_-]{0,31}")
+ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+#: Characters of a systemd calendar spec (man systemd.time), no leading/trailing space.
+CALENDAR = re.compile(r"[A-Za-z0-9*:,./~-](?:[A-Za-z0-9*:,./~ -]*[A-Za-z0-9*:,./~-])?")
+#: Upper bound of ``StartLimitBurst=``: systemd parses it as an unsigned int and ignores larger values.
+UINT_MAX = 2**32 - 1
+
+
+def is_loopback(host: str) -> bool:
+    """True when a server bound to ``host`` only accepts local connections (``localhost``, 127/8, ::1)."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 def check_service_name(v: str) -> str:
-    """``v`` when it is a valid ``[service] name`` (a systemd unit name stem, :data:`UNIT_NAME`), else ValueError.
-
-    The one rule for service names: the profile validator and every ``--name`` option use it
-    (a name is also a file name under ``/etc/kimi-deploy``, so no ``/`` and no ``..`` alone).
-    """
-    if not UNIT_NAME.match(v) or v.endswith((".service", ".timer")) or v in (".", ".."):
-        raise ValueError(f"unit name {v!r} must be letters, digits and _.:- without a .service suffix")
-    if v == "kimi-deploy-check":
-        raise ValueError("the name kimi-deploy-check is taken by the nightly check unit")
-    return v
-POSIX_NAME = re.compile(r"^[a-z_][a-z0-9_-]{0,31}$")
-ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-
-
-def _safe(value: str, what: str = "value") -> str:
-    if not SAFE_TOKEN.match(value):
-        bad = sorted({c for c in value if not SAFE_TOKEN.match(c)})
-        raise ValueError(
-            f"{what} {value!r} would need shell quoting (characters {''.join(bad)!r}); "
-            "use only letters, digits and _@+=:,./-"
-        )
-    return value
-
-
-def _absolute(value: str) -> str:
-    _safe(value, "path")
-    if not value.startswith("/"):
-        raise ValueError(f"path {value!r} is relative; systemd runs units from /, give an absolute path")
-    return value
+    """``v`` when it is a valid ``[service] name``, else ValueError (:func:`kimi_deploy.values.check_unit_stem`)."""
+    return check_unit_stem(v)
 
 
 #: Upper bound of every time span in ``[service]`` (seconds): one week. systemd stores spans in
@@ -78,8 +64,16 @@ MAX_SPAN_SEC = 7 * 24 * 3600
 
 
 class _Section(BaseModel):
+    """Base of every profile table: unknown keys are errors, and every string passes :func:`check_text`."""
+
     # strict: TOML has real types, so `tp_size = "8"` is a mistake to report, not to coerce.
     model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True, strict=True)
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _clean_text(cls, v: Any) -> Any:
+        """The one rule for strings (no control/format characters, bounded length), for every field."""
+        return check_text(v)
 
 
 class Service(_Section):
@@ -96,7 +90,7 @@ class Service(_Section):
     timeout_start_sec: int = Field(1200, ge=60, le=MAX_SPAN_SEC, description="TimeoutStartSec=, seconds; above the cold start")
     timeout_stop_sec: int = Field(120, ge=5, le=MAX_SPAN_SEC, description="TimeoutStopSec=, seconds")
     restart_sec: int = Field(30, ge=1, le=MAX_SPAN_SEC, description="RestartSec=, seconds between restarts")
-    start_limit_burst: int = Field(3, ge=1, description="StartLimitBurst= within StartLimitIntervalSec=")
+    start_limit_burst: int = Field(3, ge=1, le=UINT_MAX, description="StartLimitBurst= within StartLimitIntervalSec=")
     start_limit_interval_sec: int = Field(7200, ge=60, le=MAX_SPAN_SEC, description="StartLimitIntervalSec=, seconds")
     limit_nofile: int = Field(1048576, ge=1024, le=1073741816, description="LimitNOFILE=")
     cache_dir: str | None = Field(None, description="persistent cache root (default /var/cache/<name>)")
@@ -111,7 +105,7 @@ class Service(_Section):
     @field_validator("user", "group")
     @classmethod
     def _posix(cls, v: str) -> str:
-        if not POSIX_NAME.match(v):
+        if not POSIX_NAME.fullmatch(v):
             raise ValueError(f"{v!r} is not a valid user/group name (lower case, digits, _ and -)")
         if v == "root":
             raise ValueError("the server must not run as root; use a dedicated system user such as sglang")
@@ -120,93 +114,53 @@ class Service(_Section):
     @field_validator("python", "kimi_deploy", "cache_dir")
     @classmethod
     def _paths(cls, v: str | None) -> str | None:
-        return None if v is None else _absolute(v)
+        return None if v is None else check_abs_path(v)
 
     @field_validator("description")
     @classmethod
     def _description(cls, v: str) -> str:
-        if any(c in v for c in "%$\\\n\"'"):
-            raise ValueError(f"description {v!r} must not contain % $ \\ quotes or newlines")
+        if any(c in v for c in "%$\\\"'"):
+            raise ValueError(f"description {v!r} must not contain % $ \\ or quotes (systemd would expand them)")
+        if not v.strip() or v != v.strip():
+            raise ValueError(f"description {v!r} must be non-empty without leading or trailing spaces "
+                             "(systemd strips them)")
         return v
 
     @field_validator("check_on_calendar")
     @classmethod
     def _calendar(cls, v: str) -> str:
-        if not re.match(r"^[A-Za-z0-9*:,./~ -]+$", v):
-            raise ValueError(f"OnCalendar value {v!r} has characters systemd calendar specs do not use")
+        if not CALENDAR.fullmatch(v):
+            raise ValueError(f"OnCalendar value {v!r} has characters systemd calendar specs do not use "
+                             "(or leading/trailing spaces)")
         return v
 
 
-class SGLang(_Section):
-    """``[sglang]``: SGLang server arguments under their own names (SGLang 0.5.23)."""
+def _option_field(option: Option) -> tuple[Any, Any]:
+    """``(annotation, FieldInfo)`` of one row of :data:`kimi_deploy.options.OPTIONS` for ``create_model``."""
+    if isinstance(option.default, type):
+        return option.annotation, Field(default_factory=option.default, description=option.help, **option.bounds)
+    return option.annotation, Field(option.default, description=option.help, **option.bounds)
 
-    model_path: str = Field(description="--model-path: local directory of the weights")
-    served_model_name: str | None = Field(None, description="--served-model-name")
-    host: str = Field("127.0.0.1", description="--host (SGLang's default is 127.0.0.1)")
-    port: int = Field(30000, ge=1, le=65535, description="--port")
-    tp_size: int = Field(1, ge=1, description="--tp-size")
-    context_length: int | None = Field(None, ge=1, description="--context-length")
-    mem_fraction_static: float | None = Field(None, gt=0, lt=1, description="--mem-fraction-static")
-    max_running_requests: int | None = Field(None, ge=1, description="--max-running-requests")
-    chunked_prefill_size: int | None = Field(None, description="--chunked-prefill-size")
-    attention_backend: str | None = Field(None, description="--attention-backend")
-    trust_remote_code: bool = Field(False, description="--trust-remote-code")
-    tool_call_parser: str | None = Field(None, description="--tool-call-parser (kimi_k2 for Kimi)")
-    reasoning_parser: str | None = Field(None, description="--reasoning-parser (kimi_k2 for Kimi)")
-    speculative_algorithm: Literal["EAGLE", "EAGLE3", "NEXTN", "STANDALONE", "NGRAM"] | None = Field(
-        None, description="--speculative-algorithm")
-    speculative_draft_model_path: str | None = Field(None, description="--speculative-draft-model-path")
-    speculative_num_steps: int | None = Field(None, ge=1, description="--speculative-num-steps")
-    speculative_eagle_topk: int | None = Field(None, ge=1, description="--speculative-eagle-topk")
-    speculative_num_draft_tokens: int | None = Field(None, ge=1, description="--speculative-num-draft-tokens")
-    enable_spec_v2: bool | None = Field(
-        None, description="spec v2 (overlap scheduling with EAGLE): env SGLANG_ENABLE_SPEC_V2 in 0.5.5-0.5.13, "
-        "always on from 0.5.14")
-    disable_overlap_schedule: bool = Field(False, description="--disable-overlap-schedule")
-    flashinfer_allreduce_fusion_backend: Literal["auto", "trtllm", "mnnvl", "cutedsl"] | None = Field(
-        None, description="--flashinfer-allreduce-fusion-backend (0.5.14+; --enable-flashinfer-allreduce-fusion before)")
-    enforce_disable_flashinfer_allreduce_fusion: bool = Field(
-        False, description="--enforce-disable-flashinfer-allreduce-fusion (0.5.10+)")
-    enable_symm_mem: bool = Field(False, description="--enable-symm-mem (NCCL symmetric memory)")
-    enable_torch_symm_mem: bool = Field(False, description="--enable-torch-symm-mem (0.5.3+)")
-    enable_pcie_ipc_allreduce: bool = Field(
-        False, description="env SGLANG_ENABLE_PCIE_IPC_ALLREDUCE=1 (0.5.21+, world size 2/4/8)")
-    api_key_file: str | None = Field(None, description="file holding the API key (--api-key, via a credential)")
-    allow_unauthenticated: bool = Field(False, description="allow a non-loopback host without an API key")
-    extra_args: list[str] = Field(default_factory=list, description="more SGLang arguments, verbatim")
 
-    @field_validator("model_path", "speculative_draft_model_path", "api_key_file")
-    @classmethod
-    def _paths(cls, v: str | None) -> str | None:
-        return None if v is None else _absolute(v)
-
-    @field_validator("served_model_name", "attention_backend", "tool_call_parser", "reasoning_parser")
-    @classmethod
-    def _tokens(cls, v: str | None) -> str | None:
-        return None if v is None else _safe(v)
-
-    @field_validator("host")
-    @classmethod
-    def _host(cls, v: str) -> str:
-        try:
-            ipaddress.ip_address(v)
-        except ValueError:
-            if not re.match(r"^[A-Za-z0-9]([A-Za-z0-9.-]{0,251}[A-Za-z0-9])?$", v):
-                raise ValueError(f"host {v!r} is neither an IP address nor a host name") from None
-        return v
-
-    @field_validator("extra_args")
-    @classmethod
-    def _extra(cls, v: list[str]) -> list[str]:
-        for item in v:
-            _safe(item, "extra argument")
-        return v
+#: ``[sglang]``: SGLang server arguments under their own names (SGLang 0.5.23), one field per row of
+#: :data:`kimi_deploy.options.OPTIONS` in table order (types, defaults, bounds and help come from there).
+SGLang: type[_Section] = create_model(  # type: ignore[call-overload]
+    "SGLang", __base__=_Section, __module__=__name__,
+    **{option.key: _option_field(option) for option in OPTIONS},
+)
+SGLang.__doc__ = "``[sglang]``: SGLang server arguments under their own names (rows of ``options.OPTIONS``)."
 
 
 class Profile(BaseModel):
     """A whole deployment profile: ``[service]``, ``[sglang]``, ``[environment]``."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+    @field_validator("environment", mode="before")
+    @classmethod
+    def _clean_env(cls, v: Any) -> Any:
+        """The one rule for strings (:func:`check_text`) on ``[environment]`` names and values."""
+        return check_text(v, "environment variable")
 
     service: Service = Field(default_factory=Service)
     sglang: SGLang
@@ -224,21 +178,15 @@ class Profile(BaseModel):
     @classmethod
     def _env(cls, v: dict[str, str]) -> dict[str, str]:
         for key, value in v.items():
-            if not ENV_NAME.match(key):
+            if not ENV_NAME.fullmatch(key):
                 raise ValueError(f"environment variable name {key!r} is not valid (letters, digits, _)")
-            _safe(str(value), f"value of {key}")
+            check_token(str(value), f"value of {key}")
         return v
 
     @property
     def is_loopback(self) -> bool:
         """True when ``host`` only accepts local connections."""
-        host = self.sglang.host
-        if host == "localhost":
-            return True
-        try:
-            return ipaddress.ip_address(host).is_loopback
-        except ValueError:
-            return False
+        return is_loopback(self.sglang.host)
 
     @property
     def cache_root(self) -> str:
@@ -266,8 +214,7 @@ class Profile(BaseModel):
 #: Environment variables kimi-deploy owns; setting them in ``[environment]`` is an
 #: error that names the profile field to use instead.
 RESERVED_ENV = {
-    "SGLANG_ENABLE_SPEC_V2": "[sglang] enable_spec_v2",
-    "SGLANG_ENABLE_PCIE_IPC_ALLREDUCE": "[sglang] enable_pcie_ipc_allreduce",
+    **{name: f"[sglang] {key}" for name, key in owned_env().items()},
     "SGLANG_CACHE_DIR": "[service] cache_dir",
     "SGLANG_JIT_CACHE_DIR": "[service] cache_dir",
     "SGLANG_DG_CACHE_DIR": "[service] cache_dir",
@@ -339,10 +286,47 @@ def check_rules(profile: Profile) -> list[str]:
     for key in profile.environment:
         if key in RESERVED_ENV:
             problems.append(f"environment.{key}: kimi-deploy sets this variable itself; use {RESERVED_ENV[key]}")
-    for arg in s.extra_args:
-        if arg in ("--api-key", "--admin-api-key") or arg.startswith(("--api-key=", "--admin-api-key=")):
-            problems.append("sglang.extra_args: an API key on the command line is visible in ps and logs; "
-                            "use api_key_file")
+    problems += extra_args_problems(s.extra_args)
+    return problems
+
+
+#: argparse's test for a negative number (``argparse._negative_number_matcher``): such an argument is a value.
+_NEGATIVE_NUMBER = re.compile(r"-\d+|-\d*\.\d+")
+
+
+def extra_args_problems(extra_args: list[str] | tuple[str, ...]) -> list[str]:
+    """One ``sglang.extra_args: ...`` line per argument that would set what the kit owns (empty: fine).
+
+    Owned: every flag of :data:`kimi_deploy.options.OPTIONS` in any release, its aliases and ``--api-key``/
+    ``--admin-api-key``/``--config`` (:func:`kimi_deploy.options.owned_flags`), also as ``--flag=value`` and
+    as any prefix argparse would expand to it (SGLang's parser has ``allow_abbrev``: ``--hos`` is ``--host``;
+    in 0.5.23 no other option is a prefix of an owned flag, so every such prefix is an abbreviation of it
+    or ambiguous). Also refused: ``--`` (ends option parsing) and single-dash options (``-h`` prints help
+    and exits 0, which ``Restart=on-failure`` does not restart); negative numbers stay values.
+    """
+    owned = owned_flags()
+    problems: list[str] = []
+    for arg in extra_args:
+        name = arg.split("=", 1)[0]
+        if arg == "--":
+            problems.append("sglang.extra_args: '--' would end SGLang's option parsing; remove it")
+        elif name.startswith("--"):
+            hits = [flag for flag in owned if flag.startswith(name)]
+            if name in owned:
+                hits = [name]
+            if not hits:
+                continue
+            keys = sorted({owned[flag] for flag in hits})
+            if "api_key_file" in keys and any(h in ("--api-key", "--admin-api-key") for h in hits):
+                problems.append(f"sglang.extra_args: {name} would put an API key on the command line, visible in "
+                                "ps and logs; use api_key_file")
+                continue
+            spelled = hits[0] if len(hits) == 1 else f"one of {', '.join(hits)}"
+            problems.append(f"sglang.extra_args: {arg!r} sets {spelled}, which the kit sets from the profile; "
+                            f"use [sglang] {' or '.join(keys)} instead")
+        elif name.startswith("-") and not _NEGATIVE_NUMBER.fullmatch(arg):
+            problems.append(f"sglang.extra_args: {arg!r} is a single-dash option (SGLang has only -h, which prints "
+                            "help and exits); spell options with --")
     return problems
 
 
@@ -448,7 +432,9 @@ def load_profile(path: Path) -> Profile:
 
 
 def toml_value(value: Any) -> str:
-    """One value (str, bool, int, float, list) as TOML text, encoded by ``tomli_w``."""
+    """One value (str, bool, int, float, list of those) as one line of TOML text, encoded by ``tomli_w``."""
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(toml_value(item) for item in value) + "]"
     return tomli_w.dumps({"v": value}).removeprefix("v = ").rstrip("\n")
 
 

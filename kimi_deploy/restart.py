@@ -2,7 +2,7 @@
 
 Sequence: ``systemctl restart NAME.service``; with ``wait``, :func:`kimi_deploy.readiness.wait_ready`
 until ready or the deadline (default: the unit's ``TimeoutStartSec=``, ``[service] timeout_start_sec``);
-then the fast tier of ``kimi-deploy check`` (``health.*`` and ``config.*``, :func:`run_fast_checks`).
+then the fast tier of ``kimi-deploy check`` (``health.*``, ``config.*`` and ``parser.*``, :func:`run_fast_checks`).
 When that fails and ``rollback_on_failure`` is set, the newest install backup is restored
 (:func:`kimi_deploy.hostfiles.restore_backup`), systemd reloaded, the service restarted and
 verified the same way; the result reports both attempts.
@@ -25,7 +25,7 @@ from kimi_deploy.readiness import WaitResult, WaitState, wait_ready
 from kimi_deploy.render import check_unit
 
 #: ``kimi-deploy check`` groups run after a restart: quick, and they prove the configuration took.
-FAST_TIER = ("health.*", "config.*")
+FAST_TIER = ("health.*", "config.*", "parser.*")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -68,7 +68,7 @@ def read_api_key(profile: Profile, layout: HostLayout) -> str | None:
 
 
 def run_fast_checks(profile: Profile, api_key: str | None, timeout: float = 60.0) -> CheckSummary:
-    """Run the ``health.*`` and ``config.*`` checks of ``kimi-deploy check`` against the profile's server.
+    """Run the ``health.*``, ``config.*`` and ``parser.*`` checks of ``kimi-deploy check`` against the profile's server.
 
     ``timeout``: seconds per HTTP request. The expected values (served model name, parsers,
     speculative settings, ``tp_size``) come from ``profile``.

@@ -161,7 +161,7 @@ def running_launch(base_url: str, api_key: str | None, main_pid: int | None) -> 
 def patch_state(python: str) -> dict[str, Any]:
     """The patch series state of the SGLang in ``python`` (:func:`kimi_deploy.patching.status`, as a dict).
 
-    ``state`` is one of applied, not_applied, drifted, partial, no_series; ``error`` (with
+    ``state`` is one of applied, not_applied, drifted, partial, interrupted, no_series; ``error`` (with
     ``detail``: the reason and the offending value) when the state cannot be read (the interpreter
     is missing or has no SGLang, a damaged record). The record is looked up in
     :func:`kimi_deploy.paths.patch_state_dir` (``$KIMI_DEPLOY_STATE_DIR``, else
@@ -255,6 +255,11 @@ def _patch_problem(patches: dict[str, Any], python: str) -> str | None:
         return problem("cannot read the SGLang patch series state", patches.get("detail") or "no detail",
                        f"make [service] python name the server's SGLang interpreter (now {python}); "
                        f"`kimi-deploy patch status --python {python}` shows the same error")
+    if state == "interrupted":
+        return problem("SGLang patch series is interrupted: a killed `kimi-deploy patch` run left its change "
+                       "unfinished", "; ".join(patches.get("problems") or []) or f"state {state}",
+                       f"{patches.get('fix') or f'run `kimi-deploy patch status --python {python}` as root'}, "
+                       "then `kimi-deploy restart --wait`")
     if state in ("drifted", "partial"):
         what = ("a patched SGLang file changed after `kimi-deploy patch apply` (pip install over it?)"
                 if state == "drifted" else "only some patches of the SGLang patch series are applied")

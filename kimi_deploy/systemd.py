@@ -32,18 +32,31 @@ ROOT_HINT = ("systemctl --root DIR only edits unit files in that tree: is DIR an
              "and readable? `systemctl --root DIR list-unit-files` shows what it sees")
 
 
-def systemctl_argv(*args: str, root: Path | None = None) -> list[str]:
-    """``systemctl [--root DIR] ARGS...`` as argv (``root`` only for unit-file verbs)."""
-    return ["systemctl", *(["--root", str(root)] if root is not None else []), *args]
+#: Suffixes of systemd unit names (systemd.unit(5)): an argument ending in one is a unit name.
+UNIT_SUFFIXES = (".service", ".timer", ".socket", ".target", ".path", ".mount", ".automount", ".swap",
+                 ".slice", ".scope", ".device")
 
 
-def systemctl(*args: str, root: Path | None = None, check: bool = True, timeout: float = 120.0) -> proc.Completed:
-    """Run ``systemctl`` with ``args`` through the subprocess gateway.
+def systemctl_argv(verb: str, *args: str, root: Path | None = None) -> list[str]:
+    """``systemctl [--root DIR] VERB OPTIONS... -- UNITS...`` as argv (``root`` only for unit-file verbs).
+
+    ``args`` are options and unit names in any order; unit names (arguments ending in one of
+    :data:`UNIT_SUFFIXES`) go after ``--``, so a name starting with ``-`` can never be read as an option.
+    """
+    units = [a for a in args if a.endswith(UNIT_SUFFIXES)]
+    options = [a for a in args if not a.endswith(UNIT_SUFFIXES)]
+    return ["systemctl", *(["--root", str(root)] if root is not None else []), verb, *options,
+            *(["--", *units] if units else [])]
+
+
+def systemctl(verb: str, *args: str, root: Path | None = None, check: bool = True,
+              timeout: float = 120.0) -> proc.Completed:
+    """Run ``systemctl VERB ARGS`` (:func:`systemctl_argv`) through the subprocess gateway.
 
     Raises:
         ExternalCommandError: systemctl is missing or fails (with ``check``).
     """
-    return proc.run(systemctl_argv(*args, root=root), check=check, timeout=timeout,
+    return proc.run(systemctl_argv(verb, *args, root=root), check=check, timeout=timeout,
                     hint=HINT if root is None else ROOT_HINT)
 
 
@@ -120,7 +133,7 @@ def parse_show(text: str, unit: str = "") -> UnitState:
 
 
 def show(unit: str, properties: Sequence[str] = SHOW_PROPERTIES) -> UnitState:
-    """``systemctl show UNIT --property=...`` on the running manager, parsed.
+    """``systemctl show --property=... -- UNIT`` on the running manager, parsed.
 
     Raises:
         ExternalCommandError: systemctl failed (no running systemd, no bus).
@@ -142,6 +155,9 @@ def is_active(unit: str) -> bool:
 
 def journal_last_line(unit: str) -> str | None:
     """The last journal message of ``unit`` (``journalctl -u UNIT -n 1 -o cat --no-pager``), or None.
+
+    ``-u`` takes a required argument (journalctl's getopt table), so ``UNIT`` is read as the unit even when
+    it starts with ``-``; after ``--`` journalctl would read match expressions, not units.
 
     Never raises: a missing journalctl or an unreadable journal gives ``None``.
     """

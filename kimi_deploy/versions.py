@@ -1,8 +1,8 @@
 """SGLang version rules: which spelling of each feature a given SGLang release accepts.
 
-One table, :data:`RULES`; each row cites the SGLang release it comes from
-(checked against the sglang 0.5.23 wheel and its changelog, see
-``shared/notes/sglang-0.5.23.md``). :func:`spelling` answers "how does version V
+One table, :data:`RULES`, read off the option table :data:`kimi_deploy.options.OPTIONS`; each
+row cites the SGLang release it comes from (checked against the sglang 0.5.23 wheel and its
+changelog, see ``shared/notes/sglang-0.5.23.md``). :func:`spelling` answers "how does version V
 spell feature F", or raises :class:`UnsupportedVersionError` naming the version
 that added it.
 """
@@ -10,11 +10,11 @@ that added it.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable
 
 from packaging.version import InvalidVersion, Version
 
 from kimi_deploy.errors import UnsupportedVersionError, UsageError
+from kimi_deploy.options import OPTIONS
 
 #: Default target: the release the kit's tests run against.
 DEFAULT_SGLANG_VERSION = "0.5.23"
@@ -28,9 +28,11 @@ NEWEST_KNOWN = Version(DEFAULT_SGLANG_VERSION)
 class Rule:
     """One spelling of one feature, valid for ``since <= version < until``.
 
-    ``kind`` is ``"flag"`` (a launch argument) or ``"env"`` (an environment
-    variable). ``spelling`` is the flag or the variable name. ``source`` says where
-    the fact comes from.
+    ``feature`` is the ``[sglang]`` profile key of the option (:data:`kimi_deploy.options.OPTIONS`).
+    ``kind`` is ``"flag"`` (a launch argument), ``"env"`` (an environment variable) or ``"implicit"``
+    (no switch: the release always does it). ``spelling`` is the flag or the variable name. ``value``:
+    the rule is about that value of the option only (``None``: any value). ``source`` says where the
+    fact comes from.
     """
 
     feature: str
@@ -39,6 +41,7 @@ class Rule:
     since: Version
     until: Version | None
     source: str
+    value: str | None = None
 
     def applies(self, version: Version) -> bool:
         return self.since <= version and (self.until is None or version < self.until)
@@ -48,33 +51,14 @@ def _v(text: str) -> Version:
     return Version(text)
 
 
-RULES: tuple[Rule, ...] = (
-    Rule("flashinfer_allreduce_fusion", "flag", "--enable-flashinfer-allreduce-fusion",
-         OLDEST_KNOWN, _v("0.5.14"),
-         "sglang <0.5.14; still parses in 0.5.23 as a deprecated alias of --flashinfer-allreduce-fusion-backend auto"),
-    Rule("flashinfer_allreduce_fusion", "flag", "--flashinfer-allreduce-fusion-backend",
-         _v("0.5.14"), None, "sglang 0.5.14 added the backend choice {auto,trtllm,mnnvl,cutedsl}"),
-    Rule("enforce_disable_flashinfer_allreduce_fusion", "flag",
-         "--enforce-disable-flashinfer-allreduce-fusion", _v("0.5.10"), None, "sglang 0.5.10"),
-    Rule("enable_symm_mem", "flag", "--enable-symm-mem", OLDEST_KNOWN, None,
-         "sglang <=0.5.1 (forces NCCL_CUMEM_ENABLE=1, NCCL_NVLS_ENABLE=1)"),
-    Rule("enable_torch_symm_mem", "flag", "--enable-torch-symm-mem", _v("0.5.3"), None, "sglang 0.5.3"),
-    Rule("spec_v2", "env", "SGLANG_ENABLE_SPEC_V2", _v("0.5.5"), _v("0.5.14"),
-         "sglang 0.5.5 added the env (off), 0.5.11 made it default on, 0.5.14 removed it: "
-         "EAGLE/EAGLE3 always use the v2 worker, overlap unless --disable-overlap-schedule"),
-    Rule("spec_v2", "implicit", "", _v("0.5.14"), None,
-         "sglang 0.5.14: no switch, v2 worker always; the env is ignored silently from 0.5.21"),
-    Rule("speculative_eagle3_kimi", "flag", "--speculative-algorithm", _v("0.5.10"), None,
-         "sglang 0.5.10 added EAGLE3 for Kimi K2.5 (draft models lightseekorg/kimi-k2.5-eagle3*)"),
-    Rule("pcie_ipc_allreduce", "env", "SGLANG_ENABLE_PCIE_IPC_ALLREDUCE", _v("0.5.21"), None,
-         "sglang 0.5.21: custom all-reduce over PCIe IPC for world sizes 2/4/8"),
-    Rule("tool_call_parser", "flag", "--tool-call-parser", OLDEST_KNOWN, None, "sglang <=0.5.0 (kimi_k2)"),
-    Rule("reasoning_parser", "flag", "--reasoning-parser", OLDEST_KNOWN, None, "sglang <=0.5.0 (kimi_k2)"),
-    Rule("config_file", "flag", "--config", OLDEST_KNOWN, None,
-         "sglang server_args.py: YAML file of options merged before the command line"),
+#: The spellings of every row of :data:`kimi_deploy.options.OPTIONS`, in table order.
+RULES: tuple[Rule, ...] = tuple(
+    Rule(option.key, sp.kind, sp.name, max(_v(sp.since), OLDEST_KNOWN), _v(sp.until) if sp.until else None,
+         sp.source, sp.value)
+    for option in OPTIONS for sp in option.spellings
 )
 
-#: Features whose first release the table knows, for error messages.
+#: Features (profile keys) the table has rules for.
 FEATURES = frozenset(rule.feature for rule in RULES)
 
 
@@ -99,37 +83,48 @@ def parse_version(text: str) -> Version:
     return version
 
 
-def rules_for(feature: str) -> Iterable[Rule]:
-    """Every row of :data:`RULES` for ``feature``, oldest first."""
+def rules_for(feature: str, value: str | None = None) -> list[Rule]:
+    """The rows of :data:`RULES` for ``feature`` (and, when rows exist for it, that ``value``), oldest first.
+
+    Raises:
+        KeyError: no row names ``feature``.
+    """
     if feature not in FEATURES:
         raise KeyError(feature)
-    return sorted((r for r in RULES if r.feature == feature), key=lambda r: r.since)
+    rows = [r for r in RULES if r.feature == feature]
+    specific = [r for r in rows if value is not None and r.value == value]
+    return sorted(specific or [r for r in rows if r.value is None], key=lambda r: r.since)
 
 
-def first_release(feature: str) -> Version:
-    """The oldest release that has ``feature`` in any spelling."""
-    return min(r.since for r in rules_for(feature))
+def first_release(feature: str, value: str | None = None) -> Version:
+    """The oldest release that has ``feature`` (with ``value``) in any spelling."""
+    return min(r.since for r in rules_for(feature, value))
 
 
-def spelling(feature: str, version: Version, *, what: str | None = None) -> Rule:
-    """The rule that tells how ``version`` spells ``feature``.
+def spelling(feature: str, version: Version, *, what: str | None = None, value: str | None = None) -> Rule:
+    """The rule that tells how ``version`` spells ``feature`` (set to ``value``, when its rows depend on it).
 
     Args:
-        feature: a key of the table (``flashinfer_allreduce_fusion``, ``spec_v2``, ...).
+        feature: an ``[sglang]`` key of the option table (``flashinfer_allreduce_fusion_backend``, ...).
         version: the target SGLang release.
         what: the profile field that asked for the feature, for the error message.
+        value: the value asked for (``EAGLE3`` of ``speculative_algorithm`` has its own first release).
 
     Raises:
         UnsupportedVersionError: ``version`` predates the feature; the message names
             the release that added it.
     """
-    for rule in rules_for(feature):
+    rows = rules_for(feature, value)
+    for rule in rows:
         if rule.applies(version):
             return rule
-    added = first_release(feature)
-    source = next(iter(rules_for(feature))).source
+    what = what or feature
+    if value is not None and any(r.value == value for r in rows):
+        what = f'{what} = "{value}"'
+    added = first_release(feature, value)
+    source = rows[0].source
     raise UnsupportedVersionError(
-        f"{what or feature} needs SGLang >= {added}, but the target is SGLang {version}",
+        f"{what} needs SGLang >= {added}, but the target is SGLang {version}",
         value=str(version),
-        hint=f"upgrade SGLang to {added} or later ({source}), or remove {what or feature} from the profile",
+        hint=f"upgrade SGLang to {added} or later ({source}), or remove {what} from the profile",
     )

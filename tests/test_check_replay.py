@@ -201,7 +201,8 @@ def test_unpatched_server_passes_everything_but_the_foreign_id_round_trips(repla
     code, doc, result = run_json(tmp_path, ["--profile", str(profile_for(tmp_path, url)), "--api-key-file",
                                             str(key_file(tmp_path))])
     failed = {c["id"] for c in doc["checks"] if c["status"] != "pass"}
-    assert failed == {f"contract.id_roundtrip.{s}.{m}" for s in DROPPED_STYLES for m in ("nonstream", "stream")}
+    assert failed == {f"contract.id_roundtrip.{s}.{m}" for s in DROPPED_STYLES for m in ("nonstream", "stream")} | {
+        f"parser.tool_calls.{case}" for case in PARSER_FAILS_UNPATCHED}
     assert doc["server"] == {"version": "0.5.23", "tool_call_parser": "kimi_k2", "reasoning_parser": "kimi_k2",
                              "served_model_name": "moonshotai/Kimi-K2.5"}
     assert doc["duration_s"] < 60
@@ -273,3 +274,54 @@ def test_library_interface_for_restart(replay):
     assert report.exit_code == ExitCode.OK  # no profile: config.* skip, health passes
     assert [r.id for r in report.results][:3] == ["health.live", "health.ready", "health.models"]
     assert report.to_json()["schema"] == "kimi-deploy.check/1"
+
+
+#: parser.tool_calls.<case> -> kind, where SGLang 0.5.23 as released breaks the attribution rule
+#: (production.md section 4): every other parser.* case passes on it, every case on the patched tree.
+PARSER_FAILS_UNPATCHED = {
+    "notes.item2_sanitised_id": "tool_call_dropped",
+    "notes.item3_no_separators": "markup_leak",
+    "notes.item4_openai_id": "tool_call_dropped",
+    "notes.item4_anthropic_id": "tool_call_dropped",
+    "notes.item4_uuid_id": "tool_call_dropped",
+    "notes.item6_eos_before_end": "tool_call_dropped",
+    "notes.item9_newline_before_id": "markup_leak",
+    "attribution.counter_tie": "wrong_tool",          # a bare counter given to Read by key overlap and list order
+    "attribution.counter_tie_weather": "wrong_tool",  # ... and to get_weather beside get_weather_2
+    "attribution.nameless_unique": "tool_call_dropped",
+    "attribution.empty_arguments": "tool_call_dropped",
+    "attribution.foreign_name": "unknown_tool",        # functions.invalid:0 returned as a call to 'invalid'
+    "attribution.name_plus_digits": "tool_call_dropped",
+}
+
+
+def test_parser_tier_fails_on_unpatched_exactly_where_the_rule_says(replay, tmp_path):
+    from kimi_deploy.check import parser
+
+    url = replay["unpatched"].url()
+    code, doc, result = run_json(tmp_path, ["--profile", str(profile_for(tmp_path, url)), "--api-key-file",
+                                            str(key_file(tmp_path)), "--only", "parser"])
+    assert code == ExitCode.FAILED
+    assert [c["id"] for c in doc["checks"]] == parser.check_ids()  # the whole corpus ran
+    failed = {c["id"]: c["kind"] for c in doc["checks"] if c["status"] != "pass"}
+    assert failed == {f"parser.tool_calls.{k}": v for k, v in PARSER_FAILS_UNPATCHED.items()}
+    wrong = results(doc)["parser.tool_calls.attribution.counter_tie"]
+    assert "gave the call to Read" in wrong["detail"] and '"name": "Read"' in wrong["evidence"]
+    assert doc["failures_by_kind"]["wrong_tool"] == 2
+    assert "parser.tool_calls.attribution.counter_tie" in result.stdout  # the table
+
+
+def test_parser_tier_passes_on_the_patched_tree(patched, tmp_path):
+    from kimi_deploy.check import parser
+
+    code, doc, _ = run_json(tmp_path, ["--base-url", patched.url(), "--only", "parser"])
+    assert code == ExitCode.OK
+    assert {c["id"]: c["status"] for c in doc["checks"]} == {i: "pass" for i in parser.check_ids()}
+
+
+def test_parser_tier_is_one_skip_row_on_a_server_without_a_kimi_parser(replay):
+    report = run_checks(CheckOptions(base_url=replay["noparsers"].url(), only=["parser.*"], timeout=10))
+    assert report.exit_code == ExitCode.OK
+    [row] = report.results
+    assert row.status == "skip" and row.id == "parser.tool_calls.notes.item1_spaced_markup"
+    assert "tool_call_parser None, not kimi_k2" in row.detail

@@ -282,12 +282,17 @@ def test_gated_features_without_nvidia_smi_are_not_checked():
     assert FUSION in fusion.evidence and "run doctor on the serving host" in fusion.hint
 
 
-def test_gate_from_extra_args_names_extra_args():
+def test_a_gated_flag_cannot_come_through_extra_args():
+    """Every gated flag is one the profile owns (issue 11): extra_args carrying it is refused at load, naming the
+    key to use, so a gate is always found from its [sglang] key (before, doctor had to name extra_args)."""
+    from kimi_deploy.errors import ProfileError
+
     data = copy.deepcopy(get_preset(PRESET).data)
     del data["sglang"]["enable_torch_symm_mem"]
     data["sglang"]["extra_args"] = ["--enable-torch-symm-mem"]
-    c = by_name(facts(profile=parse_profile(data), gates=gates(), patches=series_status(applied=DEFAULT_IDS)))
-    assert c["sglang.enable_torch_symm_mem"].hint.endswith("or remove --enable-torch-symm-mem from [sglang] extra_args")
+    with pytest.raises(ProfileError) as err:
+        parse_profile(data)
+    assert any("use [sglang] enable_torch_symm_mem" in p for p in err.value.problems)
 
 
 def test_ipv6_addresses_are_bracketed():

@@ -126,3 +126,16 @@ def test_fault_point_counts_and_kills_before_the_chosen_operation(tmp_path):
     assert done.returncode == -signal.SIGKILL
     assert len(trace.read_text().splitlines()) == 5
     assert (tmp_path / "a").read_bytes() == b"new a" and not (tmp_path / "b").exists()
+
+
+@pytest.mark.parametrize(("text", "wait"), [("", 10.0), ("2.5", 2.5), ("0", 0.0)])
+def test_lock_wait_from_the_environment(monkeypatch, text, wait):
+    monkeypatch.setenv(fsio.LOCK_WAIT_ENV, text)
+    assert fsio.lock_wait_s() == wait
+
+
+@pytest.mark.parametrize("text", ["-1", "nan", "inf", "soon"])
+def test_bad_lock_wait_is_refused(monkeypatch, text):
+    monkeypatch.setenv(fsio.LOCK_WAIT_ENV, text)
+    with pytest.raises(UsageError, match="KIMI_DEPLOY_LOCK_WAIT_S must be a number"):
+        fsio.lock_wait_s()

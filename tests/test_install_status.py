@@ -114,8 +114,9 @@ def test_status_json_healthy_in_sync(cli_runner, tmp_path, fake_systemd, patched
                                                                                  "sm120-torch-symm-mem"}
     assert data["health"]["ready"] is True
     assert holder["key"] not in result.output
-    assert ["show", "kimi-test.service", "--property=Id,LoadState,ActiveState,SubState,UnitFileState,MainPID,"
-            "NRestarts,ExecMainStartTimestamp,ExecMainStatus,Result,FragmentPath"] in fake_systemd.calls()
+    assert ["show", "--property=Id,LoadState,ActiveState,SubState,UnitFileState,MainPID,"
+            "NRestarts,ExecMainStartTimestamp,ExecMainStatus,Result,FragmentPath", "--", "kimi-test.service"
+            ] in fake_systemd.calls()
 
 
 @pytest.mark.sglang
@@ -243,7 +244,7 @@ def test_status_when_systemctl_show_fails_says_why_and_how_to_fix(cli_runner, tm
         result = cli_runner.invoke(cli, ["status", "--root", str(root)], catch_exceptions=False)
     assert result.exit_code == 1
     (line,) = [p for p in result.output.splitlines() if "state of kimi-test.service" in p]
-    assert line.startswith("problem: cannot read the state of kimi-test.service (`systemctl show kimi-test.service ")
+    assert line.startswith("problem: cannot read the state of kimi-test.service (`systemctl show --property=")
     assert "System has not been booted with systemd as init system (PID 1)" in line
     assert "command failed with exit status" not in line
     # --root was given: the fix is not "pass --root", it is where the unit state can be read

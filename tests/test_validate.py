@@ -41,12 +41,20 @@ def test_preset_passes_with_config_merge(sglang_python):
     (["--enable-torch-symm-memory"], "sglang serve: error: unrecognized arguments: --enable-torch-symm-memory"),
     (["--cuda-graph-max-bs", "64"], "sglang serve: error: ambiguous option: --cuda-graph-max-bs could match "
                                      "--cuda-graph-max-bs-decode, --cuda-graph-max-bs-prefill"),
-    (["--config", "/etc/kimi-deploy/other.yaml"], "--config: Multiple config files specified! Only one allowed."),
 ])
 def test_bad_flags_fail_with_sglangs_message(sglang_python, extra, message):
     result = validate_profile(variant(extra_args=extra), sglang_python)
     assert result.validation.errors == (message,)
     assert not result.ok
+
+
+def test_a_second_config_file_fails_with_sglangs_message(sglang_python):
+    """A profile cannot add --config (extra_args refuses what the kit owns); a command that has two still fails."""
+    launch = build_launch(get_preset(PRESET).profile())
+    v = validate_server_args(sglang_python, [*launch.server_args, "--config", "/etc/kimi-deploy/other.yaml"],
+                             secrets_config=launch.secrets_config)
+    assert v.errors == ("--config: Multiple config files specified! Only one allowed.",)
+    assert not v.ok
 
 
 def test_bad_parser_name(sglang_python):
@@ -58,8 +66,9 @@ def test_bad_parser_name(sglang_python):
 
 
 def test_deprecated_fusion_flag_passes_with_a_warning(sglang_python):
-    profile = variant(flashinfer_allreduce_fusion_backend=None, extra_args=["--enable-flashinfer-allreduce-fusion"])
-    v = validate_profile(profile, sglang_python).validation
+    launch = build_launch(variant(flashinfer_allreduce_fusion_backend=None))
+    v = validate_server_args(sglang_python, [*launch.server_args, "--enable-flashinfer-allreduce-fusion"],
+                             secrets_config=launch.secrets_config)
     assert v.ok
     assert v.warnings == ("--enable-flashinfer-allreduce-fusion is deprecated. "
                           "Please use --flashinfer-allreduce-fusion-backend=auto instead.",)
@@ -76,7 +85,9 @@ def test_old_spelling_rendered_for_0_5_13_warns_on_0_5_23(sglang_python):
 
 def test_deprecated_flag_with_replacement_also_given_still_warns(sglang_python):
     """SGLang stays silent here (backend already set); its help text says Deprecated."""
-    v = validate_profile(variant(extra_args=["--enable-flashinfer-allreduce-fusion"]), sglang_python).validation
+    launch = build_launch(get_preset(PRESET).profile())
+    v = validate_server_args(sglang_python, [*launch.server_args, "--enable-flashinfer-allreduce-fusion"],
+                             secrets_config=launch.secrets_config)
     assert v.ok
     assert v.warnings == ("--enable-flashinfer-allreduce-fusion: (Deprecated: use "
                           "--flashinfer-allreduce-fusion-backend=auto) Enable FlashInfer allreduce fusion with "

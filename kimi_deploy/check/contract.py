@@ -192,7 +192,7 @@ def _request(ctx: Context, case: Case, messages: list[dict[str, Any]], *, stream
                                      clip(ctx.clients.recorder.last_text))])
     sse = stream_v.parse_sse(ctx.clients.recorder.last_text)
     msg = stream_v.assemble(sse.frames)
-    findings = stream_v.check_shape(sse, nonstream) + check_message(msg, exp)
+    findings = stream_v.root_cause(stream_v.check_shape(sse, nonstream) + check_message(msg, exp))
     return Answer(msg, findings)
 
 

@@ -1,7 +1,8 @@
 """The stable check ids, their order, and selection by ``--only``/``--skip`` globs.
 
 Ids are dotted, tier first: ``health.*``, ``config.*``, ``contract.<case>[.<variant>].<mode>``
-(mode ``nonstream`` or ``stream``) and ``contract.malformed``. They are part of the report
+(mode ``nonstream`` or ``stream``), ``contract.malformed`` and ``parser.<group>.<case>`` (raw
+outputs posted to the server's own parsers, :mod:`kimi_deploy.check.parser`). They are part of the report
 format (``kimi-deploy.check/1``): scripts and alerts select on them, so they never change
 meaning; new checks get new ids.
 """
@@ -11,17 +12,17 @@ from __future__ import annotations
 import fnmatch
 from collections.abc import Iterable
 
-from kimi_deploy.check import contract, health
+from kimi_deploy.check import contract, health, parser
 from kimi_deploy.errors import UsageError
 
 
 def all_ids() -> list[str]:
-    """Every check id in run order: health, config, contract."""
-    return list(health.CHECKS) + contract.check_ids()
+    """Every check id in run order: health, config, parser, contract."""
+    return list(health.CHECKS) + parser.check_ids() + contract.check_ids()
 
 
 def tier(check_id: str) -> str:
-    """``health``, ``config`` or ``contract``."""
+    """``health``, ``config``, ``parser`` or ``contract``."""
     return check_id.split(".", 1)[0]
 
 

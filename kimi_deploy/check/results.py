@@ -35,6 +35,7 @@ FAILURE_KINDS: tuple[str, ...] = (
     "invalid_arguments",       # arguments is not a string holding a JSON object
     "schema_violation",        # arguments do not validate against the tool's JSON schema
     "unknown_tool",            # a call names a tool the request did not offer
+    "wrong_tool",              # a call given to a tool of the request the model did not name (parser.* tier)
     "tool_choice_violation",   # tool_choice none/required/named not honoured
     "duplicate_id",            # a tool-call id already used in the conversation
     "noncanonical_id",         # kimi_k2 servers must return functions.NAME:N ids

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import httpx
 
-from kimi_deploy.check import contract, health, registry
+from kimi_deploy.check import contract, health, parser, registry
 from kimi_deploy.check.client import Clients, Deadline, transport_finding
 from kimi_deploy.check.context import Context
 from kimi_deploy.check.results import CheckOptions, CheckReport, CheckResult, clip
@@ -79,7 +79,9 @@ def _no_answer(results: list[CheckResult]) -> CheckResult | None:
 def run_checks(options: CheckOptions) -> CheckReport:
     """Run the checks ``options`` select against one OpenAI-compatible server.
 
-    Order: ``health.*``, ``config.*``, ``contract.*`` (see :mod:`kimi_deploy.check.registry`).
+    Order: ``health.*``, ``config.*``, ``parser.*``, ``contract.*`` (see :mod:`kimi_deploy.check.registry`);
+    where the ``parser.*`` tier cannot run (not SGLang, no ``kimi_k2`` parser) it reports one
+    ``skip`` row and its other ids are left out of the report.
     When the server does not answer the health tier (every selected health check
     ``unreachable`` or ``timeout``; with no health check selected, a ``GET /v1/models`` probe),
     nothing else is sent: every other check is ``fail`` with that kind and evidence
@@ -137,19 +139,26 @@ def run_checks(options: CheckOptions) -> CheckReport:
                 report.model = ctx.model
         cache: dict = {}
         for check_id in rest:
-            report.results.append(_run_one(ctx, check_id, cache, deadline, t0))
+            result = _run_one(ctx, check_id, cache, deadline, t0)
+            if result is not None:  # None: a parser.* id on a server where the tier already said why it skips
+                report.results.append(result)
     finally:
         clients.close()
         report.duration_s = time.monotonic() - t0
     return report
 
 
-def _run_one(ctx: Context, check_id: str, cache: dict, deadline: Deadline, t0: float) -> CheckResult:
+def _run_one(ctx: Context, check_id: str, cache: dict, deadline: Deadline, t0: float) -> CheckResult | None:
     if deadline.passed():
         return _past_deadline(check_id, deadline, t0)
     started = time.monotonic()
     if check_id in health.CHECKS:
         status, detail, findings = health.CHECKS[check_id](ctx)
+    elif registry.tier(check_id) == "parser":  # needs no model: it posts raw text to the parsers
+        outcome = parser.run(ctx, check_id, cache)
+        if outcome is None:
+            return None
+        status, findings, detail = outcome
     elif ctx.model is None:
         status, detail, findings = health.no_model(ctx)
     else:

@@ -6,7 +6,8 @@ ends with ``data: [DONE]``; each choice gets exactly one non-null ``finish_reaso
 once (in its first delta) and never changed; the concatenated ``arguments`` equal the
 non-streamed ones (compared as JSON when both parse). The streamed message is then
 assembled so that :func:`kimi_deploy.check.validate.check_message` can judge it like a
-non-streamed one.
+non-streamed one. A malformed stream is the root cause of what follows from it
+(:func:`root_cause`): the check reports ``stream_shape``, the consequences go in its detail.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import json
 from typing import Any
 
 from kimi_deploy.check.results import clip
-from kimi_deploy.check.validate import Finding, Message, ToolCall
+from kimi_deploy.check.validate import PRIORITY, Finding, Message, ToolCall
 
 
 @dataclasses.dataclass
@@ -111,7 +112,7 @@ def check_shape(sse: SSE, nonstream: Message | None = None) -> list[Finding]:
         message = e.get("message") if isinstance(e, dict) else e
         out.append(Finding("error_frame", "the stream carried an error frame", clip(message)))
     if sse.bad:
-        out.append(Finding("stream_shape", f"{len(sse.bad)} data line(s) are not JSON", clip(sse.bad[0])))
+        out.append(Finding("stream_shape", f"{len(sse.bad)} data line(s) are not JSON", clip(sse.bad[0]), cause=True))
     if not sse.done:
         out.append(Finding("stream_shape", "the stream ended without data: [DONE]",
                            clip(json.dumps(sse.frames[-1])) if sse.frames else ""))
@@ -128,7 +129,7 @@ def check_shape(sse: SSE, nonstream: Message | None = None) -> list[Finding]:
                 idx = tc.get("index")
                 if not isinstance(idx, int) or isinstance(idx, bool):
                     out.append(Finding("stream_shape", f"tool_call delta index {idx!r} is not an integer",
-                                       clip(json.dumps(tc))))
+                                       clip(json.dumps(tc)), cause=True))
                     continue
                 order = indices.setdefault(ci, [])
                 if idx not in order:
@@ -138,7 +139,8 @@ def check_shape(sse: SSE, nonstream: Message | None = None) -> list[Finding]:
                     if value:
                         if (ci, idx) in seen:
                             out.append(Finding("stream_shape", f"tool call {idx}: {key} sent again "
-                                               f"({seen[(ci, idx)]!r} then {value!r})", clip(json.dumps(tc))))
+                                               f"({seen[(ci, idx)]!r} then {value!r})", clip(json.dumps(tc)),
+                                               cause=True))
                         else:
                             seen[(ci, idx)] = value
     for ci in sorted(set(finishes) | {c.get("index", 0) for f in sse.frames for c in f.get("choices") or []}):
@@ -148,12 +150,12 @@ def check_shape(sse: SSE, nonstream: Message | None = None) -> list[Finding]:
     for ci, order in indices.items():
         if order != list(range(len(order))):
             out.append(Finding("stream_shape", f"tool_call indices of choice {ci} are {order}, "
-                               "not dense from 0 in order", clip(order)))
+                               "not dense from 0 in order", clip(order), cause=True))
         for idx in order:
             if (ci, idx) not in seen_id:
-                out.append(Finding("stream_shape", f"tool call {idx} never got an id"))
+                out.append(Finding("stream_shape", f"tool call {idx} never got an id", cause=True))
             if (ci, idx) not in seen_name:
-                out.append(Finding("stream_shape", f"tool call {idx} never got a function name"))
+                out.append(Finding("stream_shape", f"tool call {idx} never got a function name", cause=True))
     if nonstream is not None and not sse.errors:
         streamed = assemble(sse.frames)
         a = [(c.name, c.arguments) for c in streamed.tool_calls]
@@ -165,3 +167,23 @@ def check_shape(sse: SSE, nonstream: Message | None = None) -> list[Finding]:
                                        "non-streamed ones", clip(f"{sa!r} vs {na!r}")))
                     break
     return out
+
+
+def root_cause(findings: list[Finding]) -> list[Finding]:
+    """Root cause first: when the stream itself is malformed (a finding with ``cause``, e.g.
+    tool-call deltas without an integer ``index``), the check reports ``stream_shape`` and the
+    consequences it caused (a call with no name, invalid arguments) go into its detail.
+
+    ``findings``: the stream-shape and message findings of one answer. Returns them unchanged
+    when there is no root cause; else the first root cause (detail extended with every other
+    finding's kind and detail) followed by the other root causes.
+    """
+    causes = [f for f in findings if f.cause]
+    if not causes:
+        return findings
+    top, rest = causes[0], [f for f in findings if not f.cause]
+    rest.sort(key=lambda f: PRIORITY.index(f.kind) if f.kind in PRIORITY else len(PRIORITY))
+    if rest:
+        caused = "; ".join(dict.fromkeys(f"{f.kind}: {f.detail}" for f in rest))
+        top = dataclasses.replace(top, detail=f"{top.detail}; as a result: {caused}")
+    return [top, *causes[1:]]

@@ -27,7 +27,7 @@ CANONICAL_KIMI_ID = re.compile(r"^functions\.[A-Za-z0-9_.-]+:\d+$")
 
 #: Most telling kind first: a check reports the first finding in this order.
 PRIORITY: tuple[str, ...] = (
-    "unreachable", "timeout", "error_frame", "server_error", "http_error", "markup_leak",
+    "unreachable", "timeout", "error_frame", "server_error", "http_error", "wrong_tool", "markup_leak",
     "tool_call_dropped", "finish_reason_mismatch", "unknown_tool", "invalid_arguments",
     "schema_violation", "tool_choice_violation", "duplicate_id", "noncanonical_id",
     "reasoning_leak", "missing_reasoning", "stream_shape", "config_mismatch", "model_declined",
@@ -36,18 +36,24 @@ PRIORITY: tuple[str, ...] = (
 
 @dataclasses.dataclass(frozen=True)
 class Finding:
-    """One violated rule: ``kind`` (failure vocabulary), a sentence, the offending text."""
+    """One violated rule: ``kind`` (failure vocabulary), a sentence, the offending text.
+
+    ``cause``: a root cause (a malformed stream) that makes other findings of the same answer
+    follow (a call with no name, invalid arguments); it is reported before them whatever its kind.
+    """
 
     kind: str
     detail: str
     evidence: str = ""
+    cause: bool = False
 
 
 def first(findings: list[Finding]) -> Finding | None:
-    """The finding to report: lowest :data:`PRIORITY` index."""
+    """The finding to report: a root cause (``cause``) first, then the lowest :data:`PRIORITY` index."""
     if not findings:
         return None
-    return min(findings, key=lambda f: PRIORITY.index(f.kind) if f.kind in PRIORITY else len(PRIORITY))
+    return min(findings, key=lambda f: (not f.cause, PRIORITY.index(f.kind) if f.kind in PRIORITY
+                                        else len(PRIORITY)))
 
 
 @dataclasses.dataclass

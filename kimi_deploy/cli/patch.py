@@ -62,7 +62,13 @@ def list_cmd(sglang_version, as_json):
             click.echo(f"   upstream: {url}")
 
 
+def _print_recovered(note: str) -> None:
+    if note:
+        click.echo(f"note: {note}", err=True)
+
+
 def _print_status(result: patching.SeriesStatus) -> None:
+    _print_recovered(result.recovered)
     click.echo(f"SGLang {result.sglang_version} at {result.sglang_location}: {result.state}")
     if result.recorded:
         click.echo(f"record: {result.state_file} (applied {result.recorded['applied_at']} by kimi-deploy "
@@ -84,13 +90,21 @@ def _print_status(result: patching.SeriesStatus) -> None:
 @_only_option
 @_state_option
 @json_flag("Print the status as JSON.")
-def status_cmd(python, only, state_dir, as_json):
-    """Say whether the series is applied, not applied, drifted (changed after patching) or partial."""
+@click.pass_context
+def status_cmd(ctx, python, only, state_dir, as_json):
+    """Say whether the series is applied, not applied, drifted (changed after patching), partial or
+    interrupted (a killed run's change could not be finished).
+
+    Finishes a change a killed `patch apply`/`revert` left half done, when this user can.
+    Exit status as `verify`: 0 applied, 1 anything else (each problem and the fix printed).
+    """
     result = patching.status(python, only=_ids(only), state_dir=state_dir)
     if as_json:
         echo_json(result.to_dict())
     else:
         _print_status(result)
+    if not result.ok:
+        ctx.exit(int(ExitCode.FAILED))
 
 
 @patch_group.command("verify")
@@ -100,7 +114,10 @@ def status_cmd(python, only, state_dir, as_json):
 @json_flag("Print the status as JSON (on failure: the error as JSON).")
 def verify_cmd(python, only, state_dir, as_json):
     """Exit 0 only when the series is fully applied and undrifted (the unit's ExecStartPre=)."""
-    result = patching.verify(python, only=_ids(only), state_dir=state_dir)
+    result = patching.status(python, only=_ids(only), state_dir=state_dir)
+    if not as_json:
+        _print_recovered(result.recovered)
+    patching.require_applied(result)
     if as_json:
         echo_json(result.to_dict())
     else:
@@ -111,12 +128,13 @@ def _print_change(result: patching.ChangeResult, as_json: bool) -> None:
     if as_json:
         echo_json(result.to_dict())
         return
+    _print_recovered(result.recovered)
     click.echo(result.message)
     for path in result.files:
         click.echo(f"  {'would write' if result.dry_run else 'wrote'} {path}")
     if result.removed_bytecode:
         click.echo(f"  removed {len(result.removed_bytecode)} stale .pyc file(s)")
-    if not result.dry_run and result.changed:
+    if not result.dry_run and result.action == "apply" and (result.changed or result.recovered):
         click.echo(f"  record: {result.state_file}")
 
 

@@ -90,7 +90,10 @@ def init_cmd(path: Path, preset: str, force: bool):
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(paths.kit_templates_dir())),
                              undefined=jinja2.StrictUndefined, keep_trailing_newline=True,
                              trim_blocks=True, lstrip_blocks=True)
-    text = env.get_template("profile.toml.j2").render(preset=chosen, toml=toml_value)
+    from kimi_deploy.options import OPTIONS, init_example
+
+    text = env.get_template("profile.toml.j2").render(preset=chosen, toml=toml_value, options=OPTIONS,
+                                                      example=init_example)
     write_atomic(path, text)
     click.echo(f"wrote {path} (from preset {chosen.name}); edit it, then `kimi-deploy render --profile {path}`")
 

@@ -18,6 +18,7 @@ from kimi_deploy.patching.engine import (
     apply_command,
     list_series,
     reinstall_command,
+    require_applied,
     revert,
     status,
     verify,
@@ -35,5 +36,5 @@ from kimi_deploy.patching.series import (
 __all__ = [
     "ChangeResult", "FeatureGate", "FileStatus", "GateHit", "PatchSpec", "PatchStatus", "Series", "SeriesStatus",
     "apply", "apply_command", "available_versions", "find_series", "list_series", "reinstall_command",
-    "require_series", "revert", "status", "verify",
+    "require_applied", "require_series", "revert", "status", "verify",
 ]

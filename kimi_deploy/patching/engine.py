@@ -9,12 +9,22 @@ How a series is applied (all-or-nothing):
    installation is already patched, so a new selection always starts from pristine
    files);
 3. each patch is checked with GNU ``patch --dry-run`` and applied, in series order,
-   inside the staging folder only (``--fuzz=0``: a hunk applies exactly or not at all);
-4. only when every patch applied there are the results written into site-packages,
-   all files staged first and renamed into place together (:mod:`kimi_deploy.fsio`);
-   the originals and the audit record go to the state directory
-   (:mod:`kimi_deploy.patching.state`) and SGLang's stale ``__pycache__/*.pyc`` for the
-   changed files are removed.
+   inside the staging folder only (``--fuzz=0``, and a hunk GNU patch places at an offset
+   from the line its diff names is refused: a hunk applies exactly where written or not at all);
+4. only when every patch applied there is the change written down as a write-ahead journal
+   (:class:`~kimi_deploy.patching.state.Journal`: the record to be, the originals, the bytes
+   to write; fsynced and atomically renamed into the state directory), then carried out by
+   :func:`_finish`: originals saved, the results written into site-packages (all files
+   staged first and renamed into place together, :mod:`kimi_deploy.fsio`), the audit record
+   saved, SGLang's stale ``__pycache__/*.pyc`` for the changed files removed, the journal
+   deleted last.
+
+Every verb that reads or changes an installation (``status``, ``verify``, ``apply``,
+``revert``) holds that installation's lock (:func:`kimi_deploy.fsio.exclusive_lock`) and
+first finishes a journal a killed run left behind (:func:`_recover`, the same
+:func:`_finish`), so after any interruption the next command leaves the installation
+exactly as the journal's record says. A journal that cannot be finished (an unprivileged
+``verify``, a file changed since) makes ``status``/``verify`` report ``interrupted``.
 
 GNU patch (not ``git apply``): it works on any folder without a repository around it,
 ``--fuzz=0`` makes it strict, ``--dry-run`` and ``-R --dry-run`` tell "applies" from
@@ -23,28 +33,36 @@ GNU patch (not ``git apply``): it works on any folder without a repository aroun
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import datetime as _dt
+import glob
 import os
+import re
 import shlex
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Literal
 
-from kimi_deploy import __version__, paths, proc, target
+from kimi_deploy import __version__, fsio, paths, proc, target
 from kimi_deploy.errors import ExternalCommandError, KimiDeployError, RefusedError
 from kimi_deploy.fsio import write_many_atomic
 from kimi_deploy.patching.series import PatchSpec, Series, available_versions, find_series, require_series
 from kimi_deploy.patching.state import (
     FileRecord,
+    Journal,
+    JournalFile,
     PatchRecord,
     StateRecord,
     StateStore,
+    b64decode,
+    b64encode,
     sha256_bytes,
     sha256_file,
 )
 
-SeriesState = Literal["applied", "not_applied", "drifted", "partial", "no_series"]
+SeriesState = Literal["applied", "not_applied", "drifted", "partial", "interrupted", "no_series"]
 PatchState = Literal["applied", "not_applied", "drifted"]
 
 #: GNU patch options used for every run: strict, non-interactive, no side files.
@@ -115,7 +133,10 @@ class SeriesStatus:
     that changed files, pip's reinstall of the same release then ``patch apply``; otherwise
     ``patch apply`` for the checked set. ``verify``, ``status`` and ``doctor`` all print it.
     ``reinstall_first``: a patched file has bytes that are neither original nor patched, so
-    ``apply`` refuses until the same release is reinstalled.
+    ``apply`` refuses until the same release is reinstalled. ``"interrupted"``: a killed
+    ``apply``/``revert`` left its journal and this run could not finish it (``problems`` says
+    why); never ``"applied"`` then. ``recovered``: what this call finished of such a journal
+    (``""``: nothing was pending).
     """
 
     state: SeriesState
@@ -130,6 +151,7 @@ class SeriesStatus:
     problems: list[str] = dataclasses.field(default_factory=list)
     fix: str | None = None
     reinstall_first: bool = False
+    recovered: str = ""
 
     @property
     def ok(self) -> bool:
@@ -162,6 +184,7 @@ class ChangeResult:
     ``changed``: files in site-packages were (or, with ``dry_run``, would be) written.
     ``files``: paths relative to site-packages that were (would be) written.
     ``patches``: ids applied after the call (empty after a revert).
+    ``recovered``: what the call first finished of a journal a killed run left (``""``: none).
     """
 
     action: Literal["apply", "revert"]
@@ -175,6 +198,7 @@ class ChangeResult:
     files: list[str]
     state_file: str
     removed_bytecode: list[str] = dataclasses.field(default_factory=list)
+    recovered: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -233,13 +257,27 @@ def _why(done: proc.Completed) -> str:
     return "; ".join(lines[-4:])[:600]
 
 
+#: GNU patch's report of a hunk it placed away from the line its diff names (``LC_ALL=C``;
+#: ``--fuzz=0`` still allows offsets): "Hunk #2 succeeded at 131 (offset 4 lines)."
+_INEXACT = re.compile(r"Hunk #\d+ succeeded at \d+ (\(offset|with fuzz)")
+
+
+def _inexact(done: proc.Completed) -> str:
+    """GNU patch's lines about hunks applied at an offset (or with fuzz), ``""`` when every hunk was exact."""
+    return "; ".join(ln.strip() for ln in done.stdout.splitlines() if _INEXACT.match(ln.strip()))[:600]
+
+
 def _stage_and_apply(series: Series, selection: list[PatchSpec], bases: dict[str, bytes],
                      python: str) -> dict[str, bytes]:
     """Apply ``selection`` to copies of ``bases`` in a temporary folder; return the patched bytes.
 
+    A patch must apply exactly: every hunk at the line its diff names (GNU patch would place a
+    hunk at an offset when the same context occurs elsewhere, e.g. in a partly patched file:
+    a table row inserted twice), so the result is the one the diff describes.
+
     Raises:
-        RefusedError: a patch does not apply to the files (nothing outside the
-            temporary folder was touched).
+        RefusedError: a patch does not apply to the files, or only at an offset (nothing outside
+            the temporary folder was touched).
     """
     with tempfile.TemporaryDirectory(prefix="kimi-deploy-patch-") as tmp:
         stage = Path(tmp)
@@ -251,10 +289,12 @@ def _stage_and_apply(series: Series, selection: list[PatchSpec], bases: dict[str
             diff = series.diff_path(spec)
             for dry in (True, False):
                 done = _run_patch(stage, diff, dry_run=dry)
-                if not done.ok:
+                why = _why(done) if not done.ok else _inexact(done)
+                if why:
                     raise RefusedError(
-                        f"patch {spec.id} does not apply to this SGLang {series.sglang_version}; nothing was changed",
-                        value=_why(done),
+                        f"patch {spec.id} does not apply to this SGLang {series.sglang_version}"
+                        f"{'' if not done.ok else ' exactly (only at an offset)'}; nothing was changed",
+                        value=why,
                         hint="the files differ from the release the series was written for: reinstall the same "
                              f"SGLang release (`{reinstall_command(python, series.sglang_version)}`) and apply "
                              "again, or leave this patch out with --only")
@@ -269,13 +309,123 @@ def _remove_bytecode(site_packages: Path, relpaths: list[str]) -> list[str]:
         cache = source.parent / "__pycache__"
         if source.suffix != ".py" or not cache.is_dir():
             continue
-        for pyc in cache.glob(f"{source.stem}.*.pyc"):
-            try:
-                pyc.unlink()
-                removed.append(str(pyc.relative_to(site_packages)))
-            except OSError:
-                pass
+        for pyc in cache.glob(f"{glob.escape(source.stem)}.*.pyc"):
+            with contextlib.suppress(KimiDeployError):
+                if fsio.remove(pyc):
+                    removed.append(str(pyc.relative_to(site_packages)))
     return removed
+
+
+def _remove_litter(site_packages: Path, relpaths: list[str]) -> None:
+    """Delete what a killed :func:`kimi_deploy.fsio.write_many_atomic` left next to ``relpaths``:
+    staged ``.NAME.XXXXXXXX.tmp`` files and ``.NAME.PID.bak`` hard links. Only called under the
+    installation's lock, so no other kimi-deploy run is writing them."""
+    for relpath in relpaths:
+        path = site_packages / relpath
+        for leftover in path.parent.glob(f".{glob.escape(path.name)}.*"):
+            if leftover.suffix in (".tmp", ".bak") and leftover.is_file():
+                with contextlib.suppress(KimiDeployError):
+                    fsio.remove(leftover)
+
+
+# ---------------------------------------------------------------- lock and journal
+
+
+def _now() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+
+
+@contextlib.contextmanager
+def _locked(inst: _Install, store: StateStore, *, read_only: bool = False) -> Iterator[bool]:
+    """Hold the installation's ``patch`` lock for the block; yields whether it is held.
+
+    ``read_only`` (``status``, ``verify``): a user who cannot create the lock file (the
+    service user running ``verify``) goes on without it (yields ``False``); it can read but
+    not finish a journal, so it reports ``interrupted`` instead of a stale answer.
+
+    Raises:
+        LockedError: another ``kimi-deploy patch`` on this installation held it for
+            :data:`kimi_deploy.fsio.LOCK_WAIT_S` seconds (exit 7).
+    """
+    with fsio.exclusive_lock(store.lock_path, what=f"patch run on {inst.location}",
+                             unavailable_ok=read_only) as held:
+        yield held is not None
+
+
+def _recover(inst: _Install, store: StateStore) -> str:
+    """Finish the change a killed run left in the journal, under the lock; ``""`` when none was pending,
+    else one line saying what was finished.
+
+    A journal of another SGLang version (the installation was replaced since) is deleted unused.
+
+    Raises:
+        RefusedError: a file the journal writes has bytes that are neither those it started from,
+            its target nor the release's original (changed since the interruption): nothing written.
+        UsageError: a damaged journal; the files cannot be written.
+    """
+    store.remove_litter()
+    journal = store.load_journal()
+    if journal is None:
+        return ""
+    if journal.sglang_version != inst.version or Path(journal.sglang_location) != inst.location:
+        store.drop_journal()
+        return (f"deleted the journal of an interrupted patch {journal.action} on SGLang {journal.sglang_version}: "
+                f"the installation is now {inst.version}")
+    for relpath, entry in journal.files.items():
+        digest = sha256_file(inst.site_packages / relpath)
+        if digest not in (entry.start, entry.target, entry.original):
+            raise RefusedError(
+                f"an interrupted patch {journal.action} cannot be finished: a file it writes changed since",
+                value=str(inst.site_packages / relpath),
+                hint="reinstall the same SGLang release "
+                     f"(`{reinstall_command(inst.python, inst.version)}`), then run any `kimi-deploy patch` "
+                     "command again: it finishes the interrupted change")
+    _finish(inst, store, journal)
+    done = f"apply of {', '.join(journal.ids)}" if journal.action == "apply" else "revert"
+    return f"finished an interrupted patch {done} (started {journal.started_at})"
+
+
+def _finish(inst: _Install, store: StateStore, journal: Journal) -> list[str]:
+    """Carry out ``journal`` (already durable in the state directory) and delete it; returns the
+    ``.pyc`` files removed. Idempotent: after a kill at any step, running it again from the
+    start ends in the same files, record and originals.
+
+    Order: saved originals, site-packages (staged, then renamed together), the record (or its
+    deletion), originals no longer needed, stale bytecode and leftover temporary files, the journal.
+    """
+    if journal.reset_originals:
+        fsio.remove_tree(store.originals_dir)
+    originals = {r: b64decode(d) for r, d in journal.originals.items()}
+    store.save_originals({r: d for r, d in originals.items() if store.original(r) != d})
+    writes = {r: b64decode(e.data) for r, e in journal.files.items()
+              if sha256_file(inst.site_packages / r) != e.target}
+    write_many_atomic({inst.site_packages / r: d for r, d in writes.items()},
+                      modes={inst.site_packages / r: journal.files[r].mode for r in writes})
+    if journal.record is not None:
+        store.save_record(journal.record)
+        for relpath in journal.drop_originals:
+            store.drop_original(relpath)
+    else:
+        store.forget()
+    removed = _remove_bytecode(inst.site_packages, sorted(journal.files))
+    _remove_litter(inst.site_packages, sorted(journal.files))
+    store.drop_journal()
+    return removed
+
+
+def _journal(inst: _Install, action: Literal["apply", "revert"], record: StateRecord | None, *,
+             writes: dict[str, bytes], bases: dict[str, bytes], modes: dict[str, int],
+             keep: dict[str, bytes] | None = None, drop_originals: list[str] | None = None,
+             reset_originals: bool = False) -> Journal:
+    """The journal of a change: ``writes`` (relpath -> bytes) into site-packages, ``bases`` the
+    release's original bytes of each, ``keep`` the originals the new ``record`` needs saved."""
+    return Journal(
+        action=action, started_at=_now(), sglang_version=inst.version, sglang_location=str(inst.location),
+        record=record, originals={r: b64encode(d) for r, d in (keep or {}).items()},
+        drop_originals=drop_originals or [], reset_originals=reset_originals,
+        files={r: JournalFile(start=sha256_file(inst.site_packages / r), original=sha256_bytes(bases[r]),
+                              target=sha256_bytes(d), mode=modes[r], data=b64encode(d))
+               for r, d in writes.items()})
 
 
 # ---------------------------------------------------------------- status / verify
@@ -311,6 +461,26 @@ def status(python: str, *, only: list[str] | None = None,
     """
     inst = _install(python)
     store = _store(inst, state_dir)
+    with _locked(inst, store, read_only=True) as held:
+        pending: tuple[str, str | None] | None = None
+        recovered = ""
+        if not held:
+            if store.journal_path.exists():
+                pending = (f"this user cannot take the patch lock to finish it (it cannot write {store.directory})",
+                           None)
+        else:
+            try:
+                recovered = _recover(inst, store)
+            except KimiDeployError as exc:
+                pending = (exc.message + (f" ({exc.value})" if exc.value else ""), exc.hint)
+        return _status(inst, store, only, pending=pending, recovered=recovered)
+
+
+def _status(inst: _Install, store: StateStore, only: list[str] | None, *,
+            pending: tuple[str, str | None] | None, recovered: str) -> SeriesStatus:
+    """:func:`status` under the lock. ``pending``: why an unfinished journal is still there and its fix
+    (``None``: the default one), which makes the state ``interrupted``; ``recovered``: what
+    :func:`_recover` just finished."""
     versions = available_versions()
     series = find_series(inst.version)
     if series is None:
@@ -328,8 +498,14 @@ def status(python: str, *, only: list[str] | None = None,
     if raw is not None and record is None:
         problems.append(f"the record is for SGLang {raw.sglang_version} at {raw.sglang_location}; "
                         f"the installation is now {inst.version}: its patches are gone")
+    journal = None
+    if pending:
+        with contextlib.suppress(KimiDeployError):
+            journal = store.load_journal()
     if only:
         selected = [p.id for p in series.select(only=only)]
+    elif journal is not None and journal.record is not None:
+        selected = [i for i in journal.ids if i in series.ids]
     elif raw is not None:
         selected = [i for i in raw.ids if i in series.ids]
     else:
@@ -352,8 +528,13 @@ def status(python: str, *, only: list[str] | None = None,
                                    purpose=spec.purpose, files=files, detail=detail))
     chosen = [p for p in patches if p.selected]
     states = {p.state for p in chosen}
-    if "drifted" in states:
-        overall: SeriesState = "drifted"
+    if pending:
+        overall: SeriesState = "interrupted"
+        action = journal.action if journal else "change"
+        problems.insert(0, f"an interrupted patch {action} is not finished (journal {store.journal_path}): "
+                           f"{pending[0]}")
+    elif "drifted" in states:
+        overall = "drifted"
     elif states <= {"applied"}:
         overall = "applied"
     elif states == {"not_applied"}:
@@ -369,9 +550,14 @@ def status(python: str, *, only: list[str] | None = None,
                     "kit_version": raw.kit_version, "patches": raw.ids}
     result = SeriesStatus(state=overall, python=inst.python, sglang_version=inst.version,
                           sglang_location=str(inst.location), series_versions=versions, selected=selected,
-                          patches=patches, state_file=str(store.record_path), recorded=recorded, problems=problems)
+                          patches=patches, state_file=str(store.record_path), recorded=recorded, problems=problems,
+                          recovered=recovered)
     if overall == "applied":
         return result
+    if pending:
+        return dataclasses.replace(
+            result, fix=pending[1] or f"as root (a user that can write {inst.site_packages} and {store.directory}) "
+                                      f"run {result.remedy()}: it finishes the interrupted change first")
     # A file that is neither the original nor the patched bytes makes `apply` refuse (drift): only a
     # reinstall of the same release brings the originals back. A stale record (another version)
     # or files already back to their originals need `apply` alone.
@@ -383,8 +569,10 @@ def status(python: str, *, only: list[str] | None = None,
 
 def _dry_run_detail(series: Series, spec: PatchSpec, site_packages: Path) -> str:
     try:
-        if _run_patch(site_packages, series.diff_path(spec), dry_run=True).ok:
-            return "applies cleanly"
+        done = _run_patch(site_packages, series.diff_path(spec), dry_run=True)
+        if done.ok:
+            inexact = _inexact(done)
+            return f"applies only at an offset, so apply refuses it: {inexact}" if inexact else "applies cleanly"
         if _run_patch(site_packages, series.diff_path(spec), dry_run=True, reverse=True).ok:
             return "the files already carry this change but kimi-deploy has no record of it"
         return "does not apply to the installed files"
@@ -403,7 +591,15 @@ def verify(python: str, *, only: list[str] | None = None,
         KimiDeployError: state is not ``"applied"`` (exit 1), listing each problem.
         UsageError / ExternalCommandError: as :func:`status`.
     """
-    result = status(python, only=only, state_dir=state_dir)
+    return require_applied(status(python, only=only, state_dir=state_dir))
+
+
+def require_applied(result: SeriesStatus) -> SeriesStatus:
+    """``result`` when its state is ``"applied"``.
+
+    Raises:
+        KimiDeployError: any other state (exit 1), with each problem and the fix.
+    """
     if result.state != "applied":
         raise KimiDeployError(
             f"SGLang {result.sglang_version} patch series is {result.state.replace('_', ' ')}",
@@ -473,13 +669,40 @@ def apply(python: str, *, only: list[str] | None = None, with_: list[str] | None
     selection = series.select(only=only, with_=with_)
     ids = [p.id for p in selection]
     store = _store(inst, state_dir)
+    with _changing(inst, store, dry_run=dry_run) as recovered:
+        return _apply(inst, store, series, selection, dry_run=dry_run, recovered=recovered)
+
+
+@contextlib.contextmanager
+def _changing(inst: _Install, store: StateStore, *, dry_run: bool) -> Iterator[str]:
+    """The lock of ``apply``/``revert``, with a journal a killed run left finished first; yields what
+    was finished (``""``: nothing). ``dry_run`` writes nothing, so it refuses while a journal is pending.
+
+    Raises:
+        LockedError: another ``kimi-deploy patch`` holds the lock (exit 7).
+        RefusedError: a pending journal cannot be finished (see :func:`_recover`), or ``dry_run``
+            with a journal pending (exit 4).
+    """
+    with _locked(inst, store):
+        if dry_run and store.journal_path.exists():
+            raise RefusedError("an interrupted patch run is not finished yet; --dry-run writes nothing",
+                               value=str(store.journal_path),
+                               hint=f"run `kimi-deploy patch status --python {shlex.quote(inst.python)}` (it "
+                                    "finishes the interrupted change), then this command again")
+        yield "" if dry_run else _recover(inst, store)
+
+
+def _apply(inst: _Install, store: StateStore, series: Series, selection: list[PatchSpec], *, dry_run: bool,
+           recovered: str) -> ChangeResult:
+    """:func:`apply` under the lock, once any pending journal is finished."""
+    ids = [p.id for p in selection]
     record = _usable_record(store, inst)
 
     def result(changed: bool, message: str, files: list[str], removed: list[str] | None = None) -> ChangeResult:
         return ChangeResult(action="apply", changed=changed, dry_run=dry_run, message=message, python=inst.python,
                             sglang_version=inst.version, sglang_location=str(inst.location),
                             patches=ids, files=files, state_file=str(store.record_path),
-                            removed_bytecode=removed or [])
+                            removed_bytecode=removed or [], recovered=recovered)
 
     relpaths: list[str] = []
     for spec in selection:
@@ -498,21 +721,17 @@ def apply(python: str, *, only: list[str] | None = None, with_: list[str] | None
     touched = {r for spec in selection for r in series.files_of(spec)}
     new_record = StateRecord(
         sglang_version=inst.version, sglang_location=str(inst.location), site_packages=str(inst.site_packages),
-        python=inst.python, kit_version=__version__,
-        applied_at=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        python=inst.python, kit_version=__version__, applied_at=_now(),
         patches=[PatchRecord(id=s.id, diff_sha256=series.diff_sha256(s)) for s in selection],
         files={r: FileRecord(before=sha256_bytes(bases[r]), after=sha256_bytes(patched[r]), mode=modes[r])
                for r in relpaths if r in touched})
-    if record is None:
-        store.forget()  # a stale record of another version: its originals are useless now
-    # Order: originals, then site-packages (all files at once), then the record that vouches for them.
-    store.save_originals({r: bases[r] for r in new_record.files})
-    write_many_atomic({inst.site_packages / r: d for r, d in writes.items()},
-                      modes={inst.site_packages / r: modes[r] for r in writes})
-    store.save_record(new_record)
-    for relpath in set(relpaths) - touched:  # dropped from the selection: its original is back in place
-        (store.originals_dir / relpath).unlink(missing_ok=True)
-    removed = _remove_bytecode(inst.site_packages, sorted(writes))
+    # Write-ahead: the whole change is on disk before the first file in site-packages changes.
+    journal = _journal(inst, "apply", new_record, writes=writes, bases=bases, modes=modes,
+                       keep={r: bases[r] for r in new_record.files},
+                       drop_originals=[r for r in relpaths if r not in touched],  # their originals are back
+                       reset_originals=record is None)  # a stale record's originals are useless now
+    store.save_journal(journal)
+    removed = _finish(inst, store, journal)
     return result(bool(writes), f"applied {', '.join(ids)} to SGLang {inst.version}", sorted(writes), removed)
 
 
@@ -528,12 +747,19 @@ def revert(python: str, *, state_dir: str | os.PathLike[str] | None = None, forc
     """
     inst = _install(python)
     store = _store(inst, state_dir)
+    with _changing(inst, store, dry_run=dry_run) as recovered:
+        return _revert(inst, store, force=force, dry_run=dry_run, recovered=recovered)
+
+
+def _revert(inst: _Install, store: StateStore, *, force: bool, dry_run: bool, recovered: str) -> ChangeResult:
+    """:func:`revert` under the lock, once any pending journal is finished."""
     raw = store.load()
 
     def result(changed: bool, message: str, files: list[str], removed: list[str] | None = None) -> ChangeResult:
         return ChangeResult(action="revert", changed=changed, dry_run=dry_run, message=message, python=inst.python,
                             sglang_version=inst.version, sglang_location=str(inst.location), patches=[],
-                            files=files, state_file=str(store.record_path), removed_bytecode=removed or [])
+                            files=files, state_file=str(store.record_path), removed_bytecode=removed or [],
+                            recovered=recovered)
 
     if raw is None:
         return result(False, "not patched by kimi-deploy (no record): nothing to revert", [])
@@ -569,12 +795,11 @@ def revert(python: str, *, state_dir: str | os.PathLike[str] | None = None, forc
         modes[relpath] = rec.mode
     if dry_run:
         return result(bool(restores), f"would restore {len(restores)} file(s)", sorted(restores))
-    write_many_atomic({inst.site_packages / r: d for r, d in restores.items()},
-                      modes={inst.site_packages / r: modes[r] for r in restores})
-    store.forget()
-    removed = _remove_bytecode(inst.site_packages, sorted(restores))
-    return result(bool(restores), f"reverted {', '.join(record.ids)}: original files restored", sorted(restores),
-                  removed)
+    journal = _journal(inst, "revert", None, writes=restores, bases=restores, modes=modes)
+    store.save_journal(journal)
+    removed = _finish(inst, store, journal)
+    return result(bool(restores), f"reverted {', '.join(record.ids)}: original files restored, record deleted",
+                  sorted(restores), removed)
 
 
 def list_series(sglang_version: str) -> Series:
@@ -587,4 +812,4 @@ def list_series(sglang_version: str) -> Series:
 
 
 __all__ = ["ChangeResult", "FileStatus", "PatchStatus", "SeriesStatus", "apply", "apply_command", "list_series",
-           "reinstall_command", "revert", "status", "verify"]
+           "reinstall_command", "require_applied", "revert", "status", "verify"]

@@ -17,9 +17,10 @@ What stands in for what cannot run on a CPU: the ``TokenizerManager`` (its ``gen
 replays :mod:`kimi_model`'s text token by token, 1-4 tokens a chunk as with EAGLE-3) and the
 model config. SGLang's ``http_server.py`` itself cannot be imported in the test environment (it
 needs setproctitle, soundfile and the engine stack), so its route functions for ``/health``,
-``/health_generate``, ``/ready``, ``/v1/models``, ``/model_info``, ``/server_info`` and
-``/v1/chat/completions`` and its RequestValidationError→400 handler are re-declared here with the
-same response shapes (http_server.py of 0.5.23).
+``/health_generate``, ``/ready``, ``/v1/models``, ``/model_info``, ``/server_info``,
+``/v1/chat/completions``, ``/parse_function_call`` and ``/separate_reasoning`` (SGLang's own
+``FunctionCallParser``/``ReasoningParser`` behind them) and its RequestValidationError→400 handler
+are re-declared here with the same response shapes (http_server.py of 0.5.23).
 """
 
 import argparse
@@ -291,6 +292,51 @@ def build_app(opts: argparse.Namespace, model_dir: Path, server_args=None):
     @app.post("/v1/chat/completions", dependencies=[Depends(_validate_json)])
     async def openai_v1_chat_completions(request: ChatCompletionRequest, raw_request: Request):
         return model_json_response(await serving_chat.handle_request(request, raw_request))
+
+
+    # http_server.py 0.5.23 parse_function_call_request / separate_reasoning_request, re-declared:
+    # the same request structs (msgspec, validated through pydantic as FastAPI does there), the same
+    # adapter lookup, SGLang's own FunctionCallParser / ReasoningParser, the same response shapes.
+    from typing import Annotated
+
+    from fastapi import Body, HTTPException
+
+    from sglang.srt.entrypoints.openai.chat_encoding_adapters import native_text_parser
+    from sglang.srt.function_call.function_call_parser import FunctionCallParser
+    from sglang.srt.managers.io_struct import ParseFunctionCallReq, SeparateReasoningReqInput
+    from sglang.srt.parser.reasoning_parser import ReasoningParser
+
+    @app.post("/parse_function_call")
+    async def parse_function_call_request(obj: Annotated[ParseFunctionCallReq, Body()], request: Request):
+        try:
+            text_parser = native_text_parser(obj.tool_call_parser,
+                                             chat_encoding_spec=getattr(serving_chat, "chat_encoding_spec", None),
+                                             adapter=getattr(serving_chat, "encoding_adapter", None))
+        except ValueError as error:
+            raise HTTPException(status_code=400, detail=str(error))
+        if text_parser is not None:
+            normal_text, calls = text_parser.parse_function_call_text(obj.text, obj.tools)
+        else:
+            parser = FunctionCallParser(tools=obj.tools, tool_call_parser=obj.tool_call_parser,
+                                        tokenizer=tm.tokenizer)
+            normal_text, calls = parser.parse_non_stream(obj.text)
+        return ORJSONResponse(content={"normal_text": normal_text, "calls": [c.model_dump() for c in calls]},
+                              status_code=200)
+
+    @app.post("/separate_reasoning")
+    async def separate_reasoning_request(obj: Annotated[SeparateReasoningReqInput, Body()], request: Request):
+        try:
+            text_parser = native_text_parser(obj.reasoning_parser,
+                                             chat_encoding_spec=getattr(serving_chat, "chat_encoding_spec", None),
+                                             adapter=getattr(serving_chat, "encoding_adapter", None))
+        except ValueError as error:
+            raise HTTPException(status_code=400, detail=str(error))
+        if text_parser is not None:
+            reasoning_text, normal_text = text_parser.separate_reasoning_text(obj.text)
+        else:
+            parser = ReasoningParser(model_type=obj.reasoning_parser, request=request, tokenizer=tm.tokenizer)
+            reasoning_text, normal_text = parser.parse_non_stream(obj.text)
+        return ORJSONResponse(content={"reasoning_text": reasoning_text, "text": normal_text}, status_code=200)
 
     return app
 

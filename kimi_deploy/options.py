@@ -1,0 +1,246 @@
+"""The one table of SGLang options: profile key, SGLang spelling per release, where it applies, source.
+
+Each :class:`Option` row of :data:`OPTIONS` drives every place an SGLang option shows up:
+
+- the ``[sglang]`` profile model (:mod:`kimi_deploy.profile`: field type, default, bounds, help);
+- the launch builder (:func:`kimi_deploy.launch.build_launch` emits the rows in table order);
+- the version rules (:data:`kimi_deploy.versions.RULES` are the rows' :class:`Spelling` entries);
+- ``init``'s commented profile (``templates/profile.toml.j2`` loops over the rows);
+- production.md's option table (:func:`markdown_table`; a test keeps the document equal to it);
+- the flags ``extra_args`` may not set (:func:`owned_flags`).
+
+Adding an option is one row here plus a test. Flag names, aliases and defaults are SGLang 0.5.23's
+(``sglang/srt/server_args.py``, ``ServerArgs`` and ``add_cli_args``); release boundaries are from SGLang's
+changelog as summarised in ``shared/notes/sglang-0.5.23.md``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Literal
+
+from kimi_deploy.values import AbsPath, ArgValue, Host, Token
+
+#: Where an option takes effect once the deployment has more than one process or host: on every rank
+#: (each node of a multi-node group needs it), only on the rank that serves HTTP (node rank 0: the API,
+#: the parsers, the key), on the router in front of replicas, in a Kubernetes container spec, or nowhere
+#: in SGLang (a rule of the kit itself).
+Scope = Literal["every rank", "HTTP rank", "router", "k8s container", "kit"]
+
+#: How :func:`kimi_deploy.launch.build_launch` turns a row's value into argv/env:
+#: ``value`` (``FLAG VALUE`` when set), ``switch`` (``FLAG`` when true), ``env-switch`` (``VAR=1`` when
+#: true), ``special`` (a handler in launch.py named after the key), ``none`` (not an SGLang argument).
+Emit = Literal["value", "switch", "env-switch", "special", "none"]
+
+#: Source of the flag names and aliases below.
+SERVER_ARGS = "sglang 0.5.23 srt/server_args.py"
+
+
+@dataclasses.dataclass(frozen=True)
+class Spelling:
+    """How releases ``since <= v < until`` spell an option: a ``flag``, an ``env`` variable, or ``implicit``.
+
+    ``value``: the spelling applies to that value of the option only (e.g. ``EAGLE3`` of
+    ``speculative_algorithm``, which older releases lack). ``source`` cites the fact.
+    """
+
+    kind: Literal["flag", "env", "implicit"]
+    name: str
+    since: str = "0.5.0"
+    until: str | None = None
+    source: str = SERVER_ARGS
+    value: str | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class Option:
+    """One row: an ``[sglang]`` profile key and everything the kit knows about it.
+
+    ``annotation``/``default``/``bounds``: the profile field (pydantic type, default, ``ge``/``le``/``gt``/
+    ``lt``); ``...`` as default means required, a type (``list``) a fresh empty one. ``aliases``: other
+    flags SGLang's argparse accepts for the same setting (the kit owns them too). ``owns``: more flags
+    the row owns (``api_key_file`` owns ``--api-key``). ``requires``: emitted only when that other key
+    is set. ``scope``: where it takes effect (:data:`Scope`). ``comment``/``example``: the lines
+    ``init`` writes above the key and the value it shows when the preset leaves the key out.
+    """
+
+    key: str
+    annotation: Any
+    default: Any
+    help: str
+    emit: Emit
+    scope: Scope
+    spellings: tuple[Spelling, ...] = ()
+    aliases: tuple[str, ...] = ()
+    owns: tuple[str, ...] = ()
+    bounds: dict[str, Any] = dataclasses.field(default_factory=dict)
+    requires: str | None = None
+    comment: tuple[str, ...] = ()
+    example: Any = None
+
+    @property
+    def flags(self) -> tuple[str, ...]:
+        """Every flag of the row in any release, aliases and owned flags included, in table order."""
+        names = [s.name for s in self.spellings if s.kind == "flag"]
+        return tuple(dict.fromkeys([*names, *self.aliases, *self.owns]))
+
+    @property
+    def env_names(self) -> tuple[str, ...]:
+        """Every environment variable the row sets in any release."""
+        return tuple(dict.fromkeys(s.name for s in self.spellings if s.kind == "env"))
+
+
+def _flag(name: str, **kw: Any) -> tuple[Spelling, ...]:
+    return (Spelling("flag", name, **kw),)
+
+
+_SPEC = "sglang 0.5.23 srt/arg_groups/speculative_hook.py"
+
+OPTIONS: tuple[Option, ...] = (
+    Option("model_path", AbsPath, ..., "--model-path: local directory of the weights", "value", "every rank",
+           _flag("--model-path"), aliases=("--model",)),
+    Option("served_model_name", ArgValue | None, None, "--served-model-name", "value", "HTTP rank",
+           _flag("--served-model-name"), example="moonshotai/Kimi-K2.5"),
+    Option("trust_remote_code", bool, False, "--trust-remote-code", "switch", "every rank",
+           _flag("--trust-remote-code")),
+    Option("host", Host, "127.0.0.1", "--host (SGLang's default is 127.0.0.1)", "value", "HTTP rank",
+           _flag("--host"),
+           comment=("SGLang's default host is 127.0.0.1; a non-loopback host needs api_key_file "
+                    "(or allow_unauthenticated = true).",)),
+    Option("port", int, 30000, "--port", "value", "HTTP rank", _flag("--port"), bounds={"ge": 1, "le": 65535}),
+    Option("tp_size", int, 1, "--tp-size", "value", "every rank", _flag("--tp-size"),
+           aliases=("--tensor-parallel-size",), bounds={"ge": 1}),
+    Option("context_length", int | None, None, "--context-length", "value", "every rank",
+           _flag("--context-length"), bounds={"ge": 1}, example=262144),
+    Option("mem_fraction_static", float | None, None, "--mem-fraction-static", "value", "every rank",
+           _flag("--mem-fraction-static"), bounds={"gt": 0, "lt": 1}, example=0.85),
+    Option("max_running_requests", int | None, None, "--max-running-requests", "value", "every rank",
+           _flag("--max-running-requests"), bounds={"ge": 1}, example=48,
+           comment=("With EAGLE and no max_running_requests, SGLang picks 48.",)),
+    Option("chunked_prefill_size", int | None, None, "--chunked-prefill-size", "value", "every rank",
+           _flag("--chunked-prefill-size"), example=8192),
+    Option("attention_backend", ArgValue | None, None, "--attention-backend", "value", "every rank",
+           _flag("--attention-backend"), example="flashinfer"),
+    Option("tool_call_parser", ArgValue | None, None, "--tool-call-parser (kimi_k2 for Kimi)", "value",
+           "HTTP rank", _flag("--tool-call-parser", source="sglang <=0.5.0 (kimi_k2)"), example="kimi_k2",
+           comment=("Without both parsers, tool calls come back as raw <|tool_call_begin|> text in content.",)),
+    Option("reasoning_parser", ArgValue | None, None, "--reasoning-parser (kimi_k2 for Kimi)", "value",
+           "HTTP rank", _flag("--reasoning-parser", source="sglang <=0.5.0 (kimi_k2)"), example="kimi_k2"),
+    Option("speculative_algorithm", Literal["EAGLE", "EAGLE3", "NEXTN", "STANDALONE", "NGRAM"] | None, None,
+           "--speculative-algorithm", "special", "every rank",
+           (Spelling("flag", "--speculative-algorithm"),
+            Spelling("flag", "--speculative-algorithm", since="0.5.10", value="EAGLE3",
+                     source="sglang 0.5.10 added EAGLE3 for Kimi K2.5 (draft models lightseekorg/kimi-k2.5-eagle3*)")),
+           example="EAGLE3",
+           comment=("EAGLE-3 speculative decoding: steps, topk and draft tokens are set together; "
+                    "topk 1 means draft tokens = steps + 1.",)),
+    Option("speculative_draft_model_path", AbsPath | None, None, "--speculative-draft-model-path", "value",
+           "every rank", _flag("--speculative-draft-model-path"), aliases=("--speculative-draft-model",),
+           requires="speculative_algorithm", example="/models/lightseekorg/kimi-k2.5-eagle3-mla"),
+    Option("speculative_num_steps", int | None, None, "--speculative-num-steps", "value", "every rank",
+           _flag("--speculative-num-steps", source=_SPEC), bounds={"ge": 1}, requires="speculative_algorithm",
+           example=3),
+    Option("speculative_eagle_topk", int | None, None, "--speculative-eagle-topk", "value", "every rank",
+           _flag("--speculative-eagle-topk", source=_SPEC), bounds={"ge": 1}, requires="speculative_algorithm",
+           example=1),
+    Option("speculative_num_draft_tokens", int | None, None, "--speculative-num-draft-tokens", "value",
+           "every rank", _flag("--speculative-num-draft-tokens", source=_SPEC), bounds={"ge": 1},
+           requires="speculative_algorithm", example=4),
+    Option("enable_spec_v2", bool | None, None,
+           "spec v2 (overlap scheduling with EAGLE): env SGLANG_ENABLE_SPEC_V2 in 0.5.5-0.5.13, always on from 0.5.14",
+           "special", "every rank",
+           (Spelling("env", "SGLANG_ENABLE_SPEC_V2", since="0.5.5", until="0.5.14",
+                     source="sglang 0.5.5 added the env (off), 0.5.11 made it default on, 0.5.14 removed it: "
+                            "EAGLE/EAGLE3 always use the v2 worker, overlap unless --disable-overlap-schedule"),
+            Spelling("implicit", "", since="0.5.14",
+                     source="sglang 0.5.14: no switch, v2 worker always; the env is ignored silently from 0.5.21")),
+           example=True,
+           comment=("Spec v2 (overlap scheduling): env SGLANG_ENABLE_SPEC_V2 for SGLang 0.5.5-0.5.13, "
+                    "always on from 0.5.14.",)),
+    Option("disable_overlap_schedule", bool, False, "--disable-overlap-schedule", "switch", "every rank",
+           _flag("--disable-overlap-schedule")),
+    Option("flashinfer_allreduce_fusion_backend", Literal["auto", "trtllm", "mnnvl", "cutedsl"] | None, None,
+           "--flashinfer-allreduce-fusion-backend (0.5.14+; --enable-flashinfer-allreduce-fusion before)",
+           "special", "every rank",
+           (Spelling("flag", "--enable-flashinfer-allreduce-fusion", until="0.5.14",
+                     source="sglang <0.5.14; still parses in 0.5.23 as a deprecated alias of "
+                            "--flashinfer-allreduce-fusion-backend auto"),
+            Spelling("flag", "--flashinfer-allreduce-fusion-backend", since="0.5.14",
+                     source="sglang 0.5.14 added the backend choice {auto,trtllm,mnnvl,cutedsl}")),
+           example="auto",
+           comment=('FlashInfer all-reduce fusion: "auto", "trtllm", "mnnvl", "cutedsl" (0.5.14+; before: auto only).',
+                    "On SM120 it needs the sm120-flashinfer-allreduce-fusion patch; measure it at your TP.")),
+    Option("enforce_disable_flashinfer_allreduce_fusion", bool, False,
+           "--enforce-disable-flashinfer-allreduce-fusion (0.5.10+)", "switch", "every rank",
+           _flag("--enforce-disable-flashinfer-allreduce-fusion", since="0.5.10", source="sglang 0.5.10")),
+    Option("enable_symm_mem", bool, False, "--enable-symm-mem (NCCL symmetric memory)", "switch", "every rank",
+           _flag("--enable-symm-mem", source="sglang <=0.5.1 (forces NCCL_CUMEM_ENABLE=1, NCCL_NVLS_ENABLE=1)")),
+    Option("enable_torch_symm_mem", bool, False, "--enable-torch-symm-mem (0.5.3+)", "switch", "every rank",
+           _flag("--enable-torch-symm-mem", since="0.5.3", source="sglang 0.5.3")),
+    Option("enable_pcie_ipc_allreduce", bool, False,
+           "env SGLANG_ENABLE_PCIE_IPC_ALLREDUCE=1 (0.5.21+, world size 2/4/8)", "env-switch", "every rank",
+           (Spelling("env", "SGLANG_ENABLE_PCIE_IPC_ALLREDUCE", since="0.5.21",
+                     source="sglang 0.5.21: custom all-reduce over PCIe IPC for world sizes 2/4/8"),),
+           comment=("Custom all-reduce over PCIe IPC for 8x SM120 without NVLink (SGLang 0.5.21+).",)),
+    Option("api_key_file", AbsPath | None, None, "file holding the API key (--api-key, via a credential)",
+           "special", "HTTP rank",
+           _flag("--config", source="sglang server_args.py: YAML file of options merged before the command line"),
+           owns=("--api-key", "--admin-api-key"), example="/etc/kimi-deploy/{name}.api-key",
+           comment=("The API key file (root-owned, 0600). It reaches SGLang through a systemd credential, "
+                    "never argv or env.",)),
+    Option("allow_unauthenticated", bool, False, "allow a non-loopback host without an API key", "none", "kit"),
+    Option("extra_args", list[Token], list, "more SGLang arguments, verbatim", "none", "every rank",
+           example=["--enable-metrics"],
+           comment=("More SGLang arguments, verbatim (no shell quoting possible; validated by "
+                    "`kimi-deploy validate`).",)),
+)
+
+#: Rows by profile key.
+BY_KEY: dict[str, Option] = {o.key: o for o in OPTIONS}
+
+
+def owned_flags() -> dict[str, str]:
+    """Every SGLang flag the kit sets itself -> the ``[sglang]`` key to use instead (``extra_args`` refuses them)."""
+    return {flag: o.key for o in OPTIONS for flag in o.flags}
+
+
+def owned_env() -> dict[str, str]:
+    """Every SGLang environment variable a row sets -> its ``[sglang]`` key."""
+    return {name: o.key for o in OPTIONS for name in o.env_names}
+
+
+def init_example(option: Option, name: str) -> Any:
+    """The value ``init`` shows, commented, for a key the preset leaves out (``{name}``: the service name)."""
+    if option.example is not None:
+        return option.example.format(name=name) if isinstance(option.example, str) else option.example
+    return option.default() if isinstance(option.default, type) else option.default
+
+
+def _releases(s: Spelling) -> str:
+    if s.until and s.since != "0.5.0":
+        return f"{s.since} to <{s.until}"
+    if s.until:
+        return f"<{s.until}"
+    return f"{s.since}+" if s.since != "0.5.0" else "all"
+
+
+def _spelled(s: Spelling) -> str:
+    if s.kind == "implicit":
+        return "implicit"
+    text = f"env `{s.name}`" if s.kind == "env" else f"`{s.name}`"
+    return f"{text} (value {s.value})" if s.value else text
+
+
+def markdown_table() -> str:
+    """production.md's option table (GitHub markdown, one line per row, ending in a newline)."""
+    lines = ["| profile key (`[sglang]`) | SGLang spelling: releases | applies on | source |",
+             "|---|---|---|---|"]
+    for o in OPTIONS:
+        spelled = "; ".join(f"{_spelled(s)}: {_releases(s)}" for s in o.spellings) or "none (kit rule)"
+        if o.aliases:
+            spelled += f" (alias {', '.join(f'`{a}`' for a in o.aliases)})"
+        if o.owns:
+            spelled += f"; owns {', '.join(f'`{a}`' for a in o.owns)}"
+        sources = "; ".join(dict.fromkeys(s.source for s in o.spellings)) or "kimi-deploy"
+        lines.append(f"| `{o.key}` | {spelled} | {o.scope} | {sources} |")
+    return "\n".join(lines) + "\n"
