@@ -13,9 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from container_host import skip_or_fail
 from systemd_container import unavailable
-
-pytestmark = pytest.mark.container
 
 TESTS = Path(__file__).resolve().parent
 
@@ -43,10 +42,11 @@ def _alive(pid: int) -> bool:
     return Path(f"/proc/{pid}/stat").read_text().split(") ", 1)[1][0] != "Z"
 
 
+@pytest.mark.container
 def test_a_test_process_killed_outright_leaves_no_container(tmp_path):
     reason = unavailable()
     if reason:
-        pytest.skip(reason)
+        skip_or_fail(reason)
     code = BOOT.format(tests=str(TESTS), workdir=str(tmp_path / "box"), name=f"kimi-harness-{os.getpid()}")
     runner = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                               text=True)
@@ -55,9 +55,9 @@ def test_a_test_process_killed_outright_leaves_no_container(tmp_path):
     except BaseException:
         runner.kill()
         raise
-    if line.startswith("CANNOT") and not os.environ.get("CI"):
+    if line.startswith("CANNOT"):
         runner.wait(30)
-        pytest.skip(f"systemd-nspawn cannot boot a container here: {line[:2000]}")
+        skip_or_fail(f"systemd-nspawn cannot boot a container here: {line[:2000]}")
     assert line.startswith("INIT "), line
     init = int(line.split()[1])
     runner.kill()  # SIGKILL: no finally, no fixture teardown runs in it
@@ -68,3 +68,12 @@ def test_a_test_process_killed_outright_leaves_no_container(tmp_path):
     if _alive(init):
         os.kill(init, signal.SIGKILL)  # do not leave it to the next test either
         pytest.fail(f"the container (PID 1 = host PID {init}) still ran 60 s after its test process died")
+
+
+def test_the_tier_skips_outside_ci_and_fails_in_ci(monkeypatch):
+    monkeypatch.delenv("CI", raising=False)
+    with pytest.raises(pytest.skip.Exception, match="no root here"):
+        skip_or_fail("no root here")
+    monkeypatch.setenv("CI", "true")
+    with pytest.raises(pytest.fail.Exception, match="must run in CI, but no root here"):
+        skip_or_fail("no root here")
