@@ -539,6 +539,11 @@ def _purge_steps(layout: HostLayout, svc: str, record: Manifest | None) -> tuple
     if backups.exists() or record is not None:  # an uninstall of an installed service writes one now
         kept.append(backups_hp)
         steps.append(Step("remove-tree", f"--purge: remove the backups {backups_hp}", when="after", path=backups))
+    stamp = layout.timer_stamp(f"{check_unit(svc)}.timer")
+    if stamp.exists():  # with its last 03:00 run recorded, a reinstall would run a "missed" check at once
+        kept.append(layout.host_path(stamp))
+        steps.append(Step("remove-file", f"--purge: remove the nightly timer's last-run stamp {kept[-1]}",
+                          when="after", path=stamp))
     key = record.api_key_file_created if record else None
     if key and not in_use(key, "API key file") and layout.under(key).exists():
         kept.append(key)

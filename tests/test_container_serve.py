@@ -9,7 +9,8 @@ tests below run in file order against that one host (issue 17, scenarios 1, 2, 5
 2. the API key arrives only through the credential;
 5. the nightly timer is listed and armed, runs its check unit itself (a missed run, ``Persistent=true``),
    the check unit writes the reports, and fails when the server is down;
-6. ``uninstall --purge`` leaves no unit, credential, runtime file, state or user behind.
+6. ``uninstall --purge`` leaves no unit, credential, runtime file, state (the timer's last-run stamp
+   too) or user behind.
 """
 
 from __future__ import annotations
@@ -162,13 +163,16 @@ def test_nightly_check_unit_fails_when_the_server_is_down(host):
 
 def test_uninstall_purge_leaves_nothing_behind(host):
     host.sh(f"systemctl start {NAME}.service")  # uninstall stops a running server itself
+    # systemd keeps the timer's last run here (the nightly runs above) and leaves it when the unit goes
+    host.sh(f"test -f /var/lib/systemd/timers/stamp-kimi-deploy-check@{NAME}.timer")
     host.sh("kimi-deploy uninstall --purge")
     units = host.sh("systemctl list-units --all --no-legend --no-pager 'kimi*'").stdout
     files = host.sh("systemctl list-unit-files --no-legend --no-pager 'kimi*'", check=False).stdout
     assert units.strip() == "" and files.strip() == "", units + files
     left = host.sh(f"ls -d /etc/systemd/system/*{NAME}* /etc/systemd/system/*/*{NAME}* /etc/kimi-deploy/{NAME}.* "
                    f"/etc/kimi-deploy/backup/{NAME} {KEY_FILE} /run/{NAME} /var/lib/{NAME} /var/cache/{NAME} "
-                   f"/run/credentials/{NAME}.service 2>/dev/null", check=False).stdout
+                   f"/run/credentials/{NAME}.service /var/lib/systemd/timers/stamp-kimi-deploy-check@{NAME}.timer "
+                   "2>/dev/null", check=False).stdout
     assert left == "", left
     assert host.sh("ss -Hltn 'sport = :30000'").stdout.strip() == ""
     assert host.sh("pgrep -u sglang", check=False).stdout == ""
