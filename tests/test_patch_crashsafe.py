@@ -267,7 +267,11 @@ def test_a_second_apply_waits_for_the_lock_or_fails_clearly(installation, cli_ru
 def test_a_hunk_that_applies_only_at_an_offset_is_refused(installation, cli_runner):
     inst = installation
     detector = inst.site / DETECTOR
-    detector.write_text("# a line the release does not have\n" + detector.read_text())
+    # one line more before the class: the hunks below it match only one line further down (a hunk at the file's
+    # first line, with no context above it, would fail outright instead)
+    text = detector.read_text()
+    at = text.index("\nclass ") + 1
+    detector.write_text(text[:at] + "# a line the release does not have\n" + text[at:])
     before = tree_hashes(inst.site / "sglang")
     result = invoke(cli_runner, "apply", "--python", inst.python)
     assert result.exit_code == ExitCode.REFUSED, result.output

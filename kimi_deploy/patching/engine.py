@@ -341,12 +341,16 @@ def _locked(inst: _Install, store: StateStore, *, read_only: bool = False) -> It
 
     ``read_only`` (``status``, ``verify``): a user who cannot create the lock file (the
     service user running ``verify``) goes on without it (yields ``False``); it can read but
-    not finish a journal, so it reports ``interrupted`` instead of a stale answer.
+    not finish a journal, so it reports ``interrupted`` instead of a stale answer. With no
+    state folder yet there is no record or journal to guard: a read creates nothing (``False``).
 
     Raises:
         LockedError: another ``kimi-deploy patch`` on this installation held it for
             :data:`kimi_deploy.fsio.LOCK_WAIT_S` seconds (exit 7).
     """
+    if read_only and not store.directory.is_dir():
+        yield False
+        return
     with fsio.exclusive_lock(store.lock_path, what=f"patch run on {inst.location}",
                              unavailable_ok=read_only) as held:
         yield held is not None
