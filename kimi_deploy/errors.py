@@ -32,6 +32,8 @@ class ExitCode(enum.IntEnum):
     TIMEOUT = 6
     #: another kimi-deploy run holds the lock this one needs (waited briefly, then gave up; nothing changed)
     LOCKED = 7
+    #: the file system refused a write: disk full, quota, read-only file system, I/O error
+    STORAGE = 8
 
 
 class KimiDeployError(Exception):
@@ -160,3 +162,12 @@ class LockedError(KimiDeployError):
     """Another kimi-deploy run holds the lock (exit 7); this run changed nothing."""
 
     exit_code = ExitCode.LOCKED
+
+
+class StorageError(KimiDeployError):
+    """The file system refused a write for a reason of its own: ENOSPC, EDQUOT, EROFS, EIO (exit 8).
+
+    Not bad input: the same command works once the disk has room or is mounted read-write.
+    """
+
+    exit_code = ExitCode.STORAGE

@@ -4,6 +4,9 @@ Writes go to a temporary file in the target's directory, are fsynced, then
 ``os.replace``d over the target (POSIX rename is atomic within a file system).
 :func:`check_output_paths` refuses report paths up front, before a long run produces them.
 :func:`exclusive_lock` serialises kimi-deploy runs that change the same thing.
+An OSError becomes :class:`UsageError` (exit 2: permissions, a path in the way) or, when the file
+system itself refused (:data:`STORAGE_ERRNOS`: disk full, read-only, I/O error),
+:class:`StorageError` (exit 8) with a hint about the disk (:func:`os_failure`).
 
 The kit's file writes and deletes go through this module (:func:`write_many_atomic`,
 :func:`remove`, :func:`remove_tree`), each announced to :func:`fault_point` first: the
@@ -18,6 +21,7 @@ import contextlib
 import errno
 import fcntl
 import os
+import re
 import shutil
 import signal
 import tempfile
@@ -25,7 +29,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 
-from kimi_deploy.errors import LockedError, UsageError
+from kimi_deploy.errors import KimiDeployError, LockedError, StorageError, UsageError
 
 #: Test hook: SIGKILL this process just before its N-th mutating file operation (1-based).
 FAULT_KILL_ENV = "KIMI_DEPLOY_FAULT_KILL_AT"
@@ -52,6 +56,57 @@ def fault_point(op: str, path: str | os.PathLike[str]) -> None:
         os.kill(os.getpid(), signal.SIGKILL)
 
 
+#: errno values that mean the file system, not the input, is at fault (errno(3)).
+STORAGE_ERRNOS = {errno.ENOSPC: "the disk is full", errno.EDQUOT: "the disk quota is exhausted",
+                  errno.EROFS: "the file system is read-only", errno.EIO: "the disk reported an I/O error"}
+
+#: A temporary file of :func:`write_many_atomic` (``tempfile.mkstemp``: 8 random characters) and the
+#: hard link :func:`_swap_in` keeps of a replaced target: what a killed run leaves; group 1 is the
+#: target's file name.
+TEMP_RE = re.compile(r"\.(.+)\.[a-z0-9_]{8}\.tmp")
+BACKUP_LINK_RE = re.compile(r"\.(.+)\.[0-9]+\.bak")
+
+
+def os_failure(exc: OSError, message: str, *, value: str, hint: str) -> KimiDeployError:
+    """The error to raise for ``exc``: :class:`StorageError` with a hint about the disk when the file system
+    refused (:data:`STORAGE_ERRNOS`), else :class:`UsageError` with ``hint``.
+
+    ``message`` is the sentence without the cause; the cause (``strerror``) is appended.
+    """
+    cause = exc.strerror or str(exc)
+    if exc.errno in STORAGE_ERRNOS:
+        return StorageError(f"{message}: {cause}", value=value,
+                            hint=f"{STORAGE_ERRNOS[exc.errno]} where {value or 'the target'} lives: free space "
+                                 "(df -h), remount it read-write or replace the disk, then run the same command again")
+    return UsageError(f"{message}: {cause}", value=value, hint=hint)
+
+
+def mkdir(path: Path) -> None:
+    """``mkdir -p path`` (announced to :func:`fault_point` when it creates something)."""
+    if path.is_dir():
+        return
+    fault_point("mkdir", path)
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise os_failure(exc, f"cannot create the folder {path}", value=str(path),
+                         hint="run as a user that can write there (root for /etc and /var)") from exc
+
+
+def rename(src: Path, dst: Path) -> None:
+    """``os.rename`` (announced to :func:`fault_point`).
+
+    Raises:
+        UsageError / StorageError: the rename failed.
+    """
+    fault_point("rename", dst)
+    try:
+        os.rename(src, dst)
+    except OSError as exc:
+        raise os_failure(exc, f"cannot rename {src}", value=str(dst),
+                         hint="remove what is in the way, then run again") from exc
+
+
 def remove(path: Path) -> bool:
     """Delete the file ``path`` (a missing file is fine); whether it existed.
 
@@ -66,7 +121,7 @@ def remove(path: Path) -> bool:
     except FileNotFoundError:
         return False
     except OSError as exc:
-        raise UsageError(f"cannot delete {path}: {exc.strerror}", value=str(path),
+        raise os_failure(exc, f"cannot delete {path}", value=str(path),
                          hint="run as a user that can write that directory") from exc
     return True
 
@@ -85,7 +140,7 @@ def remove_tree(path: Path) -> bool:
     except FileNotFoundError:
         return False
     except OSError as exc:
-        raise UsageError(f"cannot delete {path}: {exc.strerror}", value=str(exc.filename or path),
+        raise os_failure(exc, f"cannot delete {path}", value=str(exc.filename or path),
                          hint="run as a user that can write that directory") from exc
     return True
 
@@ -244,7 +299,8 @@ def write_many_atomic(files: Mapping[Path, bytes | str], *, mode: int = 0o644,
     staging removes the staged files and leaves every target as it was.
 
     Raises:
-        UsageError: a directory cannot be created or written.
+        UsageError: a directory cannot be created or written (permissions, a path in the way).
+        StorageError: the file system refused (disk full, read-only, I/O error); nothing was changed.
     """
     staged: list[tuple[str, Path]] = []
     try:
@@ -263,11 +319,9 @@ def write_many_atomic(files: Mapping[Path, bytes | str], *, mode: int = 0o644,
         for tmp, _ in staged:
             with contextlib.suppress(OSError):
                 os.unlink(tmp)
-        raise UsageError(
-            f"cannot write {exc.filename or 'output'}: {exc.strerror}",
-            value=str(exc.filename or ""),
-            hint="choose a directory you can write to (or fix its permissions); nothing was changed",
-        ) from exc
+        raise os_failure(exc, f"cannot write {exc.filename or 'output'}", value=str(exc.filename or ""),
+                         hint="choose a directory you can write to (or fix its permissions); nothing was changed") \
+            from exc
     _swap_in(staged)
     for directory in sorted({p.parent for _, p in staged}):
         with contextlib.suppress(OSError):
@@ -318,11 +372,9 @@ def _swap_in(staged: list[tuple[str, Path]]) -> None:
             for tmp, _ in staged:
                 with contextlib.suppress(OSError):
                     os.unlink(tmp)
-            raise UsageError(
-                f"cannot replace {exc.filename2 or exc.filename}: {exc.strerror}",
-                value=str(exc.filename2 or exc.filename or ""),
-                hint="remove or rename what is in the way; every file was left as it was",
-            ) from exc
+            target = str(exc.filename2 or exc.filename or "")
+            raise os_failure(exc, f"cannot replace {target}", value=target,
+                             hint="remove or rename what is in the way; every file was left as it was") from exc
     finally:
         for backup in backups.values():
             if backup:

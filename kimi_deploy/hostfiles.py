@@ -12,11 +12,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import datetime as _dt
 import enum
 import hashlib
 import json
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Literal
 
@@ -24,6 +26,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from kimi_deploy import __version__
 from kimi_deploy.errors import UsageError
+from kimi_deploy import fsio
 from kimi_deploy.fsio import write_many_atomic
 from kimi_deploy.paths import HostLayout
 from kimi_deploy.profile import Profile, check_service_name, dump_profile, load_profile
@@ -31,6 +34,21 @@ from kimi_deploy.render import GENERATED_PREFIX
 
 MANIFEST_FORMAT = 1
 BACKUP_INDEX = "backup.json"
+
+
+@contextlib.contextmanager
+def service_lock(layout: HostLayout, service: str, *, wait: float | None = None) -> Iterator[None]:
+    """Hold the lock of ``service`` (``/etc/kimi-deploy/.<service>.lock``, :func:`kimi_deploy.fsio.exclusive_lock`)
+    for the ``with`` block: ``install``, ``uninstall`` and ``restart`` of one service never overlap.
+
+    Raises:
+        LockedError: another run still holds it after ``wait`` seconds (default
+            :data:`kimi_deploy.fsio.LOCK_WAIT_S`); exit 7.
+    """
+    wait_s = fsio.LOCK_WAIT_S if wait is None else wait
+    with fsio.exclusive_lock(layout.lock_file(service), what=f"install, uninstall or restart of service {service}",
+                             wait_s=wait_s):
+        yield
 
 
 def sha256(data: bytes) -> str:
@@ -61,11 +79,8 @@ class Manifest(BaseModel):
     ``files`` maps host path -> :class:`FileRecord`. ``api_key_file_created`` is the host path
     of the API key file when ``install`` created it (``uninstall --purge`` removes only that one,
     and only while no other installed service names it). ``api_key_file`` is the key file the
-    service reads, created or not (another service's purge keeps it; ``None`` in manifests of
-    kits before 0.x, whose profile copy still names it). ``cache_dir``/``state_dir`` are host
-    paths ``uninstall --purge`` may clean. ``user_created``/``group_created`` name the system
-    user/group when ``install`` created them (``uninstall --purge`` removes only those, and only
-    while no other installed service runs as them).
+    service reads, created or not (another service's purge keeps it; ``None``: the profile has
+    none). ``cache_dir``/``state_dir`` are host paths ``uninstall --purge`` may clean.
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -80,12 +95,54 @@ class Manifest(BaseModel):
     api_key_file: str | None = None
     cache_dir: str
     state_dir: str
-    user_created: str | None = None
-    group_created: str | None = None
 
     def to_bytes(self) -> bytes:
         """Canonical JSON (sorted keys, 2-space indent, trailing newline): same manifest, same bytes."""
         return (json.dumps(self.model_dump(mode="json"), indent=2, sort_keys=True) + "\n").encode()
+
+
+class Intent(BaseModel):
+    """``/etc/kimi-deploy/<name>.intent.json``: what a running ``install`` is about to do, written
+    (atomically) before its first change and removed after its last one.
+
+    Left behind only by a run that was killed: the next ``install`` or ``uninstall`` then treats a
+    file whose bytes match ``manifest`` (the new set) or ``previous`` (the set it replaces) as
+    kimi-deploy's own, and knows the API key file that run created (``api_key_created``).
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    format: int = MANIFEST_FORMAT
+    manifest: Manifest
+    previous: dict[str, FileRecord] = {}
+    api_key_created: str | None = None
+
+    def to_bytes(self) -> bytes:
+        """Canonical JSON, as :meth:`Manifest.to_bytes`."""
+        return (json.dumps(self.model_dump(mode="json"), indent=2, sort_keys=True) + "\n").encode()
+
+    def records(self) -> dict[str, list[FileRecord]]:
+        """Host path -> the records a file of this run may match (new and previous)."""
+        out: dict[str, list[FileRecord]] = {}
+        for files in (self.manifest.files, self.previous):
+            for hp, record in files.items():
+                out.setdefault(hp, []).append(record)
+        return out
+
+
+def load_intent(layout: HostLayout, service: str) -> Intent | None:
+    """The intent record an interrupted ``install`` of ``service`` left; None when there is none.
+
+    An unreadable record (killed while... it is written atomically, so only a hand edit) reads as
+    None: the files it would vouch for are then classified without it (refused if changed).
+    """
+    raw = read_bytes(layout.intent(service))
+    if raw is None:
+        return None
+    try:
+        return Intent.model_validate_json(raw)
+    except ValidationError:
+        return None
 
 
 def load_manifest(layout: HostLayout, service: str) -> Manifest | None:
@@ -122,10 +179,13 @@ def valid_service_name(name: str, option: str = "--name") -> str:
 
 
 def installed_services(layout: HostLayout) -> list[str]:
-    """Names of the services with a manifest under ``layout`` (sorted)."""
+    """Names of the services with a manifest, or the intent record of an interrupted first install,
+    under ``layout`` (sorted)."""
     if not layout.config_dir.is_dir():
         return []
-    return sorted(p.name.removesuffix(".manifest.json") for p in layout.config_dir.glob("*.manifest.json"))
+    names = {p.name.removesuffix(".manifest.json") for p in layout.config_dir.glob("*.manifest.json")}
+    names |= {p.name.removesuffix(".intent.json") for p in layout.config_dir.glob("*.intent.json")}
+    return sorted(n for n in names if n and not n.startswith("."))
 
 
 def find_installed(layout: HostLayout, name: str | None = None, *, selectors: str = "--name NAME or --profile FILE") \
@@ -164,19 +224,11 @@ class Claims:
 
     ``paths``: host path -> ``[(service, what)]``, ``what`` one of ``file`` (listed in its
     manifest), ``API key file``, ``cache folder``, ``state folder``. ``ports``: ``(service,
-    host, port)`` of each one's ``[sglang]`` listener. ``accounts``: ``("user"|"group", name)``
-    -> ``[(service, what)]`` for the system user and group each one runs as.
+    host, port)`` of each one's ``[sglang]`` listener.
     """
 
     paths: dict[str, list[tuple[str, str]]] = dataclasses.field(default_factory=dict)
     ports: list[tuple[str, str, int]] = dataclasses.field(default_factory=list)
-    accounts: dict[tuple[str, str], list[tuple[str, str]]] = dataclasses.field(default_factory=dict)
-
-    def add_account(self, kind: str, name: str | None, service: str) -> None:
-        if name:
-            users = self.accounts.setdefault((kind, name), [])
-            if (service, f"service {kind}") not in users:
-                users.append((service, f"service {kind}"))
 
     def add(self, host_path: str | None, service: str, what: str) -> None:
         if host_path:
@@ -187,8 +239,7 @@ class Claims:
     def files(self) -> dict[str, str]:
         """Host path -> service for every file another service's manifest lists.
 
-        Such a file is never overwritten or removed on behalf of this service (before the check
-        units were per service, two services shared ``kimi-deploy-check.*``).
+        Such a file is never overwritten or removed on behalf of this service: the plan refuses it.
         """
         return {hp: owners[0] for hp, users in self.paths.items()
                 if (owners := [svc for svc, what in users if what == "file"])}
@@ -215,6 +266,8 @@ def other_services_claims(layout: HostLayout, service: str) -> Claims:
             manifest = load_manifest(layout, other)
         except UsageError:
             manifest = None
+        if manifest is None and (intent := load_intent(layout, other)):
+            manifest = intent.manifest  # an interrupted first install: what it was writing
         if manifest:
             for hp in manifest.files:
                 claims.add(hp, other, "file")
@@ -222,14 +275,10 @@ def other_services_claims(layout: HostLayout, service: str) -> Claims:
             claims.add(manifest.api_key_file, other, "API key file")
             claims.add(manifest.cache_dir, other, "cache folder")
             claims.add(manifest.state_dir, other, "state folder")
-            claims.add_account("user", manifest.user_created, other)
-            claims.add_account("group", manifest.group_created, other)
         try:
             profile = load_profile(layout.profile_copy(other))
         except (KimiDeployError, OSError):
             continue
-        claims.add_account("user", profile.service.user, other)
-        claims.add_account("group", profile.service.group, other)
         claims.add(profile.sglang.api_key_file, other, "API key file")
         claims.add(profile.cache_root, other, "cache folder")
         claims.ports.append((other, profile.sglang.host, profile.sglang.port))
@@ -262,6 +311,35 @@ def last_uninstalled_manifest(layout: HostLayout, service: str) -> Manifest | No
     return None
 
 
+def stale_files(layout: HostLayout, host_paths: list[str] | set[str], service: str) -> list[str]:
+    """Host paths of what a killed run of the kit left next to ``host_paths`` (sorted).
+
+    That is: temporary files (``.NAME.XXXXXXXX.tmp``, :data:`kimi_deploy.fsio.TEMP_RE`) and the
+    hard links kept while renaming (``.NAME.PID.bak``) whose NAME is one of ``host_paths``' file
+    names, and backup sets of ``service`` without their ``backup.json`` (killed while written;
+    :func:`list_backups` never shows them).
+    """
+    by_dir: dict[str, set[str]] = {}
+    for hp in host_paths:
+        folder, _, name = hp.rpartition("/")
+        by_dir.setdefault(folder or "/", set()).add(name)
+    found = []
+    for folder, names in by_dir.items():
+        local = layout.under(folder)
+        if not local.is_dir():
+            continue
+        for entry in local.iterdir():
+            match = fsio.TEMP_RE.fullmatch(entry.name) or fsio.BACKUP_LINK_RE.fullmatch(entry.name)
+            if match and match.group(1) in names and not entry.is_dir():
+                found.append(f"{folder.rstrip('/')}/{entry.name}")
+    base = layout.service_backup_dir(service)
+    if base.is_dir():
+        for folder in base.iterdir():
+            if folder.is_dir() and not folder.name.endswith(".rolled-back") and not (folder / BACKUP_INDEX).exists():
+                found.append(layout.host_path(folder))
+    return sorted(found)
+
+
 def installed_profile(layout: HostLayout, manifest: Manifest) -> Profile:
     """The profile copy ``install`` put in ``/etc/kimi-deploy/<name>.toml``, validated.
 
@@ -283,19 +361,23 @@ class Ownership(str, enum.Enum):
 
 
 def classify(host_path: str, current: bytes | None, desired: bytes | None, manifest: Manifest | None,
-             *, needs_header: bool = True) -> Ownership:
+             *, needs_header: bool = True, intent: Intent | None = None) -> Ownership:
     """Classify the file at ``host_path`` holding ``current`` bytes (None: absent).
 
     ``desired`` is what kimi-deploy would write (None for a removal). ``needs_header``:
-    False for files that carry no header (the manifest itself).
+    False for files that carry no header (the manifest itself). ``intent``: the record of an
+    interrupted install; bytes matching either set it names are kimi-deploy's too.
     """
     if current is None:
         return Ownership.ABSENT
     if desired is not None and current == desired:
         return Ownership.SAME
-    record = manifest.files.get(host_path) if manifest else None
-    if record is not None:
-        return Ownership.OURS if sha256(current) == record.sha256 else Ownership.HAND_EDITED
+    records = [manifest.files[host_path]] if manifest and host_path in manifest.files else []
+    if intent:
+        records += intent.records().get(host_path, [])
+    if records:
+        digest = sha256(current)
+        return Ownership.OURS if any(r.sha256 == digest for r in records) else Ownership.HAND_EDITED
     if not needs_header or current.startswith(GENERATED_PREFIX.encode()):
         return Ownership.UNRECORDED
     return Ownership.FOREIGN
@@ -393,9 +475,9 @@ def restore_backup(layout: HostLayout, backup: BackupSet, service_unit_host_path
     removed = []
     for hp, kind in backup.entries.items():
         if kind == "absent" and layout.under(hp).exists():
-            layout.under(hp).unlink()
+            fsio.remove(layout.under(hp))
             removed.append(hp)
-    backup.path.rename(backup.path.with_name(backup.path.name + ".rolled-back"))
+    fsio.rename(backup.path, backup.path.with_name(backup.path.name + ".rolled-back"))
     return Restored(backup=backup.path, restored=sorted(hp for hp, k in backup.entries.items() if k == "replaced"),
                     removed=sorted(removed),
                     had_previous_service=backup.entries.get(service_unit_host_path) == "replaced")

@@ -1,12 +1,16 @@
 """Plan, then apply: put the rendered units on a host (``install``) or take them off (``uninstall``).
 
-:func:`plan_install` / :func:`plan_uninstall` only read: they render the profile, compare
-with what is on disk and in the manifest (:mod:`kimi_deploy.hostfiles`) and return a
-:class:`Plan` (files to create/replace/remove with unified diffs, commands to run, notes,
-refusals). :func:`apply` carries a plan out: commands before the files (service user,
-directories, the API key file), a backup of every file it will change, one atomic write
-of all new files (:mod:`kimi_deploy.fsio`), then systemctl. Applying a plan and planning
-again gives a plan with nothing to do.
+:func:`plan_install` / :func:`plan_uninstall` gather the facts of the host once
+(:class:`HostFacts`: the bytes of every file they would touch, the manifest, accounts, GPU
+device groups, unit states, the key file, the other services' claims, leftovers of killed
+runs) and then plan from them with no I/O (:func:`plan_install_from`,
+:func:`plan_uninstall_from`: facts in, :class:`Plan` out: files to create/replace/remove with
+unified diffs, commands to run, notes, refusals). :func:`apply` carries a plan out: the intent
+record first (:class:`kimi_deploy.hostfiles.Intent`), commands before the files (service user,
+directories, the API key file), a backup of every file it will change, one atomic write of all
+new files (:mod:`kimi_deploy.fsio`), the intent removed, then systemctl. Applying a plan and
+planning again gives a plan with nothing to do. A run killed at any point leaves files the next
+run recognises as its own; :func:`kimi_deploy.hostfiles.service_lock` serialises runs on one service.
 
 Installed set for a profile whose ``[service] name`` is NAME (host paths):
 ``/etc/systemd/system/{NAME.service, kimi-deploy-check@NAME.service, kimi-deploy-check@NAME.timer}``,
@@ -17,6 +21,7 @@ Installed set for a profile whose ``[service] name`` is NAME (host paths):
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import difflib
 import grp
@@ -25,16 +30,17 @@ import pwd
 import secrets
 import shutil
 import stat
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
-from kimi_deploy import __version__, paths, proc, systemd
-from kimi_deploy.errors import RefusedError, UsageError
+from kimi_deploy import __version__, apikey, fsio, paths, proc, systemd
+from kimi_deploy.errors import KimiDeployError, RefusedError, UsageError
 from kimi_deploy.fsio import write_atomic, write_many_atomic
-from kimi_deploy.hostfiles import (Claims, FileRecord, Manifest, Ownership, classify, installed_services,
-                                   last_uninstalled_manifest, leftover_services, load_manifest,
-                                   other_services_claims, profile_toml, read_bytes,
-                                   restore_backup, sha256, valid_service_name, write_backup)
+from kimi_deploy.hostfiles import (Claims, FileRecord, Intent, Manifest, Ownership, classify, installed_services,
+                                   last_uninstalled_manifest, leftover_services, load_intent, load_manifest,
+                                   other_services_claims, profile_toml, read_bytes, restore_backup, sha256,
+                                   service_lock, stale_files, valid_service_name, write_backup)
 from kimi_deploy.paths import HostLayout
 from kimi_deploy.profile import Profile
 from kimi_deploy.render import CHECK_UNIT, check_unit, file_header, render
@@ -84,14 +90,11 @@ class Step:
 
     ``kind``: ``command`` (``argv`` through :mod:`kimi_deploy.proc`), ``mkdir`` (``path``, chowned to
     ``owner`` = (user, group) when given), ``api-key`` (create ``path`` with a random key, 0600
-    root), ``remove-tree``, ``remove-file``, ``remove-cache-keys`` (the ``sglang-*`` folders in ``path``),
-    ``remove-account`` (``argv`` is ``userdel``/``groupdel``; run only while the account exists:
-    ``userdel`` also removes the user's own group when ``USERGROUPS_ENAB`` is set in login.defs).
+    root), ``remove-tree``, ``remove-file``, ``remove-cache-keys`` (the ``sglang-*`` folders in ``path``).
     ``when``: ``before`` the files are written or ``after``.
     """
 
-    kind: Literal["command", "mkdir", "api-key", "remove-tree", "remove-file", "remove-cache-keys",
-                  "remove-account"]
+    kind: Literal["command", "mkdir", "api-key", "remove-tree", "remove-file", "remove-cache-keys"]
     summary: str
     when: Literal["before", "after"] = "before"
     argv: tuple[str, ...] = ()
@@ -125,6 +128,8 @@ class Plan:
     worth knowing (warnings start with ``warning:``); ``refusals`` block :func:`apply`
     unless ``force``. ``service`` is empty for an uninstall that found no service at all;
     ``noop_message`` is what a plan with nothing to do says (empty: the default sentence).
+    ``intent``: the record :func:`apply` writes before its first change (install only);
+    ``stale_intent``: an interrupted install's record is on disk and goes when this plan is applied.
     """
 
     operation: Literal["install", "uninstall"]
@@ -136,6 +141,8 @@ class Plan:
     refusals: tuple[Refusal, ...]
     force: bool
     noop_message: str = ""
+    intent: Intent | None = dataclasses.field(default=None, repr=False)
+    stale_intent: bool = False
 
     @property
     def changes(self) -> list[FileChange]:
@@ -145,7 +152,7 @@ class Plan:
     @property
     def is_noop(self) -> bool:
         """True when applying would change nothing."""
-        return not self.changes and not self.steps
+        return not self.changes and not self.steps and not self.stale_intent
 
     def to_dict(self) -> dict[str, Any]:
         return {"operation": self.operation, "service": self.service, "root": str(self.layout.root),
@@ -166,41 +173,44 @@ def _diff(host_path: str, old: bytes | None, new: bytes | None) -> str:
     return text
 
 
-def _change(layout: HostLayout, host_path: str, desired: bytes | None, manifest: Manifest | None,
-            force: bool, refusals: list[Refusal], *, needs_header: bool = True,
-            others: dict[str, str] | None = None) -> FileChange:
-    """Plan one target. ``others``: host path -> service, the files other services' manifests list."""
-    path = layout.under(host_path)
-    current = read_bytes(path)
-    own = classify(host_path, current, desired, manifest, needs_header=needs_header)
-    reason = _REASONS[own] if needs_header or own is not Ownership.UNRECORDED else "kimi-deploy's manifest"
-    other = (others or {}).get(host_path)
-    if desired is None:
-        action = "unchanged" if own is Ownership.ABSENT else "remove"
-        if own is Ownership.ABSENT:
-            reason = "already absent"
-        elif other:  # a file an older kit shared between services: the other service still uses it
-            return FileChange(host_path, path, "unchanged", own, f"kept: service {other} installed it too", "",
-                              current, current)
-    elif own is Ownership.SAME:
-        action = "unchanged"
-    else:
-        action = "create" if own is Ownership.ABSENT else "replace"
-    blocked = own in (Ownership.HAND_EDITED, Ownership.FOREIGN)
-    if other and action == "replace":
-        blocked, reason = True, f"installed for service {other} (listed in its manifest)"
-    refused = False
-    if blocked:
-        if force:
-            reason = f"--force: {reason}; the current file is kept in the backup"
-        else:
-            refusals.append(Refusal(host_path, reason))
-            refused = True
-    diff = "" if action == "unchanged" else _diff(host_path, current, desired)
-    return FileChange(host_path, path, action, own, reason, diff, current, desired, refused)
+# ---------------------------------------------------------------- facts (the only reads of the host)
 
+@dataclasses.dataclass(frozen=True)
+class HostFacts:
+    """Everything ``install``/``uninstall`` plan from, gathered once (:func:`gather_install_facts`,
+    :func:`gather_uninstall_facts`); the planners read nothing else.
 
-# ---------------------------------------------------------------- facts about users and devices
+    ``files``: host path -> bytes (None: absent) of every file the plan may write or remove.
+    ``manifest``/``intent``: the service's manifest and the record of an interrupted install.
+    ``last_uninstalled``: the manifest copy of the service's newest uninstall backup.
+    ``claims``: what the other installed services use. ``users``/``groups``: the accounts asked
+    about that exist; ``has_passwd``: the tree has ``/etc/passwd`` (``useradd --root`` needs it).
+    ``gpu_groups``: group -> members, for the groups owning a ``/dev/nvidia*`` node that is not
+    0666 (host only). ``enabled``/``active``: unit -> ``systemctl is-enabled``/``is-active``.
+    ``key``: the API key file. ``dirs``: host paths asked about that are folders; ``exists``: host
+    paths asked about that exist. ``stale``: leftovers of killed runs (:func:`hostfiles.stale_files`).
+    ``installed``/``leftovers``: service names with a manifest / only an uninstall backup.
+    """
+
+    layout: HostLayout
+    files: Mapping[str, bytes | None] = dataclasses.field(default_factory=dict)
+    manifest: Manifest | None = None
+    intent: Intent | None = None
+    last_uninstalled: Manifest | None = None
+    claims: Claims = dataclasses.field(default_factory=Claims)
+    users: frozenset[str] = frozenset()
+    groups: frozenset[str] = frozenset()
+    has_passwd: bool = True
+    gpu_groups: Mapping[str, tuple[str, ...]] = dataclasses.field(default_factory=dict)
+    enabled: Mapping[str, bool] = dataclasses.field(default_factory=dict)
+    active: Mapping[str, bool] = dataclasses.field(default_factory=dict)
+    key: apikey.KeyFile | None = None
+    dirs: frozenset[str] = frozenset()
+    exists: frozenset[str] = frozenset()
+    stale: tuple[str, ...] = ()
+    installed: tuple[str, ...] = ()
+    leftovers: tuple[str, ...] = ()
+
 
 def _names_in(file: Path) -> set[str]:
     """First fields of a passwd/group file (empty when missing)."""
@@ -210,41 +220,18 @@ def _names_in(file: Path) -> set[str]:
         return set()
 
 
-def _account_exists(layout: HostLayout, kind: str, name: str) -> bool:
-    """Whether user (``kind="user"``) or group ``name`` exists: NSS on the host, the tree's files under --root."""
-    if layout.is_host:
+def _existing_accounts(layout: HostLayout, kind: str, names: set[str]) -> frozenset[str]:
+    """Which of the user (``kind="user"``) or group ``names`` exist: NSS on the host, the tree's files under --root."""
+    if not layout.is_host:
+        return frozenset(names & _names_in(layout.passwd if kind == "user" else layout.group_file))
+    found = set()
+    for name in names:
         try:
             (pwd.getpwnam if kind == "user" else grp.getgrnam)(name)
-            return True
+            found.add(name)
         except KeyError:
-            return False
-    return name in _names_in(layout.passwd if kind == "user" else layout.group_file)
-
-
-def _user_steps(profile: Profile, layout: HostLayout, create_user: bool, notes: list[str]) -> list[Step]:
-    svc = profile.service
-    user_missing = not _account_exists(layout, "user", svc.user)
-    group_missing = not _account_exists(layout, "group", svc.group)
-    if not (user_missing or group_missing):
-        return []
-    what = " and ".join(x for x, m in ((f"user {svc.user}", user_missing), (f"group {svc.group}", group_missing)) if m)
-    if not create_user:
-        notes.append(f"warning: {what} missing and --no-create-user given: the unit fails to start until it exists")
-        return []
-    if not layout.is_host and not layout.passwd.is_file():
-        notes.append(f"{what} not created: the --root tree has no /etc/passwd (with --root, kimi-deploy runs "
-                     f"useradd --root DIR only on a tree that has one); create it in the image")
-        return []
-    root_args = () if layout.is_host else ("--root", str(layout.root))
-    steps = []
-    if group_missing:
-        steps.append(Step("command", f"create system group {svc.group}",
-                          argv=("groupadd", *root_args, "--system", svc.group)))
-    if user_missing:
-        steps.append(Step("command", f"create system user {svc.user} (no home, no login shell)",
-                          argv=("useradd", *root_args, "--system", "--no-create-home", "--shell", NOLOGIN,
-                                "--gid", svc.group, "--home-dir", f"/var/lib/{svc.name}", svc.user)))
-    return steps
+            continue
+    return frozenset(found)
 
 
 def gpu_device_groups(device_glob: str = "/dev/nvidia*") -> dict[str, str]:
@@ -270,46 +257,210 @@ def gpu_device_groups(device_glob: str = "/dev/nvidia*") -> dict[str, str]:
     return out
 
 
-def _gpu_group_steps(profile: Profile, layout: HostLayout, create_user: bool, notes: list[str]) -> list[Step]:
-    if not layout.is_host or not create_user:
-        return []
-    user = profile.service.user
-    needed = sorted(set(gpu_device_groups().values()))
-    steps = []
-    for group in needed:
+def _gpu_group_members() -> dict[str, tuple[str, ...]]:
+    """Group -> members for every group owning a restricted ``/dev/nvidia*`` node (:func:`gpu_device_groups`)."""
+    out = {}
+    for group in sorted(set(gpu_device_groups().values())):
         try:
-            members = grp.getgrnam(group).gr_mem
+            out[group] = tuple(grp.getgrnam(group).gr_mem)
         except KeyError:
             continue
-        if user not in members:
-            steps.append(Step("command", f"add {user} to group {group} (owns /dev/nvidia* nodes that are not 0666)",
-                              argv=("usermod", "--append", "--groups", group, user)))
+    return out
+
+
+def _read_files(layout: HostLayout, host_paths: set[str]) -> dict[str, bytes | None]:
+    return {hp: read_bytes(layout.under(hp)) for hp in sorted(host_paths)}
+
+
+def _unit_names(host_paths: set[str] | list[str]) -> list[str]:
+    return sorted(Path(hp).name for hp in host_paths if _is_unit(hp))
+
+
+def gather_install_facts(profile: Profile, layout: HostLayout, desired: Mapping[str, bytes], *,
+                         enable: bool = True, create_user: bool = True) -> HostFacts:
+    """Read what :func:`plan_install_from` needs for ``profile`` (``desired``: :func:`desired_files`).
+
+    Runs ``systemctl [--root DIR] is-enabled`` (with ``enable``, and on --root for units that go
+    away) and, on the host, ``systemctl is-active`` for the timer.
+
+    Raises:
+        UsageError: a bad manifest; a path leading out of the --root tree.
+        ExternalCommandError: systemctl is missing.
+    """
+    svc = profile.service
+    manifest = load_manifest(layout, svc.name)
+    intent = load_intent(layout, svc.name)
+    recorded = set(manifest.files if manifest else ()) | set(intent.records() if intent else ())
+    manifest_hp = layout.host_path(layout.manifest(svc.name))
+    targets = set(desired) | recorded | {manifest_hp}
+    root = None if layout.is_host else layout.root
+    units = []
+    if enable:
+        units += [f"{svc.name}.service", f"{check_unit(svc.name)}.timer"]
+    if not layout.is_host:
+        units += [u for u in _unit_names(recorded - set(desired)) if u not in units]
+    enabled = {u: systemd.is_enabled(u, root=root) for u in units}
+    timer = f"{check_unit(svc.name)}.timer"
+    active = {timer: systemd.is_active(timer)} if enable and layout.is_host else {}
+    dirs = frozenset({profile.cache_root} if layout.under(profile.cache_root).is_dir() else ())
+    key_hp = profile.sglang.api_key_file
+    orphan = intent.api_key_created if intent else None
+    exists = frozenset({orphan} if orphan and layout.under(orphan).exists() else ())
+    return HostFacts(
+        layout=layout, files=_read_files(layout, targets), manifest=manifest, intent=intent,
+        claims=other_services_claims(layout, svc.name),
+        users=_existing_accounts(layout, "user", {svc.user}), groups=_existing_accounts(layout, "group", {svc.group}),
+        has_passwd=layout.is_host or layout.passwd.is_file(),
+        gpu_groups=_gpu_group_members() if layout.is_host and create_user else {},
+        enabled=enabled, active=active, key=apikey.inspect(layout, key_hp) if key_hp else None, dirs=dirs, exists=exists,
+        stale=tuple(stale_files(layout, targets | {layout.host_path(layout.intent(svc.name))}
+                                | ({key_hp} if key_hp else set()), svc.name)))
+
+
+def gather_uninstall_facts(layout: HostLayout, name: str | None) -> HostFacts:
+    """Read what :func:`plan_uninstall_from` needs: the installed and left-over services and, for the
+    service ``name`` (None: only those lists), its manifest, intent, files and kept folders.
+
+    Raises:
+        UsageError: ``name`` is not a service name; a bad manifest; a path leading out of the --root tree.
+    """
+    installed, leftovers = tuple(installed_services(layout)), tuple(leftover_services(layout))
+    if name is None:
+        return HostFacts(layout=layout, installed=installed, leftovers=leftovers)
+    name = valid_service_name(name)
+    manifest = load_manifest(layout, name)
+    intent = load_intent(layout, name)
+    last = None if manifest or intent else last_uninstalled_manifest(layout, name)
+    recorded = set(manifest.files if manifest else ()) | set(intent.records() if intent else ())
+    manifest_hp = layout.host_path(layout.manifest(name))
+    files = _read_files(layout, recorded | {manifest_hp}) if manifest or intent else {}
+    enabled = ({} if layout.is_host else
+               {u: systemd.is_enabled(u, root=layout.root) for u in _unit_names(recorded)})
+    kept = [r for r in (manifest, intent.manifest if intent else None, last) if r]
+    candidates = {layout.host_path(layout.service_backup_dir(name)),
+                  layout.host_path(layout.timer_stamp(f"{check_unit(name)}.timer"))}
+    for record in kept:
+        candidates |= {record.state_dir, record.cache_dir}
+        if record.api_key_file_created:
+            candidates.add(record.api_key_file_created)
+    if intent and intent.api_key_created:
+        candidates.add(intent.api_key_created)
+    exists = frozenset(hp for hp in candidates if layout.under(hp).exists())
+    key_paths = {r.api_key_file_created for r in kept if r.api_key_file_created}
+    return HostFacts(
+        layout=layout, files=files, manifest=manifest, intent=intent, last_uninstalled=last,
+        claims=other_services_claims(layout, name), enabled=enabled, exists=exists,
+        stale=tuple(stale_files(layout, recorded | {manifest_hp, layout.host_path(layout.intent(name))} | key_paths,
+                                name)),
+        installed=installed, leftovers=leftovers)
+
+
+# ---------------------------------------------------------------- planning (pure: facts in, plan out)
+
+def _change(facts: HostFacts, host_path: str, desired: bytes | None, force: bool, refusals: list[Refusal], *,
+            needs_header: bool = True, others: Mapping[str, str] | None = None,
+            manifest: Manifest | None = None) -> FileChange:
+    """Plan one target from its bytes in ``facts``. ``others``: host path -> service, the files other
+    services' manifests list; ``manifest``: the record to classify against (default ``facts.manifest``)."""
+    path = facts.layout.join(host_path)
+    current = facts.files.get(host_path)
+    record = facts.manifest if manifest is None else manifest
+    own = classify(host_path, current, desired, record, needs_header=needs_header, intent=facts.intent)
+    reason = _REASONS[own] if needs_header or own is not Ownership.UNRECORDED else "kimi-deploy's manifest"
+    other = (others or {}).get(host_path)
+    if desired is None:
+        action = "unchanged" if own is Ownership.ABSENT else "remove"
+        if own is Ownership.ABSENT:
+            reason = "already absent"
+    elif own is Ownership.SAME:
+        action = "unchanged"
+    else:
+        action = "create" if own is Ownership.ABSENT else "replace"
+    blocked = own in (Ownership.HAND_EDITED, Ownership.FOREIGN)
+    if other and action != "unchanged":
+        blocked, reason = True, f"listed in the manifest of service {other}"
+    refused = False
+    if blocked:
+        if force:
+            reason = f"--force: {reason}; the current file is kept in the backup"
+        else:
+            refusals.append(Refusal(host_path, reason))
+            refused = True
+    diff = "" if action == "unchanged" else _diff(host_path, current, desired)
+    return FileChange(host_path, path, action, own, reason, diff, current, desired, refused)
+
+
+def _user_steps(profile: Profile, facts: HostFacts, create_user: bool, notes: list[str]) -> list[Step]:
+    svc, layout = profile.service, facts.layout
+    user_missing = svc.user not in facts.users
+    group_missing = svc.group not in facts.groups
+    if not (user_missing or group_missing):
+        return []
+    what = " and ".join(x for x, m in ((f"user {svc.user}", user_missing), (f"group {svc.group}", group_missing)) if m)
+    if not create_user:
+        notes.append(f"warning: {what} missing and --no-create-user given: the unit fails to start until it exists")
+        return []
+    if not facts.has_passwd:
+        notes.append(f"{what} not created: the --root tree has no /etc/passwd (with --root, kimi-deploy runs "
+                     f"useradd --root DIR only on a tree that has one); create it in the image")
+        return []
+    root_args = () if layout.is_host else ("--root", str(layout.root))
+    steps = []
+    if group_missing:
+        steps.append(Step("command", f"create system group {svc.group}",
+                          argv=("groupadd", *root_args, "--system", svc.group)))
+    if user_missing:
+        steps.append(Step("command", f"create system user {svc.user} (no home, no login shell)",
+                          argv=("useradd", *root_args, "--system", "--no-create-home", "--shell", NOLOGIN,
+                                "--gid", svc.group, "--home-dir", paths.service_state_dir(svc.name), svc.user)))
     return steps
 
 
-def _api_key_step(profile: Profile, layout: HostLayout, notes: list[str]) -> Step | None:
-    host_path = profile.sglang.api_key_file
-    if not host_path:
+def _gpu_group_steps(profile: Profile, facts: HostFacts, create_user: bool) -> list[Step]:
+    if not facts.layout.is_host or not create_user:
+        return []
+    user = profile.service.user
+    return [Step("command", f"add {user} to group {group} (owns /dev/nvidia* nodes that are not 0666)",
+                 argv=("usermod", "--append", "--groups", group, user))
+            for group, members in sorted(facts.gpu_groups.items()) if user not in members]
+
+
+def _api_key_step(facts: HostFacts, notes: list[str]) -> Step | None:
+    """Create the key file when missing; refuse one that is no regular file or empty; warn on mode/owner.
+
+    Raises:
+        UsageError: the key file is not a regular file, or empty.
+    """
+    key = facts.key
+    if key is None:
         return None
-    path = layout.under(host_path)
-    try:
-        st = path.stat()
-    except FileNotFoundError:
-        return Step("api-key", f"create the API key file {host_path} with a random key (mode 0600, owner root)",
+    path = facts.layout.join(key.host_path)
+    if not key.exists:
+        return Step("api-key", f"create the API key file {key.host_path} with a random key (mode 0600, owner root)",
                     path=path)
-    if not stat.S_ISREG(st.st_mode):
+    if not key.regular:
         raise UsageError("the API key file is not a regular file", value=str(path),
                          hint="point [sglang] api_key_file at a file holding the key")
-    if not path.read_text(errors="replace").strip():
+    if key.empty:
         raise UsageError("the API key file is empty", value=str(path),
                          hint="write the key into it (one line), or remove it and install again to get a random one")
-    if st.st_mode & 0o077:
-        notes.append(f"warning: the API key file {host_path} is readable by group/others "
-                     f"(mode {stat.S_IMODE(st.st_mode):04o}); run chmod 600 {host_path}")
-    if st.st_uid != 0:
-        notes.append(f"warning: the API key file {host_path} is owned by uid {st.st_uid}, not root; "
-                     f"systemd reads it as root (LoadCredential=): run chown root:root {host_path}")
+    if key.mode & 0o077:
+        notes.append(f"warning: the API key file {key.host_path} is readable by group/others "
+                     f"(mode {key.mode:04o}); run chmod 600 {key.host_path}")
+    if key.uid != 0:
+        notes.append(f"warning: the API key file {key.host_path} is owned by uid {key.uid}, not root; "
+                     f"systemd reads it as root (LoadCredential=): run chown root:root {key.host_path}")
     return None
+
+
+def _stale_steps(facts: HostFacts) -> list[Step]:
+    """Remove what killed runs left (temporary files, rename links, backup sets without an index)."""
+    steps = []
+    for hp in facts.stale:
+        is_backup_set = not Path(hp).name.startswith(".")
+        steps.append(Step("remove-tree" if is_backup_set else "remove-file",
+                          f"remove {hp} (left by an interrupted kimi-deploy run)", path=facts.layout.join(hp)))
+    return steps
 
 
 # ---------------------------------------------------------------- other services
@@ -326,8 +477,7 @@ def _hosts_overlap(a: str, b: str) -> bool:
     return a == b or a in wildcard or b in wildcard
 
 
-def _conflicts(profile: Profile, layout: HostLayout, claims: Claims, force: bool, notes: list[str],
-               refusals: list[Refusal]) -> None:
+def _conflicts(profile: Profile, claims: Claims, force: bool, notes: list[str], refusals: list[Refusal]) -> None:
     """Compare what ``profile`` uses with what the other installed services use (``claims``).
 
     A shared API key file or cache folder is legitimate: a ``warning:`` note (``uninstall --purge``
@@ -347,7 +497,7 @@ def _conflicts(profile: Profile, layout: HostLayout, claims: Claims, force: bool
             conflict(f"port {s.port}", f"service {other} listens on {host}:{port} too (its [sglang] port); "
                                        "only one of them can start")
     named = ((s.api_key_file, "API key file"), (profile.cache_root, "cache folder"),
-             (f"/var/lib/{profile.service.name}", "state folder"))
+             (paths.service_state_dir(profile.service.name), "state folder"))
     for host_path, what in named:
         users = claims.users(host_path)
         if not users:
@@ -376,7 +526,7 @@ def desired_files(profile: Profile, sglang_version: str | None = None) -> tuple[
     rendered = render(profile, sglang_version)
     files = {target_host_path(name): text.encode() for name, text in rendered.files.items()}
     header = file_header(profile, rendered.launch.sglang_version)
-    files[f"{paths.ETC_DIR}/{profile.service.name}.toml"] = profile_toml(profile, header).encode()
+    files[paths.service_profile_copy(profile.service.name)] = profile_toml(profile, header).encode()
     return files, rendered.launch.sglang_version
 
 
@@ -384,67 +534,78 @@ def plan_install(profile: Profile, layout: HostLayout, *, sglang_version: str | 
                  enable: bool = True, create_user: bool = True, restart: bool = False) -> Plan:
     """Compute what ``kimi-deploy install`` would do for ``profile`` on ``layout``; changes nothing.
 
-    Runs ``systemctl [--root DIR] is-enabled`` / ``is-active`` to see what is already done.
+    Gathers the facts (:func:`gather_install_facts`: reads files, accounts, ``systemctl [--root DIR]
+    is-enabled`` / ``is-active``), then plans from them (:func:`plan_install_from`).
 
     Raises:
-        UsageError: ``restart`` with a root other than ``/``; an empty API key file; a bad manifest.
+        UsageError: ``restart`` with a root other than ``/``; an empty API key file; a bad manifest;
+            a path leading out of the --root tree.
         ExternalCommandError: systemctl is missing (pass ``enable=False`` to skip it).
     """
-    svc = profile.service
+    if restart and not layout.is_host:
+        raise UsageError("--restart needs the running host, not --root", value=str(layout.root),
+                         hint="drop --restart; restart on the host with `kimi-deploy restart --wait`")
+    files, version = desired_files(profile, sglang_version)
+    facts = gather_install_facts(profile, layout, files, enable=enable, create_user=create_user)
+    return plan_install_from(profile, facts, files, version, force=force, enable=enable, create_user=create_user,
+                             restart=restart)
+
+
+def plan_install_from(profile: Profile, facts: HostFacts, files: Mapping[str, bytes], version: str, *,
+                      force: bool = False, enable: bool = True, create_user: bool = True,
+                      restart: bool = False) -> Plan:
+    """The install plan for ``profile`` given ``facts`` and the rendered ``files`` (:func:`desired_files`); no I/O.
+
+    Raises:
+        UsageError: ``restart`` with a root other than ``/``; the API key file is not a regular file, or empty.
+    """
+    svc, layout = profile.service, facts.layout
     if restart and not layout.is_host:
         raise UsageError("--restart needs the running host, not --root", value=str(layout.root),
                          hint="drop --restart; restart on the host with `kimi-deploy restart --wait`")
     notes: list[str] = []
     refusals: list[Refusal] = []
-    old_manifest = load_manifest(layout, svc.name)
-    files, version = desired_files(profile, sglang_version)
+    old, intent = facts.manifest, facts.intent
 
-    steps: list[Step] = []
-    user_steps = _user_steps(profile, layout, create_user, notes)
-    steps += user_steps
-    steps += _gpu_group_steps(profile, layout, create_user, notes)
-    default_cache = f"/var/cache/{svc.name}"
-    if profile.cache_root != default_cache and not profile.cache_root.startswith(default_cache + "/"):
-        cache = layout.under(profile.cache_root)
-        if not cache.is_dir():
-            steps.append(Step("mkdir", f"create the cache folder {profile.cache_root} (ReadWritePaths= must exist)",
-                              path=cache, owner=(svc.user, svc.group) if layout.is_host else None))
-    key_step = _api_key_step(profile, layout, notes)
+    steps: list[Step] = _stale_steps(facts)
+    steps += _user_steps(profile, facts, create_user, notes)
+    steps += _gpu_group_steps(profile, facts, create_user)
+    if not paths.is_within(profile.cache_root, paths.service_cache_dir(svc.name)) \
+            and profile.cache_root not in facts.dirs:
+        steps.append(Step("mkdir", f"create the cache folder {profile.cache_root} (ReadWritePaths= must exist)",
+                          path=layout.join(profile.cache_root),
+                          owner=(svc.user, svc.group) if layout.is_host else None))
+    key_step = _api_key_step(facts, notes)
     if key_step:
         steps.append(key_step)
-    claims = other_services_claims(layout, svc.name)
-    _conflicts(profile, layout, claims, force, notes, refusals)
+    _conflicts(profile, facts.claims, force, notes, refusals)
 
+    key_hp = profile.sglang.api_key_file
     created_key = None
     if key_step:
-        created_key = profile.sglang.api_key_file
-    elif old_manifest and old_manifest.api_key_file_created == profile.sglang.api_key_file:
-        created_key = old_manifest.api_key_file_created
-    created = {cmd: name for cmd, name in (("useradd", svc.user), ("groupadd", svc.group))
-               if any(st.argv[:1] == (cmd,) for st in user_steps)}
-    if old_manifest and old_manifest.user_created == svc.user:
-        created.setdefault("useradd", svc.user)
-    if old_manifest and old_manifest.group_created == svc.group:
-        created.setdefault("groupadd", svc.group)
+        created_key = key_hp
+    elif key_hp and key_hp in (old and old.api_key_file_created, intent and intent.api_key_created,
+                               intent and intent.manifest.api_key_file_created):
+        created_key = key_hp  # created by the last install, or by an interrupted one
+    orphan_key = intent.api_key_created if intent else None
+    if orphan_key and orphan_key != key_hp and orphan_key != (old.api_key_file_created if old else None) \
+            and not facts.claims.users(orphan_key) and orphan_key in facts.exists:
+        steps.append(Step("remove-file", f"remove the API key file {orphan_key} an interrupted install created",
+                          path=layout.join(orphan_key)))
     manifest = Manifest(kimi_deploy_version=__version__, service=svc.name, profile_sha256=profile.digest(),
                         sglang_version=version, files={hp: FileRecord(sha256=sha256(b)) for hp, b in files.items()},
-                        api_key_file_created=created_key, api_key_file=profile.sglang.api_key_file,
-                        cache_dir=profile.cache_root,
-                        state_dir=f"/var/lib/{svc.name}",
-                        user_created=created.get("useradd"), group_created=created.get("groupadd"))
-    others = claims.files()
-    changes = [_change(layout, hp, data, old_manifest, force, refusals, others=others) for hp, data in files.items()]
-    if old_manifest:  # files an older kit installed that this one no longer renders
-        for hp in sorted(set(old_manifest.files) - set(files)):
-            changes.append(_change(layout, hp, None, old_manifest, force, refusals, others=others))
+                        api_key_file_created=created_key, api_key_file=key_hp,
+                        cache_dir=profile.cache_root, state_dir=paths.service_state_dir(svc.name))
+    others = facts.claims.files()
+    changes = [_change(facts, hp, data, force, refusals, others=others) for hp, data in files.items()]
+    recorded = set(old.files if old else ()) | set(intent.records() if intent else ())
+    for hp in sorted(recorded - set(files)):  # files the last install wrote that this one does not render
+        changes.append(_change(facts, hp, None, force, refusals, others=others))
     manifest_hp = layout.host_path(layout.manifest(svc.name))
-    changes.append(_change(layout, manifest_hp, manifest.to_bytes(), old_manifest, force, refusals,
-                           needs_header=False))
+    changes.append(_change(facts, manifest_hp, manifest.to_bytes(), force, refusals, needs_header=False))
 
-    # units an older kit installed that go away now (kimi-deploy-check.timer, shared before 0.x):
-    # stop and disable them first, or their symlinks would dangle
     gone = [Path(c.host_path).name for c in changes if c.action == "remove" and _is_unit(c.host_path)]
-    steps += _disable_steps(layout, gone)
+    steps += _disable_steps(facts, gone)
     units = [f"{svc.name}.service", f"{check_unit(svc.name)}.timer"]
     units_changed = any(c.action != "unchanged" and c.host_path.startswith(paths.SYSTEMD_DIR + "/") for c in changes)
     if layout.is_host:
@@ -455,12 +616,12 @@ def plan_install(profile: Profile, layout: HostLayout, *, sglang_version: str | 
         notes.append("daemon-reload skipped: --root edits a file tree, no running systemd to reload")
     if enable:
         root = None if layout.is_host else layout.root
-        to_enable = [u for u in units if not systemd.is_enabled(u, root=root)]
+        to_enable = [u for u in units if not facts.enabled.get(u, False)]
         if to_enable:
             steps.append(Step("command", f"enable {', '.join(to_enable)} (start at boot)", when="after",
                               argv=tuple(systemd.systemctl_argv("enable", *to_enable, root=root))))
         timer = f"{check_unit(svc.name)}.timer"
-        if layout.is_host and not systemd.is_active(timer):
+        if layout.is_host and not facts.active.get(timer, False):
             steps.append(Step("command", "start the nightly check timer now", when="after",
                               argv=tuple(systemd.systemctl_argv("start", timer))))
     else:
@@ -471,7 +632,13 @@ def plan_install(profile: Profile, layout: HostLayout, *, sglang_version: str | 
                               argv=tuple(systemd.systemctl_argv("restart", f"{svc.name}.service"))))
         else:
             notes.append("nothing changed: not restarting")
-    return Plan("install", svc.name, layout, tuple(changes), tuple(steps), tuple(notes), tuple(refusals), force)
+    if intent:
+        notes.append("an earlier install of this service was interrupted: its files are recognised and "
+                     "completed now")
+    previous = dict(old.files) if old else {}
+    record = Intent(manifest=manifest, previous=previous, api_key_created=key_hp if key_step else None)
+    return Plan("install", svc.name, layout, tuple(changes), tuple(steps), tuple(notes), tuple(refusals), force,
+                intent=record, stale_intent=intent is not None)
 
 
 # ---------------------------------------------------------------- uninstall
@@ -480,91 +647,84 @@ def _is_unit(host_path: str) -> bool:
     return host_path.startswith(paths.SYSTEMD_DIR + "/") and host_path.endswith((".service", ".timer"))
 
 
-def _disable_steps(layout: HostLayout, units: list[str]) -> list[Step]:
+def _disable_steps(facts: HostFacts, units: list[str]) -> list[Step]:
     """Stop and disable ``units`` before their files go: ``disable --now`` on the host, ``--root`` ``disable``
     (symlinks only) on an image tree for those that are enabled there. The check services are left
     out: they have no ``[Install]`` section (the timer starts them)."""
     units = [u for u in units if u.endswith(".timer") or not u.startswith(CHECK_UNIT)]
     if not units:
         return []
+    layout = facts.layout
     if layout.is_host:
         return [Step("command", f"stop and disable {', '.join(units)}",
                      argv=tuple(systemd.systemctl_argv("disable", "--now", *units)))]
-    enabled = [u for u in units if systemd.is_enabled(u, root=layout.root)]
+    enabled = [u for u in units if facts.enabled.get(u, False)]
     if not enabled:
         return []
     return [Step("command", f"disable {', '.join(enabled)}",
                  argv=tuple(systemd.systemctl_argv("disable", *enabled, root=layout.root)))]
 
 
-def _purge_steps(layout: HostLayout, svc: str, record: Manifest | None) -> tuple[list[Step], list[str], list[str]]:
+def _purge_steps(facts: HostFacts, svc: str, record: Manifest | None) -> tuple[list[Step], list[str], list[str]]:
     """``--purge`` steps for what ``uninstall`` keeps, the host paths of what exists of it, and notes
     on what stays because another installed service names it (its manifest or profile copy).
 
-    ``record``: the service's manifest (the installed one, or the copy in its last uninstall
-    backup); None when neither exists: only the backup folder is known to be kimi-deploy's.
+    ``record``: the service's manifest (the installed one, the interrupted install's, or the copy in
+    its last uninstall backup); None when none exists: only the backup folder is known to be
+    kimi-deploy's. The backups go last: a purge killed half-way still finds its record there.
     """
     steps: list[Step] = []
     kept: list[str] = []
     shared: list[str] = []
-    claims = other_services_claims(layout, svc)
+    layout, claims = facts.layout, facts.claims
 
     def in_use(host_path: str, what: str) -> bool:
         users = claims.users(host_path)
-        if users and layout.under(host_path).exists():
+        if users and host_path in facts.exists:
             shared.append(f"the {what} {host_path} stays: {_who(users)} uses it too")
         return bool(users)
 
     if record:
         if in_use(record.state_dir, "state folder"):
             pass
-        elif layout.under(record.state_dir).exists():
+        elif record.state_dir in facts.exists:
             kept.append(record.state_dir)
             steps.append(Step("remove-tree", f"--purge: remove the state folder {record.state_dir}", when="after",
-                              path=layout.under(record.state_dir)))
-        cache = layout.under(record.cache_dir)
+                              path=layout.join(record.state_dir)))
         if in_use(record.cache_dir, "cache folder"):
             pass
-        elif cache.exists():
+        elif record.cache_dir in facts.exists:
             kept.append(record.cache_dir)
-            if record.cache_dir.rstrip("/") == f"/var/cache/{svc}":
+            if record.cache_dir.rstrip("/") == paths.service_cache_dir(svc):
                 steps.append(Step("remove-tree", f"--purge: remove the cache folder {record.cache_dir}",
-                                  when="after", path=cache))
+                                  when="after", path=layout.join(record.cache_dir)))
             else:
                 steps.append(Step("remove-cache-keys",
                                   f"--purge: remove the sglang-* cache folders in {record.cache_dir} "
-                                  "(the folder itself is yours)", when="after", path=cache))
+                                  "(the folder itself is yours)", when="after", path=layout.join(record.cache_dir)))
+    keys = [record.api_key_file_created] if record and record.api_key_file_created else []
+    if facts.intent and facts.intent.api_key_created and facts.intent.api_key_created not in keys:
+        keys.append(facts.intent.api_key_created)
     backups = layout.service_backup_dir(svc)
     backups_hp = layout.host_path(backups)
-    if backups.exists() or record is not None:  # an uninstall of an installed service writes one now
+    if backups_hp in facts.exists or record is not None:  # an uninstall of an installed service writes one now
         kept.append(backups_hp)
+    for key in keys:
+        if not in_use(key, "API key file") and key in facts.exists:
+            kept.append(key)
+            steps.append(Step("remove-file", f"--purge: remove the API key file {key} (kimi-deploy created it)",
+                              when="after", path=layout.join(key)))
+    if backups_hp in kept:
         steps.append(Step("remove-tree", f"--purge: remove the backups {backups_hp}", when="after", path=backups))
-    stamp = layout.timer_stamp(f"{check_unit(svc)}.timer")
-    if stamp.exists():  # with its last 03:00 run recorded, a reinstall would run a "missed" check at once
-        kept.append(layout.host_path(stamp))
-        steps.append(Step("remove-file", f"--purge: remove the nightly timer's last-run stamp {kept[-1]}",
-                          when="after", path=stamp))
-    key = record.api_key_file_created if record else None
-    if key and not in_use(key, "API key file") and layout.under(key).exists():
-        kept.append(key)
-        steps.append(Step("remove-file", f"--purge: remove the API key file {key} (kimi-deploy created it)",
-                          when="after", path=layout.under(key)))
-    root_args = () if layout.is_host else ("--root", str(layout.root))
-    for kind, name, command in (("user", record.user_created if record else None, "userdel"),
-                                ("group", record.group_created if record else None, "groupdel")):
-        if not name or not _account_exists(layout, kind, name):
-            continue
-        users = claims.accounts.get((kind, name), [])
-        if users:
-            shared.append(f"the system {kind} {name} stays: {_who(users)} runs as it too")
-            continue
-        kept.append(f"system {kind} {name}")
-        steps.append(Step("remove-account", f"--purge: remove the system {kind} {name} (kimi-deploy created it)",
-                          when="after", argv=(command, *root_args, name)))
+    stamp = layout.host_path(layout.timer_stamp(f"{check_unit(svc)}.timer"))
+    if stamp in facts.exists:  # with its last 03:00 run recorded, a reinstall would run a "missed" check at once
+        kept.append(stamp)
+        steps.append(Step("remove-file", f"--purge: remove the nightly timer's last-run stamp {stamp}",
+                          when="after", path=layout.join(stamp)))
     return steps, kept, shared
 
 
-def _pick_service(layout: HostLayout, name: str | None, purge: bool) -> str | None:
+def _pick_service(facts: HostFacts, name: str | None, purge: bool) -> str | None:
     """The service ``uninstall`` acts on: ``name``, the only installed one, or the only one left over
     by an earlier uninstall; None when there is none (or, without ``purge``, several left over).
 
@@ -573,19 +733,26 @@ def _pick_service(layout: HostLayout, name: str | None, purge: bool) -> str | No
     """
     if name is not None:
         return valid_service_name(name)
-    installed = installed_services(layout)
-    if len(installed) == 1:
-        return installed[0]
-    if len(installed) > 1:
-        raise UsageError("several services are installed; say which one to uninstall", value=", ".join(installed),
-                         hint="pass --name NAME")
-    leftovers = leftover_services(layout)
-    if len(leftovers) == 1:
-        return leftovers[0]
-    if len(leftovers) > 1 and purge:
+    if len(facts.installed) == 1:
+        return facts.installed[0]
+    if len(facts.installed) > 1:
+        raise UsageError("several services are installed; say which one to uninstall",
+                         value=", ".join(facts.installed), hint="pass --name NAME")
+    if len(facts.leftovers) == 1:
+        return facts.leftovers[0]
+    if len(facts.leftovers) > 1 and purge:
         raise UsageError("several uninstalled services left files behind; say which to purge",
-                         value=", ".join(leftovers), hint="pass --name NAME")
+                         value=", ".join(facts.leftovers), hint="pass --name NAME")
     return None
+
+
+def pick_service(layout: HostLayout, name: str | None, purge: bool = False) -> str | None:
+    """The service ``uninstall`` would act on (see :func:`plan_uninstall`); None: none.
+
+    Raises:
+        UsageError: several candidates and no ``name``; ``name`` is not a service name.
+    """
+    return _pick_service(gather_uninstall_facts(layout, None), name, purge)
 
 
 def plan_uninstall(layout: HostLayout, name: str | None = None, *, force: bool = False,
@@ -596,41 +763,48 @@ def plan_uninstall(layout: HostLayout, name: str | None = None, *, force: bool =
     lists. The state folder, the caches, the backups and an API key file kimi-deploy created
     are kept unless ``purge``. A service already uninstalled plans only the ``purge`` of what
     its uninstall kept (read from the manifest copy in its last uninstall backup); with nothing
-    left, or nothing installed at all, the plan is a no-op that says so.
+    left, or nothing installed at all, the plan is a no-op that says so. Gathers the facts
+    (:func:`gather_uninstall_facts`), then plans from them (:func:`plan_uninstall_from`).
 
     Raises:
         UsageError: several services (installed, or left over with ``purge``) and no ``name``; a bad manifest.
     """
-    svc = _pick_service(layout, name, purge)
+    svc = _pick_service(gather_uninstall_facts(layout, None), name, purge)
+    return plan_uninstall_from(gather_uninstall_facts(layout, svc), svc, force=force, purge=purge)
+
+
+def plan_uninstall_from(facts: HostFacts, svc: str | None, *, force: bool = False, purge: bool = False) -> Plan:
+    """The uninstall plan of service ``svc`` (None: none picked) given ``facts``; no I/O."""
+    layout = facts.layout
     if svc is None:
         where = layout.host_path(layout.config_dir)
-        leftovers = leftover_services(layout)
         message = f"nothing to do: no service installed by kimi-deploy in {where}"
-        notes = ([f"left over from earlier uninstalls: {', '.join(leftovers)} "
-                  "(remove with `kimi-deploy uninstall --purge --name NAME`)"] if leftovers else [])
+        notes = ([f"left over from earlier uninstalls: {', '.join(facts.leftovers)} "
+                  "(remove with `kimi-deploy uninstall --purge --name NAME`)"] if facts.leftovers else [])
         return Plan("uninstall", "", layout, (), (), tuple(notes), (), force, noop_message=message)
-    manifest = load_manifest(layout, svc)
-    if manifest is None:  # uninstalled before: only what that uninstall kept may be left
-        record = last_uninstalled_manifest(layout, svc)
-        purge_steps, kept, shared = _purge_steps(layout, svc, record)
+    manifest, intent = facts.manifest, facts.intent
+    stale = _stale_steps(facts)
+    if manifest is None and intent is None:  # uninstalled before: only what that uninstall kept may be left
+        purge_steps, kept, shared = _purge_steps(facts, svc, facts.last_uninstalled)
         if purge:
-            return Plan("uninstall", svc, layout, (), tuple(purge_steps), tuple(shared), (), force,
+            return Plan("uninstall", svc, layout, (), tuple(stale + purge_steps), tuple(shared), (), force,
                         noop_message=f"nothing to do: {svc} is not installed and nothing of it is left")
         notes = [f"{svc} is already uninstalled; kept (remove with `kimi-deploy uninstall --purge --name {svc}`): "
                  f"{', '.join(kept)}"] if kept else []
-        return Plan("uninstall", svc, layout, (), (), tuple(notes), (), force,
+        return Plan("uninstall", svc, layout, (), tuple(stale), tuple(notes), (), force,
                     noop_message=f"nothing to do: {svc} is not installed"
                                  + ("" if kept else " and nothing of it is left"))
     notes: list[str] = []
     refusals: list[Refusal] = []
-    others = other_services_claims(layout, svc).files()
-    changes = [_change(layout, hp, None, manifest, force, refusals, others=others) for hp in sorted(manifest.files)]
+    others = facts.claims.files()
+    recorded = set(manifest.files if manifest else ()) | set(intent.records() if intent else ())
+    changes = [_change(facts, hp, None, force, refusals, others=others) for hp in sorted(recorded)]
     manifest_hp = layout.host_path(layout.manifest(svc))
-    changes.append(_change(layout, manifest_hp, None, None, force, refusals, needs_header=False))
+    changes.append(_change(facts, manifest_hp, None, force, refusals, needs_header=False, manifest=_NO_MANIFEST))
 
     units = [Path(c.host_path).name for c in changes if c.action == "remove" and _is_unit(c.host_path)]
     units.sort(key=lambda u: (not u.startswith(f"{svc}."), u.endswith(".service"), u))  # server first, timers next
-    steps = _disable_steps(layout, units)
+    steps = stale + _disable_steps(facts, units)
     if units and layout.is_host:
         # A unit that failed (e.g. the last nightly check) stays loaded as "not-found failed" after its file
         # is gone, and `systemctl --failed` and unit monitoring keep reporting it (seen under systemd 252 in
@@ -641,13 +815,22 @@ def plan_uninstall(layout: HostLayout, name: str | None = None, *, force: bool =
                           argv=tuple(systemd.systemctl_argv("reset-failed", *(f"{u[:-1]}[{u[-1]}]" for u in units)))))
         steps.append(Step("command", "reload systemd's unit files", when="after",
                           argv=tuple(systemd.systemctl_argv("daemon-reload"))))
-    purge_steps, kept, shared = _purge_steps(layout, svc, manifest)
+    record = manifest or (intent.manifest if intent else None)
+    if intent:
+        notes.append("an install of this service was interrupted: the files it wrote are removed too")
+    purge_steps, kept, shared = _purge_steps(facts, svc, record)
     notes += shared
     if purge:
         steps += purge_steps
     elif kept:
         notes.append(f"kept (remove with `kimi-deploy uninstall --purge --name {svc}`): {', '.join(kept)}")
-    return Plan("uninstall", svc, layout, tuple(changes), tuple(steps), tuple(notes), tuple(refusals), force)
+    return Plan("uninstall", svc, layout, tuple(changes), tuple(steps), tuple(notes), tuple(refusals), force,
+                stale_intent=intent is not None)
+
+
+#: Classify the manifest file itself against no record (it carries no header).
+_NO_MANIFEST = Manifest(kimi_deploy_version="", service="", profile_sha256="", sglang_version="", files={},
+                        cache_dir="/", state_dir="/")
 
 
 # ---------------------------------------------------------------- apply
@@ -707,7 +890,7 @@ def _run_step(step: Step, layout: HostLayout, ran: list[str], messages: list[str
         ran.append(done.command)
     elif step.kind == "mkdir":
         assert step.path is not None
-        step.path.mkdir(parents=True, exist_ok=True)
+        fsio.mkdir(step.path)
         if step.owner:
             shutil.chown(step.path, *step.owner)
     elif step.kind == "api-key":
@@ -718,73 +901,91 @@ def _run_step(step: Step, layout: HostLayout, ran: list[str], messages: list[str
         return
     elif step.kind == "remove-tree":
         assert step.path is not None
-        shutil.rmtree(step.path, ignore_errors=True)
+        fsio.remove_tree(step.path)
     elif step.kind == "remove-file":
         assert step.path is not None
-        step.path.unlink(missing_ok=True)
+        fsio.remove(step.path)
     elif step.kind == "remove-cache-keys":
         assert step.path is not None
-        for child in step.path.glob("sglang-*"):
-            shutil.rmtree(child, ignore_errors=True)
-    elif step.kind == "remove-account":
-        kind = "user" if step.argv[0] == "userdel" else "group"
-        if not _account_exists(layout, kind, step.argv[-1]):  # userdel took the user's own group with it
-            messages.append(f"{step.summary}: already gone with its user")
-            return
-        ran.append(proc.run(step.argv).command)
+        for child in sorted(step.path.glob("sglang-*")):
+            fsio.remove_tree(child)
     messages.append(step.summary)
 
 
 def apply(plan: Plan) -> ApplyResult:
-    """Carry ``plan`` out: steps before, backup, one atomic write, removals, steps after.
+    """Carry ``plan`` out: intent record, steps before, backup, one atomic write, removals, steps after.
 
-    A failure while staging or renaming the new files leaves every target as it was
-    (:func:`kimi_deploy.fsio.write_many_atomic` undoes a half-done rename) and drops the
-    backup set; a failure while removing files restores the backup.
+    An install first writes its intent (:class:`kimi_deploy.hostfiles.Intent`: the manifest it is
+    about to install, the one it replaces, the key file it creates) and removes it after the last
+    file; a run killed in between leaves files the next run recognises as its own. A failure
+    while staging or renaming the new files leaves every target as it was
+    (:func:`kimi_deploy.fsio.write_many_atomic` undoes a half-done rename), drops the backup set
+    and removes an API key file this run created; a failure while removing files restores the backup.
+    The caller holds :func:`kimi_deploy.hostfiles.service_lock` (the CLI does).
 
     Raises:
         RefusedError: the plan has refusals and no ``force`` (exit 4); nothing was changed.
-        UsageError: a target cannot be written (read-only file system, permissions).
+        UsageError: a target cannot be written (permissions, a folder in the way).
+        StorageError: the file system refused (disk full, read-only); exit 8.
         ExternalCommandError: useradd/systemctl failed; files written so far stay (rerun after fixing).
     """
     refuse(plan)
     ran: list[str] = []
     messages: list[str] = []
-    for step in plan.steps:
-        if step.when == "before":
-            _run_step(step, plan.layout, ran, messages)
-    backup_path = None
+    layout = plan.layout
+    intent_path = layout.intent(plan.service) if plan.service else None
     changes = plan.changes
-    if changes:
-        backup = write_backup(plan.layout, plan.service, plan.operation, {c.host_path: c.old for c in changes})
-        backup_path = backup.path
-        writes = {c.path: c.new for c in changes if c.new is not None}
-        try:
+    record = plan.intent if plan.operation == "install" and (changes or plan.steps) else None
+    if record is not None and intent_path is not None:
+        write_atomic(intent_path, record.to_bytes(), mode=0o600)
+    created_key: Path | None = None
+    backup = None
+    try:
+        for step in plan.steps:
+            if step.when == "before":
+                _run_step(step, layout, ran, messages)
+                if step.kind == "api-key":
+                    created_key = step.path
+        if changes:
+            backup = write_backup(layout, plan.service, plan.operation, {c.host_path: c.old for c in changes})
+            writes = {c.path: c.new for c in changes if c.new is not None}
             write_many_atomic(writes)
+    except BaseException:
+        if backup is not None:
+            with contextlib.suppress(KimiDeployError):
+                fsio.remove_tree(backup.path)
+        if created_key is not None:  # the key of a run that failed goes with it
+            with contextlib.suppress(KimiDeployError):
+                fsio.remove(created_key)
+        if record is not None and intent_path is not None:
+            with contextlib.suppress(KimiDeployError):
+                fsio.remove(intent_path)
+        raise
+    backup_path = backup.path if backup else None
+    if changes:
+        assert backup is not None
+        try:
             for c in changes:
                 if c.action == "remove":
-                    c.path.unlink(missing_ok=True)
-        except UsageError:
-            shutil.rmtree(backup.path, ignore_errors=True)
+                    fsio.remove(c.path)
+        except KimiDeployError as exc:
+            restore_backup(layout, backup, "")
+            exc.message = f"{plan.operation} failed midway and was rolled back: {exc.message}"
             raise
-        except OSError as exc:
-            restore_backup(plan.layout, backup, "")
-            where = plan.layout.describe(plan.layout.host_path(Path(exc.filename))) if exc.filename else ""
-            raise UsageError(f"{plan.operation} failed midway and was rolled back: {exc.strerror or exc}",
-                             value=where, hint="fix the cause (disk full? read-only file system?) and run again") \
-                from exc
-        saved = plan.layout.host_path(backup.path)
+        saved = layout.host_path(backup.path)
         if plan.operation == "install":
             messages.append(f"install: {count_files(len(changes))} changed; the previous versions are kept for "
                             f"rollback in {saved}")
-        elif any(st.kind == "remove-tree" and st.path == plan.layout.service_backup_dir(plan.service)
+        elif any(st.kind == "remove-tree" and st.path == layout.service_backup_dir(plan.service)
                  for st in plan.steps):
             messages.append(f"uninstall: removed {count_files(len(changes))}")
         else:
             messages.append(f"uninstall: removed {count_files(len(changes))}; copies kept in {saved}")
+    if intent_path is not None and (record is not None or plan.stale_intent):
+        fsio.remove(intent_path)
     for step in plan.steps:
         if step.when == "after":
-            _run_step(step, plan.layout, ran, messages)
+            _run_step(step, layout, ran, messages)
     return ApplyResult(plan, backup_path, tuple(ran), tuple(messages))
 
 
@@ -824,3 +1025,7 @@ def format_plan(plan: Plan, *, diffs: bool = True) -> str:
     if plan.is_noop:
         out.append(plan.noop_message or f"nothing to do: {plan.service} is installed and up to date")
     return "\n".join(out) + "\n"
+
+
+#: The per-service lock ``install``/``uninstall``/``restart`` hold (:func:`kimi_deploy.hostfiles.service_lock`).
+locked = service_lock

@@ -13,7 +13,10 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import posixpath
 from pathlib import Path
+
+from kimi_deploy.errors import UsageError
 
 _PACKAGE_DIR = Path(__file__).resolve().parent
 _SOURCE_ROOT = _PACKAGE_DIR.parent
@@ -70,6 +73,56 @@ def kit_templates_dir() -> Path:
     return _PACKAGE_DIR / "templates"
 
 
+#: Host paths of the installed configuration, used inside rendered units.
+ETC_DIR = "/etc/kimi-deploy"
+SYSTEMD_DIR = "/etc/systemd/system"
+
+
+def service_state_dir(service: str) -> str:
+    """``/var/lib/<service>``: host path of a service's state folder (systemd ``StateDirectory=<service>``)."""
+    return f"/var/lib/{service}"
+
+
+def service_cache_dir(service: str) -> str:
+    """``/var/cache/<service>``: host path of a service's default cache root (systemd ``CacheDirectory=<service>``)."""
+    return f"/var/cache/{service}"
+
+
+def service_env_file(service: str) -> str:
+    """``/etc/kimi-deploy/<service>.env``: host path of the server unit's ``EnvironmentFile=``."""
+    return f"{ETC_DIR}/{service}.env"
+
+
+def service_profile_copy(service: str) -> str:
+    """``/etc/kimi-deploy/<service>.toml``: host path of the installed profile (the check unit reads it)."""
+    return f"{ETC_DIR}/{service}.toml"
+
+
+def service_check_report(service: str) -> str:
+    """``/var/lib/<service>/check-report.json``: host path of the nightly check's JSON report."""
+    return f"{service_state_dir(service)}/check-report.json"
+
+
+def is_within(host_path: str, folder: str) -> bool:
+    """Whether ``host_path`` is ``folder`` or lies below it (lexically, both normalised host paths)."""
+    host_path, folder = host_path.rstrip("/") or "/", folder.rstrip("/") or "/"
+    return host_path == folder or host_path.startswith(folder.rstrip("/") + "/")
+
+
+def check_host_path(host_path: str) -> str:
+    """``host_path`` when it is an absolute, normalised host path (no ``..``, ``.``, ``//``, no NUL).
+
+    Raises:
+        UsageError: a relative path or one that could step out of ``--root`` (exit 2).
+    """
+    trimmed = host_path.rstrip("/") or "/"
+    if (not host_path.startswith("/") or "\0" in host_path or "//" in host_path
+            or posixpath.normpath(trimmed) != trimmed):
+        raise UsageError("not a normalised absolute host path", value=host_path,
+                         hint="write the path without '..', '.' or '//' (e.g. /etc/kimi-deploy/x.api-key)")
+    return host_path
+
+
 @dataclasses.dataclass(frozen=True)
 class HostLayout:
     """Where the installed artefacts live on a host, relative to ``root``.
@@ -81,22 +134,56 @@ class HostLayout:
 
     root: Path = Path("/")
 
+    def __post_init__(self) -> None:
+        # resolved once, here: planners ask is_host and must not touch the file system
+        object.__setattr__(self, "_is_host", Path(self.root).resolve() == Path("/"))
+
     def _under(self, host_path: str) -> Path:
         return self.root / host_path.lstrip("/")
 
     def under(self, host_path: str) -> Path:
-        """The local path of ``host_path`` (an absolute path on the target host) under ``root``."""
-        return self._under(host_path)
+        """The local path of ``host_path`` (an absolute path on the target host) under ``root``.
+
+        The one gateway from a host path named by a profile or a manifest to a local path: it
+        never leads out of ``root``. Lexically, the path must be normalised (:func:`check_host_path`:
+        no ``..``); under a ``root`` other than ``/``, the folders on the way must not be symlinks
+        that resolve outside the tree either (an image's absolute symlink points at the build
+        host, not at the image).
+
+        Raises:
+            UsageError: the path is not normalised, or resolves outside ``root`` (exit 2).
+        """
+        local = self._under(check_host_path(host_path))
+        if not self.is_host:
+            real_root = os.path.realpath(self.root)
+            real = os.path.realpath(local)
+            if real != real_root and not real.startswith(real_root.rstrip("/") + "/"):
+                raise UsageError("the path leads out of the --root tree (a symlink on the way points outside it)",
+                                 value=f"{host_path} -> {real}",
+                                 hint=f"replace the symlink inside {self.root} by a folder, or use a path that "
+                                      "stays in the tree")
+        return local
+
+    def join(self, host_path: str) -> Path:
+        """``root`` joined with ``host_path``, lexically (no file system access: the planners' form).
+
+        ``host_path`` must be normalised (:func:`check_host_path`); the symlink check of
+        :meth:`under` is the fact gatherers' (every path a plan names was read through it first).
+
+        Raises:
+            UsageError: the path is not normalised (exit 2).
+        """
+        return self._under(check_host_path(host_path))
 
     @property
     def systemd_dir(self) -> Path:
         """``/etc/systemd/system``: where the units go."""
-        return self._under("/etc/systemd/system")
+        return self._under(SYSTEMD_DIR)
 
     @property
     def config_dir(self) -> Path:
         """``/etc/kimi-deploy``: env files, the installed profile, backups."""
-        return self._under("/etc/kimi-deploy")
+        return self._under(ETC_DIR)
 
     @property
     def backup_dir(self) -> Path:
@@ -104,28 +191,31 @@ class HostLayout:
         return self.config_dir / "backup"
 
     def state_dir(self, service: str) -> Path:
-        """``/var/lib/<service>``: kimi-deploy's records (patch state, check reports)."""
-        return self._under(f"/var/lib/{service}")
-
-    def cache_dir(self, service: str) -> Path:
-        """``/var/cache/<service>``: JIT and compile caches (systemd ``CacheDirectory=``)."""
-        return self._under(f"/var/cache/{service}")
+        """``/var/lib/<service>`` (:func:`service_state_dir`): the service's state (check reports)."""
+        return self._under(service_state_dir(service))
 
     def unit_path(self, unit: str) -> Path:
         """``/etc/systemd/system/<unit>`` (``unit`` with its suffix, e.g. ``kimi-k25.service``)."""
         return self.systemd_dir / unit
 
-    def env_file(self, service: str) -> Path:
-        """``/etc/kimi-deploy/<service>.env``: the EnvironmentFile= of the server unit."""
-        return self.config_dir / f"{service}.env"
-
     def profile_copy(self, service: str) -> Path:
-        """``/etc/kimi-deploy/<service>.toml``: the installed profile the nightly check unit reads."""
-        return self.config_dir / f"{service}.toml"
+        """``/etc/kimi-deploy/<service>.toml`` (:func:`service_profile_copy`): the installed profile."""
+        return self._under(service_profile_copy(service))
 
     def manifest(self, service: str) -> Path:
         """``/etc/kimi-deploy/<service>.manifest.json``: what ``install`` wrote, with sha256 of each file."""
         return self.config_dir / f"{service}.manifest.json"
+
+    def intent(self, service: str) -> Path:
+        """``/etc/kimi-deploy/<service>.intent.json``: what a running ``install`` is about to write
+        (:class:`kimi_deploy.hostfiles.Intent`); left behind only by a run that was killed."""
+        return self.config_dir / f"{service}.intent.json"
+
+    def lock_file(self, service: str) -> Path:
+        """``/etc/kimi-deploy/.<service>.lock``: held by ``install``/``uninstall``/``restart`` of the service
+        (:func:`kimi_deploy.hostfiles.service_lock`); it stays after ``uninstall --purge`` (the pid of its
+        last holder, nothing else)."""
+        return self.config_dir / f".{service}.lock"
 
     def service_backup_dir(self, service: str) -> Path:
         """``/etc/kimi-deploy/backup/<service>``: one timestamped folder per install that replaced files."""
@@ -133,7 +223,7 @@ class HostLayout:
 
     def check_report(self, service: str) -> Path:
         """``/var/lib/<service>/check-report.json``: the nightly check's last JSON report."""
-        return self.state_dir(service) / "check-report.json"
+        return self._under(service_check_report(service))
 
     def timer_stamp(self, timer: str) -> Path:
         """``/var/lib/systemd/timers/stamp-<timer>``: where systemd keeps a ``Persistent=true`` timer's
@@ -153,7 +243,7 @@ class HostLayout:
     @property
     def is_host(self) -> bool:
         """True when ``root`` is ``/``: systemctl talks to the running manager, not ``--root``."""
-        return self.root.resolve() == Path("/")
+        return self._is_host  # type: ignore[attr-defined]
 
     def describe(self, host_path: str) -> str:
         """``host_path`` for a message that stands alone (an error): the host path, and the root
@@ -167,7 +257,3 @@ class HostLayout:
         rel = path.relative_to(self.root).as_posix()
         return "/" if rel == "." else "/" + rel
 
-
-#: Host paths of the installed configuration, used inside rendered units.
-ETC_DIR = "/etc/kimi-deploy"
-SYSTEMD_DIR = "/etc/systemd/system"

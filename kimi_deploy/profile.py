@@ -30,6 +30,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 
 from kimi_deploy.errors import ProfileError
 from kimi_deploy.options import OPTIONS, Option, owned_env, owned_flags
+from kimi_deploy.paths import service_cache_dir
 from kimi_deploy.values import SAFE_TOKEN, check_abs_path, check_text, check_token, check_unit_stem
 
 __all__ = ["SAFE_TOKEN", "Profile", "check_service_name", "check_rules", "load_profile", "parse_profile"]
@@ -191,7 +192,7 @@ class Profile(BaseModel):
     @property
     def cache_root(self) -> str:
         """Persistent cache root on the host (``[service] cache_dir`` or ``/var/cache/<name>``)."""
-        return self.service.cache_dir or f"/var/cache/{self.service.name}"
+        return self.service.cache_dir or service_cache_dir(self.service.name)
 
     @property
     def base_url(self) -> str:

@@ -126,17 +126,16 @@ def render(profile: Profile, sglang_version: str | None = None, *,
     launch = build_launch(profile, version, components=components)
     svc, s = profile.service, profile.sglang
     header = file_header(profile, launch.sglang_version)
-    env_file = f"{paths.ETC_DIR}/{svc.name}.env"
+    env_file = paths.service_env_file(svc.name)
     # CacheDirectory= makes /var/cache/<name> writable; a cache_dir elsewhere needs ReadWritePaths=.
-    cache_directory = f"/var/cache/{svc.name}"
-    inside = profile.cache_root == cache_directory or profile.cache_root.startswith(cache_directory + "/")
+    inside = paths.is_within(profile.cache_root, paths.service_cache_dir(svc.name))
     read_write_paths = [] if inside else [profile.cache_root]
-    profile_host_path = profile_path or f"{paths.ETC_DIR}/{svc.name}.toml"
-    state = f"/var/lib/{svc.name}"
+    profile_host_path = profile_path or paths.service_profile_copy(svc.name)
+    state = paths.service_state_dir(svc.name)
     check_command = (
         f"{svc.kimi_deploy} check --profile {profile_host_path}"
         + (f" --api-key-file %d/{API_KEY_CREDENTIAL}" if s.api_key_file else "")
-        + f" --json {state}/check-report.json --junit {state}/check-report.xml --prom {state}/check.prom"
+        + f" --json {paths.service_check_report(svc.name)} --junit {state}/check-report.xml --prom {state}/check.prom"
     )
     context = {
         "header": header,

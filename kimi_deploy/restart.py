@@ -14,11 +14,10 @@ import dataclasses
 from collections.abc import Callable
 from typing import Any
 
-from kimi_deploy import systemd
+from kimi_deploy import apikey, systemd
 from kimi_deploy.check import CheckOptions, run_checks
-from kimi_deploy.check.runner import read_api_key as read_key_file
-from kimi_deploy.errors import ExitCode, KimiDeployError, UsageError
-from kimi_deploy.hostfiles import Restored, list_backups, restore_backup
+from kimi_deploy.errors import ExitCode, KimiDeployError
+from kimi_deploy.hostfiles import Restored, list_backups, restore_backup, service_lock
 from kimi_deploy.paths import HostLayout
 from kimi_deploy.profile import Profile
 from kimi_deploy.readiness import WaitResult, WaitState, wait_ready
@@ -47,24 +46,6 @@ class CheckSummary:
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
-
-
-def read_api_key(profile: Profile, layout: HostLayout) -> str | None:
-    """The API key from ``[sglang] api_key_file`` (under ``layout``), stripped; None when the profile has none.
-
-    Raises:
-        UsageError: the file is set but unreadable or empty (exit 2); the value names the host path
-            (and the ``--root`` tree once).
-    """
-    host_path = profile.sglang.api_key_file
-    if not host_path:
-        return None
-    try:
-        return read_key_file(layout.under(host_path))
-    except UsageError as exc:
-        raise UsageError(exc.message, value=layout.describe(host_path),
-                         hint="the profile's [sglang] api_key_file must hold the server's key (one line, "
-                              "readable by this user); `kimi-deploy install` creates it when missing") from None
 
 
 def run_fast_checks(profile: Profile, api_key: str | None, timeout: float = 60.0) -> CheckSummary:
@@ -168,8 +149,19 @@ def restart(profile: Profile, layout: HostLayout, *, wait: bool = False, timeout
         UsageError: ``wait`` and the profile's API key file is unreadable or empty; checked before
             anything is restarted.
         ExternalCommandError: systemctl failed (the restart itself, not the server).
+        LockedError: an install, uninstall or restart of the service is running (exit 7); it holds
+            :func:`kimi_deploy.hostfiles.service_lock` for its whole run, and so does this one.
     """
-    api_key = read_api_key(profile, layout) if wait else None
+    api_key = apikey.profile_key(profile.sglang.api_key_file, layout) if wait else None
+    with service_lock(layout, profile.service.name):
+        return _restart(profile, layout, api_key=api_key, wait=wait, timeout=timeout,
+                        rollback_on_failure=rollback_on_failure, poll_interval=poll_interval, on_poll=on_poll,
+                        on_event=on_event)
+
+
+def _restart(profile: Profile, layout: HostLayout, *, api_key: str | None, wait: bool, timeout: float | None,
+             rollback_on_failure: bool, poll_interval: float, on_poll: Callable[[str, WaitState], None] | None,
+             on_event: Callable[[str], None] | None) -> RestartResult:
     timeout = float(timeout if timeout is not None else profile.service.timeout_start_sec)
     say = on_event or (lambda _m: None)
     svc = profile.service.name
@@ -200,7 +192,7 @@ def restart(profile: Profile, layout: HostLayout, *, wait: bool = False, timeout
     say(f"restarting {svc}.service with the previous files")
     previous = profile_after_rollback(layout, svc, profile)
     try:
-        previous_key = read_api_key(previous, layout)
+        previous_key = apikey.profile_key(previous.sglang.api_key_file, layout)
     except KimiDeployError as exc:
         notes.append(f"the previous version's API key is unreadable ({exc.message}); checking it without a key")
         previous_key = None

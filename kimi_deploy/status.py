@@ -23,18 +23,18 @@ import dataclasses
 import datetime as _dt
 import json
 from collections import Counter
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from kimi_deploy import systemd
+from kimi_deploy import apikey, systemd
 from kimi_deploy.errors import ExitCode, KimiDeployError
 from kimi_deploy.hostfiles import Manifest, read_bytes, sha256
 from kimi_deploy.patching import status as series_status
 from kimi_deploy.paths import HostLayout
 from kimi_deploy.profile import Profile
-from kimi_deploy.readiness import get_json, probe_ready
+from kimi_deploy.readiness import Probe, get_json, probe_ready
 from kimi_deploy.render import check_unit, render
-from kimi_deploy.restart import read_api_key
 
 #: Options whose value is a secret (SGLang 0.5.23 ``--api-key``, ``--admin-api-key``).
 SECRET_OPTIONS = ("--api-key", "--admin-api-key")
@@ -220,11 +220,59 @@ class StatusReport:
 
 def file_states(layout: HostLayout, manifest: Manifest) -> dict[str, str]:
     """Host path -> ``ok`` | ``modified`` | ``missing`` for every file in the manifest."""
+    return _file_states(manifest, {hp: read_bytes(layout.under(hp)) for hp in manifest.files})
+
+
+def _file_states(manifest: Manifest, files: Mapping[str, bytes | None]) -> dict[str, str]:
     out = {}
     for hp, record in sorted(manifest.files.items()):
-        data = read_bytes(layout.under(hp))
+        data = files.get(hp)
         out[hp] = "missing" if data is None else ("ok" if sha256(data) == record.sha256 else "modified")
     return out
+
+
+@dataclasses.dataclass(frozen=True)
+class StatusFacts:
+    """Everything ``status`` reports on, gathered once (:func:`gather_status_facts`); :func:`status_from`
+    reads nothing else.
+
+    ``files``: host path -> bytes (None: missing) of every file the manifest lists. ``unit``: ``systemctl
+    show`` of the server unit, or ``unit_error`` when it failed. ``api_key_error``: the key file could
+    not be read (the probes then ran without a key). ``probe``: ``GET /health_generate``. ``launch``:
+    the running server's arguments and their source (:func:`running_launch`). ``patches``:
+    :func:`patch_state`. ``last_check``: :func:`last_check` of the nightly report.
+    """
+
+    layout: HostLayout
+    files: Mapping[str, bytes | None]
+    unit: systemd.UnitState | None
+    unit_error: KimiDeployError | None
+    api_key_error: KimiDeployError | None
+    probe: Probe
+    launch: tuple[list[str], str] | None
+    patches: dict[str, Any]
+    last_check: dict[str, Any] | None
+
+
+def gather_status_facts(profile: Profile, layout: HostLayout, manifest: Manifest) -> StatusFacts:
+    """Read the files, ask systemd, probe the server, read the patch state and the last check (never raises
+    for a down server or a failed ``systemctl``: those become facts)."""
+    files = {hp: read_bytes(layout.under(hp)) for hp in manifest.files}
+    unit = unit_error = None
+    try:
+        unit = systemd.show(f"{profile.service.name}.service")
+    except KimiDeployError as exc:
+        unit_error = exc
+    api_key = key_error = None
+    try:
+        api_key = apikey.profile_key(profile.sglang.api_key_file, layout)
+    except KimiDeployError as exc:
+        key_error = exc
+    probe = probe_ready(profile.base_url, api_key)
+    launch = running_launch(profile.base_url, api_key, unit.main_pid if unit else None)
+    report = layout.check_report(profile.service.name)
+    return StatusFacts(layout, files, unit, unit_error, key_error, probe, launch, patch_state(profile.service.python),
+                       last_check(report, layout.host_path(report)))
 
 
 def _systemctl_failure(unit: str, exc: KimiDeployError, layout: HostLayout) -> str:
@@ -270,15 +318,22 @@ def _patch_problem(patches: dict[str, Any], python: str) -> str | None:
 
 
 def status(profile: Profile, layout: HostLayout, manifest: Manifest) -> StatusReport:
-    """Collect the status of ``profile``'s installed service (never raises for a down server).
+    """Collect the status of ``profile``'s installed service (never raises for a down server): the facts
+    (:func:`gather_status_facts`), then the report (:func:`status_from`).
 
     Paths in the report are host paths. Each entry of ``problems`` is one :func:`problem` line.
     """
+    return status_from(profile, manifest, gather_status_facts(profile, layout, manifest))
+
+
+def status_from(profile: Profile, manifest: Manifest, facts: StatusFacts) -> StatusReport:
+    """The status report of ``profile``'s service from ``facts``; no I/O but rendering the profile."""
     problems: list[str] = []
+    layout = facts.layout
     name = profile.service.name
     unit_name = f"{name}.service"
     profile_copy = layout.host_path(layout.profile_copy(name))
-    files = file_states(layout, manifest)
+    files = _file_states(manifest, facts.files)
     for hp, state in files.items():
         if state == "modified":
             problems.append(problem(f"{hp} was changed after install", "its sha256 differs from the install manifest",
@@ -288,8 +343,8 @@ def status(profile: Profile, layout: HostLayout, manifest: Manifest) -> StatusRe
             problems.append(problem(f"{hp} is missing", "listed in the install manifest, not on disk",
                                     f"put it back with `kimi-deploy install --profile {profile_copy}`"))
     unit = None
-    try:
-        state = systemd.show(unit_name)
+    state = facts.unit
+    if state is not None:
         unit = state.to_dict()
         if not state.is_active:
             problems.append(problem(f"{unit_name} is {state.active_state}/{state.sub_state}",
@@ -297,14 +352,11 @@ def status(profile: Profile, layout: HostLayout, manifest: Manifest) -> StatusRe
                                     f"ExecMainStatus={state.properties.get('ExecMainStatus') or '-'}",
                                     f"read `journalctl -u {unit_name} -n 50`, fix the cause, then "
                                     "`kimi-deploy restart --wait`"))
-    except KimiDeployError as exc:
-        problems.append(_systemctl_failure(unit_name, exc, layout))
-    try:
-        api_key = read_api_key(profile, layout)
-    except KimiDeployError as exc:
+    elif facts.unit_error is not None:
+        problems.append(_systemctl_failure(unit_name, facts.unit_error, layout))
+    if (exc := facts.api_key_error) is not None:
         problems.append(problem(f"the API key is unreadable: {exc.message}", str(exc.value), exc.hint or ""))
-        api_key = None
-    probe = probe_ready(profile.base_url, api_key)
+    probe = facts.probe
     health = {"ready": probe.ready, "endpoint": probe.stage, "http_status": probe.http_status, "detail": probe.detail}
     if not probe.ready:
         problems.append(problem(f"the server at {profile.base_url} is not ready",
@@ -312,7 +364,7 @@ def status(profile: Profile, layout: HostLayout, manifest: Manifest) -> StatusRe
                                 f"if it is starting, wait (`kimi-deploy restart --wait` shows the phase); else read "
                                 f"`journalctl -u {unit_name} -n 50`"))
     rendered = render(profile, manifest.sglang_version)
-    found = running_launch(profile.base_url, api_key, unit.get("main_pid") if unit else None)
+    found = facts.launch
     drift = None
     if found:
         drift = compare_launch(found[0], list(rendered.launch.server_args), found[1])
@@ -322,12 +374,12 @@ def status(profile: Profile, layout: HostLayout, manifest: Manifest) -> StatusRe
                                     f"{drift.source}: " + ", ".join(shown[:4]) + (" ..." if len(shown) > 4 else ""),
                                     "`kimi-deploy restart --wait` starts the installed unit; if the profile changed "
                                     "since, `kimi-deploy install --profile FILE` first"))
-    patches = patch_state(profile.service.python)
+    patches = facts.patches
     patch_problem = _patch_problem(patches, profile.service.python)
     if patch_problem:
         problems.append(patch_problem)
     report_hp = layout.host_path(layout.check_report(name))
-    check = last_check(layout.check_report(name), report_hp)
+    check = facts.last_check
     if check and check.get("exit_code") not in (None, 0):
         counts = ", ".join(f"{n} {k}" for k, n in sorted((check.get("counts") or {}).items()))
         problems.append(problem("the last nightly check failed",

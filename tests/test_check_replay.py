@@ -284,6 +284,8 @@ PARSER_FAILS_UNPATCHED = {
     "notes.item4_openai_id": "tool_call_dropped",
     "notes.item4_anthropic_id": "tool_call_dropped",
     "notes.item4_uuid_id": "tool_call_dropped",
+    "notes.item4_call_digits": "tool_call_dropped",
+    "notes.item5_string_arguments": "tool_call_dropped",  # 0.5.23 takes only {...} as arguments
     "notes.item6_eos_before_end": "tool_call_dropped",
     "notes.item9_newline_before_id": "markup_leak",
     "attribution.counter_tie": "wrong_tool",          # a bare counter given to Read by key overlap and list order
@@ -292,6 +294,8 @@ PARSER_FAILS_UNPATCHED = {
     "attribution.empty_arguments": "tool_call_dropped",
     "attribution.foreign_name": "unknown_tool",        # functions.invalid:0 returned as a call to 'invalid'
     "attribution.name_plus_digits": "tool_call_dropped",
+    "attribution.missing_end_then_next": "tool_call_dropped",  # both calls lost to one garbled match
+    "attribution.empty_id": "tool_call_dropped",
 }
 
 
@@ -325,3 +329,20 @@ def test_parser_tier_is_one_skip_row_on_a_server_without_a_kimi_parser(replay):
     [row] = report.results
     assert row.status == "skip" and row.id == "parser.tool_calls.notes.item1_spaced_markup"
     assert "tool_call_parser None, not kimi_k2" in row.detail
+
+
+def test_restart_fast_tier_runs_the_parser_tier_on_the_real_parsers(replay, patched, tmp_path):
+    """What ``restart --wait`` runs once the server is ready (:func:`kimi_deploy.restart.run_fast_checks`):
+    the parser.* tier fails on 0.5.23 as released exactly where the rule says and passes patched."""
+    from kimi_deploy.check import parser
+    from kimi_deploy.profile import load_profile
+    from kimi_deploy.restart import run_fast_checks
+
+    unpatched = run_fast_checks(load_profile(profile_for(tmp_path, replay["unpatched"].url(), name="u.toml")),
+                                API_KEY, timeout=30)
+    assert unpatched.exit_code == ExitCode.FAILED
+    failed = {c["id"]: c["kind"] for c in unpatched.results if c["status"] == "fail"}
+    assert failed == {f"parser.tool_calls.{k}": v for k, v in PARSER_FAILS_UNPATCHED.items()}
+    done = run_fast_checks(load_profile(profile_for(tmp_path, patched.url(), name="p.toml")), None, timeout=30)
+    assert done.exit_code == ExitCode.OK, [c for c in done.results if c["status"] != "pass"]
+    assert {c["id"] for c in done.results} >= set(parser.check_ids())

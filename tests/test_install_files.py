@@ -186,9 +186,9 @@ def test_rename_failure_midway_restores_the_previous_files(root, v1, v2, monkeyp
         return real_replace(src, dst)
 
     monkeypatch.setattr(os, "replace", flaky_replace)
-    from kimi_deploy.errors import UsageError
+    from kimi_deploy.errors import StorageError
 
-    with pytest.raises(UsageError, match="cannot replace"):
+    with pytest.raises(StorageError, match="cannot replace"):  # ENOSPC: the disk, not the input (exit 8)
         apply(plan_install(load_profile(v2), layout, enable=False))
     monkeypatch.setattr(os, "replace", real_replace)
     assert calls["n"] >= 3

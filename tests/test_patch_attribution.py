@@ -95,6 +95,14 @@ TOOLSETS = {
                             tool("weather", {"city": "string"}, ("city",))],
 }
 TOOLSETS["files_rev"] = list(reversed(TOOLSETS["files"]))
+#: upstream's strict-inference tests try every schema shape in both list orders, beside a tool that
+#: takes another key (unique) and beside one that takes the same key (a tie)
+SHAPES = ("ref", "pattern", "allof", "extra_branch", "unevaluated")
+for _shape in SHAPES:
+    TOOLSETS[f"{_shape}_rev"] = list(reversed(TOOLSETS[_shape]))
+    TOOLSETS[f"{_shape}_tie"] = [TOOLSETS[_shape][0], tool("delete", PATH, ("path",))]
+    TOOLSETS[f"{_shape}_tie_rev"] = list(reversed(TOOLSETS[f"{_shape}_tie"]))
+TOOLSETS["broken_ref_rev"] = list(reversed(TOOLSETS["broken_ref"]))
 
 
 def call(cid: str, args: str) -> str:
@@ -142,6 +150,7 @@ NAMELESS_IDS = (
     ("uuid", "0b5e7a4e-8a7f-4c9b-9d35-2f1c3c8f2e61"),
     ("counter", "3"),
     ("vllm", "chatcmpl-tool-9f8e7d6c5b4a"),
+    ("short", "call_x"),  # a one- or two-letter tail is minted, not a word
 )
 #: (label, tool set, raw arguments, the one tool they fit or None)
 NAMELESS = (
@@ -174,6 +183,10 @@ FOREIGN = (
     ("wrong_case", "files", "functions.read:0", '{"file_path": "/x"}'),
     ("garbage", "files", "some_garbage", '{"file_path": "/x"}'),
     ("name_plus_word", "files", "Read_file_3", '{"file_path": "/x"}'),
+    # a word after a client prefix may name a tool the request lacks: never inferred from the arguments
+    ("word_call", "files", "call_read", '{"file_path": "/a", "content": "x"}'),
+    ("word_toolu", "files", "toolu_delete", '{"file_path": "/a", "content": "x"}'),
+    ("word_vllm", "weather", "chatcmpl-tool-time", '{"timezone": "UTC"}'),
 )
 
 #: case -> (tool set, raw model output, expected [(name, arguments as JSON or raw text)])
@@ -191,6 +204,7 @@ for label, toolset, cid, args in FOREIGN:
     CASES[f"foreign.{label}"] = (toolset, section(call(cid, args)), [])
 
 UTC = '{"timezone": "UTC"}'
+WRITE, READ_B = '{"file_path": "/a", "content": "x"}', '{"file_path": "/b"}'
 CASES.update({
     # rule 4: a malformed call is skipped, the next one still parses and no raw text reaches the user
     "skip.list_then_canonical": ("weather", "Checking." + section(call("call_1", '["a"]'),
@@ -206,6 +220,16 @@ CASES.update({
                             [("Write", {"file_path": "/a", "content": "b"})]),
     "skip.bad_json_then_named": ("weather", section(call("call_2", '{"city": '), call("functions.get_time:3", UTC)),
                                  [("get_time", {"timezone": "UTC"})]),
+    # a missing <|tool_call_end|> ends the call at the next call or the section end, never swallows it
+    "skip.missing_end_then_named": ("files", section(CB + "call_9" + AB + WRITE, call("functions.Read:1", READ_B)),
+                                    [("Write", json.loads(WRITE)), ("Read", json.loads(READ_B))]),
+    "skip.named_missing_end_then_named": ("files", section(CB + "functions.Write:0" + AB + '{"file_path": "/a"',
+                                                           call("functions.Read:1", READ_B)),
+                                          [("Write", '{"file_path": "/a"'), ("Read", json.loads(READ_B))]),
+    "skip.section_end_without_call_end": ("files", B + CB + "call_9" + AB + WRITE + E, [("Write", json.loads(WRITE))]),
+    "skip.deep_then_named": ("files", section(call("call_1", '{"file_path": ' + "[" * 3000 + "]" * 3000 + "}"),
+                                              call("functions.Read:1", READ_B)), [("Read", json.loads(READ_B))]),
+    "nameless.no_id": ("files", "Writing." + section(CB + AB + WRITE + CE), [("Write", json.loads(WRITE))]),
     "parallel.two_nameless": ("files", section(call("call_a", '{"file_path": "/a", "content": "x"}'),
                                                call("call_b", '{"file_path": "/a", "offset": 1}')),
                               [("Write", {"file_path": "/a", "content": "x"}), ("Read", {"file_path": "/a", "offset": 1})]),
@@ -237,7 +261,13 @@ CASES.update({
 for toolset in ("ref", "pattern", "allof", "extra_branch", "unevaluated", "alias"):
     for cid in ("call_3", "3"):
         CASES[f"upstream.{toolset}.{cid}"] = (toolset, section(call(cid, '{"path": "/x"}')), [("read", {"path": "/x"})])
-for toolset in ("ref_twin", "broken_ref", "remote_ref"):
+for shape in SHAPES:
+    for cid in ("call_3", "3"):
+        CASES[f"upstream.{shape}_rev.{cid}"] = (f"{shape}_rev", section(call(cid, '{"path": "/x"}')),
+                                                [("read", {"path": "/x"})])
+    for order in ("tie", "tie_rev"):
+        CASES[f"upstream.{shape}_{order}"] = (f"{shape}_{order}", section(call("call_3", '{"path": "/x"}')), [])
+for toolset in ("ref_twin", "broken_ref", "broken_ref_rev", "remote_ref"):
     CASES[f"upstream.{toolset}"] = (toolset, section(call("call_3", '{"path": "/x"}')), [])
 CASES["upstream.invalid_values"] = ("ref", section(call("call_3", '{"path": 5}')), [])
 CASES["upstream.broken_then_named"] = ("broken_then_weather", section(call("call_3", '{"path": "/x"}'),
@@ -305,8 +335,9 @@ def test_a_dropped_call_logs_one_warning_line_with_its_id(patched):
 
 
 def test_a_schema_that_cannot_be_checked_names_the_tool(patched):
-    warnings = patched["upstream.broken_ref"]["warnings"]
-    assert warnings and all("'read'" in w for w in warnings[:1]), warnings
+    for case in ("upstream.broken_ref", "upstream.broken_ref_rev"):
+        warnings = patched[case]["warnings"]
+        assert warnings and all("'read'" in w for w in warnings[:1]), warnings
 
 
 def test_pristine_0_5_23_misattributes_or_drops_where_the_rule_says(pristine):

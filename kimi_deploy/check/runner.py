@@ -13,6 +13,7 @@ from kimi_deploy.check.client import Clients, Deadline, transport_finding
 from kimi_deploy.check.context import Context
 from kimi_deploy.check.results import CheckOptions, CheckReport, CheckResult, clip
 from kimi_deploy.check.validate import Finding, first
+from kimi_deploy.apikey import read_key_file
 from kimi_deploy.errors import UsageError
 from kimi_deploy.profile import Profile, load_profile
 
@@ -24,23 +25,6 @@ def _resolve_profile(value: object) -> tuple[Profile | None, str | None]:
         return value, None
     path = Path(value)  # type: ignore[arg-type]
     return load_profile(path), str(path)
-
-
-def read_api_key(path: str | Path) -> str:
-    """The key in ``path`` (surrounding whitespace removed).
-
-    Raises:
-        UsageError: unreadable or empty (exit 2).
-    """
-    try:
-        key = Path(path).read_text(encoding="utf-8").strip()
-    except OSError as exc:
-        raise UsageError(f"cannot read the API key file: {exc.strerror}", value=str(path),
-                         hint="pass --api-key-file with a file this user can read (the nightly unit passes "
-                              "its systemd credential)") from None
-    if not key:
-        raise UsageError("the API key file is empty", value=str(path), hint="write the key into the file")
-    return key
 
 
 def _result(check_id: str, status: str, findings: list[Finding], detail: str, started: float) -> CheckResult:
@@ -102,7 +86,7 @@ def run_checks(options: CheckOptions) -> CheckReport:
                          hint="e.g. --base-url http://127.0.0.1:30000")
     api_key = options.api_key
     if api_key is None and profile is not None and profile.sglang.api_key_file:
-        api_key = read_api_key(profile.sglang.api_key_file)
+        api_key = read_key_file(profile.sglang.api_key_file)
     ids = registry.select(options.only, options.skip)
     expected = options.model or (profile.sglang.served_model_name or profile.sglang.model_path if profile else None)
     report = CheckReport(base_url=base_url, model=expected, started_at=_dt.datetime.now(_dt.timezone.utc),

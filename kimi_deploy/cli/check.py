@@ -9,7 +9,7 @@ import click
 from rich.console import Console
 
 from kimi_deploy.check import CheckOptions, registry, reports, run_checks
-from kimi_deploy.check.runner import read_api_key
+from kimi_deploy.apikey import read_key_file as read_api_key
 from kimi_deploy.errors import UsageError
 from kimi_deploy.cli.options import json_path_option
 

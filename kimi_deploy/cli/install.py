@@ -45,9 +45,12 @@ def install_cmd(profile_path, preset, root, sglang_version, dry_run, force, no_e
     """Install the rendered units, env file and profile on the host (plan, diff, apply)."""
     profile = resolve_profile(profile_path, preset)
     layout = HostLayout(root)
-    plan = install_lib.plan_install(profile, layout, sglang_version=sglang_version, force=force,
-                                    enable=not no_enable, create_user=not no_create_user, restart=restart)
-    _carry_out(plan, dry_run=dry_run, force=force, as_json=as_json, diffs=True)
+
+    def make_plan():
+        return install_lib.plan_install(profile, layout, sglang_version=sglang_version, force=force,
+                                        enable=not no_enable, create_user=not no_create_user, restart=restart)
+
+    _carry_out(make_plan, dry_run=dry_run, force=force, as_json=as_json, diffs=True)
 
 
 @click.command("uninstall")
@@ -65,13 +68,23 @@ def uninstall_cmd(ctx, root, name, dry_run, force, purge, show_diff, as_json):
 
     Nothing installed: says so and exits 0."""
     layout = HostLayout(root)
-    plan = install_lib.plan_uninstall(layout, name, force=force, purge=purge)
+    service = install_lib.pick_service(layout, name, purge)
     verbose = bool(ctx.find_root().params.get("verbose"))
-    _carry_out(plan, dry_run=dry_run, force=force, as_json=as_json, diffs=show_diff or verbose)
+
+    def make_plan():
+        return install_lib.plan_uninstall(layout, service, force=force, purge=purge)
+
+    _carry_out(make_plan, dry_run=dry_run, force=force, as_json=as_json, diffs=show_diff or verbose)
 
 
-def _carry_out(plan, *, dry_run: bool, force: bool, as_json: bool, diffs: bool) -> None:
-    """Show ``plan`` (``--dry-run``), or refuse it (exit 4) unless forced, else apply it and show the result."""
+def _carry_out(make_plan, *, dry_run: bool, force: bool, as_json: bool, diffs: bool) -> None:
+    """Show the plan (``--dry-run``), or refuse it (exit 4) unless forced, else apply it and show the result.
+
+    A plan that would change something is made again under the service's lock
+    (:func:`kimi_deploy.install.locked`) and that one is applied: the facts cannot change between
+    planning and applying. A refused or empty plan takes no lock (and leaves no lock file).
+    """
+    plan = make_plan()
     if dry_run:
         _show(plan, None, as_json, dry_run=True, diffs=diffs)
         try:
@@ -87,7 +100,12 @@ def _carry_out(plan, *, dry_run: bool, force: bool, as_json: bool, diffs: bool) 
         if not as_json:
             click.echo(install_lib.format_plan(plan, diffs=diffs), nl=False, err=True)
         install_lib.refuse(plan)
-    result = install_lib.apply(plan)
+    if plan.is_noop:
+        _show(plan, install_lib.apply(plan), as_json, dry_run=False, diffs=diffs)
+        return
+    with install_lib.locked(plan.layout, plan.service):
+        plan = make_plan()
+        result = install_lib.apply(plan)
     _show(plan, result, as_json, dry_run=False, diffs=diffs)
 
 

@@ -1,0 +1,374 @@
+"""install/uninstall under hard kills, concurrent runs, hostile paths and a failing disk.
+
+The fault-injection harness runs the real CLI in a forked child (the kit already imported, so a
+run costs milliseconds, not an interpreter start) with ``$KIMI_DEPLOY_FAULT_KILL_AT=N``: the child
+SIGKILLs itself just before its N-th mutating file operation (:func:`kimi_deploy.fsio.fault_point`).
+For every N until a run completes, the next plain run must end in a recorded, verified state:
+every file the manifest lists holds the recorded bytes, no temp/rename leftovers, no intent
+record, and a further run plans nothing. Real ``systemctl --root`` on a tmp tree.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import re
+import shutil
+import signal
+import time
+from pathlib import Path
+
+import pytest
+
+from install_fakes import snapshot, write_profile
+from kimi_deploy import fsio, hostfiles
+from kimi_deploy.cli import cli
+from kimi_deploy.errors import ExitCode, LockedError
+from kimi_deploy.install import apply, plan_install
+from kimi_deploy.paths import HostLayout
+from kimi_deploy.profile import load_profile
+from kimi_deploy.status import file_states
+
+pytestmark = pytest.mark.skipif(shutil.which("systemctl") is None, reason="needs systemctl (systemctl --root)")
+
+KEY = "etc/kimi-deploy/kimi-test.api-key"
+LEFTOVER = re.compile(r"\..+\.([a-z0-9_]{8}\.tmp|[0-9]+\.bak)$")
+
+
+#: A child that has not exited after this many seconds is hung (not slow): it is killed and the test fails.
+HANG_GUARD_S = 600
+
+
+def spawn_cli(args: list[str], *, kill_at: int | None = None) -> int:
+    """Start ``kimi-deploy ARGS`` in a forked child (output discarded); its pid."""
+    pid = os.fork()
+    if pid == 0:  # child: never return into pytest
+        code = 70
+        try:
+            fsio._fault_count = 0
+            os.environ.pop(fsio.FAULT_KILL_ENV, None)
+            if kill_at is not None:
+                os.environ[fsio.FAULT_KILL_ENV] = str(kill_at)
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, 1)
+            os.dup2(devnull, 2)
+            try:
+                cli.main(args=args, prog_name="kimi-deploy", standalone_mode=True)
+                code = 0
+            except SystemExit as exc:
+                code = exc.code if isinstance(exc.code, int) else 1
+        finally:
+            os._exit(code)
+    return pid
+
+
+def reap(pid: int) -> int:
+    """The child's exit status, or ``-signal`` when it was killed."""
+    deadline = time.monotonic() + HANG_GUARD_S
+    while True:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            return -os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
+        if time.monotonic() > deadline:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+            pytest.fail(f"kimi-deploy child {pid} hung")
+        time.sleep(0.01)
+
+
+def fork_cli(args: list[str], *, kill_at: int | None = None) -> int:
+    """Run ``kimi-deploy ARGS`` in a forked child; its exit status, or ``-signal`` when killed."""
+    return reap(spawn_cli(args, kill_at=kill_at))
+
+
+def leftovers(root: Path) -> list[str]:
+    """Temp files, rename links, intent records and index-less backup sets anywhere in the tree."""
+    out = [p.relative_to(root).as_posix() for p in root.rglob("*")
+           if LEFTOVER.match(p.name) or p.name.endswith(".intent.json")]
+    backups = root / "etc/kimi-deploy/backup"
+    if backups.is_dir():
+        out += [p.relative_to(root).as_posix() for p in backups.glob("*/*")
+                if p.is_dir() and not p.name.endswith(".rolled-back") and not (p / "backup.json").exists()]
+    return sorted(out)
+
+
+def assert_installed(root: Path, profile: Path) -> None:
+    """The recorded, verified state of an install of ``profile``."""
+    layout = HostLayout(root)
+    manifest = hostfiles.load_manifest(layout, "kimi-test")
+    assert manifest is not None
+    assert manifest.profile_sha256 == load_profile(profile).digest()
+    assert set(file_states(layout, manifest).values()) == {"ok"}, file_states(layout, manifest)
+    assert manifest.api_key_file_created == "/" + KEY and (root / KEY).stat().st_mode & 0o777 == 0o600
+    assert leftovers(root) == []
+    assert plan_install(load_profile(profile), layout, enable=False).is_noop
+
+
+def assert_uninstalled(root: Path) -> None:
+    """No file of the service left but its lock file (the last holder's pid); empty folders may stay."""
+    assert list(snapshot(root)) in ([], ["etc/kimi-deploy/.kimi-test.lock"])
+
+
+def install_args(profile: Path, root: Path, *extra: str) -> list[str]:
+    return ["install", "--profile", str(profile), "--root", str(root), *extra]
+
+
+#: The kill loops leave systemctl out (--no-enable): it is no file operation of the kit, and it
+#: costs a process start per run.
+QUICK = "--no-enable"
+
+
+def kill_every_step(args: list[str], prepare, verify, *, limit: int = 200) -> int:
+    """Kill a run of ``args`` at operation 1, 2, ... (each from a fresh ``prepare()``), rerun it plainly,
+    ``verify()``; returns how many kill points the run has."""
+    for n in range(1, limit):
+        prepare()
+        code = fork_cli(args, kill_at=n)
+        if code == 0:
+            return n - 1
+        assert code == -signal.SIGKILL, (n, code)
+        again = fork_cli(args)
+        assert again == 0, (n, again)
+        verify(n)
+    raise AssertionError(f"the run still had mutating operations after {limit}")
+
+
+@pytest.fixture
+def profiles(tmp_path) -> tuple[Path, Path]:
+    return (write_profile(tmp_path / "v1.toml", context_length=1000),
+            write_profile(tmp_path / "v2.toml", context_length=2000))
+
+
+def test_a_first_install_killed_at_every_file_operation_is_completed_by_the_next_run(root, profiles):
+    v1, _ = profiles
+
+    def fresh():
+        shutil.rmtree(root)
+        root.mkdir()
+
+    points = kill_every_step(install_args(v1, root, QUICK), fresh, lambda n: assert_installed(root, v1))
+    assert points >= 15  # intent, key, backup, 6 files staged and renamed, intent removed
+
+
+def test_an_upgrade_killed_at_every_file_operation_leaves_files_the_next_install_and_uninstall_own(root, profiles,
+                                                                                                  tmp_path):
+    v1, v2 = profiles
+    assert fork_cli(install_args(v1, root, QUICK)) == 0
+    installed = tmp_path / "installed"
+    shutil.copytree(root, installed, symlinks=True)
+
+    def from_v1():
+        shutil.rmtree(root)
+        shutil.copytree(installed, root, symlinks=True)
+
+    points = kill_every_step(install_args(v2, root, QUICK), from_v1, lambda n: assert_installed(root, v2))
+    assert points >= 10
+    # killed mid-way, the tree is not hand-edited: uninstall (no --force) takes everything away
+    for n in range(1, points + 1):
+        from_v1()
+        assert fork_cli(install_args(v2, root, QUICK), kill_at=n) == -signal.SIGKILL
+        code = fork_cli(["uninstall", "--root", str(root), "--purge"])
+        assert code == 0, n
+        assert_uninstalled(root)
+
+
+def test_an_uninstall_purge_killed_at_every_file_operation_is_finished_by_the_next_run(root, profiles, tmp_path):
+    v1, _ = profiles
+    assert fork_cli(install_args(v1, root, QUICK)) == 0
+    installed = tmp_path / "installed"
+    shutil.copytree(root, installed, symlinks=True)
+    args = ["uninstall", "--root", str(root), "--purge", "--name", "kimi-test"]
+
+    def from_installed():
+        shutil.rmtree(root)
+        shutil.copytree(installed, root, symlinks=True)
+
+    points = kill_every_step(args, from_installed, lambda n: assert_uninstalled(root))
+    assert points >= 8
+
+
+def test_a_run_killed_after_creating_the_key_records_it_for_purge(root, profiles, tmp_path):
+    v1, _ = profiles
+    log = tmp_path / "ops.log"
+    os.environ[fsio.FAULT_TRACE_ENV] = str(log)
+    try:
+        assert fork_cli(install_args(v1, root)) == 0
+    finally:
+        del os.environ[fsio.FAULT_TRACE_ENV]
+    ops = log.read_text().splitlines()
+    after_key = next(i for i, line in enumerate(ops, 1) if "kimi-test.api-key" in line and " replace " in line) + 1
+    shutil.rmtree(root)
+    root.mkdir()
+    assert fork_cli(install_args(v1, root), kill_at=after_key) == -signal.SIGKILL
+    assert (root / KEY).exists() and hostfiles.load_manifest(HostLayout(root), "kimi-test") is None
+    assert fork_cli(["uninstall", "--root", str(root), "--purge"]) == 0
+    assert not (root / KEY).exists()
+    assert_uninstalled(root)
+
+
+def test_a_failed_install_takes_the_key_it_created_with_it(cli_runner, root, profiles, monkeypatch):
+    v1, _ = profiles
+    real = os.replace
+
+    def full_disk(src, dst):
+        if str(dst).endswith(".service"):
+            raise OSError(errno.ENOSPC, "No space left on device", str(dst))
+        return real(src, dst)
+
+    monkeypatch.setattr(os, "replace", full_disk)
+    result = cli_runner.invoke(cli, install_args(v1, root), catch_exceptions=False)
+    assert result.exit_code == ExitCode.STORAGE, result.output + result.stderr
+    assert "No space left on device" in result.stderr and "df -h" in result.stderr
+    assert "choose a directory" not in result.stderr  # not an input problem
+    assert not (root / KEY).exists()
+    assert leftovers(root) == []
+    assert not (root / "etc/systemd/system/kimi-test.service").exists()
+
+
+def test_a_read_only_file_system_is_a_storage_error_not_bad_input(cli_runner, tmp_path):
+    out = tmp_path / "units"
+    out.mkdir()
+    real = os.replace
+
+    def read_only(src, dst):
+        raise OSError(errno.EROFS, "Read-only file system", str(dst))
+
+    profile = write_profile(tmp_path / "p.toml")
+    os.replace = read_only
+    try:
+        result = cli_runner.invoke(cli, ["render", "--profile", str(profile), "--out", str(out)])
+    finally:
+        os.replace = real
+    assert result.exit_code == ExitCode.STORAGE, result.output + result.stderr
+    assert "read-only" in result.stderr
+
+
+def test_stale_temp_files_of_a_killed_run_are_cleaned_by_install_and_by_purge(cli_runner, root, profiles):
+    v1, _ = profiles
+    assert cli_runner.invoke(cli, install_args(v1, root)).exit_code == 0
+    litter = [root / "etc/systemd/system/.kimi-test.service.ab12cd_9.tmp",
+              root / "etc/kimi-deploy/.kimi-test.env.4242.bak",
+              root / "etc/kimi-deploy/backup/kimi-test/20250101T000000000000Z/files/x"]
+    for path in litter:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("half")
+    foreign = root / "etc/systemd/system/.other.service.ab12cd_9.tmp"
+    foreign.write_text("not ours")
+    result = cli_runner.invoke(cli, install_args(v1, root))
+    assert result.exit_code == 0, result.output + result.stderr
+    assert "left by an interrupted kimi-deploy run" in result.output
+    assert not any(p.exists() for p in litter[:2]) and not litter[2].parent.parent.exists()
+    assert foreign.exists()  # another file's temp file is not this service's to remove
+
+    litter[0].write_text("half")
+    purged = cli_runner.invoke(cli, ["uninstall", "--root", str(root), "--purge"])
+    assert purged.exit_code == 0, purged.output + purged.stderr
+    assert not litter[0].exists()
+
+
+# ---------------------------------------------------------------- concurrency
+
+def test_a_second_run_on_a_locked_service_waits_then_exits_7_and_changes_nothing(cli_runner, root, profiles,
+                                                                                monkeypatch):
+    v1, v2 = profiles
+    assert cli_runner.invoke(cli, install_args(v1, root)).exit_code == 0
+    slept = []
+    clock = iter(range(0, 1000)).__next__
+    real_lock = fsio.exclusive_lock
+
+    def fake_clock_lock(path, **kw):  # drive the wait with a fake clock: no real sleeping
+        return real_lock(path, **{**kw, "clock": lambda: float(clock()), "sleep": slept.append})
+
+    layout = HostLayout(root)
+    with fsio.exclusive_lock(layout.lock_file("kimi-test"), what="test"):
+        before = snapshot(root)
+        monkeypatch.setattr(fsio, "exclusive_lock", fake_clock_lock)
+        for args in (install_args(v2, root), ["uninstall", "--root", str(root)]):
+            result = cli_runner.invoke(cli, args)
+            assert result.exit_code == ExitCode.LOCKED, result.output + result.stderr
+            assert "install, uninstall or restart of service kimi-test is running" in result.stderr
+            assert snapshot(root) == before
+        assert len(slept) >= 10  # it waited (on the injected clock) before giving up
+        # a dry run only reads: it takes no lock
+        assert cli_runner.invoke(cli, install_args(v2, root) + ["--dry-run"]).exit_code == 0
+    monkeypatch.setattr(fsio, "exclusive_lock", real_lock)
+    assert cli_runner.invoke(cli, install_args(v2, root)).exit_code == 0
+
+
+def test_restart_takes_the_same_lock(root, profiles, fake_systemd):
+    from kimi_deploy.restart import restart
+
+    v1, _ = profiles
+    layout = HostLayout(root)
+    apply(plan_install(load_profile(v1), layout, enable=False))
+    with fsio.exclusive_lock(layout.lock_file("kimi-test"), what="test"):
+        with pytest.raises(LockedError):
+            with hostfiles.service_lock(layout, "kimi-test", wait=0):
+                pass
+        fsio_wait = fsio.LOCK_WAIT_S
+        fsio.LOCK_WAIT_S = 0
+        try:
+            with pytest.raises(LockedError):
+                restart(load_profile(v1), layout)
+        finally:
+            fsio.LOCK_WAIT_S = fsio_wait
+    assert fake_systemd.verbs() == []  # nothing restarted while another run held the service
+    restart(load_profile(v1), layout)
+    assert fake_systemd.verbs() == ["restart kimi-test.service"]
+
+
+def test_two_concurrent_installs_of_one_service_end_in_one_recorded_state(root, profiles):
+    v1, v2 = profiles
+    for _ in range(3):
+        pids = [spawn_cli(install_args(profile, root)) for profile in (v1, v2)]
+        codes = [reap(pid) for pid in pids]
+        assert set(codes) <= {0, ExitCode.LOCKED}, codes
+        layout = HostLayout(root)
+        manifest = hostfiles.load_manifest(layout, "kimi-test")
+        winner = v1 if manifest.profile_sha256 == load_profile(v1).digest() else v2
+        assert_installed(root, winner)
+
+
+# ---------------------------------------------------------------- containment under --root
+
+@pytest.mark.parametrize("field", ["api_key_file", "cache_dir"])
+def test_a_dotdot_path_never_leaves_the_root(cli_runner, root, tmp_path, field):
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    escape = f"/../../../..{outside}/stolen"
+    profile = write_profile(tmp_path / "p.toml", api_key=field != "api_key_file",
+                            cache_dir=escape if field == "cache_dir" else None)
+    if field == "api_key_file":
+        profile.write_text(profile.read_text() + f'api_key_file = "{escape}"\n')
+    result = cli_runner.invoke(cli, install_args(profile, root))
+    assert result.exit_code == ExitCode.USAGE, result.output + result.stderr
+    assert list(outside.iterdir()) == []
+
+
+def test_a_manifest_naming_a_path_outside_the_root_is_never_purged(cli_runner, root, profiles, tmp_path):
+    v1, _ = profiles
+    assert cli_runner.invoke(cli, install_args(v1, root)).exit_code == 0
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    (victim / "keep").write_text("precious")
+    layout = HostLayout(root)
+    manifest = hostfiles.load_manifest(layout, "kimi-test")
+    tampered = manifest.model_copy(update={"state_dir": f"/../../../..{victim}",
+                                           "api_key_file_created": f"/../../../..{victim}/keep"})
+    layout.manifest("kimi-test").write_bytes(tampered.to_bytes())
+    result = cli_runner.invoke(cli, ["uninstall", "--root", str(root), "--purge"])
+    assert result.exit_code == ExitCode.USAGE, result.output + result.stderr
+    assert "not a normalised absolute host path" in result.stderr
+    assert (victim / "keep").read_text() == "precious"
+
+
+def test_a_symlink_in_the_tree_pointing_outside_is_not_followed(cli_runner, root, tmp_path):
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (root / "etc").mkdir()
+    (root / "etc/kimi-deploy").symlink_to(outside)
+    profile = write_profile(tmp_path / "p.toml")
+    result = cli_runner.invoke(cli, install_args(profile, root))
+    assert result.exit_code == ExitCode.USAGE, result.output + result.stderr
+    assert "leads out of the --root tree" in result.stderr
+    assert list(outside.iterdir()) == []

@@ -1,0 +1,204 @@
+"""install/uninstall plans as data: HostFacts in, Plan out (the planners read nothing else).
+
+Every fact is written here by hand (accounts, GPU device groups, unit states, the key file, file
+bytes, an interrupted run's record); the layout points at a path that does not exist, so a
+planner that touched the disk would see nothing of what these tests describe.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from install_fakes import write_profile
+from kimi_deploy import install
+from kimi_deploy.apikey import KeyFile
+from kimi_deploy.errors import UsageError
+from kimi_deploy.hostfiles import FileRecord, Intent, Manifest, Ownership, sha256
+from kimi_deploy.install import HostFacts, desired_files, plan_install_from, plan_uninstall_from
+from kimi_deploy.paths import HostLayout
+from kimi_deploy.profile import load_profile
+
+NOWHERE = HostLayout(Path("/nonexistent/kimi-deploy-plan-data"))
+HOST = HostLayout(Path("/"))
+KEY = "/etc/kimi-deploy/kimi-test.api-key"
+MANIFEST = "/etc/kimi-deploy/kimi-test.manifest.json"
+
+
+@pytest.fixture
+def profile(tmp_path):
+    return load_profile(write_profile(tmp_path / "p.toml"))
+
+
+def facts_for(layout, **kw) -> HostFacts:
+    base = dict(layout=layout, users=frozenset({"sglang"}), groups=frozenset({"sglang"}),
+                key=KeyFile(KEY, exists=True), enabled={"kimi-test.service": True,
+                                                       "kimi-deploy-check@kimi-test.timer": True},
+                active={"kimi-deploy-check@kimi-test.timer": True})
+    base.update(kw)
+    return HostFacts(**base)
+
+
+def plan(profile, facts, **kw):
+    files, version = desired_files(profile)
+    return plan_install_from(profile, facts, files, version, **kw), files
+
+
+def kinds(p) -> list[str]:
+    return [s.summary.split(" ")[0] + (" " + s.argv[0] if s.argv else "") for s in p.steps]
+
+
+def test_an_empty_host_plans_every_file_the_user_the_key_and_enabling(profile):
+    p, files = plan(profile, facts_for(HOST, users=frozenset(), groups=frozenset(), key=KeyFile(KEY, False),
+                                       enabled={}, active={}))
+    assert {c.host_path for c in p.files} == set(files) | {MANIFEST}
+    assert all(c.action == "create" for c in p.files)
+    argv = [s.argv for s in p.steps if s.argv]
+    assert argv[0][:2] == ("groupadd", "--system") and argv[1][0] == "useradd"
+    assert "--home-dir" in argv[1] and "/var/lib/kimi-test" in argv[1]
+    assert [s.kind for s in p.steps if s.kind == "api-key"] == ["api-key"]
+    assert ("systemctl", "enable", "--", "kimi-test.service", "kimi-deploy-check@kimi-test.timer") in argv
+    assert ("systemctl", "start", "--", "kimi-deploy-check@kimi-test.timer") in argv
+    assert p.intent.api_key_created == KEY and p.intent.manifest.api_key_file_created == KEY
+
+
+def test_files_already_in_place_plan_nothing(profile):
+    files, version = desired_files(profile)
+    first = plan_install_from(profile, facts_for(HOST), files, version)
+    manifest_bytes = next(c.new for c in first.files if c.host_path == MANIFEST)
+    on_disk = {**files, MANIFEST: manifest_bytes}
+    again = plan_install_from(profile, facts_for(HOST, files=on_disk, manifest=first.intent.manifest), files, version)
+    assert again.is_noop, again.to_dict()
+
+
+@pytest.mark.parametrize(("members", "expect"), [((), True), (("sglang",), False)])
+def test_a_restricted_gpu_node_group_is_joined_once(profile, members, expect):
+    p, _ = plan(profile, facts_for(HOST, gpu_groups={"video": members}))
+    usermod = [s.argv for s in p.steps if s.argv[:1] == ("usermod",)]
+    assert usermod == ([("usermod", "--append", "--groups", "video", "sglang")] if expect else [])
+
+
+def test_under_root_without_passwd_no_account_is_created(profile):
+    p, _ = plan(profile, facts_for(NOWHERE, users=frozenset(), groups=frozenset(), has_passwd=False))
+    assert not any(s.argv[:1] in (("useradd",), ("groupadd",)) for s in p.steps)
+    assert any("the --root tree has no /etc/passwd" in n for n in p.notes)
+    assert not any(s.argv[:1] == ("usermod",) for s in p.steps)  # device groups are the host's business
+
+
+def test_key_file_facts_decide_create_refuse_or_warn(profile):
+    with pytest.raises(UsageError, match="empty"):
+        plan(profile, facts_for(HOST, key=KeyFile(KEY, True, empty=True)))
+    with pytest.raises(UsageError, match="not a regular file"):
+        plan(profile, facts_for(HOST, key=KeyFile(KEY, True, regular=False)))
+    p, _ = plan(profile, facts_for(HOST, key=KeyFile(KEY, True, mode=0o644, uid=1000)))
+    assert any("readable by group/others (mode 0644)" in n for n in p.notes)
+    assert any("owned by uid 1000" in n for n in p.notes)
+    assert not any(s.kind == "api-key" for s in p.steps)
+
+
+def test_an_interrupted_upgrade_is_recognised_not_refused(profile):
+    files, version = desired_files(profile)
+    unit = "/etc/systemd/system/kimi-test.service"
+    old_bytes = b"# Generated by kimi-deploy 0.0.1\n[Service]\nExecStart=/old\n"
+    old = Manifest(kimi_deploy_version="0.0.1", service="kimi-test", profile_sha256="x", sglang_version="0.5.23",
+                   files={unit: FileRecord(sha256=sha256(old_bytes))}, cache_dir="/var/cache/kimi-test",
+                   state_dir="/var/lib/kimi-test")
+    new = old.model_copy(update={"files": {hp: FileRecord(sha256=sha256(b)) for hp, b in files.items()}})
+    intent = Intent(manifest=new, previous=dict(old.files), api_key_created=KEY)
+    # killed after the unit was renamed but before the manifest: the unit holds the new bytes,
+    # the manifest on disk is the old one
+    on_disk = {unit: files[unit]}
+    without = plan_install_from(profile, facts_for(HOST, files={unit: b"# Generated by kimi-deploy\nother\n"},
+                                                   manifest=old, intent=intent), files, version)
+    assert [r.host_path for r in without.refusals] == [unit]  # bytes matching neither record are refused
+    p = plan_install_from(profile, facts_for(HOST, files=on_disk, manifest=old, intent=intent), files, version)
+    assert not p.refusals
+    assert p.stale_intent and any("interrupted" in n for n in p.notes)
+    assert p.intent.manifest.api_key_file_created == KEY  # the key that run created stays recorded
+
+
+def test_an_interrupted_first_install_is_removed_by_uninstall_with_its_key_on_purge(profile):
+    files, _ = desired_files(profile)
+    written = dict(list(files.items())[:2])
+    manifest = Manifest(kimi_deploy_version="0.1.0", service="kimi-test", profile_sha256="x",
+                        sglang_version="0.5.23", files={hp: FileRecord(sha256=sha256(b)) for hp, b in files.items()},
+                        api_key_file_created=KEY, api_key_file=KEY, cache_dir="/var/cache/kimi-test",
+                        state_dir="/var/lib/kimi-test")
+    facts = HostFacts(layout=NOWHERE, files=written, intent=Intent(manifest=manifest, api_key_created=KEY),
+                      exists=frozenset({KEY}), installed=("kimi-test",))
+    p = plan_uninstall_from(facts, "kimi-test", purge=True)
+    assert {c.host_path for c in p.changes} == set(written)
+    assert all(c.ownership is Ownership.OURS for c in p.changes) and not p.refusals
+    assert any(s.kind == "remove-file" and s.path == NOWHERE.join(KEY) for s in p.steps)
+    assert p.stale_intent
+
+
+def test_leftovers_of_a_killed_run_are_planned_away(profile):
+    stale = ("/etc/systemd/system/.kimi-test.service.ab12cd_9.tmp", "/etc/kimi-deploy/backup/kimi-test/2025")
+    p, _ = plan(profile, facts_for(NOWHERE, stale=stale))
+    removals = [(s.kind, s.path) for s in p.steps if "interrupted kimi-deploy run" in s.summary]
+    assert removals == [("remove-file", NOWHERE.join(stale[0])), ("remove-tree", NOWHERE.join(stale[1]))]
+
+
+def test_purge_removes_the_backups_last(profile):
+    manifest = Manifest(kimi_deploy_version="0.1.0", service="kimi-test", profile_sha256="x",
+                        sglang_version="0.5.23", files={}, api_key_file_created=KEY, api_key_file=KEY,
+                        cache_dir="/var/cache/kimi-test", state_dir="/var/lib/kimi-test")
+    facts = HostFacts(layout=NOWHERE, manifest=manifest, installed=("kimi-test",),
+                      exists=frozenset({KEY, "/var/lib/kimi-test", "/var/cache/kimi-test"}))
+    p = plan_uninstall_from(facts, "kimi-test", purge=True)
+    removed = [NOWHERE.host_path(s.path) for s in p.steps if s.kind.startswith("remove")]
+    assert removed[-1] == "/etc/kimi-deploy/backup/kimi-test"  # a purge killed earlier still finds its record
+    assert set(removed) == {"/var/lib/kimi-test", "/var/cache/kimi-test", KEY, "/etc/kimi-deploy/backup/kimi-test"}
+
+
+def test_planners_never_touch_the_disk(profile, monkeypatch):
+    import builtins
+    import os
+
+    calls = []
+
+    def recorder(name, real):
+        def record(*a, **k):
+            calls.append((name, a))
+            return real(*a, **k)
+        return record
+
+    files, version = desired_files(profile)
+    facts = facts_for(NOWHERE, stale=("/etc/kimi-deploy/.kimi-test.env.12.bak",))
+    for name in ("stat", "lstat", "listdir", "scandir", "readlink"):
+        monkeypatch.setattr(os, name, recorder(name, getattr(os, name)))
+    monkeypatch.setattr(builtins, "open", recorder("open", builtins.open))
+    monkeypatch.setattr(install.proc, "run", recorder("run", install.proc.run))
+    try:
+        p = plan_install_from(profile, facts, files, version)
+        u = plan_uninstall_from(HostFacts(layout=NOWHERE, manifest=p.intent.manifest, installed=("kimi-test",)),
+                                "kimi-test", purge=True)
+    finally:
+        monkeypatch.undo()
+    assert calls == []
+    assert p.changes and u.files and u.steps
+
+
+def test_status_is_computed_from_facts(profile):
+    from kimi_deploy.readiness import Probe
+    from kimi_deploy.status import StatusFacts, status_from
+    from kimi_deploy.systemd import parse_show
+
+    files, version = desired_files(profile)
+    manifest = plan(profile, facts_for(HOST))[0].intent.manifest
+    unit = "/etc/systemd/system/kimi-test.service"
+    on_disk = {**files, unit: b"edited", "/etc/kimi-deploy/kimi-test.env": None}
+    facts = StatusFacts(NOWHERE, on_disk, parse_show("ActiveState=failed\nSubState=failed\nResult=exit-code\n"),
+                        None, None, Probe(False, "/health_generate", None, "connection refused"),
+                        None, {"state": "applied"}, {"path": "/var/lib/kimi-test/check-report.json",
+                                                     "modified_at": "2025-01-01T00:00:00+00:00", "exit_code": 1,
+                                                     "counts": {"fail": 2}})
+    report = status_from(profile, manifest, facts)
+    assert report.files[unit] == "modified" and report.files["/etc/kimi-deploy/kimi-test.env"] == "missing"
+    text = "\n".join(report.problems)
+    for expected in (f"{unit} was changed after install", "kimi-deploy/kimi-test.env is missing",
+                     "kimi-test.service is failed/failed", "is not ready", "the last nightly check failed"):
+        assert expected in text
+    assert report.exit_code == 1
