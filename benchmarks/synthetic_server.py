@@ -2,7 +2,10 @@
 """A synthetic OpenAI-compatible streaming server whose timing is known: the truth for calibration.
 
 ``POST /v1/chat/completions`` answers every request with ``max_tokens`` (or
-``max_completion_tokens``; ``--output-tokens`` overrides) output tokens on a fixed
+``max_completion_tokens``; ``--output-tokens`` overrides) output tokens, ``finish_reason``
+``length``, as SGLang with ``ignore_eos`` does. ``--eos-tokens N`` plays a model that ends
+its answer: at most N tokens, ``finish_reason`` ``stop`` when that is fewer than asked
+(a request with ``"ignore_eos": true`` still gets them all). The tokens go out on a fixed
 schedule measured from the moment the request is parsed:
 
 - the first chunk carrying text leaves at ``--ttft-ms``;
@@ -25,7 +28,8 @@ retry adds 1-2 s to TTFT). HTTP/1.1 keep-alive, SSE framed one event per HTTP ch
 
 Also serves ``GET /server_info`` (the synthetic settings plus, with
 ``--spec-accept-length``, ``internal_states[0].avg_spec_accept_length`` as SGLang
-0.5.23 reports it), ``GET|POST /flush_cache`` (404 with ``--no-flush-cache``),
+0.5.23 reports it; ``chat_requests`` and ``completion_tokens_served`` count what was asked of it),
+``GET|POST /flush_cache`` (404 with ``--no-flush-cache``),
 ``GET /v1/models``, ``GET /health``. ``--chat-status 500`` makes every chat request fail
 with that status (a broken server whose control plane still answers). Prints ``listening on http://HOST:PORT`` on stdout
 once bound (``--port 0`` picks a free port). Standard library only (uvloop optional).
@@ -55,6 +59,7 @@ class Settings:
         self.jitter = ns.jitter_ms / 1000.0
         self.tokens_per_chunk = ns.tokens_per_chunk
         self.output_tokens = ns.output_tokens
+        self.eos_tokens = ns.eos_tokens
         self.default_max_tokens = ns.default_max_tokens
         self.reasoning_tokens = ns.reasoning_tokens
         self.usage = not ns.no_usage
@@ -80,7 +85,7 @@ class Stream:
     """The pre-rendered chunks of one streamed answer and its schedule."""
 
     def __init__(self, settings: Settings, request_id: str, n_tokens: int, prompt_tokens: int,
-                 include_usage: bool) -> None:
+                 include_usage: bool, finish: str = "length") -> None:
         k = settings.tokens_per_chunk
         n_chunks = max(1, math.ceil(n_tokens / k))
         created = int(time.time())
@@ -96,7 +101,7 @@ class Stream:
             if i == 0:
                 delta = {"role": "assistant", **delta}
             self.chunks.append(_chunk((head + json.dumps(delta, separators=(",", ":")) + tail).encode()))
-        end = _chunk((head + '{},"logprobs":null,"finish_reason":"length","matched_stop":null}],"usage":null}')
+        end = _chunk((head + '{},"logprobs":null,"finish_reason":"%s","matched_stop":null}],"usage":null}' % finish)
                      .encode())
         if include_usage:
             usage = {"prompt_tokens": prompt_tokens, "completion_tokens": n_tokens,
@@ -112,8 +117,9 @@ class Handler(asyncio.Protocol):
     """One client connection: parses HTTP/1.1 requests one at a time and answers them."""
 
     counter = 0
+    tokens = 0
     flushes = 0
-    bodies: dict[tuple[int, int, bool], bytes] = {}
+    bodies: dict[tuple[int, int, bool, str], bytes] = {}
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
@@ -191,7 +197,8 @@ class Handler(asyncio.Protocol):
             self._chat(body)
         elif path in ("/server_info", "/get_server_info") and method == "GET":
             info = {"synthetic": s.raw, "served_model_name": s.model, "version": "synthetic",
-                    "flush_cache_count": Handler.flushes, "internal_states": [{}]}
+                    "flush_cache_count": Handler.flushes, "internal_states": [{}],
+                    "chat_requests": Handler.counter, "completion_tokens_served": Handler.tokens}
             if s.spec_accept_length is not None:
                 info["speculative_algorithm"] = "EAGLE3"
                 info["internal_states"] = [{"avg_spec_accept_length": s.spec_accept_length}]
@@ -218,13 +225,17 @@ class Handler(asyncio.Protocol):
         except (ValueError, TypeError, AttributeError) as exc:
             self._respond(400, {"error": {"message": f"bad request body: {exc}"}})
             return
+        finish = "length"
         if s.output_tokens:
             n = s.output_tokens
+        elif s.eos_tokens and s.eos_tokens < n and req.get("ignore_eos") is not True:
+            n, finish = s.eos_tokens, "stop"
         Handler.counter += 1
+        Handler.tokens += n
         request_id = f"chatcmpl-syn{Handler.counter}"
         prompt_tokens = max(1, len(body) // 4)
         if not req.get("stream"):
-            self._unary(req, t0, n, prompt_tokens, request_id)
+            self._unary(req, t0, n, prompt_tokens, request_id, finish)
             return
         include_usage = s.usage and bool((req.get("stream_options") or {}).get("include_usage"))
         self.transport.write(STREAM_HEAD)
@@ -232,16 +243,17 @@ class Handler(asyncio.Protocol):
         if s.gap == 0 and s.jitter == 0:
             # as fast as possible: one write of a body rendered once per length (the server must not be
             # what limits a client-overhead test)
-            key = (n, prompt_tokens, include_usage)
+            key = (n, prompt_tokens, include_usage, finish)
             body = Handler.bodies.get(key)
             if body is None:
-                body = Handler.bodies[key] = b"".join(Stream(s, "chatcmpl-syn", n, prompt_tokens, include_usage).chunks)
+                body = Handler.bodies[key] = b"".join(Stream(s, "chatcmpl-syn", n, prompt_tokens, include_usage,
+                                                             finish).chunks)
             if s.ttft == 0:
                 self._write_all(body)
             else:
                 self.timers.append(loop.call_at(t0 + s.ttft, self._write_all, body))
             return
-        stream = Stream(s, request_id, n, prompt_tokens, include_usage)
+        stream = Stream(s, request_id, n, prompt_tokens, include_usage, finish)
         when = t0 + s.ttft + (s.rng.uniform(-s.jitter, s.jitter) if s.jitter else 0.0)
         for i, chunk in enumerate(stream.chunks):
             if i:
@@ -261,12 +273,12 @@ class Handler(asyncio.Protocol):
         self.transport.write(body)
         self._done()
 
-    def _unary(self, req: dict, t0: float, n: int, prompt_tokens: int, request_id: str) -> None:
+    def _unary(self, req: dict, t0: float, n: int, prompt_tokens: int, request_id: str, finish: str) -> None:
         s = self.settings
         text = "".join(TOKEN_WORDS[t % len(TOKEN_WORDS)] for t in range(n))
         resp = {"id": request_id, "object": "chat.completion", "created": int(time.time()), "model": s.model,
                 "choices": [{"index": 0, "message": {"role": "assistant", "content": text},
-                             "finish_reason": "length"}]}
+                             "finish_reason": finish}]}
         if s.usage:
             resp["usage"] = {"prompt_tokens": prompt_tokens, "completion_tokens": n,
                              "total_tokens": prompt_tokens + n}
@@ -285,6 +297,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--tokens-per-chunk", type=int, default=4)
     p.add_argument("--jitter-ms", type=float, default=0.0, help="uniform +/- noise on TTFT and each gap")
     p.add_argument("--output-tokens", type=int, default=0, help="answer length; 0 = the request's max_tokens")
+    p.add_argument("--eos-tokens", type=int, default=0,
+                   help="end answers after this many tokens (finish_reason stop) unless the request sends "
+                        "ignore_eos; 0 = every answer runs to max_tokens")
     p.add_argument("--default-max-tokens", type=int, default=128, help="length when the request names none")
     p.add_argument("--reasoning-tokens", type=int, default=0, help="leading tokens sent as reasoning_content")
     p.add_argument("--no-usage", action="store_true", help="never send a usage block")
@@ -315,6 +330,8 @@ def main(argv: list[str] | None = None) -> None:
     ns = build_parser().parse_args(argv)
     if ns.tokens_per_chunk < 1:
         sys.exit("--tokens-per-chunk must be >= 1")
+    if ns.eos_tokens < 0:
+        sys.exit("--eos-tokens must be >= 0")
     runner = asyncio.run
     if ns.loop in ("auto", "uvloop"):
         try:

@@ -50,7 +50,8 @@ def profile_key(api_key_file: str | None, layout: HostLayout) -> str | None:
     except UsageError as exc:
         raise UsageError(exc.message, value=layout.describe(api_key_file),
                          hint="the profile's [sglang] api_key_file must hold the server's key (one line, "
-                              "readable by this user); `kimi-deploy install` creates it when missing") from None
+                              f"readable by this user); `{layout.command('install --profile FILE')}` creates it "
+                              "when missing") from None
 
 
 @dataclasses.dataclass(frozen=True)

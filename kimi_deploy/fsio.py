@@ -275,8 +275,44 @@ def check_output_paths(paths: Mapping[str, Path | None], *, unwritable_hint: str
                              hint=unwritable_hint or "write the file into a directory this user can write to")
 
 
+def check_output_dir(option: str, path: Path | None) -> None:
+    """Refuse an output *directory* (``render --out DIR``) by :func:`check_output_paths`' rule.
+
+    ``path`` may exist (then it must be a writable directory) or be created by the caller, one
+    level only: its parent must exist and be a writable directory. Nothing is created here.
+
+    Raises:
+        UsageError: the first problem, with ``option`` and the path (exit 2).
+    """
+    if path is None:
+        return
+    path = Path(path)
+    if path.exists():
+        if not path.is_dir():
+            raise UsageError(f"{option}: {path} exists and is not a directory", value=str(path),
+                             hint="give a directory (it is created when missing, its parent must exist)")
+        if not os.access(path, os.W_OK | os.X_OK):
+            raise UsageError(f"{option}: the directory {path} is not writable by this user", value=str(path),
+                             hint="write into a directory this user can write to")
+        return
+    check_output_paths({option: path})
+
+
+def create_output_dir(path: Path) -> None:
+    """Create ``path`` (one level; its parent was checked by :func:`check_output_dir`).
+
+    Raises:
+        UsageError: it cannot be created (the parent went away, permissions).
+    """
+    try:
+        Path(path).mkdir(exist_ok=True)
+    except OSError as exc:
+        raise UsageError(f"cannot create the directory {path}: {exc.strerror}", value=str(path),
+                         hint="create its parent first or choose another directory") from exc
+
+
 #: File name suffix per output option, for the example in a "give a file name" hint.
-_SUFFIX = {"--json": ".json", "--junit": ".xml", "--prom": ".prom", "--csv": ".csv", "--plot": ".png"}
+_SUFFIX = {"--out": "", "PATH": ".toml", "--json": ".json", "--junit": ".xml", "--prom": ".prom", "--csv": ".csv", "--plot": ".png"}
 
 
 def write_atomic(path: Path, data: bytes | str, *, mode: int = 0o644) -> None:
@@ -303,6 +339,7 @@ def write_many_atomic(files: Mapping[Path, bytes | str], *, mode: int = 0o644,
         StorageError: the file system refused (disk full, read-only, I/O error); nothing was changed.
     """
     staged: list[tuple[str, Path]] = []
+    path = None
     try:
         for path, data in files.items():
             payload = data.encode() if isinstance(data, str) else data
@@ -319,7 +356,9 @@ def write_many_atomic(files: Mapping[Path, bytes | str], *, mode: int = 0o644,
         for tmp, _ in staged:
             with contextlib.suppress(OSError):
                 os.unlink(tmp)
-        raise os_failure(exc, f"cannot write {exc.filename or 'output'}", value=str(exc.filename or ""),
+        # name the path the caller gave, never the temporary file staged next to it
+        target = exc.filename if path is None or exc.filename == str(path.parent) else path
+        raise os_failure(exc, f"cannot write {target or 'output'}", value=str(target or ""),
                          hint="choose a directory you can write to (or fix its permissions); nothing was changed") \
             from exc
     _swap_in(staged)

@@ -202,8 +202,9 @@ def find_installed(layout: HostLayout, name: str | None = None, *, selectors: st
         if not names:
             where = layout.describe(layout.host_path(layout.config_dir))
             raise UsageError(f"no service installed by kimi-deploy in {where}",
-                             hint="run `kimi-deploy install --profile FILE` first, or pass the --root DIR "
-                                  "it was installed under")
+                             hint=f"run `{layout.command('install --profile FILE')}` first"
+                                  + (", or pass the --root DIR it was installed under" if layout.is_host else
+                                     ", or check the --root DIR"))
         if len(names) > 1:
             raise UsageError("several services are installed; say which", value=", ".join(names),
                              hint=f"pass {selectors}")
@@ -214,7 +215,7 @@ def find_installed(layout: HostLayout, name: str | None = None, *, selectors: st
     if manifest is None:
         raise UsageError(f"service {name} is not installed by kimi-deploy",
                          value=layout.describe(layout.host_path(layout.manifest(name))),
-                         hint="check the name, or install it with `kimi-deploy install --profile FILE`")
+                         hint=f"check the name, or install it with `{layout.command('install --profile FILE')}`")
     return manifest
 
 

@@ -42,7 +42,7 @@ from kimi_deploy.hostfiles import (Claims, FileRecord, Intent, Manifest, Ownersh
                                    other_services_claims, profile_toml, read_bytes, restore_backup, sha256,
                                    service_lock, stale_files, valid_service_name, write_backup)
 from kimi_deploy.paths import HostLayout
-from kimi_deploy.profile import Profile
+from kimi_deploy.profile import Profile, naming_warnings
 from kimi_deploy.render import CHECK_UNIT, check_unit, file_header, render
 
 #: Shell of the service user: it never logs in (useradd(8) ``--shell``).
@@ -575,6 +575,7 @@ def plan_install_from(profile: Profile, facts: HostFacts, files: Mapping[str, by
         steps.append(Step("mkdir", f"create the cache folder {profile.cache_root} (ReadWritePaths= must exist)",
                           path=layout.join(profile.cache_root),
                           owner=(svc.user, svc.group) if layout.is_host else None))
+    notes += [f"warning: {w}" for w in naming_warnings(profile)]
     key_step = _api_key_step(facts, notes)
     if key_step:
         steps.append(key_step)
@@ -780,7 +781,7 @@ def plan_uninstall_from(facts: HostFacts, svc: str | None, *, force: bool = Fals
         where = layout.host_path(layout.config_dir)
         message = f"nothing to do: no service installed by kimi-deploy in {where}"
         notes = ([f"left over from earlier uninstalls: {', '.join(facts.leftovers)} "
-                  "(remove with `kimi-deploy uninstall --purge --name NAME`)"] if facts.leftovers else [])
+                  f"(remove with `{layout.command('uninstall --purge --name NAME')}`)"] if facts.leftovers else [])
         return Plan("uninstall", "", layout, (), (), tuple(notes), (), force, noop_message=message)
     manifest, intent = facts.manifest, facts.intent
     stale = _stale_steps(facts)
@@ -789,7 +790,7 @@ def plan_uninstall_from(facts: HostFacts, svc: str | None, *, force: bool = Fals
         if purge:
             return Plan("uninstall", svc, layout, (), tuple(stale + purge_steps), tuple(shared), (), force,
                         noop_message=f"nothing to do: {svc} is not installed and nothing of it is left")
-        notes = [f"{svc} is already uninstalled; kept (remove with `kimi-deploy uninstall --purge --name {svc}`): "
+        notes = [f"{svc} is already uninstalled; kept (remove with `{layout.command(f'uninstall --purge --name {svc}')}`): "
                  f"{', '.join(kept)}"] if kept else []
         return Plan("uninstall", svc, layout, (), tuple(stale), tuple(notes), (), force,
                     noop_message=f"nothing to do: {svc} is not installed"
@@ -823,7 +824,7 @@ def plan_uninstall_from(facts: HostFacts, svc: str | None, *, force: bool = Fals
     if purge:
         steps += purge_steps
     elif kept:
-        notes.append(f"kept (remove with `kimi-deploy uninstall --purge --name {svc}`): {', '.join(kept)}")
+        notes.append(f"kept (remove with `{layout.command(f'uninstall --purge --name {svc}')}`): {', '.join(kept)}")
     return Plan("uninstall", svc, layout, tuple(changes), tuple(steps), tuple(notes), tuple(refusals), force,
                 stale_intent=intent is not None)
 
@@ -857,20 +858,46 @@ def refuse(plan: Plan) -> None:
     if conflicts:
         raise RefusedError(f"refusing to {plan.operation}: {plan.service} would collide with another installed "
                            "service", value="; ".join(f"{r.host_path}: {r.reason}" for r in plan.refusals),
-                           hint="give this profile its own [sglang] port and paths (`kimi-deploy status --name "
-                                "OTHER` shows the other one), or pass --force to install anyway")
+                           hint="give this profile its own [sglang] port and paths "
+                                f"(`{plan.layout.command('status --name OTHER')}` shows the other one), or pass --force "
+                                "to install anyway")
     lines = [f"{r.host_path}: {r.reason}" for r in plan.refusals]
     count, them = count_files(len(lines)), "it" if len(lines) == 1 else "them"
     backups = plan.layout.describe(plan.layout.host_path(plan.layout.service_backup_dir(plan.service)))
     if plan.operation == "install":
         message = f"refusing to install: it would overwrite {count} that kimi-deploy did not write as they are now"
-        hint = ("move hand edits into the profile (compare with `kimi-deploy install --dry-run`), or pass --force "
+        hint = (f"move hand edits into the profile (compare with `{plan.layout.command('install --dry-run')}`), "
+                "or pass --force "
                 f"to overwrite {them}: a copy is kept in {backups}")
     else:
         message = f"refusing to uninstall: {count} changed since kimi-deploy installed {them}"
-        hint = ("copy out what you want to keep (see the changes with `kimi-deploy uninstall --dry-run --diff`), "
+        hint = ("copy out what you want to keep (see the changes with "
+                f"`{plan.layout.command('uninstall --dry-run --diff')}`), "
                 f"then pass --force to remove {them} anyway: a copy is kept in {backups}")
     raise RefusedError(message, value="; ".join(lines), hint=hint)
+
+
+def _removed(plan: Plan) -> str:
+    """``5 files and the manifest``: the files counted as ``status`` counts them, the manifest apart."""
+    manifest = plan.layout.manifest(plan.service)
+    listed = [c for c in plan.changes if c.path != manifest]
+    return count_files(len(listed)) + (" and the manifest" if len(listed) < len(plan.changes) else "")
+
+
+def install_message(plan: Plan, saved: str) -> str:
+    """What an applied install changed, counted as ``status`` counts (the files the manifest lists; the
+    manifest itself is named apart), and a rollback note only when there are previous versions to keep."""
+    manifest = plan.layout.manifest(plan.service)
+    listed = [c for c in plan.changes if c.path != manifest]
+    created = sum(c.action == "create" for c in listed)
+    replaced = sum(c.action == "replace" for c in listed)
+    removed = sum(c.action == "remove" for c in listed)
+    parts = [f"{n} {what}" for n, what in ((created, "created"), (replaced, "replaced"), (removed, "removed")) if n]
+    text = f"install: {count_files(len(listed))} ({', '.join(parts)})" if parts else "install: the manifest"
+    text += " and the manifest" if parts and any(c.path == manifest for c in plan.changes) else ""
+    if replaced or removed:
+        return text + f"; the previous versions are kept for rollback in {saved}"
+    return text + "; nothing was there before, so a rollback removes these files"
 
 
 def count_files(n: int) -> str:
@@ -974,13 +1001,12 @@ def apply(plan: Plan) -> ApplyResult:
             raise
         saved = layout.host_path(backup.path)
         if plan.operation == "install":
-            messages.append(f"install: {count_files(len(changes))} changed; the previous versions are kept for "
-                            f"rollback in {saved}")
+            messages.append(install_message(plan, saved))
         elif any(st.kind == "remove-tree" and st.path == layout.service_backup_dir(plan.service)
                  for st in plan.steps):
-            messages.append(f"uninstall: removed {count_files(len(changes))}")
+            messages.append(f"uninstall: removed {_removed(plan)}")
         else:
-            messages.append(f"uninstall: removed {count_files(len(changes))}; copies kept in {saved}")
+            messages.append(f"uninstall: removed {_removed(plan)}; copies kept in {saved}")
     if intent_path is not None and (record is not None or plan.stale_intent):
         fsio.remove(intent_path)
     for step in plan.steps:

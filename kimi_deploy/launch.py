@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from packaging.version import Version
 
 from kimi_deploy import options, versions
+from kimi_deploy.argv import flag_groups, split_equals
 from kimi_deploy.errors import ProfileError, UnsupportedVersionError
 from kimi_deploy.profile import Profile, is_loopback
 
@@ -22,6 +23,14 @@ from kimi_deploy.profile import Profile, is_loopback
 API_KEY_CREDENTIAL = "api-key"
 #: File name of SGLang's YAML config written into ``RuntimeDirectory=`` at start.
 SECRETS_CONFIG_NAME = "sglang-secrets.yaml"
+#: What ``render --print-command`` runs on the host to write that YAML: the unit's ExecStartPre= script
+#: (kimi_deploy.render.SECRETS_SCRIPT) with the key file and the YAML path as arguments.
+HOST_SECRETS_SCRIPT = (
+    'import json, sys; '
+    'key = open(sys.argv[1]).read().strip(); '
+    'key or sys.exit("kimi-deploy: the API key file is empty: " + sys.argv[1]); '
+    'open(sys.argv[2], "w").write("api-key: " + json.dumps(key) + chr(10))'
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -46,24 +55,42 @@ class LaunchSpec:
         return self.argv[3:]
 
     def flag_groups(self) -> list[tuple[str, ...]]:
-        """:attr:`server_args` grouped for display: each flag with its value, if it takes one."""
-        args = list(self.server_args)
-        groups: list[tuple[str, ...]] = []
-        i = 0
-        while i < len(args):
-            takes_value = i + 1 < len(args) and not args[i + 1].startswith("--")
-            groups.append(tuple(args[i:i + 2]) if takes_value else (args[i],))
-            i += 2 if takes_value else 1
-        return groups
+        """:attr:`server_args` grouped for display: each flag with its value, if it takes one
+        (:func:`kimi_deploy.argv.flag_groups`)."""
+        return flag_groups(self.server_args)
 
-    def shell_command(self) -> str:
-        """The command as a POSIX shell line a user can paste (``env K=V ... python -m ...``), one flag a line."""
+    def shell_command(self, api_key_file: str | None = None) -> str:
+        """The command as POSIX shell a user can paste on the host, one flag a line.
+
+        Without a secrets file: ``env K=V ... python -m sglang.launch_server ...``, exactly the
+        unit's ``ExecStart=`` (with its EnvironmentFile as ``env``). With one (``api_key_file``
+        given): two marked steps, because ``--config /run/<name>/sglang-secrets.yaml`` exists only
+        inside the running unit. Step 1 writes the same YAML (``api-key: "<key>"``, 0600) from
+        ``api_key_file`` into a ``mktemp --suffix=.yaml`` file (GNU coreutils; SGLang 0.5.23's
+        ``ConfigArgumentMerger`` accepts only ``.yaml``/``.yml`` names) named by
+        ``$KIMI_DEPLOY_SECRETS``; step 2 is the launch with ``--config "$KIMI_DEPLOY_SECRETS"``.
+        The key is read by the interpreter, so it never enters argv, the environment or the
+        shell history; the file is removed when that shell exits.
+        """
         lines = []
         if self.env:
             lines.append("env " + " ".join(f"{k}={shlex.quote(v)}" for k, v in self.env))
         lines.append(" ".join(shlex.quote(a) for a in self.argv[:3]))
-        lines += ["  " + " ".join(shlex.quote(a) for a in group) for group in self.flag_groups()]
-        return " \\\n".join(lines) + "\n"
+        groups = self.flag_groups()
+        if not (self.secrets_config and api_key_file):
+            lines += ["  " + " ".join(shlex.quote(a) for a in group) for group in groups]
+            return " \\\n".join(lines) + "\n"
+        lines += ["  " + (f'{group[0]} "$KIMI_DEPLOY_SECRETS"' if group == (group[0], self.secrets_config)
+                          else " ".join(shlex.quote(a) for a in group)) for group in groups]
+        python = shlex.quote(self.argv[0])
+        return (
+            f"# 1. SGLang's --config YAML with the API key, from {api_key_file} (the unit writes it to\n"
+            f"#    {self.secrets_config} at start; the key never enters argv). Run as a user who can read the key file.\n"
+            "KIMI_DEPLOY_SECRETS=$(umask 077 && mktemp --suffix=.yaml) && trap 'rm -f \"$KIMI_DEPLOY_SECRETS\"' EXIT &&\n"
+            f"{python} -c {shlex.quote(HOST_SECRETS_SCRIPT)} {shlex.quote(api_key_file)} \"$KIMI_DEPLOY_SECRETS\" &&\n"
+            "# 2. the launch command (the unit's ExecStart=, reading that YAML):\n"
+            + " \\\n".join(lines) + "\n"
+        )
 
 
 def cache_key(sglang_version: str, components: Mapping[str, str] | None = None) -> str:
@@ -206,7 +233,8 @@ def check_exposure(server_args: list[str] | tuple[str, ...], profile: Profile) -
     """The public-host rule on the final command: a non-loopback ``--host`` needs ``--config`` with the key.
 
     Reads the last ``--host``/``--host=`` of ``server_args`` (argparse keeps the last), SGLang's default
-    127.0.0.1 without one.
+    127.0.0.1 without one; which word is a flag's value is :func:`kimi_deploy.argv.flag_groups`'s rule,
+    and a ``--host`` without one counts as a host that is not loopback.
 
     Raises:
         ProfileError: the command would listen beyond loopback with no API key and the profile does not
@@ -214,13 +242,11 @@ def check_exposure(server_args: list[str] | tuple[str, ...], profile: Profile) -
     """
     host = "127.0.0.1"
     keyed = False
-    for i, arg in enumerate(server_args):
-        name, sep, inline = arg.partition("=")
-        value = inline if sep else (server_args[i + 1] if i + 1 < len(server_args) else "")
+    for name, *value in map(split_equals, flag_groups(server_args)):
         if name == "--host":
-            host = value
+            host = value[0] if value else ""
         elif name == "--config":
-            keyed = value == secrets_config(profile) and value is not None
+            keyed = bool(value) and value[0] == secrets_config(profile)
     if keyed or profile.sglang.allow_unauthenticated or is_loopback(host):
         return
     raise ProfileError(

@@ -250,6 +250,13 @@ class HostLayout:
         named after it when it is not ``/`` (``/etc/x (under --root /tmp/img)``)."""
         return host_path if self.is_host else f"{host_path} (under --root {self.root})"
 
+    def command(self, args: str) -> str:
+        """``kimi-deploy ARGS`` as the user must type it for this tree: ``--root DIR`` added unless the
+        root is ``/`` (a fix that drops it would act on the host, not on the tree the user named)."""
+        import shlex
+
+        return f"kimi-deploy {args}" + ("" if self.is_host else f" --root {shlex.quote(str(self.root))}")
+
     def host_path(self, path: Path) -> str:
         """The path as the target host sees it (``root`` removed)."""
         if not path.is_relative_to(self.root):

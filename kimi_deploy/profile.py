@@ -331,6 +331,29 @@ def extra_args_problems(extra_args: list[str] | tuple[str, ...]) -> list[str]:
     return problems
 
 
+def default_api_key_file(service_name: str) -> str:
+    """The API key file a profile for ``service_name`` starts from: ``/etc/kimi-deploy/<name>.api-key``
+    (``kimi-deploy init --name``; the warning of :func:`naming_warnings`)."""
+    return f"/etc/kimi-deploy/{service_name}.api-key"
+
+
+def naming_warnings(profile: "Profile") -> list[str]:
+    """Warnings (not errors) for paths named after another service: ``api_key_file`` of the form
+    ``/etc/kimi-deploy/<other>.api-key`` where ``<other>`` is not ``[service] name`` (a profile from
+    ``init`` whose service was renamed; install would create a key file named after another service).
+    Sharing one key file between services on purpose is allowed, hence a warning."""
+    key = profile.sglang.api_key_file
+    name = profile.service.name
+    if not key or not key.startswith("/etc/kimi-deploy/") or not key.endswith(".api-key"):
+        return []
+    other = key.removeprefix("/etc/kimi-deploy/").removesuffix(".api-key")
+    if other == name or "/" in other:
+        return []
+    return [f"[sglang] api_key_file {key} is named after service {other!r}, not this service ({name!r}); "
+            f"if the service was renamed, set api_key_file = \"{default_api_key_file(name)}\" (keep it only to share "
+            "one key between services on purpose)"]
+
+
 @functools.lru_cache(maxsize=64)
 def calendar_problem(spec: str) -> str | None:
     """Why systemd would reject ``spec`` as ``OnCalendar=``, or None when it accepts it.

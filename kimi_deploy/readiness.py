@@ -134,12 +134,17 @@ def _unit_state(unit: str) -> str | None:
 
 def wait_ready(base_url: str, unit: str, *, api_key: str | None = None, timeout: float = 1200.0,
                poll_interval: float = 5.0, on_poll: Callable[[WaitState], None] | None = None,
-               clock: Callable[[], float] = time.monotonic) -> WaitResult:
+               clock: Callable[[], float] = time.monotonic,
+               sleep: Callable[[float], None] = time.sleep) -> WaitResult:
     """Poll until the server is ready, the unit failed, or ``timeout`` seconds passed.
 
     Each poll: :func:`probe_ready`, the unit's last journal line (:func:`kimi_deploy.systemd.journal_last_line`)
     and its ``ActiveState/SubState`` (``systemctl show``); ``failed`` ends the wait early. The phase
     is the latest one a journal line showed (it stays when a line tells nothing).
+
+    ``clock`` (seconds, monotonic) and ``sleep`` are where the wait reads the time and waits between
+    polls: tests pass a clock that moves only when slept on, so how many polls fit in ``timeout``
+    does not depend on how loaded the machine is.
     """
     start = clock()
     polls = 0
@@ -162,4 +167,4 @@ def wait_ready(base_url: str, unit: str, *, api_key: str | None = None, timeout:
             return WaitResult(False, False, True, elapsed, polls, phase, last_line, probe)
         if elapsed + poll_interval > timeout:
             return WaitResult(False, True, False, elapsed, polls, phase, last_line, probe)
-        time.sleep(poll_interval)
+        sleep(poll_interval)

@@ -61,10 +61,6 @@ class Rendered:
         return f"{self.profile.service.name}.env"
 
     @property
-    def check_service(self) -> str:
-        return f"{check_unit(self.profile.service.name)}.service"
-
-    @property
     def check_timer(self) -> str:
         return f"{check_unit(self.profile.service.name)}.timer"
 

@@ -11,11 +11,11 @@ verified the same way; the result reports both attempts.
 from __future__ import annotations
 
 import dataclasses
+import time
 from collections.abc import Callable
 from typing import Any
 
 from kimi_deploy import apikey, systemd
-from kimi_deploy.check import CheckOptions, run_checks
 from kimi_deploy.errors import ExitCode, KimiDeployError
 from kimi_deploy.hostfiles import Restored, list_backups, restore_backup, service_lock
 from kimi_deploy.paths import HostLayout
@@ -57,6 +57,8 @@ def run_fast_checks(profile: Profile, api_key: str | None, timeout: float = 60.0
     Raises:
         UsageError / ProfileError: from :func:`kimi_deploy.check.run_checks` (a bad base URL).
     """
+    from kimi_deploy.check import CheckOptions, run_checks  # imports openai (about 0.5 s): only when checking
+
     report = run_checks(CheckOptions(
         base_url=profile.base_url, model=profile.sglang.served_model_name or profile.sglang.model_path,
         api_key=api_key, profile=profile, only=list(FAST_TIER), timeout=timeout))
@@ -112,13 +114,14 @@ class RestartResult:
 
 
 def _attempt(label: str, profile: Profile, layout: HostLayout, *, api_key: str | None, wait: bool, timeout: float,
-             poll_interval: float, on_poll: Callable[[str, WaitState], None] | None) -> Attempt:
+             poll_interval: float, on_poll: Callable[[str, WaitState], None] | None,
+             clock: Callable[[], float], sleep: Callable[[float], None]) -> Attempt:
     unit = f"{profile.service.name}.service"
     done = systemd.systemctl("restart", unit)
     if not wait:
         return Attempt(label, done.command, None, None, int(ExitCode.OK), f"{unit} restarted (not waited for)")
     result = wait_ready(profile.base_url, unit, api_key=api_key, timeout=timeout, poll_interval=poll_interval,
-                        on_poll=(lambda s: on_poll(label, s)) if on_poll else None)
+                        on_poll=(lambda s: on_poll(label, s)) if on_poll else None, clock=clock, sleep=sleep)
     if not result.ready:
         why = (f"{unit} failed while starting" if result.unit_failed
                else f"not ready after {result.elapsed:.0f} s (timeout {timeout:g} s)")
@@ -136,7 +139,8 @@ def _attempt(label: str, profile: Profile, layout: HostLayout, *, api_key: str |
 def restart(profile: Profile, layout: HostLayout, *, wait: bool = False, timeout: float | None = None,
             rollback_on_failure: bool = False, poll_interval: float = 5.0,
             on_poll: Callable[[str, WaitState], None] | None = None,
-            on_event: Callable[[str], None] | None = None) -> RestartResult:
+            on_event: Callable[[str], None] | None = None, clock: Callable[[], float] = time.monotonic,
+            sleep: Callable[[float], None] = time.sleep) -> RestartResult:
     """Restart ``profile``'s service; with ``wait``, verify it and optionally roll back.
 
     Args:
@@ -144,6 +148,7 @@ def restart(profile: Profile, layout: HostLayout, *, wait: bool = False, timeout
         poll_interval: seconds between probes.
         on_poll: progress callback ``(attempt label, WaitState)`` after each probe.
         on_event: called with one line per milestone (restart, rollback) for the display.
+        clock, sleep: the readiness wait's time source and sleep (:func:`kimi_deploy.readiness.wait_ready`).
 
     Raises:
         UsageError: ``wait`` and the profile's API key file is unreadable or empty; checked before
@@ -156,18 +161,19 @@ def restart(profile: Profile, layout: HostLayout, *, wait: bool = False, timeout
     with service_lock(layout, profile.service.name):
         return _restart(profile, layout, api_key=api_key, wait=wait, timeout=timeout,
                         rollback_on_failure=rollback_on_failure, poll_interval=poll_interval, on_poll=on_poll,
-                        on_event=on_event)
+                        on_event=on_event, clock=clock, sleep=sleep)
 
 
 def _restart(profile: Profile, layout: HostLayout, *, api_key: str | None, wait: bool, timeout: float | None,
              rollback_on_failure: bool, poll_interval: float, on_poll: Callable[[str, WaitState], None] | None,
-             on_event: Callable[[str], None] | None) -> RestartResult:
+             on_event: Callable[[str], None] | None, clock: Callable[[], float],
+             sleep: Callable[[float], None]) -> RestartResult:
     timeout = float(timeout if timeout is not None else profile.service.timeout_start_sec)
     say = on_event or (lambda _m: None)
     svc = profile.service.name
     say(f"restarting {svc}.service")
     first = _attempt("new", profile, layout, api_key=api_key, wait=wait, timeout=timeout,
-                     poll_interval=poll_interval, on_poll=on_poll)
+                     poll_interval=poll_interval, on_poll=on_poll, clock=clock, sleep=sleep)
     attempts, notes = [first], []
     restored = None
     if first.ok or not rollback_on_failure:
@@ -197,7 +203,8 @@ def _restart(profile: Profile, layout: HostLayout, *, api_key: str | None, wait:
         notes.append(f"the previous version's API key is unreadable ({exc.message}); checking it without a key")
         previous_key = None
     attempts.append(_attempt("rollback", previous, layout, api_key=previous_key, wait=True,
-                             timeout=timeout, poll_interval=poll_interval, on_poll=on_poll))
+                             timeout=timeout, poll_interval=poll_interval, on_poll=on_poll, clock=clock,
+                             sleep=sleep))
     return RestartResult(svc, attempts, restored, notes)
 
 

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from kimi_deploy import apikey, systemd
+from kimi_deploy.argv import flag_groups, split_equals
 from kimi_deploy.errors import ExitCode, KimiDeployError
 from kimi_deploy.hostfiles import Manifest, read_bytes, sha256
 from kimi_deploy.patching import status as series_status
@@ -87,21 +88,10 @@ def problem(what: str, evidence: str, fix: str) -> str:
 
 
 def _entries(args: list[str]) -> list[str]:
-    """Group argv into ``--flag value`` / ``--flag`` entries (``--flag=value`` split), ignored options dropped."""
-    out: list[str] = []
-    i = 0
-    while i < len(args):
-        arg = args[i]
-        flag, eq, value = arg.partition("=")
-        if arg.startswith("--") and eq:
-            entry, i = [flag, value], i + 1
-        elif arg.startswith("--") and i + 1 < len(args) and not args[i + 1].startswith("--"):
-            entry, i = [arg, args[i + 1]], i + 2
-        else:
-            entry, i = [arg], i + 1
-        if entry[0] not in IGNORED_OPTIONS:
-            out.append(" ".join(entry))
-    return out
+    """argv as ``--flag value`` / ``--flag`` entries (:func:`kimi_deploy.argv.flag_groups`, ``--flag=value``
+    split), ignored options dropped."""
+    groups = [split_equals(g) for g in flag_groups(args)]
+    return [" ".join(g) for g in groups if g[0] not in IGNORED_OPTIONS]
 
 
 def normalize_args(args: list[str]) -> list[str]:
@@ -332,16 +322,17 @@ def status_from(profile: Profile, manifest: Manifest, facts: StatusFacts) -> Sta
     layout = facts.layout
     name = profile.service.name
     unit_name = f"{name}.service"
-    profile_copy = layout.host_path(layout.profile_copy(name))
+    profile_copy = layout.profile_copy(name)  # a local path: what `install --profile` reads (under --root)
+    cmd = layout.command
     files = _file_states(manifest, facts.files)
     for hp, state in files.items():
         if state == "modified":
             problems.append(problem(f"{hp} was changed after install", "its sha256 differs from the install manifest",
-                                    "move the change into the profile and run `kimi-deploy install`, or restore "
-                                    f"the installed file with `kimi-deploy install --profile {profile_copy} --force`"))
+                                    f"move the change into the profile and run `{cmd('install --profile FILE')}`, or "
+                                    f"restore the installed file with `{cmd(f'install --profile {profile_copy} --force')}`"))
         elif state == "missing":
             problems.append(problem(f"{hp} is missing", "listed in the install manifest, not on disk",
-                                    f"put it back with `kimi-deploy install --profile {profile_copy}`"))
+                                    f"put it back with `{cmd(f'install --profile {profile_copy}')}`"))
     unit = None
     state = facts.unit
     if state is not None:
@@ -351,7 +342,7 @@ def status_from(profile: Profile, manifest: Manifest, facts: StatusFacts) -> Sta
                                     f"systemctl show: Result={state.result or '-'}, "
                                     f"ExecMainStatus={state.properties.get('ExecMainStatus') or '-'}",
                                     f"read `journalctl -u {unit_name} -n 50`, fix the cause, then "
-                                    "`kimi-deploy restart --wait`"))
+                                    f"`{cmd('restart --wait')}`"))
     elif facts.unit_error is not None:
         problems.append(_systemctl_failure(unit_name, facts.unit_error, layout))
     if (exc := facts.api_key_error) is not None:
@@ -361,7 +352,7 @@ def status_from(profile: Profile, manifest: Manifest, facts: StatusFacts) -> Sta
     if not probe.ready:
         problems.append(problem(f"the server at {profile.base_url} is not ready",
                                 f"GET {probe.stage}: {probe.detail}",
-                                f"if it is starting, wait (`kimi-deploy restart --wait` shows the phase); else read "
+                                f"if it is starting, wait (`{cmd('restart --wait')}` shows the phase); else read "
                                 f"`journalctl -u {unit_name} -n 50`"))
     rendered = render(profile, manifest.sglang_version)
     found = facts.launch
@@ -372,8 +363,8 @@ def status_from(profile: Profile, manifest: Manifest, facts: StatusFacts) -> Sta
             shown = [f"- {e}" for e in drift.missing] + [f"+ {e}" for e in drift.unexpected]
             problems.append(problem("the running launch command differs from the profile",
                                     f"{drift.source}: " + ", ".join(shown[:4]) + (" ..." if len(shown) > 4 else ""),
-                                    "`kimi-deploy restart --wait` starts the installed unit; if the profile changed "
-                                    "since, `kimi-deploy install --profile FILE` first"))
+                                    f"`{cmd('restart --wait')}` starts the installed unit; if the profile changed "
+                                    f"since, `{cmd('install --profile FILE')}` first"))
     patches = facts.patches
     patch_problem = _patch_problem(patches, profile.service.python)
     if patch_problem:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import socket
+import threading
 from pathlib import Path
 
 from click.testing import CliRunner, Result
@@ -39,3 +41,70 @@ def write_profile(tmp_path: Path, text: str, name: str = "profile.toml") -> Path
     path = tmp_path / name
     path.write_text(text)
     return path
+
+
+class FakeTime:
+    """A monotonic clock (seconds) that moves only when slept on or advanced by the test.
+
+    Pass ``.monotonic`` and ``.sleep`` where the code under test waits (``wait_ready``, ``restart``,
+    ``run_checks``, ``fsio.exclusive_lock``): how many polls fit in a timeout, or whether a deadline
+    passed, then follows the test's steps and not how fast a loaded machine runs them. ``slept`` lists every sleep asked for.
+    Thread-safe enough for a test server thread calling :meth:`advance` (a float add under the GIL).
+    """
+
+    def __init__(self, start: float = 1000.0) -> None:
+        self.now = start
+        self.slept: list[float] = []
+
+    def monotonic(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.slept.append(seconds)
+        self.now += seconds
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+
+class Silent:
+    """A loopback port that completes TCP handshakes (listen backlog) and never reads or answers.
+
+    :meth:`sent` reads back, after the run, the request line of every connection the client made:
+    each one waits in the backlog with its bytes (and its close) until accepted. ``close_after``
+    seconds after start the port is closed and every waiting connection reset: a client that does
+    not honour its own timeout then fails with a reset instead of hanging the suite (no test
+    measures time with it; it only turns a hang into a wrong error).
+    """
+
+    def __init__(self, close_after: float = 30.0) -> None:
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(128)
+        self.port = self.sock.getsockname()[1]
+        self.url = f"http://127.0.0.1:{self.port}"
+        self._timer = threading.Timer(close_after, self.sock.close)
+        self._timer.daemon = True
+        self._timer.start()
+
+    def sent(self) -> list[str]:
+        """``METHOD PATH`` of each request sent so far, in connection order (a connection that sent
+        nothing, e.g. a refused TLS handshake, is ``"?"``)."""
+        lines = []
+        self.sock.setblocking(False)
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except BlockingIOError:
+                return lines
+            with conn:
+                conn.settimeout(10)
+                head = b""
+                while b"\r\n" not in head and (chunk := conn.recv(4096)):
+                    head += chunk
+                method, path, *_ = head.decode("latin-1").split(" ", 2) + ["?", "?"]
+                lines.append(f"{method} {path}" if b"\r\n" in head else "?")
+
+    def close(self) -> None:
+        self._timer.cancel()
+        self.sock.close()

@@ -138,6 +138,7 @@ def test_server_closing_mid_stream_is_a_disconnect():
 def test_timeout_closes_the_connection_and_the_pool_goes_on():
     async def main():
         calls = 0
+        given_up = asyncio.Event()
 
         async def handler(reader, writer):
             nonlocal calls
@@ -145,7 +146,7 @@ def test_timeout_closes_the_connection_and_the_pool_goes_on():
                 calls += 1
                 writer.write(HEAD + chunk(delta(content="a")))
                 if calls == 1:
-                    await asyncio.sleep(5)  # stalls past the client's timeout
+                    await given_up.wait()  # stalls until the client has timed out, however long that takes
                 writer.write(chunk(USAGE) + chunk(DONE) + b"0\r\n\r\n")
             writer.close()
 
@@ -153,6 +154,7 @@ def test_timeout_closes_the_connection_and_the_pool_goes_on():
         async with server:
             async with StreamClient(url, pool_size=1, request_timeout=0.3) as client:
                 first = await client.stream(b"{}")
+                given_up.set()
                 second = await client.stream(b"{}")
         return first, second
 

@@ -93,7 +93,7 @@ def _fig(results):
 def test_nearly_flat_tpot_draws_flat_with_plain_ticks_from_zero():
     fig, plt = _fig([FLAT_A, FLAT_B])
     try:
-        tput, tpot = fig.axes
+        tput, tpot, *_ = fig.axes
         for ax in (tput, tpot):
             assert ax.get_ylim()[0] == 0
             assert ax.yaxis.get_offset_text().get_text() == ""  # no "+1.9998e1"
@@ -128,5 +128,51 @@ def test_a_point_without_success_is_a_gap_named_in_the_legend():
         assert legend == ["baseline", "candidate (no successful request at c=4)"]
         ys = fig.axes[1].get_lines()[1].get_ydata()
         assert ys[2] != ys[2]  # NaN: a gap, not a zero
+    finally:
+        plt.close(fig)
+
+
+def test_a_point_on_one_side_only_is_named(files, cli_runner, tmp_path):
+    """Issue 13 item 10: a point present in one result and missing from the other passed without a word."""
+    fewer = result("fewer", "kimi-b", [20, 20, 20, 20], [50, 100, 200, 400], conc=(1, 2, 4, 32))
+    path = tmp_path / "fewer.json"
+    path.write_text(json.dumps(fewer))
+    out = cli_runner.invoke(cli, ["bench", "compare", str(files["baseline"]), str(path)]).output
+    assert "fewer has no c=8, c=16 (measured in baseline)" in out
+    assert "fewer has c=32, which baseline lacks" in out
+
+
+def _runs(point, values):
+    point["runs"] = [{"index": i, "summary": {"completed": 8, "tpot_ms": {"p50": v}, "ttft_ms": {"p50": 60.0 + i},
+                                              "e2e_ms": {"p50": 130.0}, "output_tokens_per_s": 100.0}}
+                     for i, v in enumerate(values)]
+
+
+def test_plot_draws_ttft_and_e2e_run_spread_and_marks_points_under_their_load():
+    """Issue 13 item 11: TTFT (25% apart in a real comparison) and E2E were not drawn, nor the spread of
+    --runs, nor a point whose prompts were fewer than its concurrency."""
+    a = json.loads(json.dumps(FLAT_A))
+    b = result("slow-ttft", "kimi-b", [20] * 5, [50, 100, 200, 400, 800])
+    for p in b["points"]:
+        p["summary"]["ttft_ms"] = {"p50": 75.0}
+        p["num_prompts"] = 64
+    for p in a["points"]:
+        _runs(p, [19.0, 21.0, 20.0])
+    a["config"]["runs"] = 3
+    a["points"][4]["num_prompts"] = 8  # c=16 with 8 prompts: never 16 in flight
+    fig, plt = _fig([a, b])
+    try:
+        assert [ax.get_title() for ax in fig.axes] == ["Throughput", "Time per output token",
+                                                       "Time to first token", "End-to-end latency"]
+        ttft = fig.axes[2]
+        assert [list(line.get_ydata()) for line in ttft.get_lines()] == [[60.0] * 5, [75.0] * 5]
+        assert list(fig.axes[3].get_lines()[0].get_ydata()) == [130.0] * 5
+        spread = [c for c in fig.axes[1].collections if type(c).__name__ == "LineCollection"]
+        assert any(seg[0][1] == 19.0 and seg[1][1] == 21.0 for c in spread for seg in c.get_segments())
+        assert "run-to-run spread" in fig._suptitle.get_text()
+        notes = [t.get_text() for t in fig.texts]
+        assert any("less load than the point claims" in n and "baseline at c=16" in n for n in notes)
+        marks = [c for c in fig.axes[0].collections if type(c).__name__ == "PathCollection"]
+        assert [list(m.get_offsets()[0]) for m in marks] == [[16.0, 795.0]]
     finally:
         plt.close(fig)

@@ -4,6 +4,9 @@ Real loopback servers: a socket that accepts TCP but never answers (the kernel c
 handshake from the listen backlog), an HTTP server whose health tier is fine but whose chat
 completions hang or trickle one byte at a time, and one that answers every request with a
 chosen HTTP status. The report paths are checked before the first request.
+
+No test reads the wall clock: what a silent server was sent is read back from its listen backlog
+after the run, and the deadline runs on :class:`helpers.FakeTime`, moved by the slow server itself.
 """
 
 from __future__ import annotations
@@ -11,6 +14,7 @@ from __future__ import annotations
 import json
 import re
 import socket
+import functools
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -19,10 +23,11 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from helpers import run_cli
+from helpers import FakeTime, Silent, run_cli
 from kimi_deploy import paths
 from kimi_deploy.check import registry
 from kimi_deploy.check.client import status_kind, status_label
+from kimi_deploy.check.runner import run_checks
 from kimi_deploy.cli.check import DEFAULT_DEADLINE_S
 from kimi_deploy.errors import ExitCode
 
@@ -34,14 +39,20 @@ def validate(doc: dict) -> None:
     jsonschema.Draft202012Validator(schema).validate(doc)
 
 
+#: What the health tier sends (health.live, health.ready, health.models), one connection each.
+HEALTH_TIER_REQUESTS = ["GET /health", "GET /health_generate", "GET /v1/models"]
+
+
 @pytest.fixture
-def silent_url():
-    """A port that completes TCP handshakes (listen backlog) and never reads or answers."""
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    sock.listen(128)
-    yield f"http://127.0.0.1:{sock.getsockname()[1]}"
-    sock.close()
+def silent():
+    server = Silent()
+    yield server
+    server.close()
+
+
+@pytest.fixture
+def silent_url(silent):
+    return silent.url
 
 
 class _Quiet(BaseHTTPRequestHandler):
@@ -68,7 +79,18 @@ def _serve(handler: type[BaseHTTPRequestHandler]):
 
 
 class SlowChatHandler(_Quiet):
-    """Health tier fine; ``/hang/...`` chats never answer, ``/trickle/...`` chats send a byte every 0.1 s."""
+    """Health tier fine; ``/hang/...`` chats never answer (the connection closes after 20 s),
+    ``/trickle/...`` chats send a byte every 0.1 s, 200 of them, then close.
+
+    ``time`` (a :class:`FakeTime`, when a test sets it) is the checking run's clock, moved by this
+    server: a hanging chat moves it 2 s at once, a trickling one 0.1 s per byte (sent every 0.02 s).
+    """
+
+    time: FakeTime | None = None
+
+    def _advance(self, seconds: float) -> None:
+        if SlowChatHandler.time is not None:
+            SlowChatHandler.time.advance(seconds)
 
     def do_GET(self):
         path = self.path.split("/", 2)[2] if self.path.count("/") >= 2 else ""
@@ -81,7 +103,9 @@ class SlowChatHandler(_Quiet):
 
     def do_POST(self):
         self.rfile.read(int(self.headers["Content-Length"]))
+        self.close_connection = True  # the end of a chat is the end of its connection: no keep-alive wait
         if self.path.startswith("/hang/"):
+            self._advance(2.0)
             time.sleep(20)
             return
         # headers at once, then an SSE comment byte every 0.1 s: no single read ever times out
@@ -94,7 +118,8 @@ class SlowChatHandler(_Quiet):
                 self.wfile.flush()
             except OSError:
                 return
-            time.sleep(0.1)
+            self._advance(0.1)
+            time.sleep(0.1 if SlowChatHandler.time is None else 0.02)
 
 
 @pytest.fixture(scope="module")
@@ -109,15 +134,13 @@ def _json(tmp_path: Path) -> dict:
     return json.loads((tmp_path / "r.json").read_text())
 
 
-def test_silent_server_stops_after_the_health_tier_and_exits_3(tmp_path, silent_url):
+def test_silent_server_stops_after_the_health_tier_and_exits_3(tmp_path, silent, silent_url):
     """Accepts TCP, never answers: 3 health timeouts, then nothing else is sent; all reports written."""
-    t0 = time.monotonic()
     result = run_cli(["check", "--base-url", silent_url, "--timeout", "0.3", "--model", "m",
                       "--json", str(tmp_path / "r.json"), "--junit", str(tmp_path / "r.xml"),
                       "--prom", str(tmp_path / "c.prom")])
-    elapsed = time.monotonic() - t0
     assert result.exit_code == ExitCode.UNREACHABLE, result.output
-    assert elapsed < 8, f"{elapsed:.1f} s: checks after the health tier were sent"
+    assert silent.sent() == HEALTH_TIER_REQUESTS, "checks after the health tier were sent"
     doc = _json(tmp_path)
     validate(doc)
     assert doc["exit_code"] == 3 and len(doc["checks"]) == len(registry.all_ids())
@@ -134,14 +157,14 @@ def test_silent_server_stops_after_the_health_tier_and_exits_3(tmp_path, silent_
     assert "config.tool_call_parser" not in result.stdout and "contract." not in result.stdout
 
 
-def test_silent_server_without_health_checks_is_probed_once(tmp_path, silent_url):
+def test_silent_server_without_health_checks_is_probed_once(tmp_path, silent, silent_url):
     result = run_cli(["check", "--base-url", silent_url, "--timeout", "0.3", "--model", "m",
                       "--only", "contract.plain,contract.tool_auto", "--json", str(tmp_path / "r.json")])
     assert result.exit_code == ExitCode.UNREACHABLE, result.output
     doc = _json(tmp_path)
     assert {(c["status"], c["kind"], c["evidence"]) for c in doc["checks"]} == {
         ("fail", "timeout", "not attempted: the server did not answer GET /v1/models")}
-    assert len(doc["checks"]) == 4 and doc["duration_s"] < 3
+    assert len(doc["checks"]) == 4 and silent.sent() == ["GET /v1/models"]
 
 
 def test_refused_connection_marks_the_rest_not_attempted(tmp_path):
@@ -156,16 +179,29 @@ def test_refused_connection_marks_the_rest_not_attempted(tmp_path):
     assert {c["kind"] for c in checks} == {"unreachable"}
 
 
+@pytest.fixture
+def slow_chat_time(monkeypatch):
+    """The checking run's clock, a :class:`FakeTime` that :class:`SlowChatHandler` moves."""
+    fake = FakeTime()
+    monkeypatch.setattr("kimi_deploy.cli.check.run_checks", functools.partial(run_checks, clock=fake.monotonic))
+    monkeypatch.setattr(SlowChatHandler, "time", fake)
+    return fake
+
+
 @pytest.mark.parametrize("mode", ["hang", "trickle"])
-def test_deadline_bounds_the_run_and_reports_the_rest(tmp_path, slow_chat, mode):
-    """A chat that hangs (or trickles a byte every 0.1 s, so no read times out) stops at --deadline."""
+def test_deadline_bounds_the_run_and_reports_the_rest(tmp_path, slow_chat, slow_chat_time, mode):
+    """A chat that hangs (or trickles a byte every 0.1 s, so no read times out) stops at --deadline.
+
+    The hanging chat moves the run's clock past the deadline: its request must have been given no
+    more than the 1.5 s left (else it would wait the full generation timeout, 6 x 5 s, and see the
+    server close the connection after 20 s: no answer instead of a timeout). The trickling one moves
+    it 0.1 s per byte: the run must stop reading at 1.5 s of its clock (else the stream ends after
+    200 bytes and the check fails on its shape). Either way the checks after it are not attempted.
+    """
     first_mode = "nonstream" if mode == "hang" else "stream"
-    t0 = time.monotonic()
     result = run_cli(["check", "--base-url", f"{slow_chat}/{mode}", "--timeout", "5", "--deadline", "1.5",
                       "--only", f"health.live,contract.plain.{first_mode},contract.tool_auto,contract.malformed",
                       "--json", str(tmp_path / "r.json"), "--prom", str(tmp_path / "c.prom")])
-    elapsed = time.monotonic() - t0
-    assert elapsed < 4, f"{elapsed:.1f} s: the run outlived --deadline 1.5"
     assert result.exit_code == ExitCode.FAILED, result.output
     doc = _json(tmp_path)
     validate(doc)

@@ -7,6 +7,7 @@ or sent.
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -64,3 +65,70 @@ def test_profile_name_rule_is_the_same_rule():
     for bad in ("../../tmp/zz", "bad name/x", "kimi.service", "..", "kimi-deploy-check"):
         with pytest.raises(ValueError):
             check_service_name(bad)
+
+
+@pytest.mark.parametrize("args", [
+    ["bench", "--concurrency", "0", "--json", "-"],
+    ["bench", "--json", "-", "--concurrency", "0"],
+    ["bench", "--runs", "nan", "--json=-", "--base-url", "http://127.0.0.1:9"],
+    ["bench", "--slo", "ttft=-1", "--json", "-"],
+])
+def test_option_check_errors_are_json_on_stdout_in_any_order(args):
+    """Issue 13 item 4: a refusal by an option's own check comes before the --json callback ran."""
+    result = run_cli(args)
+    assert result.exit_code == ExitCode.USAGE
+    error = json.loads(result.stdout)["error"]
+    assert error["exit_code"] == 2 and error["hint"]
+    assert "error:" in result.stderr
+
+
+def test_option_check_errors_stay_text_with_json_to_a_file(tmp_path):
+    result = run_cli(["bench", "--concurrency", "0", "--json", str(tmp_path / "r.json")])
+    assert result.exit_code == ExitCode.USAGE
+    assert result.stdout == "" and "error:" in result.stderr
+
+
+@pytest.mark.parametrize("args", [
+    lambda d: ["init", str(d / "missing" / "deeper" / "x.toml")],
+    lambda d: ["render", "--preset", "kimi-k25-rtx-pro-6000-x8", "--out", str(d / "missing" / "out")],
+    lambda d: ["check", "--base-url", "http://127.0.0.1:9", "--json", str(d / "missing" / "r.json")],
+    lambda d: ["bench", "--base-url", "http://127.0.0.1:9", "--csv", str(d / "missing" / "r.csv")],
+])
+def test_every_output_path_follows_one_rule_nothing_created_on_the_way(tmp_path, args):
+    """Issue 13 item 8: init and render --out created missing parents; check and bench refused."""
+    result = run_cli(args(tmp_path))
+    assert result.exit_code == ExitCode.USAGE, result.stdout + result.stderr
+    assert "does not exist" in result.stderr and "mkdir -p" in result.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_render_out_creates_its_own_directory_but_no_parents(tmp_path):
+    result = run_cli(["render", "--preset", "kimi-k25-rtx-pro-6000-x8", "--out", str(tmp_path / "rendered")])
+    assert result.exit_code == 0, result.stderr
+    assert (tmp_path / "rendered" / "kimi-k25.service").is_file()
+    (tmp_path / "afile").write_text("")
+    result = run_cli(["render", "--preset", "kimi-k25-rtx-pro-6000-x8", "--out", str(tmp_path / "afile")])
+    assert result.exit_code == ExitCode.USAGE
+    assert "is a file" in result.stderr
+
+
+def test_write_error_names_the_path_given_not_the_temp_file(tmp_path):
+    """Issue 13 item 10: `cannot write /sys/.r.json.kxa5b_cf.tmp` named the staging file."""
+    import os
+
+    from kimi_deploy.errors import UsageError
+    from kimi_deploy.fsio import write_atomic
+
+    target = tmp_path / "ro" / "r.json"
+    target.parent.mkdir()
+    target.parent.chmod(0o500)
+    if os.access(target.parent, os.W_OK):  # root: a folder where no file can be created, whoever asks
+        target = Path("/sys/r.json") if Path("/sys/kernel").is_dir() else pytest.skip("no /sys here")
+    try:
+        with pytest.raises(UsageError) as info:
+            write_atomic(target, "{}")
+    finally:
+        (tmp_path / "ro").chmod(0o700)
+    assert info.value.value == str(target)
+    assert f"cannot write {target}:" in info.value.render()
+    assert ".tmp" not in info.value.render()

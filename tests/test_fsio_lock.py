@@ -13,23 +13,9 @@ from pathlib import Path
 
 import pytest
 
+from helpers import FakeTime
 from kimi_deploy import fsio
 from kimi_deploy.errors import ExitCode, LockedError, UsageError
-
-
-class FakeTime:
-    """A clock that only moves when the code under test sleeps."""
-
-    def __init__(self) -> None:
-        self.now = 0.0
-        self.sleeps: list[float] = []
-
-    def clock(self) -> float:
-        return self.now
-
-    def sleep(self, seconds: float) -> None:
-        self.sleeps.append(seconds)
-        self.now += seconds
 
 
 def test_second_holder_waits_then_fails_with_its_own_exit_code(tmp_path):
@@ -39,15 +25,15 @@ def test_second_holder_waits_then_fails_with_its_own_exit_code(tmp_path):
         assert held == lock and lock.read_text().strip() == str(os.getpid())
         with pytest.raises(LockedError) as exc:
             # a second open file description conflicts under flock(2), even in one process
-            with fsio.exclusive_lock(lock, what="patch run", wait_s=2.0, clock=fake.clock, sleep=fake.sleep):
+            with fsio.exclusive_lock(lock, what="patch run", wait_s=2.0, clock=fake.monotonic, sleep=fake.sleep):
                 pytest.fail("got a lock another holder has")
     assert exc.value.exit_code == ExitCode.LOCKED == 7
     assert "another kimi-deploy patch run is running" in exc.value.message
     assert f"held by pid {os.getpid()}" in exc.value.value
     assert "nothing was changed" in exc.value.hint
-    assert sum(fake.sleeps) == pytest.approx(2.0) and len(fake.sleeps) >= 10  # it polled for the whole wait
+    assert sum(fake.slept) == pytest.approx(2.0) and len(fake.slept) >= 10  # it polled for the whole wait
     # released at the end of the block: the next holder gets it at once
-    with fsio.exclusive_lock(lock, what="patch run", wait_s=0, clock=fake.clock, sleep=fake.sleep) as held:
+    with fsio.exclusive_lock(lock, what="patch run", wait_s=0, clock=fake.monotonic, sleep=fake.sleep) as held:
         assert held == lock
 
 

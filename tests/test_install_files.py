@@ -136,6 +136,7 @@ def test_hand_edited_file_is_refused_with_the_reason(cli_runner, root, v1, v2):
 def test_unchanged_content_written_by_render_is_adopted_without_force(cli_runner, root, v1):
     # `kimi-deploy render --out` straight into /etc: header present, no manifest: accepted and recorded
     out = root / "etc/systemd/system"
+    out.mkdir(parents=True)  # as on a host; render --out creates no parents (one rule for output paths)
     assert run(cli_runner, "render", "--profile", str(v1), "--out", str(out)).exit_code == 0
     result = install(cli_runner, v1, root)
     assert result.exit_code == 0, result.stderr
@@ -290,7 +291,7 @@ def test_uninstall_removes_only_unmodified_installed_files_and_keeps_state(cli_r
     assert foreign_note.read_text() == "mine\n"
     assert (state / "check-report.json").exists()
     assert (root / "etc/kimi-deploy/kimi-test.api-key").exists()
-    assert "kept (remove with `kimi-deploy uninstall --purge --name kimi-test`)" in result.output
+    assert f"kept (remove with `kimi-deploy uninstall --purge --name kimi-test --root {root}`)" in result.output
 
 
 def test_uninstall_refuses_a_hand_edited_file(cli_runner, root, v1):
@@ -321,3 +322,47 @@ def test_uninstall_without_an_install_says_so(cli_runner, root):
     result = run(cli_runner, "uninstall", "--root", str(root))
     assert result.exit_code == 0, result.stderr
     assert "nothing to do: no service installed by kimi-deploy in /etc/kimi-deploy" in result.output
+
+
+def test_install_warns_when_the_key_file_is_named_after_another_service(cli_runner, root, tmp_path):
+    """Issue 13 item 7: after renaming the service, install created a key file named after another one."""
+    profile = write_profile(tmp_path / "renamed.toml", name="kimi-two")
+    profile.write_text(profile.read_text().replace("/etc/kimi-deploy/kimi-two.api-key",
+                                                   "/etc/kimi-deploy/kimi-k25.api-key"))
+    result = install(cli_runner, profile, root, "--dry-run")
+    assert result.exit_code == 0, result.stderr
+    assert "warning: [sglang] api_key_file /etc/kimi-deploy/kimi-k25.api-key is named after service 'kimi-k25'" \
+        in result.output
+    plain = install(cli_runner, write_profile(tmp_path / "ok.toml", name="kimi-two"), root, "--dry-run")
+    assert "named after service" not in plain.output
+
+
+def test_install_counts_files_as_status_does_and_names_a_rollback_only_when_there_is_one(cli_runner, root, v1, v2):
+    """Issue 13 item 10: a first install said "6 files changed; the previous versions are kept for rollback"
+    while status said "5 installed", and there were no previous versions."""
+    first = install(cli_runner, v1, root)
+    assert first.exit_code == 0, first.stderr
+    assert "install: 5 files (5 created) and the manifest; nothing was there before" in first.output
+    assert "kept for rollback" not in first.output
+    status = run(cli_runner, "status", "--root", str(root))
+    assert "5 installed" in status.output
+    second = install(cli_runner, v2, root)
+    assert "(5 replaced) and the manifest; the previous versions are kept for rollback in" in second.output
+    gone = run(cli_runner, "uninstall", "--root", str(root))
+    assert "uninstall: removed 5 files and the manifest" in gone.output
+
+
+def test_fixes_under_root_keep_the_root(cli_runner, root, v1):
+    """Issue 13 item 10: `uninstall --root R` and `restart --root R` suggested commands without --root R."""
+    missing = run(cli_runner, "restart", "--root", str(root))
+    assert missing.exit_code == ExitCode.USAGE
+    assert f"`kimi-deploy install --profile FILE --root {root}`" in missing.stderr
+    assert install(cli_runner, v1, root).exit_code == 0
+    (root / ENV).write_text((root / ENV).read_text() + "X=1\n")
+    status = run(cli_runner, "status", "--root", str(root))
+    assert f"`kimi-deploy install --profile {root}/etc/kimi-deploy/kimi-test.toml --force --root {root}`" \
+        in status.output
+    assert "--force`" not in status.output  # no suggestion without the root
+    (root / ENV).write_text((root / ENV).read_text().replace("X=1\n", ""))
+    gone = run(cli_runner, "uninstall", "--root", str(root))
+    assert f"`kimi-deploy uninstall --purge --name kimi-test --root {root}`" in gone.output

@@ -3,14 +3,21 @@
 After readiness, restart runs the real fast tier of ``kimi-deploy check`` (``health.*``,
 ``config.*``) against the loopback server, which answers with the arguments of the profile
 installed under the test root (``FakeServer(args=...)``), like the server systemd would start.
+
+Waits run on :class:`helpers.FakeTime` (the ``fake_time`` fixture): the clock moves only by the
+sleeps between polls, so how many polls fit in ``--timeout`` does not depend on the machine's load.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from pathlib import Path
 
+import pytest
+
+from helpers import FakeTime
 from install_fakes import STARTUP_JOURNAL, SHOW_FAILED, FakeServer, sglang_server_args, write_profile
 from kimi_deploy.check import registry
 from kimi_deploy.cli import cli
@@ -19,6 +26,7 @@ from kimi_deploy.install import apply, plan_install
 from kimi_deploy.paths import HostLayout
 from kimi_deploy.profile import load_profile
 from kimi_deploy.readiness import phase_of, wait_ready
+from kimi_deploy import restart as restart_lib
 from kimi_deploy.restart import restart
 
 UNIT = "etc/systemd/system/kimi-test.service"
@@ -59,6 +67,15 @@ def _unit_is(root: Path, context_length: int) -> bool:
         return False
 
 
+@pytest.fixture
+def fake_time(monkeypatch) -> FakeTime:
+    """``kimi-deploy restart`` (the CLI) waits on a :class:`FakeTime` instead of the wall clock."""
+    fake = FakeTime()
+    monkeypatch.setattr(restart_lib, "restart", functools.partial(restart_lib.restart, clock=fake.monotonic,
+                                                                  sleep=fake.sleep))
+    return fake
+
+
 def test_phase_of_reads_sglang_startup_lines():
     phases = [phase_of(line) for line in STARTUP_JOURNAL]
     assert phases == [None, "loading weights", "loading weights", "weights loaded", "allocating the KV cache",
@@ -68,10 +85,12 @@ def test_phase_of_reads_sglang_startup_lines():
 def test_wait_ready_after_n_polls_reports_phases_and_journal(fake_systemd):
     fake_systemd.set_journal(STARTUP_JOURNAL[1:])
     seen = []
+    fake = FakeTime()
     with FakeServer(ready=lambda n: n >= 4) as server:
         result = wait_ready(f"http://127.0.0.1:{server.port}", "kimi-test.service", timeout=10, poll_interval=0.01,
-                            on_poll=seen.append)
+                            on_poll=seen.append, clock=fake.monotonic, sleep=fake.sleep)
     assert result.ready and result.polls == 4 and not result.timed_out
+    assert fake.slept == [0.01] * 3 and [s.elapsed for s in seen] == pytest.approx([0, 0.01, 0.02, 0.03])
     assert [s.phase for s in seen] == ["loading weights", "loading weights", "weights loaded", "ready"]
     assert seen[1].last_line.startswith("Loading safetensors")
     assert ["-u", "kimi-test.service", "-n", "1", "-o", "cat", "--no-pager"] in fake_systemd.calls("journalctl")
@@ -79,19 +98,24 @@ def test_wait_ready_after_n_polls_reports_phases_and_journal(fake_systemd):
 
 
 def test_wait_ready_needs_model_info_too(fake_systemd):
+    fake = FakeTime()
     with FakeServer(ready=lambda n: True, api_key="k") as server:
         base = f"http://127.0.0.1:{server.port}"
-        no_key = wait_ready(base, "kimi-test.service", timeout=0.3, poll_interval=0.1)
-        with_key = wait_ready(base, "kimi-test.service", api_key="k", timeout=1, poll_interval=0.1)
+        no_key = wait_ready(base, "kimi-test.service", timeout=0.3, poll_interval=0.1, clock=fake.monotonic,
+                            sleep=fake.sleep)
+        with_key = wait_ready(base, "kimi-test.service", api_key="k", timeout=1, poll_interval=0.1,
+                              clock=fake.monotonic, sleep=fake.sleep)
     assert not no_key.ready and no_key.timed_out and no_key.last_probe.http_status == 401
     assert with_key.ready
 
 
 def test_wait_stops_early_when_the_unit_failed(fake_systemd):
     fake_systemd.set_show(SHOW_FAILED)
+    fake = FakeTime()
     with FakeServer(ready=lambda n: False) as server:
-        result = wait_ready(f"http://127.0.0.1:{server.port}", "kimi-test.service", timeout=30, poll_interval=0.01)
-    assert result.unit_failed and not result.ready and result.polls == 1
+        result = wait_ready(f"http://127.0.0.1:{server.port}", "kimi-test.service", timeout=30, poll_interval=0.01,
+                            clock=fake.monotonic, sleep=fake.sleep)
+    assert result.unit_failed and not result.ready and result.polls == 1 and fake.slept == []
 
 
 def test_restart_wait_ready_after_n_polls_runs_the_fast_tier(cli_runner, tmp_path, fake_systemd):
@@ -134,7 +158,8 @@ def test_restart_timeout_default_comes_from_timeout_start_sec(tmp_path, fake_sys
     assert seen["timeout"] == 600.0 and result.exit_code == ExitCode.TIMEOUT
 
 
-def test_never_ready_without_rollback_times_out_and_keeps_the_new_files(cli_runner, tmp_path, fake_systemd):
+def test_never_ready_without_rollback_times_out_and_keeps_the_new_files(cli_runner, tmp_path, fake_systemd,
+                                                                         fake_time):
     fake_systemd.set_journal(STARTUP_JOURNAL[1:5])
     with FakeServer(ready=lambda n: False) as server:
         root, v1, v2 = _setup(tmp_path, server.port)
@@ -142,9 +167,10 @@ def test_never_ready_without_rollback_times_out_and_keeps_the_new_files(cli_runn
         _install(root, v2)
         new_bytes = (root / UNIT).read_bytes()
         result = cli_runner.invoke(cli, ["restart", "--root", str(root), "--wait", "--timeout", "1.5",
-                                         "--poll-interval", "0.05"], catch_exceptions=False)
+                                         "--poll-interval", "0.25"], catch_exceptions=False)
     assert result.exit_code == ExitCode.TIMEOUT
     assert server.health_calls >= 5  # more polls than journal lines: the last phase is the last line's
+    assert fake_time.slept == [0.25] * (server.health_calls - 1)  # polled until 1.5 s of the test's time
     assert "new: FAILED: not ready after" in result.output
     assert "last phase: allocating the KV cache" in result.output
     # not a terminal: one progress line per phase change, with the journal line
@@ -154,7 +180,7 @@ def test_never_ready_without_rollback_times_out_and_keeps_the_new_files(cli_runn
     assert fake_systemd.verbs() == ["restart kimi-test.service"]
 
 
-def test_never_ready_rolls_back_to_the_previous_bytes(cli_runner, tmp_path, fake_systemd):
+def test_never_ready_rolls_back_to_the_previous_bytes(cli_runner, tmp_path, fake_systemd, fake_time):
     # the "server" comes up only when the v1 unit is installed: v2 never becomes ready
     root_holder = {}
     with FakeServer(ready=lambda n: _unit_is(root_holder["root"], 1000), args=_running(root_holder)) as server:
@@ -232,7 +258,7 @@ def test_config_mismatch_in_the_json_result(cli_runner, tmp_path, fake_systemd):
     assert fake_systemd.verbs() == ["restart kimi-test.service"]
 
 
-def test_rollback_of_a_first_install_stops_and_disables(cli_runner, tmp_path, fake_systemd):
+def test_rollback_of_a_first_install_stops_and_disables(cli_runner, tmp_path, fake_systemd, fake_time):
     with FakeServer(ready=lambda n: False) as server:
         root, v1, _ = _setup(tmp_path, server.port)
         _install(root, v1)

@@ -127,8 +127,8 @@ def test_status_finds_drift_in_proc_cmdline_and_reports_problems(cli_runner, tmp
         root, profile = _installed(tmp_path, server.port, python=drifted_sglang)
         args = [a if a != "1000" else "8192" for a in render(profile).launch.server_args]
         script = tmp_path / "launch_server.py"
-        script.write_text("import time\ntime.sleep(60)\n")
-        child = subprocess.Popen([sys.executable, str(script), *args])
+        script.write_text("import sys\nsys.stdin.read()\n")  # runs until the test closes its stdin
+        child = subprocess.Popen([sys.executable, str(script), *args], stdin=subprocess.PIPE)
         try:
             fake_systemd.set_show(SHOW_ACTIVE.format(pid=child.pid))
             (root / "var/lib/kimi-test").mkdir(parents=True)
@@ -137,6 +137,7 @@ def test_status_finds_drift_in_proc_cmdline_and_reports_problems(cli_runner, tmp
             (root / "etc/kimi-deploy/kimi-test.env").write_text("edited\n")
             result = cli_runner.invoke(cli, ["status", "--root", str(root)], catch_exceptions=False)
         finally:
+            child.stdin.close()
             child.kill()
             child.wait()
     assert result.exit_code == 1
@@ -169,7 +170,8 @@ def test_status_of_a_failed_unit(cli_runner, tmp_path, fake_systemd, sglang_pyth
     data = json.loads(result.output)
     assert result.exit_code == 1
     assert "kimi-test.service is failed/failed (systemctl show: Result=exit-code, ExecMainStatus=1); fix: read " \
-           "`journalctl -u kimi-test.service -n 50`, fix the cause, then `kimi-deploy restart --wait`" in data["problems"]
+           "`journalctl -u kimi-test.service -n 50`, fix the cause, then " \
+           f"`kimi-deploy restart --wait --root {root}`" in data["problems"]
     assert data["launch"] is None
     assert data["patches"]["state"] == "not_applied" and data["patches"]["recorded"] is None
     assert data["patches"]["python"] == sglang_python

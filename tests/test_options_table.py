@@ -118,3 +118,21 @@ def test_every_flag_of_the_table_is_sglang_0_5_23s(sglang_python):
     for name in actions:
         if name not in owned:
             assert not [flag for flag in owned if flag.startswith(name)], name
+
+
+def test_patch_gates_spell_the_flags_of_the_row_they_name():
+    """A series' ``[[patch.needed_by]]`` gate names a row (``setting``) and spells its flags again, for doctor to
+    find in the rendered command: every gate flag must be one of that row's flags, the flag the row renders for
+    the series' release among them (else doctor misses the feature), and every ``unless_flags`` entry a flag of
+    some row. Nothing else ties the series manifest to the option table."""
+    from kimi_deploy.patching import available_versions, find_series
+
+    owned = options.owned_flags()
+    gates = [(version, gate) for version in available_versions() for spec in find_series(version).patch
+             for gate in spec.needed_by]
+    assert gates
+    for version, gate in gates:
+        row = options.BY_KEY[gate.setting]
+        assert set(gate.flags) <= set(row.flags), (version, gate.setting)
+        assert versions.spelling(gate.setting, Version(version)).spelling in gate.flags, (version, gate.setting)
+        assert all(flag in owned for flag in gate.unless_flags), (version, gate.unless_flags)

@@ -29,7 +29,7 @@ pytestmark = pytest.mark.sglang
 
 DEFAULTS = ["kimi-k2-tool-call-ids", "kimi-k2-canonical-history-ids", "redact-api-key"]
 DETECTOR = "sglang/srt/function_call/kimik2_detector.py"
-SERIES = patching.list_series("0.5.23")
+SERIES = patching.require_series("0.5.23")
 #: every file any patch of the series touches (relative to site-packages)
 SERIES_FILES = sorted({f for spec in SERIES.patch for f in SERIES.files_of(spec)})
 

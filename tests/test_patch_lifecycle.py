@@ -91,6 +91,8 @@ def test_apply_status_reapply_verify_revert(target, cli_runner):
     assert result.exit_code == 0, result.output
     assert tree_hashes(site / "sglang") == before
     assert not Path(st.state_file).exists()
+    # issue 13 item 10: the output named the record it had just deleted as if it were still there
+    assert "record deleted" in result.output and st.state_file not in result.output
     assert patching.status(python).state == "not_applied"
 
 

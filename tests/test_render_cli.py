@@ -8,6 +8,7 @@ import shlex
 import subprocess
 import sys
 import tomllib
+from pathlib import Path
 
 from helpers import MINIMAL, run_cli, write_profile
 
@@ -62,14 +63,57 @@ def test_init_profile_with_every_commented_key_enabled_still_validates(tmp_path)
 def test_print_command_is_pasteable_and_equals_the_unit(tmp_path):
     result = run_cli(["render", "--preset", PRESET, "--print-command"])
     assert result.exit_code == 0
-    words = shlex.split(result.stdout.replace("\\\n", " "))
+    step2 = result.stdout.split("# 2. the launch command", 1)[1].split("\n", 1)[1]
+    words = shlex.split(step2.replace("\\\n", " "))
     assert words[0] == "env"
     launch = words[words.index("/opt/sglang/.venv/bin/python"):]
     out = tmp_path / "out"
     run_cli(["render", "--preset", PRESET, "--out", str(out)])
     unit = (out / "kimi-k25.service").read_text()
     exec_start = unit.split("ExecStart=", 1)[1].split("\nRestart=", 1)[0].replace("\\\n", " ")
-    assert shlex.split(exec_start) == launch
+    # the same command, reading the YAML that step 1 writes instead of the unit's /run file
+    assert shlex.split(exec_start) == [w if w != "$KIMI_DEPLOY_SECRETS" else "/run/kimi-k25/sglang-secrets.yaml"
+                                       for w in launch]
+
+
+def test_print_command_without_a_key_is_the_launch_alone(tmp_path):
+    result = run_cli(["render", "--profile", str(write_profile(tmp_path, MINIMAL)), "--print-command"])
+    assert result.exit_code == 0
+    assert "KIMI_DEPLOY_SECRETS" not in result.stdout and "--config" not in result.stdout
+    assert shlex.split(result.stdout.replace("\\\n", " "))[0] == "env"
+
+
+def test_printed_command_runs_as_printed_through_sglangs_config_merger(tmp_path, sglang_python):
+    """Issue 13 item 3: the printed command ended in `--config /run/<name>/sglang-secrets.yaml`, a file that
+    exists only inside the running unit (SGLang: `Config file not found`). Run the printed text in a shell
+    exactly as printed, with only `-m sglang.launch_server` swapped for a probe doing what launch_server
+    does with its arguments in SGLang 0.5.23: ConfigArgumentMerger, then ServerArgs' parser."""
+    key = "sk-a\"b: #c'd\\e {x} %s $HOME"
+    key_file = tmp_path / "kimi.api-key"
+    key_file.write_text(key + "\n")
+    text = MINIMAL.replace('"/opt/sglang/.venv/bin/python"', json.dumps(sglang_python)) \
+        + f'api_key_file = "{key_file}"\n'
+    printed = run_cli(["render", "--profile", str(write_profile(tmp_path, text)), "--print-command"])
+    assert printed.exit_code == 0, printed.stderr
+    assert key not in printed.stdout and "sk-a" not in printed.stdout
+    probe = (
+        "import argparse, json, sys\n"
+        "from sglang.srt.server_args import ServerArgs\n"
+        "from sglang.srt.utils.server_args_config_parser import ConfigArgumentMerger\n"
+        "p = argparse.ArgumentParser(); ServerArgs.add_cli_args(p)\n"
+        "argv = ConfigArgumentMerger(p).merge_config_with_args(sys.argv[1:])\n"
+        "ns = p.parse_args(argv)\n"
+        "print(json.dumps({'api_key': ns.api_key, 'model_path': ns.model_path, 'tp_size': ns.tp_size,"
+        " 'config': sys.argv[sys.argv.index('--config') + 1]}))\n"
+    )
+    script = printed.stdout.replace(" -m sglang.launch_server", " -c " + shlex.quote(probe), 1)
+    assert script != printed.stdout
+    done = subprocess.run(["bash", "-c", script], capture_output=True, text=True,
+                          env={"HF_HUB_OFFLINE": "1", "PATH": "/usr/bin:/bin", "HOME": str(tmp_path)})
+    assert done.returncode == 0, done.stderr
+    seen = json.loads(done.stdout.strip().splitlines()[-1])
+    assert (seen["api_key"], seen["model_path"], seen["tp_size"]) == (key, "/models/moonshotai/Kimi-K2.5", 8)
+    assert seen["config"].endswith(".yaml") and not Path(seen["config"]).exists()  # removed when the shell ended
 
 
 def test_json_output(tmp_path):
@@ -161,3 +205,27 @@ def test_cache_dir_outside_cache_directory_is_made_writable(tmp_path):
         assert run_cli(["render", "--profile", str(write_profile(out, text)), "--out", str(out)]).exit_code == 0
         unit = (out / "kimi-k25.service").read_text()
         assert (f"ReadWritePaths={cache_dir}\n" in unit) is writable, cache_dir
+
+
+def test_init_name_derives_the_key_file_from_the_service(tmp_path):
+    """Issue 13 item 7: init wrote api_key_file named after the preset's service whatever the name."""
+    path = tmp_path / "two.toml"
+    result = run_cli(["init", str(path), "--name", "kimi-two"])
+    assert result.exit_code == 0, result.stderr
+    profile = load_profile(path)
+    assert profile.service.name == "kimi-two"
+    assert profile.sglang.api_key_file == "/etc/kimi-deploy/kimi-two.api-key"
+    assert "# cache_dir = \"/var/cache/kimi-two\"" in path.read_text()
+    assert run_cli(["init", str(tmp_path / "x.toml"), "--name", "../x"]).exit_code == 2
+
+
+def test_a_renamed_service_with_the_old_key_file_name_is_warned_about(tmp_path):
+    path = tmp_path / "p.toml"
+    assert run_cli(["init", str(path)]).exit_code == 0
+    path.write_text(path.read_text().replace('name = "kimi-k25"', 'name = "kimi-two"', 1))
+    result = run_cli(["render", "--profile", str(path), "--print-command"])
+    assert result.exit_code == 0
+    assert "warning: [sglang] api_key_file /etc/kimi-deploy/kimi-k25.api-key is named after service 'kimi-k25'" \
+        in result.stderr and '"/etc/kimi-deploy/kimi-two.api-key"' in result.stderr
+    # the preset itself, and a key file outside /etc/kimi-deploy, say nothing
+    assert "warning" not in run_cli(["render", "--preset", PRESET, "--print-command"]).stderr

@@ -26,14 +26,10 @@ from kimi_deploy.bench.http import Pool
 from kimi_deploy.bench.metrics import RequestRecord
 from kimi_deploy.errors import UnreachableError
 
-try:
-    import orjson
+import orjson
 
-    _loads = orjson.loads
-    JSON_LIB = f"orjson {orjson.__version__}"
-except ImportError:  # pragma: no cover - orjson is a dependency, json is the fallback
-    _loads = json.loads
-    JSON_LIB = "json (stdlib)"
+_loads = orjson.loads
+JSON_LIB = f"orjson {orjson.__version__}"
 
 _DONE = b"[DONE]"
 

@@ -3,12 +3,13 @@
 Points are matched by concurrency (closed loop) or request rate (open loop). For every
 point of the baseline (the first file) and every other result, the ratio other/baseline of
 median TPOT, median TTFT, median E2E (lower is better) and output tokens/s (higher is
-better). The plot (matplotlib, Agg backend; written only when asked for) has two panels,
-output tokens/s vs concurrency and median TPOT vs concurrency, one line per result.
+better). The plot (matplotlib, Agg backend; written only when asked for) has four panels,
+output tokens/s and median TPOT, TTFT and E2E vs concurrency, one line per result, with the
+run-to-run spread of ``--runs`` > 1 and the points that measured less load than they claim marked.
 
 What would mislead is said, not drawn: :attr:`Comparison.warnings` names results that differ
-in workload, share no point with the baseline (no ratio can be formed) or have points with no
-successful request. The plot labels only measured points (plain numbers, no offset or
+in workload, share no point with the baseline (no ratio can be formed), measured a point the
+other did not, or have points with no successful request. The plot labels only measured points (plain numbers, no offset or
 scientific notation), starts both y axes at 0 so a sub-microsecond change draws flat, names every
 result and model in its title, and leaves out (with a note) results with no successful request.
 """
@@ -89,7 +90,7 @@ def compare(results: list[dict[str, Any]]) -> Comparison:
             rows.append(CompareRow(label=label, axis=key[0], x=key[1], values=values, baseline=refs, ratios=ratios))
     rows.sort(key=lambda r: (r.x, labels.index(r.label)))
     warnings = [f"not the same workload: {line}" for line in _unequal_work(results, labels)]
-    warnings += _no_success(results, labels) + _no_shared_point(results, labels)
+    warnings += _no_success(results, labels) + _no_shared_point(results, labels) + _unmatched_points(results, labels)
     return Comparison(labels=labels, rows=rows, warnings=warnings)
 
 
@@ -122,6 +123,26 @@ def _no_shared_point(results: list[dict[str, Any]], labels: list[str]) -> list[s
             out.append(f"{label} shares no {axis} point with {labels[0]} ({labels[0]}: "
                        f"{', '.join(f'{x:g}' for _, x in base)}; {label}: {', '.join(f'{x:g}' for _, x in mine)}): "
                        "its rows show absolute values only, no ratios; rerun with the same points")
+    return out
+
+
+def _unmatched_points(results: list[dict[str, Any]], labels: list[str]) -> list[str]:
+    """Points measured by one side only, for results that share some points with the baseline (no
+    shared point at all is :func:`_no_shared_point`'s warning)."""
+    base = {_x(p) for p in results[0]["points"]}
+    out = []
+    for label, r in zip(labels[1:], results[1:]):
+        mine = {_x(p) for p in r["points"]}
+        if not mine & base:
+            continue
+        lacking = sorted(base - mine, key=lambda k: k[1])
+        extra = sorted(mine - base, key=lambda k: k[1])
+        if lacking:
+            out.append(f"{label} has no {', '.join(_point_name(*k) for k in lacking)} (measured in {labels[0]}): "
+                       "no row and no ratio there")
+        if extra:
+            out.append(f"{label} has {', '.join(_point_name(*k) for k in extra)}, which {labels[0]} lacks: "
+                       "absolute values only, no ratio")
     return out
 
 
@@ -195,14 +216,38 @@ def plot(results: list[dict[str, Any]], path: Path) -> Path:
     return Path(path)
 
 
+#: The plot's panels: (summary key, y label, title); the order of ``Figure.axes``.
+PANELS = (("output_tokens_per_s", "output tokens/s", "Throughput"),
+          ("tpot_ms", "TPOT p50 (ms)", "Time per output token"),
+          ("ttft_ms", "TTFT p50 (ms)", "Time to first token"),
+          ("e2e_ms", "E2E p50 (ms)", "End-to-end latency"))
+
+
+def under_load(point: dict[str, Any]) -> bool:
+    """A closed-loop point given fewer prompts per run than its concurrency: it never had that many
+    requests in flight, so it measured less load than it claims (``bench`` warns about it too)."""
+    return point["request_rate"] is None and point["num_prompts"] < point["concurrency"]
+
+
+def run_spread(point: dict[str, Any], key: str) -> tuple[float, float] | None:
+    """(min, max) over the point's runs of each run's own p50 of ``key`` (its value for output tok/s);
+    ``None`` with fewer than two runs that measured it."""
+    values = [_value(r["summary"], key) for r in point.get("runs") or [] if r.get("summary")]
+    values = [v for v in values if v is not None]
+    return (min(values), max(values)) if len(values) > 1 else None
+
+
 def figure(results: list[dict[str, Any]]):
-    """The matplotlib Figure: output tokens/s and median TPOT against concurrency (or rate), one line per result.
+    """The matplotlib Figure: four panels (:data:`PANELS`: output tokens/s, median TPOT, TTFT and
+    E2E) against concurrency (or rate), one line per result.
 
     x: the measured points only, labelled with their plain values (log2 scale for concurrency);
-    y: from 0, plain numbers (no offset such as ``+1.9998e1``, no scientific notation). A result
-    with no successful request is left out and named in a note under the plots; a point with no
-    successful request is a gap in its line. The title names every result with its model.
-    The caller closes it (``matplotlib.pyplot.close``).
+    y: from 0, plain numbers (no offset such as ``+1.9998e1``, no scientific notation). With
+    ``--runs`` > 1 a vertical bar at each point spans the run-to-run spread (min to max of the
+    runs' own figures). A point that measured less load than it claims (:func:`under_load`) is
+    circled in red and named in a note under the plots. A result with no successful request is
+    left out and named in the last note; a point with no successful request is a gap in its line.
+    The title names every result with its model. The caller closes it (``matplotlib.pyplot.close``).
     """
     import matplotlib
 
@@ -211,10 +256,12 @@ def figure(results: list[dict[str, Any]]):
     from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator, ScalarFormatter
 
     labels = _labels(results)
-    fig, (ax_tput, ax_tpot) = plt.subplots(1, 2, figsize=(12, 5.2))
+    fig, grid = plt.subplots(2, 2, figsize=(12, 9.5))
+    axes = list(grid.flat)
     axis = _x(results[0]["points"][0])[0] if results[0]["points"] else "concurrency"
     xs_all: set[float] = set()
-    left_out = []
+    tops = [0.0] * len(PANELS)
+    left_out, thin = [], []
     for label, result in zip(labels, results):
         pts = sorted(result["points"], key=lambda p: _x(p)[1])
         if not any(_succeeded(p) for p in pts):
@@ -224,15 +271,25 @@ def figure(results: list[dict[str, Any]]):
         xs_all.update(xs)
         failed = [_point_name(*_x(p)) for p in pts if not _succeeded(p)]
         name = f"{label} (no successful request at {', '.join(failed)})" if failed else label
-        nan = float("nan")
-        tput = [p["summary"].get("output_tokens_per_s") if _succeeded(p) else None for p in pts]
-        tpot = [_value(p["summary"], "tpot_ms") if _succeeded(p) else None for p in pts]
-        ax_tput.plot(xs, [nan if v is None else v for v in tput], marker="o", label=name)
-        ax_tpot.plot(xs, [nan if v is None else v for v in tpot], marker="o", label=name)
+        low = [p for p in pts if under_load(p) and _succeeded(p)]
+        if low:
+            thin.append(f"{label} at {', '.join(_point_name(*_x(p)) for p in low)}")
+        for i, (ax, (key, _, _)) in enumerate(zip(axes, PANELS)):
+            ys = [_value(p["summary"], key) if _succeeded(p) else None for p in pts]
+            (line,) = ax.plot(xs, [float("nan") if v is None else v for v in ys], marker="o", label=name)
+            tops[i] = max([tops[i], *(v for v in ys if v is not None)])
+            for p, x in zip(pts, xs):
+                spread = run_spread(p, key) if _succeeded(p) else None
+                if spread:
+                    ax.vlines(x, *spread, colors=line.get_color(), linewidth=4, alpha=0.35)
+                    tops[i] = max(tops[i], spread[1])
+            marks = [(x, y) for p, x, y in zip(pts, xs, ys) if y is not None and under_load(p)]
+            if marks:
+                ax.scatter([m[0] for m in marks], [m[1] for m in marks], s=160, facecolors="none",
+                           edgecolors="firebrick", linewidths=1.5, zorder=3)
     xlabel = "concurrency (closed loop)" if axis == "concurrency" else "request rate (req/s, open loop)"
     ticks = sorted(xs_all)
-    for ax, ylabel, title in ((ax_tput, "output tokens/s", "Throughput"),
-                              (ax_tpot, "TPOT p50 (ms)", "Time per output token")):
+    for ax, (key, ylabel, title), top in zip(axes, PANELS, tops):
         if axis == "concurrency":
             ax.set_xscale("log", base=2)
         if ticks:
@@ -242,8 +299,7 @@ def figure(results: list[dict[str, Any]]):
         plain = ScalarFormatter(useOffset=False)
         plain.set_scientific(False)
         ax.yaxis.set_major_formatter(plain)
-        drawn = [y for line in ax.get_lines() for y in line.get_ydata() if y == y]
-        ax.set_ylim(0, max(drawn) * 1.1 if drawn and max(drawn) > 0 else 1)  # from 0, with headroom
+        ax.set_ylim(0, top * 1.1 if top > 0 else 1)  # from 0, with headroom
         ax.set_xlabel(xlabel)
         ax.set_ylabel(ylabel)
         ax.set_title(title)
@@ -252,9 +308,16 @@ def figure(results: list[dict[str, Any]]):
             ax.legend()
     names = ", ".join(f"{label} [{r.get('model', '?')}]" for label, r in zip(labels, results))
     max_tokens = sorted({str(r["config"].get("max_tokens")) for r in results})
-    fig.suptitle(f"kimi-deploy bench compare: {names}  (max_tokens {'/'.join(max_tokens)})")
+    runs = sorted({int(r["config"].get("runs") or 1) for r in results})
+    spread_note = f"; bars: run-to-run spread, min to max of up to {max(runs)} runs" if max(runs) > 1 else ""
+    fig.suptitle(f"kimi-deploy bench compare: {names}  (max_tokens {'/'.join(max_tokens)}{spread_note})")
+    notes = []
+    if thin:
+        notes.append(("circled: fewer prompts than concurrency, so less load than the point claims: "
+                      + "; ".join(thin), "firebrick"))
     if left_out:
-        fig.text(0.5, 0.01, f"not drawn (no successful request at any point): {', '.join(left_out)}",
-                 ha="center", color="firebrick")
-    fig.tight_layout(rect=(0, 0.04 if left_out else 0, 1, 1))
+        notes.append((f"not drawn (no successful request at any point): {', '.join(left_out)}", "firebrick"))
+    for n, (text, color) in enumerate(notes):
+        fig.text(0.5, 0.01 + 0.025 * (len(notes) - 1 - n), text, ha="center", color=color)
+    fig.tight_layout(rect=(0, 0.025 * len(notes) + (0.01 if notes else 0), 1, 1))
     return fig

@@ -47,10 +47,6 @@ class Sink(Protocol):
     def on_error(self, reason: str, now: float) -> None: ...
 
 
-class ConnectionLost(Exception):
-    """A reused keep-alive connection closed before any byte of the response (safe to retry once)."""
-
-
 class Connection(asyncio.Protocol):
     """One HTTP/1.1 connection carrying one request at a time.
 

@@ -16,6 +16,7 @@ seeded prompt sequence, so runs, points and configurations see the same prompts.
 from __future__ import annotations
 
 import asyncio
+import signal
 import dataclasses
 import json
 import math
@@ -158,6 +159,11 @@ class BenchRun:
     client: dict[str, Any]
     started: float
     finished: float
+    interrupted: dict[str, Any] | None = None
+
+
+#: Signals that end a sweep early with the points already finished kept (:func:`run_bench`).
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
 def spec_accept_length(server_info: Any) -> float | None:
@@ -215,13 +221,19 @@ async def open_loop(client: StreamClient, bodies: list[bytes], rate: float, seed
 
     tasks = []
     due = time.perf_counter()
-    for body in bodies:
-        tasks.append(asyncio.ensure_future(one(body)))
-        due += rng.expovariate(rate)
-        delay = due - time.perf_counter()
-        if delay > 0:
-            await asyncio.sleep(delay)
-    await asyncio.gather(*tasks)
+    try:
+        for body in bodies:
+            tasks.append(asyncio.ensure_future(one(body)))
+            due += rng.expovariate(rate)
+            delay = due - time.perf_counter()
+            if delay > 0:
+                await asyncio.sleep(delay)
+        await asyncio.gather(*tasks)
+    except asyncio.CancelledError:  # interrupted (SIGINT/SIGTERM): no request outlives the sweep
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        raise
     return records
 
 
@@ -258,12 +270,19 @@ async def _resolve_model(client: StreamClient, model: str | None) -> str:
                          hint="pass --model with the served model name") from None
 
 
-async def run_bench_async(cfg: BenchConfig, dataset: Dataset, progress: ProgressSink | None = None) -> BenchRun:
+async def run_bench_async(cfg: BenchConfig, dataset: Dataset, progress: ProgressSink | None = None,
+                          stop: dict[str, Any] | None = None) -> BenchRun:
     """Run the whole sweep of ``cfg`` on ``dataset``; see the module docstring for the procedure.
+
+    Cancelled during the sweep (``run_bench`` cancels on SIGINT/SIGTERM and names the signal in
+    ``stop["signal"]``), it returns the points finished so far, with :attr:`BenchRun.interrupted`
+    ``{"signal", "during", "complete_points"}``; the point in flight is left out (its runs did not
+    all finish).
 
     Raises:
         UnreachableError: the server does not answer.
         UsageError: no model name could be resolved.
+        asyncio.CancelledError: cancelled before the model was resolved (nothing measured yet).
     """
     pool = (cfg.max_in_flight or 0) if cfg.open_loop else max(cfg.concurrency)
     started = time.time()
@@ -277,51 +296,106 @@ async def run_bench_async(cfg: BenchConfig, dataset: Dataset, progress: Progress
             grid = [(cfg.max_in_flight, rate) for rate in cfg.request_rates]
         else:
             grid = [(c, None) for c in cfg.concurrency]
-        for concurrency, rate in grid:
-            n = cfg.prompts_for(concurrency or 1)
-            convs = dataset.sample(n, cfg.seed)
-            bodies = [cfg.body(model, m) for m in convs]
-            warm_n = cfg.warmup if cfg.warmup is not None else (concurrency or 8)
-            name = f"c={concurrency}" if rate is None else f"rate={rate:g}/s"
-            if warm_n:
-                warm = [cfg.body(model, m) for m in dataset.sample(warm_n, cfg.seed + 1)]
-                if progress:
-                    progress.start(f"{name} warmup", warm_n)
-                await closed_loop(client, warm, concurrency or warm_n,
-                                  (lambda r: progress.advance(r.ok)) if progress else None)
-            runs: list[RunResult] = []
-            for k in range(cfg.runs):
-                flushed = await _flush(client, cfg.flush_cache)
-                if progress:
-                    progress.start(f"{name} run {k + 1}/{cfg.runs}", n)
-                done = (lambda r: progress.advance(r.ok)) if progress else None
-                if rate is None:
-                    records = await closed_loop(client, bodies, concurrency, done)  # type: ignore[arg-type]
-                else:
-                    records = await open_loop(client, bodies, rate, cfg.seed + k, concurrency, done)
-                accept = None
-                if info_path is not None:
-                    status, info = await client.get_json(info_path)
-                    accept = spec_accept_length(info) if status == 200 else None
-                runs.append(RunResult(index=k, flush_cache=flushed, spec_accept_length=accept,
-                                      summary=summarize([records], cfg.slo), records=records))
-            points.append(PointResult(concurrency=concurrency, request_rate=rate, num_prompts=n, warmup=warm_n,
-                                      runs=runs, summary=summarize([r.records for r in runs], cfg.slo)))
+        interrupted = None
+        during = ""
+        try:
+            for concurrency, rate in grid:
+                during = f"c={concurrency}" if rate is None else f"rate={rate:g}/s"
+                points.append(await _point(cfg, dataset, client, model, info_path, concurrency, rate, progress))
+        except asyncio.CancelledError:
+            task = asyncio.current_task()
+            if task is not None:
+                task.uncancel()
+            interrupted = {"signal": (stop or {}).get("signal", "cancelled"), "during": during,
+                           "complete_points": [f"c={p.concurrency}" if p.request_rate is None
+                                               else f"rate={p.request_rate:g}/s" for p in points]}
     loop = asyncio.get_running_loop()
     client_info = {"http": f"kimi_deploy.bench.http (asyncio.Protocol, HTTP/1.1 keep-alive, {PARSER})", "json": JSON_LIB,
                    "event_loop": f"{type(loop).__module__}.{type(loop).__name__}",
                    "pool_limit": pool or "unlimited"}
     return BenchRun(config=cfg, model=model, server_info=server_info, server_info_status=info_status,
-                    points=points, client=client_info, started=started, finished=time.time())
+                    points=points, client=client_info, started=started, finished=time.time(),
+                    interrupted=interrupted)
+
+
+async def _point(cfg: BenchConfig, dataset: Dataset, client: StreamClient, model: str, info_path: str | None,
+                 concurrency: int | None, rate: float | None, progress: ProgressSink | None) -> PointResult:
+    """Warm up, then measure one point of the sweep ``cfg.runs`` times."""
+    n = cfg.prompts_for(concurrency or 1)
+    convs = dataset.sample(n, cfg.seed)
+    bodies = [cfg.body(model, m) for m in convs]
+    warm_n = cfg.warmup if cfg.warmup is not None else (concurrency or 8)
+    name = f"c={concurrency}" if rate is None else f"rate={rate:g}/s"
+    if warm_n:
+        warm = [cfg.body(model, m) for m in dataset.sample(warm_n, cfg.seed + 1)]
+        if progress:
+            progress.start(f"{name} warmup", warm_n)
+        await closed_loop(client, warm, concurrency or warm_n,
+                          (lambda r: progress.advance(r.ok)) if progress else None)
+    runs: list[RunResult] = []
+    for k in range(cfg.runs):
+        flushed = await _flush(client, cfg.flush_cache)
+        if progress:
+            progress.start(f"{name} run {k + 1}/{cfg.runs}", n)
+        done = (lambda r: progress.advance(r.ok)) if progress else None
+        if rate is None:
+            records = await closed_loop(client, bodies, concurrency, done)  # type: ignore[arg-type]
+        else:
+            records = await open_loop(client, bodies, rate, cfg.seed + k, concurrency, done)
+        accept = None
+        if info_path is not None:
+            status, info = await client.get_json(info_path)
+            accept = spec_accept_length(info) if status == 200 else None
+        runs.append(RunResult(index=k, flush_cache=flushed, spec_accept_length=accept,
+                              summary=summarize([records], cfg.slo), records=records))
+    return PointResult(concurrency=concurrency, request_rate=rate, num_prompts=n, warmup=warm_n,
+                       runs=runs, summary=summarize([r.records for r in runs], cfg.slo))
+
+
+async def _until_signal(cfg: BenchConfig, dataset: Dataset, progress: ProgressSink | None) -> BenchRun:
+    """:func:`run_bench_async`, cancelled by SIGINT or SIGTERM (handlers installed for the run only,
+    where the platform allows: the main thread of a POSIX process)."""
+    loop = asyncio.get_running_loop()
+    task = asyncio.current_task()
+    stop: dict[str, Any] = {}
+
+    def on_signal(sig: signal.Signals) -> None:
+        if not stop:
+            stop["signal"] = sig.name
+            task.cancel()  # type: ignore[union-attr]
+
+    installed = []
+    for sig in STOP_SIGNALS:
+        try:
+            loop.add_signal_handler(sig, on_signal, sig)
+            installed.append(sig)
+        except (ValueError, RuntimeError, NotImplementedError):  # not the main thread, or no signals here
+            pass
+    try:
+        return await run_bench_async(cfg, dataset, progress, stop)
+    except asyncio.CancelledError:
+        if stop:  # a signal before anything was measured: nothing to keep
+            raise KeyboardInterrupt(stop["signal"]) from None
+        raise
+    finally:
+        for sig in installed:
+            loop.remove_signal_handler(sig)
 
 
 def run_bench(cfg: BenchConfig, dataset: Dataset, progress: ProgressSink | None = None) -> BenchRun:
-    """Synchronous entry: :func:`run_bench_async` on uvloop when installed, else asyncio."""
+    """Synchronous entry: :func:`run_bench_async` on uvloop when installed, else asyncio.
+
+    SIGINT (Ctrl-C) and SIGTERM end the sweep early: the result holds the points finished so far
+    and :attr:`BenchRun.interrupted` says so.
+
+    Raises:
+        KeyboardInterrupt: a signal came before the first point started (nothing to write).
+    """
     try:
         import uvloop
     except ImportError:
-        return asyncio.run(run_bench_async(cfg, dataset, progress))
-    return uvloop.run(run_bench_async(cfg, dataset, progress))
+        return asyncio.run(_until_signal(cfg, dataset, progress))
+    return uvloop.run(_until_signal(cfg, dataset, progress))
 
 
 __all__ = ["BenchConfig", "BenchRun", "PointResult", "RunResult", "run_bench", "run_bench_async",

@@ -11,7 +11,8 @@ JSON (``"schema": "kimi-deploy.bench/1"``)::
      "points": [{"concurrency", "request_rate", "num_prompts", "warmup",
                  "summary": WindowSummary, "spec_accept_length": float | null,
                  "runs": [{"index", "flush_cache", "spec_accept_length", "summary": WindowSummary,
-                           "requests": [per-request row]}]}]}
+                           "requests": [per-request row]}]}],
+     "interrupted": null | {"signal": "SIGINT" | "SIGTERM", "during": "c=8", "complete_points": ["c=1", ...]}}
 
 ``WindowSummary`` and the per-request row are defined in :mod:`kimi_deploy.bench.metrics`.
 CSV: one row per point, columns :data:`CSV_COLUMNS`. A result is read back with
@@ -76,6 +77,9 @@ def build_result(run: BenchRun, dataset: Dataset, profile_sha256: str | None = N
         "server": {"server_info": run.server_info, "server_info_status": run.server_info_status},
         "client": run.client,
         "points": points,
+        # null, or {"signal": "SIGINT", "during": "c=8", "complete_points": ["c=1", ...]}: the sweep was
+        # stopped early; "points" holds only the complete ones
+        "interrupted": run.interrupted,
     }
 
 
@@ -197,6 +201,11 @@ def _num(v: float | None, digits: int) -> str:
 def warnings_of(result: dict[str, Any]) -> list[str]:
     """Lines the operator must read: requests without usage, errors, flush failures, a point under its load."""
     out = []
+    stopped = result.get("interrupted")
+    if stopped:
+        done = ", ".join(stopped["complete_points"]) or "none"
+        out.append(f"interrupted by {stopped['signal']} during {stopped['during'] or 'the start'}: only the complete "
+                   f"points are written ({done}); the point in flight was left out")
     for p in result["points"]:
         s = p["summary"]
         point = point_name(p)

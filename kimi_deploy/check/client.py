@@ -12,6 +12,7 @@ import dataclasses
 import http
 import json
 import time
+from collections.abc import Callable
 from typing import Any
 
 import httpx
@@ -35,16 +36,18 @@ class Deadline:
 
     ``bound(seconds)`` caps a per-request timeout by the time left; :meth:`check` raises
     ``httpx.ReadTimeout`` once the deadline has passed, so a body that trickles in byte by byte
-    (each read within the read timeout) still ends at the deadline.
+    (each read within the read timeout) still ends at the deadline. ``clock`` (seconds, monotonic)
+    is the run's time source: tests pass one they move themselves.
     """
 
-    def __init__(self, seconds: float | None) -> None:
+    def __init__(self, seconds: float | None, clock: Callable[[], float] = time.monotonic) -> None:
         self.seconds = seconds
-        self.at = None if seconds is None else time.monotonic() + seconds
+        self.clock = clock
+        self.at = None if seconds is None else clock() + seconds
 
     def left(self) -> float | None:
         """Seconds left (may be negative), ``None`` without a deadline."""
-        return None if self.at is None else self.at - time.monotonic()
+        return None if self.at is None else self.at - self.clock()
 
     def passed(self) -> bool:
         left = self.left()

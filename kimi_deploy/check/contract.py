@@ -76,6 +76,21 @@ ID_STYLES: tuple[tuple[str, str], ...] = (
 )
 
 
+#: ``max_tokens`` of a case whose answer is a sentence or one or two calls: room for Kimi K2.x's
+#: reasoning block (on by default; a few hundred tokens on these one-line prompts) plus the answer
+#: (under 100 tokens). A server that always generates ``max_tokens`` (benchmarks/synthetic_server.py,
+#: SGLang with ``ignore_eos``) costs this many tokens per request, not 4096. production.md §9.
+REPLY_TOKENS = 512
+
+
+def argument_budget(args: dict[str, Any]) -> int:
+    """``max_tokens`` for an ``arguments.*`` case: :data:`REPLY_TOKENS` plus one token per two
+    characters of the arguments' JSON (English runs at about 4 characters per token in Kimi's
+    tokenizer, so this is a 2x margin), rounded up to a multiple of 256."""
+    need = REPLY_TOKENS + len(json.dumps(args, ensure_ascii=False)) // 2
+    return -(-need // 256) * 256
+
+
 @dataclasses.dataclass(frozen=True)
 class Case:
     """One request shape. ``call``/``named``/``thinking`` as in :class:`Expectation`;
@@ -91,7 +106,7 @@ class Case:
     named: str | None = None
     thinking: Any = None
     extra_body: dict[str, Any] | None = None
-    max_tokens: int = 4096
+    max_tokens: int = REPLY_TOKENS
     needs_reasoning: bool = False
 
 
@@ -138,7 +153,7 @@ CASES: tuple[Case, ...] = (
          (_user("Is 17 a prime number? Answer yes or no."),), thinking=False, needs_reasoning=True,
          extra_body={"chat_template_kwargs": {"thinking": False}}),
     *(Case(f"arguments.{name}", f"arguments edge case: {name}", (_user(_directive(args)),),
-           tools=(_record_tool(schema),), tool_choice="auto", call="one", max_tokens=8192)
+           tools=(_record_tool(schema),), tool_choice="auto", call="one", max_tokens=argument_budget(args))
       for name, args, schema in ARGUMENT_CASES),
 )
 
@@ -209,10 +224,15 @@ def _history_ids(messages: tuple[dict[str, Any], ...] | list[dict[str, Any]]) ->
 
 
 def _with_retries(ctx: Context, run: Callable[[], Answer]) -> Answer:
+    """``run`` again while the model answered in prose (``model_declined``), at most ``ctx.repeat``
+    times; not after an answer cut at ``max_tokens`` (finish_reason ``length``): at temperature 0
+    the same budget ends the same way, and a server that always fills it would pay it again."""
     answer = run()
     for _ in range(max(0, ctx.repeat)):
         top = first(answer.findings)
         if top is None or top.kind != "model_declined":
+            break
+        if answer.message is not None and answer.message.finish_reason == "length":
             break
         answer = run()
     return answer

@@ -50,6 +50,8 @@ def render_table(report: CheckReport, console: Console) -> None:
         if evidence:
             evidence = escape(clip(evidence, 120))
             text += f"\n[dim]{evidence}[/dim]" if console.is_terminal else f" | {evidence}"
+        if r.fix:
+            text += f"\nfix: {escape(r.fix)}" if console.is_terminal else f" | fix: {escape(r.fix)}"
         table.add_row(escape(check), f"[{_STYLE[r.status]}]{r.status}[/]", r.kind or "", text)
 
     skipped: dict[tuple[str | None, str], list[CheckResult]] = {}
@@ -66,8 +68,11 @@ def render_table(report: CheckReport, console: Console) -> None:
     c = report.counts()
     server = report.server.get("version")
     console.print(f"{c['pass']} pass, {c['warn']} warn, {c['fail']} fail, {c['skip']} skip in "
-                  f"{report.duration_s:.1f} s" + (f" (SGLang {server})" if server else "")
+                  f"{report.duration_s:.1f} s" + (f" (server version {server})" if server else "")
                   + f"; exit {int(report.exit_code)} ({report.exit_code.name})")
+    if report.interrupted:
+        console.print(f"interrupted by {report.interrupted}: a partial report, {len(report.not_run)} check(s) "
+                      "not run (the reports list them under interrupted.not_run)")
 
 
 def to_json_text(report: CheckReport) -> str:
@@ -89,19 +94,22 @@ def to_junit(report: CheckReport) -> str:
     })
     props = ET.SubElement(suite, "properties")
     for name, value in (("base_url", report.base_url), ("model", report.model or ""),
-                        ("server_version", str(report.server.get("version") or ""))):
+                        ("server_version", str(report.server.get("version") or "")),
+                        *((("interrupted", f"{report.interrupted}; not run: {', '.join(report.not_run)}"),)
+                          if report.interrupted else ())):
         ET.SubElement(props, "property", {"name": name, "value": value})
     for r in report.results:
         case = ET.SubElement(suite, "testcase", {"classname": tier(r.id), "name": r.id,
                                                  "time": f"{r.duration_s:.3f}"})
         if r.status == "fail":
-            failure = ET.SubElement(case, "failure", {"type": r.kind or "", "message": r.detail})
-            failure.text = r.evidence
+            failure = ET.SubElement(case, "failure", {"type": r.kind or "",
+                                                      "message": r.detail + (f"; fix: {r.fix}" if r.fix else "")})
+            failure.text = r.evidence + (f"\nfix: {r.fix}" if r.fix else "")
         elif r.status == "skip":
             ET.SubElement(case, "skipped", {"message": r.detail})
         elif r.status == "warn":
             out = ET.SubElement(case, "system-out")
-            out.text = f"warn {r.kind}: {r.detail}\n{r.evidence}"
+            out.text = f"warn {r.kind}: {r.detail}\n{r.evidence}" + (f"\nfix: {r.fix}" if r.fix else "")
     ET.indent(suite)
     return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(suite, encoding="unicode") + "\n"
 
@@ -127,7 +135,8 @@ def to_prometheus(report: CheckReport) -> str:
         "# HELP kimi_deploy_check_last_run_timestamp_seconds Unix time the last check run started.",
         "# TYPE kimi_deploy_check_last_run_timestamp_seconds gauge",
         f"kimi_deploy_check_last_run_timestamp_seconds {report.started_at.timestamp():.3f}",
-        "# HELP kimi_deploy_check_exit_code Exit code of the last run: 0 ok, 1 a check failed, 3 unreachable.",
+        "# HELP kimi_deploy_check_exit_code Exit code of the last run: 0 ok, 1 a check failed, 3 unreachable, "
+        "130 interrupted.",
         "# TYPE kimi_deploy_check_exit_code gauge",
         f"kimi_deploy_check_exit_code {int(report.exit_code)}",
         "# HELP kimi_deploy_check_duration_seconds Wall time of the last run.",

@@ -46,6 +46,67 @@ FAILURE_KINDS: tuple[str, ...] = (
 WARN_KINDS: tuple[str, ...] = ("model_declined",)
 ALL_KINDS: tuple[str, ...] = FAILURE_KINDS + WARN_KINDS
 
+#: What to do about each kind: the "what to do" column of production.md §9 ("Reading a failed check"),
+#: as one line. ``{python}`` is the profile's SGLang interpreter and ``{name}`` its service name
+#: (placeholders when the run had no profile); :func:`fix_for` fills them in.
+FIXES: dict[str, str] = {
+    "unreachable": "is the server up? `systemctl status {name}` (during the ~10 min cold start this is expected); "
+                   "check host and port",
+    "timeout": "the server is overloaded or stuck: `journalctl -u {name}`; raise --timeout (per request) or "
+               "--deadline (whole run) for slow generations",
+    "http_error": "401/403: pass --api-key-file FILE; 404: check --base-url and --model; a 2xx where a 4xx was "
+                  "due: the server does not validate requests (report it upstream)",
+    "server_error": "read the evidence and the server's journal (`journalctl -u {name}`); behind a proxy, its "
+                    "upstream's error",
+    "error_frame": "read the error frame and `journalctl -u {name}`; one quoting Kimi markup is a server choking on "
+                   "a tool-call id: `kimi-deploy patch apply --python {python}`",
+    "markup_leak": "launch with --tool-call-parser kimi_k2 --reasoning-parser kimi_k2 (profile: tool_call_parser, "
+                   "reasoning_parser), then `kimi-deploy install` and `kimi-deploy restart --wait`",
+    "reasoning_leak": "the chat template or reasoning parser ignores chat_template_kwargs.thinking=false: check "
+                      "reasoning_parser and the model's chat template",
+    "missing_reasoning": "set reasoning_parser = \"kimi_k2\" in the profile (reasoning then no longer lands in "
+                         "content), or check that the template pre-fills <think>",
+    "tool_call_dropped": "apply the kit's patch series (kimi-k2-tool-call-ids, kimi-k2-canonical-history-ids): "
+                         "`kimi-deploy patch apply --python {python}`, then `kimi-deploy restart --wait`; or stop "
+                         "the client from rewriting tool-call ids",
+    "finish_reason_mismatch": "a parser/serving bug: report it upstream with this evidence; "
+                              "`kimi-deploy patch status --python {python}` shows what is applied",
+    "invalid_arguments": "a parser bug or model output the parser cannot repair: "
+                         "`kimi-deploy patch apply --python {python}`, else report it upstream with this evidence",
+    "schema_violation": "usually the model; a truncated or garbled value points at the parser (braces, quotes, "
+                        "> 8 KiB): report it upstream with this evidence",
+    "unknown_tool": "the parser merged or mangled tool names: `kimi-deploy patch apply --python {python}`, else "
+                    "report it upstream",
+    "wrong_tool": "the parser attributes a call to another tool of the request (the tool-call id attribution "
+                  "bug): `kimi-deploy patch apply --python {python}` (kimi-k2-tool-call-ids), then "
+                  "`kimi-deploy restart --wait`",
+    "tool_choice_violation": "the server ignores tool_choice: agents relying on it need another server or parser",
+    "duplicate_id": "the server's history count is off: `kimi-deploy patch apply --python {python}` "
+                    "(kimi-k2-canonical-history-ids), then `kimi-deploy restart --wait`",
+    "noncanonical_id": "the model copies this id style next turn and the call is dropped: "
+                       "`kimi-deploy patch apply --python {python}`, then `kimi-deploy restart --wait`",
+    "stream_shape": "a streaming parser bug that strict clients break on: report it upstream with this evidence",
+    "config_mismatch": "the server runs another command line than the profile's: compare `kimi-deploy render "
+                       "--profile P --print-command` with /server_info's launch_command; `kimi-deploy install`, "
+                       "then `kimi-deploy restart --wait`",
+    "model_declined": "model variance, not a server fault; if frequent, check the system prompt and chat template",
+}
+
+#: The fix of a ``model_declined`` answer cut at ``max_tokens`` (its detail says "until max_tokens").
+CUT_AT_MAX_TOKENS_FIX = ("the answer ran to max_tokens before any call: a server that always generates max_tokens "
+                         "(ignore_eos, benchmarks/synthetic_server.py) cannot show calls; on a real model the "
+                         "reasoning outgrew the case's budget (production.md §9)")
+
+
+def fix_for(kind: str | None, *, python: str | None = None, name: str | None = None, detail: str = "") -> str:
+    """The one-line fix for ``kind`` (:data:`FIXES`), with the profile's interpreter and service name
+    filled in (``<SGLang python>``/``<name>`` without a profile); ``""`` for no kind or an unknown one."""
+    text = FIXES.get(kind or "", "")
+    if kind == "model_declined" and "until max_tokens" in detail:
+        text = CUT_AT_MAX_TOKENS_FIX
+    return text.replace("{python}", python or "<SGLang python>").replace("{name}", name or "<name>")
+
+
 #: Evidence is cut to this many characters (one table line).
 EVIDENCE_CHARS = 120
 
@@ -102,6 +163,7 @@ class CheckResult:
     characters. ``duration_s`` is wall time in seconds. ``attempted`` is ``False`` for a check
     that sent nothing (the server did not answer the health tier, or the run's deadline passed):
     it is ``fail`` with the kind that stopped the run and evidence starting ``not attempted:``.
+    ``fix``: what to do, one line (:func:`fix_for`); set on every ``fail`` and ``warn``.
     """
 
     id: str
@@ -111,10 +173,19 @@ class CheckResult:
     evidence: str = ""
     duration_s: float = 0.0
     attempted: bool = True
+    fix: str = ""
+
+    def __post_init__(self) -> None:
+        if self.status in ("fail", "warn"):  # every failed row says what was seen and what to do
+            self.fix = self.fix or fix_for(self.kind, detail=self.detail)
+            self.evidence = self.evidence or clip(self.detail)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"id": self.id, "status": self.status, "kind": self.kind, "detail": self.detail,
-                "evidence": self.evidence, "duration_s": round(self.duration_s, 4)}
+        out = {"id": self.id, "status": self.status, "kind": self.kind, "detail": self.detail,
+               "evidence": self.evidence, "duration_s": round(self.duration_s, 4)}
+        if self.fix:
+            out["fix"] = self.fix
+        return out
 
 
 @dataclasses.dataclass
@@ -122,7 +193,9 @@ class CheckReport:
     """A whole run: where, what server, when, and every selected check's result.
 
     ``answered`` is ``False`` when the server gave no HTTP answer to the health tier (then every
-    other check is not attempted and :attr:`exit_code` is UNREACHABLE).
+    other check is not attempted and :attr:`exit_code` is UNREACHABLE). ``interrupted`` names the
+    signal that stopped the run (``SIGINT``, ``SIGTERM``); ``results`` then holds the checks that
+    finished and ``not_run`` the ids left (the one in flight included).
     """
 
     base_url: str
@@ -133,6 +206,8 @@ class CheckReport:
     results: list[CheckResult] = dataclasses.field(default_factory=list)
     profile: str | None = None
     answered: bool = True
+    interrupted: str | None = None
+    not_run: list[str] = dataclasses.field(default_factory=list)
 
     @property
     def unreachable(self) -> bool:
@@ -141,11 +216,14 @@ class CheckReport:
 
     @property
     def exit_code(self) -> ExitCode:
-        """UNREACHABLE (3) when the server did not answer, FAILED (1) on any fail, else OK (warns allowed).
+        """INTERRUPTED (130) when the run was stopped (a partial report), UNREACHABLE (3) when the server
+        did not answer, FAILED (1) on any fail, else OK (warns allowed).
 
         "Did not answer": every health check (or, with none selected, the ``GET /v1/models``
         probe) got no HTTP answer (``unreachable`` or ``timeout``), or any check was refused.
         """
+        if self.interrupted:
+            return ExitCode.INTERRUPTED
         if self.unreachable:
             return ExitCode.UNREACHABLE
         if any(r.status == "fail" for r in self.results):
@@ -177,4 +255,5 @@ class CheckReport:
             "summary": self.counts(),
             "failures_by_kind": self.failures_by_kind(),
             "checks": [r.to_dict() for r in self.results],
+            "interrupted": {"signal": self.interrupted, "not_run": list(self.not_run)} if self.interrupted else None,
         }

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import httpx
@@ -11,7 +12,7 @@ import httpx
 from kimi_deploy.check import contract, health, parser, registry
 from kimi_deploy.check.client import Clients, Deadline, transport_finding
 from kimi_deploy.check.context import Context
-from kimi_deploy.check.results import CheckOptions, CheckReport, CheckResult, clip
+from kimi_deploy.check.results import CheckOptions, CheckReport, CheckResult, clip, fix_for
 from kimi_deploy.check.validate import Finding, first
 from kimi_deploy.apikey import read_key_file
 from kimi_deploy.errors import UsageError
@@ -27,9 +28,8 @@ def _resolve_profile(value: object) -> tuple[Profile | None, str | None]:
     return load_profile(path), str(path)
 
 
-def _result(check_id: str, status: str, findings: list[Finding], detail: str, started: float) -> CheckResult:
+def _result(check_id: str, status: str, findings: list[Finding], detail: str, duration: float) -> CheckResult:
     top = first(findings)
-    duration = time.monotonic() - started
     if top is None:
         return CheckResult(check_id, status, None, detail, "", duration)  # type: ignore[arg-type]
     others = sorted({f.kind for f in findings} - {top.kind})
@@ -48,7 +48,7 @@ def _not_attempted(check_id: str, kind: str, detail: str, evidence: str) -> Chec
 def _past_deadline(check_id: str, deadline: Deadline, t0: float) -> CheckResult:
     return _not_attempted(check_id, "timeout",
                           f"the run reached its deadline (--deadline {deadline.seconds:g} s) after "
-                          f"{time.monotonic() - t0:.1f} s; this check was not started",
+                          f"{deadline.clock() - t0:.1f} s; this check was not started",
                           f"not attempted: the run's deadline of {deadline.seconds:g} s passed")
 
 
@@ -60,7 +60,13 @@ def _no_answer(results: list[CheckResult]) -> CheckResult | None:
     return None
 
 
-def run_checks(options: CheckOptions) -> CheckReport:
+#: ``progress(check_id, done, total, result)``: called before each check starts (``result`` None,
+#: ``done`` = checks finished so far) and after it ends (with its result), for a live display.
+Progress = Callable[[str, int, int, "CheckResult | None"], None]
+
+
+def run_checks(options: CheckOptions, progress: Progress | None = None, *,
+               clock: Callable[[], float] = time.monotonic) -> CheckReport:
     """Run the checks ``options`` select against one OpenAI-compatible server.
 
     Order: ``health.*``, ``config.*``, ``parser.*``, ``contract.*`` (see :mod:`kimi_deploy.check.registry`);
@@ -72,6 +78,10 @@ def run_checks(options: CheckOptions) -> CheckReport:
     ``not attempted: the server did not answer health.live``, and
     :attr:`CheckReport.exit_code` is UNREACHABLE (3). With ``options.deadline``, no request
     waits past it, and checks not started by then are ``fail``/``timeout``, not attempted.
+    ``progress`` (optional) hears of every check as it starts and ends (:data:`Progress`).
+    Interrupted (``KeyboardInterrupt``; :class:`Interrupted` names another signal), it returns the
+    checks that finished, with :attr:`CheckReport.interrupted` and ``not_run`` set (exit 130).
+    ``clock`` (seconds, monotonic) times the run, its checks and the deadline.
 
     Raises:
         UsageError / ProfileError: no base URL, a bad profile, an unreadable key file,
@@ -91,16 +101,29 @@ def run_checks(options: CheckOptions) -> CheckReport:
     expected = options.model or (profile.sglang.served_model_name or profile.sglang.model_path if profile else None)
     report = CheckReport(base_url=base_url, model=expected, started_at=_dt.datetime.now(_dt.timezone.utc),
                          profile=profile_path)
-    t0 = time.monotonic()
-    deadline = Deadline(options.deadline)
+    t0 = clock()
+    deadline = Deadline(options.deadline, clock)
     clients = Clients.open(base_url, api_key, options.timeout, deadline)
     health_ids = [i for i in ids if registry.tier(i) == "health"]
     rest = [i for i in ids if i not in health_ids]
+
+    finished: list[str] = []  # ids run to the end, including parser.* ids the tier's skip row stands for
+
+    def run_one(check_id: str, cache: dict) -> None:
+        if progress is not None:
+            progress(check_id, len(finished), len(ids), None)
+        result = _run_one(ctx, check_id, cache, deadline, t0)
+        if result is not None:  # None: a parser.* id on a server where the tier already said why it skips
+            report.results.append(result)
+        finished.append(check_id)
+        if progress is not None:
+            progress(check_id, len(finished), len(ids), result)
+
     try:
         ctx = Context(clients=clients, profile=profile, model=expected, expected_model=expected,
                       repeat=options.repeat)
         for check_id in health_ids:
-            report.results.append(_run_one(ctx, check_id, {}, deadline, t0))
+            run_one(check_id, {})
         silent = _no_answer(report.results)
         gate = (silent.id, silent.kind, silent.detail) if silent else None if health_ids else _probe(clients)
         if gate is not None:
@@ -109,6 +132,8 @@ def run_checks(options: CheckOptions) -> CheckReport:
             report.results += [_not_attempted(i, kind, f"the server did not answer {what} ({detail}); nothing "
                                                        "more was sent", f"not attempted: the server did not answer {what}")
                                for i in rest]
+            if progress is not None and rest:
+                progress(rest[-1], len(report.results), len(ids), report.results[-1])
             return report
         if not deadline.passed():
             ctx.load_facts()
@@ -123,19 +148,39 @@ def run_checks(options: CheckOptions) -> CheckReport:
                 report.model = ctx.model
         cache: dict = {}
         for check_id in rest:
-            result = _run_one(ctx, check_id, cache, deadline, t0)
-            if result is not None:  # None: a parser.* id on a server where the tier already said why it skips
-                report.results.append(result)
+            run_one(check_id, cache)
+    except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM through the CLI's handler (Interrupted)
+        report.interrupted = getattr(exc, "signal", "SIGINT")
+        report.not_run = [i for i in ids if i not in finished and i not in {r.id for r in report.results}]
     finally:
         clients.close()
-        report.duration_s = time.monotonic() - t0
+        report.duration_s = clock() - t0
+        _add_fixes(report, profile)
     return report
+
+
+class Interrupted(KeyboardInterrupt):
+    """Raised (by a signal handler) to stop a run the way Ctrl-C does; ``signal`` names the signal."""
+
+    def __init__(self, signal: str) -> None:
+        super().__init__(signal)
+        self.signal = signal
+
+
+def _add_fixes(report: CheckReport, profile: Profile | None) -> None:
+    """Fill the profile's interpreter and service name into every ``fail``/``warn`` row's fix
+    (:class:`CheckResult` sets the generic one itself)."""
+    python = profile.service.python if profile else None
+    name = profile.service.name if profile else None
+    for r in report.results:
+        if r.status in ("fail", "warn") and profile is not None:
+            r.fix = fix_for(r.kind, python=python, name=name, detail=r.detail)
 
 
 def _run_one(ctx: Context, check_id: str, cache: dict, deadline: Deadline, t0: float) -> CheckResult | None:
     if deadline.passed():
         return _past_deadline(check_id, deadline, t0)
-    started = time.monotonic()
+    started = deadline.clock()
     if check_id in health.CHECKS:
         status, detail, findings = health.CHECKS[check_id](ctx)
     elif registry.tier(check_id) == "parser":  # needs no model: it posts raw text to the parsers
@@ -147,7 +192,7 @@ def _run_one(ctx: Context, check_id: str, cache: dict, deadline: Deadline, t0: f
         status, detail, findings = health.no_model(ctx)
     else:
         status, findings, detail = contract.run(ctx, check_id, cache)
-    return _result(check_id, status, findings, detail, started)
+    return _result(check_id, status, findings, detail, deadline.clock() - started)
 
 
 def _probe(clients: Clients) -> tuple[str, str, str] | None:

@@ -185,9 +185,13 @@ def check_message(msg: Message, exp: Expectation) -> list[Finding]:
             out.append(Finding("tool_call_dropped", "a tool call was due, the model generated "
                                f"{msg.completion_tokens if msg.completion_tokens is not None else 'some'} tokens, "
                                f"but the client got no call (finish_reason {msg.finish_reason!r}, "
-                               f"content {content[:40]!r})", clip(msg.content or "")))
+                               f"content {content[:40]!r})",
+                               clip(msg.content or f"finish_reason={msg.finish_reason}; completion_tokens="
+                                                   f"{msg.completion_tokens}; no tool_calls, empty content")))
         else:
-            out.append(Finding("model_declined", "a tool call was due; the model answered in prose", clip(content)))
+            cut = " until max_tokens (finish_reason 'length'; not retried)" if msg.finish_reason == "length" else ""
+            out.append(Finding("model_declined", f"a tool call was due; the model answered in prose{cut}",
+                               clip(content)))
     if exp.call == "two" and calls and len(calls) < 2:
         out.append(Finding("tool_call_dropped", f"two calls were due in one turn, got {len(calls)}",
                            clip(", ".join(str(c.name) for c in calls))))

@@ -2,6 +2,9 @@
 
 Each verb lives in a module of this package named after it, parses options,
 calls one library function and prints its result (``--json`` where offered).
+A verb's module is imported only when that verb runs (:data:`VERBS`), so that
+``--help``, ``--version`` and a light verb such as ``render`` do not pay for the
+libraries of the heavy ones (``openai``, ``rich``, ``httpx``, ``matplotlib``).
 Errors derived from :class:`kimi_deploy.errors.KimiDeployError` are caught here,
 at the edge, and printed as ``error:`` / ``value:`` / ``fix:`` lines on stderr with the
 error's exit code (and as ``{"error": {...}}`` on stdout when the verb was asked for
@@ -10,12 +13,12 @@ JSON there); ``--debug`` shows the traceback instead.
 
 from __future__ import annotations
 
+import importlib
 import logging
 import sys
 
 import click
 
-from kimi_deploy import __version__
 from kimi_deploy.cli.options import JSON_META, echo_json
 from kimi_deploy.errors import ExitCode, KimiDeployError
 
@@ -24,8 +27,8 @@ def _asks_json_stdout(command: click.Command | None, args: list[str]) -> bool:
     """Whether ``args`` (a verb's raw arguments) ask for JSON on stdout: ``--json`` where it is a
     flag, ``--json -`` / ``--json=-`` where it takes a path. Read before click parsed them, since a
     usage error stops parsing before the ``--json`` callback (:data:`JSON_META`) runs."""
-    while isinstance(command, click.Group) and args:  # `patch apply --json`: the verb's own verb
-        command, args = command.commands.get(args[0]), args[1:]
+    while isinstance(command, click.Group) and args and args[0] in command.commands:
+        command, args = command.commands[args[0]], args[1:]  # `patch apply --json`: the verb's own verb
     option = next((p for p in (command.params if command else []) if isinstance(p, click.Option)
                    and "--json" in p.opts), None)
     if option is None:
@@ -40,12 +43,57 @@ def _asks_json_stdout(command: click.Command | None, args: list[str]) -> bool:
     return False
 
 
+#: Verb name -> (module under :mod:`kimi_deploy.cli` that defines it in ``COMMANDS``, the first paragraph
+#: of its help). The help is repeated here so that ``kimi-deploy --help`` lists the verbs without importing
+#: their modules; ``tests/test_cli_startup.py`` keeps each entry equal to the verb's own docstring.
+VERBS: dict[str, tuple[str, str]] = {
+    "render": ("render", "Render a profile into an SGLang launch command and hardened systemd units."),
+    "presets": ("render", "List the built-in presets, one line each."),
+    "init": ("render", "Write a commented deployment profile to PATH to start from."),
+    "validate": ("validate", "Render for the installed SGLang version and parse the command with SGLang's own "
+                             "argparse."),
+    "doctor": ("doctor", "Check GPUs, driver, torch, topology, models, disk, port, SGLang flags and the installed "
+                         "unit."),
+    "patch": ("patch", "Source patches for the installed SGLang (series in patches/<sglang-version>/)."),
+    "install": ("install", "Install the rendered units, env file and profile on the host (plan, diff, apply)."),
+    "uninstall": ("install", "Stop, disable and remove what kimi-deploy installed (only unmodified files; never "
+                             "foreign ones)."),
+    "restart": ("restart", "Restart the server; with --wait, show its progress and verify it (exit 6: not ready "
+                           "in time)."),
+    "status": ("status", "Show the installed service's state; exit 1 when something is wrong (the problems are "
+                         "listed)."),
+    "check": ("check", "Check a running OpenAI-compatible server: health, configuration, API contract."),
+    "bench": ("bench", "Benchmark a running OpenAI-compatible server: closed-loop concurrency sweep (or Poisson "
+                       "rates)."),
+}
+
+
 class KimiGroup(click.Group):
-    """Click group that turns :class:`KimiDeployError` into a message and a named exit code.
+    """Click group that loads a verb's module on first use and turns :class:`KimiDeployError` into a
+    message and a named exit code.
 
     Click's own usage errors (unknown option, bad value) keep click's text on stderr and exit 2,
     and are also printed as ``{"error": ...}`` on stdout when the verb was asked for JSON there.
     """
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*self.commands, *VERBS})
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name not in self.commands and cmd_name in VERBS:
+            for command in importlib.import_module(f"kimi_deploy.cli.{VERBS[cmd_name][0]}").COMMANDS:
+                self.add_command(command)
+        return self.commands.get(cmd_name)
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        """Click's command list, from :data:`VERBS` for the verbs not loaded (same text, same truncation)."""
+        rows = [(name, self.commands.get(name) or click.Command(name, help=VERBS[name][1]))
+                for name in self.list_commands(ctx)]
+        rows = [(name, command) for name, command in rows if not command.hidden]
+        if rows:
+            limit = formatter.width - 6 - max(len(name) for name, _ in rows)
+            with formatter.section("Commands"):
+                formatter.write_dl([(name, command.get_short_help_str(limit)) for name, command in rows])
 
     def invoke(self, ctx: click.Context):
         args = [*getattr(ctx, "_protected_args", []), *ctx.args]
@@ -60,7 +108,8 @@ class KimiGroup(click.Group):
         except KimiDeployError as exc:
             if ctx.find_root().params.get("debug") or (ctx.obj or {}).get("debug"):
                 raise
-            if ctx.meta.get(JSON_META):
+            # an option's own check (bench's numbers) can refuse before the --json callback ran
+            if ctx.meta.get(JSON_META) or (args and _asks_json_stdout(self.get_command(ctx, args[0]), args[1:])):
                 echo_json({"error": exc.to_dict()})
             click.echo(exc.render(), err=True)
             ctx.exit(int(exc.exit_code))
@@ -69,8 +118,18 @@ class KimiGroup(click.Group):
             ctx.exit(130)
 
 
+def _print_version(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
+    """``--version``: click's ``version_option`` text, with the version looked up only when asked."""
+    if value and not ctx.resilient_parsing:
+        from kimi_deploy import __version__
+
+        click.echo(f"kimi-deploy, version {__version__}")
+        ctx.exit()
+
+
 @click.group(cls=KimiGroup, context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(__version__, prog_name="kimi-deploy")
+@click.option("--version", is_flag=True, expose_value=False, is_eager=True, callback=_print_version,
+              help="Show the version and exit.")
 @click.option("--debug", is_flag=True, help="Show tracebacks instead of one-line errors.")
 @click.option("-v", "--verbose", is_flag=True, help="Log every command kimi-deploy runs, as a pasteable line.")
 @click.pass_context
@@ -83,21 +142,6 @@ def cli(ctx: click.Context, debug: bool, verbose: bool) -> None:
         format="%(message)s" if not debug else "%(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
-
-
-#: Modules under kimi_deploy.cli that define verbs (each exports COMMANDS), in `--help` order.
-VERB_MODULES = ("render", "validate", "doctor", "patch", "install", "restart", "status", "check", "bench")
-
-
-def _register() -> None:
-    import importlib
-
-    for name in VERB_MODULES:
-        for command in importlib.import_module(f"kimi_deploy.cli.{name}").COMMANDS:
-            cli.add_command(command)
-
-
-_register()
 
 
 def main() -> None:

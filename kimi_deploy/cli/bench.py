@@ -46,6 +46,10 @@ def _list(option: str, kind: type, *, minimum: float, open_min: bool = False, ex
 
 SLO = Checked("slo", params.slo)
 
+#: Exit status of a sweep stopped by SIGINT/SIGTERM (128 + SIGINT, the shell's convention for Ctrl-C),
+#: after the finished points were written.
+EXIT_INTERRUPTED = 130
+
 
 class _RichProgress:
     """Progress on stderr, redrawn twice a second (the client's loop must not pay for drawing)."""
@@ -128,7 +132,8 @@ def bench_cmd(ctx, base_url, model, concurrency, request_rate, num_prompts, max_
     goodput per point. `kimi-deploy bench compare A.json B.json` compares results.
 
     Exit status: 0 every point had successful requests, 1 a point had none (results still
-    written), 2 bad input (nothing sent, nothing written), 3 the server did not answer.
+    written), 2 bad input (nothing sent, nothing written), 3 the server did not answer,
+    130 interrupted (Ctrl-C or SIGTERM): the finished points are written and printed.
     """
     if ctx.invoked_subcommand is not None:
         return
@@ -191,6 +196,8 @@ def bench_cmd(ctx, base_url, model, concurrency, request_rate, num_prompts, max_
         for path in (json_path, csv_path):
             if path:
                 console.print(f"wrote {path}")
+    if run.interrupted:
+        ctx.exit(EXIT_INTERRUPTED)
     failed = report.failed_points(result)
     if failed:
         click.echo(f"error: no successful request at {', '.join(failed)}; the figures of "

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 import sys
 from pathlib import Path
 
@@ -10,12 +11,47 @@ from rich.console import Console
 
 from kimi_deploy.check import CheckOptions, registry, reports, run_checks
 from kimi_deploy.apikey import read_key_file as read_api_key
+from kimi_deploy.check.runner import Interrupted
 from kimi_deploy.errors import UsageError
 from kimi_deploy.cli.options import json_path_option
 
 #: Default ``--deadline``: 12 minutes, well inside the nightly unit's ``TimeoutStartSec=900``
 #: (systemd/check.service.j2), leaving 3 minutes for start-up, the last request and the reports.
 DEFAULT_DEADLINE_S = 720.0
+
+
+class LiveProgress:
+    """One live line on a terminal while checks run: the check in flight, how many are done and
+    left, failures so far, elapsed time (rich, redrawn twice a second; removed when the run ends).
+
+    Used only when stderr is a terminal and the report does not go to stdout (``--json -``).
+    """
+
+    def __init__(self, console: Console) -> None:
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+        self.failed = 0
+        self.progress = Progress(TextColumn("check {task.fields[current]}"), BarColumn(), MofNCompleteColumn(),
+                                 TextColumn("{task.fields[left]} left, {task.fields[failed]} failed"),
+                                 TimeElapsedColumn(), console=console, refresh_per_second=2, transient=True)
+        self.task = self.progress.add_task("check", total=None, current="", left="?", failed=0)
+
+    def __enter__(self) -> "LiveProgress":
+        self.progress.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.progress.stop()
+
+    def __call__(self, check_id: str, done: int, total: int, result) -> None:
+        if result is not None and result.status == "fail":
+            self.failed += 1
+        self.progress.update(self.task, completed=done, total=total, current=check_id, left=total - done,
+                             failed=self.failed)
+
+
+def _on_sigterm(signum, frame) -> None:
+    raise Interrupted("SIGTERM")
 
 
 def _globs(values: tuple[str, ...]) -> list[str]:
@@ -52,7 +88,8 @@ def check_cmd(ctx, base_url, model, api_key_file, profile_path, only, skip, json
     """Check a running OpenAI-compatible server: health, configuration, API contract.
 
     Exit status: 0 no failure (warnings allowed), 1 a check failed, 2 usage or profile
-    error (nothing sent, nothing written), 3 the server did not answer at all.
+    error (nothing sent, nothing written), 3 the server did not answer at all, 130 interrupted
+    (Ctrl-C or SIGTERM: the reports hold the checks that finished, marked interrupted).
     """
     if list_only:
         for check_id in registry.select(_globs(only), _globs(skip)):
@@ -67,7 +104,15 @@ def check_cmd(ctx, base_url, model, api_key_file, profile_path, only, skip, json
     api_key = read_api_key(api_key_file) if api_key_file else None
     options = CheckOptions(base_url=base_url, model=model, api_key=api_key, profile=profile_path,
                            only=_globs(only), skip=_globs(skip), timeout=timeout, repeat=repeat, deadline=deadline)
-    report = run_checks(options)
+    previous = signal.signal(signal.SIGTERM, _on_sigterm)  # stop like Ctrl-C: report what ran
+    try:
+        if sys.stderr.isatty() and not to_stdout:
+            with LiveProgress(Console(stderr=True)) as progress:
+                report = run_checks(options, progress)
+        else:
+            report = run_checks(options)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
     reports.write_reports(report, **outputs)
     reports.render_table(report, Console(file=sys.stderr if to_stdout else sys.stdout, width=160
                                          if not sys.stdout.isatty() else None))

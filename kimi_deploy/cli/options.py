@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from kimi_deploy.errors import UsageError
-from kimi_deploy.presets import get_preset
-from kimi_deploy.profile import Profile, load_profile
+
+if TYPE_CHECKING:  # imported where used: the CLI edge imports this module for every verb, --help included
+    from kimi_deploy.profile import Profile
 
 
 def profile_options(func):
@@ -29,6 +30,9 @@ def resolve_profile(profile_path: Path | None, preset: str | None, *, required: 
         UsageError: both given, or neither when ``required``.
         ProfileError: the profile does not validate.
     """
+    from kimi_deploy.presets import get_preset
+    from kimi_deploy.profile import load_profile
+
     if profile_path and preset:
         raise UsageError("--profile and --preset are mutually exclusive", value=f"{profile_path} / {preset}",
                          hint="give one of them")

@@ -43,7 +43,7 @@ def patch_group():
 @json_flag("Print the series as JSON.")
 def list_cmd(sglang_version, as_json):
     """List the patches of a series: order, id, default, risk, purpose, upstream links."""
-    series = patching.list_series(sglang_version)
+    series = patching.require_series(sglang_version)
     if as_json:
         echo_json({"sglang_version": series.sglang_version,
                    "patches": [dict(p.model_dump(), files=series.files_of(p)) for p in series.patch]})

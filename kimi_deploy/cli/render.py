@@ -9,9 +9,9 @@ import click
 from kimi_deploy import paths, render as render_lib
 from kimi_deploy.cli.options import echo_json, json_flag, profile_options, resolve_profile
 from kimi_deploy.errors import UsageError
-from kimi_deploy.fsio import write_atomic
+from kimi_deploy.fsio import check_output_dir, check_output_paths, create_output_dir, write_atomic
 from kimi_deploy.presets import PRESETS, get_preset
-from kimi_deploy.profile import toml_value
+from kimi_deploy.profile import default_api_key_file, naming_warnings, toml_value
 from kimi_deploy.versions import DEFAULT_SGLANG_VERSION
 
 
@@ -24,10 +24,13 @@ from kimi_deploy.versions import DEFAULT_SGLANG_VERSION
                    "its flashinfer/torch/CUDA versions (imports torch there, a few seconds).")
 @click.option("--out", "out_dir", type=click.Path(path_type=Path, file_okay=False), metavar="DIR",
               help="Write the units and env file into DIR (atomically).")
-@click.option("--print-command", is_flag=True, help="Print the exact launch command a user could paste.")
+@click.option("--print-command", is_flag=True,
+              help="Print the launch command to paste on the host (with an API key: first the step that writes "
+                   "SGLang's --config YAML from the key file).")
 @json_flag("Print the result as JSON.")
 def render_cmd(profile_path, preset, sglang_version, python, out_dir, print_command, as_json):
     """Render a profile into an SGLang launch command and hardened systemd units."""
+    check_output_dir("--out", out_dir)  # the rule of every output path: nothing created on the way
     profile = resolve_profile(profile_path, preset)
     components = None
     if python:
@@ -37,8 +40,10 @@ def render_cmd(profile_path, preset, sglang_version, python, out_dir, print_comm
                              hint="give --python to use the installed SGLang's version, or --sglang-version alone")
         sglang_version, components = render_lib.target_versions(python)
     rendered = render_lib.render(profile, sglang_version, components=components)
-    for warning in rendered.launch.warnings:
+    for warning in (*rendered.launch.warnings, *naming_warnings(profile)):
         click.echo(f"warning: {warning}", err=True)
+    if out_dir:
+        create_output_dir(out_dir)
     written = render_lib.write(rendered, out_dir) if out_dir else []
     if as_json:
         echo_json({
@@ -53,7 +58,7 @@ def render_cmd(profile_path, preset, sglang_version, python, out_dir, print_comm
         })
         return
     if print_command:
-        click.echo(rendered.launch.shell_command(), nl=False)
+        click.echo(rendered.launch.shell_command(api_key_file=profile.sglang.api_key_file), nl=False)
     for path in written:
         click.echo(f"wrote {path}", err=print_command)
     if not out_dir and not print_command:
@@ -78,15 +83,30 @@ def presets_cmd(as_json):
 @click.argument("path", type=click.Path(path_type=Path, dir_okay=False))
 @click.option("--preset", default="kimi-k25-rtx-pro-6000-x8", show_default=True, metavar="NAME",
               help="Preset whose values the profile starts from.")
+@click.option("--name", metavar="NAME", help="Service name (default: the preset's); the API key file is named "
+              "after it (/etc/kimi-deploy/NAME.api-key).")
 @click.option("--force", is_flag=True, help="Overwrite an existing file.")
-def init_cmd(path: Path, preset: str, force: bool):
+def init_cmd(path: Path, preset: str, name: str | None, force: bool):
     """Write a commented deployment profile to PATH to start from."""
+    import copy
+
     import jinja2
+
+    from kimi_deploy.presets import Preset
+    from kimi_deploy.hostfiles import valid_service_name
 
     if path.exists() and not force:
         raise UsageError("the profile file already exists", value=str(path),
                          hint="choose another path or pass --force to overwrite it")
+    check_output_paths({"PATH": path})  # the rule of every output path: its directory must exist
     chosen = get_preset(preset)
+    if name:
+        valid_service_name(name, "--name")
+        data = copy.deepcopy(chosen.data)
+        data["service"]["name"] = name
+        if data["sglang"].get("api_key_file"):
+            data["sglang"]["api_key_file"] = default_api_key_file(name)
+        chosen = Preset(chosen.name, chosen.summary, data)
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(paths.kit_templates_dir())),
                              undefined=jinja2.StrictUndefined, keep_trailing_newline=True,
                              trim_blocks=True, lstrip_blocks=True)

@@ -16,7 +16,6 @@ from kimi_deploy.patching.engine import (
     SeriesStatus,
     apply,
     apply_command,
-    list_series,
     reinstall_command,
     require_applied,
     revert,
@@ -35,6 +34,6 @@ from kimi_deploy.patching.series import (
 
 __all__ = [
     "ChangeResult", "FeatureGate", "FileStatus", "GateHit", "PatchSpec", "PatchStatus", "Series", "SeriesStatus",
-    "apply", "apply_command", "available_versions", "find_series", "list_series", "reinstall_command",
+    "apply", "apply_command", "available_versions", "find_series", "reinstall_command",
     "require_applied", "require_series", "revert", "status", "verify",
 ]

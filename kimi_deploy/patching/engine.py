@@ -806,14 +806,5 @@ def _revert(inst: _Install, store: StateStore, *, force: bool, dry_run: bool, re
                   sorted(restores), removed)
 
 
-def list_series(sglang_version: str) -> Series:
-    """The series for ``sglang_version`` (for ``patch list``).
-
-    Raises:
-        UnsupportedVersionError: none shipped for that version.
-    """
-    return require_series(sglang_version)
-
-
-__all__ = ["ChangeResult", "FileStatus", "PatchStatus", "SeriesStatus", "apply", "apply_command", "list_series",
+__all__ = ["ChangeResult", "FileStatus", "PatchStatus", "SeriesStatus", "apply", "apply_command",
            "reinstall_command", "require_applied", "revert", "status", "verify"]

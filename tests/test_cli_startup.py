@@ -1,0 +1,117 @@
+"""Each verb imports only what it uses: the modules a fresh process has loaded after one command.
+
+Behaviour, not timing (benchmarks/startup.py measures the time): ``--help`` and ``--version`` load
+no verb module and none of the heavy libraries; ``render --print-command`` loads no HTTP client,
+no ``openai``, no ``rich``, no ``matplotlib``; every verb's ``--help`` stays clear of what only
+other verbs need. The verb table the lazy ``--help`` reads (:data:`kimi_deploy.cli.VERBS`) is kept
+equal to the verbs' own docstrings.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import subprocess
+import sys
+
+import click
+import pytest
+
+from kimi_deploy.cli import VERBS, cli
+
+#: Libraries no verb needs at start-up unless it talks to a server or draws (check, bench, restart --wait).
+HEAVY = {"openai", "matplotlib", "httpx", "rich", "jinja2", "pydantic", "jsonschema", "httptools", "orjson"}
+
+#: Runs one kimi-deploy command in this fresh interpreter, then writes the top-level module names it loaded.
+CHILD = """
+import json, sys
+from kimi_deploy.cli import cli
+out, args = sys.argv[1], sys.argv[2:]
+try:
+    cli(args, prog_name="kimi-deploy", obj={})
+except SystemExit as exc:
+    code = exc.code
+else:
+    code = 0
+with open(out, "w") as f:
+    json.dump({"exit": code, "modules": sorted(sys.modules)}, f)
+"""
+
+
+def loaded_after(tmp_path, *args: str) -> tuple[set[str], set[str]]:
+    """``(top-level packages, kimi_deploy modules)`` loaded by a fresh process that ran ``kimi-deploy ARGS``."""
+    out = tmp_path / "modules.json"
+    proc = subprocess.run([sys.executable, "-c", CHILD, str(out), *args], capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(out.read_text())
+    assert data["exit"] in (0, None), (data["exit"], proc.stdout, proc.stderr)
+    modules = data["modules"]
+    return {m.split(".")[0] for m in modules}, {m for m in modules if m.startswith("kimi_deploy.")}
+
+
+@pytest.mark.parametrize("args", [["--help"], ["-h"], ["--version"]])
+def test_help_and_version_load_no_verb_and_no_heavy_library(tmp_path, args):
+    packages, ours = loaded_after(tmp_path, *args)
+    assert packages & HEAVY == set()
+    assert ours <= {"kimi_deploy.cli", "kimi_deploy.cli.options", "kimi_deploy.errors"}, ours
+
+
+def test_render_print_command_loads_no_client_library(tmp_path):
+    packages, ours = loaded_after(tmp_path, "render", "--preset", "kimi-k25-rtx-pro-6000-x8", "--print-command")
+    assert packages & {"openai", "httpx", "rich", "matplotlib", "jsonschema", "httptools", "orjson"} == set()
+    assert not any(m.startswith(("kimi_deploy.check", "kimi_deploy.bench", "kimi_deploy.doctor")) for m in ours)
+    assert "kimi_deploy.cli.render" in ours and "kimi_deploy.cli.check" not in ours
+
+
+#: verb -> libraries its module must not pull in (what only other verbs use).
+NOT_FOR = {
+    "render": HEAVY - {"jinja2", "pydantic"},
+    "presets": HEAVY - {"jinja2", "pydantic"},
+    "init": HEAVY - {"jinja2", "pydantic"},
+    "validate": HEAVY - {"jinja2", "pydantic"},
+    "doctor": HEAVY - {"jinja2", "pydantic"},
+    "patch": HEAVY - {"jinja2", "pydantic"},
+    "install": HEAVY - {"jinja2", "pydantic"},
+    "uninstall": HEAVY - {"jinja2", "pydantic"},
+    "status": {"openai", "matplotlib", "jsonschema", "httptools", "orjson"},
+    "restart": {"openai", "matplotlib", "jsonschema", "httptools", "orjson"},
+    "check": {"matplotlib", "httptools", "orjson"},
+    "bench": HEAVY,
+}
+
+
+@pytest.mark.parametrize("verb", sorted(VERBS))
+def test_a_verbs_help_loads_only_its_own_module(tmp_path, verb):
+    packages, ours = loaded_after(tmp_path, verb, "--help")
+    assert packages & NOT_FOR[verb] == set()
+    verb_modules = {m for m in ours if m.startswith("kimi_deploy.cli.")} - {"kimi_deploy.cli.options"}
+    assert verb_modules == {f"kimi_deploy.cli.{VERBS[verb][0]}"}
+
+
+def test_the_verb_table_matches_the_verbs():
+    assert set(NOT_FOR) == set(VERBS)
+    for name, (module, help_text) in VERBS.items():
+        commands = {c.name: c for c in importlib.import_module(f"kimi_deploy.cli.{module}").COMMANDS}
+        assert name in commands, (name, module)
+        assert commands[name].help.split("\n\n")[0] == help_text, name
+    every = {c.name for module in {m for m, _ in VERBS.values()}
+             for c in importlib.import_module(f"kimi_deploy.cli.{module}").COMMANDS}
+    assert every == set(VERBS)
+
+
+@pytest.mark.parametrize("width", [60, 80, 120])
+def test_lazy_help_is_clicks_own_help(width):
+    """The command list printed from the table equals click's, formatted from the loaded commands."""
+    lazy = cli.__class__(name=cli.name, callback=cli.callback, params=cli.params, help=cli.help,
+                         context_settings=cli.context_settings)
+    eager = click.Group(name=cli.name, callback=cli.callback, params=cli.params, help=cli.help,
+                        context_settings=cli.context_settings)
+    for name in VERBS:
+        eager.add_command(cli.get_command(click.Context(cli), name))
+    texts = []
+    for group in (lazy, eager):
+        with click.Context(group, info_name="kimi-deploy", terminal_width=width, max_content_width=width) as ctx:
+            texts.append(group.get_help(ctx))
+    assert "Commands:\n  bench " in texts[0]
+    assert texts[0] == texts[1]
