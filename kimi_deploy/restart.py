@@ -2,7 +2,9 @@
 
 Sequence: ``systemctl restart NAME.service``; with ``wait``, :func:`kimi_deploy.readiness.wait_ready`
 until ready or the deadline (default: the unit's ``TimeoutStartSec=``, ``[service] timeout_start_sec``);
-then the fast tier of ``kimi-deploy check`` (``health.*``, ``config.*`` and ``parser.*``, :func:`run_fast_checks`).
+then the fast tier of ``kimi-deploy check`` (``health.*``, ``config.*`` and ``parser.*``, :func:`run_fast_checks`),
+then the server's own log of this start for the all-reduce path in use (:mod:`kimi_deploy.allreduce`): a path
+the profile asks for that SGLang skipped fails the attempt with the log line as evidence.
 When that fails and ``rollback_on_failure`` is set, the newest install backup is restored
 (:func:`kimi_deploy.hostfiles.restore_backup`), systemd reloaded, the service restarted and
 verified the same way; the result reports both attempts.
@@ -15,7 +17,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from kimi_deploy import apikey, systemd
+from kimi_deploy import allreduce, apikey, systemd
 from kimi_deploy.errors import ExitCode, KimiDeployError
 from kimi_deploy.hostfiles import Restored, list_backups, restore_backup, service_lock
 from kimi_deploy.paths import HostLayout
@@ -80,6 +82,7 @@ class Attempt:
     checks: CheckSummary | None
     exit_code: int
     summary: str
+    allreduce: dict[str, Any] | None = None
 
     @property
     def ok(self) -> bool:
@@ -88,7 +91,7 @@ class Attempt:
     def to_dict(self) -> dict[str, Any]:
         return {"label": self.label, "command": self.command, "ok": self.ok, "exit_code": self.exit_code,
                 "summary": self.summary, "wait": self.wait.to_dict() if self.wait else None,
-                "checks": self.checks.to_dict() if self.checks else None}
+                "checks": self.checks.to_dict() if self.checks else None, "allreduce": self.allreduce}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -129,11 +132,30 @@ def _attempt(label: str, profile: Profile, layout: HostLayout, *, api_key: str |
         code = ExitCode.FAILED if result.unit_failed else ExitCode.TIMEOUT
         return Attempt(label, done.command, result, None, int(code), why + last)
     checks = run_fast_checks(profile, api_key, timeout=min(120.0, max(10.0, timeout)))
+    paths = engaged_paths(profile)
     if not checks.ok:
         return Attempt(label, done.command, result, checks, checks.exit_code,
-                       f"ready after {result.elapsed:.0f} s, but the fast checks failed: {', '.join(checks.failed)}")
+                       f"ready after {result.elapsed:.0f} s, but the fast checks failed: {', '.join(checks.failed)}",
+                       paths)
+    if paths and paths.get("problems"):
+        return Attempt(label, done.command, result, checks, int(ExitCode.FAILED),
+                       f"ready after {result.elapsed:.0f} s, but {paths['problems'][0]}", paths)
+    in_use = f"; all-reduce: {paths['in_use']}" if paths and paths.get("in_use") else ""
     return Attempt(label, done.command, result, checks, int(ExitCode.OK),
-                   f"ready after {result.elapsed:.0f} s; fast checks passed ({len(checks.results)})")
+                   f"ready after {result.elapsed:.0f} s; fast checks passed ({len(checks.results)}){in_use}", paths)
+
+
+def engaged_paths(profile: Profile) -> dict[str, Any]:
+    """The all-reduce paths of the current start as the server's journal tells them
+    (:meth:`kimi_deploy.allreduce.AllreduceReport.to_dict`), or ``{"error": why}`` when it cannot be read.
+    Never raises: a missing journal is reported, not a failed restart."""
+    unit = f"{profile.service.name}.service"
+    try:
+        since = systemd.show(unit).properties.get("ExecMainStartTimestamp") or None
+    except KimiDeployError:
+        since = None
+    report, why = allreduce.report_for(profile, since)
+    return report.to_dict() if report else {"error": why}
 
 
 def restart(profile: Profile, layout: HostLayout, *, wait: bool = False, timeout: float | None = None,

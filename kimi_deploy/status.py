@@ -197,6 +197,7 @@ class StatusReport:
     health: dict[str, Any]
     last_check: dict[str, Any] | None
     problems: list[str]
+    allreduce: dict[str, Any] | None = None
 
     @property
     def exit_code(self) -> int:
@@ -205,7 +206,8 @@ class StatusReport:
     def to_dict(self) -> dict[str, Any]:
         return {"service": self.service, "ok": not self.problems, "problems": self.problems, "files": self.files,
                 "unit": self.unit, "check_timer": self.check_timer, "launch": self.launch.to_dict() if self.launch else None,
-                "patches": self.patches, "health": self.health, "last_check": self.last_check}
+                "patches": self.patches, "health": self.health, "last_check": self.last_check,
+                "allreduce": self.allreduce}
 
 
 def file_states(layout: HostLayout, manifest: Manifest) -> dict[str, str]:
@@ -230,7 +232,9 @@ class StatusFacts:
     show`` of the server unit, or ``unit_error`` when it failed. ``api_key_error``: the key file could
     not be read (the probes then ran without a key). ``probe``: ``GET /health_generate``. ``launch``:
     the running server's arguments and their source (:func:`running_launch`). ``patches``:
-    :func:`patch_state`. ``last_check``: :func:`last_check` of the nightly report.
+    :func:`patch_state`. ``last_check``: :func:`last_check` of the nightly report. ``start_log``: the
+    server's log lines of the current start and the command that read them, or ``(None, why not)``
+    (:func:`kimi_deploy.allreduce.read_start_log`; only while the unit is active).
     """
 
     layout: HostLayout
@@ -242,6 +246,7 @@ class StatusFacts:
     launch: tuple[list[str], str] | None
     patches: dict[str, Any]
     last_check: dict[str, Any] | None
+    start_log: tuple[list[str] | None, str] | None = None
 
 
 def gather_status_facts(profile: Profile, layout: HostLayout, manifest: Manifest) -> StatusFacts:
@@ -261,8 +266,14 @@ def gather_status_facts(profile: Profile, layout: HostLayout, manifest: Manifest
     probe = probe_ready(profile.base_url, api_key)
     launch = running_launch(profile.base_url, api_key, unit.main_pid if unit else None)
     report = layout.check_report(profile.service.name)
+    start_log = None
+    if unit is not None and unit.is_active:
+        from kimi_deploy import allreduce
+
+        start_log = allreduce.read_start_log(f"{profile.service.name}.service",
+                                             unit.properties.get("ExecMainStartTimestamp") or None)
     return StatusFacts(layout, files, unit, unit_error, key_error, probe, launch, patch_state(profile.service.python),
-                       last_check(report, layout.host_path(report)))
+                       last_check(report, layout.host_path(report)), start_log)
 
 
 def _systemctl_failure(unit: str, exc: KimiDeployError, layout: HostLayout) -> str:
@@ -287,7 +298,9 @@ def _systemctl_failure(unit: str, exc: KimiDeployError, layout: HostLayout) -> s
     return problem(f"cannot read the state of {unit}", evidence, hint)
 
 
-def _patch_problem(patches: dict[str, Any], python: str) -> str | None:
+def _patch_problem(patches: dict[str, Any], python: str, restart: str = "kimi-deploy restart --wait") -> str | None:
+    """The problem line of a patch series that is not applied as recorded; ``restart``: the restart
+    command as the user must type it (``--root`` kept)."""
     state = patches.get("state")
     if state == "error":
         return problem("cannot read the SGLang patch series state", patches.get("detail") or "no detail",
@@ -297,13 +310,13 @@ def _patch_problem(patches: dict[str, Any], python: str) -> str | None:
         return problem("SGLang patch series is interrupted: a killed `kimi-deploy patch` run left its change "
                        "unfinished", "; ".join(patches.get("problems") or []) or f"state {state}",
                        f"{patches.get('fix') or f'run `kimi-deploy patch status --python {python}` as root'}, "
-                       "then `kimi-deploy restart --wait`")
+                       f"then `{restart}`")
     if state in ("drifted", "partial"):
         what = ("a patched SGLang file changed after `kimi-deploy patch apply` (pip install over it?)"
                 if state == "drifted" else "only some patches of the SGLang patch series are applied")
         evidence = "; ".join(patches.get("problems") or []) or f"state {state}"
         return problem(f"SGLang patch series is {state}: {what}", evidence,
-                       f"run `kimi-deploy patch apply --python {python}`, then `kimi-deploy restart --wait`")
+                       f"run `kimi-deploy patch apply --python {python}`, then `{restart}`")
     return None
 
 
@@ -366,9 +379,20 @@ def status_from(profile: Profile, manifest: Manifest, facts: StatusFacts) -> Sta
                                     f"`{cmd('restart --wait')}` starts the installed unit; if the profile changed "
                                     f"since, `{cmd('install --profile FILE')}` first"))
     patches = facts.patches
-    patch_problem = _patch_problem(patches, profile.service.python)
+    patch_problem = _patch_problem(patches, profile.service.python, cmd("restart --wait"))
     if patch_problem:
         problems.append(patch_problem)
+    paths = None
+    if facts.start_log is not None:
+        from kimi_deploy import allreduce
+
+        lines, source = facts.start_log
+        report = allreduce.judge(profile, lines, source=source) if lines is not None else None
+        paths = report.to_dict() if report else {"error": source}
+        for skipped in report.failures if report else []:
+            problems.append(problem(f"{allreduce.LABELS[skipped.path]} was asked for but SGLang skipped it",
+                                    f"the server log of this start says `{skipped.evidence}`",
+                                    allreduce.FIXES[skipped.path] + "; then `kimi-deploy restart --wait`"))
     report_hp = layout.host_path(layout.check_report(name))
     check = facts.last_check
     if check and check.get("exit_code") not in (None, 0):
@@ -378,4 +402,5 @@ def status_from(profile: Profile, manifest: Manifest, facts: StatusFacts) -> Sta
                                 + f"; report {report_hp}",
                                 f"read the failed results in the report, or rerun now with "
                                 f"`kimi-deploy check --profile {profile_copy}`"))
-    return StatusReport(name, files, unit, f"{check_unit(name)}.timer", drift, patches, health, check, problems)
+    return StatusReport(name, files, unit, f"{check_unit(name)}.timer", drift, patches, health, check, problems,
+                        paths)

@@ -35,7 +35,8 @@ def make_model_dir(root: Path, shards: int = 3, *, missing: int | None = None, t
 
 
 def install_fake_nvidia_smi(bin_dir: Path, query: str | None, topo: str | None = None, *,
-                            error_file: str | None = None, returncode: int = 9) -> Path:
+                            error_file: str | None = None, returncode: int = 9,
+                            p2p: tuple[str, str] | None = None) -> Path:
     """Write ``bin_dir/nvidia-smi`` that replays recordings from tests/data/nvidia-smi.
 
     It prints ``query`` for the exact argv of :func:`kimi_deploy.doctor.nvidia.query_gpu_command`,
@@ -51,6 +52,11 @@ def install_fake_nvidia_smi(bin_dir: Path, query: str | None, topo: str | None =
         json.dumps(nvidia.query_gpu_command()[1:]): str(DATA / query) if query else None,
         json.dumps(nvidia.topology_command()[1:]): str(DATA / topo) if topo else None,
     }
+    if p2p:  # recordings of tests/data/fabric for `topo -p2p r` and `topo -p2p w`
+        from kimi_deploy.doctor import fabric
+
+        for cap, name in zip(("r", "w"), p2p):
+            table[json.dumps(fabric.p2p_command(cap)[1:])] = str(DATA.parent / "fabric" / name)
     script.write_text(
         f"#!{sys.executable}\n"
         "import json, sys\n"

@@ -4,7 +4,8 @@ Fakes stand in only for what cannot run here: a running systemd (``systemctl res
 ``journalctl``) and a GPU-backed SGLang server. The fake ``systemctl`` logs its argv (one JSON
 list a line) to ``argv.log`` and answers ``show`` with ``show.txt`` (systemd 252's
 ``Property=value`` format); the fake ``journalctl`` prints the next line of ``journal.txt`` per
-call (the last one repeats), as ``journalctl -o cat`` would while a server starts.
+call (the last one repeats), as ``journalctl -n 1 -o cat`` would while a server starts; without ``-n 1``
+it prints the whole log (``journal-full.txt``, else ``journal.txt``).
 """
 
 from __future__ import annotations
@@ -45,6 +46,11 @@ with open(os.path.join(state, "argv.log"), "a") as fh:
     fh.write(json.dumps(["journalctl", *sys.argv[1:]]) + "\n")
 path = os.path.join(state, "journal.txt")
 lines = open(path).read().splitlines() if os.path.exists(path) else []
+if "-n" not in sys.argv[1:] or sys.argv[sys.argv.index("-n") + 1] != "1":
+    # the whole log of one start (kimi_deploy.allreduce.journal_command): journal-full.txt, else journal.txt
+    full = os.path.join(state, "journal-full.txt")
+    sys.stdout.write(open(full).read() if os.path.exists(full) else "".join(line + "\n" for line in lines))
+    sys.exit(0)
 counter = os.path.join(state, "journal.pos")
 pos = int(open(counter).read()) if os.path.exists(counter) else 0
 if lines:
@@ -120,6 +126,10 @@ class FakeSystemd:
 
     def set_journal(self, lines: list[str]) -> None:
         (self.dir / "journal.txt").write_text("\n".join(lines) + "\n")
+
+    def set_full_journal(self, lines: list[str]) -> None:
+        """What ``journalctl -u UNIT --since ...`` prints: every line of the current start."""
+        (self.dir / "journal-full.txt").write_text("\n".join(lines) + "\n")
 
     def fail(self, verb: str, stderr: str = "") -> None:
         """Make ``systemctl VERB`` exit 1 printing ``stderr`` (default ``Failed to VERB: fake failure``)."""
@@ -269,10 +279,12 @@ def _models(args: dict[str, Any]) -> dict[str, Any]:
 
 
 def write_profile(path: Path, *, port: int = 30000, context_length: int = 1000, name: str = "kimi-test",
-                  api_key: bool = True, cache_dir: str | None = None, python: str | None = None) -> Path:
+                  api_key: bool = True, cache_dir: str | None = None, python: str | None = None,
+                  sglang_lines: tuple[str, ...] = ()) -> Path:
     """A small valid profile (loopback host) whose ``context_length`` tells two versions apart.
 
-    ``python``: ``[service] python`` (the SGLang interpreter; the profile default otherwise).
+    ``python``: ``[service] python`` (the SGLang interpreter; the profile default otherwise);
+    ``sglang_lines``: more ``key = value`` lines of ``[sglang]``.
     """
     lines = ["[service]", f'name = "{name}"', 'user = "sglang"', 'group = "sglang"', "gpu_count = 1",
              "timeout_start_sec = 600"]
@@ -284,6 +296,7 @@ def write_profile(path: Path, *, port: int = 30000, context_length: int = 1000, 
               f"context_length = {context_length}", 'tool_call_parser = "kimi_k2"', 'reasoning_parser = "kimi_k2"']
     if api_key:
         lines.append(f'api_key_file = "/etc/kimi-deploy/{name}.api-key"')
+    lines += list(sglang_lines)
     path.write_text("\n".join(lines) + "\n")
     return path
 

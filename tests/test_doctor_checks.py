@@ -273,6 +273,19 @@ def test_gated_features_pass_when_patched_or_not_sm12x():
     assert "sglang.enable_torch_symm_mem" not in by_name(facts(patches=series_status("applied")))
 
 
+def test_the_fusion_patch_opens_exact_sm120_only():
+    """The fusion patch gates on SGLang's is_sm120() (12.0): on a 12.1 device (GB10) it cannot help, so doctor
+    fails even with the patch applied and says to remove the setting instead of applying a patch."""
+    every = DEFAULT_IDS + [FUSION, SYMM]
+    gb10 = tuple(dataclasses.replace(g, name="NVIDIA GB10", compute_cap="12.1") for g in gpus())
+    c = by_name(facts(gpus=gb10, gates=gates(), patches=series_status(applied=every, selected=every)))
+    fusion = c["sglang.flashinfer_allreduce_fusion_backend"]
+    assert fusion.status == "fail"
+    assert f"patch {FUSION} opens the gate on 12.0 only" in fusion.evidence
+    assert fusion.hint.startswith("remove [sglang] flashinfer_allreduce_fusion_backend")
+    assert c["sglang.enable_torch_symm_mem"].status == "pass"  # that row is per major (12)
+
+
 def test_gated_features_without_nvidia_smi_are_not_checked():
     c = by_name(facts(gpus=(), gpu_error="nvidia-smi not found on PATH", topology=None, gates=gates(),
                       patches=series_status(applied=DEFAULT_IDS)))

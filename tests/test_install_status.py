@@ -151,6 +151,7 @@ def test_status_finds_drift_in_proc_cmdline_and_reports_problems(cli_runner, tmp
     assert all("); fix: " in line for line in problems), problems  # what (evidence); fix: how
     assert any(line.startswith("problem: SGLang patch series is drifted: a patched SGLang file changed")
                and DETECTOR in line and f"kimi-deploy patch apply --python {drifted_sglang}" in line
+               and f"then `kimi-deploy restart --wait --root {root}`" in line  # issue 13 item 10: --root kept
                for line in problems), problems
     assert any(line.startswith("problem: the last nightly check failed (exit 1 at ") and "1 fail, 1 pass" in line
                and "report /var/lib/kimi-test/check-report.json" in line for line in problems), problems

@@ -159,9 +159,13 @@ def test_redaction_and_sm120_gates(before, after):
     assert new["fusion"]["auto"] == new["fusion"]["trtllm"] == "ok:trtllm"
     assert new["fusion"]["mnnvl"].startswith("error:") and new["fusion"]["cutedsl"].startswith("error:")
     assert new["fusion"]["auto/multi-node"].startswith("error:")
-    assert (old["fused_norm_site"], new["fused_norm_site"]) == (False, True)
-    # sm120-torch-symm-mem
+    # the gate is exact compute capability 12.0 (SGLang's is_sm120()): a 12.1 device (GB10) stays refused
+    assert all(v.startswith("error:") for v in new["fusion_sm121"].values())
+    assert new["fusion_sm121"]["auto"] == old["fusion"]["auto"]
+    assert (old["fused_norm_site"], new["fused_norm_site"], new["fused_norm_site_exact"]) == (False, True, True)
+    # sm120-torch-symm-mem (experimental): a capability-12 row capped at decode sizes, not SM100's copy
     assert (old["symm_mem_rows"], new["symm_mem_rows"]) == ([9, 10], [9, 10, 12])
+    assert new["symm_mem_row_12"] == {w: 4 * 1024 * 1024 for w in ("2", "4", "6", "8")}
 
 
 def test_the_series_needed_by_symptoms_are_what_0_5_23_does(before, after):

@@ -18,12 +18,30 @@ from kimi_deploy.profile import load_profile
 PRESET = "kimi-k25-rtx-pro-6000-x8"
 
 
-def test_presets_lists_one_line_each():
+def test_presets_lists_one_line_each_and_what_to_measure():
     result = run_cli(["presets"])
     assert result.exit_code == 0
-    lines = result.stdout.strip().splitlines()
+    lines = [line for line in result.stdout.strip().splitlines() if not line.startswith(" ")]
     assert len(lines) == len(PRESETS)
     assert lines[0].startswith(PRESET) and "TP8" in lines[0]
+    assert "measure: " in result.stdout and "differs: vs " + PRESET in result.stdout
+    data = json.loads(run_cli(["presets", "--json"]).stdout)
+    assert all(p["measure"] for p in data.values())
+
+
+def test_the_pcie_ipc_preset_is_the_reference_on_upstreams_path_without_a_patch():
+    """One change of substance against the reference: PCIe IPC on, fusion and torch symm mem off (fusion would
+    pre-empt IPC), so it renders the env switch and asks for no gated feature of the patch series."""
+    from kimi_deploy.launch import build_launch
+    from kimi_deploy.patching import find_series
+    from kimi_deploy.versions import parse_version
+
+    ref, ipc = get_preset(PRESET).data, get_preset("kimi-k25-rtx-pro-6000-x8-pcie-ipc").data
+    changed = {k for k in ref["sglang"].keys() | ipc["sglang"].keys() if ref["sglang"].get(k) != ipc["sglang"].get(k)}
+    assert changed == {"flashinfer_allreduce_fusion_backend", "enable_torch_symm_mem", "enable_pcie_ipc_allreduce"}
+    launch = build_launch(get_preset("kimi-k25-rtx-pro-6000-x8-pcie-ipc").profile(), parse_version("0.5.23"))
+    assert dict(launch.env)["SGLANG_ENABLE_PCIE_IPC_ALLREDUCE"] == "1"
+    assert find_series("0.5.23").gates_asked(launch.server_args) == []
 
 
 def test_init_writes_a_commented_profile_equal_to_the_preset(tmp_path):

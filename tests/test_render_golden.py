@@ -1,4 +1,5 @@
-"""Golden files of everything `render` writes for the preset, at 0.5.23 and at 0.5.12 (old spellings).
+"""Golden files of everything `render` writes for the presets: the reference at 0.5.23 and at 0.5.12 (old
+spellings), the PCIe IPC one at 0.5.23.
 
 Regenerate after an intended change with exactly:
 
@@ -21,15 +22,16 @@ PRESET = "kimi-k25-rtx-pro-6000-x8"
 UPDATE = os.environ.get("KIMI_DEPLOY_UPDATE_GOLDEN") == "1"
 
 
-@pytest.mark.parametrize("version", ["0.5.23", "0.5.12"])
-def test_preset_render_matches_golden(tmp_path, version):
+@pytest.mark.parametrize(("preset", "version"), [(PRESET, "0.5.23"), (PRESET, "0.5.12"),
+                                                  ("kimi-k25-rtx-pro-6000-x8-pcie-ipc", "0.5.23")])
+def test_preset_render_matches_golden(tmp_path, preset, version):
     out = tmp_path / "out"
-    result = run_cli(["render", "--preset", PRESET, "--sglang-version", version, "--out", str(out)])
+    result = run_cli(["render", "--preset", preset, "--sglang-version", version, "--out", str(out)])
     assert result.exit_code == 0, result.stderr
-    command = run_cli(["render", "--preset", PRESET, "--sglang-version", version, "--print-command"])
+    command = run_cli(["render", "--preset", preset, "--sglang-version", version, "--print-command"])
     rendered = {p.name: p.read_text() for p in sorted(out.iterdir())}
     rendered["launch-command.sh"] = command.stdout
-    golden_dir = GOLDEN / f"{PRESET}-{version}"
+    golden_dir = GOLDEN / f"{preset}-{version}"
     if UPDATE:
         golden_dir.mkdir(parents=True, exist_ok=True)
         for stale in golden_dir.iterdir():

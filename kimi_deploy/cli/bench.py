@@ -103,6 +103,9 @@ class _RichProgress:
               help="Measured runs per point (cache flushed before each).")
 @click.option("--dataset", type=click.Path(path_type=Path, dir_okay=False), metavar="FILE.jsonl",
               help="JSONL of {\"messages\": [...]} [default: the kit's natural prompts].")
+@click.option("--long-prompts", is_flag=True,
+              help="Send the kit's generated long prompts (25, about 8k to 32k tokens, no download) instead: "
+                   "prefill-sized all-reduces, TTFT under long context.")
 @click.option("--seed", type=_num("--seed", int, example="0"), default=0,
               help="Seed of prompt order and Poisson arrivals.")
 @click.option("--slo", type=SLO, metavar="ttft=MS,tpot=MS,e2e=MS", help="SLOs for goodput (milliseconds).")
@@ -123,7 +126,7 @@ class _RichProgress:
 @click.option("--no-progress", is_flag=True, help="No progress display.")
 @click.pass_context
 def bench_cmd(ctx, base_url, model, concurrency, request_rate, num_prompts, max_tokens, temperature, ignore_eos,
-              warmup, runs, dataset, seed, slo, label, profile_path, json_path, csv_path, request_timeout,
+              warmup, runs, dataset, long_prompts, seed, slo, label, profile_path, json_path, csv_path, request_timeout,
               no_flush_cache, extra_body, api_key, no_progress):
     """Benchmark a running OpenAI-compatible server: closed-loop concurrency sweep (or Poisson rates).
 
@@ -171,7 +174,15 @@ def bench_cmd(ctx, base_url, model, concurrency, request_rate, num_prompts, max_
         num_prompts=num_prompts, max_tokens=max_tokens, temperature=temperature, ignore_eos=ignore_eos,
         warmup=warmup, runs=runs, seed=seed, slo=slo or {}, label=label, request_timeout=request_timeout,
         flush_cache=not no_flush_cache, extra_body=body_extra, api_key=api_key)
-    data = dataset_lib.load_dataset(dataset)
+    if long_prompts and dataset:
+        raise UsageError("--dataset and --long-prompts are mutually exclusive", value=str(dataset),
+                         hint="--long-prompts is a generated dataset; pass one of the two")
+    if long_prompts:
+        from kimi_deploy.bench import longprompts
+
+        data = longprompts.dataset()
+    else:
+        data = dataset_lib.load_dataset(dataset)
     show = not no_progress and sys.stderr.isatty()
     if show:
         with _RichProgress() as progress:
@@ -213,26 +224,36 @@ def bench_cmd(ctx, base_url, model, concurrency, request_rate, num_prompts, max_
               help="Also write a PNG plot (output tok/s and TPOT p50 against concurrency) to PATH.")
 @json_flag("Print the comparison as JSON.")
 def compare_cmd(results, plot_path, as_json):
-    """Compare results (the first is the baseline): ratios per point; a PNG plot with --plot PATH."""
+    """Compare results (the first is the baseline): ratios per point; with --runs >= 3, whether each
+    difference is beyond run-to-run noise; speculative accept-length alarms; KV capacity; --plot PATH."""
     import dataclasses
 
     from rich.console import Console
 
+    from kimi_deploy.bench import abtest
     from kimi_deploy.bench import compare as compare_lib
     from kimi_deploy.bench.report import load_result
 
     check_output_paths({"--plot": plot_path})
     loaded = [load_result(p) for p in results]
     cmp = compare_lib.compare(loaded)
+    verdicts = abtest.ab(loaded, cmp.labels)
     if plot_path:
         compare_lib.plot(loaded, plot_path)
         cmp = dataclasses.replace(cmp, plot=str(plot_path))
     console = Console(stderr=as_json)
     if as_json:
-        click.echo(json.dumps(cmp.to_dict(), indent=2, allow_nan=False))
+        click.echo(json.dumps(dict(cmp.to_dict(), ab=verdicts.to_dict()), indent=2, allow_nan=False))
     else:
         console.print(compare_lib.comparison_table(cmp))
-    for line in cmp.warnings:
+        console.print(f"beyond noise? ({verdicts.test})", highlight=False)
+        for line in abtest.verdict_lines(verdicts):
+            console.print(f"  {line}", highlight=False)
+        kv = ", ".join(f"{k} {v:,}" if v else f"{k} ?" for k, v in verdicts.kv_tokens.items())
+        console.print(f"KV capacity (tokens): {kv}", highlight=False)
+    for line in verdicts.alarms:
+        console.print(f"[red]ALARM:[/] {line}", highlight=False)
+    for line in cmp.warnings + verdicts.notes:
         console.print(f"[yellow]warning:[/] {line}")
     if cmp.plot and not as_json:
         console.print(f"wrote {cmp.plot}")

@@ -50,14 +50,17 @@ def list_cmd(sglang_version, as_json):
         return
     click.echo(f"patch series for SGLang {series.sglang_version} ({series.directory})")
     for n, spec in enumerate(series.patch, 1):
-        click.echo(f"{n}. {spec.id}  [{'on' if spec.default else 'off'} by default]")
+        stage = ", experimental" if spec.experimental else ""
+        click.echo(f"{n}. {spec.id}  [{'on' if spec.default else 'off'} by default{stage}]")
         click.echo(f"   {spec.purpose}")
         click.echo(f"   risk: {spec.risk}")
         click.echo(f"   files: {', '.join(series.files_of(spec))}")
         for gate in spec.needed_by:
             click.echo(f"   needed by: {gate.setting} ({', '.join(gate.flags)}) on compute capability "
                        f"{', '.join(f'{m}.x' for m in gate.compute_capability_major)} (without it "
-                       f"{'SGLang fails to start' if gate.without == 'fails' else 'SGLang starts with the feature off'})")
+                       f"{'SGLang fails to start' if gate.without == 'fails' else 'SGLang starts with the feature off'})"
+                       + (f"; the patch opens it on {', '.join(gate.patched_compute_capability)} only"
+                          if gate.patched_compute_capability else ""))
         for url in spec.upstream:
             click.echo(f"   upstream: {url}")
 

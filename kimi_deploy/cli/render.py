@@ -70,13 +70,21 @@ def render_cmd(profile_path, preset, sglang_version, python, out_dir, print_comm
 @click.command("presets")
 @json_flag("Print the presets as JSON.")
 def presets_cmd(as_json):
-    """List the built-in presets, one line each."""
+    """List the built-in presets, one line each.
+
+    Under each: how it differs from the reference preset and what it needs measured.
+    """
     if as_json:
-        echo_json({name: {"summary": p.summary, "profile": p.data} for name, p in PRESETS.items()})
+        echo_json({name: {"summary": p.summary, "differs": p.differs, "measure": p.measure, "profile": p.data}
+                   for name, p in PRESETS.items()})
         return
     width = max(len(n) for n in PRESETS)
     for name, preset in PRESETS.items():
         click.echo(f"{name:<{width}}  {preset.summary}")
+        if preset.differs:
+            click.echo(f"{'':<{width}}    differs: {preset.differs}")
+        if preset.measure:
+            click.echo(f"{'':<{width}}    measure: {preset.measure}")
 
 
 @click.command("init")

@@ -42,6 +42,15 @@ def status_cmd(ctx, profile_path, preset, root, name, as_json):
     state = report.patches.get("state")
     click.echo(f"patches   {'unreadable' if state == 'error' else str(state).replace('_', ' ')}" +
                (f" ({report.patches['detail']})" if report.patches.get("detail") else ""))
+    ar = report.allreduce
+    if ar and ar.get("error"):
+        click.echo(f"allreduce unknown (server log unreadable: {ar['error']})")
+    elif ar:
+        click.echo(f"allreduce {ar['in_use']}")
+        for p in ar["paths"]:
+            if p["asked"] or p["state"] == "engaged":
+                click.echo(f"          {p['label']}: {'SKIPPED' if p['failed'] else p['state'].replace('_', ' ')}"
+                           f" ({p['evidence']})")
     c = report.last_check
     if not c:
         click.echo(f"check     no nightly report yet ({report.check_timer})")

@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from kimi_deploy import patching, proc, target, versions
-from kimi_deploy.doctor import nvidia
+from kimi_deploy.doctor import fabric, nvidia
 from kimi_deploy.doctor.checks import Facts, evaluate
 from kimi_deploy.doctor.host import compare_installed, disk_space, probe_port
 from kimi_deploy.doctor.modeldir import inspect_model_dir
@@ -20,7 +20,7 @@ from kimi_deploy.errors import KimiDeployError
 from kimi_deploy.paths import HostLayout
 from kimi_deploy.profile import Profile
 
-__all__ = ["Check", "DoctorReport", "Facts", "gather", "run_doctor", "probe_gpus", "probe_topology"]
+__all__ = ["Check", "DoctorReport", "Facts", "gather", "run_doctor", "probe_fabric", "probe_gpus", "probe_topology"]
 
 
 def _nvidia_smi(argv: list[str]) -> tuple[str | None, str | None]:
@@ -60,6 +60,58 @@ def probe_topology() -> tuple[nvidia.Topology | None, str | None]:
         return None, str(exc)
 
 
+def _read(root: Path, path: str) -> str:
+    return (root / path.lstrip("/")).read_text(encoding="utf-8", errors="replace")
+
+
+def probe_fabric(*, with_nvidia_smi: bool = True, fs_root: Path = Path("/")) -> dict:
+    """The fabric probes (:mod:`kimi_deploy.doctor.fabric`) as :class:`Facts` fields: ACS bits from
+    ``lspci -vvv``, the IOMMU mode, ``uvm_disable_hmm``, ``nvidia-smi topo -p2p r``/``w``. ``fs_root``:
+    where ``/proc`` and ``/sys`` are read (tests)."""
+    out: dict = {}
+    try:
+        done = proc.run(fabric.lspci_command(), check=False, timeout=60)
+        if done.ok:
+            out["acs"] = fabric.parse_lspci_acs(done.stdout)
+        else:
+            out["acs_error"] = f"`{done.command}` failed: " + (done.stderr.strip() or f"exit {done.returncode}"
+                                                                 ).splitlines()[0]
+    except KimiDeployError as exc:
+        out["acs_error"] = "lspci not found on PATH" if "not found" in exc.message else exc.message
+    except nvidia.ParseError as exc:
+        out["acs_error"] = str(exc)
+    try:
+        cmdline = _read(fs_root, fabric.CMDLINE)
+        iommu_dir = fs_root / fabric.IOMMU_CLASS.lstrip("/")
+        devices = sorted(p.name for p in iommu_dir.iterdir()) if iommu_dir.is_dir() else []
+        groups = fs_root / fabric.IOMMU_GROUPS.lstrip("/")
+        types = [t.read_text().strip() for t in sorted(groups.glob("*/type"))] if groups.is_dir() else []
+        out["iommu"] = fabric.parse_iommu(cmdline, devices, types)
+    except OSError as exc:
+        out["iommu_error"] = f"{exc.filename}: {exc.strerror}"
+    try:
+        out["uvm_disable_hmm"] = fabric.parse_module_bool(_read(fs_root, fabric.UVM_DISABLE_HMM))
+    except FileNotFoundError:
+        out["uvm_error"] = f"{fabric.UVM_DISABLE_HMM} absent: nvidia_uvm is not loaded (or too old to have it)"
+    except (OSError, nvidia.ParseError) as exc:
+        out["uvm_error"] = str(exc)
+    if with_nvidia_smi:
+        matrices = {}
+        for cap in ("r", "w"):
+            text, err = _nvidia_smi(fabric.p2p_command(cap))
+            if text is None:
+                out["p2p_error"] = err
+                break
+            try:
+                matrices[cap] = fabric.parse_p2p(text)
+            except nvidia.ParseError as exc:
+                out["p2p_error"] = str(exc)
+                break
+        else:
+            out["p2p"] = matrices
+    return out
+
+
 def gather(profile: Profile, *, python: str | None = None, root: Path = Path("/"),
            check_flags: bool = True, state_dir: str | Path | None = None) -> Facts:
     """Run every probe for ``profile``; ``python`` overrides ``[service] python``; ``root`` is where
@@ -76,6 +128,9 @@ def gather(profile: Profile, *, python: str | None = None, root: Path = Path("/"
         facts["topology"], facts["topology_error"] = probe_topology()
     else:
         facts["topology_error"] = facts["gpu_error"]
+    facts.update(probe_fabric(with_nvidia_smi=bool(gpus)))
+    if not gpus:
+        facts["p2p_error"] = facts["gpu_error"]
 
     python = python or profile.service.python
     info = None

@@ -5,7 +5,9 @@ No I/O here: every function is tested on recorded probe output. Check names are 
 ``driver``, ``torch.arch``, ``pcie.topology``, ``model``, ``draft_model``, ``sglang``,
 ``sglang.patches``, ``sglang.<option>`` (one per gated feature the profile asks for, e.g.
 ``sglang.flashinfer_allreduce_fusion_backend``; the mapping is the patch series' ``needed_by``),
-``sglang.flags``, ``disk.cache``, ``port``, ``unit.installed``.
+``sglang.flags``, ``disk.cache``, ``port``, ``unit.installed``; the fabric for peer-memory all-reduce:
+``allreduce.paths``, ``fabric.p2p_disable``, ``fabric.acs``, ``fabric.iommu``, ``fabric.uvm_hmm``,
+``fabric.p2p``.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 
 from kimi_deploy.doctor.cuda import SOURCE as DRIVER_SOURCE, judge_driver
+from kimi_deploy.doctor.fabric import AcsReport, IommuMode, P2pMatrix
 from kimi_deploy.doctor.host import DiskSpace, FileDrift, PortProbe, hostport
 from kimi_deploy.doctor.modeldir import ModelDir
 from kimi_deploy.doctor.nvidia import P2P_LEVEL_FOR_LINK, P2P_LEVELS, Gpu, Topology
@@ -62,6 +65,14 @@ class Facts:
     port: PortProbe | None = None
     unit: tuple[FileDrift, ...] = ()
     unit_error: str | None = None
+    acs: AcsReport | None = None
+    acs_error: str | None = None
+    iommu: IommuMode | None = None
+    iommu_error: str | None = None
+    uvm_disable_hmm: bool | None = None
+    uvm_error: str | None = None
+    p2p: dict[str, P2pMatrix] = dataclasses.field(default_factory=dict)
+    p2p_error: str | None = None
 
     @property
     def tp_gpus(self) -> tuple[Gpu, ...]:
@@ -342,6 +353,18 @@ def check_gates(f: Facts) -> list[Check]:
                                           f"patch state unknown ({f.patches_error or 'not probed'})",
                                     "fix the sglang.patches check first"))
             continue
+        unopened = [c for c in caps if hit.applies_to(c) and not hit.patch_opens(c)]
+        if unopened:
+            # The patch cannot help here (it opens the gate on exact capabilities only, e.g. 12.0 not 12.1).
+            check = failed if gate.without == "fails" else warned
+            where = f"[sglang] {gate.setting}" if getattr(f.profile.sglang, gate.setting, None) \
+                else f"{hit.flag} from [sglang] extra_args"
+            out.append(check(name, f"{hit.flag} on compute capability {', '.join(unopened)}: patch {pid} opens the "
+                                   f"gate on {', '.join(gate.patched_compute_capability)} only, so SGLang {v} "
+                                   f"{outcome} ({gate.symptom})",
+                             f"remove {where}; on this GPU use NCCL or SGLANG_ENABLE_PCIE_IPC_ALLREDUCE=1 "
+                             "([sglang] enable_pcie_ipc_allreduce = true) and measure it (production.md section 4)"))
+            continue
         if state.get(pid) == "applied":
             out.append(passed(name, f"{hit.flag} on compute capability {', '.join(caps)}: patch {pid} applied"))
             continue
@@ -420,6 +443,151 @@ def check_unit(f: Facts) -> Check:
     return passed(name, f"{', '.join(d.name for d in f.unit)} match a fresh render")
 
 
+#: Public reports behind the fabric checks (issue 18): peer-memory writes hang hosts that need NCCL P2P off.
+HANG_REPORTS = "vLLM #33041, NVIDIA/nccl #1999 and #2079"
+
+
+def peer_memory_paths(profile: Profile) -> list[str]:
+    """The all-reduce paths ``profile`` asks for that write into peer GPU memory directly (not through NCCL)."""
+    s = profile.sglang
+    out = []
+    if s.flashinfer_allreduce_fusion_backend and not s.enforce_disable_flashinfer_allreduce_fusion:
+        out.append(f"FlashInfer all-reduce fusion ({s.flashinfer_allreduce_fusion_backend})")
+    if s.enable_torch_symm_mem:
+        out.append("torch symmetric memory")
+    if s.enable_pcie_ipc_allreduce:
+        out.append("PCIe IPC all-reduce")
+    return out
+
+
+def _p2p_disabled(env: dict[str, str]) -> str | None:
+    """The NCCL setting that turns NCCL's own P2P off, if any (``NCCL_P2P_DISABLE=1``, ``NCCL_P2P_LEVEL=LOC``/0)."""
+    if env.get("NCCL_P2P_DISABLE") == "1":
+        return "NCCL_P2P_DISABLE=1"
+    if env.get("NCCL_P2P_LEVEL") in ("LOC", "0"):
+        return f"NCCL_P2P_LEVEL={env['NCCL_P2P_LEVEL']}"
+    return None
+
+
+def check_allreduce_paths(f: Facts) -> Check:
+    """Which all-reduce paths the profile asks for; warns when fusion would pre-empt PCIe IPC."""
+    name, s = "allreduce.paths", f.profile.sglang
+    paths = peer_memory_paths(f.profile)
+    if not paths:
+        return passed(name, "no peer-memory all-reduce asked for: NCCL (and SGLang's defaults) only")
+    evidence = "asked for: " + ", ".join(paths)
+    fusion = s.flashinfer_allreduce_fusion_backend and not s.enforce_disable_flashinfer_allreduce_fusion
+    if fusion and s.enable_pcie_ipc_allreduce:
+        return warned(name, evidence + "; FlashInfer's all-reduce takes every all-reduce up to 2048 tokens before "
+                                       "PCIe IPC is considered (SGLang 0.5.23 GroupCoordinator.all_reduce, "
+                                       "srt/distributed/parallel_state.py): PCIe IPC would be silently unused",
+                      "ask for one of them: remove [sglang] flashinfer_allreduce_fusion_backend (preset "
+                      "kimi-k25-rtx-pro-6000-x8-pcie-ipc) or enable_pcie_ipc_allreduce, and measure each against "
+                      "an NCCL-only baseline (production.md section 4)")
+    return passed(name, evidence)
+
+
+def check_p2p_disable(f: Facts) -> Check:
+    """A peer-memory path with NCCL's P2P off: the paths ignore that switch, so the reason it was set bites."""
+    name = "fabric.p2p_disable"
+    off, paths = _p2p_disabled(f.profile.environment), peer_memory_paths(f.profile)
+    if off is None:
+        return passed(name, "NCCL P2P is not disabled in [environment]")
+    if not paths:
+        return passed(name, f"{off} set; no peer-memory all-reduce asked for, so all GPU traffic goes through NCCL")
+    return failed(name, f"{off} is set but the profile asks for {', '.join(paths)}: these write into peer GPU "
+                        "memory directly and ignore NCCL_P2P_DISABLE/NCCL_P2P_LEVEL; a host that needs NCCL P2P off "
+                        f"(ACS redirect, IOMMU translation) can hang with GPUs stuck at 100% until reset ({HANG_REPORTS})",
+                  "remove the peer-memory settings and run NCCL only; or fix the fabric (fabric.acs, fabric.iommu), "
+                  "confirm with nccl-tests that NCCL works with P2P on, then drop " + off.split("=")[0])
+
+
+def _fabric_verdict(f: Facts):
+    """``failed`` when a peer-memory path is asked for (it cannot fall back), else ``warned`` (NCCL copes)."""
+    return failed if peer_memory_paths(f.profile) else warned
+
+
+def _consequence(f: Facts) -> str:
+    paths = peer_memory_paths(f.profile)
+    if paths:
+        return (f"the profile's {', '.join(paths)} write peer memory directly and can hang with GPUs stuck at 100% "
+                f"until reset ({HANG_REPORTS})")
+    return "NCCL routes peer traffic through host memory or needs NCCL_P2P_DISABLE=1; peer-memory all-reduce is unsafe"
+
+
+def check_acs(f: Facts) -> Check:
+    """ACS P2P redirect on PCIe bridge ports (``lspci -vvv``): peer writes detour via the root complex."""
+    name = "fabric.acs"
+    if f.acs is None:
+        return _not_checked(name, f.acs_error or "lspci not run", "install pciutils (`apt-get install pciutils`) "
+                                                                   "and run doctor as root to read ACS control bits")
+    a = f.acs
+    if not a.ports:
+        if a.denied:
+            return _not_checked(name, f"lspci hid the capabilities of {a.denied} of {a.devices} devices "
+                                      "(<access denied>)", "run `kimi-deploy doctor` as root to read ACS control bits")
+        return passed(name, f"no PCI function with an ACS capability among {a.devices} devices")
+    redirecting = a.redirecting
+    if not redirecting:
+        return passed(name, f"ACS P2P redirect off on all {len(a.ports)} ports with ACS")
+    listed = ", ".join(f"{p.bdf} ({'+'.join(p.redirects)})" for p in redirecting[:6])
+    more = f" and {len(redirecting) - 6} more" if len(redirecting) > 6 else ""
+    return _fabric_verdict(f)(
+        name, f"ACS P2P redirect on {len(redirecting)} of {len(a.ports)} ports: {listed}{more}: peer-to-peer "
+              f"traffic is sent up to the root complex; {_consequence(f)}",
+        "turn ACS off in the BIOS (often 'ACS Control' / 'PCIe ACS'), or clear ACSCtl at every boot "
+        "(`setpci -s <BDF> ECAP_ACS+0x6.w=0000` per port listed); then `nvidia-smi topo -p2p w` must say OK and "
+        "nccl-tests must pass without NCCL_P2P_DISABLE")
+
+
+def check_iommu(f: Facts) -> Check:
+    """IOMMU DMA translation (``/proc/cmdline``, ``/sys/class/iommu``): peer writes are translated or refused."""
+    name = "fabric.iommu"
+    if f.iommu is None:
+        return _not_checked(name, f.iommu_error or "not probed", "read /proc/cmdline and /sys/class/iommu by hand")
+    m = f.iommu
+    if m.mode in ("off", "passthrough"):
+        return passed(name, f"IOMMU {m.mode}: {m.evidence}")
+    return _fabric_verdict(f)(
+        name, f"IOMMU translates device DMA: {m.evidence}; {_consequence(f)}",
+        "boot with `iommu=pt` (Intel: `intel_iommu=on iommu=pt`; AMD: `iommu=pt`) in GRUB_CMDLINE_LINUX, "
+        "`update-grub`, reboot; or turn the IOMMU (VT-d / AMD-Vi) off in the BIOS when no VM passthrough needs it")
+
+
+def check_uvm_hmm(f: Facts) -> Check:
+    """``nvidia_uvm uvm_disable_hmm``: public 8x RTX PRO 6000 reports needed it to stop NCCL lockups."""
+    name = "fabric.uvm_hmm"
+    fix = ("`echo 'options nvidia_uvm uvm_disable_hmm=1' | sudo tee /etc/modprobe.d/nvidia-uvm-hmm.conf`, then "
+           "reload nvidia_uvm (stop every CUDA process, `modprobe -r nvidia_uvm && modprobe nvidia_uvm`) or reboot")
+    if f.uvm_disable_hmm is None:
+        return _not_checked(name, f.uvm_error or "not probed", fix)
+    if f.uvm_disable_hmm:
+        return passed(name, "nvidia_uvm uvm_disable_hmm=Y")
+    return warned(name, "nvidia_uvm uvm_disable_hmm=N: heterogeneous memory management is on; public 8x RTX PRO "
+                        "6000 reports needed uvm_disable_hmm=1 to stop NCCL lockups", fix)
+
+
+def check_p2p(f: Facts) -> Check:
+    """``nvidia-smi topo -p2p r`` and ``w`` over the TP GPUs: every pair must read and write peer memory."""
+    name = "fabric.p2p"
+    if not f.p2p:
+        return _not_checked(name, f.p2p_error or f.gpu_error or "nvidia-smi topo -p2p not run", "fix gpu.devices first")
+    group = list(range(f.profile.sglang.tp_size))
+    bad = []
+    for cap, matrix in sorted(f.p2p.items()):
+        members = [g for g in group if g in matrix.gpus]
+        for a, b, status in matrix.failing(members):
+            bad.append(f"GPU{a}-GPU{b} {cap} {status}")
+    if not bad:
+        return passed(name, f"peer read and write OK between every pair of GPU0-{max(group)} "
+                            f"({', '.join(sorted(f.p2p))})")
+    listed = ", ".join(bad[:6]) + (f" and {len(bad) - 6} more" if len(bad) > 6 else "")
+    return _fabric_verdict(f)(
+        name, f"nvidia-smi reports no peer access for {len(bad)} pair/capability: {listed}; {_consequence(f)}",
+        "CNS/TNS: fix the platform (ACS off, IOMMU passthrough, BIOS 'Above 4G decoding' and resizable BAR on); "
+        "GNS/NS: these GPUs cannot do it here, so run NCCL only (remove the peer-memory settings)")
+
+
 def evaluate(f: Facts) -> list[Check]:
     """Every check over ``f``, in the order they are reported."""
     checks = [
@@ -427,7 +595,8 @@ def evaluate(f: Facts) -> list[Check]:
         check_torch_arch(f), check_topology(f),
         check_model("model", f.model, "model_path"),
         check_model("draft_model", f.draft_model, "speculative_draft_model_path"),
-        check_sglang(f), check_patches(f), *check_gates(f), check_flags(f), check_disk(f), check_port(f),
-        check_unit(f),
+        check_sglang(f), check_patches(f), *check_gates(f), check_flags(f),
+        check_allreduce_paths(f), check_p2p_disable(f), check_acs(f), check_iommu(f), check_uvm_hmm(f), check_p2p(f),
+        check_disk(f), check_port(f), check_unit(f),
     ]
     return [c for c in checks if c is not None]

@@ -11,12 +11,15 @@ Format (one file per SGLang release, patches listed in application order)::
     upstream = ["https://github.com/..."] # related public issues / PRs
     risk = "low: ..."
     default = true                        # applied without --only / --with
+    experimental = false                  # optional: no measurement backs it yet (`patch list` says so)
 
     [[patch.needed_by]]                   # optional: a profile setting this release refuses or
     setting = "enable_torch_symm_mem"     #   disables on some GPUs unless the patch is applied
     flags = ["--enable-torch-symm-mem"]   # SGLang flags (this release) that ask for it
     unless_flags = []                     # optional: flags that turn the feature off again
     compute_capability_major = [12]       # GPUs (nvidia-smi compute_cap major) where it is gated
+    patched_compute_capability = ["12.0"] # optional: exact capabilities the patch opens (default: all
+                                          #   of compute_capability_major); elsewhere it stays gated
     without = "disabled"                  # "fails": the server does not start; "disabled": it starts
                                           #   without the feature
     symptom = "what SGLang does without the patch, with the source location"
@@ -62,6 +65,7 @@ class FeatureGate(BaseModel):
     flags: list[str] = Field(min_length=1)
     unless_flags: list[str] = Field(default_factory=list)
     compute_capability_major: list[int] = Field(min_length=1)
+    patched_compute_capability: list[str] = Field(default_factory=list)
     without: Literal["fails", "disabled"]
     symptom: str
 
@@ -77,6 +81,7 @@ class PatchSpec(BaseModel):
     upstream: list[str] = Field(default_factory=list)
     risk: str
     default: bool
+    experimental: bool = False
     needed_by: list[FeatureGate] = Field(default_factory=list)
 
 
@@ -92,6 +97,12 @@ class GateHit:
         """Whether GPUs of ``compute_capability`` (nvidia-smi ``compute_cap``, ``"12.0"``) are gated."""
         major = compute_capability.split(".", 1)[0]
         return major.isdigit() and int(major) in self.gate.compute_capability_major
+
+    def patch_opens(self, compute_capability: str) -> bool:
+        """Whether the patch lifts the gate on ``compute_capability`` (``patched_compute_capability``, exact;
+        empty: on every gated capability)."""
+        allowed = self.gate.patched_compute_capability
+        return not allowed or compute_capability in allowed
 
 
 class Series(BaseModel):
