@@ -170,7 +170,7 @@ def prometheus_config(profile: Profile, header: str) -> str:
             "# Prometheus scrape jobs and rule file for this deployment: merge scrape_configs and rule_files into\n"
             "# your prometheus.yml. No credentials: SGLang serves /metrics without the API key, so keep the\n"
             "# server port (and node_exporter's, smg's --prometheus-port) reachable only from a trusted network\n"
-            "# (production.md section 11).\n" + to_yaml(doc))
+            "# (production.md section 12).\n" + to_yaml(doc))
 
 
 # ---------------------------------------------------------------- rules
@@ -333,7 +333,7 @@ def rules_doc(profile: Profile) -> dict[str, Any]:
 
 def rules_text(profile: Profile, header: str) -> str:
     """The rule file (``promtool check rules`` accepts it)."""
-    return (f"{header}\n# Recording and alert rules; each alert's runbook_url points into production.md section 11.\n"
+    return (f"{header}\n# Recording and alert rules; each alert's runbook_url points into production.md section 12.\n"
             + to_yaml(rules_doc(profile)))
 
 

@@ -188,7 +188,7 @@ OPTIONS: tuple[Option, ...] = (
     Option("enable_metrics", bool, False, "--enable-metrics: Prometheus /metrics on the server port", "switch",
            "every rank", _flag("--enable-metrics"),
            comment=("Prometheus metrics (sglang:*) at /metrics on the server port; no API key is needed to read "
-                    "them, so bind host/port to a trusted network ([monitoring] and production.md section 11).",)),
+                    "them, so bind host/port to a trusted network ([monitoring] and production.md section 12).",)),
     Option("api_key_file", AbsPath | None, None, "file holding the API key (--api-key, via a credential)",
            "special", "HTTP rank",
            _flag("--config", source="sglang server_args.py: YAML file of options merged before the command line"),

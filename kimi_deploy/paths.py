@@ -225,6 +225,11 @@ class HostLayout:
         """``/var/lib/<service>/check-report.json``: the nightly check's last JSON report."""
         return self._under(service_check_report(service))
 
+    def timer_stamp(self, timer: str) -> Path:
+        """``/var/lib/systemd/timers/stamp-<timer>``: where systemd keeps a ``Persistent=true`` timer's
+        last run (systemd.timer(5), ``Persistent=``); systemd leaves it behind when the unit goes."""
+        return self._under(f"/var/lib/systemd/timers/stamp-{timer}")
+
     @property
     def passwd(self) -> Path:
         """``/etc/passwd`` of the target (``useradd --root`` needs it to exist)."""

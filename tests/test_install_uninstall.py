@@ -142,6 +142,25 @@ def test_purge_after_uninstall_removes_what_it_kept_and_a_third_run_is_a_noop(cl
         assert "nothing to do:" in last.output and "run " not in last.output
 
 
+def test_purge_removes_the_nightly_timers_last_run_stamp(cli_runner, root, tmp_path):
+    """systemd keeps a Persistent= timer's last run in a stamp it does not remove with the unit; left
+    there, a reinstall's timer would run a "missed" check at once (seen under systemd 252)."""
+    p = write_profile(tmp_path / "p.toml", name="kimi-k25")
+    assert install(cli_runner, root, p).exit_code == 0
+    stamp = root / "var/lib/systemd/timers/stamp-kimi-deploy-check@kimi-k25.timer"
+    other = root / "var/lib/systemd/timers/stamp-logrotate.timer"
+    for path in (stamp, other):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.touch()
+    kept = run(cli_runner, "uninstall", "--root", str(root))
+    assert kept.exit_code == 0 and stamp.exists()
+    assert "/var/lib/systemd/timers/stamp-kimi-deploy-check@kimi-k25.timer" in kept.output  # named as kept
+    purged = run(cli_runner, "uninstall", "--root", str(root), "--purge", "--name", "kimi-k25")
+    assert purged.exit_code == 0, purged.output + purged.stderr
+    assert "last-run stamp /var/lib/systemd/timers/stamp-kimi-deploy-check@kimi-k25.timer" in purged.output
+    assert not stamp.exists() and other.exists()
+
+
 def test_purge_without_a_name_finds_the_only_leftover(cli_runner, root, tmp_path):
     p = write_profile(tmp_path / "p.toml", name="kimi-k25")
     assert install(cli_runner, root, p).exit_code == 0

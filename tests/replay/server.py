@@ -187,7 +187,13 @@ class ScriptedTokenizerManager:
             await asyncio.sleep(0)
 
 
-def build_app(opts: argparse.Namespace, model_dir: Path):
+def build_app(opts: argparse.Namespace, model_dir: Path, server_args=None):
+    """The FastAPI app serving ``model_dir``'s scripted model.
+
+    ``server_args``: a ready SGLang ``ServerArgs`` (the container tier's ``sglang.launch_server``
+    stand-in passes what ``prepare_server_args`` made of the rendered command); None builds one
+    from ``opts``. Its ``api_key`` (None: open) guards the routes, as SGLang's middleware does.
+    """
     from fastapi import FastAPI, Request, Response
     from fastapi.exceptions import RequestValidationError
     from fastapi.responses import ORJSONResponse
@@ -203,7 +209,8 @@ def build_app(opts: argparse.Namespace, model_dir: Path):
     from sglang.srt.utils.json_response import model_json_response
     from sglang.version import __version__
 
-    server_args = build_server_args(opts, model_dir)
+    if server_args is None:
+        server_args = build_server_args(opts, model_dir)
     tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
     tm = ScriptedTokenizerManager(server_args, tokenizer, model_dir)
     template_manager = TemplateManager()
@@ -213,8 +220,8 @@ def build_app(opts: argparse.Namespace, model_dir: Path):
     scheduler_info = {"max_total_num_tokens": 1048576, "max_req_input_len": CONTEXT_LEN - 1}
 
     app = FastAPI()
-    if opts.api_key:
-        add_api_key_middleware(app, api_key=opts.api_key, admin_api_key=None)
+    if server_args.api_key:
+        add_api_key_middleware(app, api_key=server_args.api_key, admin_api_key=None)
 
     @app.exception_handler(RequestValidationError)
     async def validation_exception_handler(request: Request, exc: RequestValidationError):

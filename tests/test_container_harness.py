@@ -1,0 +1,80 @@
+"""The container tier's harness (tests/systemd_container.py) leaves no container behind: not when a
+test fails (the fixtures power off in ``finally``), and not when the test process itself is killed
+outright (a CI timeout): systemd-nspawn gets SIGTERM then and powers its container off."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from container_host import skip_or_fail
+from systemd_container import unavailable
+
+TESTS = Path(__file__).resolve().parent
+
+BOOT = """
+import sys, pathlib
+sys.path.insert(0, {tests!r})
+from systemd_container import CannotBoot, Container
+box = Container(pathlib.Path({workdir!r}), name={name!r})
+box.workdir.mkdir()
+try:
+    box.boot(timeout=120)
+except CannotBoot as exc:
+    print("CANNOT", exc, flush=True)
+    raise SystemExit(0)
+print("INIT", box.init_pid, flush=True)
+sys.stdin.read()  # until killed
+"""
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return Path(f"/proc/{pid}/stat").read_text().split(") ", 1)[1][0] != "Z"
+
+
+@pytest.mark.container
+def test_a_test_process_killed_outright_leaves_no_container(tmp_path):
+    reason = unavailable()
+    if reason:
+        skip_or_fail(reason)
+    code = BOOT.format(tests=str(TESTS), workdir=str(tmp_path / "box"), name=f"kimi-harness-{os.getpid()}")
+    runner = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                              text=True)
+    try:
+        line = runner.stdout.readline()
+    except BaseException:
+        runner.kill()
+        raise
+    if line.startswith("CANNOT"):
+        runner.wait(30)
+        skip_or_fail(f"systemd-nspawn cannot boot a container here: {line[:2000]}")
+    assert line.startswith("INIT "), line
+    init = int(line.split()[1])
+    runner.kill()  # SIGKILL: no finally, no fixture teardown runs in it
+    runner.wait(30)
+    deadline = time.monotonic() + 60
+    while _alive(init) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    if _alive(init):
+        os.kill(init, signal.SIGKILL)  # do not leave it to the next test either
+        pytest.fail(f"the container (PID 1 = host PID {init}) still ran 60 s after its test process died")
+
+
+def test_the_tier_skips_with_its_reason_unless_required(monkeypatch):
+    monkeypatch.delenv("KIMI_DEPLOY_REQUIRE_CONTAINERS", raising=False)
+    monkeypatch.setenv("CI", "true")  # a CI variable alone does not turn a skip into a failure
+    with pytest.raises(pytest.skip.Exception, match="no root here"):
+        skip_or_fail("no root here")
+    monkeypatch.setenv("KIMI_DEPLOY_REQUIRE_CONTAINERS", "1")
+    with pytest.raises(pytest.fail.Exception, match=r"must run here .* but no root here"):
+        skip_or_fail("no root here")

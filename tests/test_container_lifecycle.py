@@ -1,0 +1,112 @@
+"""Container tier, group 2: patch drift, a new profile, and a rollback, under a real systemd 252.
+
+One boot laid out as a GPU host (tests/container_host.py); the tests run in file order against it
+(issue 17, scenarios 3, 4 and 1 for ``hardening = "strict"``):
+
+3. a drifted SGLang (one patched file back to its released bytes, as ``pip install --force-reinstall``
+   leaves it) makes the unit's ``ExecStartPre=... patch verify`` fail the start with the kit's
+   message in the journal; ``kimi-deploy patch apply`` and a restart bring it up;
+4. ``kimi-deploy restart --wait`` with a new profile (strict hardening) that serves, then
+   ``--rollback-on-failure`` with one that does not (a model path that does not exist): the previous
+   files come back byte for byte and the previous server answers again.
+"""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from container_host import SGLANG_PYTHON, booted_host, documented_exposure, exposure, profile
+
+pytestmark = [pytest.mark.container, pytest.mark.sglang]
+
+NAME = "kimi-k25"
+SITE = "/opt/sglang/.venv/lib/python3.11/site-packages"
+DRIFTED = "sglang/srt/function_call/kimik2_detector.py"  # patched by kimi-k2-tool-call-ids
+#: RestartSec= of the profiles that serve: the default 30 s, so a failed start is not retried while the
+#: operator reads the journal (the restart loop is stopped right after the failure).
+SERVING = 'restart_sec = 30'
+
+
+@pytest.fixture(scope="module")
+def host(tmp_path_factory, sglang_python):
+    """The booted host with the series applied and the standard profile installed (not started)."""
+    with booted_host(tmp_path_factory.mktemp("lifecycle"), sglang_python) as h:
+        site = h.sh(f"{SGLANG_PYTHON} -c 'import sysconfig; print(sysconfig.get_paths()[\"purelib\"])'").stdout.strip()
+        assert site == SITE
+        h.sh(f"mkdir -p /root/released && cp {SITE}/{DRIFTED} /root/released/")
+        h.write("/root/kimi.toml", profile(name=NAME).replace("restart_sec = 5", SERVING))
+        h.sh(f"kimi-deploy patch apply --python {SGLANG_PYTHON}")
+        h.sh("kimi-deploy install --profile /root/kimi.toml")
+        yield h
+
+
+def _key(host) -> str:
+    return host.sh(f"cat /etc/kimi-deploy/{NAME}.api-key").stdout.strip()
+
+
+def _answers(host) -> bool:
+    code = host.sh(f"curl -s -o /dev/null -w '%{{http_code}}' -H 'Authorization: Bearer {_key(host)}' "
+                   "http://127.0.0.1:30000/v1/models", check=False).stdout
+    return code == "200"
+
+
+def test_drifted_sglang_fails_the_start_with_the_kits_message(host):
+    host.sh(f"cp /root/released/{DRIFTED.rsplit('/', 1)[1]} {SITE}/{DRIFTED}")  # what a reinstall leaves
+    r = host.sh(f"systemctl start {NAME}.service", check=False, timeout=120)
+    assert r.returncode != 0
+    host.sh(f"systemctl stop {NAME}.service")  # the operator stops the restart loop while fixing it
+    journal = host.sh(f"journalctl -u {NAME}.service --no-pager -o cat").stdout
+    assert "kimi-k2-tool-call-ids" in journal and "drifted" in journal, journal[-3000:]
+    assert "kimi-deploy patch apply" in journal  # the fix, as the kit words it
+    assert "fired up" not in journal  # SGLang itself never ran
+    unit = host.unit(f"{NAME}.service", "ExecMainPID", "Result")
+    assert unit["ExecMainPID"] == "0", unit  # ExecStart= was never reached
+
+
+def test_patch_apply_then_restart_serves(host):
+    host.sh(f"kimi-deploy patch apply --python {SGLANG_PYTHON}")
+    r = host.sh("kimi-deploy restart --wait --timeout 240", check=False)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert _answers(host)
+    assert "ok: SGLang 0.5.23 carries" in host.sh(f"journalctl -u {NAME}.service --no-pager -o cat").stdout
+
+
+def test_restart_wait_with_a_new_strict_profile_serves(host, repo_root):
+    host.write("/root/kimi.toml", profile(name=NAME, hardening="strict").replace("restart_sec = 5", SERVING))
+    host.sh("kimi-deploy install --profile /root/kimi.toml")
+    r = host.sh("kimi-deploy restart --wait --timeout 240", check=False)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "DevicePolicy=closed" in host.sh(f"systemctl cat {NAME}.service").stdout
+    assert host.unit(f"{NAME}.service", "DevicePolicy")["DevicePolicy"] == "closed"
+    out = host.sh(f"systemd-analyze security {NAME}.service --no-pager").stdout
+    assert exposure(out) == documented_exposure(repo_root, "strict")
+    assert _answers(host)
+
+
+def _installed(host) -> dict[str, str]:
+    """sha256 of every file kimi-deploy installed for the service (its manifest's list, and the manifest)."""
+    out = host.sh(f"cd / && sha256sum /etc/kimi-deploy/{NAME}.* /etc/systemd/system/*{NAME}*").stdout
+    return {path: digest for digest, path in (line.split() for line in out.splitlines())}
+
+
+def test_rollback_on_failure_restores_the_files_byte_for_byte_and_the_old_server(host):
+    before = _installed(host)
+    old_pid = host.unit(f"{NAME}.service", "MainPID")["MainPID"]
+    host.write("/root/broken.toml", profile(name=NAME, hardening="strict", model_path="/models/not-there"))
+    host.sh("kimi-deploy install --profile /root/broken.toml")
+    assert _installed(host) != before
+    r = host.sh("kimi-deploy restart --wait --rollback-on-failure --timeout 240", check=False, timeout=600)
+    assert r.returncode == 1, r.stdout + r.stderr  # the new version's status: its unit failed
+    assert re.search(r"^new: FAILED", r.stdout, re.M) and re.search(r"^rollback: ok", r.stdout, re.M), r.stdout
+    assert _installed(host) == before
+    assert host.sh(f"ls -d /etc/kimi-deploy/backup/{NAME}/*.rolled-back").stdout.strip()
+    unit = host.unit(f"{NAME}.service", "ActiveState", "MainPID")
+    assert unit["ActiveState"] == "active" and unit["MainPID"] != old_pid
+    assert _answers(host)
+    journal = host.sh(f"journalctl -u {NAME}.service --no-pager -o cat").stdout
+    # SGLang's own argument handling refused the path (it is neither a folder nor a hub repo id)
+    assert "OSError: Repo id must be in the form 'repo_name' or 'namespace/repo_name': '/models/not-there'" in journal
+    status = host.sh("kimi-deploy status", check=False)
+    assert status.returncode == 0, status.stdout
