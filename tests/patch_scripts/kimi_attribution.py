@@ -16,6 +16,8 @@ import copy, json, logging, random, re, socket, sys, urllib.request
 from sglang.srt.entrypoints.openai.protocol import Tool
 from sglang.srt.function_call.function_call_parser import FunctionCallParser
 
+import kimi_stream
+
 network = []
 
 
@@ -61,24 +63,8 @@ def pseudo_tokens(raw, rng):
     return out
 
 
-def merged(calls):
-    by_index = {}
-    for c in calls:
-        item = by_index.setdefault(c.tool_index, [None, ""])
-        item[0] = item[0] or c.name
-        item[1] += c.parameters or ""
-    return [by_index[k] for k in sorted(by_index)]
-
-
 def stream(tools, chunks):
-    parser = FunctionCallParser(tools, "kimi_k2")
-    text, calls = "", []
-    for chunk in chunks:
-        t, c = parser.parse_stream_chunk(chunk)
-        text += t
-        calls += c
-    t, c = parser.parse_stream_end()
-    return {"text": text + t, "calls": merged(calls + c)}
+    return kimi_stream.stream(tools, chunks)[0]
 
 
 out = {}

@@ -13,28 +13,9 @@ import json, logging, sys, traceback
 from sglang.srt.entrypoints.openai.protocol import Tool
 from sglang.srt.function_call.function_call_parser import FunctionCallParser
 
+from kimi_stream import stream
+
 logging.disable(logging.CRITICAL)
-
-
-def merged(calls):
-    by_index = {}
-    for c in calls:
-        item = by_index.setdefault(c.tool_index, [None, ""])
-        item[0] = item[0] or c.name
-        item[1] += c.parameters or ""
-    return [by_index[k] for k in sorted(by_index)], sorted(by_index)
-
-
-def stream(tools, chunks):
-    parser = FunctionCallParser(tools, "kimi_k2")
-    text, calls = "", []
-    for chunk in chunks:
-        t, c = parser.parse_stream_chunk(chunk)
-        text += t
-        calls += c
-    t, c = parser.parse_stream_end()
-    merged_calls, indexes = merged(calls + c)
-    return {"text": text + t, "calls": merged_calls}, indexes
 
 
 for line in sys.stdin:
