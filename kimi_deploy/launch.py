@@ -17,7 +17,7 @@ from packaging.version import Version
 from kimi_deploy import options, versions
 from kimi_deploy.argv import flag_groups, split_equals
 from kimi_deploy.errors import ProfileError, UnsupportedVersionError
-from kimi_deploy.profile import Profile, is_loopback
+from kimi_deploy.profile import NIC_ENV, Profile, is_loopback, url_host
 
 #: Name of the systemd credential that carries the API key (``LoadCredential=``).
 API_KEY_CREDENTIAL = "api-key"
@@ -107,14 +107,33 @@ def cache_key(sglang_version: str, components: Mapping[str, str] | None = None) 
     return "_".join(parts).replace("+", "-")
 
 
+def on_rank(option: options.Option, node_rank: int) -> bool:
+    """True when ``option``'s row is emitted on node rank ``node_rank`` of a multi-node group.
+
+    Only rows whose scope is ``every rank`` reach ranks >= 1; every other scope (the serving options:
+    host/port, parsers, served name, API key) is rank 0's alone. SGLang 0.5.23's ranks >= 1 run schedulers
+    and a dummy ``/health`` on ``--host``/``--port`` (``srt/entrypoints/engine.py``), which then stays on
+    SGLang's default 127.0.0.1:30000.
+    """
+    return node_rank == 0 or option.scope == "every rank"
+
+
 def build_launch(profile: Profile, sglang_version: str | Version = versions.DEFAULT_SGLANG_VERSION,
-                 *, components: Mapping[str, str] | None = None) -> LaunchSpec:
+                 *, components: Mapping[str, str] | None = None, node_rank: int | None = None,
+                 rank0: str | None = None) -> LaunchSpec:
     """Compute the launch of ``profile`` for SGLang ``sglang_version``.
 
     Args:
         profile: a validated profile.
         sglang_version: target release (string or parsed).
         components: probed versions (``flashinfer``, ``torch``, ``cuda``) for the cache key.
+        node_rank: for a multi-node profile (``[fleet]`` replicas of N > 1 nodes), the rank whose command
+            to build (default 0, the serving rank): rows of :func:`on_rank` only, then ``--nnodes N
+            --node-rank R --dist-init-addr NODES[0]:PORT [--dist-timeout T]`` (:data:`options.FLEET_OPTIONS`
+            order, the same on every rank but for ``--node-rank``), then ``extra_args``; the environment
+            gains ``NCCL_SOCKET_IFNAME``/``GLOO_SOCKET_IFNAME`` = ``[fleet] nic``. Ignored otherwise.
+        rank0: the replica's rank-0 node for ``--dist-init-addr`` (default: the first replica's);
+            :func:`kimi_deploy.ranks.rank_launch` passes each replica's.
 
     Raises:
         UsageError: not a known 0.5.x version.
@@ -122,6 +141,8 @@ def build_launch(profile: Profile, sglang_version: str | Version = versions.DEFA
     """
     version = sglang_version if isinstance(sglang_version, Version) else versions.parse_version(sglang_version)
     s, svc = profile.sglang, profile.service
+    multi = profile.nodes_per_copy > 1
+    rank = (node_rank or 0) if multi else 0
     warnings: list[str] = []
     if version > versions.NEWEST_KNOWN:
         warnings.append(
@@ -134,6 +155,8 @@ def build_launch(profile: Profile, sglang_version: str | Version = versions.DEFA
         value = getattr(s, option.key)
         if option.requires and not getattr(s, option.requires):
             continue
+        if not on_rank(option, rank):
+            continue
         if option.emit == "special":
             _SPECIAL[option.key](profile, version, value, args, env)
         elif option.emit == "value" and value is not None:
@@ -142,6 +165,9 @@ def build_launch(profile: Profile, sglang_version: str | Version = versions.DEFA
             args.append(versions.spelling(option.key, version, what=option.key).spelling)
         elif option.emit == "env-switch" and value:
             env.append((versions.spelling(option.key, version, what=option.key).spelling, "1"))
+    if multi:
+        args += _rank_args(profile, version, rank, rank0 or profile.replicas[0][0])
+        env += [(name, profile.fleet.nic) for name in NIC_ENV]
     args += list(s.extra_args)
     check_exposure(args, profile)
 
@@ -161,7 +187,20 @@ def build_launch(profile: Profile, sglang_version: str | Version = versions.DEFA
     full_env = base_env + cache_env + env + list(profile.environment.items())
     argv = (svc.python, "-m", "sglang.launch_server", *args)
     return LaunchSpec(argv=argv, env=tuple(full_env), sglang_version=str(version), cache_dir=cache_dir,
-                      secrets_config=secrets_config(profile), warnings=tuple(warnings))
+                      secrets_config=secrets_config(profile) if rank == 0 else None, warnings=tuple(warnings))
+
+
+def _rank_args(profile: Profile, version: Version, rank: int, rank0: str) -> list[str]:
+    """``--nnodes N --node-rank R --dist-init-addr RANK0:PORT [--dist-timeout T]`` (SGLang 0.5.23 server_args.py;
+    an IPv6 rank 0 in brackets, as SGLang's ``NetworkAddress.parse`` reads it)."""
+    fleet = profile.fleet
+    values = {"nnodes": profile.nodes_per_copy, "node_rank": rank,
+              "dist_init_addr": f"{url_host(rank0)}:{fleet.dist_init_port}", "dist_timeout": fleet.dist_timeout}
+    args: list[str] = []
+    for option in options.FLEET_OPTIONS:
+        if values[option.key] is not None:
+            args += [versions.spelling(option.key, version, what=option.key).spelling, str(values[option.key])]
+    return args
 
 
 def secrets_config(profile: Profile) -> str | None:

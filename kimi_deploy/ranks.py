@@ -1,0 +1,134 @@
+"""Multi-node ranks: which node is which rank of which replica, each rank's launch, and each host's files.
+
+A replica of ``[fleet]`` with N > 1 nodes is an N-rank SGLang group (SGLang 0.5.23: every node runs the same
+command plus ``--nnodes N --node-rank R --dist-init-addr NODES[0]:PORT``). Rank 0 is the only rank that serves
+HTTP: ranks >= 1 run schedulers and a dummy ``/health`` that always answers 200
+(``srt/entrypoints/engine.py``, ``srt/utils/common.py launch_dummy_health_check_server``), so nothing the kit
+proves over HTTP may be asked of them (:func:`serving_url`).
+
+:func:`render_ranks` returns ``{host: {relative path: text}}``: the folder each node installs. Until
+``render --out`` writes one folder per host for the whole fleet, the CLI writes these folders itself.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+
+from kimi_deploy.errors import UsageError
+from kimi_deploy.launch import LaunchSpec, build_launch
+from kimi_deploy.profile import Profile, url_host
+
+#: Seconds the rank units' ``ExecStartPre=`` preflight waits for the other ranks of the group (every rank's
+#: unit must be started within this window; a missing peer fails the start, and ``Restart=on-failure``
+#: tries again after ``RestartSec=``).
+PREFLIGHT_TIMEOUT_SEC = 300
+
+
+@dataclasses.dataclass(frozen=True)
+class Rank:
+    """One node of a multi-node replica: ``replica`` (index in ``[fleet] replicas``), ``rank`` (its index in
+    that replica's ``nodes``), and the replica's ``nodes`` in rank order."""
+
+    replica: int
+    rank: int
+    nodes: tuple[str, ...]
+
+    @property
+    def node(self) -> str:
+        """This rank's host (address or name as the profile lists it)."""
+        return self.nodes[self.rank]
+
+    @property
+    def rank0(self) -> str:
+        """The replica's rank-0 host: the ``--dist-init-addr`` host and the only one serving HTTP."""
+        return self.nodes[0]
+
+    @property
+    def nnodes(self) -> int:
+        return len(self.nodes)
+
+    @property
+    def serves(self) -> bool:
+        """True on rank 0, the rank that serves HTTP (and the only one whose readiness means anything)."""
+        return self.rank == 0
+
+    def to_dict(self) -> dict[str, object]:
+        return {"replica": self.replica, "rank": self.rank, "node": self.node, "nnodes": self.nnodes,
+                "rank0": self.rank0}
+
+
+def group_ranks(profile: Profile) -> tuple[Rank, ...]:
+    """Every rank of every multi-node replica, in replica then rank order; ``()`` when replicas have one node
+    (or there is no ``[fleet]``)."""
+    if profile.nodes_per_copy < 2:
+        return ()
+    return tuple(Rank(index, rank, nodes) for index, nodes in enumerate(profile.replicas)
+                 for rank in range(len(nodes)))
+
+
+def find_rank(profile: Profile, node: str) -> Rank:
+    """The rank whose host is ``node`` (exactly as ``[fleet] replicas`` lists it).
+
+    Raises:
+        UsageError: the profile has no multi-node replica, or ``node`` is none of its nodes (exit 2).
+    """
+    ranks = group_ranks(profile)
+    if not ranks:
+        raise UsageError("the profile has no multi-node replica: ranks exist only when [fleet] replicas have "
+                         "more than one node", value=node,
+                         hint="list two or more nodes per [[fleet.replicas]], or leave out --node")
+    for rank in ranks:
+        if rank.node == node:
+            return rank
+    listed = ", ".join(r.node for r in ranks)
+    raise UsageError("that host is not a node of the profile's [fleet] replicas", value=node,
+                     hint=f"give one of {listed}, spelled as the profile lists it")
+
+
+def serving_url(profile: Profile, rank: Rank) -> str:
+    """``http://RANK0:PORT``: the group's one HTTP endpoint (what readiness and checks must ask)."""
+    return f"http://{url_host(rank.rank0)}:{profile.sglang.port}"
+
+
+def rank_launch(profile: Profile, rank: Rank, sglang_version: str | None = None, *,
+                components: Mapping[str, str] | None = None) -> LaunchSpec:
+    """The launch of ``rank`` (:func:`kimi_deploy.launch.build_launch` with its node rank and rank 0).
+
+    Raises:
+        UsageError / UnsupportedVersionError: from :func:`kimi_deploy.launch.build_launch`.
+    """
+    from kimi_deploy import versions
+
+    return build_launch(profile, sglang_version or versions.DEFAULT_SGLANG_VERSION, components=components,
+                        node_rank=rank.rank, rank0=rank.rank0)
+
+
+def preflight_command(profile: Profile, rank: Rank, profile_path: str) -> str:
+    """The rank unit's ``ExecStartPre=``: ``kimi-deploy preflight --profile P --node NODE --timeout T``."""
+    return (f"{profile.service.kimi_deploy} preflight --profile {profile_path} --node {rank.node} "
+            f"--timeout {PREFLIGHT_TIMEOUT_SEC}")
+
+
+def render_ranks(profile: Profile, sglang_version: str | None = None, *,
+                 components: Mapping[str, str] | None = None,
+                 profile_path: str | None = None) -> dict[str, dict[str, str]]:
+    """``{node: {relative path: text}}`` for every rank of every multi-node replica (empty without one).
+
+    Rank 0's folder holds what a single host gets (server unit, env file, nightly check units, and
+    ``monitoring/`` when metrics are on); a rank >= 1 folder holds its server unit and env file only (no
+    check: it serves no HTTP). Every server unit runs the preflight first (:func:`preflight_command`).
+
+    Raises:
+        UsageError / UnsupportedVersionError: from :func:`kimi_deploy.launch.build_launch`.
+    """
+    from kimi_deploy import render as render_lib
+
+    hosts: dict[str, dict[str, str]] = {}
+    for rank in group_ranks(profile):
+        rendered = render_lib.render(profile, sglang_version, components=components, profile_path=profile_path,
+                                     rank=rank)
+        files = dict(rendered.files)
+        files.update({f"{render_lib.MONITORING_DIR}/{name}": text for name, text in rendered.monitoring.items()})
+        hosts[rank.node] = files
+    return hosts
