@@ -6,8 +6,8 @@ HTTP: ranks >= 1 run schedulers and a dummy ``/health`` that always answers 200
 (``srt/entrypoints/engine.py``, ``srt/utils/common.py launch_dummy_health_check_server``), so nothing the kit
 proves over HTTP may be asked of them (:func:`serving_url`).
 
-:func:`render_ranks` returns ``{host: {relative path: text}}``: the folder each node installs. Until
-``render --out`` writes one folder per host for the whole fleet, the CLI writes these folders itself.
+:func:`render_ranks` returns ``{host: {file name: text}}``: the folder each node installs, in the layout of
+``render --out DIR`` for a fleet (``DIR/<host>/``, FLEET.md), which takes a multi-node replica's folders from it.
 """
 
 from __future__ import annotations
@@ -113,11 +113,12 @@ def preflight_command(profile: Profile, rank: Rank, profile_path: str) -> str:
 def render_ranks(profile: Profile, sglang_version: str | None = None, *,
                  components: Mapping[str, str] | None = None,
                  profile_path: str | None = None) -> dict[str, dict[str, str]]:
-    """``{node: {relative path: text}}`` for every rank of every multi-node replica (empty without one).
+    """``{node: {file name: text}}`` for every rank of every multi-node replica (empty without one).
 
-    Rank 0's folder holds what a single host gets (server unit, env file, nightly check units, and
-    ``monitoring/`` when metrics are on); a rank >= 1 folder holds its server unit and env file only (no
-    check: it serves no HTTP). Every server unit runs the preflight first (:func:`preflight_command`).
+    Rank 0's folder holds what a single host gets (server unit, env file, nightly check units); a rank >= 1
+    folder holds its server unit and env file only (no check: it serves no HTTP). Every server unit runs the
+    preflight first (:func:`preflight_command`). The monitoring files are not a host's part: as for
+    single-node replicas (``kimi_deploy.fleet.host_files``), ``render`` writes them once beside the folders.
 
     Raises:
         UsageError / UnsupportedVersionError: from :func:`kimi_deploy.launch.build_launch`.
@@ -128,7 +129,5 @@ def render_ranks(profile: Profile, sglang_version: str | None = None, *,
     for rank in group_ranks(profile):
         rendered = render_lib.render(profile, sglang_version, components=components, profile_path=profile_path,
                                      rank=rank)
-        files = dict(rendered.files)
-        files.update({f"{render_lib.MONITORING_DIR}/{name}": text for name, text in rendered.monitoring.items()})
-        hosts[rank.node] = files
+        hosts[rank.node] = dict(rendered.files)
     return hosts

@@ -26,7 +26,7 @@ from kimi_deploy.profile import parse_profile
 from kimi_deploy.ranks import find_rank, group_ranks, rank_launch, render_ranks, serving_url
 from kimi_deploy.validate import validate_profile, validate_server_args
 
-GOLDEN = Path(__file__).parent / "golden" / "render" / "two-rank-group-0.5.23"
+GOLDEN = Path(__file__).parent / "golden" / "fleet" / "two-rank-group"
 UPDATE = os.environ.get("KIMI_DEPLOY_UPDATE_GOLDEN") == "1"
 TRUE = shutil.which("true") or "/bin/true"
 
@@ -134,7 +134,8 @@ def test_rank_units_run_the_preflight_and_only_rank0_carries_http_parts():
     hosts = render_ranks(profile_of())
     leader, worker = hosts["10.0.0.11"], hosts["10.0.0.12"]
     assert sorted(worker) == ["kimi-k25.env", "kimi-k25.service"]
-    assert "kimi-deploy-check@kimi-k25.timer" in leader and "monitoring/prometheus.yml" in leader
+    assert sorted(leader) == ["kimi-deploy-check@kimi-k25.service", "kimi-deploy-check@kimi-k25.timer",
+                              "kimi-k25.env", "kimi-k25.service"]
     for node, files in hosts.items():
         unit = files["kimi-k25.service"]
         assert (f"ExecStartPre=/usr/local/bin/kimi-deploy preflight --profile /etc/kimi-deploy/kimi-k25.toml "
