@@ -13,7 +13,8 @@ proves over HTTP may be asked of them (:func:`serving_url`).
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+import socket
+from collections.abc import Callable, Mapping
 
 from kimi_deploy.errors import UsageError
 from kimi_deploy.launch import LaunchSpec, build_launch
@@ -84,6 +85,60 @@ def find_rank(profile: Profile, node: str) -> Rank:
     listed = ", ".join(r.node for r in ranks)
     raise UsageError("that host is not a node of the profile's [fleet] replicas", value=node,
                      hint=f"give one of {listed}, spelled as the profile lists it")
+
+
+def owns_address(host: str) -> bool:
+    """True when this host owns ``host``'s address: a socket binds to it (a name is resolved first; a name
+    that does not resolve, or an address of another machine, gives False). No packet is sent."""
+    try:
+        infos = socket.getaddrinfo(host, None, proto=socket.IPPROTO_TCP)
+    except (OSError, UnicodeError):
+        return False
+    for family, _, _, _, sockaddr in infos:
+        with socket.socket(family, socket.SOCK_STREAM) as probe:
+            try:
+                probe.bind((sockaddr[0], 0))
+            except OSError:
+                continue
+            return True
+    return False
+
+
+def local_rank(profile: Profile, node: str | None = None, *,
+               owns: Callable[[str], bool] | None = None) -> Rank | None:
+    """The rank this host runs: ``node``'s (``--node``) when given, else the one node of the profile whose
+    address this host owns (``owns``); ``None`` for a profile without multi-node replicas, or when no node
+    is this host's (an image tree, the operator's workstation). ``owns`` defaults to :func:`owns_address`.
+
+    Raises:
+        UsageError: ``node`` is not a node of the profile; this host owns more than one node's address.
+    """
+    ranks = group_ranks(profile)
+    if not ranks:
+        return None
+    if node is not None:
+        return find_rank(profile, node)
+    owns = owns or owns_address
+    mine = [r for r in ranks if owns(r.node)]
+    if len(mine) > 1:
+        raise UsageError("this host owns the addresses of several nodes of the profile",
+                         value=", ".join(r.node for r in mine), hint="pass --node with the one this host runs")
+    return mine[0] if mine else None
+
+
+def refuse_http_proof(profile: Profile, rank: Rank | None, what: str) -> None:
+    """Refuse ``what`` (an HTTP readiness wait or check) on a rank >= 1: it would ask SGLang's dummy
+    ``/health``, which answers 200 whatever the group does.
+
+    Raises:
+        UsageError: ``rank`` is a rank >= 1 (exit 2); the hint names rank 0's URL.
+    """
+    if rank is None or rank.serves:
+        return
+    raise UsageError(f"{what} needs HTTP, but this host runs rank {rank.rank} of replica {rank.replica}, which "
+                     "serves none (its /health is SGLang's dummy 200, no proof of anything)", value=rank.node,
+                     hint=f"the group answers at rank 0: run it on {rank.rank0}, or point it at "
+                          f"{serving_url(profile, rank)}")
 
 
 def serving_url(profile: Profile, rank: Rank) -> str:

@@ -162,7 +162,7 @@ def restart(profile: Profile, layout: HostLayout, *, wait: bool = False, timeout
             rollback_on_failure: bool = False, poll_interval: float = 5.0,
             on_poll: Callable[[str, WaitState], None] | None = None,
             on_event: Callable[[str], None] | None = None, clock: Callable[[], float] = time.monotonic,
-            sleep: Callable[[float], None] = time.sleep) -> RestartResult:
+            sleep: Callable[[float], None] = time.sleep, node: str | None = None) -> RestartResult:
     """Restart ``profile``'s service; with ``wait``, verify it and optionally roll back.
 
     Args:
@@ -171,14 +171,21 @@ def restart(profile: Profile, layout: HostLayout, *, wait: bool = False, timeout
         on_poll: progress callback ``(attempt label, WaitState)`` after each probe.
         on_event: called with one line per milestone (restart, rollback) for the display.
         clock, sleep: the readiness wait's time source and sleep (:func:`kimi_deploy.readiness.wait_ready`).
+        node: this host as ``[fleet] replicas`` lists it (default: found by its addresses,
+            :func:`kimi_deploy.ranks.local_rank`).
 
     Raises:
-        UsageError: ``wait`` and the profile's API key file is unreadable or empty; checked before
-            anything is restarted.
+        UsageError: ``wait`` and the profile's API key file is unreadable or empty, or ``wait`` on a rank >= 1
+            of a multi-node group (it serves no HTTP: :func:`kimi_deploy.ranks.refuse_http_proof`); checked
+            before anything is restarted.
         ExternalCommandError: systemctl failed (the restart itself, not the server).
         LockedError: an install, uninstall or restart of the service is running (exit 7); it holds
             :func:`kimi_deploy.hostfiles.service_lock` for its whole run, and so does this one.
     """
+    if wait:
+        from kimi_deploy.ranks import local_rank, refuse_http_proof
+
+        refuse_http_proof(profile, local_rank(profile, node), "restart --wait")
     api_key = apikey.profile_key(profile.sglang.api_key_file, layout) if wait else None
     with service_lock(layout, profile.service.name):
         return _restart(profile, layout, api_key=api_key, wait=wait, timeout=timeout,

@@ -203,3 +203,77 @@ def test_validate_cli_reports_each_rank(sglang_python, tmp_path):
     assert result.exit_code == 1, result.stdout + result.stderr
     for rank in ("rank 0 (10.0.0.11)", "rank 1 (10.0.0.12)"):
         assert f"{rank}: error: --skip-server-warm is an abbreviation of --skip-server-warmup" in result.stdout
+
+
+def test_local_rank_is_the_node_this_host_owns():
+    from kimi_deploy.errors import UsageError
+    from kimi_deploy.ranks import local_rank
+
+    profile = profile_of()
+    assert local_rank(profile, owns=lambda host: host == "10.0.0.12").rank == 1
+    assert local_rank(profile, owns=lambda host: False) is None  # an image tree, a workstation
+    assert local_rank(profile, "10.0.0.11", owns=lambda host: False).rank == 0  # --node wins
+    with pytest.raises(UsageError):
+        local_rank(profile, owns=lambda host: True)
+    single = parse_profile({**copy.deepcopy(TWO_RANKS), "fleet": {"replicas": [{"nodes": ["10.0.0.11"]}]},
+                            "sglang": {**TWO_RANKS["sglang"], "pp_size": 1}})
+    assert local_rank(single, owns=lambda host: True) is None
+
+
+def test_restart_wait_on_a_rank_that_serves_no_http_is_refused_before_anything_runs(tmp_path, monkeypatch):
+    from kimi_deploy import restart as restart_lib, systemd
+    from kimi_deploy.errors import UsageError
+    from kimi_deploy.paths import HostLayout
+
+    calls = []
+    monkeypatch.setattr(systemd, "systemctl", lambda *a, **k: calls.append(a))
+    with pytest.raises(UsageError) as caught:
+        restart_lib.restart(profile_of(), HostLayout(tmp_path), wait=True, node="10.0.0.12")
+    assert "rank 1 of replica 0" in caught.value.message and "http://10.0.0.11:30000" in caught.value.hint
+    assert calls == []
+
+
+def test_check_on_a_rank_that_serves_no_http_names_rank0(tmp_path, monkeypatch):
+    import tomli_w
+
+    from helpers import run_cli
+    from kimi_deploy import ranks
+
+    monkeypatch.setattr(ranks, "owns_address", lambda host: host == "10.0.0.12")
+    path = tmp_path / "profile.toml"
+    path.write_text(tomli_w.dumps(TWO_RANKS))
+    result = run_cli(["check", "--profile", str(path)])
+    assert result.exit_code == 2
+    assert "serves none" in result.stderr and "http://10.0.0.11:30000" in result.stderr
+
+
+def test_status_of_a_rank_that_serves_no_http_asks_no_health_and_compares_its_own_command():
+    from kimi_deploy import __version__
+    from kimi_deploy.hostfiles import Manifest
+    from kimi_deploy.paths import HostLayout
+    from kimi_deploy.readiness import Probe
+    from kimi_deploy.status import StatusFacts, status_from
+    from kimi_deploy.systemd import parse_show
+
+    profile = profile_of()
+    rank = find_rank(profile, "10.0.0.12")
+    manifest = Manifest(kimi_deploy_version=__version__, service="kimi-k25", profile_sha256=profile.digest(),
+                        sglang_version="0.5.23", files={}, cache_dir="/var/cache/kimi-k25",
+                        state_dir="/var/lib/kimi-k25")
+    running = list(rank_launch(profile, rank).server_args)
+    facts = StatusFacts(HostLayout(Path("/nonexistent/kimi-deploy-ranks")), {},
+                        parse_show("ActiveState=active\nSubState=running\nMainPID=42\n"), None, None,
+                        Probe(False, "", None, "rank 1 serves no HTTP"), (running, "/proc/42/cmdline"),
+                        {"state": "no_series"}, None, None, rank)
+    report = status_from(profile, manifest, facts)
+    assert report.health["ready"] is None
+    assert not any("not ready" in p for p in report.problems), report.problems
+    assert report.launch.in_sync, (report.launch.missing, report.launch.unexpected)
+
+
+def test_owns_address_binds_without_sending():
+    from kimi_deploy.ranks import owns_address
+
+    assert owns_address("127.0.0.1")
+    assert not owns_address("192.0.2.1")  # TEST-NET-1 (RFC 5737): never a local address here
+    assert not owns_address("no-such-host.invalid")

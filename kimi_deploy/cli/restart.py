@@ -32,9 +32,13 @@ def _line(label: str, state: WaitState) -> str:
                    "files, reload, restart and verify them.")
 @click.option("--poll-interval", type=float, default=5.0, show_default=True, metavar="S",
               help="Seconds between readiness probes.")
+@click.option("--node", default=None, metavar="HOST",
+              help="Multi-node: this host as [fleet] replicas lists it (default: found by its addresses); "
+                   "--wait is refused on ranks >= 1, which serve no HTTP.")
 @json_flag("Print the result as JSON.")
 @click.pass_context
-def restart_cmd(ctx, profile_path, preset, root, name, wait, timeout, rollback_on_failure, poll_interval, as_json):
+def restart_cmd(ctx, profile_path, preset, root, name, wait, timeout, rollback_on_failure, poll_interval, node,
+                as_json):
     """Restart the server; with --wait, show its progress and verify it (exit 6: not ready in time)."""
     if rollback_on_failure and not wait:
         wait = True  # a rollback needs a verdict
@@ -64,7 +68,7 @@ def restart_cmd(ctx, profile_path, preset, root, name, wait, timeout, rollback_o
     try:
         result = restart_lib.restart(profile, layout, wait=wait, timeout=timeout,
                                      rollback_on_failure=rollback_on_failure, poll_interval=poll_interval,
-                                     on_poll=on_poll, on_event=on_event)
+                                     on_poll=on_poll, on_event=on_event, node=node)
     finally:
         if status:
             status.stop()
