@@ -176,3 +176,23 @@ def test_a_busy_rendezvous_port_is_named(namespaces, tmp_path):
     assert code == 1 and result["stage"] == "store" and not result["timed_out"]
     assert f"port {PORT} is already in use on {LEADER}" in result["error"]
     assert "dist_init_port" in result["fix"]
+
+
+def test_a_nic_without_an_address_fails_in_gloo_naming_it(namespaces, tmp_path):
+    """Both nodes have the NIC, but it has no address (SGLang's "Unable to find address for" case): the store
+    meets over the veth, then gloo fails on both at once instead of waiting for the timeout."""
+    for ns in namespaces.values():
+        _ip("-n", ns, "link", "add", "kd9", "type", "veth", "peer", "name", "kd9p")  # no dummy module here
+        _ip("-n", ns, "link", "set", "kd9", "up")
+    try:
+        profile = _profile(tmp_path, nic="kd9")
+        worker = _start(namespaces, WORKER, profile, WORKER, 600)
+        leader = _start(namespaces, LEADER, profile, LEADER, 600)
+        results = [_finish(leader), _finish(worker)]
+    finally:
+        for ns in namespaces.values():
+            subprocess.run(["ip", "-n", ns, "link", "del", "kd9"], capture_output=True, timeout=60)
+    for (code, result, stderr), node in zip(results, (LEADER, WORKER)):
+        assert code == 1 and not result["timed_out"], (result, stderr)
+        assert result["stage"] == "gloo" and result["stages"] == ["nic", "address", "store", "join"]
+        assert f"gloo found no address on kd9 on host {node}" in result["error"]
