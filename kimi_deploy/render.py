@@ -18,7 +18,7 @@ from kimi_deploy import __version__, paths, versions
 from kimi_deploy.fsio import write_many_atomic
 from kimi_deploy.launch import API_KEY_CREDENTIAL, SECRETS_CONFIG_NAME, LaunchSpec, build_launch
 from kimi_deploy.profile import Profile
-from kimi_deploy.ranks import Rank, preflight_command, rank_launch
+from kimi_deploy.ranks import Rank, group_ranks, preflight_command, rank_launch
 
 #: Family name of the nightly check units. Each service gets its own concrete instance units,
 #: ``kimi-deploy-check@<name>.service`` and ``.timer`` (systemd loads a unit file named
@@ -121,7 +121,8 @@ def render(profile: Profile, sglang_version: str | None = None, *,
             (default ``/etc/kimi-deploy/<name>.toml``, where ``install`` puts it).
         rank: one rank of a multi-node replica (:mod:`kimi_deploy.ranks`): its launch
             (:func:`kimi_deploy.ranks.rank_launch`), the preflight as ``ExecStartPre=``, and for ranks >= 1
-            the server unit and env file only (no check units, no monitoring: they serve no HTTP).
+            the server unit and env file only (no check units, no monitoring: they serve no HTTP). Default for a
+            multi-node profile: rank 0 of the first replica (each node's own files: :func:`kimi_deploy.ranks.render_ranks`).
 
     Returns:
         :class:`Rendered` with ``<name>.service``, ``<name>.env``, ``kimi-deploy-check@<name>.service``,
@@ -131,6 +132,8 @@ def render(profile: Profile, sglang_version: str | None = None, *,
         UsageError / UnsupportedVersionError: from :func:`kimi_deploy.launch.build_launch`.
     """
     version = versions.DEFAULT_SGLANG_VERSION if sglang_version is None else sglang_version
+    if rank is None and profile.nodes_per_copy > 1:
+        rank = group_ranks(profile)[0]
     launch = (rank_launch(profile, rank, version, components=components) if rank is not None
               else build_launch(profile, version, components=components))
     svc, s = profile.service, profile.sglang

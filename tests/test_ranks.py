@@ -277,3 +277,10 @@ def test_owns_address_binds_without_sending():
     assert owns_address("127.0.0.1")
     assert not owns_address("192.0.2.1")  # TEST-NET-1 (RFC 5737): never a local address here
     assert not owns_address("no-such-host.invalid")
+
+
+def test_render_of_a_multi_node_profile_is_rank0_of_the_first_replica():
+    from kimi_deploy.render import render
+
+    profile = profile_of()
+    assert dict(render(profile).files) == render_ranks(profile)["10.0.0.11"]
