@@ -196,3 +196,23 @@ def test_a_nic_without_an_address_fails_in_gloo_naming_it(namespaces, tmp_path):
         assert code == 1 and not result["timed_out"], (result, stderr)
         assert result["stage"] == "gloo" and result["stages"] == ["nic", "address", "store", "join"]
         assert f"gloo found no address on kd9 on host {node}" in result["error"]
+
+
+def test_a_rank_that_reaches_a_running_groups_store_says_so(namespaces, tmp_path):
+    """Rank 0's port answers, but with another program's TCPStore (a running SGLang of the group): the worker
+    does not hang, writes only under its own key prefix, and says rank 0's preflight never joined."""
+    store = subprocess.Popen(
+        ["ip", "netns", "exec", namespaces[LEADER], SGLANG_PYTHON, "-c",
+         "import datetime, sys, torch.distributed as d; "
+         f"s = d.TCPStore('0.0.0.0', {PORT}, None, True, datetime.timedelta(seconds=60), wait_for_workers=False); "
+         "s.set('sglang-key', 'x'); print('up', flush=True); sys.stdin.read()"],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env={**os.environ, "TORCH_CPP_LOG_LEVEL": "FATAL"})
+    try:
+        assert store.stdout.readline().strip() == "up"
+        code, result, _ = _run(namespaces, WORKER, _profile(tmp_path), WORKER, 2)
+    finally:
+        store.stdin.close()
+        store.wait(timeout=HANG_GUARD)
+    assert code == 6 and result["stage"] == "join" and result["missing"] == [0]
+    assert "rank 0's preflight did not join" in result["error"] and "running SGLang" in result["error"]
+    assert "restart every rank of the group together" in result["fix"]
