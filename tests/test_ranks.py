@@ -284,3 +284,27 @@ def test_render_of_a_multi_node_profile_is_rank0_of_the_first_replica():
 
     profile = profile_of()
     assert dict(render(profile).files) == render_ranks(profile)["10.0.0.11"]
+
+
+@pytest.mark.parametrize(("args", "said"), [
+    (["--node", "10.0.0.99"], "not a node of the profile"),
+    (["--node", "10.0.0.12", "--timeout", "nan"], "not a number"),
+    (["--node", "10.0.0.12", "--timeout", "inf"], "not in the range"),
+    (["--node", "10.0.0.12", "--python", "/nonexistent/python"], "does not exist"),
+])
+def test_preflight_usage_errors_exit_2_without_running_anything(tmp_path, args, said):
+    import tomli_w
+
+    from helpers import run_cli
+
+    path = tmp_path / "profile.toml"
+    path.write_text(tomli_w.dumps(TWO_RANKS))
+    result = run_cli(["preflight", "--profile", str(path), *args])
+    assert result.exit_code == 2 and said in result.stderr, result.stderr
+
+
+def test_preflight_of_a_single_host_profile_says_there_are_no_ranks(tmp_path):
+    from helpers import MINIMAL, run_cli, write_profile
+
+    result = run_cli(["preflight", "--profile", str(write_profile(tmp_path, MINIMAL)), "--node", "10.0.0.11"])
+    assert result.exit_code == 2 and "no multi-node replica" in result.stderr
