@@ -94,7 +94,14 @@ passed("address")
 # 3. store (the deadline starts once torch is imported: importing it takes seconds on a loaded host)
 import datetime
 os.environ["GLOO_SOCKET_IFNAME"] = nic
-import torch, torch.distributed as dist
+try:
+    import torch, torch.distributed as dist
+except Exception as exc:
+    fail("store", "torch does not import in %s: %s" % (sys.executable, " ".join(str(exc).split())[:300]),
+         "run the preflight with SGLang's interpreter (--python, or [service] python), where torch is")
+if not dist.is_available() or not dist.is_gloo_available():
+    fail("store", "torch in %s has no gloo backend (torch.distributed.is_gloo_available() is false)"
+         % sys.executable, "use SGLang's own torch build (pip install sglang pulls one with gloo)")
 started = time.monotonic()
 deadline = started + timeout
 def left():

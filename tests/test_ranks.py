@@ -308,3 +308,22 @@ def test_preflight_of_a_single_host_profile_says_there_are_no_ranks(tmp_path):
 
     result = run_cli(["preflight", "--profile", str(write_profile(tmp_path, MINIMAL)), "--node", "10.0.0.11"])
     assert result.exit_code == 2 and "no multi-node replica" in result.stderr
+
+
+def test_preflight_in_an_interpreter_without_torch_says_so(tmp_path):
+    """The kit's own interpreter has no torch: the script stops with one line, not a traceback (the NIC and
+    address stages pass first: loopback is the NIC and 127.0.0.1 is owned, a rank-1 view of a test group)."""
+    from kimi_deploy import preflight as preflight_lib
+    from kimi_deploy.ranks import Rank
+
+    try:
+        import torch  # noqa: F401
+        pytest.skip("this interpreter has torch")
+    except ImportError:
+        pass
+    data = copy.deepcopy(TWO_RANKS)
+    data["fleet"]["nic"] = "lo"
+    result = preflight_lib.preflight(parse_profile(data), Rank(0, 1, ("10.0.0.11", "127.0.0.1")), timeout=1,
+                                     python=sys.executable)
+    assert not result.ok and result.stage == "store" and result.stages == ("nic", "address")
+    assert "torch does not import" in result.error and "--python" in result.fix
