@@ -32,14 +32,22 @@ def test_the_sglang_model_is_the_table_in_order():
     for option in options.OPTIONS:
         field = SGLang.model_fields[option.key]
         assert field.description == option.help
-        assert option.scope in typing_args(options.Scope), option.key
+        assert isinstance(option.scope, options.Scope), option.key
         assert all(sp.source for sp in option.spellings), option.key
 
 
-def typing_args(alias):
-    import typing
-
-    return typing.get_args(alias)
+def test_scope_says_which_rank_carries_a_row():
+    """Every rank carries an every-rank row; only rank 0 (it serves HTTP) a serving-rank row; no rank a router or
+    Kubernetes row."""
+    row = options.BY_KEY["tp_size"]
+    assert row.scope is options.Scope.EVERY_RANK and row.on_rank(0) and row.on_rank(3)
+    for key in ("host", "port", "api_key_file", "tool_call_parser", "reasoning_parser", "served_model_name"):
+        row = options.BY_KEY[key]
+        assert row.scope is options.Scope.SERVING_RANK and row.on_rank(0) and not row.on_rank(1), key
+    for scope in (options.Scope.ROUTER, options.Scope.KUBERNETES):
+        row = options.Option("x", int, 0, "x", "none", scope)
+        assert not row.on_rank(0) and not row.on_rank(1)
+    assert [s.value for s in options.Scope] == ["every rank", "serving rank only", "router", "kubernetes container"]
 
 
 def test_version_rules_are_the_rows_spellings():
