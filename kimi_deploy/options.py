@@ -46,10 +46,18 @@ class Scope(enum.StrEnum):
     KUBERNETES = "kubernetes container"
 
 
-#: How :func:`kimi_deploy.launch.build_launch` turns a row's value into argv/env:
-#: ``value`` (``FLAG VALUE`` when set), ``switch`` (``FLAG`` when true), ``env-switch`` (``VAR=1`` when
-#: true), ``special`` (a handler in launch.py named after the key), ``none`` (not an SGLang argument).
-Emit = Literal["value", "switch", "env-switch", "special", "none"]
+#: The handler in :data:`kimi_deploy.launch.EMITTERS` that turns a row's value into argv/env (the spelling
+#: is always the target release's, :func:`kimi_deploy.versions.spelling`):
+#: ``value``: ``FLAG VALUE`` when set (a value with its own first release, ``EAGLE3``, is checked);
+#: ``switch``: ``FLAG`` when true; ``env-switch``: ``VAR=1`` when true;
+#: ``env-bool-until-implicit``: ``VAR=1``/``VAR=0`` when set, while the release spells it an env var; from the
+#: release where it is implicit, ``true`` emits nothing and ``false`` is refused;
+#: ``value-or-legacy-switch``: ``FLAG VALUE`` where the release has the valued flag, before that the older
+#: switch for the value ``auto`` only;
+#: ``secrets-config``: ``--config /run/<name>/sglang-secrets.yaml`` (the key reaches SGLang in a YAML file);
+#: ``none``: not an SGLang argument (a kit rule, or ``extra_args`` appended after the table).
+Emit = Literal["value", "switch", "env-switch", "env-bool-until-implicit", "value-or-legacy-switch",
+               "secrets-config", "none"]
 
 #: Source of the flag names and aliases below.
 SERVER_ARGS = "sglang 0.5.23 srt/server_args.py"
@@ -79,7 +87,10 @@ class Option:
     ``lt``); ``...`` as default means required, a type (``list``) a fresh empty one. ``aliases``: other
     flags SGLang's argparse accepts for the same setting (the kit owns them too). ``owns``: more flags
     the row owns (``api_key_file`` owns ``--api-key``). ``requires``: emitted only when that other key
-    is set. ``scope``: where it takes effect (:data:`Scope`). ``comment``/``example``: the lines
+    is set. ``scope``: where it takes effect (:class:`Scope`). ``secret``: the row carries a secret, so its
+    owned flags' values are redacted wherever the kit shows a command, and its flags are the ones SGLang's
+    merged ``launch_command`` differs in by design. ``owns_env``: environment variables the row owns that
+    SGLang does not take from the kit (``[environment]`` may not set them). ``comment``/``example``: the lines
     ``init`` writes above the key and the value it shows when the preset leaves the key out.
     """
 
@@ -94,6 +105,8 @@ class Option:
     owns: tuple[str, ...] = ()
     bounds: dict[str, Any] = dataclasses.field(default_factory=dict)
     requires: str | None = None
+    secret: bool = False
+    owns_env: tuple[str, ...] = ()
     comment: tuple[str, ...] = ()
     example: Any = None
 
@@ -109,8 +122,8 @@ class Option:
 
     @property
     def env_names(self) -> tuple[str, ...]:
-        """Every environment variable the row sets in any release."""
-        return tuple(dict.fromkeys(s.name for s in self.spellings if s.kind == "env"))
+        """Every environment variable the row sets in any release, and those it owns (:attr:`owns_env`)."""
+        return tuple(dict.fromkeys([*(s.name for s in self.spellings if s.kind == "env"), *self.owns_env]))
 
 
 def _flag(name: str, **kw: Any) -> tuple[Spelling, ...]:
@@ -150,7 +163,7 @@ OPTIONS: tuple[Option, ...] = (
     Option("reasoning_parser", ArgValue | None, None, "--reasoning-parser (kimi_k2 for Kimi)", "value",
            Scope.SERVING_RANK, _flag("--reasoning-parser", source="sglang <=0.5.0 (kimi_k2)"), example="kimi_k2"),
     Option("speculative_algorithm", Literal["EAGLE", "EAGLE3", "NEXTN", "STANDALONE", "NGRAM"] | None, None,
-           "--speculative-algorithm", "special", Scope.EVERY_RANK,
+           "--speculative-algorithm", "value", Scope.EVERY_RANK,
            (Spelling("flag", "--speculative-algorithm"),
             Spelling("flag", "--speculative-algorithm", since="0.5.10", value="EAGLE3",
                      source="sglang 0.5.10 added EAGLE3 for Kimi K2.5 (draft models lightseekorg/kimi-k2.5-eagle3*)")),
@@ -171,7 +184,7 @@ OPTIONS: tuple[Option, ...] = (
            requires="speculative_algorithm", example=4),
     Option("enable_spec_v2", bool | None, None,
            "spec v2 (overlap scheduling with EAGLE): env SGLANG_ENABLE_SPEC_V2 in 0.5.5-0.5.13, always on from 0.5.14",
-           "special", Scope.EVERY_RANK,
+           "env-bool-until-implicit", Scope.EVERY_RANK,
            (Spelling("env", "SGLANG_ENABLE_SPEC_V2", since="0.5.5", until="0.5.14",
                      source="sglang 0.5.5 added the env (off), 0.5.11 made it default on, 0.5.14 removed it: "
                             "EAGLE/EAGLE3 always use the v2 worker, overlap unless --disable-overlap-schedule"),
@@ -184,7 +197,7 @@ OPTIONS: tuple[Option, ...] = (
            _flag("--disable-overlap-schedule")),
     Option("flashinfer_allreduce_fusion_backend", Literal["auto", "trtllm", "mnnvl", "cutedsl"] | None, None,
            "--flashinfer-allreduce-fusion-backend (0.5.14+; --enable-flashinfer-allreduce-fusion before)",
-           "special", Scope.EVERY_RANK,
+           "value-or-legacy-switch", Scope.EVERY_RANK,
            (Spelling("flag", "--enable-flashinfer-allreduce-fusion", until="0.5.14",
                      source="sglang <0.5.14; still parses in 0.5.23 as a deprecated alias of "
                             "--flashinfer-allreduce-fusion-backend auto"),
@@ -213,9 +226,10 @@ OPTIONS: tuple[Option, ...] = (
            comment=("Prometheus metrics (sglang:*) at /metrics on the server port; no API key is needed to read "
                     "them, so bind host/port to a trusted network ([monitoring] and production.md section 12).",)),
     Option("api_key_file", AbsPath | None, None, "file holding the API key (--api-key, via a credential)",
-           "special", Scope.SERVING_RANK,
+           "secrets-config", Scope.SERVING_RANK,
            _flag("--config", source="sglang server_args.py: YAML file of options merged before the command line"),
-           owns=("--api-key", "--admin-api-key"), example="/etc/kimi-deploy/{name}.api-key",
+           owns=("--api-key", "--admin-api-key"), secret=True, owns_env=("SGLANG_API_KEY",),
+           example="/etc/kimi-deploy/{name}.api-key",
            comment=("The API key file (root-owned, 0600). It reaches SGLang through a systemd credential, "
                     "never argv or env.",)),
     Option("allow_unauthenticated", bool, False, "allow a non-loopback host without an API key", "none",
@@ -236,8 +250,52 @@ def owned_flags() -> dict[str, str]:
 
 
 def owned_env() -> dict[str, str]:
-    """Every SGLang environment variable a row sets -> its ``[sglang]`` key."""
+    """Every SGLang environment variable a row sets or owns -> its ``[sglang]`` key."""
     return {name: o.key for o in OPTIONS for name in o.env_names}
+
+
+def secret_flags() -> tuple[str, ...]:
+    """Flags whose value is a secret (the owned flags of ``secret`` rows: ``--api-key``, ``--admin-api-key``)."""
+    return tuple(flag for o in OPTIONS if o.secret for flag in o.owns)
+
+
+def merged_flags() -> tuple[str, ...]:
+    """Flags in which SGLang's merged ``launch_command`` differs from the unit's argv by design: every flag of
+    a ``secret`` row (``--config`` is merged away, the key flags appear). SGLang 0.5.23 ``prepare_server_args``."""
+    return tuple(flag for o in OPTIONS if o.secret for flag in o.flags)
+
+
+@dataclasses.dataclass(frozen=True)
+class CacheVar:
+    """An environment variable the kit points into the versioned compile cache (``[service] cache_dir``).
+
+    ``name``: the variable; ``subdir``: its folder under ``<cache_dir>/<stack key>`` (``""``: that folder
+    itself); ``reader``: who reads it (the source). Every rank compiles, so every rank gets all of them
+    (:attr:`Scope.EVERY_RANK`).
+    """
+
+    name: str
+    subdir: str
+    reader: str
+    scope: Scope = Scope.EVERY_RANK
+
+
+#: The cache variables in EnvironmentFile order; ``[environment]`` may not set them (``profile.RESERVED_ENV``).
+CACHE_ENV: tuple[CacheVar, ...] = (
+    CacheVar("SGLANG_CACHE_DIR", "", "sglang 0.5.23 srt/environ.py"),
+    CacheVar("SGLANG_JIT_CACHE_DIR", "sglang-jit", "sglang 0.5.23 jit_kernel (Marlin MoE kernels)"),
+    CacheVar("SGLANG_DG_CACHE_DIR", "deep-gemm", "sglang 0.5.23 DeepGEMM wrapper"),
+    CacheVar("TRITON_CACHE_DIR", "triton", "triton"),
+    CacheVar("TORCHINDUCTOR_CACHE_DIR", "torchinductor", "torch inductor"),
+    CacheVar("CUDA_CACHE_PATH", "cuda", "CUDA driver JIT cache"),
+    CacheVar("TILELANG_CACHE_DIR", "tilelang", "tilelang"),
+    CacheVar("FLASHINFER_WORKSPACE_BASE", "flashinfer", "flashinfer"),
+)
+
+
+def cache_env(cache_dir: str) -> list[tuple[str, str]]:
+    """``(name, path)`` of every :data:`CACHE_ENV` variable under ``cache_dir`` (the stack-keyed folder)."""
+    return [(v.name, f"{cache_dir}/{v.subdir}" if v.subdir else cache_dir) for v in CACHE_ENV]
 
 
 def init_example(option: Option, name: str) -> Any:

@@ -50,6 +50,39 @@ def test_scope_says_which_rank_carries_a_row():
     assert [s.value for s in options.Scope] == ["every rank", "serving rank only", "router", "kubernetes container"]
 
 
+def test_every_emit_names_a_handler_and_the_environment_is_the_tables():
+    """A row names its launch handler (``emit``); the reserved environment is the rows' variables and the cache
+    table, and the launch sets every cache variable under the stack-keyed folder."""
+    import typing
+
+    from kimi_deploy import launch
+    from kimi_deploy.profile import RESERVED_ENV
+
+    assert set(launch.EMITTERS) == set(typing.get_args(options.Emit))
+    assert set(RESERVED_ENV) == set(options.owned_env()) | {v.name for v in options.CACHE_ENV}
+    assert RESERVED_ENV["SGLANG_API_KEY"] == "[sglang] api_key_file"
+    spec = build_launch(parse_profile({"service": {"name": "x", "gpu_count": 1},
+                                       "sglang": {"model_path": "/models/kimi"}}), "0.5.23")
+    env = dict(spec.env)
+    assert [env[v.name] for v in options.CACHE_ENV] == [
+        spec.cache_dir + (f"/{v.subdir}" if v.subdir else "") for v in options.CACHE_ENV]
+
+
+def test_status_redacts_and_ignores_what_the_secret_rows_say():
+    from kimi_deploy import status
+
+    assert status.SECRET_OPTIONS == ("--api-key", "--admin-api-key") == options.secret_flags()
+    assert status.IGNORED_OPTIONS == ("--config", "--api-key", "--admin-api-key") == options.merged_flags()
+
+
+def test_production_md_names_every_cache_variable(repo_root):
+    text = (repo_root / "production.md").read_text()
+    caches = text[text.index("### Caches"):]
+    caches = caches[:caches.index("\n## ")]
+    assert [v.name for v in options.CACHE_ENV] == [
+        n for n in re.findall(r"`([A-Z_]+)`", caches) if n in {v.name for v in options.CACHE_ENV}]
+
+
 def test_version_rules_are_the_rows_spellings():
     assert {r.feature for r in versions.RULES} == {o.key for o in options.OPTIONS if o.spellings}
     assert len(versions.RULES) == sum(len(o.spellings) for o in options.OPTIONS)
@@ -60,7 +93,7 @@ def test_version_rules_are_the_rows_spellings():
 def test_every_row_reaches_the_launch_in_its_spelling(option):
     """Setting a row's key puts the row's 0.5.23 spelling, and only then, into argv or env."""
     sglang = {"model_path": "/models/kimi", "tp_size": 2, option.key: VALUES[option.key]}  # KeyError: add a value
-    if option.requires:
+    if option.requires or any(o.requires == option.key for o in options.OPTIONS):
         sglang |= {k: VALUES[k] for k in ("speculative_algorithm", "speculative_draft_model_path",
                                           "speculative_num_steps", "speculative_eagle_topk",
                                           "speculative_num_draft_tokens")}
