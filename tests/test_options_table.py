@@ -161,11 +161,10 @@ def test_every_flag_of_the_table_is_sglang_0_5_23s(sglang_python):
             assert not [flag for flag in owned if flag.startswith(name)], name
 
 
-def test_patch_gates_spell_the_flags_of_the_row_they_name():
-    """A series' ``[[patch.needed_by]]`` gate names a row (``setting``) and spells its flags again, for doctor to
-    find in the rendered command: every gate flag must be one of that row's flags, the flag the row renders for
-    the series' release among them (else doctor misses the feature), and every ``unless_flags`` entry a flag of
-    some row. Nothing else ties the series manifest to the option table."""
+def test_patch_gates_name_rows_and_take_their_flags_from_them():
+    """A series' ``[[patch.needed_by]]`` gate names a row (``setting``) and, for what switches it off again, rows
+    (``unless``); the flags doctor looks for in the rendered command are those rows' (the flag the row renders
+    for the series' release among them, else doctor misses the feature). The table is the one source of flags."""
     from kimi_deploy.patching import available_versions, find_series
 
     owned = options.owned_flags()
@@ -176,4 +175,24 @@ def test_patch_gates_spell_the_flags_of_the_row_they_name():
         row = options.BY_KEY[gate.setting]
         assert set(gate.flags) <= set(row.flags), (version, gate.setting)
         assert versions.spelling(gate.setting, Version(version)).spelling in gate.flags, (version, gate.setting)
-        assert all(flag in owned for flag in gate.unless_flags), (version, gate.unless_flags)
+        assert gate.flags[0] == versions.spelling(gate.setting, Version(version)).spelling, (version, gate.setting)
+        assert all(owned[flag] in gate.unless for flag in gate.unless_flags), (version, gate.unless_flags)
+    fusion = next(g for _, g in gates if g.setting == "flashinfer_allreduce_fusion_backend")
+    assert fusion.flags == ("--flashinfer-allreduce-fusion-backend", "--enable-flashinfer-allreduce-fusion")
+    assert fusion.unless_flags == ("--enforce-disable-flashinfer-allreduce-fusion",)
+
+
+@pytest.mark.parametrize("field,value,said", [
+    ("setting", "enable_torch_symm", "did you mean 'enable_torch_symm_mem'"),
+    ("unless", ["enforce_disable_flashinfer_allreduce"], "did you mean 'enforce_disable_flashinfer_allreduce_fusion'"),
+    ("flags", ["--enable-torch-symm-mem"], "Extra inputs are not permitted"),
+])
+def test_a_gate_that_names_no_row_does_not_load(field, value, said):
+    from pydantic import ValidationError
+
+    from kimi_deploy.patching import FeatureGate
+
+    data = {"setting": "enable_torch_symm_mem", "compute_capability_major": [12], "without": "disabled",
+            "symptom": "s", field: value}
+    with pytest.raises(ValidationError, match=said):
+        FeatureGate(**data)
