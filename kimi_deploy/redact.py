@@ -28,8 +28,8 @@ numbers, ``None``; dict keys too):
 3. **Known secrets by value**: every occurrence of each given secret (the key the verb sent) is
    replaced in every string, in each of the forms it can take in text (:func:`forms`): as is,
    shell-quoted (``shlex.quote``), JSON-string-escaped, percent-encoded, base64 (standard and
-   URL-safe, with and without padding) and as an HTTP Basic ``user:key`` is not covered (the
-   kit never sends one). A string that ends with ``…`` (a clipped evidence line) and whose clipped
+   URL-safe, with and without padding; base64 of a longer text that merely contains the key, such
+   as HTTP Basic ``user:key``, is not covered: the kit never sends one). A string that ends with ``…`` (a clipped evidence line) and whose clipped
    tail is the first 4 or more characters of a form is cut there too, so a half key never stays.
 
 Secrets shorter than :data:`MIN_SECRET_CHARS` are still redacted exactly, but not by prefix.
