@@ -209,3 +209,26 @@ def test_an_address_of_this_host_is_local(tmp_path):
     run = subprocess.run([*prefix, sys.executable, "-c", code], env={**os.environ, "PYTHONPATH": str(REPO)},
                          capture_output=True, text=True, timeout=60)
     assert run.returncode == 0, run.stderr
+
+
+class EchoModels(Echo):
+    """/server_info answers 200 and /v1/models a body without models that quotes the key: bench then fails
+    with "no --model given" and that body as the error's value."""
+
+    def do_GET(self):  # noqa: N802
+        key = self.headers.get("Authorization", "").removeprefix("Bearer ")
+        self._send(200 if self.path == "/server_info" else 500, {"seen": key, "api_key": key})
+
+
+def test_bench_errors_quote_no_key():
+    server = ThreadingHTTPServer(("127.0.0.1", 0), EchoModels)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        run = kimi("bench", "--base-url", f"http://127.0.0.1:{server.server_address[1]}", "--concurrency", "1",
+                   "--num-prompts", "1", "--no-progress", env={"KIMI_DEPLOY_API_KEY": KEY})
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert run.returncode == ExitCode.USAGE and "no --model given" in run.stderr, run.stderr
+    assert MASK in run.stderr
+    _no_key_in([], run.stdout, run.stderr)

@@ -10,7 +10,7 @@ import click
 
 from kimi_deploy.apikey import ARGV_REFUSAL, ENV_VAR, guard_transport, read_key_file
 from kimi_deploy.bench import params
-from kimi_deploy.errors import ExitCode, UsageError
+from kimi_deploy.errors import ExitCode, KimiDeployError, UsageError
 from kimi_deploy.fsio import check_output_paths, write_atomic
 from kimi_deploy.cli.options import json_flag, json_path_option
 
@@ -99,6 +99,19 @@ def _api_key(path: Path | None, argv_value: str | None) -> str | None:
     if path is not None:
         return read_key_file(path)
     return os.environ.get(ENV_VAR, "").strip() or None
+
+
+def _redacted(exc: KimiDeployError, api_key: str | None) -> KimiDeployError:
+    """``exc`` with ``api_key`` masked in its message, value and hint (:func:`kimi_deploy.redact.redact_text`)."""
+    from kimi_deploy.redact import redact_text
+
+    exc.message = redact_text(exc.message, [api_key])
+    exc.args = (exc.message,)
+    if isinstance(exc.value, str):
+        exc.value = redact_text(exc.value, [api_key])
+    if exc.hint:
+        exc.hint = redact_text(exc.hint, [api_key])
+    return exc
 
 
 @click.group("bench", invoke_without_command=True,
@@ -212,11 +225,14 @@ def bench_cmd(ctx, base_url, model, concurrency, request_rate, num_prompts, max_
     else:
         data = dataset_lib.load_dataset(dataset)
     show = not no_progress and sys.stderr.isatty()
-    if show:
-        with _RichProgress() as progress:
-            run = load.run_bench(cfg, data, progress)
-    else:
-        run = load.run_bench(cfg, data)
+    try:
+        if show:
+            with _RichProgress() as progress:
+                run = load.run_bench(cfg, data, progress)
+        else:
+            run = load.run_bench(cfg, data)
+    except KimiDeployError as exc:  # its value may quote a server body that echoed the key
+        raise _redacted(exc, api_key) from None
     result = report.build_result(run, data, profile_sha)
     text = report.to_json_text(result)
     console = Console(stderr=to_stdout)
