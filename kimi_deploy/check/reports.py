@@ -18,6 +18,7 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 from urllib.parse import urlsplit
 from typing import Any
+from collections.abc import Iterable
 
 from rich.console import Console
 from rich.markup import escape
@@ -27,10 +28,29 @@ from kimi_deploy.check.registry import tier
 from kimi_deploy.check.results import CheckReport, CheckResult, clip
 from kimi_deploy.errors import UsageError
 from kimi_deploy.fsio import check_output_paths as fsio_check_output_paths, write_many_atomic
+from kimi_deploy.redact import Redactor
 
 #: Value of kimi_deploy_check_status per status (documented in the HELP line).
 STATUS_VALUE = {"pass": 0, "warn": 1, "fail": 2, "skip": 3}
 _STYLE = {"pass": "green", "warn": "yellow", "fail": "bold red", "skip": "dim"}
+
+
+def redact_report(report: CheckReport, secrets: Iterable[str | None] = ()) -> CheckReport:
+    """The redaction hook: mask ``secrets`` (the key the run sent) and key-like fields in every text of
+    ``report`` that a report format or the table shows, in place; returns ``report``.
+
+    Rules: :mod:`kimi_deploy.redact`. ``run_checks`` calls it on every report it returns, so the JSON,
+    JUnit and Prometheus files and the table hold no key, whatever the server echoed into evidence.
+    """
+    r = Redactor(secrets)
+    report.base_url = r.text(report.base_url)
+    report.model = r.text(report.model) if report.model else report.model
+    report.profile = r.text(report.profile) if report.profile else report.profile
+    report.server = r.value(report.server)
+    for result in report.results:
+        result.detail, result.fix = r.text(result.detail), r.text(result.fix)
+        result.evidence = clip(r.text(result.evidence))  # the mask may be longer than what it hides
+    return report
 
 
 def render_table(report: CheckReport, console: Console) -> None:

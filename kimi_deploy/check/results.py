@@ -141,6 +141,8 @@ class CheckOptions:
         deadline: seconds the whole run may take (``None``: unbounded). Every request's timeout
             is capped by the time left; checks not started by then are ``fail``/``timeout``,
             not attempted.
+        insecure: send the key over plain http to a host that is not local anyway (with a warning);
+            without it such a run is refused (:func:`kimi_deploy.apikey.guard_transport`).
     """
 
     base_url: str | None = None
@@ -152,6 +154,7 @@ class CheckOptions:
     timeout: float = 30.0
     repeat: int = 2
     deadline: float | None = None
+    insecure: bool = False
 
 
 @dataclasses.dataclass

@@ -12,9 +12,10 @@ import httpx
 from kimi_deploy.check import contract, health, parser, registry
 from kimi_deploy.check.client import Clients, Deadline, transport_finding
 from kimi_deploy.check.context import Context
+from kimi_deploy.check.reports import redact_report
 from kimi_deploy.check.results import CheckOptions, CheckReport, CheckResult, clip, fix_for
 from kimi_deploy.check.validate import Finding, first
-from kimi_deploy.apikey import read_key_file
+from kimi_deploy.apikey import guard_transport, read_key_file
 from kimi_deploy.errors import UsageError
 from kimi_deploy.profile import Profile, load_profile
 
@@ -85,7 +86,8 @@ def run_checks(options: CheckOptions, progress: Progress | None = None, *,
 
     Raises:
         UsageError / ProfileError: no base URL, a bad profile, an unreadable key file,
-            an ``only``/``skip`` glob that matches nothing (exit 2).
+            an ``only``/``skip`` glob that matches nothing, a key bound for plain http to a host that
+            is not local without ``options.insecure`` (exit 2).
     """
     profile, profile_path = _resolve_profile(options.profile)
     base_url = options.base_url or (profile.base_url if profile else None)
@@ -97,6 +99,7 @@ def run_checks(options: CheckOptions, progress: Progress | None = None, *,
     api_key = options.api_key
     if api_key is None and profile is not None and profile.sglang.api_key_file:
         api_key = read_key_file(profile.sglang.api_key_file)
+    guard_transport(base_url, api_key, insecure=options.insecure)  # before anything is sent
     ids = registry.select(options.only, options.skip)
     expected = options.model or (profile.sglang.served_model_name or profile.sglang.model_path if profile else None)
     report = CheckReport(base_url=base_url, model=expected, started_at=_dt.datetime.now(_dt.timezone.utc),
@@ -156,6 +159,7 @@ def run_checks(options: CheckOptions, progress: Progress | None = None, *,
         clients.close()
         report.duration_s = clock() - t0
         _add_fixes(report, profile)
+        redact_report(report, [api_key])  # no key in any report or table (kimi_deploy.redact)
     return report
 
 
