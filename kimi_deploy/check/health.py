@@ -19,23 +19,11 @@ import openai
 
 from kimi_deploy.check.client import auth_note, openai_finding, status_finding, status_label, transport_finding
 from kimi_deploy.check.context import Context
+from kimi_deploy.check.outcome import Outcome
 from kimi_deploy.check.results import clip, clip_body
 from kimi_deploy.check.validate import Finding
 
-#: What a check function returns: (status, detail, findings); findings empty unless status is fail.
-Outcome = tuple[str, str, list[Finding]]
-
-
-def _ok(detail: str) -> Outcome:
-    return "pass", detail, []
-
-
-def _skip(detail: str) -> Outcome:
-    return "skip", detail, []
-
-
-def _fail(finding: Finding) -> Outcome:
-    return "fail", finding.detail, [finding]
+_ok, _skip, _fail = Outcome.passed, Outcome.skipped, Outcome.failed
 
 
 def _status_finding(ctx: Context, path: str, status: int, body: object) -> Finding:
@@ -83,10 +71,10 @@ def health_ready(ctx: Context) -> Outcome:
         return _fail(_status_finding(ctx, "/health_generate", status, body))
     model = ctx.model or ctx.served_model()
     if not model:
-        status, detail, findings = no_model(ctx)
-        if status == "skip":
+        outcome = no_model(ctx)
+        if outcome.status == "skip":
             return _skip("no /health_generate and no model name to send a 1-token completion to")
-        return status, detail, findings
+        return outcome
     try:
         ctx.clients.chat(
             model=model, messages=[{"role": "user", "content": "Say OK."}], max_tokens=1, temperature=0)
@@ -100,7 +88,7 @@ def no_model(ctx: Context) -> Outcome:
     answer 200 (not an OpenAI-compatible server, or a key is needed), ``skip`` when it lists no model."""
     answer = ctx.models_answer
     if answer is None or answer[0] == 200:
-        return "skip", "no model name: give --model, or the server lists none", []
+        return _skip("no model name: give --model, or the server lists none")
     status, body = answer
     found = status_finding("GET /v1/models", status, body, key_sent=bool(ctx.clients.api_key))
     if auth_note(status, bool(ctx.clients.api_key)) is None:
@@ -108,7 +96,7 @@ def no_model(ctx: Context) -> Outcome:
                         f"{status_label(status)}, so this is not an OpenAI-compatible server; fix: check --base-url, "
                         "or pass --model NAME if the server serves chat completions without a model list",
                         clip(f"GET /v1/models {status}: not an OpenAI-compatible server; body: {clip_body(body)}"))
-    return "fail", found.detail, [found]
+    return _fail(found)
 
 
 def health_models(ctx: Context) -> Outcome:

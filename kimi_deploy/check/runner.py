@@ -12,8 +12,8 @@ import httpx
 from kimi_deploy.check import contract, health, parser, registry
 from kimi_deploy.check.client import Clients, Deadline, transport_finding
 from kimi_deploy.check.context import Context
+from kimi_deploy.check.outcome import Outcome
 from kimi_deploy.check.results import CheckOptions, CheckReport, CheckResult, clip, fix_for
-from kimi_deploy.check.validate import Finding, first
 from kimi_deploy.apikey import read_key_file
 from kimi_deploy.errors import UsageError
 from kimi_deploy.profile import Profile, load_profile
@@ -28,13 +28,8 @@ def _resolve_profile(value: object) -> tuple[Profile | None, str | None]:
     return load_profile(path), str(path)
 
 
-def _result(check_id: str, status: str, findings: list[Finding], detail: str, duration: float) -> CheckResult:
-    top = first(findings)
-    if top is None:
-        return CheckResult(check_id, status, None, detail, "", duration)  # type: ignore[arg-type]
-    others = sorted({f.kind for f in findings} - {top.kind})
-    text = top.detail + (f" (also: {', '.join(others)})" if others else "")
-    return CheckResult(check_id, status, top.kind, text, top.evidence, duration)  # type: ignore[arg-type]
+def _result(check_id: str, outcome: Outcome, duration: float) -> CheckResult:
+    return CheckResult(check_id, outcome.status, outcome.kind, outcome.detail, outcome.evidence, duration)
 
 
 #: Kinds that mean "no HTTP answer": when every health check got one of these, nothing else is sent.
@@ -181,18 +176,18 @@ def _run_one(ctx: Context, check_id: str, cache: dict, deadline: Deadline, t0: f
     if deadline.passed():
         return _past_deadline(check_id, deadline, t0)
     started = deadline.clock()
+    outcome: Outcome | None
     if check_id in health.CHECKS:
-        status, detail, findings = health.CHECKS[check_id](ctx)
+        outcome = health.CHECKS[check_id](ctx)
     elif registry.tier(check_id) == "parser":  # needs no model: it posts raw text to the parsers
         outcome = parser.run(ctx, check_id, cache)
         if outcome is None:
             return None
-        status, findings, detail = outcome
     elif ctx.model is None:
-        status, detail, findings = health.no_model(ctx)
+        outcome = health.no_model(ctx)
     else:
-        status, findings, detail = contract.run(ctx, check_id, cache)
-    return _result(check_id, status, findings, detail, deadline.clock() - started)
+        outcome = contract.run(ctx, check_id, cache)
+    return _result(check_id, outcome, deadline.clock() - started)
 
 
 def _probe(clients: Clients) -> tuple[str, str, str] | None:
