@@ -24,9 +24,10 @@ import openai
 from kimi_deploy.check import stream as stream_v
 from kimi_deploy.check.client import openai_finding, status_kind, status_label
 from kimi_deploy.check.context import Context
-from kimi_deploy.check.outcome import Outcome
-from kimi_deploy.check.results import clip
-from kimi_deploy.check.validate import Expectation, Finding, Message, check_message, first, message_from_completion
+from kimi_deploy.check.outcome import Outcome, openai_failure, unreadable
+from kimi_deploy.check.results import clip, clip_body
+from kimi_deploy.check.validate import (Expectation, Finding, Message, check_message, completion_problem, first,
+                                        message_from_completion, stream_problem)
 
 GET_WEATHER = {"type": "function", "function": {
     "name": "get_weather", "description": "Current weather for a city.",
@@ -187,26 +188,34 @@ def _request(ctx: Context, case: Case, messages: list[dict[str, Any]], *, stream
         kwargs["tool_choice"] = case.tool_choice
     if case.extra_body:
         kwargs["extra_body"] = case.extra_body
+    what = "POST /v1/chat/completions" + (" (stream)" if stream else "")
     try:
         if not stream:
             completion = ctx.clients.chat(**kwargs)
-            msg = message_from_completion(completion.model_dump())  # extras (reasoning_content) included
+            # extras (reasoning_content) included; a body that is not a JSON object comes back as it is
+            data = completion.model_dump(warnings=False) if hasattr(completion, "model_dump") else completion
+            problem = completion_problem(data, clip_body(ctx.clients.recorder.last_text))
+            if problem is not None:
+                return Answer(None, [problem])
+            msg = message_from_completion(data)
             return Answer(msg, check_message(msg, exp))
         for _chunk in ctx.clients.chat(stream=True, **kwargs):
             pass
     except openai.OpenAIError as exc:
         raw = ctx.clients.recorder.last_text
-        finding = openai_finding(exc, streaming=stream, raw=raw)
+        finding = openai_failure(exc, what, streaming=stream, raw=raw)
         if stream and finding.kind == "error_frame":
             shape = stream_v.check_shape(stream_v.parse_sse(raw))
             errors = [f for f in shape if f.kind == "error_frame"]
             if errors:
                 finding = errors[0]
         return Answer(None, [finding])
-    except (ValueError, TypeError) as exc:  # a body the client could not decode
-        return Answer(None, [Finding("server_error", f"the response could not be read ({exc})",
-                                     clip(ctx.clients.recorder.last_text))])
+    except (ValueError, TypeError, RecursionError) as exc:  # bytes not UTF-8, JSON nested too deep
+        return Answer(None, [unreadable(exc, what, ctx.clients.recorder.last_body)])
     sse = stream_v.parse_sse(ctx.clients.recorder.last_text)
+    problem = None if sse.errors else stream_problem(sse.frames, clip_body(ctx.clients.recorder.last_text))
+    if problem is not None:
+        return Answer(None, [problem])
     msg = stream_v.assemble(sse.frames)
     findings = stream_v.root_cause(stream_v.check_shape(sse, nonstream) + check_message(msg, exp))
     return Answer(msg, findings)
@@ -300,7 +309,7 @@ def run_malformed(ctx: Context) -> Outcome:
     except openai.APIStatusError as exc:
         body = exc.response.text
         if exc.status_code in (401, 403):  # refused before the request was read: says nothing of validation
-            return Outcome.failed(openai_finding(exc, streaming=False))
+            return Outcome.failed(openai_finding(exc, streaming=False))  # a status error: no broken exchange
         if not 400 <= exc.status_code < 500:
             return Outcome.failed(Finding(status_kind(exc.status_code),
                                           f"a malformed request got {status_label(exc.status_code)}, not a 4xx",
@@ -312,7 +321,8 @@ def run_malformed(ctx: Context) -> Outcome:
                                                           "JSON", clip(body)))
         return Outcome.passed(f"{status_label(exc.status_code)} with a JSON error")
     except openai.OpenAIError as exc:
-        return Outcome.failed(openai_finding(exc, streaming=False, raw=ctx.clients.recorder.last_text))
+        return Outcome.failed(openai_failure(exc, "POST /v1/chat/completions", streaming=False,
+                                             raw=ctx.clients.recorder.last_text))
     return Outcome.failed(Finding("http_error", "a malformed request (messages not a list) was accepted with 2xx",
                                   clip(ctx.clients.recorder.last_text)))
 

@@ -12,16 +12,17 @@ needed). Checks that need a model name fail as ``http_error`` when ``/v1/models`
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 
 import httpx
 import openai
 
-from kimi_deploy.check.client import auth_note, openai_finding, status_finding, status_label, transport_finding
+from kimi_deploy.check.client import auth_note, status_finding, status_label
 from kimi_deploy.check.context import Context
-from kimi_deploy.check.outcome import Outcome
+from kimi_deploy.check.outcome import Outcome, openai_failure, transport_failure, unreadable
 from kimi_deploy.check.results import clip, clip_body
-from kimi_deploy.check.validate import Finding
+from kimi_deploy.check.validate import Finding, completion_problem
 
 _ok, _skip, _fail = Outcome.passed, Outcome.skipped, Outcome.failed
 
@@ -46,7 +47,7 @@ def health_live(ctx: Context) -> Outcome:
         try:
             status, body = ctx.clients.get_json(path)
         except httpx.TransportError as exc:
-            return _fail(transport_finding(exc, f"GET {path}"))
+            return _fail(transport_failure(exc, f"GET {path}"))
         if 200 <= status < 300:
             return _ok(f"GET {path}: HTTP {status}")
         found = _status_finding(ctx, path, status, body)
@@ -64,7 +65,7 @@ def health_ready(ctx: Context) -> Outcome:
     try:
         status, body = ctx.clients.get_json("/health_generate")
     except httpx.TransportError as exc:
-        return _fail(transport_finding(exc, "GET /health_generate"))
+        return _fail(transport_failure(exc, "GET /health_generate"))
     if 200 <= status < 300:
         return _ok(f"GET /health_generate: HTTP {status} (1-token generation)")
     if status >= 500:
@@ -75,11 +76,18 @@ def health_ready(ctx: Context) -> Outcome:
         if outcome.status == "skip":
             return _skip("no /health_generate and no model name to send a 1-token completion to")
         return outcome
+    what = "POST /v1/chat/completions"
     try:
-        ctx.clients.chat(
+        completion = ctx.clients.chat(
             model=model, messages=[{"role": "user", "content": "Say OK."}], max_tokens=1, temperature=0)
+        data = completion.model_dump(warnings=False) if hasattr(completion, "model_dump") else completion
     except openai.OpenAIError as exc:
-        return _fail(openai_finding(exc, streaming=False, raw=ctx.clients.recorder.last_text))
+        return _fail(openai_failure(exc, what, streaming=False, raw=ctx.clients.recorder.last_text))
+    except (ValueError, TypeError, RecursionError) as exc:  # bytes not UTF-8, JSON nested too deep
+        return _fail(unreadable(exc, what, ctx.clients.recorder.last_body))
+    problem = completion_problem(data, clip_body(ctx.clients.recorder.last_text))
+    if problem is not None:
+        return _fail(dataclasses.replace(problem, detail=f"{what}: {problem.detail}"))
     return _ok("1-token chat completion answered (no /health_generate)")
 
 
@@ -104,11 +112,12 @@ def health_models(ctx: Context) -> Outcome:
     try:
         status, body = ctx.clients.get_json("/v1/models")
     except httpx.TransportError as exc:
-        return _fail(transport_finding(exc, "GET /v1/models"))
+        return _fail(transport_failure(exc, "GET /v1/models"))
     if status != 200:
         return _fail(_status_finding(ctx, "/v1/models", status, body))
     if not isinstance(body, dict) or not isinstance(body.get("data"), list):
-        return _fail(Finding("server_error", "GET /v1/models did not return an OpenAI model list", clip(body)))
+        return _fail(Finding("invalid_response", "GET /v1/models did not return an OpenAI model list",
+                             clip_body(body)))
     ids = [m.get("id") for m in body["data"] if isinstance(m, dict)]
     if not ctx.expected_model:
         return _skip(f"no expected model name (give --model or --profile); served: {', '.join(map(str, ids))}")

@@ -34,9 +34,9 @@ from typing import Any
 import httpx
 
 from kimi_deploy.check import leaks
-from kimi_deploy.check.client import status_finding, transport_finding
+from kimi_deploy.check.client import status_finding
 from kimi_deploy.check.context import Context
-from kimi_deploy.check.outcome import Outcome
+from kimi_deploy.check.outcome import Outcome, transport_failure
 from kimi_deploy.check.results import clip, clip_body
 from kimi_deploy.check.validate import Finding
 
@@ -107,7 +107,7 @@ def _probe(ctx: Context) -> Outcome | None:
     try:
         status, body = _post(ctx, "/parse_function_call", {"text": "", "tools": [], "tool_call_parser": tcp})
     except httpx.TransportError as exc:
-        return Outcome.failed(transport_finding(exc, what))
+        return Outcome.failed(transport_failure(exc, what))
     if status in ABSENT:
         return Outcome.skipped(f"{what} answered HTTP {status}: this server does not expose SGLang's parser "
                                "endpoints")
@@ -190,7 +190,7 @@ def _parse(ctx: Context, text: str, tools: list[dict[str, Any]]) -> tuple[dict[s
         status, body = _post(ctx, "/parse_function_call",
                              {"text": text, "tools": tools, "tool_call_parser": ctx.server_value("tool_call_parser")})
     except httpx.TransportError as exc:
-        return None, [transport_finding(exc, what)]
+        return None, [transport_failure(exc, what)]
     if status != 200:
         return None, [status_finding(what, status, body, key_sent=bool(ctx.clients.api_key))]
     if not isinstance(body, dict) or "calls" not in body:
@@ -213,7 +213,7 @@ def run_reasoning_case(ctx: Context, case: dict[str, Any]) -> Outcome:
         status, body = _post(ctx, "/separate_reasoning",
                              {"text": case["text"], "reasoning_parser": ctx.server_value("reasoning_parser")})
     except httpx.TransportError as exc:
-        return Outcome.failed(transport_finding(exc, what))
+        return Outcome.failed(transport_failure(exc, what))
     if status != 200:
         return Outcome.failed(status_finding(what, status, body, key_sent=bool(ctx.clients.api_key)))
     if not isinstance(body, dict) or not isinstance(body.get("text"), str):
