@@ -182,7 +182,7 @@ class CheckResult:
 
     ``kind`` is one of :data:`FAILURE_KINDS` for ``fail``, ``model_declined`` for ``warn``,
     ``None`` otherwise. ``evidence`` is the offending text, at most :data:`EVIDENCE_CHARS`
-    characters. ``duration_s`` is wall time in seconds. ``attempted`` is ``False`` for a check
+    characters; ``detail`` and ``evidence`` are :func:`printable` (a server's control bytes escaped). ``duration_s`` is wall time in seconds. ``attempted`` is ``False`` for a check
     that sent nothing (the server did not answer the health tier, or the run's deadline passed):
     it is ``fail`` with the kind that stopped the run and evidence starting ``not attempted:``.
     ``fix``: what to do, one line (:func:`fix_for`); set on every ``fail`` and ``warn``.

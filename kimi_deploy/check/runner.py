@@ -80,6 +80,8 @@ def run_checks(options: CheckOptions, progress: Progress | None = None, *,
     Interrupted (``KeyboardInterrupt``; :class:`Interrupted` names another signal), it returns the
     checks that finished, with :attr:`CheckReport.interrupted` and ``not_run`` set (exit 130).
     ``clock`` (seconds, monotonic) times the run, its checks and the deadline.
+    Whatever a check raises (an answer nobody foresaw) is that check's ``fail``/``invalid_response`` row,
+    never the end of the run: one catch per check (:func:`_run_one`), the traceback at debug level.
 
     Raises:
         UsageError / ProfileError: no base URL, a bad profile, an unreadable key file,
