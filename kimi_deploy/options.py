@@ -7,7 +7,12 @@ Each :class:`Option` row of :data:`OPTIONS` drives every place an SGLang option 
 - the version rules (:data:`kimi_deploy.versions.RULES` are the rows' :class:`Spelling` entries);
 - ``init``'s commented profile (``templates/profile.toml.j2`` loops over the rows);
 - production.md's option table (:func:`markdown_table`; a test keeps the document equal to it);
-- the flags ``extra_args`` may not set (:func:`owned_flags`).
+- the flags ``extra_args`` may not set (:func:`owned_flags`) and the variables ``[environment]`` may not
+  set (:func:`owned_env` and :data:`CACHE_ENV`, which also drives the launch's cache variables);
+- what ``status`` redacts and ignores in SGLang's merged command (:func:`secret_flags`, :func:`merged_flags`);
+- the flags of the patch series' ``[[patch.needed_by]]`` gates, which name rows
+  (:class:`kimi_deploy.patching.FeatureGate`);
+- which rank of a multi-node group carries a row (:class:`Scope`, :meth:`Option.on_rank`).
 
 Adding an option is one row here plus a test. Flag names, aliases and defaults are SGLang 0.5.23's
 (``sglang/srt/server_args.py``, ``ServerArgs`` and ``add_cli_args``); release boundaries are from SGLang's
