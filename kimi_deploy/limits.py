@@ -46,7 +46,14 @@ def human(n: int) -> str:
     return f"{n} B"
 
 
-class LimitExceeded(Exception):
+class Refused(Exception):
+    """The kit stops reading a response it will not accept (too large, or in an encoding not asked for).
+
+    ``str(exc)`` says why, for a report or an error record.
+    """
+
+
+class LimitExceeded(Refused):
     """What the server sent ran past a cap; nothing more of it is read.
 
     ``what``: the thing capped (``an SSE line``, ``the body``); ``limit``: the cap in bytes;
