@@ -14,6 +14,7 @@ from typing import Any, Literal
 
 from kimi_deploy import __version__
 from kimi_deploy.errors import ExitCode
+from kimi_deploy.limits import DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_LINE_BYTES
 
 REPORT_SCHEMA = "kimi-deploy.check/1"
 
@@ -141,6 +142,8 @@ class CheckOptions:
         deadline: seconds the whole run may take (``None``: unbounded). Every request's timeout
             is capped by the time left; checks not started by then are ``fail``/``timeout``,
             not attempted.
+        max_body_bytes / max_line_bytes: byte caps on every answer's body and on one SSE line or
+            event (:mod:`kimi_deploy.limits`); past one the check fails with the evidence.
     """
 
     base_url: str | None = None
@@ -152,6 +155,8 @@ class CheckOptions:
     timeout: float = 30.0
     repeat: int = 2
     deadline: float | None = None
+    max_body_bytes: int | None = DEFAULT_MAX_BODY_BYTES
+    max_line_bytes: int | None = DEFAULT_MAX_LINE_BYTES
 
 
 @dataclasses.dataclass
