@@ -45,7 +45,7 @@ class Framer:
             then unusable (the caller stops reading the stream).
     """
 
-    __slots__ = ("max_line", "flag", "_parts", "_plen", "_data", "_dlen", "_cr", "_start")
+    __slots__ = ("max_line", "flag", "_parts", "_plen", "_data", "_dlen", "_cr", "_start", "_edge")
 
     def __init__(self, max_line: int | None = DEFAULT_MAX_LINE_BYTES, flag: str = "--max-line-bytes") -> None:
         self.max_line = max_line if max_line is not None else _UNBOUNDED
@@ -56,23 +56,16 @@ class Framer:
         self._dlen = 0
         self._cr = False     # the last read ended with CR: a LF opening the next read ends no line
         self._start: bytes | None = b""  # the stream's first bytes while a byte-order mark may come
+        self._edge = True    # _start or _cr needs a look at the next read
 
     def feed(self, chunk: bytes) -> list[bytes]:
         """The data of each event ``chunk`` completes (``[DONE]`` included, as :data:`DONE`)."""
-        if self._start is not None:  # the first bytes: drop a byte-order mark, even one cut across reads
-            chunk = self._start + chunk
-            if len(chunk) < 3 and _BOM.startswith(chunk):
-                self._start = chunk
+        if self._edge:  # the stream's first bytes, or a read after one that ended with CR
+            chunk = self._at_edge(chunk)
+            if chunk is None:
                 return []
-            self._start = None
-            if chunk[:3] == _BOM:
-                chunk = chunk[3:]
-        if self._cr:
-            self._cr = False
-            if chunk[:1] == b"\n":
-                chunk = chunk[1:]
         if b"\r" in chunk:
-            self._cr = chunk[-1:] == b"\r"
+            self._cr = self._edge = chunk[-1:] == b"\r"
             chunk = chunk.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
         out: list[bytes] = []
         if self._parts:  # a line that began in an earlier read
@@ -80,12 +73,13 @@ class Framer:
             if i < 0:
                 self._hold(chunk)
                 return out
-            self._hold(chunk[:i])
-            line = b"".join(self._parts)
+            if self._plen + i > self.max_line:
+                raise LimitExceeded("an SSE line", self.max_line, self.flag, self._plen + i)
+            # it ends here: its pieces are copied once, with this read (linear), and framed with it
+            self._parts.append(chunk)
+            chunk = b"".join(self._parts)
             self._parts = []
             self._plen = 0
-            self._line(line, out)
-            chunk = chunk[i + 1:]
         blocks = chunk.split(b"\n\n")
         rest = blocks.pop()
         limit = self.max_line
@@ -105,6 +99,24 @@ class Framer:
             if tail:
                 self._hold(tail)
         return out
+
+    def _at_edge(self, chunk: bytes) -> bytes | None:
+        """Drop a byte-order mark opening the stream (even one cut across reads: ``None`` while held)
+        and a LF completing a CRLF whose CR ended the last read."""
+        if self._start is not None:
+            chunk = self._start + chunk
+            if len(chunk) < 3 and _BOM.startswith(chunk):
+                self._start = chunk
+                return None
+            self._start = None
+            if chunk[:3] == _BOM:
+                chunk = chunk[3:]
+        if self._cr:
+            self._cr = False
+            if chunk[:1] == b"\n":
+                chunk = chunk[1:]
+        self._edge = False
+        return chunk
 
     def end(self) -> bytes | None:
         """The stream ended: the data of the event it left without its blank line (``None``: none).
