@@ -132,7 +132,8 @@ class _Tee(httpx.SyncByteStream):
 
     def _refuse(self, exc: LimitExceeded) -> None:
         self.close()
-        head = bytes(self._sink[:120]).decode("utf-8", "replace")
+        head = "".join(c if c.isprintable() else f"\\x{ord(c):02x}"  # no control byte reaches a report
+                       for c in bytes(self._sink[:120]).decode("utf-8", "replace"))
         raise ResponseRefused(f"the answer to {_what(self._request)} was refused: {exc}",
                               clip(f"{exc.what} over {human(exc.limit)}; first bytes: {head}"),
                               self._request) from None
