@@ -15,6 +15,7 @@ from typing import Any, Literal
 
 from kimi_deploy import __version__
 from kimi_deploy.errors import ExitCode
+from kimi_deploy.limits import DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_LINE_BYTES
 
 REPORT_SCHEMA = "kimi-deploy.check/1"
 
@@ -165,6 +166,8 @@ class CheckOptions:
             not attempted.
         insecure: send the key over plain http to a host that is not local anyway (with a warning);
             without it such a run is refused (:func:`kimi_deploy.apikey.guard_transport`).
+        max_body_bytes / max_line_bytes: byte caps on every answer's body and on one SSE line or
+            event (:mod:`kimi_deploy.limits`); past one the check fails with the evidence.
     """
 
     base_url: str | None = None
@@ -177,6 +180,8 @@ class CheckOptions:
     repeat: int = 2
     deadline: float | None = None
     insecure: bool = False
+    max_body_bytes: int | None = DEFAULT_MAX_BODY_BYTES
+    max_line_bytes: int | None = DEFAULT_MAX_LINE_BYTES
 
 
 @dataclasses.dataclass

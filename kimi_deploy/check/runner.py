@@ -18,6 +18,7 @@ from kimi_deploy.check.reports import redact_report
 from kimi_deploy.check.results import CheckOptions, CheckReport, CheckResult, clip, fix_for
 from kimi_deploy.apikey import guard_transport, read_key_file
 from kimi_deploy.errors import UsageError
+from kimi_deploy.limits import Limits
 from kimi_deploy.profile import Profile, load_profile
 
 log = logging.getLogger(__name__)
@@ -106,7 +107,8 @@ def run_checks(options: CheckOptions, progress: Progress | None = None, *,
                          profile=profile_path)
     t0 = clock()
     deadline = Deadline(options.deadline, clock)
-    clients = Clients.open(base_url, api_key, options.timeout, deadline)
+    clients = Clients.open(base_url, api_key, options.timeout, deadline,
+                           Limits(options.max_body_bytes, options.max_line_bytes))
     health_ids = [i for i in ids if registry.tier(i) == "health"]
     rest = [i for i in ids if i not in health_ids]
 

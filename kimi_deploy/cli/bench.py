@@ -12,7 +12,7 @@ from kimi_deploy.apikey import ARGV_REFUSAL, ENV_VAR, guard_transport, read_key_
 from kimi_deploy.bench import params
 from kimi_deploy.errors import ExitCode, KimiDeployError, UsageError
 from kimi_deploy.fsio import check_output_paths, write_atomic
-from kimi_deploy.cli.options import json_flag, json_path_option
+from kimi_deploy.cli.options import json_flag, json_path_option, limit_options
 
 
 class Checked(click.ParamType):
@@ -161,10 +161,12 @@ def _redacted(exc: KimiDeployError, api_key: str | None) -> KimiDeployError:
               help="Send the API key over plain http to a host that is not this one (refused without it: anyone "
                    "on the path could read the key); a warning goes to stderr.")
 @click.option("--no-progress", is_flag=True, help="No progress display.")
+@limit_options
 @click.pass_context
 def bench_cmd(ctx, base_url, model, concurrency, request_rate, num_prompts, max_tokens, temperature, ignore_eos,
               warmup, runs, dataset, long_prompts, seed, slo, label, profile_path, json_path, csv_path, request_timeout,
-              no_flush_cache, extra_body, api_key_file, api_key_argv, insecure, no_progress):
+              no_flush_cache, extra_body, api_key_file, api_key_argv, insecure, no_progress, max_body_bytes,
+              max_line_bytes):
     """Benchmark a running OpenAI-compatible server: closed-loop concurrency sweep (or Poisson rates).
 
     Streams /v1/chat/completions with stream_options.include_usage and reports TTFT, TPOT,
@@ -214,7 +216,8 @@ def bench_cmd(ctx, base_url, model, concurrency, request_rate, num_prompts, max_
         max_in_flight=concurrency[0] if rates and conc_given else None,
         num_prompts=num_prompts, max_tokens=max_tokens, temperature=temperature, ignore_eos=ignore_eos,
         warmup=warmup, runs=runs, seed=seed, slo=slo or {}, label=label, request_timeout=request_timeout,
-        flush_cache=not no_flush_cache, extra_body=body_extra, api_key=api_key)
+        flush_cache=not no_flush_cache, extra_body=body_extra, api_key=api_key,
+        max_body_bytes=max_body_bytes, max_line_bytes=max_line_bytes)
     if long_prompts and dataset:
         raise UsageError("--dataset and --long-prompts are mutually exclusive", value=str(dataset),
                          hint="--long-prompts is a generated dataset; pass one of the two")

@@ -13,7 +13,7 @@ from kimi_deploy.check import CheckOptions, registry, reports, run_checks
 from kimi_deploy.apikey import read_key_file as read_api_key
 from kimi_deploy.check.runner import Interrupted
 from kimi_deploy.errors import UsageError
-from kimi_deploy.cli.options import json_path_option
+from kimi_deploy.cli.options import json_path_option, limit_options
 
 #: Default ``--deadline``: 12 minutes, well inside the nightly unit's ``TimeoutStartSec=900``
 #: (systemd/check.service.j2), leaving 3 minutes for start-up, the last request and the reports.
@@ -84,10 +84,11 @@ def _globs(values: tuple[str, ...]) -> list[str]:
 @click.option("--insecure", is_flag=True,
               help="Send the API key over plain http to a host that is not this one (refused without it: anyone "
                    "on the path could read the key); a warning goes to stderr.")
+@limit_options
 @click.option("--list", "list_only", is_flag=True, help="Print the check ids and exit.")
 @click.pass_context
 def check_cmd(ctx, base_url, model, api_key_file, profile_path, only, skip, json_path, junit_path, prom_path,
-              timeout, repeat, deadline, insecure, list_only):
+              timeout, repeat, deadline, insecure, max_body_bytes, max_line_bytes, list_only):
     """Check a running OpenAI-compatible server: health, configuration, API contract.
 
     Exit status: 0 no failure (warnings allowed), 1 a check failed, 2 usage or profile
@@ -108,7 +109,7 @@ def check_cmd(ctx, base_url, model, api_key_file, profile_path, only, skip, json
     api_key = read_api_key(api_key_file) if api_key_file else None
     options = CheckOptions(base_url=base_url, model=model, api_key=api_key, profile=profile_path,
                            only=_globs(only), skip=_globs(skip), timeout=timeout, repeat=repeat, deadline=deadline,
-                           insecure=insecure)
+                           insecure=insecure, max_body_bytes=max_body_bytes, max_line_bytes=max_line_bytes)
     previous = signal.signal(signal.SIGTERM, _on_sigterm)  # stop like Ctrl-C: report what ran
     try:
         if sys.stderr.isatty() and not to_stdout:
