@@ -281,25 +281,50 @@ def test_a_connection_closed_before_any_answer_is_still_unreachable(tmp_path):
     assert (rows["health.live"]["status"], rows["health.live"]["kind"]) == ("fail", "unreachable")
 
 
-def test_an_unexpected_exception_in_a_check_is_a_row_and_debug_shows_its_traceback(tmp_path, hostile):
-    """JSON nested 100k deep on every GET: parsing it raises RecursionError inside the health checks."""
+def test_an_unreadable_answer_is_a_row_and_health_reads_status_only(tmp_path, hostile):
+    """JSON nested 100k deep on every answer. The health checks read /health and /health_generate by status
+    only, the capped reader refuses the model list, and the chat answer reaches the openai client, whose parser
+    raises RecursionError: each is a row, none loses the report."""
     deep = body(DEEP)
     url = hostile(deep, gets={"/health": deep, "/v1/models": deep, "/health_generate": deep})
     result, _, rows = run_check(tmp_path, url, "health.*,contract.plain.nonstream")
     assert "Traceback" not in result.output
     assert result.exit_code == ExitCode.FAILED
-    for check_id in ("health.live", "health.ready", "health.models", "contract.plain.nonstream"):
+    for check_id in ("health.live", "health.ready"):  # SGLang's /health body is empty: only the status counts
+        assert rows[check_id]["status"] == "pass", rows[check_id]
+    for check_id in ("health.models", "contract.plain.nonstream"):
         assert (rows[check_id]["status"], rows[check_id]["kind"]) == ("fail", "invalid_response"), rows[check_id]
-    assert "RecursionError" in rows["health.live"]["detail"], rows["health.live"]
+    assert "RecursionError" in rows["contract.plain.nonstream"]["detail"], rows["contract.plain.nonstream"]
 
+
+#: A check with a bug: no server answer reaches the runner's catch-all any more, so the bug is put in by hand.
+BUGGY_CHECK = """
+import sys
+from kimi_deploy.check import health
+def buggy(ctx):
+    raise LookupError("a bug in the check itself")
+health.CHECKS["health.live"] = buggy
+from kimi_deploy.cli import main
+sys.argv[0] = "kimi-deploy"
+main()
+"""
+
+
+@pytest.mark.parametrize("debug", [False, True])
+def test_an_exception_in_a_check_is_its_row_and_only_debug_shows_the_traceback(tmp_path, hostile, debug):
+    url = hostile(body({"object": "list", "data": []}))
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).parents[1]), os.environ.get(
         "PYTHONPATH", "")])}
-    debug = subprocess.run([sys.executable, "-m", "kimi_deploy", "--debug", "check", "--base-url", url, "--model",
-                            "m", "--only", "health.live", "--json", str(tmp_path / "d.json")],
-                           capture_output=True, text=True, env=env, timeout=120)
-    assert debug.returncode == ExitCode.FAILED, debug.stderr
-    assert "Traceback" in debug.stderr and "RecursionError" in debug.stderr
-    assert json.loads((tmp_path / "d.json").read_text())["checks"][0]["kind"] == "invalid_response"
+    argv = ["--debug"] * debug + ["check", "--base-url", url, "--model", "m", "--only", "health.live,health.models",
+                                  "--json", str(tmp_path / "d.json")]
+    run = subprocess.run([sys.executable, "-c", BUGGY_CHECK, *argv], capture_output=True, text=True, env=env,
+                         timeout=120)
+    assert run.returncode == ExitCode.FAILED, run.stderr
+    assert ("Traceback" in run.stderr and "LookupError" in run.stderr) == debug, run.stderr
+    rows = {c["id"]: c for c in json.loads((tmp_path / "d.json").read_text())["checks"]}
+    assert (rows["health.live"]["status"], rows["health.live"]["kind"]) == ("fail", "invalid_response")
+    assert "LookupError" in rows["health.live"]["detail"]
+    assert "health.models" in rows  # the run went on after the bug
 
 
 # Any text at all, lone surrogates and every control character included.
