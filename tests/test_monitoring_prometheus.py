@@ -143,6 +143,25 @@ def poll(what: str, probe, deadline: float, log: Path):
                 f"{log.read_text()[-3000:]}")
 
 
+def textfiles() -> str:
+    """What node_exporter serves from a textfile directory holding two services' check.prom: the golden one
+    (service kimi-k25, exit 1) and another service's (exit 0); node_exporter merges the families."""
+    ours = GOLDEN_PROM.read_text()
+    theirs = ours.replace('service="kimi-k25"', 'service="other-svc"').replace(
+        'kimi_deploy_check_exit_code{service="other-svc"} 1', 'kimi_deploy_check_exit_code{service="other-svc"} 0')
+    assert theirs != ours and 'exit_code{service="other-svc"} 0' in theirs
+    families: dict[str, list[str]] = {}
+    for text in (ours, theirs):
+        name = ""
+        for line in text.splitlines():
+            if line.startswith("# HELP "):
+                name = line.split()[2]
+            families.setdefault(name, [])
+            if not line.startswith("#") or line not in families[name]:
+                families[name].append(line)
+    return "\n".join(line for lines in families.values() for line in lines) + "\n"
+
+
 @pytest.fixture
 def prometheus_run(tmp_path, sglang_python):
     """Start the synthetic server, the textfile exporter and Prometheus; yield ``(base_url, profile, log)``."""
@@ -150,7 +169,7 @@ def prometheus_run(tmp_path, sglang_python):
     missing = sorted(set(EXPOSED) - set(types))
     assert not missing, f"SGLang 0.5.23 declares no {missing}"
     server = Exporter(lambda n: exposition(types, n))
-    node = Exporter(lambda n: GOLDEN_PROM.read_text() + "# TYPE node_load1 gauge\nnode_load1 0.5\n")
+    node = Exporter(lambda n: textfiles() + "# TYPE node_load1 gauge\nnode_load1 0.5\n")
     proc = None
     try:
         profile = preset_profile(targets=[server.address], node_exporter=node.address, scrape_interval_s=1)
@@ -198,6 +217,10 @@ def test_real_prometheus_scrapes_and_records(prometheus_run):
     assert float(running[0]["value"][1]) == 12.0
     check = poll("the check textfile", series('kimi_deploy_check_exit_code{job="kimi-k25-check"}'), deadline, log)
     assert float(check[0]["value"][1]) == 1.0
+    # the other service's textfile on the same node_exporter is not this job's; the textfile's label is kept as is
+    assert [c["metric"] for c in check] == [{"__name__": "kimi_deploy_check_exit_code", "job": "kimi-k25-check",
+                                             "instance": profile.monitoring.node_exporter, "service": "kimi-k25"}]
+    assert not api(base, "/api/v1/query", query='{service="other-svc"}')["data"]["result"]
     assert not api(base, "/api/v1/query", query="node_load1")["data"]["result"]  # the check job keeps only the textfile
 
     def markup_leak_firing():
