@@ -8,19 +8,17 @@ from __future__ import annotations
 
 import json
 import re
-import socket
 import subprocess
-import threading
 import time
 import urllib.parse
 import urllib.request
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
 
 from kimi_deploy.dashboard import all_queries
 from kimi_deploy.monitoring import all_exprs
+from loopback import Loopback, QuietHandler, free_port
 from monitoring_helpers import GATEWAY_MONITORING, preset_profile, tool, write_monitoring
 
 GOLDEN_PROM = Path(__file__).parent / "golden" / "check" / "check.prom"
@@ -83,43 +81,22 @@ def exposition(types: dict[str, str], scrape: int) -> str:
     return "\n".join(lines) + "\n"
 
 
-class Exporter:
+class Exporter(Loopback):
     """A loopback HTTP server answering /metrics with ``body(scrape_number)``; stopped by :meth:`close`."""
 
     def __init__(self, body) -> None:
         self.scrapes = 0
         outer = self
 
-        class Handler(BaseHTTPRequestHandler):
+        class Handler(QuietHandler):
             def do_GET(self):  # noqa: N802 (http.server's spelling)
                 if self.path != "/metrics":
                     self.send_error(404)
                     return
                 outer.scrapes += 1
-                data = body(outer.scrapes).encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "text/plain; version=0.0.4")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
+                self._send(200, body(outer.scrapes).encode(), "text/plain; version=0.0.4")
 
-            def log_message(self, *args):
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.address = f"127.0.0.1:{self.server.server_address[1]}"
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-        self.thread.start()
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+        super().__init__(Handler)
 
 
 def api(base: str, path: str, **params: str) -> dict:
