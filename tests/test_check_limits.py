@@ -21,7 +21,7 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from helpers import FakeTime, Silent, run_cli
+from helpers import FakeTime, run_cli
 from loopback import Loopback, QuietHandler
 from kimi_deploy import paths
 from kimi_deploy.check import registry
@@ -40,13 +40,6 @@ def validate(doc: dict) -> None:
 
 #: What the health tier sends (health.live, health.ready, health.models), one connection each.
 HEALTH_TIER_REQUESTS = ["GET /health", "GET /health_generate", "GET /v1/models"]
-
-
-@pytest.fixture
-def silent():
-    server = Silent()
-    yield server
-    server.close()
 
 
 @pytest.fixture
