@@ -74,6 +74,17 @@ def fake_systemd(tmp_path, monkeypatch):
 
 
 @pytest.fixture
+def silent():
+    """A listening loopback socket nobody accepts on (:class:`helpers.Silent`): the kernel completes TCP
+    handshakes, no byte ever comes back; ``silent.sent()`` tells afterwards what was sent to it."""
+    from helpers import Silent
+
+    server = Silent()
+    yield server
+    server.close()
+
+
+@pytest.fixture
 def root(tmp_path) -> Path:
     """An empty folder standing for a host's / (``--root``)."""
     r = tmp_path / "root"

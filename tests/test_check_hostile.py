@@ -21,7 +21,7 @@ import tempfile
 import threading
 import xml.etree.ElementTree as ET
 from collections.abc import Callable
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
 import jsonschema
@@ -33,29 +33,21 @@ from kimi_deploy import paths
 from kimi_deploy.check import CheckReport, CheckResult, registry, reports
 from kimi_deploy.check.results import EVIDENCE_CHARS, UNPRINTABLE
 from kimi_deploy.errors import ExitCode
+from loopback import JSON, Loopback, QuietHandler, send
 
-JSON = "application/json"
 SSE = "text/event-stream"
 
 #: A POST answer: (raw bytes to write after the request was read), or a function writing them itself.
 Answer = Callable[[BaseHTTPRequestHandler, bool], None]
 
 
-def _send(handler: BaseHTTPRequestHandler, body: bytes, ctype: str = JSON, status: int = 200) -> None:
-    handler.send_response(status)
-    handler.send_header("Content-Type", ctype)
-    handler.send_header("Content-Length", str(len(body)))
-    handler.end_headers()
-    handler.wfile.write(body)
-
-
 def body(nonstream: bytes, ctype: str = JSON, stream: bytes | None = None) -> Answer:
     """Answer ``nonstream`` (as ``ctype``) to a non-streaming request, ``stream`` (SSE) to a streaming one."""
     def answer(handler: BaseHTTPRequestHandler, streaming: bool) -> None:
         if streaming and stream is not None:
-            _send(handler, stream, SSE)
+            send(handler, 200, stream, SSE)
         else:
-            _send(handler, nonstream, ctype)
+            send(handler, 200, nonstream, ctype)
     return answer
 
 
@@ -85,20 +77,17 @@ class Hostile:
     def __init__(self, post: Answer, gets: dict[str, Answer] | None = None) -> None:
         outer = self
 
-        class Handler(BaseHTTPRequestHandler):
+        class Handler(QuietHandler):
             protocol_version = "HTTP/1.1"
-
-            def log_message(self, *args):
-                pass
 
             def do_GET(self):  # noqa: N802
                 if self.path in outer.gets:
                     return outer.gets[self.path](self, False)
                 if self.path == "/v1/models":
-                    return _send(self, b'{"object": "list", "data": [{"id": "m", "object": "model"}]}')
+                    return self._send(200, b'{"object": "list", "data": [{"id": "m", "object": "model"}]}')
                 if self.path == "/health":
-                    return _send(self, b"{}")
-                return _send(self, b'{"error": "not found"}', status=404)
+                    return self._send(200, b"{}")
+                return self._send(404, b'{"error": "not found"}')
 
             def do_POST(self):  # noqa: N802
                 request = self.rfile.read(int(self.headers.get("Content-Length") or 0))
@@ -109,14 +98,11 @@ class Hostile:
                 outer.post(self, streaming)
 
         self.post, self.gets = post, gets or {}
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.server = Loopback(Handler)
+        self.url = self.server.url
 
     def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+        self.server.close()
 
 
 @pytest.fixture

@@ -110,7 +110,7 @@ def test_nightly_timer_is_listed_and_its_check_unit_reports(host):
     ids = {c["id"] for c in report["checks"]}
     assert {"health.ready", "config.tool_call_parser", "contract.tool_auto.stream"} <= ids
     assert "<testsuite" in host.sh(f"cat {state}/check-report.xml").stdout
-    assert "kimi_deploy_check_exit_code 0" in host.sh(f"cat {state}/check.prom").stdout
+    assert f'kimi_deploy_check_exit_code{{service="{NAME}"}} 0' in host.sh(f"cat {state}/check.prom").stdout
     # the reports belong to the service user (the unit runs as User=sglang)
     assert host.sh(f"stat -c %U {state}/check-report.json").stdout.strip() == "sglang"
     assert re.search(r"^check +exit 0 at ", host.sh("kimi-deploy status").stdout, re.M)  # status reads the report
@@ -158,7 +158,7 @@ def test_nightly_check_unit_fails_when_the_server_is_down(host):
     assert f"kimi-deploy-check@{NAME}.service" in host.sh("systemctl --failed --no-legend --no-pager").stdout
     report = json.loads(host.sh(f"cat /var/lib/{NAME}/check-report.json").stdout)
     assert report["exit_code"] == 3
-    assert "kimi_deploy_check_exit_code 3" in host.sh(f"cat /var/lib/{NAME}/check.prom").stdout
+    assert f'kimi_deploy_check_exit_code{{service="{NAME}"}} 3' in host.sh(f"cat /var/lib/{NAME}/check.prom").stdout
 
 
 def test_uninstall_purge_leaves_nothing_behind(host):

@@ -19,8 +19,6 @@ import shutil
 import stat
 import subprocess
 import sys
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import httpx
@@ -29,6 +27,7 @@ import pytest
 from kimi_deploy.apikey import guard_transport, is_local_host
 from kimi_deploy.errors import ExitCode, UsageError
 from kimi_deploy.redact import MASK
+from loopback import Loopback, QuietHandler
 
 REPO = Path(__file__).resolve().parent.parent
 KEY = "sk-secrets-test-key-0123456789"
@@ -106,7 +105,7 @@ def test_bench_refuses_a_key_on_argv(tmp_path):
 
 # --- check against a server that echoes the key wherever it can ---
 
-class Echo(BaseHTTPRequestHandler):
+class Echo(QuietHandler):
     """Every answer carries the caller's Authorization header: /server_info as unpatched SGLang
     (``api_key``, ``launch_command``), everything else a 500 whose body quotes the header."""
 
@@ -123,26 +122,11 @@ class Echo(BaseHTTPRequestHandler):
 
     do_POST = do_GET  # noqa: N815
 
-    def _send(self, status: int, body: dict) -> None:
-        data = json.dumps(body).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-    def log_message(self, *args):
-        pass
-
 
 @pytest.fixture
 def echo():
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Echo)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{server.server_address[1]}"
-    server.shutdown()
-    server.server_close()
+    with Loopback(Echo) as server:
+        yield server.url
 
 
 def test_check_reports_hold_no_key_a_server_echoes(echo, tmp_path):
@@ -221,14 +205,9 @@ class EchoModels(Echo):
 
 
 def test_bench_errors_quote_no_key():
-    server = ThreadingHTTPServer(("127.0.0.1", 0), EchoModels)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        run = kimi("bench", "--base-url", f"http://127.0.0.1:{server.server_address[1]}", "--concurrency", "1",
+    with Loopback(EchoModels) as server:
+        run = kimi("bench", "--base-url", server.url, "--concurrency", "1",
                    "--num-prompts", "1", "--no-progress", env={"KIMI_DEPLOY_API_KEY": KEY})
-    finally:
-        server.shutdown()
-        server.server_close()
     assert run.returncode == ExitCode.USAGE and "no --model given" in run.stderr, run.stderr
     assert MASK in run.stderr
     _no_key_in([], run.stdout, run.stderr)

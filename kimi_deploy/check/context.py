@@ -71,20 +71,23 @@ class Context:
                 return source[name]
         return None
 
+    def _parser(self, name: str) -> str | None:
+        """The ``name`` parser (``tool_call_parser``, ``reasoning_parser``) whose rules apply: the profile's,
+        else the one the server reports (``None`` when it reports none)."""
+        if self.profile is not None:
+            return getattr(self.profile.sglang, name)
+        self.load_facts()
+        return self.server_value(name)
+
     @property
     def tool_call_parser(self) -> str | None:
-        """The parser whose rules apply: the profile's, else the one the server reports."""
-        if self.profile is not None:
-            return self.profile.sglang.tool_call_parser
-        self.load_facts()
-        return self.server_value("tool_call_parser")
+        """The tool-call parser whose rules apply: the profile's, else the one the server reports."""
+        return self._parser("tool_call_parser")
 
     @property
     def reasoning_parser(self) -> str | None:
-        if self.profile is not None:
-            return self.profile.sglang.reasoning_parser
-        self.load_facts()
-        return self.server_value("reasoning_parser")
+        """The reasoning parser whose rules apply: the profile's, else the one the server reports."""
+        return self._parser("reasoning_parser")
 
     @property
     def kimi_ids(self) -> bool:

@@ -8,7 +8,10 @@
   (``--collector.textfile.directory``): ``kimi_deploy_check_status{check=...}``,
   ``kimi_deploy_check_failures{kind=...}`` (every kind, 0 when none),
   ``kimi_deploy_check_last_run_timestamp_seconds``, ``kimi_deploy_check_exit_code``,
-  ``kimi_deploy_check_duration_seconds``.
+  ``kimi_deploy_check_duration_seconds``. A run with a profile puts ``service="<[service] name>"`` first on
+  every series, so two services' textfiles in one node_exporter directory (two services on one host, or a
+  gateway host checking its workers) are different series; without a profile the label is absent and the
+  scrape job's own ``service`` target label applies (:func:`kimi_deploy.monitoring.scrape_configs`).
 """
 
 from __future__ import annotations
@@ -155,29 +158,39 @@ def _label(value: str) -> str:
 
 
 def to_prometheus(report: CheckReport) -> str:
-    """Prometheus text exposition format (version 0.0.4) for node_exporter's textfile collector."""
+    """Prometheus text exposition format (version 0.0.4) for node_exporter's textfile collector.
+
+    Every series carries ``service="<name>"`` when ``report.service`` is set (a run with a profile); without
+    one the text is as it always was, with no ``service`` label (not ``"unknown"``: the scrape job that
+    reads the file then gives it its own ``service`` target label, and no made-up service shows in alerts).
+    """
+    first = {"service": report.service} if report.service else {}
+
+    def series(name: str, **labels: str) -> str:
+        spelled = ",".join(f'{k}="{_label(v)}"' for k, v in {**first, **labels}.items())
+        return f"{name}{{{spelled}}}" if spelled else name
+
     lines = [
         "# HELP kimi_deploy_check_status Result of each check in the last run: 0 pass, 1 warn, 2 fail, 3 skip.",
         "# TYPE kimi_deploy_check_status gauge",
     ]
     for r in report.results:
-        lines.append(f'kimi_deploy_check_status{{check="{_label(r.id)}",kind="{_label(r.kind or "")}"}} '
-                     f"{STATUS_VALUE[r.status]}")
+        lines.append(f"{series('kimi_deploy_check_status', check=r.id, kind=r.kind or '')} {STATUS_VALUE[r.status]}")
     lines += ["# HELP kimi_deploy_check_failures Checks of the last run that failed (or warned) with each kind.",
               "# TYPE kimi_deploy_check_failures gauge"]
     for kind, n in report.failures_by_kind().items():
-        lines.append(f'kimi_deploy_check_failures{{kind="{kind}"}} {n}')
+        lines.append(f"{series('kimi_deploy_check_failures', kind=kind)} {n}")
     lines += [
         "# HELP kimi_deploy_check_last_run_timestamp_seconds Unix time the last check run started.",
         "# TYPE kimi_deploy_check_last_run_timestamp_seconds gauge",
-        f"kimi_deploy_check_last_run_timestamp_seconds {report.started_at.timestamp():.3f}",
+        f"{series('kimi_deploy_check_last_run_timestamp_seconds')} {report.started_at.timestamp():.3f}",
         "# HELP kimi_deploy_check_exit_code Exit code of the last run: 0 ok, 1 a check failed, 3 unreachable, "
         "130 interrupted.",
         "# TYPE kimi_deploy_check_exit_code gauge",
-        f"kimi_deploy_check_exit_code {int(report.exit_code)}",
+        f"{series('kimi_deploy_check_exit_code')} {int(report.exit_code)}",
         "# HELP kimi_deploy_check_duration_seconds Wall time of the last run.",
         "# TYPE kimi_deploy_check_duration_seconds gauge",
-        f"kimi_deploy_check_duration_seconds {report.duration_s:.3f}",
+        f"{series('kimi_deploy_check_duration_seconds')} {report.duration_s:.3f}",
     ]
     return "\n".join(lines) + "\n"
 

@@ -237,6 +237,8 @@ class CheckReport:
     server: dict[str, Any] = dataclasses.field(default_factory=dict)
     results: list[CheckResult] = dataclasses.field(default_factory=list)
     profile: str | None = None
+    #: The profile's ``[service] name`` (``None`` without a profile): the ``service`` label of the textfile.
+    service: str | None = None
     answered: bool = True
     interrupted: str | None = None
     not_run: list[str] = dataclasses.field(default_factory=list)

@@ -104,7 +104,7 @@ def run_checks(options: CheckOptions, progress: Progress | None = None, *,
     ids = registry.select(options.only, options.skip)
     expected = options.model or (profile.sglang.served_model_name or profile.sglang.model_path if profile else None)
     report = CheckReport(base_url=base_url, model=expected, started_at=_dt.datetime.now(_dt.timezone.utc),
-                         profile=profile_path)
+                         profile=profile_path, service=profile.service.name if profile else None)
     t0 = clock()
     deadline = Deadline(options.deadline, clock)
     clients = Clients.open(base_url, api_key, options.timeout, deadline,
