@@ -82,18 +82,23 @@ def gateway_args(profile: Profile) -> list[str]:
 
 
 def gateway_argv(profile: Profile) -> list[str]:
-    """The whole ExecStart= command: the launcher in smg's interpreter with a key, else the smg script."""
+    """The gateway's command as argv: :data:`LAUNCHER` in smg's interpreter (``python -c LAUNCHER launch ...``,
+    reading ``$CREDENTIALS_DIRECTORY/api-key``) with a key, else the smg script (``smg launch ...``)."""
     assert profile.gateway is not None
     if profile.sglang.api_key_file:
-        return [smg_python(profile), "-c", f'"{LAUNCHER}"', *gateway_args(profile)]
+        return [smg_python(profile), "-c", LAUNCHER, *gateway_args(profile)]
     return [profile.gateway.smg, *gateway_args(profile)]
 
 
 def exec_start(argv: Sequence[str]) -> str:
-    """ExecStart='s value for ``argv``: the program line, then one option and its values per continued line."""
+    """ExecStart='s value for ``argv``: the program line, then one option and its values per continued line.
+
+    The one argument with spaces (:data:`LAUNCHER`, which has no double quote) is double-quoted for systemd.
+    """
     head: list[str] = []
     groups: list[list[str]] = []
     for arg in argv:
+        arg = f'"{arg}"' if " " in arg else arg
         if arg.startswith("--"):
             groups.append([arg])
         elif groups:
