@@ -30,6 +30,9 @@ import pytest
 
 from helpers import run_cli
 from kimi_deploy import gateway
+from kimi_deploy import restart as restart_lib
+from kimi_deploy.errors import ExitCode
+from kimi_deploy.paths import HostLayout
 from kimi_deploy.check import CheckOptions, run_checks
 from kimi_deploy.profile import parse_profile
 
@@ -210,6 +213,57 @@ def test_check_each_worker_runs_the_contract_tier_on_every_listed_worker(fleet, 
     report = json.loads(out.read_text())
     assert sorted(w["url"] for w in report["workers"]) == sorted(fleet.profile.worker_urls())
     assert all(w["exit_code"] == 0 and w["checks"] > 0 for w in report["workers"])
+
+
+def _restart(fleet, tmp_path, drain_client=None, **kw):
+    """restart --wait of replica 1 (its unit faked by fake_systemd; its server is the running replay server)."""
+    root = tmp_path / "root"
+    key = root / str(fleet.profile.sglang.api_key_file).lstrip("/")
+    key.parent.mkdir(parents=True)
+    key.write_text(KEY + "\n")
+    url = f"http://{NODES[0]}:{fleet.port}"
+    events: list[tuple[str, bool]] = []
+    result = restart_lib.restart(
+        fleet.profile, HostLayout(root), wait=True, poll_interval=0.01, timeout=120,
+        drain=restart_lib.Drain(drain_client or fleet.client, url),
+        on_event=lambda m: events.append((m, fleet.client.find(url) is None)), **kw)
+    return result, url, events
+
+
+def test_restart_takes_the_replica_out_of_the_gateway_and_back(fleet, fake_systemd, tmp_path, monkeypatch):
+    # The replay server runs SGLang 0.5.23 unpatched, whose parser tier fails by design (test_check_replay);
+    # here the fast tier is health and config, to follow the passing path.
+    monkeypatch.setattr(restart_lib, "FAST_TIER", ("health.*", "config.*"))
+    result, url, events = _restart(fleet, tmp_path)
+    assert result.exit_code == ExitCode.OK, result.to_dict()
+    assert ("restarting kimi-k25.service", True) in events  # out of the gateway while it restarts
+    assert fake_systemd.verbs() == ["restart kimi-k25.service"]
+    assert result.gateway == {"url": url, "removed": True, "readded": True, "error": None}
+    worker = fleet.client.find(url)
+    assert worker is not None and worker.status == "ready" and worker.healthy
+
+
+def test_a_replica_that_fails_its_checks_stays_out_of_the_gateway(fleet, fake_systemd, tmp_path):
+    result, url, _ = _restart(fleet, tmp_path)  # the real fast tier: the unpatched parser tier fails
+    assert result.exit_code == ExitCode.FAILED and result.gateway["readded"] is False
+    assert fleet.client.find(url) is None
+    assert any("stays out of the gateway's rotation" in note for note in result.notes)
+    fleet.client.add(url)  # back for the tests that follow
+
+
+def test_a_replica_the_gateway_does_not_take_back_is_exit_9(fleet, fake_systemd, tmp_path, monkeypatch):
+    monkeypatch.setattr(restart_lib, "FAST_TIER", ("health.*",))
+
+    class Refusing:  # the real gateway for the removal; its re-add refused, as a gateway that is down would
+        remove = fleet.client.remove
+
+        def add(self, url):
+            raise gateway.GatewayError("the gateway refused to add it: 503")
+
+    result, url, _ = _restart(fleet, tmp_path, Refusing())
+    assert result.exit_code == ExitCode.OUT_OF_ROTATION == 9 and result.attempts[0].ok
+    assert result.gateway["error"] == "the gateway refused to add it: 503" and fleet.client.find(url) is None
+    fleet.client.add(url)
 
 
 def test_bench_with_a_dead_worker_and_a_drained_and_readded_one_has_no_failed_request(fleet, tmp_path):
