@@ -3,7 +3,7 @@
 :func:`host_files` maps every host of the profile (:meth:`kimi_deploy.profile.Profile.hosts`) to the rendered
 files it installs: a node of a single-node replica gets the server unit, its EnvironmentFile and the nightly
 check units (exactly what one host gets without ``[fleet]``); the gateway host gets the gateway unit
-(:mod:`kimi_deploy.gateway`); a host that is both gets both. ``render --out DIR`` writes them to
+(:mod:`kimi_deploy.gateway`) and its nightly ``check --each-worker`` units; a host that is both gets both. ``render --out DIR`` writes them to
 ``DIR/<host>/``; ``install --host NAME`` (or the host found by its own addresses, :func:`pick_host`)
 installs that host's part. The kit never connects to another host: the operator copies the folders with
 the tool they already use (production.md: a loop over ssh, Ansible with ``serial: 1``).
@@ -23,13 +23,23 @@ def gateway_files(profile: Profile, header: str) -> dict[str, str]:
     """File name -> text of the gateway host's part: ``<name>-gateway.service`` (empty without ``[gateway]``)."""
     if profile.gateway is None:
         return {}
-    from kimi_deploy import gateway, launch
-    from kimi_deploy.render import _environment
+    from kimi_deploy import gateway, launch, paths
+    from kimi_deploy.render import _environment, check_unit
 
-    context = {"header": header, "svc": profile.service, "s": profile.sglang, "gw": profile.gateway,
+    svc = profile.service
+    unit = check_unit(f"{svc.name}-gateway")
+    check_command = (
+        f"{svc.kimi_deploy} check --profile {paths.service_profile_copy(svc.name)} --each-worker"
+        + (f" --api-key-file %d/{launch.API_KEY_CREDENTIAL}" if profile.sglang.api_key_file else "")
+        + f" --json {paths.service_state_dir(svc.name)}-gateway/check-workers.json")
+    context = {"header": header, "svc": svc, "s": profile.sglang, "gw": profile.gateway,
                "workers": profile.worker_urls(), "api_key_credential": launch.API_KEY_CREDENTIAL,
-               "exec_start": gateway.exec_start(gateway.gateway_argv(profile))}
-    return {gateway.gateway_unit(profile): _environment().get_template("gateway.service.j2").render(context)}
+               "exec_start": gateway.exec_start(gateway.gateway_argv(profile)), "check_command": check_command,
+               "check_unit": unit}
+    env = _environment()
+    return {gateway.gateway_unit(profile): env.get_template("gateway.service.j2").render(context),
+            f"{unit}.service": env.get_template("gateway-check.service.j2").render(context),
+            f"{unit}.timer": env.get_template("gateway-check.timer.j2").render(context)}
 
 
 def is_node(profile: Profile, host: str) -> bool:

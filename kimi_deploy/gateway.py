@@ -302,3 +302,39 @@ def gateway_url(profile: Profile) -> str:
         raise UsageError("the profile has no [gateway]", hint="add a [gateway] table (production.md)")
     host = gw.host if gw.bind in ("0.0.0.0", "::") else gw.bind
     return f"http://{url_host(host)}:{gw.port}"
+
+
+def view_problems(expected: Sequence[str], workers: Sequence[Worker]) -> list[str]:
+    """``status`` problems of the gateway's view (one ``what (evidence); fix: how`` line each; empty: fine).
+
+    ``expected``: the profile's worker URLs (:meth:`Profile.worker_urls`); ``workers``: what the gateway lists.
+    """
+    listed = {w.url.rstrip("/"): w for w in workers}
+    problems = []
+    for url in expected:
+        worker = listed.get(url.rstrip("/"))
+        if worker is None:
+            problems.append(f"{url} is not in the gateway's rotation (GET /workers does not list it); fix: "
+                            "`kimi-deploy restart --wait` on that node adds it back once it is ready")
+        elif worker.status != "ready" or not worker.healthy:
+            problems.append(f"{url} is {worker.status}, {'healthy' if worker.healthy else 'unhealthy'} in the gateway "
+                            f"(GET /workers); fix: `kimi-deploy status` and `journalctl` on that node")
+    for url in sorted(set(listed) - {u.rstrip("/") for u in expected}):
+        problems.append(f"the gateway routes to {url}, which the profile does not list (GET /workers); fix: "
+                        "re-render and reinstall the gateway host, or remove it with the worker API")
+    return problems
+
+
+def gateway_view(profile: Profile, api_key: str | None, *, timeout: float = 10.0) -> dict[str, Any]:
+    """The gateway's view of its workers for ``status``: ``{"url", "workers": [Worker dicts], "problems",
+    "error"}``; never raises (an unreachable gateway or a refused listing is ``error`` and a problem)."""
+    url = gateway_url(profile)
+    try:
+        with Gateway(url, api_key, timeout=timeout) as gw:
+            workers = gw.workers()
+    except KimiDeployError as exc:
+        return {"url": url, "workers": [], "error": exc.message,
+                "problems": [f"the gateway at {url} cannot be read ({exc.message}); fix: systemctl status "
+                             f"{profile.service.name}-gateway on {profile.gateway.host}"]}
+    return {"url": url, "workers": [w.to_dict() for w in workers], "error": None,
+            "problems": view_problems(profile.worker_urls(), workers)}

@@ -300,8 +300,8 @@ def gather_install_facts(profile: Profile, layout: HostLayout, desired: Mapping[
     if not layout.is_host:
         units += [u for u in _unit_names(recorded - set(desired)) if u not in units]
     enabled = {u: systemd.is_enabled(u, root=root) for u in units}
-    timer = f"{check_unit(svc.name)}.timer"
-    active = {timer: systemd.is_active(timer)} if enable and layout.is_host else {}
+    timers = [u for u in units_to_enable(profile, desired) if u.endswith(".timer")]
+    active = {timer: systemd.is_active(timer) for timer in timers} if enable and layout.is_host else {}
     dirs = frozenset({profile.cache_root} if layout.under(profile.cache_root).is_dir() else ())
     key_hp = profile.sglang.api_key_file
     orphan = intent.api_key_created if intent else None
@@ -572,7 +572,7 @@ def units_to_enable(profile: Profile, files: Mapping[str, bytes]) -> list[str]:
     svc = profile.service
     names = [f"{svc.name}.service", f"{check_unit(svc.name)}.timer"]
     if profile.gateway is not None:
-        names.insert(1, gateway_unit(profile))
+        names += [gateway_unit(profile), f"{check_unit(svc.name + '-gateway')}.timer"]
     return [u for u in names if f"{paths.SYSTEMD_DIR}/{u}" in files]
 
 
@@ -652,10 +652,10 @@ def plan_install_from(profile: Profile, facts: HostFacts, files: Mapping[str, by
         if to_enable:
             steps.append(Step("command", f"enable {', '.join(to_enable)} (start at boot)", when="after",
                               argv=tuple(systemd.systemctl_argv("enable", *to_enable, root=root))))
-        timer = f"{check_unit(svc.name)}.timer"
-        if layout.is_host and timer in units and not facts.active.get(timer, False):
-            steps.append(Step("command", "start the nightly check timer now", when="after",
-                              argv=tuple(systemd.systemctl_argv("start", timer))))
+        for timer in (u for u in units if u.endswith(".timer")):
+            if layout.is_host and not facts.active.get(timer, False):
+                steps.append(Step("command", "start the nightly check timer now", when="after",
+                                  argv=tuple(systemd.systemctl_argv("start", timer))))
     else:
         notes.append("--no-enable: units are not enabled; the service does not start at boot")
     if restart:

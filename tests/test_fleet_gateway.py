@@ -266,6 +266,15 @@ def test_a_replica_the_gateway_does_not_take_back_is_exit_9(fleet, fake_systemd,
     fleet.client.add(url)
 
 
+def test_status_shows_the_gateways_view_of_each_worker(fleet):
+    view = gateway.gateway_view(fleet.profile, KEY)
+    assert view["error"] is None and view["problems"] == []
+    assert sorted(w["url"] for w in view["workers"]) == sorted(fleet.profile.worker_urls())
+    assert all(w["status"] == "ready" and w["healthy"] for w in view["workers"])
+    assert gateway.gateway_view(fleet.profile, "wrong")["problems"][0].startswith(
+        f"the gateway at {fleet.url} cannot be read (the gateway answered GET /workers with 401)")
+
+
 def test_bench_with_a_dead_worker_and_a_drained_and_readded_one_has_no_failed_request(fleet, tmp_path):
     """Worker 3 is killed (SIGKILL) before the run: smg still lists it healthy (its health check runs every
     60 s) and retries what it sends there. Worker 2 is drained out and added back while the run goes on."""

@@ -84,7 +84,13 @@ def test_each_host_folder_holds_exactly_its_part(tmp_path):
         assert sorted(n.split("/", 1)[1] for n in tree if n.startswith(node + "/")) == [
             "kimi-deploy-check@kimi-k25.service", "kimi-deploy-check@kimi-k25.timer", "kimi-k25.env",
             "kimi-k25.service"]
-    assert [n for n in tree if n.startswith("10.0.0.10/")] == ["10.0.0.10/kimi-k25-gateway.service"]
+    assert sorted(n for n in tree if n.startswith("10.0.0.10/")) == [
+        "10.0.0.10/kimi-deploy-check@kimi-k25-gateway.service", "10.0.0.10/kimi-deploy-check@kimi-k25-gateway.timer",
+        "10.0.0.10/kimi-k25-gateway.service"]
+    nightly = tree["10.0.0.10/kimi-deploy-check@kimi-k25-gateway.service"]
+    assert "ExecStart=/usr/local/bin/kimi-deploy check --profile /etc/kimi-deploy/kimi-k25.toml --each-worker " \
+           "--api-key-file %d/api-key --json /var/lib/kimi-k25-gateway/check-workers.json" in nightly
+    assert "DynamicUser=yes" in nightly and "TimeoutStartSec=1800" in nightly
     # one folder for a host that is both a node and the gateway
     both = PROFILE.replace('host = "10.0.0.10"', 'host = "10.0.0.11"\nport = 8000')
     tree = _tree(_render(tmp_path / "both", both))
@@ -121,7 +127,7 @@ def test_every_fleet_unit_passes_verify_and_the_gateway_exposure_is_low(tmp_path
     text += f'smg = "{smg / "smg"}"\n'
     out = _render(tmp_path, text)
     units = sorted(str(p) for p in out.rglob("*") if p.suffix in (".service", ".timer"))
-    assert len(units) == 7
+    assert len(units) == 9
     for host in ("10.0.0.10", "10.0.0.11", "10.0.0.12"):  # one host's units at a time, as each host has them
         done = subprocess.run(["systemd-analyze", "verify", *[u for u in units if f"/{host}/" in u]],
                               capture_output=True, text=True)
@@ -178,6 +184,7 @@ def test_install_puts_each_hosts_part_in_place_and_a_second_run_plans_nothing(tm
         assert run_cli(args).exit_code == 0
         units = sorted(p.name for p in (root / "etc" / "systemd" / "system").iterdir())
         assert unit in units and ("kimi-k25.service" in units) == (host != "10.0.0.10")
+        assert ("kimi-deploy-check@kimi-k25-gateway.timer" in units) == (host == "10.0.0.10")
         again = run_cli(args)
         assert again.exit_code == 0 and "nothing to do" in again.stdout
         assert key.read_text() == "sk-fleet\n"
@@ -187,3 +194,16 @@ def test_install_of_a_fleet_needs_to_know_the_host(tmp_path):
     result = run_cli(["install", "--profile", str(write_profile(tmp_path, PROFILE)), "--root", str(tmp_path / "r"),
                       "--host", "10.0.0.99", "--no-enable"])
     assert result.exit_code == 2 and "use one of 10.0.0.11, 10.0.0.12, 10.0.0.10" in result.stderr
+
+
+def test_status_problems_of_the_gateways_view():
+    ready = gateway.Worker("1", "http://10.0.0.11:30000", "ready", True)
+    expected = ["http://10.0.0.11:30000", "http://10.0.0.12:30000"]
+    assert gateway.view_problems(expected[:1], [ready]) == []
+    problems = gateway.view_problems(expected, [ready, gateway.Worker("3", "http://10.0.0.99:30000", "ready", True)])
+    assert problems[0].startswith("http://10.0.0.12:30000 is not in the gateway's rotation")
+    assert problems[1].startswith("the gateway routes to http://10.0.0.99:30000, which the profile does not list")
+    sick = gateway.Worker("2", "http://10.0.0.12:30000", "draining", False)
+    assert gateway.view_problems(expected, [ready, sick]) == [
+        "http://10.0.0.12:30000 is draining, unhealthy in the gateway (GET /workers); fix: `kimi-deploy status` "
+        "and `journalctl` on that node"]
