@@ -338,3 +338,42 @@ def gateway_view(profile: Profile, api_key: str | None, *, timeout: float = 10.0
                              f"{profile.service.name}-gateway on {profile.gateway.host}"]}
     return {"url": url, "workers": [w.to_dict() for w in workers], "error": None,
             "problems": view_problems(profile.worker_urls(), workers)}
+
+
+@dataclasses.dataclass(frozen=True)
+class GatewayValidation:
+    """``validate --gateway``: the smg checked, its ``--version`` line, and the problems (empty: valid)."""
+
+    smg: str
+    version: str
+    errors: tuple[str, ...]
+
+    @property
+    def ok(self) -> bool:
+        return not self.errors
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"smg": self.smg, "version": self.version, "ok": self.ok, "errors": list(self.errors)}
+
+
+def validate_smg(profile: Profile, smg: str | None = None) -> GatewayValidation:
+    """Check the profile's gateway command against the smg at ``smg`` (default ``[gateway] smg``): its
+    ``--version`` is the pinned ``[gateway] version``, and every option is an exact name of its
+    ``launch --help`` and the policy one of its choices (:func:`validate_gateway`).
+
+    Raises:
+        UsageError: no ``[gateway]``. ExternalCommandError: smg missing or failing (exit 5).
+    """
+    from kimi_deploy import proc
+
+    if profile.gateway is None:
+        raise UsageError("the profile has no [gateway]", hint="add a [gateway] table (production.md)")
+    smg = smg or profile.gateway.smg
+    version = proc.run([smg, "--version"], check=True, timeout=60).stdout.strip().splitlines()[:1]
+    line = version[0] if version else ""
+    errors = []
+    if not re.search(rf"(?<![\d.]){re.escape(profile.gateway.version)}(?![\d.])", line):
+        errors.append(f"gateway.version: the profile pins smg {profile.gateway.version}, but {smg} is {line!r}; "
+                      f"install smg=={profile.gateway.version} into its virtual environment or change the pin")
+    errors += validate_gateway(profile, smg_help(smg))
+    return GatewayValidation(smg=smg, version=line, errors=tuple(errors))

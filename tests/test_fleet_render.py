@@ -207,3 +207,17 @@ def test_status_problems_of_the_gateways_view():
     assert gateway.view_problems(expected, [ready, sick]) == [
         "http://10.0.0.12:30000 is draining, unhealthy in the gateway (GET /workers); fix: `kimi-deploy status` "
         "and `journalctl` on that node"]
+
+
+def test_validate_gateway_asks_the_pinned_smg_itself(tmp_path, smg_path):
+    """validate --gateway runs the real smg 1.13.0: its --version is the pin, its --help has every option."""
+    text = PROFILE + f'smg = "{smg_path}"\n'
+    profile = write_profile(tmp_path, text)
+    ok = run_cli(["validate", "--profile", str(profile), "--gateway", "--json"])
+    assert ok.exit_code == 0, ok.stdout + ok.stderr
+    data = __import__("json").loads(ok.stdout)
+    assert data["ok"] and "1.13.0" in data["version"]
+    pinned = write_profile(tmp_path, text + 'version = "1.12.0"\npolicy = "fastest"\n', "pinned.toml")
+    bad = run_cli(["validate", "--profile", str(pinned), "--gateway"])
+    assert bad.exit_code == 1
+    assert "gateway.version: the profile pins smg 1.12.0" in bad.stdout and "'fastest' is not one of" in bad.stdout
