@@ -127,8 +127,10 @@ prometheus_port = {self.metrics_port}
         assert argv[1] == "-c" and argv[2] == gateway.LAUNCHER and KEY not in argv
         if STRACE:
             argv = [STRACE, "-f", "-qq", "-e", "trace=connect", "-o", str(self.trace), *argv]
+        # its own process group: stop() ends strace and the smg it traces together (a SIGTERM to strace alone
+        # detaches it and leaves smg running)
         self.smg = subprocess.Popen(argv, stdout=(tmp / "smg.log").open("w"), stderr=subprocess.STDOUT,
-                                    env=env | {"CREDENTIALS_DIRECTORY": str(credentials)})
+                                    env=env | {"CREDENTIALS_DIRECTORY": str(credentials)}, start_new_session=True)
         self.url = gateway.gateway_url(self.profile)
         self.client = gateway.Gateway(self.url, KEY)
         _until(self._all_ready, "smg to list every worker ready")
@@ -148,7 +150,11 @@ prometheus_port = {self.metrics_port}
 
     def stop(self) -> None:
         self.client.close()
-        for proc in (self.smg, *self.servers.values()):
+        try:
+            os.killpg(self.smg.pid, signal.SIGTERM)  # strace and smg (same process group)
+        except ProcessLookupError:
+            pass
+        for proc in self.servers.values():
             if proc.poll() is None:
                 proc.terminate()
         for proc in (self.smg, *self.servers.values()):
@@ -156,6 +162,10 @@ prometheus_port = {self.metrics_port}
                 proc.wait(timeout=30)
             except subprocess.TimeoutExpired:
                 proc.kill()
+        try:
+            os.killpg(self.smg.pid, signal.SIGKILL)  # anything of the group still there
+        except ProcessLookupError:
+            pass
 
 
 @pytest.fixture(scope="module")
