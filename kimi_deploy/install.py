@@ -304,12 +304,12 @@ def gather_install_facts(profile: Profile, layout: HostLayout, desired: Mapping[
     root = None if layout.is_host else layout.root
     units = []
     if enable:
-        units += [f"{svc.name}.service", f"{check_unit(svc.name)}.timer"]
+        units += units_to_enable(profile, desired)
     if not layout.is_host:
         units += [u for u in _unit_names(recorded - set(desired)) if u not in units]
     enabled = {u: systemd.is_enabled(u, root=root) for u in units}
-    timer = f"{check_unit(svc.name)}.timer"
-    active = {timer: systemd.is_active(timer)} if enable and layout.is_host else {}
+    timers = [u for u in units_to_enable(profile, desired) if u.endswith(".timer")]
+    active = {timer: systemd.is_active(timer) for timer in timers} if enable and layout.is_host else {}
     dirs = frozenset({profile.cache_root} if layout.under(profile.cache_root).is_dir() else ())
     key_hp = profile.sglang.api_key_file
     orphan = intent.api_key_created if intent else None
@@ -543,21 +543,35 @@ def target_host_path(file_name: str) -> str:
     return f"{paths.ETC_DIR}/{file_name}" if file_name.endswith(".env") else f"{paths.SYSTEMD_DIR}/{file_name}"
 
 
-def desired_files(profile: Profile, sglang_version: str | None = None) -> tuple[dict[str, bytes], str]:
+def desired_files(profile: Profile, sglang_version: str | None = None,
+                  host: str | None = None) -> tuple[dict[str, bytes], str]:
     """Host path -> bytes of every file ``install`` puts in place (manifest excluded), and the SGLang version.
 
+    ``host``: for a profile with ``[fleet]``/``[gateway]``, the host whose part to install
+    (:func:`kimi_deploy.fleet.host_files`: server units on a node, the gateway unit on the gateway host);
+    None for a one-host profile.
+
     Raises:
-        UsageError / UnsupportedVersionError: from :func:`kimi_deploy.render.render`.
+        UsageError / UnsupportedVersionError: from :func:`kimi_deploy.render.render`; a fleet without ``host``.
     """
     rendered = render(profile, sglang_version)
-    files = {target_host_path(name): text.encode() for name, text in rendered.files.items()}
+    if profile.hosts():
+        from kimi_deploy.fleet import host_files
+
+        if host is None:
+            raise UsageError("the profile describes several hosts; say which one this is",
+                             hint="pass --host NAME (a node or the gateway host of the profile)")
+        part = host_files(profile, rendered.launch.sglang_version)[host]
+        files = {target_host_path(name): text.encode() for name, text in part.items()}
+    else:
+        files = {target_host_path(name): text.encode() for name, text in rendered.files.items()}
     header = file_header(profile, rendered.launch.sglang_version)
     files[paths.service_profile_copy(profile.service.name)] = profile_toml(profile, header).encode()
     return files, rendered.launch.sglang_version
 
 
 def plan_install(profile: Profile, layout: HostLayout, *, sglang_version: str | None = None, force: bool = False,
-                 enable: bool = True, create_user: bool = True, restart: bool = False) -> Plan:
+                 enable: bool = True, create_user: bool = True, restart: bool = False, host: str | None = None) -> Plan:
     """Compute what ``kimi-deploy install`` would do for ``profile`` on ``layout``; changes nothing.
 
     Gathers the facts (:func:`gather_install_facts`: reads files, accounts, ``systemctl [--root DIR]
@@ -571,10 +585,21 @@ def plan_install(profile: Profile, layout: HostLayout, *, sglang_version: str | 
     if restart and not layout.is_host:
         raise UsageError("--restart needs the running host, not --root", value=str(layout.root),
                          hint="drop --restart; restart on the host with `kimi-deploy restart --wait`")
-    files, version = desired_files(profile, sglang_version)
+    files, version = desired_files(profile, sglang_version, host)
     facts = gather_install_facts(profile, layout, files, enable=enable, create_user=create_user)
     return plan_install_from(profile, facts, files, version, force=force, enable=enable, create_user=create_user,
                              restart=restart)
+
+
+def units_to_enable(profile: Profile, files: Mapping[str, bytes]) -> list[str]:
+    """The units ``install`` enables among ``files``: the server and/or gateway unit and the check timer."""
+    from kimi_deploy.gateway import gateway_unit
+
+    svc = profile.service
+    names = [f"{svc.name}.service", f"{check_unit(svc.name)}.timer"]
+    if profile.gateway is not None:
+        names += [gateway_unit(profile), f"{check_unit(svc.name + '-gateway')}.timer"]
+    return [u for u in names if f"{paths.SYSTEMD_DIR}/{u}" in files]
 
 
 def plan_install_from(profile: Profile, facts: HostFacts, files: Mapping[str, bytes], version: str, *,
@@ -594,15 +619,21 @@ def plan_install_from(profile: Profile, facts: HostFacts, files: Mapping[str, by
     old, intent = facts.manifest, facts.intent
 
     steps: list[Step] = _stale_steps(facts)
-    account_steps = _user_steps(profile, facts, create_user, notes)
+    serves = target_host_path(f"{svc.name}.service") in files  # a gateway-only host runs as DynamicUser
+    account_steps = _user_steps(profile, facts, create_user, notes) if serves else []
     steps += account_steps
-    steps += _gpu_group_steps(profile, facts, create_user)
+    if serves:
+        steps += _gpu_group_steps(profile, facts, create_user)
     if not paths.is_within(profile.cache_root, paths.service_cache_dir(svc.name)) \
             and profile.cache_root not in facts.dirs:
         steps.append(Step("mkdir", f"create the cache folder {profile.cache_root} (ReadWritePaths= must exist)",
                           path=layout.join(profile.cache_root),
                           owner=(svc.user, svc.group) if layout.is_host else None))
     notes += [f"warning: {w}" for w in naming_warnings(profile)]
+    if profile.hosts() and facts.key is not None and not facts.key.exists:
+        raise UsageError("the API key file is missing; every host of a fleet must hold the same key",
+                         value=facts.key.host_path, hint="copy the key file (0600, root) from the first host to this "
+                         "one before installing, or create it once and copy it to every host (production.md)")
     key_step = _api_key_step(facts, notes)
     if key_step:
         steps.append(key_step)
@@ -636,7 +667,7 @@ def plan_install_from(profile: Profile, facts: HostFacts, files: Mapping[str, by
 
     gone = [Path(c.host_path).name for c in changes if c.action == "remove" and _is_unit(c.host_path)]
     steps += _disable_steps(facts, gone)
-    units = [f"{svc.name}.service", f"{check_unit(svc.name)}.timer"]
+    units = units_to_enable(profile, files)
     units_changed = any(c.action != "unchanged" and c.host_path.startswith(paths.SYSTEMD_DIR + "/") for c in changes)
     if layout.is_host:
         if units_changed:
@@ -650,10 +681,10 @@ def plan_install_from(profile: Profile, facts: HostFacts, files: Mapping[str, by
         if to_enable:
             steps.append(Step("command", f"enable {', '.join(to_enable)} (start at boot)", when="after",
                               argv=tuple(systemd.systemctl_argv("enable", *to_enable, root=root))))
-        timer = f"{check_unit(svc.name)}.timer"
-        if layout.is_host and not facts.active.get(timer, False):
-            steps.append(Step("command", "start the nightly check timer now", when="after",
-                              argv=tuple(systemd.systemctl_argv("start", timer))))
+        for timer in (u for u in units if u.endswith(".timer")):
+            if layout.is_host and not facts.active.get(timer, False):
+                steps.append(Step("command", "start the nightly check timer now", when="after",
+                                  argv=tuple(systemd.systemctl_argv("start", timer))))
     else:
         notes.append("--no-enable: units are not enabled; the service does not start at boot")
     if restart:

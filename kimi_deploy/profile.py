@@ -273,8 +273,9 @@ class Monitoring(_Section):
         return v
 
 
-#: A network interface name as Linux accepts it (IFNAMSIZ 16 with the NUL; no '/', ':' or whitespace).
-IFNAME = re.compile(r"[A-Za-z0-9_.-]{1,15}")
+#: A network interface name as Linux accepts it (IFNAMSIZ 16 with the NUL; no '/', ':' or whitespace), not
+#: starting with '-' or '.' (nor NCCL's '^'/'=' prefixes: the kit sets one exact NIC).
+IFNAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,14}")
 #: A policy name of smg's ``--policy`` (the pinned smg's ``--help`` lists the valid ones; ``validate`` checks).
 POLICY = re.compile(r"[a-z][a-z0-9_]{0,63}")
 #: A release number of smg (PEP 440 public versions as smg publishes them: 1.13.0, 1.13.0rc1, 1.13.0.post1).
