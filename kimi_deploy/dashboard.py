@@ -19,7 +19,7 @@ from grafana_foundation_sdk.builders import timeseries as gts
 from grafana_foundation_sdk.cog.encoder import JSONEncoder
 from grafana_foundation_sdk.models import dashboard as dm
 
-from kimi_deploy.monitoring import WINDOW, Settings, settings
+from kimi_deploy.monitoring import WINDOW, Settings, check_selector, settings
 from kimi_deploy.profile import Profile
 
 DATASOURCE = dm.DataSourceRef(type_val="prometheus", uid="${datasource}")
@@ -31,7 +31,7 @@ def _sel(job: str) -> str:
 
 def panel_queries(st: Settings, speculative: bool) -> list[tuple[str, str, list[tuple[str, str]]]]:
     """``(row title, panel title, [(expr, legend)])`` of every panel, in dashboard order."""
-    j, c = _sel(st.job), _sel(st.check_job)
+    j, c = _sel(st.job), check_selector(st)
     latency = []
     for title, metric in (("TTFT", "time_to_first_token_seconds"), ("ITL (inter-token latency)",
                                                                       "inter_token_latency_seconds"),

@@ -113,17 +113,7 @@ def remove(path: Path) -> bool:
     Raises:
         UsageError: it exists and cannot be deleted.
     """
-    if not os.path.lexists(path):
-        return False
-    fault_point("unlink", path)
-    try:
-        os.unlink(path)
-    except FileNotFoundError:
-        return False
-    except OSError as exc:
-        raise os_failure(exc, f"cannot delete {path}", value=str(path),
-                         hint="run as a user that can write that directory") from exc
-    return True
+    return _delete(path, "unlink", os.unlink)
 
 
 def remove_tree(path: Path) -> bool:
@@ -132,11 +122,17 @@ def remove_tree(path: Path) -> bool:
     Raises:
         UsageError: it exists and cannot be deleted completely.
     """
+    return _delete(path, "rmtree", shutil.rmtree)
+
+
+def _delete(path: Path, operation: str, delete: Callable[[Path], object]) -> bool:
+    """``delete(path)`` announced to :func:`fault_point` as ``operation``; False when nothing was there.
+    The error names what could not be deleted (the file inside a tree, for rmtree)."""
     if not os.path.lexists(path):
         return False
-    fault_point("rmtree", path)
+    fault_point(operation, path)
     try:
-        shutil.rmtree(path)
+        delete(path)
     except FileNotFoundError:
         return False
     except OSError as exc:

@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from kimi_deploy import __version__, apikey, fsio, paths, proc, systemd
-from kimi_deploy.errors import KimiDeployError, RefusedError, UsageError
+from kimi_deploy.errors import ExternalCommandError, KimiDeployError, RefusedError, UsageError
 from kimi_deploy.fsio import write_atomic, write_many_atomic
 from kimi_deploy.hostfiles import (Claims, FileRecord, Intent, Manifest, Ownership, classify, installed_services,
                                    last_uninstalled_manifest, leftover_services, load_intent, load_manifest,
@@ -91,7 +91,10 @@ class Step:
     ``kind``: ``command`` (``argv`` through :mod:`kimi_deploy.proc`), ``mkdir`` (``path``, chowned to
     ``owner`` = (user, group) when given), ``api-key`` (create ``path`` with a random key, 0600
     root), ``remove-tree``, ``remove-file``, ``remove-cache-keys`` (the ``sglang-*`` folders in ``path``).
-    ``when``: ``before`` the files are written or ``after``.
+    ``when``: ``before`` the files are written or ``after``. ``gone_exit``: an exit status of ``argv``
+    that means what it removes is already gone (``userdel``/``groupdel`` 6, shadow-utils: no such
+    user/group; ``userdel`` also drops a same-named primary group when login.defs says
+    ``USERGROUPS_ENAB yes``), counted as done. ``hint``: the fix shown when ``argv`` fails.
     """
 
     kind: Literal["command", "mkdir", "api-key", "remove-tree", "remove-file", "remove-cache-keys"]
@@ -100,6 +103,8 @@ class Step:
     argv: tuple[str, ...] = ()
     path: Path | None = None
     owner: tuple[str, str] | None = None
+    gone_exit: int | None = None
+    hint: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {"kind": self.kind, "summary": self.summary, "when": self.when,
@@ -182,9 +187,11 @@ class HostFacts:
 
     ``files``: host path -> bytes (None: absent) of every file the plan may write or remove.
     ``manifest``/``intent``: the service's manifest and the record of an interrupted install.
-    ``last_uninstalled``: the manifest copy of the service's newest uninstall backup.
+    ``last_uninstalled``: the manifest copy of the service's newest uninstall backup (install and
+    uninstall read it when the service has no manifest: the accounts an earlier install created).
     ``claims``: what the other installed services use. ``users``/``groups``: the accounts asked
-    about that exist; ``has_passwd``: the tree has ``/etc/passwd`` (``useradd --root`` needs it).
+    about that exist (install: the profile's; uninstall: those the records say an install created);
+    ``has_passwd``: the tree has ``/etc/passwd`` (``useradd --root`` needs it).
     ``gpu_groups``: group -> members, for the groups owning a ``/dev/nvidia*`` node that is not
     0666 (host only). ``enabled``/``active``: unit -> ``systemctl is-enabled``/``is-active``.
     ``key``: the API key file. ``dirs``: host paths asked about that are folders; ``exists``: host
@@ -290,24 +297,25 @@ def gather_install_facts(profile: Profile, layout: HostLayout, desired: Mapping[
     svc = profile.service
     manifest = load_manifest(layout, svc.name)
     intent = load_intent(layout, svc.name)
+    last = None if manifest or intent else last_uninstalled_manifest(layout, svc.name)
     recorded = set(manifest.files if manifest else ()) | set(intent.records() if intent else ())
     manifest_hp = layout.host_path(layout.manifest(svc.name))
     targets = set(desired) | recorded | {manifest_hp}
     root = None if layout.is_host else layout.root
     units = []
     if enable:
-        units += [f"{svc.name}.service", f"{check_unit(svc.name)}.timer"]
+        units += units_to_enable(profile, desired)
     if not layout.is_host:
         units += [u for u in _unit_names(recorded - set(desired)) if u not in units]
     enabled = {u: systemd.is_enabled(u, root=root) for u in units}
-    timer = f"{check_unit(svc.name)}.timer"
-    active = {timer: systemd.is_active(timer)} if enable and layout.is_host else {}
+    timers = [u for u in units_to_enable(profile, desired) if u.endswith(".timer")]
+    active = {timer: systemd.is_active(timer) for timer in timers} if enable and layout.is_host else {}
     dirs = frozenset({profile.cache_root} if layout.under(profile.cache_root).is_dir() else ())
     key_hp = profile.sglang.api_key_file
     orphan = intent.api_key_created if intent else None
     exists = frozenset({orphan} if orphan and layout.under(orphan).exists() else ())
     return HostFacts(
-        layout=layout, files=_read_files(layout, targets), manifest=manifest, intent=intent,
+        layout=layout, files=_read_files(layout, targets), manifest=manifest, intent=intent, last_uninstalled=last,
         claims=other_services_claims(layout, svc.name),
         users=_existing_accounts(layout, "user", {svc.user}), groups=_existing_accounts(layout, "group", {svc.group}),
         has_passwd=layout.is_host or layout.passwd.is_file(),
@@ -350,6 +358,8 @@ def gather_uninstall_facts(layout: HostLayout, name: str | None) -> HostFacts:
     return HostFacts(
         layout=layout, files=files, manifest=manifest, intent=intent, last_uninstalled=last,
         claims=other_services_claims(layout, name), enabled=enabled, exists=exists,
+        users=_existing_accounts(layout, "user", {u for r in kept for u in r.users_created}),
+        groups=_existing_accounts(layout, "group", {g for r in kept for g in r.groups_created}),
         stale=tuple(stale_files(layout, recorded | {manifest_hp, layout.host_path(layout.intent(name))} | key_paths,
                                 name)),
         installed=installed, leftovers=leftovers)
@@ -414,6 +424,22 @@ def _user_steps(profile: Profile, facts: HostFacts, create_user: bool, notes: li
                           argv=("useradd", *root_args, "--system", "--no-create-home", "--shell", NOLOGIN,
                                 "--gid", svc.group, "--home-dir", paths.service_state_dir(svc.name), svc.user)))
     return steps
+
+
+def _accounts_created(profile: Profile, facts: HostFacts, account_steps: list[Step]) -> tuple[list[str], list[str]]:
+    """The users and groups the manifest records as created by kimi-deploy (sorted): those ``account_steps``
+    create now, and those the service's earlier records say an install created (the manifest, an
+    interrupted install's, or the last uninstall's copy), so a reinstall never forgets them."""
+    records = [r for r in (facts.manifest, facts.intent.manifest if facts.intent else None,
+                           facts.last_uninstalled) if r]
+    users = {u for r in records for u in r.users_created}
+    groups = {g for r in records for g in r.groups_created}
+    for step in account_steps:
+        if step.argv[:1] == ("useradd",):
+            users.add(profile.service.user)
+        elif step.argv[:1] == ("groupadd",):
+            groups.add(profile.service.group)
+    return sorted(users), sorted(groups)
 
 
 def _gpu_group_steps(profile: Profile, facts: HostFacts, create_user: bool) -> list[Step]:
@@ -517,21 +543,35 @@ def target_host_path(file_name: str) -> str:
     return f"{paths.ETC_DIR}/{file_name}" if file_name.endswith(".env") else f"{paths.SYSTEMD_DIR}/{file_name}"
 
 
-def desired_files(profile: Profile, sglang_version: str | None = None) -> tuple[dict[str, bytes], str]:
+def desired_files(profile: Profile, sglang_version: str | None = None,
+                  host: str | None = None) -> tuple[dict[str, bytes], str]:
     """Host path -> bytes of every file ``install`` puts in place (manifest excluded), and the SGLang version.
 
+    ``host``: for a profile with ``[fleet]``/``[gateway]``, the host whose part to install
+    (:func:`kimi_deploy.fleet.host_files`: server units on a node, the gateway unit on the gateway host);
+    None for a one-host profile.
+
     Raises:
-        UsageError / UnsupportedVersionError: from :func:`kimi_deploy.render.render`.
+        UsageError / UnsupportedVersionError: from :func:`kimi_deploy.render.render`; a fleet without ``host``.
     """
     rendered = render(profile, sglang_version)
-    files = {target_host_path(name): text.encode() for name, text in rendered.files.items()}
+    if profile.hosts():
+        from kimi_deploy.fleet import host_files
+
+        if host is None:
+            raise UsageError("the profile describes several hosts; say which one this is",
+                             hint="pass --host NAME (a node or the gateway host of the profile)")
+        part = host_files(profile, rendered.launch.sglang_version)[host]
+        files = {target_host_path(name): text.encode() for name, text in part.items()}
+    else:
+        files = {target_host_path(name): text.encode() for name, text in rendered.files.items()}
     header = file_header(profile, rendered.launch.sglang_version)
     files[paths.service_profile_copy(profile.service.name)] = profile_toml(profile, header).encode()
     return files, rendered.launch.sglang_version
 
 
 def plan_install(profile: Profile, layout: HostLayout, *, sglang_version: str | None = None, force: bool = False,
-                 enable: bool = True, create_user: bool = True, restart: bool = False) -> Plan:
+                 enable: bool = True, create_user: bool = True, restart: bool = False, host: str | None = None) -> Plan:
     """Compute what ``kimi-deploy install`` would do for ``profile`` on ``layout``; changes nothing.
 
     Gathers the facts (:func:`gather_install_facts`: reads files, accounts, ``systemctl [--root DIR]
@@ -545,10 +585,21 @@ def plan_install(profile: Profile, layout: HostLayout, *, sglang_version: str | 
     if restart and not layout.is_host:
         raise UsageError("--restart needs the running host, not --root", value=str(layout.root),
                          hint="drop --restart; restart on the host with `kimi-deploy restart --wait`")
-    files, version = desired_files(profile, sglang_version)
+    files, version = desired_files(profile, sglang_version, host)
     facts = gather_install_facts(profile, layout, files, enable=enable, create_user=create_user)
     return plan_install_from(profile, facts, files, version, force=force, enable=enable, create_user=create_user,
                              restart=restart)
+
+
+def units_to_enable(profile: Profile, files: Mapping[str, bytes]) -> list[str]:
+    """The units ``install`` enables among ``files``: the server and/or gateway unit and the check timer."""
+    from kimi_deploy.gateway import gateway_unit
+
+    svc = profile.service
+    names = [f"{svc.name}.service", f"{check_unit(svc.name)}.timer"]
+    if profile.gateway is not None:
+        names += [gateway_unit(profile), f"{check_unit(svc.name + '-gateway')}.timer"]
+    return [u for u in names if f"{paths.SYSTEMD_DIR}/{u}" in files]
 
 
 def plan_install_from(profile: Profile, facts: HostFacts, files: Mapping[str, bytes], version: str, *,
@@ -568,14 +619,21 @@ def plan_install_from(profile: Profile, facts: HostFacts, files: Mapping[str, by
     old, intent = facts.manifest, facts.intent
 
     steps: list[Step] = _stale_steps(facts)
-    steps += _user_steps(profile, facts, create_user, notes)
-    steps += _gpu_group_steps(profile, facts, create_user)
+    serves = target_host_path(f"{svc.name}.service") in files  # a gateway-only host runs as DynamicUser
+    account_steps = _user_steps(profile, facts, create_user, notes) if serves else []
+    steps += account_steps
+    if serves:
+        steps += _gpu_group_steps(profile, facts, create_user)
     if not paths.is_within(profile.cache_root, paths.service_cache_dir(svc.name)) \
             and profile.cache_root not in facts.dirs:
         steps.append(Step("mkdir", f"create the cache folder {profile.cache_root} (ReadWritePaths= must exist)",
                           path=layout.join(profile.cache_root),
                           owner=(svc.user, svc.group) if layout.is_host else None))
     notes += [f"warning: {w}" for w in naming_warnings(profile)]
+    if profile.hosts() and facts.key is not None and not facts.key.exists:
+        raise UsageError("the API key file is missing; every host of a fleet must hold the same key",
+                         value=facts.key.host_path, hint="copy the key file (0600, root) from the first host to this "
+                         "one before installing, or create it once and copy it to every host (production.md)")
     key_step = _api_key_step(facts, notes)
     if key_step:
         steps.append(key_step)
@@ -593,10 +651,12 @@ def plan_install_from(profile: Profile, facts: HostFacts, files: Mapping[str, by
             and not facts.claims.users(orphan_key) and orphan_key in facts.exists:
         steps.append(Step("remove-file", f"remove the API key file {orphan_key} an interrupted install created",
                           path=layout.join(orphan_key)))
+    users_created, groups_created = _accounts_created(profile, facts, account_steps)
     manifest = Manifest(kimi_deploy_version=__version__, service=svc.name, profile_sha256=profile.digest(),
                         sglang_version=version, files={hp: FileRecord(sha256=sha256(b)) for hp, b in files.items()},
                         api_key_file_created=created_key, api_key_file=key_hp,
-                        cache_dir=profile.cache_root, state_dir=paths.service_state_dir(svc.name))
+                        cache_dir=profile.cache_root, state_dir=paths.service_state_dir(svc.name),
+                        users_created=users_created, groups_created=groups_created)
     others = facts.claims.files()
     changes = [_change(facts, hp, data, force, refusals, others=others) for hp, data in files.items()]
     recorded = set(old.files if old else ()) | set(intent.records() if intent else ())
@@ -607,7 +667,7 @@ def plan_install_from(profile: Profile, facts: HostFacts, files: Mapping[str, by
 
     gone = [Path(c.host_path).name for c in changes if c.action == "remove" and _is_unit(c.host_path)]
     steps += _disable_steps(facts, gone)
-    units = [f"{svc.name}.service", f"{check_unit(svc.name)}.timer"]
+    units = units_to_enable(profile, files)
     units_changed = any(c.action != "unchanged" and c.host_path.startswith(paths.SYSTEMD_DIR + "/") for c in changes)
     if layout.is_host:
         if units_changed:
@@ -621,10 +681,10 @@ def plan_install_from(profile: Profile, facts: HostFacts, files: Mapping[str, by
         if to_enable:
             steps.append(Step("command", f"enable {', '.join(to_enable)} (start at boot)", when="after",
                               argv=tuple(systemd.systemctl_argv("enable", *to_enable, root=root))))
-        timer = f"{check_unit(svc.name)}.timer"
-        if layout.is_host and not facts.active.get(timer, False):
-            steps.append(Step("command", "start the nightly check timer now", when="after",
-                              argv=tuple(systemd.systemctl_argv("start", timer))))
+        for timer in (u for u in units if u.endswith(".timer")):
+            if layout.is_host and not facts.active.get(timer, False):
+                steps.append(Step("command", "start the nightly check timer now", when="after",
+                                  argv=tuple(systemd.systemctl_argv("start", timer))))
     else:
         notes.append("--no-enable: units are not enabled; the service does not start at boot")
     if restart:
@@ -715,6 +775,8 @@ def _purge_steps(facts: HostFacts, svc: str, record: Manifest | None) -> tuple[l
             kept.append(key)
             steps.append(Step("remove-file", f"--purge: remove the API key file {key} (kimi-deploy created it)",
                               when="after", path=layout.join(key)))
+    steps += _account_purge_steps(facts, [r for r in (record, facts.intent.manifest if facts.intent else None)
+                                          if r], kept, shared)
     if backups_hp in kept:
         steps.append(Step("remove-tree", f"--purge: remove the backups {backups_hp}", when="after", path=backups))
     stamp = layout.host_path(layout.timer_stamp(f"{check_unit(svc)}.timer"))
@@ -723,6 +785,32 @@ def _purge_steps(facts: HostFacts, svc: str, record: Manifest | None) -> tuple[l
         steps.append(Step("remove-file", f"--purge: remove the nightly timer's last-run stamp {stamp}",
                           when="after", path=layout.join(stamp)))
     return steps, kept, shared
+
+
+def _account_purge_steps(facts: HostFacts, records: list[Manifest], kept: list[str], shared: list[str]) -> list[Step]:
+    """``userdel``/``groupdel`` of the accounts ``records`` say an install created, that exist and that no
+    other installed service runs as or created (then a note in ``shared``); users first (a group that is
+    still some user's primary group cannot go). Each one goes into ``kept`` as ``user NAME``/``group NAME``."""
+    layout = facts.layout
+    root_args = () if layout.is_host else ("--root", str(layout.root))
+    steps = []
+    for kind, names, present, command in (
+            ("user", {u for r in records for u in r.users_created}, facts.users, "userdel"),
+            ("group", {g for r in records for g in r.groups_created}, facts.groups, "groupdel")):
+        for name in sorted(names & present):
+            users = facts.claims.accounts.get(f"{kind} {name}", [])
+            if users:
+                shared.append(f"the {kind} {name} stays: {_who(users)}")
+                continue
+            kept.append(f"{kind} {name}")
+            steps.append(Step(
+                "command", f"--purge: remove the system {kind} {name} (kimi-deploy created it)", when="after",
+                argv=(command, *root_args, name), gone_exit=6,
+                hint=(f"a process still runs as {name} (`pgrep -u {name}`): stop it, then run "
+                      f"`{layout.command('uninstall --purge --name ' + (records[0].service or 'NAME'))}` again"
+                      if kind == "user" else f"a user still has {name} as its primary group: "
+                                             f"`{command} {name}` after that user is gone")))
+    return steps
 
 
 def _pick_service(facts: HostFacts, name: str | None, purge: bool) -> str | None:
@@ -913,8 +1001,12 @@ def _create_api_key(path: Path) -> None:
 
 def _run_step(step: Step, layout: HostLayout, ran: list[str], messages: list[str]) -> None:
     if step.kind == "command":
-        done = proc.run(step.argv)
+        done = proc.run(step.argv, check=False, hint=step.hint)
         ran.append(done.command)
+        if not done.ok and done.returncode != step.gone_exit:
+            raise ExternalCommandError(f"command failed with exit status {done.returncode}", command=done.shown,
+                                       returncode=done.returncode, stdout=done.stdout, stderr=done.stderr,
+                                       hint=step.hint)
     elif step.kind == "mkdir":
         assert step.path is not None
         fsio.mkdir(step.path)

@@ -138,10 +138,17 @@ def scrape_configs(st: Settings) -> list[dict[str, Any]]:
         "job_name": st.check_job,
         "scrape_interval": f"{st.scrape_interval_s}s",
         "metrics_path": "/metrics",
+        # the textfile's own service label (check --profile writes it) wins over the target's, which fills it
+        # in for a textfile written without a profile
+        "honor_labels": True,
         "static_configs": [{"targets": [st.node_exporter], "labels": {"service": st.service, **labels}}],
-        # node_exporter's own series belong to the host's node job; keep only the check textfile here
-        "metric_relabel_configs": [{"source_labels": ["__name__"], "regex": "kimi_deploy_check_.*",
-                                    "action": "keep"}],
+        # node_exporter's own series belong to the host's node job; keep only this service's check textfile
+        # (another service's on the same node_exporter is its own check job's)
+        "metric_relabel_configs": [
+            {"source_labels": ["__name__"], "regex": "kimi_deploy_check_.*", "action": "keep"},
+            # a service name is [A-Za-z0-9_.:-] (values.UNIT_STEM): "." is its one regex metacharacter
+            {"source_labels": ["service"], "regex": st.service.replace(".", "\\."), "action": "keep"},
+        ],
     }]
     if st.gateway:
         jobs.append({
@@ -228,9 +235,16 @@ def _ms(value: float) -> str:
     return f"{value:g} ms"
 
 
+def check_selector(st: Settings, extra: str = "") -> str:
+    """The selector of this service's check textfile series: its check job and its ``service`` label (the
+    textfile's own, :func:`kimi_deploy.check.reports.to_prometheus`), so the rules and the dashboard read this
+    service's results even where one job scrapes several services' textfiles."""
+    return _sel(st.check_job, f'service="{st.service}"' + (f", {extra}" if extra else ""))
+
+
 def alerts(st: Settings) -> list[Alert]:
     """Every alert of the deployment, in the order production.md's runbook lists them."""
-    j, c = _sel(st.job), _sel(st.check_job)
+    j, c = _sel(st.job), check_selector(st)
     out = [
         Alert("KimiServerDown", f"up{j} == 0", "2m", "page",
               "SGLang server {{ $labels.instance }} does not answer /metrics",
@@ -254,7 +268,7 @@ def alerts(st: Settings) -> list[Alert]:
               f"No kimi-deploy check result has been scraped for {st.check_max_age_hours} h",
               "node_exporter does not read check.prom (textfile directory, permissions) or the check never ran."),
         Alert("KimiToolCallContractBroken",
-              "kimi_deploy_check_status" + _sel(st.check_job, 'check=~"(parser|contract)[.].+"') + " == 2",
+              "kimi_deploy_check_status" + check_selector(st, 'check=~"(parser|contract)[.].+"') + " == 2",
               "0m", "page", "{{ $labels.check }} failed: {{ $labels.kind }}",
               "The nightly check found the API contract broken ({{ $labels.kind }}): clients get raw tool-call "
               "markup, dropped or wrong tool calls. Every request of that shape fails until it is fixed."),

@@ -78,7 +78,7 @@ def find_rank(profile: Profile, node: str) -> Rank:
     if not ranks:
         raise UsageError("the profile has no multi-node replica: ranks exist only when [fleet] replicas have "
                          "more than one node", value=node,
-                         hint="list two or more nodes per [[fleet.replicas]], or leave out --node")
+                         hint="list two or more nodes per [[fleet.replicas]], or leave out --host")
     for rank in ranks:
         if rank.node == node:
             return rank
@@ -106,7 +106,7 @@ def owns_address(host: str) -> bool:
 
 def local_rank(profile: Profile, node: str | None = None, *,
                owns: Callable[[str], bool] | None = None) -> Rank | None:
-    """The rank this host runs: ``node``'s (``--node``) when given, else the one node of the profile whose
+    """The rank this host runs: ``node``'s (``--host``) when given, else the one node of the profile whose
     address this host owns (``owns``); ``None`` for a profile without multi-node replicas, or when no node
     is this host's (an image tree, the operator's workstation). ``owns`` defaults to :func:`owns_address`.
 
@@ -122,7 +122,7 @@ def local_rank(profile: Profile, node: str | None = None, *,
     mine = [r for r in ranks if owns(r.node)]
     if len(mine) > 1:
         raise UsageError("this host owns the addresses of several nodes of the profile",
-                         value=", ".join(r.node for r in mine), hint="pass --node with the one this host runs")
+                         value=", ".join(r.node for r in mine), hint="pass --host with the one this host runs")
     return mine[0] if mine else None
 
 
@@ -160,8 +160,8 @@ def rank_launch(profile: Profile, rank: Rank, sglang_version: str | None = None,
 
 
 def preflight_command(profile: Profile, rank: Rank, profile_path: str) -> str:
-    """The rank unit's ``ExecStartPre=``: ``kimi-deploy preflight --profile P --node NODE --timeout T``."""
-    return (f"{profile.service.kimi_deploy} preflight --profile {profile_path} --node {rank.node} "
+    """The rank unit's ``ExecStartPre=``: ``kimi-deploy preflight --profile P --host NODE --timeout T``."""
+    return (f"{profile.service.kimi_deploy} preflight --profile {profile_path} --host {rank.node} "
             f"--timeout {PREFLIGHT_TIMEOUT_SEC}")
 
 

@@ -202,14 +202,18 @@ def target_versions(python: str) -> tuple[str, dict[str, str]]:
 MONITORING_DIR = "monitoring"
 
 
-def write(rendered: Rendered, out_dir: Path) -> list[Path]:
+def write(rendered: Rendered, out_dir: Path, hosts: Mapping[str, Mapping[str, str]] | None = None) -> list[Path]:
     """Write every rendered file into ``out_dir`` (monitoring files into ``out_dir/monitoring``) atomically;
-    returns the paths written.
+    returns the paths written. ``hosts`` (:func:`kimi_deploy.fleet.host_files`): a profile with a fleet,
+    whose files go to ``out_dir/<host>/`` instead, one folder per host.
 
     Raises:
         UsageError: ``out_dir`` cannot be created or written; no file was changed.
     """
-    targets = {out_dir / name: text for name, text in rendered.files.items()}
+    if hosts:
+        targets = {out_dir / host / name: text for host, files in hosts.items() for name, text in files.items()}
+    else:
+        targets = {out_dir / name: text for name, text in rendered.files.items()}
     if rendered.monitoring:
         targets.update({out_dir / MONITORING_DIR / name: text for name, text in rendered.monitoring.items()})
     write_many_atomic(targets)

@@ -8,6 +8,13 @@ the profile asks for that SGLang skipped fails the attempt with the log line as 
 When that fails and ``rollback_on_failure`` is set, the newest install backup is restored
 (:func:`kimi_deploy.hostfiles.restore_backup`), systemd reloaded, the service restarted and
 verified the same way; the result reports both attempts.
+
+Behind SGLang's gateway (``drain``, :class:`Drain`: a replica of a profile with ``[gateway]``), the replica
+is first removed from the gateway (smg's worker API; in-flight requests finish, new ones go to the other
+replicas), then restarted, waited for and checked at its own worker URL, and added back only when that
+passed. On failure it stays out of the gateway's rotation: the exit status is the attempt's (1 failed,
+6 not ready in time), or 9 (:attr:`ExitCode.OUT_OF_ROTATION`) when the restart passed but the gateway
+did not take the replica back.
 """
 
 from __future__ import annotations
@@ -50,7 +57,17 @@ class CheckSummary:
         return dataclasses.asdict(self)
 
 
-def run_fast_checks(profile: Profile, api_key: str | None, timeout: float = 60.0) -> CheckSummary:
+@dataclasses.dataclass(frozen=True)
+class Drain:
+    """A replica behind a gateway: ``gateway`` (a :class:`kimi_deploy.gateway.Gateway` client, or anything with
+    its ``remove(url)``/``add(url)``) and the replica's worker ``url`` (``http://{nodes[0]}:{port}``)."""
+
+    gateway: Any
+    url: str
+
+
+def run_fast_checks(profile: Profile, api_key: str | None, timeout: float = 60.0,
+                    base_url: str | None = None) -> CheckSummary:
     """Run the ``health.*``, ``config.*`` and ``parser.*`` checks of ``kimi-deploy check`` against the profile's server.
 
     ``timeout``: seconds per HTTP request. The expected values (served model name, parsers,
@@ -62,7 +79,7 @@ def run_fast_checks(profile: Profile, api_key: str | None, timeout: float = 60.0
     from kimi_deploy.check import CheckOptions, run_checks  # imports openai (about 0.5 s): only when checking
 
     report = run_checks(CheckOptions(
-        base_url=profile.base_url, model=profile.sglang.served_model_name or profile.sglang.model_path,
+        base_url=base_url or profile.base_url, model=profile.sglang.served_model_name or profile.sglang.model_path,
         api_key=api_key, profile=profile, only=list(FAST_TIER), timeout=timeout))
     return CheckSummary(int(report.exit_code),
                         [{"id": r.id, "status": r.status, "kind": r.kind, "detail": r.detail} for r in report.results])
@@ -105,25 +122,32 @@ class RestartResult:
     attempts: list[Attempt]
     rollback: Restored | None
     notes: list[str]
+    #: behind a gateway: ``{"url", "removed", "readded", "error"}`` (None without one)
+    gateway: dict[str, Any] | None = None
 
     @property
     def exit_code(self) -> int:
-        return self.attempts[0].exit_code
+        code = self.attempts[0].exit_code
+        if code == ExitCode.OK and self.gateway is not None and not self.gateway.get("readded"):
+            return int(ExitCode.OUT_OF_ROTATION)
+        return code
 
     def to_dict(self) -> dict[str, Any]:
         return {"service": self.service, "exit_code": self.exit_code, "ok": self.exit_code == ExitCode.OK,
                 "attempts": [a.to_dict() for a in self.attempts],
-                "rollback": self.rollback.to_dict() if self.rollback else None, "notes": self.notes}
+                "rollback": self.rollback.to_dict() if self.rollback else None, "notes": self.notes,
+                "gateway": self.gateway}
 
 
 def _attempt(label: str, profile: Profile, layout: HostLayout, *, api_key: str | None, wait: bool, timeout: float,
              poll_interval: float, on_poll: Callable[[str, WaitState], None] | None,
-             clock: Callable[[], float], sleep: Callable[[float], None]) -> Attempt:
+             clock: Callable[[], float], sleep: Callable[[float], None], base_url: str | None = None) -> Attempt:
     unit = f"{profile.service.name}.service"
     done = systemd.systemctl("restart", unit)
     if not wait:
         return Attempt(label, done.command, None, None, int(ExitCode.OK), f"{unit} restarted (not waited for)")
-    result = wait_ready(profile.base_url, unit, api_key=api_key, timeout=timeout, poll_interval=poll_interval,
+    base_url = base_url or profile.base_url
+    result = wait_ready(base_url, unit, api_key=api_key, timeout=timeout, poll_interval=poll_interval,
                         on_poll=(lambda s: on_poll(label, s)) if on_poll else None, clock=clock, sleep=sleep)
     if not result.ready:
         why = (f"{unit} failed while starting" if result.unit_failed
@@ -131,7 +155,7 @@ def _attempt(label: str, profile: Profile, layout: HostLayout, *, api_key: str |
         last = f"; last phase: {result.phase}" if result.phase else ""
         code = ExitCode.FAILED if result.unit_failed else ExitCode.TIMEOUT
         return Attempt(label, done.command, result, None, int(code), why + last)
-    checks = run_fast_checks(profile, api_key, timeout=min(120.0, max(10.0, timeout)))
+    checks = run_fast_checks(profile, api_key, timeout=min(120.0, max(10.0, timeout)), base_url=base_url)
     paths = engaged_paths(profile)
     if not checks.ok:
         return Attempt(label, done.command, result, checks, checks.exit_code,
@@ -162,7 +186,8 @@ def restart(profile: Profile, layout: HostLayout, *, wait: bool = False, timeout
             rollback_on_failure: bool = False, poll_interval: float = 5.0,
             on_poll: Callable[[str, WaitState], None] | None = None,
             on_event: Callable[[str], None] | None = None, clock: Callable[[], float] = time.monotonic,
-            sleep: Callable[[float], None] = time.sleep, node: str | None = None) -> RestartResult:
+            sleep: Callable[[float], None] = time.sleep, drain: Drain | None = None,
+            node: str | None = None) -> RestartResult:
     """Restart ``profile``'s service; with ``wait``, verify it and optionally roll back.
 
     Args:
@@ -171,6 +196,8 @@ def restart(profile: Profile, layout: HostLayout, *, wait: bool = False, timeout
         on_poll: progress callback ``(attempt label, WaitState)`` after each probe.
         on_event: called with one line per milestone (restart, rollback) for the display.
         clock, sleep: the readiness wait's time source and sleep (:func:`kimi_deploy.readiness.wait_ready`).
+        drain: a replica behind a gateway (needs ``wait``): removed from the gateway before the restart,
+            waited for and checked at ``drain.url``, added back only when that passed.
         node: this host as ``[fleet] replicas`` lists it (default: found by its addresses,
             :func:`kimi_deploy.ranks.local_rank`).
 
@@ -182,27 +209,63 @@ def restart(profile: Profile, layout: HostLayout, *, wait: bool = False, timeout
         LockedError: an install, uninstall or restart of the service is running (exit 7); it holds
             :func:`kimi_deploy.hostfiles.service_lock` for its whole run, and so does this one.
     """
+    if drain is not None and not wait:
+        from kimi_deploy.errors import UsageError
+
+        raise UsageError("a replica behind a gateway is restarted with --wait (it goes back into the gateway "
+                         "only once it is ready and checked)", hint="add --wait")
     if wait:
         from kimi_deploy.ranks import local_rank, refuse_http_proof
 
         refuse_http_proof(profile, local_rank(profile, node), "restart --wait")
     api_key = apikey.profile_key(profile.sglang.api_key_file, layout) if wait else None
     with service_lock(layout, profile.service.name):
-        return _restart(profile, layout, api_key=api_key, wait=wait, timeout=timeout,
-                        rollback_on_failure=rollback_on_failure, poll_interval=poll_interval, on_poll=on_poll,
-                        on_event=on_event, clock=clock, sleep=sleep)
+        if drain is None:
+            return _restart(profile, layout, api_key=api_key, wait=wait, timeout=timeout,
+                            rollback_on_failure=rollback_on_failure, poll_interval=poll_interval, on_poll=on_poll,
+                            on_event=on_event, clock=clock, sleep=sleep)
+        return _restart_drained(profile, layout, drain, api_key=api_key, timeout=timeout,
+                                rollback_on_failure=rollback_on_failure, poll_interval=poll_interval,
+                                on_poll=on_poll, on_event=on_event, clock=clock, sleep=sleep)
+
+
+def _restart_drained(profile: Profile, layout: HostLayout, drain: Drain, *, on_event, **kw: Any) -> RestartResult:
+    """Remove ``drain.url`` from the gateway, restart and verify there, add it back when that passed.
+
+    Raises:
+        UnreachableError / GatewayError: the gateway did not take the replica out; nothing was restarted.
+    """
+    say = on_event or (lambda _m: None)
+    say(f"removing {drain.url} from the gateway (in-flight requests finish first)")
+    removed = drain.gateway.remove(drain.url)
+    state: dict[str, Any] = {"url": drain.url, "removed": removed, "readded": False, "error": None}
+    result = _restart(profile, layout, wait=True, on_event=on_event, base_url=drain.url, **kw)
+    final = result.attempts[-1]
+    notes = list(result.notes)
+    if final.ok:
+        say(f"adding {drain.url} back to the gateway")
+        try:
+            drain.gateway.add(drain.url)
+            state["readded"] = True
+        except KimiDeployError as exc:
+            state["error"] = exc.message
+            notes.append(f"the replica is ready but the gateway did not take it back ({exc.message}); it stays "
+                         "out of rotation: add it with the gateway's worker API once fixed")
+    else:
+        notes.append(f"the replica failed its restart: it stays out of the gateway's rotation ({drain.url})")
+    return dataclasses.replace(result, notes=notes, gateway=state)
 
 
 def _restart(profile: Profile, layout: HostLayout, *, api_key: str | None, wait: bool, timeout: float | None,
              rollback_on_failure: bool, poll_interval: float, on_poll: Callable[[str, WaitState], None] | None,
              on_event: Callable[[str], None] | None, clock: Callable[[], float],
-             sleep: Callable[[float], None]) -> RestartResult:
+             sleep: Callable[[float], None], base_url: str | None = None) -> RestartResult:
     timeout = float(timeout if timeout is not None else profile.service.timeout_start_sec)
     say = on_event or (lambda _m: None)
     svc = profile.service.name
     say(f"restarting {svc}.service")
     first = _attempt("new", profile, layout, api_key=api_key, wait=wait, timeout=timeout,
-                     poll_interval=poll_interval, on_poll=on_poll, clock=clock, sleep=sleep)
+                     poll_interval=poll_interval, on_poll=on_poll, clock=clock, sleep=sleep, base_url=base_url)
     attempts, notes = [first], []
     restored = None
     if first.ok or not rollback_on_failure:
@@ -233,7 +296,7 @@ def _restart(profile: Profile, layout: HostLayout, *, api_key: str | None, wait:
         previous_key = None
     attempts.append(_attempt("rollback", previous, layout, api_key=previous_key, wait=True,
                              timeout=timeout, poll_interval=poll_interval, on_poll=on_poll, clock=clock,
-                             sleep=sleep))
+                             sleep=sleep, base_url=base_url))
     return RestartResult(svc, attempts, restored, notes)
 
 

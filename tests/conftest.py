@@ -37,6 +37,23 @@ def sglang_python() -> str:
     pytest.skip("SGLang test environment missing: run scripts/sglang-testenv")
 
 
+@pytest.fixture(scope="session")
+def smg_path() -> str:
+    """The pinned SGLang gateway, smg 1.13.0 (``scripts/smg-testenv``): ``KIMI_DEPLOY_SMG``, else
+    ``<repo>/.smg-env/bin/smg``. Missing: skipped with the command that creates it (CI always creates it)."""
+    explicit = os.environ.get("KIMI_DEPLOY_SMG")
+    if explicit:
+        if not Path(explicit).exists():
+            pytest.fail(f"KIMI_DEPLOY_SMG={explicit} does not exist")
+        return explicit
+    default = REPO / ".smg-env" / "bin" / "smg"
+    if default.exists():
+        return str(default)
+    if os.environ.get("CI"):
+        pytest.fail("the smg test environment is missing in CI; scripts/test must run scripts/smg-testenv")
+    pytest.skip("smg test environment missing: run scripts/smg-testenv")
+
+
 #: Opt-in patches applied on top of the defaults in :func:`patched_sglang`.
 PATCHED_WITH = ["sm120-flashinfer-allreduce-fusion", "sm120-torch-symm-mem"]
 
@@ -71,6 +88,17 @@ def fake_systemd(tmp_path, monkeypatch):
     monkeypatch.setenv("FAKE_SYSTEMD_DIR", str(fake.dir))
     monkeypatch.setenv("PATH", f"{fake.bin}:{os.environ['PATH']}")
     return fake
+
+
+@pytest.fixture
+def silent():
+    """A listening loopback socket nobody accepts on (:class:`helpers.Silent`): the kernel completes TCP
+    handshakes, no byte ever comes back; ``silent.sent()`` tells afterwards what was sent to it."""
+    from helpers import Silent
+
+    server = Silent()
+    yield server
+    server.close()
 
 
 @pytest.fixture

@@ -14,10 +14,10 @@ import json
 import os
 import stat
 import sys
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, Callable
+
+from loopback import Loopback, QuietHandler
 
 FAKE_SYSTEMCTL = r'''#!{python}
 import json, os, sys
@@ -211,18 +211,7 @@ class FakeServer:
         self.unauthorized: list[str] = []
         server = self
 
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args):  # keep pytest output quiet
-                pass
-
-            def _send(self, code: int, body: Any) -> None:
-                data = json.dumps(body).encode()
-                self.send_response(code)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
+        class Handler(QuietHandler):
             def do_GET(self):  # noqa: N802 - http.server's naming
                 server.paths.append(self.path)
                 if self.path in ("/health", "/health_generate"):
@@ -240,17 +229,15 @@ class FakeServer:
                     return self._send(404, {"detail": "Not Found"})
                 return self._send(200, route[self.path](args))
 
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.port = self.httpd.server_address[1]
-        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+        self.http = Loopback(Handler, start=False)  # serves from __enter__
+        self.port = self.http.port
 
     def __enter__(self) -> "FakeServer":
-        self.thread.start()
+        self.http.__enter__()
         return self
 
     def __exit__(self, *exc) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
+        self.http.close()
 
 
 def _model_info(args: dict[str, Any]) -> dict[str, Any]:

@@ -3,6 +3,7 @@ written) -> per-path state; the strings exist in the installed SGLang; restart -
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import json
 from pathlib import Path
@@ -131,21 +132,26 @@ def test_every_matched_fragment_is_in_sglang_0_5_23s_source(sglang_python):
     assert len(matched) >= 8
 
 
-def _installed(tmp_path, port, *lines):
-    root = tmp_path / "root"
-    path = write_profile(tmp_path / "p.toml", port=port, sglang_lines=lines)
-    apply(plan_install(load_profile(path), HostLayout(root), enable=False, create_user=False))
-    return root, load_profile(path)
-
-
-def test_restart_wait_fails_when_the_log_says_the_asked_path_was_skipped(cli_runner, tmp_path, fake_systemd):
-    fake_systemd.set_full_journal(log("pcie-ipc-no-flashinfer.txt"))
+@contextlib.contextmanager
+def _running(tmp_path, fake_systemd, journal: str):
+    """A profile asking for PCIe IPC all-reduce, installed under ``tmp_path/root`` (yielded), served by a
+    :class:`FakeServer` with its API key, systemd showing the unit active and its journal the recorded
+    start ``journal`` (a file of tests/data/sglang-log)."""
+    fake_systemd.set_full_journal(log(journal))
     holder = {}
     with FakeServer(ready=lambda n: True, args=lambda: sglang_server_args(holder["profile"])) as server:
-        root, profile = _installed(tmp_path, server.port, "enable_pcie_ipc_allreduce = true")
+        root = tmp_path / "root"
+        profile = load_profile(write_profile(tmp_path / "p.toml", port=server.port,
+                                             sglang_lines=("enable_pcie_ipc_allreduce = true",)))
+        apply(plan_install(profile, HostLayout(root), enable=False, create_user=False))
         holder["profile"] = profile
         server.api_key = (root / "etc/kimi-deploy/kimi-test.api-key").read_text().strip()
         fake_systemd.set_show(SHOW_ACTIVE.format(pid=4242))
+        yield root
+
+
+def test_restart_wait_fails_when_the_log_says_the_asked_path_was_skipped(cli_runner, tmp_path, fake_systemd):
+    with _running(tmp_path, fake_systemd, "pcie-ipc-no-flashinfer.txt") as root:
         result = cli_runner.invoke(cli, ["restart", "--root", str(root), "--wait", "--poll-interval", "0.01",
                                          "--json"], catch_exceptions=False)
     data = json.loads(result.output)
@@ -158,13 +164,7 @@ def test_restart_wait_fails_when_the_log_says_the_asked_path_was_skipped(cli_run
 
 
 def test_restart_wait_and_status_say_which_path_runs(cli_runner, tmp_path, fake_systemd):
-    fake_systemd.set_full_journal(log("pcie-ipc-engaged.txt"))
-    holder = {}
-    with FakeServer(ready=lambda n: True, args=lambda: sglang_server_args(holder["profile"])) as server:
-        root, profile = _installed(tmp_path, server.port, "enable_pcie_ipc_allreduce = true")
-        holder["profile"] = profile
-        server.api_key = (root / "etc/kimi-deploy/kimi-test.api-key").read_text().strip()
-        fake_systemd.set_show(SHOW_ACTIVE.format(pid=4242))
+    with _running(tmp_path, fake_systemd, "pcie-ipc-engaged.txt") as root:
         restarted = cli_runner.invoke(cli, ["restart", "--root", str(root), "--wait", "--poll-interval", "0.01"],
                                       catch_exceptions=False)
         status = cli_runner.invoke(cli, ["status", "--root", str(root), "--json"], catch_exceptions=False)

@@ -2,7 +2,7 @@
 
 Real servers on loopback: the synthetic server (benchmarks/synthetic_server.py) healthy and with
 every chat request answered 500, and a socket that accepts connections and never answers
-(``helpers.Silent``: it tells afterwards what was sent to it). No test reads the wall clock.
+(the ``silent`` fixture, ``helpers.Silent``: it tells afterwards what was sent to it). No test reads the wall clock.
 """
 
 from __future__ import annotations
@@ -12,8 +12,6 @@ import math
 import os
 
 import pytest
-
-from helpers import Silent
 
 from kimi_deploy.bench.load import BenchConfig
 from kimi_deploy.cli import cli
@@ -33,14 +31,6 @@ def failing_server():
     s = Synthetic("--ttft-ms", "1", "--chat-status", "500")
     yield s
     s.stop()
-
-
-@pytest.fixture
-def silent():
-    """A listening socket nobody accepts on: the kernel completes TCP handshakes, no byte ever comes back."""
-    server = Silent()
-    yield server
-    server.close()
 
 
 @pytest.fixture

@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import functools
 import json
-import threading
-from http.server import BaseHTTPRequestHandler, SimpleHTTPRequestHandler, ThreadingHTTPServer
+from http.server import SimpleHTTPRequestHandler
 
 import pytest
 
 from helpers import run_cli
 from install_fakes import FakeServer, write_profile
+from loopback import Loopback, QuietHandler
 from kimi_deploy.check import registry
 from kimi_deploy.check.results import EVIDENCE_CHARS
 from kimi_deploy.errors import ExitCode
@@ -31,12 +31,8 @@ class _QuietFiles(SimpleHTTPRequestHandler):
 def file_server(tmp_path_factory):
     """``python -m http.server`` on loopback, serving an empty folder."""
     handler = functools.partial(_QuietFiles, directory=str(tmp_path_factory.mktemp("www")))
-    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    server.daemon_threads = True
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{server.server_address[1]}"
-    server.shutdown()
-    server.server_close()
+    with Loopback(handler) as server:
+        yield server.url
 
 
 def _report(tmp_path, *args):
@@ -62,30 +58,16 @@ def test_a_static_file_server_is_named_as_not_openai_compatible(tmp_path, file_s
         assert "not an OpenAI-compatible server" in c["detail"] and "GET /v1/models 404" in c["evidence"], c
 
 
-class _EmptyListHandler(BaseHTTPRequestHandler):
+class _EmptyListHandler(QuietHandler):
     """Healthy, and ``/v1/models`` lists no model (an OpenAI-compatible server with nothing loaded)."""
 
-    def log_message(self, *args):
-        pass
-
     def do_GET(self):  # noqa: N802
-        body = b'{"object": "list", "data": []}' if self.path == "/v1/models" else b"{}"
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
+        self._send(200, b'{"object": "list", "data": []}' if self.path == "/v1/models" else b"{}")
 
 
 def test_an_empty_model_list_still_skips_the_contract_checks(tmp_path):
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _EmptyListHandler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        result, checks = _report(tmp_path, "--base-url", f"http://127.0.0.1:{server.server_address[1]}",
-                                 "--only", "contract.plain.*")
-    finally:
-        server.shutdown()
-        server.server_close()
+    with Loopback(_EmptyListHandler) as server:
+        result, checks = _report(tmp_path, "--base-url", server.url, "--only", "contract.plain.*")
     assert {c["status"] for c in checks.values()} == {"skip"}, checks
     assert result.exit_code == ExitCode.OK
 

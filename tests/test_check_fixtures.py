@@ -10,9 +10,6 @@ from __future__ import annotations
 
 import json
 import re
-import socket
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -20,23 +17,14 @@ import pytest
 from helpers import run_cli
 from kimi_deploy.check import CheckOptions, run_checks
 from kimi_deploy.errors import ExitCode
+from loopback import Loopback, QuietHandler, free_port
 
 RAW_MARKUP = ('<|tool_calls_section_begin|><|tool_call_begin|>functions_get_weather_1<|tool_call_argument_begin|>'
               '{"city": "Rome, Italy"}<|tool_call_end|><|tool_calls_section_end|>')
 
 
-class MLXLikeHandler(BaseHTTPRequestHandler):
+class MLXLikeHandler(QuietHandler):
     protocol_version = "HTTP/1.1"
-
-    def log_message(self, *args):  # quiet
-        pass
-
-    def _send(self, status: int, body: bytes, ctype: str) -> None:
-        self.send_response(status)
-        self.send_header("Content-Type", ctype)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
 
     def do_GET(self):
         if self.path == "/health":
@@ -68,12 +56,8 @@ class MLXLikeHandler(BaseHTTPRequestHandler):
 
 @pytest.fixture(scope="module")
 def mlx_like():
-    server = ThreadingHTTPServer(("127.0.0.1", 0), MLXLikeHandler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{server.server_address[1]}"
-    server.shutdown()
-    server.server_close()
+    with Loopback(MLXLikeHandler) as server:
+        yield server.url
 
 
 def by_id(report):
@@ -93,12 +77,6 @@ def test_mlx_like_sanitised_id_gives_server_error_and_error_frame(mlx_like):
     assert "<|tool_calls_section_begin|>" in stream.evidence
     assert report.exit_code == ExitCode.FAILED
     assert report.model == "mlx-community/Kimi-K2.5"  # no profile, no --model: the first listed
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def test_unreachable_server_exits_3_with_every_check_unreachable(tmp_path):

@@ -15,15 +15,14 @@ import json
 import re
 import socket
 import functools
-import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import jsonschema
 import pytest
 
-from helpers import FakeTime, Silent, run_cli
+from helpers import FakeTime, run_cli
+from loopback import Loopback, QuietHandler
 from kimi_deploy import paths
 from kimi_deploy.check import registry
 from kimi_deploy.check.client import status_kind, status_label
@@ -44,38 +43,16 @@ HEALTH_TIER_REQUESTS = ["GET /health", "GET /health_generate", "GET /v1/models"]
 
 
 @pytest.fixture
-def silent():
-    server = Silent()
-    yield server
-    server.close()
-
-
-@pytest.fixture
 def silent_url(silent):
     return silent.url
 
 
-class _Quiet(BaseHTTPRequestHandler):
+class _Quiet(QuietHandler):
     protocol_version = "HTTP/1.1"
-    requests: list[str]
-
-    def log_message(self, *args):
-        pass
-
-    def _send(self, status: int, body: bytes, ctype: str = "application/json") -> None:
-        self.send_response(status)
-        self.send_header("Content-Type", ctype)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
 
 
-def _serve(handler: type[BaseHTTPRequestHandler]):
-    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    server.daemon_threads = True
-    server.block_on_close = False  # handlers still sleeping must not hold up the test
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    return server
+def _serve(handler: type[QuietHandler]) -> Loopback:
+    return Loopback(handler, wait_on_close=False)  # handlers still sleeping must not hold up the test
 
 
 class SlowChatHandler(_Quiet):
@@ -124,10 +101,8 @@ class SlowChatHandler(_Quiet):
 
 @pytest.fixture(scope="module")
 def slow_chat():
-    server = _serve(SlowChatHandler)
-    yield f"http://127.0.0.1:{server.server_address[1]}"
-    server.shutdown()
-    server.server_close()
+    with _serve(SlowChatHandler) as server:
+        yield server.url
 
 
 def _json(tmp_path: Path) -> dict:
@@ -244,10 +219,8 @@ class CountingHandler(_Quiet):
 
 @pytest.fixture(scope="module")
 def counting_server():
-    server = _serve(CountingHandler)
-    yield f"http://127.0.0.1:{server.server_address[1]}"
-    server.shutdown()
-    server.server_close()
+    with _serve(CountingHandler) as server:
+        yield server.url
 
 
 @pytest.fixture
@@ -294,10 +267,8 @@ class StatusHandler(_Quiet):
 
 @pytest.fixture(scope="module")
 def status_server():
-    server = _serve(StatusHandler)
-    yield f"http://127.0.0.1:{server.server_address[1]}"
-    server.shutdown()
-    server.server_close()
+    with _serve(StatusHandler) as server:
+        yield server.url
 
 
 STATUSES = [(400, "HTTP 400 Bad Request"), (402, "HTTP 402 Payment Required"), (404, "HTTP 404 Not Found"),

@@ -8,8 +8,6 @@ without a Kimi parser (one ``skip`` row), a server that refuses, and a parser th
 from __future__ import annotations
 
 import json
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import jsonschema
 import pytest
@@ -18,6 +16,7 @@ from kimi_deploy import paths
 from kimi_deploy.check import CheckOptions, parser, registry, run_checks
 from kimi_deploy.check.validate import first
 from kimi_deploy.errors import ExitCode
+from loopback import Loopback, QuietHandler
 
 TOOLS = parser.corpus()["toolsets"]["files"]
 
@@ -78,18 +77,7 @@ class Fake:
         self.posts: list[tuple[str, dict]] = []
         fake = self
 
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args):
-                pass
-
-            def _send(self, status, body):
-                data = json.dumps(body).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
+        class Handler(QuietHandler):
             def do_GET(self):
                 if self.path == "/model_info" and model_info is not None:
                     self._send(info_status, model_info)
@@ -107,16 +95,14 @@ class Fake:
                 else:
                     self._send(*handler(body))
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.server = Loopback(Handler)
+        self.url = self.server.url
 
     def __enter__(self):
         return self
 
     def __exit__(self, *exc):
-        self.server.shutdown()
-        self.server.server_close()
+        self.server.close()
 
 
 KIMI = {"tool_call_parser": "kimi_k2", "reasoning_parser": "kimi_k2"}

@@ -173,7 +173,7 @@ def test_patched_configured_server_passes_every_check(patched, tmp_path):
     assert result.exit_code == ExitCode.OK
     assert doc["summary"]["pass"] == len(doc["checks"]) >= 48
     assert doc["duration_s"] >= sum(c["duration_s"] for c in doc["checks"]) - 0.005  # the run covers its checks
-    assert 'kimi_deploy_check_exit_code 0' in (out / "c.prom").read_text()
+    assert 'kimi_deploy_check_exit_code{service="kimi-k25"} 0' in (out / "c.prom").read_text()
     assert 'failures="0"' in (out / "r.xml").read_text()
 
 

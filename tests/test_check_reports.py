@@ -56,13 +56,13 @@ def sample(unreachable: bool = False) -> CheckReport:
     return CheckReport(base_url="http://127.0.0.1:30000", model="moonshotai/Kimi-K2.5",
                        started_at=dt.datetime(2026, 1, 2, 3, 4, 5, tzinfo=dt.timezone.utc), duration_s=1.25,
                        server={"version": "0.5.23", "tool_call_parser": None}, results=results,
-                       profile="/etc/kimi-deploy/kimi-k25.toml")
+                       profile="/etc/kimi-deploy/kimi-k25.toml", service="kimi-k25")
 
 
 def test_schema_kind_vocabulary_is_the_code_vocabulary():
     s = schema()
     assert s["$defs"]["kind"]["enum"] == list(ALL_KINDS)
-    assert len(FAILURE_KINDS) == 19 and ALL_KINDS[-1] == "model_declined"
+    assert len(FAILURE_KINDS) == 20 and ALL_KINDS[-1] == "model_declined"
     assert s["properties"]["schema"]["const"] == "kimi-deploy.check/1"
 
 
@@ -117,12 +117,33 @@ def test_prometheus_textfile_shape():
     sample_line = re.compile(r'^[a-z_]+(\{([a-z_]+="([^"\\]|\\.)*",?)+\})? -?[0-9.e+]+$')
     for line in text.splitlines():
         assert line.startswith("# HELP ") or line.startswith("# TYPE ") or sample_line.match(line), line
-    assert 'kimi_deploy_check_status{check="contract.tool_auto.stream",kind="markup_leak"} 2' in text
-    assert 'kimi_deploy_check_status{check="health.live",kind=""} 0' in text
+    svc = 'service="kimi-k25"'
+    assert f'kimi_deploy_check_status{{{svc},check="contract.tool_auto.stream",kind="markup_leak"}} 2' in text
+    assert f'kimi_deploy_check_status{{{svc},check="health.live",kind=""}} 0' in text
     for kind in ALL_KINDS:
-        assert f'kimi_deploy_check_failures{{kind="{kind}"}} ' in text
-    assert "kimi_deploy_check_last_run_timestamp_seconds 1767323045.000" in text
+        assert f'kimi_deploy_check_failures{{{svc},kind="{kind}"}} ' in text
+    assert f"kimi_deploy_check_last_run_timestamp_seconds{{{svc}}} 1767323045.000" in text
+    assert f"kimi_deploy_check_exit_code{{{svc}}} 1" in text
+    samples = [line for line in text.splitlines() if not line.startswith("#")]
+    assert all(line.startswith("kimi_deploy_check_") and "{" + svc in line for line in samples)
+
+
+def test_prometheus_textfile_without_a_profile_has_no_service_label():
+    """No profile, no service name: the label is absent (not "unknown"); the scrape job's target label applies."""
+    report = sample()
+    report.service = None
+    text = reports.to_prometheus(report)
+    assert "service=" not in text
+    assert 'kimi_deploy_check_status{check="health.live",kind=""} 0' in text
     assert "kimi_deploy_check_exit_code 1" in text
+    assert text == reports.to_prometheus(sample()).replace('service="kimi-k25",', "").replace(
+        '{service="kimi-k25"}', "")
+
+
+def test_prometheus_service_label_is_escaped():
+    report = sample()
+    report.service = 'a"b\\c'
+    assert 'kimi_deploy_check_exit_code{service="a\\"b\\\\c"} 1' in reports.to_prometheus(report)
 
 
 def test_reports_match_golden():

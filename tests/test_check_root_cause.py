@@ -7,14 +7,13 @@ and argument fragments; the check used to report the consequence (``unknown_tool
 from __future__ import annotations
 
 import json
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
 from kimi_deploy.check import CheckOptions, run_checks
 from kimi_deploy.check.stream import assemble, check_shape, parse_sse, root_cause
 from kimi_deploy.check.validate import Expectation, check_message, first
+from loopback import Loopback, QuietHandler
 
 WEATHER = {"type": "function", "function": {"name": "get_weather", "parameters": {
     "type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}
@@ -57,18 +56,8 @@ def test_a_well_formed_stream_is_unchanged():
     assert findings == []
 
 
-class NoIndexHandler(BaseHTTPRequestHandler):
+class NoIndexHandler(QuietHandler):
     protocol_version = "HTTP/1.1"
-
-    def log_message(self, *args):
-        pass
-
-    def _send(self, status: int, body: bytes, ctype: str) -> None:
-        self.send_response(status)
-        self.send_header("Content-Type", ctype)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
 
     def do_GET(self):
         if self.path in ("/health", "/v1/models"):
@@ -84,11 +73,8 @@ class NoIndexHandler(BaseHTTPRequestHandler):
 
 @pytest.fixture
 def no_index_server():
-    server = ThreadingHTTPServer(("127.0.0.1", 0), NoIndexHandler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{server.server_address[1]}"
-    server.shutdown()
-    server.server_close()
+    with Loopback(NoIndexHandler) as server:
+        yield server.url
 
 
 def test_check_reports_the_malformed_stream_not_the_unknown_tool(no_index_server):

@@ -14,10 +14,11 @@ import signal
 import subprocess
 import sys
 import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
+
+from loopback import Loopback, QuietHandler
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -32,30 +33,19 @@ class GateServer:
         self.release = threading.Event()
         gate = self
 
-        class Handler(BaseHTTPRequestHandler):
+        class Handler(QuietHandler):
             protocol_version = "HTTP/1.0"  # close-delimited bodies
-
-            def log_message(self, *args):
-                pass
-
-            def _json(self, status: int, obj) -> None:
-                body = json.dumps(obj).encode()
-                self.send_response(status)
-                self.send_header("content-type", "application/json")
-                self.send_header("content-length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
 
             def do_GET(self):
                 if self.path in ("/health", "/v1/models"):
-                    self._json(200, {"object": "list", "data": [{"id": "gate", "object": "model"}]})
+                    self._send(200, {"object": "list", "data": [{"id": "gate", "object": "model"}]})
                 else:
-                    self._json(404, {"detail": "Not Found"})
+                    self._send(404, {"detail": "Not Found"})
 
             def do_POST(self):
                 body = json.loads(self.rfile.read(int(self.headers.get("content-length", 0))) or b"{}")
                 if self.path != "/v1/chat/completions":
-                    self._json(404, {"detail": "Not Found"})
+                    self._send(404, {"detail": "Not Found"})
                     return
                 with threading.Lock():
                     gate.count += 1
@@ -65,7 +55,7 @@ class GateServer:
                     gate.release.wait(60)
                     return
                 if not body.get("stream"):
-                    self._json(200, {"id": f"c{n}", "object": "chat.completion", "created": 0, "model": "gate",
+                    self._send(200, {"id": f"c{n}", "object": "chat.completion", "created": 0, "model": "gate",
                                      "choices": [{"index": 0, "message": {"role": "assistant", "content": "Hello."},
                                                   "finish_reason": "stop"}],
                                      "usage": {"prompt_tokens": 5, "completion_tokens": 2, "total_tokens": 7}})
@@ -83,16 +73,12 @@ class GateServer:
                                      + b"\n\n")
                 self.wfile.write(b"data: [DONE]\n\n")
 
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.httpd.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
-        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
-        self.thread.start()
+        self.server = Loopback(Handler)
+        self.url = self.server.url
 
     def close(self) -> None:
         self.release.set()
-        self.httpd.shutdown()
-        self.httpd.server_close()
+        self.server.close()
 
 
 @pytest.fixture

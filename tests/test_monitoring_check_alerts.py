@@ -119,4 +119,6 @@ def test_the_textfile_names_are_the_ones_the_rules_use(textfiles):
             for used in re.findall(r"kimi_deploy_check_\w+", rule["expr"]):
                 assert used in written, (used, sorted(written))
     labels = {k for name, lab, _ in samples(textfiles["fail"]) if name == "kimi_deploy_check_status" for k in lab}
-    assert labels == {"check", "kind"}
+    assert labels == {"service", "check", "kind"}
+    # every series names its service (the profile's [service] name), so two services' textfiles never collide
+    assert {lab.get("service") for _, lab, _ in samples(textfiles["fail"])} == {"kimi-k25"}

@@ -8,19 +8,17 @@ from __future__ import annotations
 
 import json
 import re
-import socket
 import subprocess
-import threading
 import time
 import urllib.parse
 import urllib.request
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
 
 from kimi_deploy.dashboard import all_queries
 from kimi_deploy.monitoring import all_exprs
+from loopback import Loopback, QuietHandler, free_port
 from monitoring_helpers import GATEWAY_MONITORING, preset_profile, tool, write_monitoring
 
 GOLDEN_PROM = Path(__file__).parent / "golden" / "check" / "check.prom"
@@ -83,43 +81,22 @@ def exposition(types: dict[str, str], scrape: int) -> str:
     return "\n".join(lines) + "\n"
 
 
-class Exporter:
+class Exporter(Loopback):
     """A loopback HTTP server answering /metrics with ``body(scrape_number)``; stopped by :meth:`close`."""
 
     def __init__(self, body) -> None:
         self.scrapes = 0
         outer = self
 
-        class Handler(BaseHTTPRequestHandler):
+        class Handler(QuietHandler):
             def do_GET(self):  # noqa: N802 (http.server's spelling)
                 if self.path != "/metrics":
                     self.send_error(404)
                     return
                 outer.scrapes += 1
-                data = body(outer.scrapes).encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "text/plain; version=0.0.4")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
+                self._send(200, body(outer.scrapes).encode(), "text/plain; version=0.0.4")
 
-            def log_message(self, *args):
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.address = f"127.0.0.1:{self.server.server_address[1]}"
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-        self.thread.start()
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+        super().__init__(Handler)
 
 
 def api(base: str, path: str, **params: str) -> dict:
@@ -143,6 +120,25 @@ def poll(what: str, probe, deadline: float, log: Path):
                 f"{log.read_text()[-3000:]}")
 
 
+def textfiles() -> str:
+    """What node_exporter serves from a textfile directory holding two services' check.prom: the golden one
+    (service kimi-k25, exit 1) and another service's (exit 0); node_exporter merges the families."""
+    ours = GOLDEN_PROM.read_text()
+    theirs = ours.replace('service="kimi-k25"', 'service="other-svc"').replace(
+        'kimi_deploy_check_exit_code{service="other-svc"} 1', 'kimi_deploy_check_exit_code{service="other-svc"} 0')
+    assert theirs != ours and 'exit_code{service="other-svc"} 0' in theirs
+    families: dict[str, list[str]] = {}
+    for text in (ours, theirs):
+        name = ""
+        for line in text.splitlines():
+            if line.startswith("# HELP "):
+                name = line.split()[2]
+            families.setdefault(name, [])
+            if not line.startswith("#") or line not in families[name]:
+                families[name].append(line)
+    return "\n".join(line for lines in families.values() for line in lines) + "\n"
+
+
 @pytest.fixture
 def prometheus_run(tmp_path, sglang_python):
     """Start the synthetic server, the textfile exporter and Prometheus; yield ``(base_url, profile, log)``."""
@@ -150,7 +146,7 @@ def prometheus_run(tmp_path, sglang_python):
     missing = sorted(set(EXPOSED) - set(types))
     assert not missing, f"SGLang 0.5.23 declares no {missing}"
     server = Exporter(lambda n: exposition(types, n))
-    node = Exporter(lambda n: GOLDEN_PROM.read_text() + "# TYPE node_load1 gauge\nnode_load1 0.5\n")
+    node = Exporter(lambda n: textfiles() + "# TYPE node_load1 gauge\nnode_load1 0.5\n")
     proc = None
     try:
         profile = preset_profile(targets=[server.address], node_exporter=node.address, scrape_interval_s=1)
@@ -198,6 +194,10 @@ def test_real_prometheus_scrapes_and_records(prometheus_run):
     assert float(running[0]["value"][1]) == 12.0
     check = poll("the check textfile", series('kimi_deploy_check_exit_code{job="kimi-k25-check"}'), deadline, log)
     assert float(check[0]["value"][1]) == 1.0
+    # the other service's textfile on the same node_exporter is not this job's; the textfile's label is kept as is
+    assert [c["metric"] for c in check] == [{"__name__": "kimi_deploy_check_exit_code", "job": "kimi-k25-check",
+                                             "instance": profile.monitoring.node_exporter, "service": "kimi-k25"}]
+    assert not api(base, "/api/v1/query", query='{service="other-svc"}')["data"]["result"]
     assert not api(base, "/api/v1/query", query="node_load1")["data"]["result"]  # the check job keeps only the textfile
 
     def markup_leak_firing():

@@ -13,7 +13,9 @@ import pytest
 
 from kimi_deploy.monitoring import alerts, rules_doc, settings, to_yaml
 from monitoring_helpers import GATEWAY_MONITORING as GATEWAY
-from monitoring_helpers import expand, preset_profile, promtool, write_monitoring
+from kimi_deploy.presets import get_preset
+from kimi_deploy.profile import parse_profile
+from monitoring_helpers import PRESET, expand, preset_profile, promtool, write_monitoring
 
 
 @pytest.mark.parametrize("monitoring", [{}, GATEWAY], ids=["preset", "gateway-labels-e2e"])
@@ -34,6 +36,27 @@ def test_scrape_config_needs_no_credentials_and_carries_labels(tmp_path):
         assert secret not in config
     assert '"10.0.0.5:30000"' in text and '"[::1]:30001"' in text and '"127.0.0.1:29000"' in text
     assert text.count('cluster: "gpu-a"') == 3  # server, check, gateway jobs
+
+
+
+def test_check_job_keeps_only_its_own_services_textfile():
+    """Two services on one host (one node_exporter): each check job honours the textfile's ``service`` label
+    and keeps only its own service's series; the rules and the dashboard select by that label too."""
+    from kimi_deploy.dashboard import all_queries
+    from kimi_deploy.monitoring import scrape_configs
+
+    profile = preset_profile()
+    st = settings(profile)
+    check = next(j for j in scrape_configs(st) if j["job_name"] == "kimi-k25-check")
+    assert check["honor_labels"] is True and check["static_configs"][0]["labels"]["service"] == "kimi-k25"
+    assert {"source_labels": ["service"], "regex": "kimi-k25", "action": "keep"} in check["metric_relabel_configs"]
+    assert not any("honor_labels" in j for j in scrape_configs(st) if j["job_name"] != "kimi-k25-check")
+    dotted = settings(parse_profile({**get_preset(PRESET).data, "service": {"name": "kimi.k25"}}))
+    keep = next(j for j in scrape_configs(dotted) if "honor_labels" in j)["metric_relabel_configs"][-1]
+    assert keep["regex"] == "kimi\\.k25"  # "." matches itself only
+    reads_check = [e for e in [*(a.expr for a in alerts(st)), *all_queries(profile)] if "kimi_deploy_check_" in e]
+    assert len(reads_check) >= 7
+    assert all('{job="kimi-k25-check", service="kimi-k25"' in e for e in reads_check), reads_check
 
 
 @dataclasses.dataclass

@@ -96,7 +96,7 @@ def _start(namespaces, ns_of: str, profile: Path, node: str, timeout: float) -> 
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     return subprocess.Popen(
         ["ip", "netns", "exec", namespaces[ns_of], sys.executable, "-m", "kimi_deploy", "preflight",
-         "--profile", str(profile), "--node", node, "--timeout", str(timeout), "--json"],
+         "--profile", str(profile), "--host", node, "--timeout", str(timeout), "--json"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
 
 

@@ -163,3 +163,24 @@ def test_bad_fleet_is_exit_2_with_key_and_fix(tmp_path, text, expected):
         assert fragment in result.stderr, f"{fragment!r} not in:\n{result.stderr}"
     assert "fix:" in result.stderr
     assert not out.exists()
+
+
+#: Values no string of [fleet]/[gateway] may carry into a unit or argv: an option-like start, a space, systemd
+#: specifiers and variables, quotes, a line break, a bidi override.
+HOSTILE = ["-x", "a b", "a%i", "a$b", 'a"b', "a\nb", "a\u202eb", ""]
+STRING_KEYS = [("gateway", k) for k in ("host", "bind", "policy", "smg", "version", "prometheus_host")] + \
+              [("fleet", "nic"), ("fleet", "node")]
+
+
+@pytest.mark.parametrize(("table", "key"), STRING_KEYS, ids=[f"{t}.{k}" for t, k in STRING_KEYS])
+def test_every_fleet_and_gateway_string_refuses_hostile_values(table, key):
+    for value in HOSTILE:
+        data = _data(MULTI + TWO_RANKS + GATEWAY)
+        if (table, key) == ("fleet", "node"):
+            data["fleet"]["replicas"][0]["nodes"][1] = value
+        else:
+            data[table][key] = value
+        with pytest.raises(Exception) as err:
+            parse_profile(data)
+        assert getattr(err.value, "exit_code", None) == 2, (key, value)
+        assert f"{table}." in " ".join(err.value.problems), (key, value, err.value.problems)

@@ -139,7 +139,7 @@ def test_rank_units_run_the_preflight_and_only_rank0_carries_http_parts():
     for node, files in hosts.items():
         unit = files["kimi-k25.service"]
         assert (f"ExecStartPre=/usr/local/bin/kimi-deploy preflight --profile /etc/kimi-deploy/kimi-k25.toml "
-                f"--node {node} --timeout 300") in unit
+                f"--host {node} --timeout 300") in unit
         assert unit.index("preflight --profile") < unit.index("ExecStart=")
         assert "GLOO_SOCKET_IFNAME=ens5f0" in files["kimi-k25.env"]
     assert "LoadCredential=" in leader["kimi-k25.service"] and "LoadCredential=" not in worker["kimi-k25.service"]
@@ -212,7 +212,7 @@ def test_local_rank_is_the_node_this_host_owns():
     profile = profile_of()
     assert local_rank(profile, owns=lambda host: host == "10.0.0.12").rank == 1
     assert local_rank(profile, owns=lambda host: False) is None  # an image tree, a workstation
-    assert local_rank(profile, "10.0.0.11", owns=lambda host: False).rank == 0  # --node wins
+    assert local_rank(profile, "10.0.0.11", owns=lambda host: False).rank == 0  # --host wins
     with pytest.raises(UsageError):
         local_rank(profile, owns=lambda host: True)
     single = parse_profile({**copy.deepcopy(TWO_RANKS), "fleet": {"replicas": [{"nodes": ["10.0.0.11"]}]},
@@ -287,10 +287,10 @@ def test_render_of_a_multi_node_profile_is_rank0_of_the_first_replica():
 
 
 @pytest.mark.parametrize(("args", "said"), [
-    (["--node", "10.0.0.99"], "not a node of the profile"),
-    (["--node", "10.0.0.12", "--timeout", "nan"], "not a number"),
-    (["--node", "10.0.0.12", "--timeout", "inf"], "not in the range"),
-    (["--node", "10.0.0.12", "--python", "/nonexistent/python"], "does not exist"),
+    (["--host", "10.0.0.99"], "not a node of the profile"),
+    (["--host", "10.0.0.12", "--timeout", "nan"], "not a number"),
+    (["--host", "10.0.0.12", "--timeout", "inf"], "not in the range"),
+    (["--host", "10.0.0.12", "--python", "/nonexistent/python"], "does not exist"),
 ])
 def test_preflight_usage_errors_exit_2_without_running_anything(tmp_path, args, said):
     import tomli_w
@@ -306,7 +306,7 @@ def test_preflight_usage_errors_exit_2_without_running_anything(tmp_path, args, 
 def test_preflight_of_a_single_host_profile_says_there_are_no_ranks(tmp_path):
     from helpers import MINIMAL, run_cli, write_profile
 
-    result = run_cli(["preflight", "--profile", str(write_profile(tmp_path, MINIMAL)), "--node", "10.0.0.11"])
+    result = run_cli(["preflight", "--profile", str(write_profile(tmp_path, MINIMAL)), "--host", "10.0.0.11"])
     assert result.exit_code == 2 and "no multi-node replica" in result.stderr
 
 
@@ -327,3 +327,28 @@ def test_preflight_in_an_interpreter_without_torch_says_so(tmp_path):
                                      python=sys.executable)
     assert not result.ok and result.stage == "store" and result.stages == ("nic", "address")
     assert "torch does not import" in result.error and "--python" in result.fix
+
+
+def test_render_out_writes_each_ranks_folder_and_the_monitoring_files_once(tmp_path):
+    import tomli_w
+
+    from helpers import run_cli
+
+    path = tmp_path / "profile.toml"
+    path.write_text(tomli_w.dumps(TWO_RANKS))
+    out = tmp_path / "out"
+    result = run_cli(["render", "--profile", str(path), "--out", str(out)])
+    assert result.exit_code == 0, result.stderr
+    written = {p.relative_to(out).as_posix(): p.read_text() for p in out.rglob("*") if p.is_file()}
+    golden = {p.relative_to(GOLDEN).as_posix(): p.read_text() for p in GOLDEN.rglob("*") if p.is_file()}
+    assert {k: v for k, v in written.items() if not k.startswith("monitoring/")} == golden
+    assert "monitoring/prometheus.yml" in written
+
+
+def test_install_of_a_rank_installs_that_ranks_unit():
+    from kimi_deploy.install import desired_files
+
+    files, _ = desired_files(profile_of(), host="10.0.0.12")
+    unit = files["/etc/systemd/system/kimi-k25.service"].decode()
+    assert "--node-rank 1" in unit and "--host 0.0.0.0" not in unit
+    assert not any("kimi-deploy-check" in name for name in files)

@@ -1,18 +1,19 @@
-"""The load client: one shared keep-alive connection pool and the kit's own SSE framing.
+"""The load client: one shared keep-alive connection pool and the kit's SSE framer (:mod:`kimi_deploy.sse`).
 
 Built so that the client is not what is measured (peers' pitfalls, see
 ``shared/notes/benchmark-metrics.md``): one connection pool (:mod:`kimi_deploy.bench.http`)
 for the whole sweep, sized to at least the concurrency (aiohttp's and httpx's default cap is
 100), keep-alive connections reused across requests, request bodies serialized before the
 clock starts, no per-request session, no openai SDK. The response body is framed into SSE
-events here with no line-length limit (peers' 64-128 KiB line buffers break on long chunks),
-JSON decoded with ``orjson`` when installed. Every event read in one ``recv`` shares that
-``recv``'s timestamp.
+events by :class:`kimi_deploy.sse.Framer` (WHATWG rules, a linear line buffer, one line or event
+at most ``--max-line-bytes``; peers' 64-128 KiB line buffers break on long chunks), JSON decoded
+with ``orjson``. Every event read in one ``recv`` shares that ``recv``'s timestamp.
 
-Stream grammar handled (OpenAI Chat Completions streaming; SSE per the WHATWG HTML spec):
-events separated by a blank line (``\\n\\n`` or ``\\r\\n\\r\\n``), ``data:`` lines joined with
-``\\n``, comment lines (``:``) and other fields ignored, ``data: [DONE]`` ends the stream,
-a JSON object with an ``error`` key is an error frame.
+Hostile answers (issue #11): ``Accept-Encoding: identity`` is sent and a ``Content-Encoding``
+other than identity is an error, never decoded; a stream that ends without ``data: [DONE]`` is an
+error (``no [DONE]``), not a success; a line or event over ``--max-line-bytes`` and a kept body
+(control plane, error bodies) over ``--max-body-bytes`` end the request with a ``too large`` error
+and close its connection; chunk times are bounded (:data:`kimi_deploy.bench.metrics.MAX_CHUNK_TIMES`).
 """
 
 from __future__ import annotations
@@ -25,17 +26,20 @@ from typing import Any
 from kimi_deploy.bench.http import Pool
 from kimi_deploy.bench.metrics import RequestRecord
 from kimi_deploy.errors import UnreachableError
+from kimi_deploy.limits import LimitExceeded, Limits, Refused
+from kimi_deploy.sse import DONE as _DONE, Framer
 
 import orjson
 
 _loads = orjson.loads
 JSON_LIB = f"orjson {orjson.__version__}"
 
-_DONE = b"[DONE]"
-
 #: Seconds a control-plane call (``/server_info``, ``/v1/models``, ``/flush_cache``) may take at most;
 #: a smaller ``request_timeout`` bounds it too. Each answers in milliseconds on an idle SGLang server.
 CONTROL_TIMEOUT_S = 30.0
+
+#: Bytes of an error body kept for the record's ``error`` (the rest is read, up to the body cap, and dropped).
+ERROR_BODY_KEPT = 4096
 
 
 def _finite_or_null(name: str) -> None:
@@ -43,10 +47,16 @@ def _finite_or_null(name: str) -> None:
     return None
 
 
-def _event_data(event: bytes) -> bytes | None:
-    """The ``data`` of one SSE event with several lines or fields; ``None`` when it has none."""
-    parts = [line[5:].removeprefix(b" ") for line in event.split(b"\n") if line.startswith(b"data:")]
-    return b"\n".join(parts) if parts else None
+def _encoding_refusal(headers: dict[str, str]) -> str | None:
+    """Why a response's ``Content-Encoding`` is refused (``None``: identity, or none)."""
+    encoding = headers.get("content-encoding", "").strip().lower()
+    if encoding in ("", "identity"):
+        return None
+    return f"content-encoding {encoding!r} not decoded (Accept-Encoding: identity was sent)"[:200]
+
+
+class NotRead(str):
+    """The body a control-plane call stands in for an answer it refused to read (too large, encoded)."""
 
 
 class SSESink:
@@ -54,95 +64,124 @@ class SSESink:
 
     ``done`` resolves when the response ended, failed or timed out. ``stale`` is set when a
     reused keep-alive connection closed before answering (the caller retries once).
+    ``limits``: the caps (:class:`kimi_deploy.limits.Limits`); past one, :meth:`on_body` records
+    the error and raises :class:`kimi_deploy.limits.Refused` (the connection closes).
     """
 
-    __slots__ = ("rec", "done", "pending", "status", "error_body", "stale", "chars", "last")
+    __slots__ = ("rec", "done", "framer", "status", "error_body", "error_seen", "max_body", "stale", "chars",
+                 "last")
 
-    def __init__(self, done: asyncio.Future) -> None:
+    def __init__(self, done: asyncio.Future, limits: Limits = Limits()) -> None:
         self.rec = RequestRecord(t_sent=time.perf_counter())
         self.done = done
-        self.pending = b""
+        self.framer = Framer(limits.max_line_bytes)
+        self.max_body = limits.max_body_bytes
         self.status = 0
         self.error_body: bytearray | None = None
+        self.error_seen = 0
         self.stale = False
         self.chars = 0
         self.last = 0.0
 
     def on_head(self, status: int, headers: dict[str, str], now: float) -> None:
         self.rec.status = self.status = status
+        refusal = _encoding_refusal(headers)
+        if refusal is not None:
+            self.error_body = bytearray()
+            self.rec.error = refusal if status == 200 else f"http {status}: {refusal}"
+            self.rec.t_end = now
+            raise Refused(refusal)
         if status != 200:
             self.error_body = bytearray()
         elif "text/event-stream" not in headers.get("content-type", ""):
             self.error_body = bytearray()
             self.rec.error = f"not a stream: content-type {headers.get('content-type', '')!r}"
 
+    def _error_body(self, data: bytes, now: float) -> None:
+        if len(self.error_body) < ERROR_BODY_KEPT:  # type: ignore[arg-type]
+            self.error_body += data[:ERROR_BODY_KEPT]  # type: ignore[operator]
+        self.error_seen += len(data)
+        if self.max_body is not None and self.error_seen > self.max_body:
+            exc = LimitExceeded("the body", self.max_body, "--max-body-bytes", self.error_seen)
+            if self.rec.error is None:
+                self.rec.error = f"too large: http {self.status}: {exc}"[:300]
+            self.rec.t_end = now
+            raise exc
+
     def on_body(self, data: bytes, now: float) -> None:
         if self.error_body is not None:
-            if len(self.error_body) < 4096:
-                self.error_body += data
+            self._error_body(data, now)
             return
         self.last = now
         rec = self.rec
-        if self.pending:
-            data = self.pending + data
-        if b"\r" in data:
-            data = data.replace(b"\r\n", b"\n")
-        events = data.split(b"\n\n")
-        self.pending = events.pop()
-        mark = rec.chunk_times.append
+        try:
+            events = self.framer.feed(data)
+        except LimitExceeded as exc:
+            if rec.error is None:
+                rec.error = f"too large: {exc}"[:300]
+                rec.t_end = now
+            raise
         loads = _loads
         chars = 0
-        for event in events:
+        n = 0
+        for payload in events:
             # hot path, once per streamed chunk: keep it to a few C calls
-            if event[:6] == b"data: " and b"\n" not in event:
-                payload = event[6:]
-            else:
-                payload = _event_data(event)
-                if payload is None:
-                    continue
             if payload == _DONE:
                 rec.t_end = now
                 continue
             try:
                 obj = loads(payload)
                 choices = obj.get("choices")
-            except ValueError as exc:
+                if choices:
+                    delta = choices[0].get("delta")
+                    if delta:
+                        c = delta.get("content")
+                        if c:
+                            chars += len(c)
+                            n += 1
+                        else:
+                            r = delta.get("reasoning_content") or delta.get("reasoning")
+                            if r:
+                                chars += len(r)
+                                n += 1
+                usage = obj.get("usage")
+                if usage:
+                    tokens = usage.get("completion_tokens")
+                    rec.output_tokens = tokens if type(tokens) is int and tokens >= 0 else None
+                    tokens = usage.get("prompt_tokens")
+                    rec.prompt_tokens = tokens if type(tokens) is int and tokens >= 0 else None
+                elif "error" in obj and rec.error is None:
+                    err = obj["error"]
+                    msg = err.get("message", err) if isinstance(err, dict) else err
+                    rec.error = f"error frame: {msg}"[:300]
+                    rec.t_end = now
+            except ValueError as exc:  # not JSON
                 if rec.error is None:
                     rec.error = f"bad frame: {exc}: {payload[:80]!r}"
                     rec.t_end = now
-                continue
-            except AttributeError:  # valid JSON but not an object
-                continue
-            if choices:
-                delta = choices[0].get("delta")
-                if delta:
-                    c = delta.get("content")
-                    if c:
-                        mark(now)
-                        chars += len(c)
-                    else:
-                        r = delta.get("reasoning_content") or delta.get("reasoning")
-                        if r:
-                            mark(now)
-                            chars += len(r)
-            usage = obj.get("usage")
-            if usage:
-                rec.output_tokens = usage.get("completion_tokens")
-                rec.prompt_tokens = usage.get("prompt_tokens")
-            elif "error" in obj and rec.error is None:
-                err = obj["error"]
-                msg = err.get("message", err) if isinstance(err, dict) else err
-                rec.error = f"error frame: {msg}"[:300]
-                rec.t_end = now
+            except (AttributeError, TypeError, IndexError):  # JSON of another shape: nothing to count
+                pass
+        if n:
+            rec.add_chunks(now, n)
         self.chars += chars
 
     def on_end(self, now: float) -> None:
         rec = self.rec
         rec.text_chars = self.chars
         if self.error_body is not None and self.status != 200:
-            rec.error = f"http {self.status}: {bytes(self.error_body[:300]).decode('utf-8', 'replace')}"
-        if rec.t_end is None:
-            rec.t_end = self.last or now  # no [DONE]: E2E to the last byte
+            if rec.error is None:
+                rec.error = f"http {self.status}: {bytes(self.error_body[:300]).decode('utf-8', 'replace')}"
+        elif rec.t_end is None:
+            try:
+                last = self.framer.end()  # "data: [DONE]" without its blank line still ends the stream
+            except LimitExceeded:
+                last = None
+            if last == _DONE and rec.error is None:
+                rec.t_end = self.last or now
+            else:
+                if rec.error is None and self.error_body is None:
+                    rec.error = "no [DONE]: the stream ended without data: [DONE]"
+                rec.t_end = self.last or now
         if not self.done.done():
             self.done.set_result(None)
 
@@ -165,26 +204,38 @@ class SSESink:
 
 
 class _BufferSink:
-    """Collects a whole small response (control-plane calls)."""
+    """Collects a whole small response (control-plane calls), at most ``max_body`` bytes."""
 
-    def __init__(self, done: asyncio.Future) -> None:
+    def __init__(self, done: asyncio.Future, max_body: int | None) -> None:
         self.done = done
         self.status = 0
         self.body = bytearray()
+        self.max_body = max_body
         self.error: str | None = None
+        self.refused: str | None = None
 
     def on_head(self, status: int, headers: dict[str, str], now: float) -> None:
         self.status = status
+        refusal = _encoding_refusal(headers)
+        if refusal is not None:
+            self.refused = refusal
+            raise Refused(refusal)
 
     def on_body(self, data: bytes, now: float) -> None:
         self.body += data
+        if self.max_body is not None and len(self.body) > self.max_body:
+            exc = LimitExceeded("the body", self.max_body, "--max-body-bytes", len(self.body))
+            self.refused = str(exc)
+            self.body = bytearray()
+            raise exc
 
     def on_end(self, now: float) -> None:
         if not self.done.done():
             self.done.set_result(None)
 
     def on_error(self, reason: str, now: float) -> None:
-        self.error = reason
+        if self.error is None:
+            self.error = reason
         if not self.done.done():
             self.done.set_result(None)
 
@@ -200,6 +251,7 @@ class StreamClient:
             request is recorded with ``error="timeout"`` and its connection closed. It also
             bounds every new connection (TCP connect + TLS handshake) and each control-plane
             call (:data:`CONTROL_TIMEOUT_S` at most).
+        limits: the byte caps (``--max-body-bytes``, ``--max-line-bytes``; :class:`kimi_deploy.limits.Limits`).
 
     Use as ``async with StreamClient(...) as client``.
 
@@ -208,13 +260,14 @@ class StreamClient:
     """
 
     def __init__(self, base_url: str, *, pool_size: int = 0, api_key: str | None = None,
-                 request_timeout: float = 600.0) -> None:
+                 request_timeout: float = 600.0, limits: Limits = Limits()) -> None:
         base = base_url.rstrip("/")
         self.base_url = base[:-3] if base.endswith("/v1") else base
         self.pool = Pool(self.base_url, pool_size, connect_timeout=request_timeout)
         self.request_timeout = request_timeout
+        self.limits = limits
         self.headers = {"Content-Type": "application/json", "Accept": "text/event-stream",
-                        "User-Agent": "kimi-deploy-bench"}
+                        "Accept-Encoding": "identity", "User-Agent": "kimi-deploy-bench"}
         if api_key:
             self.headers["Authorization"] = f"Bearer {api_key}"
         head = self.pool.request_bytes("POST", "/v1/chat/completions", b"", self.headers)
@@ -235,11 +288,12 @@ class StreamClient:
 
         Never raises for a server or network failure: the record's ``error`` says what
         happened (``http <status>: <body>``, ``error frame: <message>``, ``timeout``,
-        ``disconnected: <reason>``, ``bad frame: <reason>``, ``not a stream: ...``).
+        ``disconnected: <reason>``, ``bad frame: <reason>``, ``not a stream: ...``, ``no [DONE]: ...``,
+        ``too large: ...``, ``content-encoding ...``).
         """
         loop = asyncio.get_running_loop()
         data = self._chat_head + str(len(body)).encode() + self._chat_rest + body
-        sink = SSESink(loop.create_future())
+        sink = SSESink(loop.create_future(), self.limits)
         timer = loop.call_later(self.request_timeout, sink.expire)
         try:
             for attempt in (0, 1):
@@ -261,7 +315,8 @@ class StreamClient:
             timer.cancel()
 
     async def get_json(self, path: str) -> tuple[int, Any]:
-        """``GET base_url + path``: ``(status, parsed JSON or text)``.
+        """``GET base_url + path``: ``(status, parsed JSON or text)``; a body refused (over
+        ``--max-body-bytes``, or encoded) comes back as a :class:`NotRead` text saying why.
 
         Raises:
             UnreachableError: the server does not answer at all.
@@ -283,7 +338,7 @@ class StreamClient:
         reason = None
         limit = min(CONTROL_TIMEOUT_S, self.request_timeout)
         for _ in (0, 1):
-            sink = _BufferSink(loop.create_future())
+            sink = _BufferSink(loop.create_future(), self.limits.max_body_bytes)
             try:
                 conn = await self.pool.acquire(timeout=limit)
             except OSError as exc:
@@ -297,13 +352,15 @@ class StreamClient:
                 sink.error = f"no answer within {limit:g} s (--request-timeout)"
                 conn.close()
             self.pool.release(conn)
+            if sink.refused is not None:
+                return sink.status, NotRead(f"<not read: {sink.refused}>")
             if sink.error == "stale keep-alive connection":
                 continue
             if sink.error is None:
                 raw = bytes(sink.body)
                 try:
                     return sink.status, json.loads(raw, parse_constant=_finite_or_null)
-                except ValueError:
+                except (ValueError, RecursionError):  # not JSON (or invalid UTF-8), or nested past the stack
                     return sink.status, raw.decode("utf-8", "replace")
             reason = sink.error
             break

@@ -17,7 +17,11 @@ stale keep-alive detection the caller retries on.
 Scope (RFC 9112): ``http``/``https`` URLs, requests with a ``Content-Length`` body,
 responses framed by ``Transfer-Encoding: chunked``, ``Content-Length`` or connection close;
 keep-alive unless the response says ``Connection: close`` or is HTTP/1.0; no pipelining,
-no redirects, no compression (``Accept-Encoding`` is not sent).
+no redirects, no compression (the client sends ``Accept-Encoding: identity`` and its sinks refuse
+any other ``Content-Encoding``). A sink may refuse the rest of a response by raising
+:class:`kimi_deploy.limits.Refused` (a body or line over its cap): the connection is closed and
+the sink hears ``on_error``. A response head (status line and headers) over :data:`MAX_HEAD_BYTES`
+is a bad response.
 """
 
 from __future__ import annotations
@@ -33,9 +37,14 @@ from urllib.parse import urlsplit
 import httptools
 
 from kimi_deploy.errors import UsageError
+from kimi_deploy.limits import Refused
 
 
 PARSER = f"httptools {httptools.__version__} (llhttp)"
+
+#: Bytes of header names and values one response may carry: 64 KiB (llhttp sets no limit of its own;
+#: SGLang's heads are a few hundred bytes).
+MAX_HEAD_BYTES = 64 << 10
 
 
 class Sink(Protocol):
@@ -67,6 +76,7 @@ class Connection(asyncio.Protocol):
         self.eof_body = False    # body delimited by the connection closing (RFC 9112 §6.3 rule 8)
         self.keep_alive = True
         self.got_bytes = False
+        self.head_bytes = 0
         self.used = 0
 
     @property
@@ -86,6 +96,7 @@ class Connection(asyncio.Protocol):
         self.headers = {}
         self.body = []
         self.head = self.complete = self.eof_body = self.got_bytes = False
+        self.head_bytes = 0
         self.used += 1
         self.transport.write(data)  # type: ignore[union-attr]
 
@@ -96,7 +107,9 @@ class Connection(asyncio.Protocol):
 
     # httptools callbacks: record only
     def on_header(self, name: bytes, value: bytes) -> None:
-        self.headers[name.decode("latin-1").lower()] = value.decode("latin-1")
+        self.head_bytes += len(name) + len(value)
+        if self.head_bytes <= MAX_HEAD_BYTES:
+            self.headers[name.decode("latin-1").lower()] = value.decode("latin-1")
 
     def on_headers_complete(self) -> None:
         if self.complete:  # a second response in the same read: nobody asked for it
@@ -137,7 +150,13 @@ class Connection(asyncio.Protocol):
         except httptools.HttpParserError as exc:
             self._fail(f"bad response: {exc}", now)
             return
-        self._deliver(now)
+        if self.head_bytes > MAX_HEAD_BYTES:
+            self._fail(f"bad response: headers over {MAX_HEAD_BYTES} bytes", now)
+            return
+        try:
+            self._deliver(now)
+        except Refused as exc:  # the sink will not read more of this response
+            self._fail(str(exc), now)
 
     def _deliver(self, now: float) -> None:
         if self.head:
@@ -157,7 +176,10 @@ class Connection(asyncio.Protocol):
         now = time.perf_counter()
         if self.eof_body and not self.complete:
             self.complete = True
-            self._deliver(now)
+            try:
+                self._deliver(now)
+            except Refused as exc:
+                self._fail(str(exc), now)
         elif not self.got_bytes and self.used > 1:
             sink, self.sink, self.parser = self.sink, None, None
             sink.on_error("stale keep-alive connection", now)

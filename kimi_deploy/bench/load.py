@@ -26,11 +26,12 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 from kimi_deploy.bench import params
-from kimi_deploy.bench.client import JSON_LIB, StreamClient
+from kimi_deploy.bench.client import JSON_LIB, NotRead, StreamClient
 from kimi_deploy.bench.dataset import Dataset
 from kimi_deploy.bench.http import PARSER
 from kimi_deploy.bench.metrics import RequestRecord, WindowSummary, summarize
 from kimi_deploy.errors import UnreachableError, UsageError
+from kimi_deploy.limits import DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_LINE_BYTES, MIN_CAP_BYTES, Limits
 
 
 class ProgressSink(Protocol):
@@ -51,6 +52,8 @@ class BenchConfig:
     ``slo``: milliseconds per key ``ttft``/``tpot``/``e2e`` for goodput.
     ``max_tokens``/``temperature``/``ignore_eos``: sent in every request (``ignore_eos`` is
     SGLang's extension, sent only when true). ``extra_body`` is merged into every request.
+    ``max_body_bytes``/``max_line_bytes``: the byte caps of :mod:`kimi_deploy.limits` (a kept body;
+    one SSE line or event).
     """
 
     base_url: str
@@ -70,6 +73,8 @@ class BenchConfig:
     request_timeout: float = 600.0
     flush_cache: bool = True
     extra_body: dict[str, Any] = dataclasses.field(default_factory=dict)
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
+    max_line_bytes: int = DEFAULT_MAX_LINE_BYTES
     api_key: dataclasses.InitVar[str | None] = None
 
     def __post_init__(self, api_key: str | None) -> None:
@@ -96,6 +101,8 @@ class BenchConfig:
             params.number(self.warmup, option="--warmup", kind=int, minimum=0, example="8")
         params.number(self.temperature, option="--temperature", minimum=0, example="0")
         params.number(self.request_timeout, option="--request-timeout", minimum=0, open_min=True, example="600")
+        for option, value in (("--max-body-bytes", self.max_body_bytes), ("--max-line-bytes", self.max_line_bytes)):
+            params.number(value, option=option, kind=int, minimum=MIN_CAP_BYTES, example=str(DEFAULT_MAX_BODY_BYTES))
         object.__setattr__(self, "slo", params.slo(self.slo))
 
     @property
@@ -254,6 +261,8 @@ async def _server_info(client: StreamClient) -> tuple[dict[str, Any] | None, str
         status, body = await client.get_json(path)
         if status == 200 and isinstance(body, dict):
             return body, path, f"GET {path}: 200"
+        if isinstance(body, NotRead):
+            return None, None, f"GET {path}: http {status}, {body}"
         if status not in (404, 405):
             return None, None, f"GET {path}: http {status}"
     return None, None, "not offered (404)"
@@ -287,7 +296,8 @@ async def run_bench_async(cfg: BenchConfig, dataset: Dataset, progress: Progress
     pool = (cfg.max_in_flight or 0) if cfg.open_loop else max(cfg.concurrency)
     started = time.time()
     async with StreamClient(cfg.base_url, pool_size=pool, api_key=getattr(cfg, "_api_key"),
-                            request_timeout=cfg.request_timeout) as client:
+                            request_timeout=cfg.request_timeout,
+                            limits=Limits(cfg.max_body_bytes, cfg.max_line_bytes)) as client:
         server_info, info_path, info_status = await _server_info(client)
         model = await _resolve_model(client, cfg.model)
         points: list[PointResult] = []

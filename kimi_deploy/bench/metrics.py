@@ -13,7 +13,8 @@ GuideLLM, GenAI-Perf and LLMPerf):
 - **ITL**: the gaps between consecutive text-carrying chunks, pooled over requests. Under speculative
   decoding one chunk carries several tokens, so ITL is a jitter diagnostic, never a speed figure;
   **tokens per chunk** (``output_tokens / text chunks``) is reported beside it.
-- **E2E**: request sent → end of the stream (``data: [DONE]``, or the last byte when the server sends none).
+- **E2E**: request sent → end of the stream (``data: [DONE]``; a stream that ends without it is an
+  error, ``no [DONE]``, never a success).
 - **output tokens/s**: sum of ``completion_tokens`` of successful requests / wall time of the measured
   window (first request sent → last request finished, warmup excluded).
 - **requests/s**: successful requests / window. **goodput**: successful requests meeting every SLO
@@ -51,13 +52,21 @@ DEFINITIONS: dict[str, str] = {
 
 SLO_KEYS = ("ttft", "tpot", "e2e")
 
+#: Chunk arrival times kept per request: 65,536 (512 KiB of pointers; a 64k-token answer at one
+#: token per chunk fits whole). An endless stream costs no more; see :class:`RequestRecord`.
+MAX_CHUNK_TIMES = 1 << 16
+
 
 @dataclasses.dataclass
 class RequestRecord:
     """The event timeline of one streamed request, as the client saw it.
 
     Times are ``time.perf_counter()`` seconds. ``chunk_times`` holds the arrival time of
-    every text-carrying chunk (several chunks read in one ``recv`` share a time).
+    every text-carrying chunk (several chunks read in one ``recv`` share a time), at most
+    :data:`MAX_CHUNK_TIMES` of them (:meth:`add_chunks`): past that the first
+    ``MAX_CHUNK_TIMES - 1`` stay, the last slot always holds the latest chunk's time, and
+    ``chunks_dropped`` counts the times not kept, so TTFT, E2E, the chunk count and the window stay
+    exact and ITL is read from the first ``MAX_CHUNK_TIMES - 1`` chunks of such a request.
     ``output_tokens``/``prompt_tokens`` come from the stream's ``usage`` block
     (``None``: no usage block). ``error``: ``None`` for success, else a short reason
     (``"http 500: ..."``, ``"error frame: ..."``, ``"timeout"``, ``"disconnected"``...).
@@ -72,6 +81,28 @@ class RequestRecord:
     text_chars: int = 0
     error: str | None = None
     status: int | None = None
+    chunks_dropped: int = 0
+
+    def add_chunks(self, now: float, n: int = 1) -> None:
+        """Record ``n`` text-carrying chunks that arrived at ``now`` (bounded: see the class docstring)."""
+        times = self.chunk_times
+        room = MAX_CHUNK_TIMES - len(times)
+        if n <= room:
+            if n == 1:
+                times.append(now)
+            else:
+                times.extend([now] * n)
+            return
+        if room > 0:
+            times.extend([now] * room)
+            n -= room
+        times[-1] = now
+        self.chunks_dropped += n
+
+    @property
+    def chunks(self) -> int:
+        """Text-carrying chunks received (kept times plus dropped ones)."""
+        return len(self.chunk_times) + self.chunks_dropped
 
     @property
     def ok(self) -> bool:
@@ -102,8 +133,9 @@ class RequestRecord:
 
     @property
     def itls(self) -> list[float]:
-        """Seconds between consecutive text chunks (``len(chunk_times) - 1`` values)."""
-        t = self.chunk_times
+        """Seconds between consecutive text chunks (``len(chunk_times) - 1`` values; with chunks
+        dropped, the gaps between the first ``MAX_CHUNK_TIMES - 1`` only)."""
+        t = self.chunk_times if not self.chunks_dropped else self.chunk_times[:-1]
         return [t[i] - t[i - 1] for i in range(1, len(t))]
 
     @property
@@ -111,7 +143,7 @@ class RequestRecord:
         """``output_tokens / text chunks``; ``None`` without usage or chunks."""
         if self.output_tokens is None or not self.chunk_times:
             return None
-        return self.output_tokens / len(self.chunk_times)
+        return self.output_tokens / self.chunks
 
     def meets(self, slo: dict[str, float]) -> bool:
         """True when successful and within every SLO in ``slo`` (keys ttft/tpot/e2e, milliseconds)."""
@@ -139,7 +171,8 @@ class RequestRecord:
             "output_tokens": self.output_tokens,
             "prompt_tokens": self.prompt_tokens,
             "usage_missing": self.usage_missing,
-            "chunks": len(self.chunk_times),
+            "chunks": self.chunks,
+            "chunk_times_dropped": self.chunks_dropped,
             "text_chars": self.text_chars,
         }
 
@@ -234,7 +267,7 @@ def summarize(windows: Sequence[Sequence[RequestRecord]], slo: dict[str, float] 
     kinds = Counter(_kind(r) for r in records if not r.ok)
     with_usage = [r for r in good if r.output_tokens is not None]
     tokens = sum(r.output_tokens for r in with_usage)  # type: ignore[misc]
-    chunks = sum(len(r.chunk_times) for r in good)
+    chunks = sum(r.chunks for r in good)
     rate = (lambda n: n / window) if window > 0 else (lambda n: 0.0)
     return WindowSummary(
         requests=len(records),

@@ -4,6 +4,14 @@ The ``openai`` client is what agents use, so its errors are what agents see; it 
 httpx transport that keeps a copy of the raw response bytes, so that the stream-shape
 validator can see the SSE framing (``[DONE]``, error frames) the client hides. Retries are
 off (``max_retries=0``): a check reports what one request got.
+
+Hostile answers (issue #11) stop at the transport, before httpx or openai buffer or decode them:
+``Accept-Encoding: identity`` is sent and any other ``Content-Encoding`` is refused unread; a body
+(declared or read) over ``--max-body-bytes`` and an SSE line or event over ``--max-line-bytes``
+(framed by :class:`kimi_deploy.sse.Framer` as the bytes arrive) are refused at the cap. A refusal
+is a :class:`ResponseRefused`, which both ``except httpx.TransportError`` and ``except
+openai.OpenAIError`` catch; :func:`transport_finding` and :func:`openai_finding` turn it into a
+failed row of kind :data:`REFUSED_KIND` with the evidence.
 """
 
 from __future__ import annotations
@@ -18,8 +26,14 @@ from typing import Any
 import httpx
 import openai
 
-from kimi_deploy.check.results import clip, clip_body
+from kimi_deploy.check.results import FAILURE_KINDS, clip, clip_body
 from kimi_deploy.check.validate import Finding
+from kimi_deploy.limits import LimitExceeded, Limits, human
+from kimi_deploy.sse import Framer
+
+#: The failure kind of an answer the check refused to read (too large, or encoded): ``invalid_response``
+#: where that kind exists (issue #11's kind for an answer the check cannot use), else ``server_error``.
+REFUSED_KIND = "invalid_response"
 
 #: Contract requests may wait this many times ``--timeout`` for the answer: a non-streamed answer
 #: arrives only when the whole generation is done, and a thinking model writing an 8 KiB argument
@@ -63,19 +77,66 @@ class Deadline:
                                     request=request)
 
 
+class ResponseRefused(httpx.TransportError, openai.APIError):
+    """An answer the check stopped reading (too large, or in an encoding it did not ask for).
+
+    Caught as ``httpx.TransportError`` around ``httpx`` calls and as ``openai.OpenAIError`` around
+    ``openai`` ones (``openai`` wraps it in ``APIConnectionError`` when raised while sending).
+    ``detail``: what was refused and why (names the flag that raises a cap); ``evidence``: the
+    header or the first bytes of what was read.
+    """
+
+    def __init__(self, detail: str, evidence: str, request: httpx.Request) -> None:
+        Exception.__init__(self, detail)
+        self.request = request
+        self.message = detail
+        self.body = None
+        self.code = self.param = self.type = None
+        self.detail = detail
+        self.evidence = evidence
+
+
+def _what(request: httpx.Request) -> str:
+    return f"{request.method} {request.url.path}"
+
+
 class _Tee(httpx.SyncByteStream):
+    """The raw body as it arrives: copied into ``sink`` up to the body cap, counted, SSE-framed when
+    it is an event stream (for the line cap), the run's deadline checked after every read."""
+
     def __init__(self, inner: httpx.SyncByteStream, sink: bytearray, deadline: Deadline,
-                 request: httpx.Request) -> None:
+                 request: httpx.Request, limits: Limits, framer: Framer | None) -> None:
         self._inner = inner
         self._sink = sink
         self._deadline = deadline
         self._request = request
+        self._limits = limits
+        self._framer = framer
+        self._seen = 0
 
     def __iter__(self):
+        cap = self._limits.max_body_bytes
         for chunk in self._inner:
+            self._seen += len(chunk)
+            if cap is not None and self._seen > cap:
+                self._sink.extend(chunk[:max(0, cap - len(self._sink))])
+                self._refuse(LimitExceeded("the body", cap, "--max-body-bytes", self._seen))
             self._sink.extend(chunk)
+            if self._framer is not None:
+                try:
+                    self._framer.feed(chunk)
+                except LimitExceeded as exc:
+                    self._refuse(exc)
             self._deadline.check(self._request)
             yield chunk
+
+    def _refuse(self, exc: LimitExceeded) -> None:
+        self.close()
+        head = "".join(c if c.isprintable() else f"\\x{ord(c):02x}"  # no control byte reaches a report
+                       for c in bytes(self._sink[:120]).decode("utf-8", "replace"))
+        raise ResponseRefused(f"the answer to {_what(self._request)} was refused: {exc}",
+                              clip(f"{exc.what} over {human(exc.limit)}; first bytes: {head}"),
+                              self._request) from None
 
     def close(self) -> None:
         self._inner.close()
@@ -84,19 +145,42 @@ class _Tee(httpx.SyncByteStream):
 class RecordingTransport(httpx.BaseTransport):
     """An httpx transport that keeps the raw body of the last response in :attr:`last_body`.
 
-    Reading a body past ``deadline`` raises ``httpx.ReadTimeout`` (see :class:`Deadline`).
+    Reading a body past ``deadline`` raises ``httpx.ReadTimeout`` (see :class:`Deadline`); a body or
+    SSE line past ``limits``, or a ``Content-Encoding`` other than identity, raises
+    :class:`ResponseRefused` (the connection is closed; :attr:`last_body` holds at most the body cap).
     """
 
-    def __init__(self, deadline: Deadline | None = None) -> None:
+    def __init__(self, deadline: Deadline | None = None, limits: Limits = Limits()) -> None:
         self._inner = httpx.HTTPTransport()
         self._deadline = deadline or Deadline(None)
+        self._limits = limits
         self.last_body = bytearray()
 
     def handle_request(self, request: httpx.Request) -> httpx.Response:
+        request.headers["Accept-Encoding"] = "identity"
         response = self._inner.handle_request(request)
         self.last_body = bytearray()
+        encoding = response.headers.get("content-encoding", "").strip().lower()
+        if encoding not in ("", "identity"):
+            response.close()
+            raise ResponseRefused(
+                f"the answer to {_what(request)} (HTTP {response.status_code}) came with Content-Encoding: "
+                f"{encoding}, which the check did not ask for (it sends Accept-Encoding: identity); not decoded",
+                clip(f"HTTP {response.status_code} Content-Encoding: {encoding}"), request)
+        cap = self._limits.max_body_bytes
+        declared = response.headers.get("content-length", "").strip()
+        if cap is not None and declared.isdigit() and int(declared) > cap:
+            response.close()
+            exc = LimitExceeded("the body", cap, "--max-body-bytes", int(declared))
+            raise ResponseRefused(f"the answer to {_what(request)} was refused unread: Content-Length {declared} "
+                                  f"is over {exc.flag} {cap} ({human(cap)})",
+                                  clip(f"HTTP {response.status_code} Content-Length: {declared}"), request)
+        framer = None
+        if "text/event-stream" in response.headers.get("content-type", ""):
+            framer = Framer(self._limits.max_line_bytes)
         return httpx.Response(status_code=response.status_code, headers=response.headers,
-                              stream=_Tee(response.stream, self.last_body, self._deadline, request),
+                              stream=_Tee(response.stream, self.last_body, self._deadline, request, self._limits,
+                                          framer),
                               extensions=response.extensions)
 
     def close(self) -> None:
@@ -124,7 +208,9 @@ class Clients:
     deadline: Deadline
 
     @classmethod
-    def open(cls, base_url: str, api_key: str | None, timeout: float, deadline: Deadline | None = None) -> Clients:
+    def open(cls, base_url: str, api_key: str | None, timeout: float, deadline: Deadline | None = None,
+             limits: Limits = Limits()) -> Clients:
+        """Both clients for ``base_url``; ``limits``: the byte caps every answer is read under."""
         deadline = deadline or Deadline(None)
         root = base_url.rstrip("/")
         if root.endswith("/v1"):
@@ -133,8 +219,8 @@ class Clients:
         if api_key:
             headers["Authorization"] = f"Bearer {api_key}"
         http_client = httpx.Client(base_url=root, headers=headers, timeout=timeout, follow_redirects=True,
-                                   transport=RecordingTransport(deadline))
-        recorder = RecordingTransport(deadline)
+                                   transport=RecordingTransport(deadline, limits))
+        recorder = RecordingTransport(deadline, limits)
         generation = httpx.Timeout(timeout * GENERATION_TIMEOUT_FACTOR, connect=timeout)
         oa = openai.OpenAI(base_url=f"{root}/v1", api_key=api_key or "EMPTY", timeout=generation, max_retries=0,
                            http_client=httpx.Client(transport=recorder, headers={"Accept-Encoding": "identity"},
@@ -160,12 +246,13 @@ class Clients:
         """GET ``path``; returns (status, parsed JSON or the text when not JSON).
 
         Raises:
-            httpx.TransportError: connection or timeout (callers map it with :func:`transport_finding`).
+            httpx.TransportError: connection, timeout, or an answer refused unread (:class:`ResponseRefused`);
+                callers map it with :func:`transport_finding`.
         """
         response = self.http.get(path, timeout=self.deadline.bound(self.timeout))
         try:
             return response.status_code, response.json()
-        except (json.JSONDecodeError, ValueError):
+        except (json.JSONDecodeError, ValueError, RecursionError):  # not JSON, not UTF-8, or nested too deep
             return response.status_code, response.text
 
 
@@ -220,8 +307,21 @@ def _key_sent(request: httpx.Request | None) -> bool:
     return bool(auth) and auth != "Bearer EMPTY"
 
 
+def refused_finding(exc: BaseException | None) -> Finding | None:
+    """The finding for an answer refused unread (:class:`ResponseRefused`, raised or as the cause of
+    ``openai``'s ``APIConnectionError``): kind :data:`REFUSED_KIND`; ``None`` for anything else."""
+    for e in (exc, getattr(exc, "__cause__", None)):
+        if isinstance(e, ResponseRefused):
+            return Finding(REFUSED_KIND, e.detail, e.evidence)
+    return None
+
+
 def transport_finding(exc: Exception, what: str) -> Finding:
-    """``unreachable`` or ``timeout`` for an httpx transport error."""
+    """``unreachable`` or ``timeout`` for an httpx transport error; :data:`REFUSED_KIND` for an answer
+    refused unread (:class:`ResponseRefused`)."""
+    refused = refused_finding(exc)
+    if refused is not None:
+        return refused
     if isinstance(exc, httpx.TimeoutException):
         return Finding("timeout", f"{what}: no answer in time ({type(exc).__name__})", clip(exc))
     return Finding("unreachable", f"{what}: {type(exc).__name__}", clip(exc))
@@ -236,7 +336,11 @@ def openai_finding(exc: Exception, *, streaming: bool, raw: str = "") -> Finding
     :func:`auth_note`); a generic
     APIError while streaming (openai-python raises it for an SSE ``{"error": ...}`` frame) →
     ``error_frame``; anything else (a body the client could not decode) → ``server_error``.
+    An answer refused unread (:class:`ResponseRefused`, over a cap or encoded) → :data:`REFUSED_KIND`.
     """
+    refused = refused_finding(exc)
+    if refused is not None:
+        return refused
     if isinstance(exc, openai.APITimeoutError):
         return Finding("timeout", f"no answer within the timeout ({type(exc).__name__})", clip(exc))
     if isinstance(exc, openai.APIConnectionError):

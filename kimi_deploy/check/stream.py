@@ -18,6 +18,7 @@ from typing import Any
 
 from kimi_deploy.check.results import clip
 from kimi_deploy.check.validate import PRIORITY, Finding, Message, ToolCall
+from kimi_deploy.sse import frame_all
 
 
 @dataclasses.dataclass
@@ -32,19 +33,27 @@ class SSE:
 
 
 def parse_sse(raw: str) -> SSE:
-    """Parse server-sent events text (``data: ...`` lines, blank-line separated)."""
+    """Parse server-sent events text with the kit's one framer (:class:`kimi_deploy.sse.Framer`: CRLF, LF
+    or CR line ends, ``data:`` lines joined with LF, comments and other fields ignored).
+
+    An event the stream left without its final blank line is still read (a server ending with
+    ``data: [DONE]`` and no blank line is not blamed for a missing ``[DONE]``). The body was read
+    under the run's caps (:class:`kimi_deploy.check.client.RecordingTransport`), so no cap here.
+    """
+    events, last = frame_all(raw.encode("utf-8", "surrogatepass"))
+    if last is not None:
+        events.append(last)
     frames, errors, bad, done = [], [], [], False
-    for block in raw.replace("\r\n", "\n").split("\n\n"):
-        data = "\n".join(line[5:].lstrip() if line.startswith("data:") else ""
-                         for line in block.split("\n") if line.startswith("data:"))
-        if not data:
+    for event in events:
+        data = event.decode("utf-8", "replace")
+        if not data.strip():
             continue
         if data.strip() == "[DONE]":
             done = True
             continue
         try:
             obj = json.loads(data)
-        except json.JSONDecodeError:
+        except (ValueError, RecursionError):  # not JSON, or nested past the stack
             bad.append(data)
             continue
         if isinstance(obj, dict) and obj.get("error") is not None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import signal
 import sys
 from pathlib import Path
@@ -13,7 +15,7 @@ from kimi_deploy.check import CheckOptions, registry, reports, run_checks
 from kimi_deploy.apikey import read_key_file as read_api_key
 from kimi_deploy.check.runner import Interrupted
 from kimi_deploy.errors import UsageError
-from kimi_deploy.cli.options import json_path_option
+from kimi_deploy.cli.options import json_path_option, limit_options
 
 #: Default ``--deadline``: 12 minutes, well inside the nightly unit's ``TimeoutStartSec=900``
 #: (systemd/check.service.j2), leaving 3 minutes for start-up, the last request and the reports.
@@ -81,15 +83,23 @@ def _globs(values: tuple[str, ...]) -> list[str]:
 @click.option("--deadline", type=click.FloatRange(min=1), default=DEFAULT_DEADLINE_S, show_default=True, metavar="S",
               help="Seconds the whole run may take; checks not done by then fail as 'timeout' (not attempted). "
                    "Keep it under the nightly unit's TimeoutStartSec=.")
+@click.option("--insecure", is_flag=True,
+              help="Send the API key over plain http to a host that is not this one (refused without it: anyone "
+                   "on the path could read the key); a warning goes to stderr.")
+@limit_options
 @click.option("--list", "list_only", is_flag=True, help="Print the check ids and exit.")
+@click.option("--each-worker", is_flag=True,
+              help="--base-url (or the profile's [gateway]) is SGLang's gateway: run the checks (default: health "
+                   "and contract tiers) against every worker it lists, one report each; exit status of the worst.")
 @click.pass_context
 def check_cmd(ctx, base_url, model, api_key_file, profile_path, only, skip, json_path, junit_path, prom_path,
-              timeout, repeat, deadline, list_only):
+              timeout, repeat, deadline, insecure, max_body_bytes, max_line_bytes, list_only, each_worker):
     """Check a running OpenAI-compatible server: health, configuration, API contract.
 
     Exit status: 0 no failure (warnings allowed), 1 a check failed, 2 usage or profile
-    error (nothing sent, nothing written), 3 the server did not answer at all, 130 interrupted
-    (Ctrl-C or SIGTERM: the reports hold the checks that finished, marked interrupted).
+    error, or a key bound for plain http to another host without --insecure (nothing sent,
+    nothing written), 3 the server did not answer at all, 130 interrupted (Ctrl-C or SIGTERM:
+    the reports hold the checks that finished, marked interrupted).
     """
     if list_only:
         for check_id in registry.select(_globs(only), _globs(skip)):
@@ -109,7 +119,10 @@ def check_cmd(ctx, base_url, model, api_key_file, profile_path, only, skip, json
         refuse_http_proof(profile, local_rank(profile), "check")
     api_key = read_api_key(api_key_file) if api_key_file else None
     options = CheckOptions(base_url=base_url, model=model, api_key=api_key, profile=profile_path,
-                           only=_globs(only), skip=_globs(skip), timeout=timeout, repeat=repeat, deadline=deadline)
+                           only=_globs(only), skip=_globs(skip), timeout=timeout, repeat=repeat, deadline=deadline,
+                           insecure=insecure, max_body_bytes=max_body_bytes, max_line_bytes=max_line_bytes)
+    if each_worker:
+        ctx.exit(int(_each_worker(options, json_path, junit_path, prom_path)))
     previous = signal.signal(signal.SIGTERM, _on_sigterm)  # stop like Ctrl-C: report what ran
     try:
         if sys.stderr.isatty() and not to_stdout:
@@ -125,6 +138,46 @@ def check_cmd(ctx, base_url, model, api_key_file, profile_path, only, skip, json
     if to_stdout:
         click.echo(reports.to_json_text(report), nl=False)
     ctx.exit(int(report.exit_code))
+
+
+def _each_worker(options: CheckOptions, json_path, junit_path, prom_path) -> int:
+    """``check --each-worker``: one report per worker of the gateway (:mod:`kimi_deploy.check.workers`);
+    ``options`` as for one server, its ``base_url`` (or the profile's ``[gateway]``) naming the gateway."""
+    from kimi_deploy.check.workers import check_each_worker
+    from kimi_deploy.fsio import write_atomic
+
+    if junit_path or prom_path:
+        raise UsageError("--junit and --prom write one server's report; --each-worker writes --json only",
+                         hint="drop --junit/--prom, or run `check --base-url WORKER` per worker for them")
+    base_url, api_key, profile_path, profile = options.base_url, options.api_key, options.profile, None
+    if profile_path:
+        from kimi_deploy.gateway import gateway_url
+        from kimi_deploy.profile import load_profile
+
+        profile = load_profile(profile_path)
+        if base_url is None:
+            base_url = gateway_url(profile)
+        if api_key is None and profile.sglang.api_key_file:
+            api_key = read_api_key(profile.sglang.api_key_file)
+    to_stdout = json_path == "-"
+    if json_path and not to_stdout:
+        reports.check_output_paths(json_path=Path(json_path))
+    fleet = check_each_worker(dataclasses.replace(options, base_url=None, api_key=api_key, profile=profile), base_url)
+    import json as _json
+
+    text = _json.dumps(fleet.to_json(), indent=2, ensure_ascii=False) + "\n"
+    if json_path and not to_stdout:
+        write_atomic(Path(json_path), text)
+    out = sys.stderr if to_stdout else sys.stdout
+    for url, report in fleet.reports:
+        failed = [r.id for r in report.results if r.status == "fail"]
+        print(f"{url}: exit {int(report.exit_code)}, {len(report.results)} checks, "
+              f"{len(failed)} failed{': ' + ', '.join(failed[:5]) if failed else ''}", file=out)
+    if not fleet.reports:
+        print(f"{base_url}: the gateway lists no worker", file=out)
+    if to_stdout:
+        click.echo(text, nl=False)
+    return fleet.exit_code
 
 
 COMMANDS = [check_cmd]

@@ -7,7 +7,7 @@ import click
 
 from kimi_deploy import install as install_lib
 from kimi_deploy.cli.options import echo_json, json_flag, profile_options, resolve_profile, root_option
-from kimi_deploy.errors import RefusedError
+from kimi_deploy.errors import RefusedError, UsageError
 from kimi_deploy.paths import HostLayout
 from kimi_deploy.versions import DEFAULT_SGLANG_VERSION
 
@@ -39,16 +39,27 @@ def _show(plan: install_lib.Plan, result: install_lib.ApplyResult | None, as_jso
 @click.option("--no-create-user", is_flag=True, help="Do not create the service user/group when missing.")
 @click.option("--restart", is_flag=True, help="Restart the service when something changed (no wait; "
               "prefer `kimi-deploy restart --wait --rollback-on-failure`).")
+@click.option("--host", "host", default=None, metavar="NAME",
+              help="With [fleet]/[gateway]: which host of the profile this is (default: the one whose name or "
+                   "address this machine has).")
 @json_flag("Print the plan and what was done as JSON.")
 def install_cmd(profile_path, preset, root, sglang_version, dry_run, force, no_enable, no_create_user, restart,
-                as_json):
+                host, as_json):
     """Install the rendered units, env file and profile on the host (plan, diff, apply)."""
     profile = resolve_profile(profile_path, preset)
     layout = HostLayout(root)
+    if profile.hosts():
+        from kimi_deploy.fleet import pick_host
+
+        host = pick_host(profile, host)
+    elif host is not None:
+        raise UsageError("--host is for a profile with [fleet] or [gateway]; this one describes one host",
+                         value=host, hint="drop --host")
 
     def make_plan():
         return install_lib.plan_install(profile, layout, sglang_version=sglang_version, force=force,
-                                        enable=not no_enable, create_user=not no_create_user, restart=restart)
+                                        enable=not no_enable, create_user=not no_create_user, restart=restart,
+                                        host=host)
 
     _carry_out(make_plan, dry_run=dry_run, force=force, as_json=as_json, diffs=True)
 

@@ -91,3 +91,40 @@ def json_flag(help: str):  # noqa: A002 - click's own keyword
 def json_path_option(help: str):  # noqa: A002
     """``--json PATH`` writing a JSON document; ``-`` means stdout (errors then go there as JSON too)."""
     return click.option("--json", "json_path", metavar="PATH", callback=_note_json, help=help)
+
+
+class ByteSize(click.ParamType):
+    """A byte count: ``16777216``, or with a binary suffix ``64K``/``16M``/``1G`` (also ``KiB``/``MiB``/``GiB``);
+    at least :data:`kimi_deploy.limits.MIN_CAP_BYTES`."""
+
+    name = "bytes"
+    _UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+
+    def convert(self, value, param, ctx):
+        from kimi_deploy.limits import MIN_CAP_BYTES
+
+        if isinstance(value, int) and not isinstance(value, bool):
+            n = value
+        else:
+            text = str(value).strip().upper().removesuffix("IB").removesuffix("B")
+            unit = text[-1:] if text[-1:] in ("K", "M", "G") else ""
+            digits = text[:-1] if unit else text
+            if not digits.isdigit() or len(digits) > 15:
+                self.fail(f"{value!r} is not a byte count (e.g. 16777216, 64K, 16M, 1G)", param, ctx)
+            n = int(digits) * self._UNITS[unit]
+        if n < MIN_CAP_BYTES:
+            self.fail(f"{value!r} is below the smallest cap, {MIN_CAP_BYTES} bytes", param, ctx)
+        return n
+
+
+def limit_options(func):
+    """``--max-body-bytes N`` / ``--max-line-bytes N``: the byte caps of :mod:`kimi_deploy.limits` (check, bench)."""
+    from kimi_deploy.limits import DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_LINE_BYTES
+
+    func = click.option("--max-line-bytes", type=ByteSize(), default=DEFAULT_MAX_LINE_BYTES, show_default=True,
+                        metavar="N", help="Longest SSE line (and one event's data) read before the answer is "
+                        "refused as too large; suffixes K/M/G.")(func)
+    func = click.option("--max-body-bytes", type=ByteSize(), default=DEFAULT_MAX_BODY_BYTES, show_default=True,
+                        metavar="N", help="Largest response body read (or kept) before it is refused as too large; "
+                        "suffixes K/M/G.")(func)
+    return func

@@ -20,7 +20,7 @@ def _finite(_ctx: click.Context, _param: click.Parameter, value: float) -> float
 
 @click.command("preflight")
 @profile_options
-@click.option("--node", required=True, metavar="HOST",
+@click.option("--host", "node", required=True, metavar="NAME",
               help="This host as [fleet] replicas lists it (the rank units pass their own).")
 @click.option("--timeout", type=click.FloatRange(min=0.1, max=MAX_TIMEOUT_SEC), default=float(PREFLIGHT_TIMEOUT_SEC),
               show_default=True, callback=_finite, metavar="SECONDS",

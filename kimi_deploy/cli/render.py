@@ -40,11 +40,16 @@ def render_cmd(profile_path, preset, sglang_version, python, out_dir, print_comm
                              hint="give --python to use the installed SGLang's version, or --sglang-version alone")
         sglang_version, components = render_lib.target_versions(python)
     rendered = render_lib.render(profile, sglang_version, components=components)
+    hosts = None
+    if profile.hosts():  # a fleet: one folder per host (kimi_deploy.fleet)
+        from kimi_deploy.fleet import host_files
+
+        hosts = host_files(profile, rendered.launch.sglang_version)
     for warning in (*rendered.launch.warnings, *naming_warnings(profile)):
         click.echo(f"warning: {warning}", err=True)
     if out_dir:
         create_output_dir(out_dir)
-    written = render_lib.write(rendered, out_dir) if out_dir else []
+    written = render_lib.write(rendered, out_dir, hosts) if out_dir else []
     if as_json:
         echo_json({
             "sglang_version": rendered.launch.sglang_version,
@@ -53,7 +58,9 @@ def render_cmd(profile_path, preset, sglang_version, python, out_dir, print_comm
             "profile_sha256": profile.digest(),
             "argv": list(rendered.launch.argv),
             "env": dict(rendered.launch.env),
-            "files": {name: str(out_dir / name) if out_dir else None for name in rendered.files},
+            "files": {name: str(out_dir / name) if out_dir else None for name in rendered.files} if not hosts else
+                     {f"{host}/{name}": str(out_dir / host / name) if out_dir else None
+                      for host, files in hosts.items() for name in files},
             "monitoring": {name: str(out_dir / render_lib.MONITORING_DIR / name) if out_dir else None
                            for name in rendered.monitoring},
             "warnings": list(rendered.launch.warnings),
@@ -64,7 +71,9 @@ def render_cmd(profile_path, preset, sglang_version, python, out_dir, print_comm
     for path in written:
         click.echo(f"wrote {path}", err=print_command)
     if not out_dir and not print_command:
-        for name, text in rendered.files.items():
+        shown = {f"{host}/{name}": text for host, files in hosts.items() for name, text in files.items()} \
+            if hosts else rendered.files
+        for name, text in shown.items():
             click.echo(f"# ---- {name}")
             click.echo(text, nl=False)
         for name, text in rendered.monitoring.items():

@@ -32,18 +32,24 @@ def _line(label: str, state: WaitState) -> str:
                    "files, reload, restart and verify them.")
 @click.option("--poll-interval", type=float, default=5.0, show_default=True, metavar="S",
               help="Seconds between readiness probes.")
-@click.option("--node", default=None, metavar="HOST",
-              help="Multi-node: this host as [fleet] replicas lists it (default: found by its addresses); "
-                   "--wait is refused on ranks >= 1, which serve no HTTP.")
+@click.option("--host", "host", default=None, metavar="NAME",
+              help="Which node of the profile this is (default: found by this machine's addresses). With [gateway] "
+                   "its replica is removed from the gateway first and added back once ready and checked; on a rank "
+                   ">= 1 of a multi-node group --wait is refused (it serves no HTTP).")
 @json_flag("Print the result as JSON.")
 @click.pass_context
-def restart_cmd(ctx, profile_path, preset, root, name, wait, timeout, rollback_on_failure, poll_interval, node,
+def restart_cmd(ctx, profile_path, preset, root, name, wait, timeout, rollback_on_failure, poll_interval, host,
                 as_json):
-    """Restart the server; with --wait, show its progress and verify it (exit 6: not ready in time)."""
+    """Restart the server; with --wait, show its progress and verify it (exit 6: not ready in time).
+
+    Behind a gateway ([gateway] in the profile): the replica leaves the gateway first and comes back only
+    after it is ready and the fast checks passed; on failure it stays out (exit 1 or 6; exit 9 when it
+    passed but the gateway did not take it back)."""
     if rollback_on_failure and not wait:
         wait = True  # a rollback needs a verdict
     layout = HostLayout(root)
     profile, _manifest = resolve_installed(profile_path, preset, name, layout)
+    drain = _drain(profile, layout, host, wait)
     console = Console(stderr=True)
     if as_json or not console.is_terminal:
         status = None
@@ -68,7 +74,7 @@ def restart_cmd(ctx, profile_path, preset, root, name, wait, timeout, rollback_o
     try:
         result = restart_lib.restart(profile, layout, wait=wait, timeout=timeout,
                                      rollback_on_failure=rollback_on_failure, poll_interval=poll_interval,
-                                     on_poll=on_poll, on_event=on_event, node=node)
+                                     on_poll=on_poll, on_event=on_event, drain=drain, node=host)
     finally:
         if status:
             status.stop()
@@ -90,6 +96,35 @@ def restart_cmd(ctx, profile_path, preset, root, name, wait, timeout, rollback_o
         for note in result.notes:
             click.echo(f"note: {note}")
     ctx.exit(result.exit_code)
+
+
+def _drain(profile, layout, host, wait):
+    """The :class:`kimi_deploy.restart.Drain` of this node's replica, or None without ``[gateway]``."""
+    from kimi_deploy.errors import UsageError
+
+    if profile.gateway is None:
+        if host is not None and profile.nodes_per_copy < 2:
+            raise UsageError("--host is for a profile with [gateway] or multi-node replicas", value=host,
+                             hint="drop --host")
+        return None
+    from kimi_deploy import apikey
+    from kimi_deploy.fleet import is_node, pick_host
+    from kimi_deploy.gateway import Gateway, gateway_url
+    from kimi_deploy.profile import url_host
+
+    this = pick_host(profile, host)
+    if not is_node(profile, this):
+        raise UsageError(f"{this} runs the gateway only; restart it with systemctl", value=this,
+                         hint=f"systemctl restart {profile.service.name}-gateway.service")
+    replica = next(nodes for nodes in profile.replicas if this in nodes)
+    if replica[0] != this:
+        raise UsageError(f"{this} is rank {replica.index(this)} of a multi-node replica; restart its group from "
+                         "rank 0", value=this, hint=f"run restart on {replica[0]}")
+    if not wait:
+        raise UsageError("a replica behind a gateway is restarted with --wait (it goes back into the gateway "
+                         "only once it is ready and checked)", hint="add --wait")
+    key = apikey.profile_key(profile.sglang.api_key_file, layout)
+    return restart_lib.Drain(Gateway(gateway_url(profile), key), f"http://{url_host(this)}:{profile.sglang.port}")
 
 
 COMMANDS = [restart_cmd]

@@ -13,19 +13,21 @@ from kimi_deploy.paths import HostLayout
 @profile_options
 @root_option
 @click.option("--name", default=None, metavar="NAME", help="Installed service (default: the only one).")
-@click.option("--node", default=None, metavar="HOST",
-              help="Multi-node: this host as [fleet] replicas lists it (default: found by its addresses); "
+@click.option("--host", "host", default=None, metavar="NAME",
+              help="Multi-node: which node of the profile this is (default: found by this machine's addresses); "
                    "ranks >= 1 serve no HTTP, so no health is asked of them.")
 @json_flag("Print the report as JSON.")
 @click.pass_context
-def status_cmd(ctx, profile_path, preset, root, name, node, as_json):
+def status_cmd(ctx, profile_path, preset, root, name, host, as_json):
     """Show the installed service's state; exit 1 when something is wrong (the problems are listed)."""
     layout = HostLayout(root)
     profile, manifest = resolve_installed(profile_path, preset, name, layout)
-    report = status_lib.status(profile, layout, manifest, node)
+    report = status_lib.status(profile, layout, manifest, host)
+    view = _gateway_view(profile, layout)
+    code = max(report.exit_code, 1 if view and view["problems"] else 0)
     if as_json:
-        echo_json(report.to_dict())
-        ctx.exit(report.exit_code)
+        echo_json({**report.to_dict(), "gateway": view} if view else report.to_dict())
+        ctx.exit(code)
     unit = report.unit or {}
     click.echo(f"service   {report.service}.service: {unit.get('active_state', '?')}/{unit.get('sub_state', '?')}"
                f", enabled: {unit.get('unit_file_state', '?')}, main PID {unit.get('main_pid') or '-'}"
@@ -64,9 +66,34 @@ def status_cmd(ctx, profile_path, preset, root, name, node, as_json):
         counts = ", ".join(f"{n} {k}" for k, n in sorted((c.get("counts") or {}).items()))
         click.echo(f"check     exit {c.get('exit_code')} at {c['modified_at']}" + (f" ({counts})" if counts else "")
                    + (f" ({c['detail']})" if c.get("detail") else "") + f", {report.check_timer}")
-    for problem in report.problems:
+    if view:
+        _show_gateway(view)
+    for problem in [*report.problems, *(view["problems"] if view else [])]:
         click.echo(f"problem: {problem}")
-    ctx.exit(report.exit_code)
+    ctx.exit(code)
+
+
+def _gateway_view(profile, layout):
+    """SGLang's gateway's view of each worker (:func:`kimi_deploy.gateway.gateway_view`), None without one."""
+    if profile.gateway is None:
+        return None
+    from kimi_deploy import apikey
+    from kimi_deploy.errors import KimiDeployError
+    from kimi_deploy.gateway import gateway_view
+
+    try:
+        key = apikey.profile_key(profile.sglang.api_key_file, layout)
+    except KimiDeployError:
+        key = None  # the report already names the unreadable key; the gateway then answers 401
+    return gateway_view(profile, key)
+
+
+def _show_gateway(view) -> None:
+    click.echo(f"gateway   {view['url']}: " + (f"UNREADABLE ({view['error']})" if view["error"] else
+                                               f"{len(view['workers'])} worker(s)"))
+    for w in view["workers"]:
+        click.echo(f"          {w['url']}: {w['status']}, {'healthy' if w['healthy'] else 'UNHEALTHY'}, "
+                   f"{w['load']} in flight")
 
 
 def _file_summary(files: dict[str, str]) -> str:

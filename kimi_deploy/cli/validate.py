@@ -13,14 +13,31 @@ from kimi_deploy.errors import ExitCode
 @profile_options
 @click.option("--python", "python", metavar="PATH",
               help="SGLang's interpreter (default: [service] python of the profile).")
+@click.option("--gateway", "gateway", is_flag=True,
+              help="Check the [gateway] command instead: against the pinned smg's --version and its own "
+                   "`launch --help` (exact option names).")
+@click.option("--smg", "smg", metavar="PATH", help="With --gateway: the smg executable (default: [gateway] smg).")
 @json_flag("Print the result as JSON.")
 @click.pass_context
-def validate_cmd(ctx, profile_path, preset, python, as_json):
+def validate_cmd(ctx, profile_path, preset, python, gateway, smg, as_json):
     """Render for the installed SGLang version and parse the command with SGLang's own argparse.
 
     Exit 0: SGLang accepts every flag (warnings allowed); 1: it rejects one.
     """
     profile = resolve_profile(profile_path, preset)
+    if gateway:
+        from kimi_deploy.gateway import validate_smg
+
+        checked = validate_smg(profile, smg)
+        if as_json:
+            echo_json(checked.to_dict())
+        elif checked.ok:
+            click.echo(f"ok: {checked.version} ({checked.smg}) has every option of the gateway command")
+        else:
+            click.echo(f"FAILED: {checked.version} ({checked.smg}) rejects the gateway command")
+            for error in checked.errors:
+                click.echo(f"error: {error}")
+        ctx.exit(0 if checked.ok else int(ExitCode.FAILED))
     result = validate_lib.validate_profile(profile, python)
     if as_json:
         echo_json(result.to_dict())

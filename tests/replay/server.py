@@ -252,6 +252,7 @@ def build_app(opts: argparse.Namespace, model_dir: Path, server_args=None):
                                          max_model_len=tm.model_config.context_len)])
 
     @app.get("/model_info")
+    @app.get("/get_model_info")  # the deprecated alias 0.5.23 still serves; SGLang's gateway (smg) probes it
     async def model_info():
         return {
             "model_path": tm.model_path,
@@ -271,6 +272,7 @@ def build_app(opts: argparse.Namespace, model_dir: Path, server_args=None):
         }
 
     @app.get("/server_info")
+    @app.get("/get_server_info")  # the deprecated alias 0.5.23 still serves; SGLang's gateway (smg) probes it
     async def server_info():
         import json
 

@@ -1,0 +1,379 @@
+"""SGLang's gateway ``smg`` in front of the replicas: its command line, its flags checked against the pinned
+smg's own ``--help``, and its worker API (list, remove, add) for drain-and-restart.
+
+The gateway is PyPI ``smg`` (1.13.0 here; the successor of ``sglang-router`` 0.3.2): a Rust router inside a
+Python wheel, started as ``smg launch ...``; ``smg.cli.main(argv)`` runs it in-process (smg 1.13.0
+``smg/cli.py``). Facts measured against smg 1.13.0 on loopback (production.md, section "Replicas behind the
+gateway"):
+
+- ``--api-key K``: requests without ``Authorization: Bearer K`` are answered 401 (``/v1/models`` and
+  ``/health`` stay open), and the key is forwarded to the workers; smg has no file or environment variable
+  for it, so the unit's launcher reads the systemd credential and hands the key to ``smg.cli.main`` inside
+  the process: it never appears in argv (``/proc/PID/cmdline``), the environment or the unit.
+- Worker API (the same key): ``GET /workers`` -> ``{"workers": [{"id", "url", "status", "is_healthy",
+  ...}], "total", "stats"}``; ``DELETE /workers/{id}`` -> 202, the worker goes ``draining`` and then
+  disappears; ``POST /workers {"url", "api_key"}`` -> 202, the worker goes ``pending`` and then ``ready``
+  once smg has probed it (without ``api_key`` the probe of a keyed worker gets 401 and it never becomes
+  ready); a URL that is still listed is 409.
+- smg probes ``/get_server_info`` and ``/get_model_info`` on each worker and loads the tokenizer the worker
+  reports unless ``--disable-tokenizer-autoload``; the gateway host holds no weights, so the unit passes it
+  (HTTP workers tokenize themselves) and no model path is ever looked up on the Hugging Face hub.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from kimi_deploy.errors import ExitCode, KimiDeployError, UnreachableError, UsageError
+from kimi_deploy.launch import API_KEY_CREDENTIAL
+from kimi_deploy.profile import Profile
+
+#: Runs as ExecStart= in smg's own interpreter when the profile has an API key: reads the systemd credential
+#: and runs ``smg.cli.main`` with the unit's arguments plus ``--api-key`` (in-process: not in argv, env or the
+#: unit; smg 1.13.0 then renames the process ``smg::router``). No %, $ or double quote: systemd would expand
+#: or split them.
+LAUNCHER = (
+    "import os, sys; from smg.cli import main; "
+    f"key = open(os.path.join(os.environ['CREDENTIALS_DIRECTORY'], '{API_KEY_CREDENTIAL}')).read().strip(); "
+    "key or sys.exit('kimi-deploy: the API key credential is empty'); "
+    "main(sys.argv[1:] + ['--api-key', key])"
+)
+
+#: An option string in an argparse ``--help`` listing: two spaces, then ``--name`` (``, --alias`` ...).
+_HELP_OPTION = re.compile(r"^ {2}(-{1,2}[A-Za-z0-9][\w.-]*(?:[ =][^,\s]+)*(?:, -{1,2}[A-Za-z0-9][\w.-]*"
+                          r"(?:[ =][^,\s]+)*)*)")
+
+
+def gateway_unit(profile: Profile) -> str:
+    """File name of the gateway's unit: ``<[service] name>-gateway.service``."""
+    return f"{profile.service.name}-gateway.service"
+
+
+def smg_python(profile: Profile) -> str:
+    """smg's interpreter: ``python`` beside ``[gateway] smg`` in the same virtual environment's ``bin``."""
+    assert profile.gateway is not None
+    return str(Path(profile.gateway.smg).parent / "python")
+
+
+def gateway_args(profile: Profile) -> list[str]:
+    """``smg`` arguments of the profile's gateway, ``launch`` first, without the API key.
+
+    Shape: ``launch --host BIND --port P --policy POLICY --worker-urls URL... --prometheus-host H
+    --prometheus-port P --disable-tokenizer-autoload``. Workers: :meth:`Profile.worker_urls`, rank 0 of
+    every replica.
+
+    Raises:
+        UsageError: the profile has no ``[gateway]`` (exit 2).
+    """
+    gw = profile.gateway
+    if gw is None:
+        raise UsageError("the profile has no [gateway]", hint="add a [gateway] table (production.md)")
+    return ["launch", "--host", gw.bind, "--port", str(gw.port), "--policy", gw.policy,
+            "--worker-urls", *profile.worker_urls(),
+            "--prometheus-host", gw.prometheus_host, "--prometheus-port", str(gw.prometheus_port),
+            "--disable-tokenizer-autoload"]
+
+
+def gateway_argv(profile: Profile) -> list[str]:
+    """The gateway's command as argv: :data:`LAUNCHER` in smg's interpreter (``python -c LAUNCHER launch ...``,
+    reading ``$CREDENTIALS_DIRECTORY/api-key``) with a key, else the smg script (``smg launch ...``)."""
+    assert profile.gateway is not None
+    if profile.sglang.api_key_file:
+        return [smg_python(profile), "-c", LAUNCHER, *gateway_args(profile)]
+    return [profile.gateway.smg, *gateway_args(profile)]
+
+
+def exec_start(argv: Sequence[str]) -> str:
+    """ExecStart='s value for ``argv``: the program line, then one option and its values per continued line.
+
+    The one argument with spaces (:data:`LAUNCHER`, which has no double quote) is double-quoted for systemd.
+    """
+    head: list[str] = []
+    groups: list[list[str]] = []
+    for arg in argv:
+        arg = f'"{arg}"' if " " in arg else arg
+        if arg.startswith("--"):
+            groups.append([arg])
+        elif groups:
+            groups[-1].append(arg)
+        else:
+            head.append(arg)
+    return " \\\n".join([" ".join(head)] + ["    " + " ".join(g) for g in groups])
+
+
+def parse_help_options(text: str) -> frozenset[str]:
+    """Every option string (``--name`` and its aliases) in an argparse ``--help`` listing.
+
+    Source: ``smg launch --help`` of smg 1.13.0 (argparse: options start two spaces in, aliases are
+    separated by ``, ``; tests/data/smg-1.13.0-launch-help.txt).
+    """
+    found: set[str] = set()
+    for line in text.splitlines():
+        match = _HELP_OPTION.match(line)
+        if not match:
+            continue
+        for part in match.group(1).split(", "):
+            found.add(part.split(" ", 1)[0].split("=", 1)[0])
+    return frozenset(found)
+
+
+def smg_help(smg: str, *, timeout: float = 60.0) -> str:
+    """The text of ``SMG launch --help`` (the pinned smg's own list of options).
+
+    Raises:
+        ExternalCommandError: smg is missing or failed (exit 5).
+    """
+    from kimi_deploy import proc
+
+    done = proc.run([smg, "launch", "--help"], check=True, timeout=timeout)
+    return done.stdout
+
+
+def flag_problems(args: Sequence[str], known: frozenset[str]) -> list[str]:
+    """One line per option of ``args`` that the pinned smg does not have under exactly that name.
+
+    argparse would accept an abbreviation (``--polic``) or read a misspelt option as an error only at
+    start-up; the kit's own arguments must be exact names (``gateway.policy`` is also checked against the
+    ``--policy`` choices by smg itself at start).
+    """
+    problems = []
+    for arg in args:
+        if arg.startswith("--"):
+            name = arg.split("=", 1)[0]
+            if name not in known:
+                problems.append(f"{name}: not an option of this smg (its `launch --help` lists no such name)")
+    return problems
+
+
+def policy_choices(text: str) -> tuple[str, ...]:
+    """The ``--policy`` choices in ``smg launch --help`` text (``()`` when the listing shows none)."""
+    match = re.search(r"^ {2}--policy \{([a-z0-9_,]+)\}", text, flags=re.M)
+    return tuple(match.group(1).split(",")) if match else ()
+
+
+def validate_gateway(profile: Profile, help_text: str) -> list[str]:
+    """Problems of the profile's gateway command against one smg's ``launch --help`` text (empty: valid)."""
+    args = gateway_args(profile)
+    problems = flag_problems(args, parse_help_options(help_text))
+    choices = policy_choices(help_text)
+    if choices and profile.gateway.policy not in choices:
+        problems.append(f"gateway.policy: {profile.gateway.policy!r} is not one of this smg's policies "
+                        f"({', '.join(choices)})")
+    return problems
+
+
+# --- the worker API -----------------------------------------------------------------------------------------
+
+
+class GatewayError(KimiDeployError):
+    """The gateway refused or failed a worker operation (exit 1: the tool worked, the operation did not)."""
+
+    exit_code = ExitCode.FAILED
+
+
+@dataclasses.dataclass(frozen=True)
+class Worker:
+    """One worker as the gateway lists it: ``id``, ``url``, ``status`` (``ready``, ``pending``, ``draining``,
+    ...), ``healthy`` and ``load`` (in-flight requests)."""
+
+    id: str
+    url: str
+    status: str
+    healthy: bool
+    load: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+class Gateway:
+    """A client of smg's worker API at ``base_url`` (``http://HOST:PORT``) with ``api_key`` (or None).
+
+    ``sleep``/``monotonic`` are injected so tests drive the waits without the wall clock.
+    """
+
+    def __init__(self, base_url: str, api_key: str | None, *, timeout: float = 10.0,
+                 sleep: Callable[[float], None] = time.sleep, monotonic: Callable[[], float] = time.monotonic):
+        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self.base_url = base_url.rstrip("/")
+        self.api_key = api_key
+        self._client = httpx.Client(base_url=self.base_url, headers=headers, timeout=timeout, trust_env=False)
+        self._sleep, self._monotonic = sleep, monotonic
+
+    def close(self) -> None:
+        self._client.close()
+
+    def __enter__(self) -> "Gateway":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _call(self, method: str, path: str, **kw: Any) -> httpx.Response:
+        try:
+            return self._client.request(method, path, **kw)
+        except httpx.HTTPError as exc:
+            raise UnreachableError(f"the gateway at {self.base_url} did not answer: {exc}", value=self.base_url,
+                                   hint="is the gateway unit running (systemctl status <name>-gateway)?") from None
+
+    def workers(self) -> list[Worker]:
+        """``GET /workers``.
+
+        Raises:
+            UnreachableError: no answer (exit 3). GatewayError: a non-200 answer (401: wrong key).
+        """
+        response = self._call("GET", "/workers")
+        if response.status_code != 200:
+            raise GatewayError(f"the gateway answered GET /workers with {response.status_code}",
+                               value=response.text[:200],
+                               hint="401: give the profile's API key (the gateway uses the workers' key)")
+        return [Worker(id=str(w.get("id")), url=str(w.get("url")), status=str(w.get("status")),
+                       healthy=bool(w.get("is_healthy")), load=int(w.get("load") or 0))
+                for w in response.json().get("workers", [])]
+
+    def find(self, url: str) -> Worker | None:
+        """The listed worker whose URL is ``url`` (trailing ``/`` ignored), or None."""
+        url = url.rstrip("/")
+        return next((w for w in self.workers() if w.url.rstrip("/") == url), None)
+
+    def remove(self, url: str, *, timeout: float = 300.0, poll: float = 0.5) -> bool:
+        """Take ``url`` out of rotation and wait until the gateway no longer lists it (drained).
+
+        Returns False when it was not listed. Raises GatewayError when the gateway refuses or the worker is
+        still listed after ``timeout`` seconds (in-flight requests keep it ``draining``).
+        """
+        worker = self.find(url)
+        if worker is None:
+            return False
+        response = self._call("DELETE", f"/workers/{worker.id}")
+        if response.status_code not in (200, 202, 204):
+            raise GatewayError(f"the gateway refused to remove {url}: {response.status_code}",
+                               value=response.text[:200])
+        self._wait(lambda: self.find(url) is None, timeout, poll, f"{url} to drain out of the gateway")
+        return True
+
+    def add(self, url: str, *, timeout: float = 300.0, poll: float = 0.5) -> Worker:
+        """Put ``url`` back into rotation and wait until the gateway lists it ``ready`` and healthy.
+
+        Raises GatewayError when refused or not ready after ``timeout`` seconds.
+        """
+        body: dict[str, Any] = {"url": url}
+        if self.api_key:
+            body["api_key"] = self.api_key  # smg probes the worker with it; without it a keyed worker is 401
+        response = self._call("POST", "/workers", json=body)
+        if response.status_code == 409:
+            pass  # already listed (a removal still draining, or never removed): wait for it to be ready
+        elif response.status_code not in (200, 201, 202):
+            raise GatewayError(f"the gateway refused to add {url}: {response.status_code}", value=response.text[:200])
+        found: list[Worker] = []
+
+        def ready() -> bool:
+            worker = self.find(url)
+            if worker is not None and worker.status == "ready" and worker.healthy:
+                found.append(worker)
+                return True
+            return False
+
+        self._wait(ready, timeout, poll, f"{url} to be ready in the gateway")
+        return found[-1]
+
+    def _wait(self, done: Callable[[], bool], timeout: float, poll: float, what: str) -> None:
+        deadline = self._monotonic() + timeout
+        while not done():
+            if self._monotonic() >= deadline:
+                raise GatewayError(f"timed out after {timeout:g} s waiting for {what}", value=self.base_url)
+            self._sleep(poll)
+
+
+def gateway_url(profile: Profile) -> str:
+    """``http://HOST:PORT`` at which the kit reaches the profile's gateway: ``bind`` (a wildcard means the
+    gateway host itself, reached by its name from elsewhere)."""
+    from kimi_deploy.profile import url_host
+
+    gw = profile.gateway
+    if gw is None:
+        raise UsageError("the profile has no [gateway]", hint="add a [gateway] table (production.md)")
+    host = gw.host if gw.bind in ("0.0.0.0", "::") else gw.bind
+    return f"http://{url_host(host)}:{gw.port}"
+
+
+def view_problems(expected: Sequence[str], workers: Sequence[Worker]) -> list[str]:
+    """``status`` problems of the gateway's view (one ``what (evidence); fix: how`` line each; empty: fine).
+
+    ``expected``: the profile's worker URLs (:meth:`Profile.worker_urls`); ``workers``: what the gateway lists.
+    """
+    listed = {w.url.rstrip("/"): w for w in workers}
+    problems = []
+    for url in expected:
+        worker = listed.get(url.rstrip("/"))
+        if worker is None:
+            problems.append(f"{url} is not in the gateway's rotation (GET /workers does not list it); fix: "
+                            "`kimi-deploy restart --wait` on that node adds it back once it is ready")
+        elif worker.status != "ready" or not worker.healthy:
+            problems.append(f"{url} is {worker.status}, {'healthy' if worker.healthy else 'unhealthy'} in the gateway "
+                            f"(GET /workers); fix: `kimi-deploy status` and `journalctl` on that node")
+    for url in sorted(set(listed) - {u.rstrip("/") for u in expected}):
+        problems.append(f"the gateway routes to {url}, which the profile does not list (GET /workers); fix: "
+                        "re-render and reinstall the gateway host, or remove it with the worker API")
+    return problems
+
+
+def gateway_view(profile: Profile, api_key: str | None, *, timeout: float = 10.0) -> dict[str, Any]:
+    """The gateway's view of its workers for ``status``: ``{"url", "workers": [Worker dicts], "problems",
+    "error"}``; never raises (an unreachable gateway or a refused listing is ``error`` and a problem)."""
+    url = gateway_url(profile)
+    try:
+        with Gateway(url, api_key, timeout=timeout) as gw:
+            workers = gw.workers()
+    except KimiDeployError as exc:
+        return {"url": url, "workers": [], "error": exc.message,
+                "problems": [f"the gateway at {url} cannot be read ({exc.message}); fix: systemctl status "
+                             f"{profile.service.name}-gateway on {profile.gateway.host}"]}
+    return {"url": url, "workers": [w.to_dict() for w in workers], "error": None,
+            "problems": view_problems(profile.worker_urls(), workers)}
+
+
+@dataclasses.dataclass(frozen=True)
+class GatewayValidation:
+    """``validate --gateway``: the smg checked, its ``--version`` line, and the problems (empty: valid)."""
+
+    smg: str
+    version: str
+    errors: tuple[str, ...]
+
+    @property
+    def ok(self) -> bool:
+        return not self.errors
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"smg": self.smg, "version": self.version, "ok": self.ok, "errors": list(self.errors)}
+
+
+def validate_smg(profile: Profile, smg: str | None = None) -> GatewayValidation:
+    """Check the profile's gateway command against the smg at ``smg`` (default ``[gateway] smg``): its
+    ``--version`` is the pinned ``[gateway] version``, and every option is an exact name of its
+    ``launch --help`` and the policy one of its choices (:func:`validate_gateway`).
+
+    Raises:
+        UsageError: no ``[gateway]``. ExternalCommandError: smg missing or failing (exit 5).
+    """
+    from kimi_deploy import proc
+
+    if profile.gateway is None:
+        raise UsageError("the profile has no [gateway]", hint="add a [gateway] table (production.md)")
+    smg = smg or profile.gateway.smg
+    version = proc.run([smg, "--version"], check=True, timeout=60).stdout.strip().splitlines()[:1]
+    line = version[0] if version else ""
+    errors = []
+    if not re.search(rf"(?<![\d.]){re.escape(profile.gateway.version)}(?![\d.])", line):
+        errors.append(f"gateway.version: the profile pins smg {profile.gateway.version}, but {smg} is {line!r}; "
+                      f"install smg=={profile.gateway.version} into its virtual environment or change the pin")
+    errors += validate_gateway(profile, smg_help(smg))
+    return GatewayValidation(smg=smg, version=line, errors=tuple(errors))
