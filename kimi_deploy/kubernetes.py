@@ -42,11 +42,10 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from kimi_deploy import __version__, versions
+from kimi_deploy import __version__, options, versions
 from kimi_deploy.argv import flag_groups, split_equals
 from kimi_deploy.errors import ProfileError
 from kimi_deploy.launch import API_KEY_CREDENTIAL, HOST_SECRETS_SCRIPT, LaunchSpec, build_launch
-from kimi_deploy.options import BY_KEY, owned_flags
 from kimi_deploy.profile import Kubernetes, Profile, dump_profile
 from kimi_deploy.render import GENERATED_PREFIX
 from kimi_deploy.yamltext import dump, dump_all
@@ -121,9 +120,9 @@ def rank_server_args(profile: Profile, launch: LaunchSpec, shape: FleetShape, ra
     if shape.nodes == 1:
         return tuple(args)
     if rank > 0:
-        owned = owned_flags()
+        rows = {flag: row for row in getattr(options, "ALL_OPTIONS", options.OPTIONS) for flag in row.flags}
         kept = [g for g in flag_groups(args)
-                if not (split_equals(g)[0] in owned and BY_KEY[owned[split_equals(g)[0]]].scope == "HTTP rank")]
+                if not (split_equals(g)[0] in rows and rows[split_equals(g)[0]].scope == "HTTP rank")]
         args = [word for group in kept for word in group]
     args += ["--nnodes", str(shape.nodes), "--node-rank", str(rank),
              "--dist-init-addr", f"{leader}:{shape.dist_init_port}"]
@@ -208,9 +207,6 @@ def problems(profile: Profile) -> list[str]:
     if getattr(profile, "gateway", None) is not None and not k8s.gateway_image:
         out.append("kubernetes.gateway_image: [gateway] is set but no image with the pinned smg; set "
                    "gateway_image = \"REGISTRY/smg:1.13.0\"")
-    if k8s.rdma and not fleet_shape(profile).nic:
-        out.append("kubernetes.rdma: the pods join the host network, so NCCL/Gloo need the host's data NIC; "
-                   "set [fleet] nic")
     return out
 
 
