@@ -115,3 +115,12 @@ def kustomize(directory: Path) -> list[dict[str, Any]]:
 def load_tree(directory: Path) -> dict[str, list[dict[str, Any]]]:
     """File name -> its YAML documents, for every ``*.yaml`` in ``directory``."""
     return {p.name: [d for d in yaml.safe_load_all(p.read_text()) if d] for p in sorted(directory.glob("*.yaml"))}
+
+
+def kubernetes_validate_cli(files: list[Path]) -> subprocess.CompletedProcess:
+    """``kubernetes-validate --strict -k K8S_VERSION --quiet FILES`` as an operator runs it (exit 1 on any error;
+    LeaderWorkerSet and Kustomization only warn: it has no schema for them)."""
+    exe = Path(sys.executable).parent / "kubernetes-validate"
+    command = [str(exe)] if exe.exists() else [sys.executable, "-m", "kubernetes_validate"]
+    return subprocess.run([*command, "--strict", "-k", K8S_VERSION, "--quiet", *map(str, files)],
+                          capture_output=True, text=True, timeout=120)

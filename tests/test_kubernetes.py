@@ -19,7 +19,7 @@ import pytest
 import yaml
 
 from helpers import run_cli, write_profile
-from kube_helpers import kustomize, load_tree, validate_document
+from kube_helpers import kubernetes_validate_cli, kustomize, load_tree, validate_document
 from kimi_deploy import kubernetes
 from kimi_deploy.profile import parse_profile
 from kimi_deploy.render import render as render_systemd
@@ -158,6 +158,8 @@ def test_every_document_validates_offline_and_kustomize_builds(tmp_path, case):
             kinds.append(document["kind"])
     assert "LeaderWorkerSet" in kinds and "CronJob" in kinds
     assert ("Deployment" in kinds and "Role" in kinds) == (case == "two-node-groups-gateway")
+    cli = kubernetes_validate_cli(sorted(out.glob("*.yaml")))
+    assert cli.returncode == 0 and "ERROR" not in cli.stdout + cli.stderr, cli.stdout + cli.stderr
     built = kustomize(out)
     assert sorted(d["kind"] for d in built) == sorted(k for k in kinds if k != "Kustomization")
     listed = yaml.safe_load((out / "kustomization.yaml").read_text())["resources"]
