@@ -98,14 +98,15 @@ class FleetShape:
 
 
 def fleet_shape(profile: Profile) -> FleetShape:
-    """The fleet's shape: one copy on one node without ``[fleet]``; else ``len(replicas)`` x ``len(nodes)``."""
-    fleet = getattr(profile, "fleet", None)
-    if fleet is None or not getattr(fleet, "replicas", None):
+    """The fleet's shape (FLEET.md): :attr:`Profile.copies` x :attr:`Profile.nodes_per_copy`, one by one
+    without ``[fleet]``, and the multi-node settings of ``[fleet]``."""
+    fleet = profile.fleet
+    if fleet is None:
         return FleetShape()
-    first = fleet.replicas[0].nodes
-    return FleetShape(copies=len(fleet.replicas), nodes=len(first), dist_init_port=fleet.dist_init_port,
-                      dist_timeout=getattr(fleet, "dist_timeout", None), nic=getattr(fleet, "nic", None),
-                      leader=first[0] if len(first) > 1 else None)
+    first = profile.replicas[0]
+    return FleetShape(copies=profile.copies, nodes=profile.nodes_per_copy,
+                      dist_init_port=fleet.dist_init_port or FleetShape.dist_init_port,
+                      dist_timeout=fleet.dist_timeout, nic=fleet.nic, leader=first[0] if len(first) > 1 else None)
 
 
 def rank_server_args(profile: Profile, launch: LaunchSpec, shape: FleetShape, rank: int,
@@ -120,7 +121,7 @@ def rank_server_args(profile: Profile, launch: LaunchSpec, shape: FleetShape, ra
     if shape.nodes == 1:
         return tuple(args)
     if rank > 0:
-        rows = {flag: row for row in getattr(options, "ALL_OPTIONS", options.OPTIONS) for flag in row.flags}
+        rows = {flag: row for row in options.ALL_OPTIONS for flag in row.flags}
         kept = [g for g in flag_groups(args)
                 if not (split_equals(g)[0] in rows and rows[split_equals(g)[0]].scope == "HTTP rank")]
         args = [word for group in kept for word in group]
@@ -204,7 +205,7 @@ def problems(profile: Profile) -> list[str]:
     if not k8s.check_image:
         out.append(f"kubernetes.check_image: the nightly check CronJob needs an image with kimi-deploy "
                    f"{__version__} installed; set check_image = \"REGISTRY/kimi-deploy:{__version__}\"")
-    if getattr(profile, "gateway", None) is not None and not k8s.gateway_image:
+    if profile.gateway is not None and not k8s.gateway_image:
         out.append("kubernetes.gateway_image: [gateway] is set but no image with the pinned smg; set "
                    "gateway_image = \"REGISTRY/smg:1.13.0\"")
     return out
@@ -337,8 +338,8 @@ def _service(name: str, namespace: str, component: str, port: int, selector: Map
 
 def gateway_args(profile: Profile, name: str) -> list[str]:
     """``smg launch``'s arguments for discovery of the leader pods in the namespace (smg 1.13.0 flags)."""
-    gw, k8s, s = profile.gateway, profile.kubernetes, profile.sglang  # type: ignore[attr-defined]
-    assert k8s is not None
+    gw, k8s, s = profile.gateway, profile.kubernetes, profile.sglang
+    assert k8s is not None and gw is not None
     return ["--host", gw.bind, "--port", str(gw.port), "--policy", gw.policy,
             "--service-discovery", "--selector", f"{NAME_LABEL}={name}", f"{ROLE_LABEL}=leader",
             "--service-discovery-port", str(s.port), "--service-discovery-namespace", k8s.namespace,
@@ -349,8 +350,8 @@ def gateway_args(profile: Profile, name: str) -> list[str]:
 
 def _gateway(profile: Profile, name: str) -> dict[str, list[dict[str, Any]]]:
     """gateway-rbac.yaml, gateway-deployment.yaml, gateway-service.yaml documents."""
-    gw, k8s, s = profile.gateway, profile.kubernetes, profile.sglang  # type: ignore[attr-defined]
-    assert k8s is not None
+    gw, k8s, s = profile.gateway, profile.kubernetes, profile.sglang
+    assert k8s is not None and gw is not None
     ns, account = k8s.namespace, f"{name}-gateway"
     labels = _labels(name, "gateway")
     pod_sec, ctr_sec = _security(k8s)
@@ -401,7 +402,7 @@ def _check(profile: Profile, name: str) -> dict[str, list[dict[str, Any]]]:
     assert k8s is not None
     ns = k8s.namespace
     labels = _labels(name, "check")
-    gw = getattr(profile, "gateway", None)
+    gw = profile.gateway
     base_url = (f"http://{name}-gateway.{ns}.svc:{gw.port}" if gw is not None
                 else f"http://{name}-leader.{ns}.svc:{s.port}")
     claim = k8s.check_report_claim or f"{name}-check-reports"
@@ -485,7 +486,7 @@ def render(profile: Profile, sglang_version: str | None = None) -> Manifests:
         "server-service.yaml": [_service(name, k8s.namespace, "leader", profile.sglang.port,
                                          _labels(name, "server", "leader"), _labels(name, "server"))],
     }
-    if getattr(profile, "gateway", None) is not None:
+    if profile.gateway is not None:
         documents.update(_gateway(profile, name))
     documents.update(_check(profile, name))
     notes: dict[str, list[str]] = {}

@@ -62,6 +62,8 @@ class Option:
     the row owns (``api_key_file`` owns ``--api-key``). ``requires``: emitted only when that other key
     is set. ``scope``: where it takes effect (:data:`Scope`). ``comment``/``example``: the lines
     ``init`` writes above the key and the value it shows when the preset leaves the key out.
+    ``set_from``: rows of :data:`FLEET_OPTIONS` only, where the kit takes the value from (a ``[fleet]`` key,
+    not an ``[sglang]`` one).
     """
 
     key: str
@@ -77,6 +79,7 @@ class Option:
     requires: str | None = None
     comment: tuple[str, ...] = ()
     example: Any = None
+    set_from: str | None = None
 
     @property
     def flags(self) -> tuple[str, ...]:
@@ -110,6 +113,10 @@ OPTIONS: tuple[Option, ...] = (
     Option("port", int, 30000, "--port", "value", "HTTP rank", _flag("--port"), bounds={"ge": 1, "le": 65535}),
     Option("tp_size", int, 1, "--tp-size", "value", "every rank", _flag("--tp-size"),
            aliases=("--tensor-parallel-size",), bounds={"ge": 1}),
+    Option("pp_size", int | None, None, "--pp-size: pipeline stages (SGLang's default is 1)", "value", "every rank",
+           _flag("--pp-size"), aliases=("--pipeline-parallel-size",), bounds={"ge": 1}, example=1,
+           comment=("Pipeline stages. Across nodes over PCIe/Ethernet, pipeline parallelism sends traffic only at",
+                    "stage boundaries ([fleet]: tp_size * pp_size = gpu_count * nodes per replica).")),
     Option("context_length", int | None, None, "--context-length", "value", "every rank",
            _flag("--context-length"), bounds={"ge": 1}, example=262144),
     Option("mem_fraction_static", float | None, None, "--mem-fraction-static", "value", "every rank",
@@ -202,13 +209,35 @@ OPTIONS: tuple[Option, ...] = (
                     "`kimi-deploy validate`).",)),
 )
 
-#: Rows by profile key.
-BY_KEY: dict[str, Option] = {o.key: o for o in OPTIONS}
+#: SGLang options the kit sets from ``[fleet]`` (multi-node groups), never from ``[sglang]``: they are not
+#: fields of the ``[sglang]`` model, the launch builder of the ranks emits them (``special``), and
+#: ``extra_args`` may not set them. All four apply on every rank of a group (SGLang 0.5.23 server_args.py:
+#: ``nnodes`` default 1, ``node_rank`` 0, ``dist_init_addr`` none, ``dist_timeout`` none = torch's default).
+FLEET_OPTIONS: tuple[Option, ...] = (
+    Option("nnodes", int, 1, "--nnodes: nodes of the replica's group", "special", "every rank",
+           _flag("--nnodes"), bounds={"ge": 1}, set_from="[fleet] replicas: len(nodes)"),
+    Option("node_rank", int, 0, "--node-rank: this node's rank in its group", "special", "every rank",
+           _flag("--node-rank"), bounds={"ge": 0}, set_from="[fleet] replicas: the node's index in nodes"),
+    Option("dist_init_addr", str | None, None, "--dist-init-addr: rank 0's rendezvous HOST:PORT", "special",
+           "every rank", _flag("--dist-init-addr"), aliases=("--nccl-init-addr",),
+           set_from="[fleet] replicas: nodes[0], and dist_init_port"),
+    Option("dist_timeout", int | None, None, "--dist-timeout: seconds to wait for the group", "special",
+           "every rank", _flag("--dist-timeout"), bounds={"ge": 1}, set_from="[fleet] dist_timeout"),
+)
+
+#: Every row: the ``[sglang]`` rows, then the rows the kit sets from ``[fleet]``.
+ALL_OPTIONS: tuple[Option, ...] = OPTIONS + FLEET_OPTIONS
+
+#: Rows by key (``[sglang]`` key, or the SGLang dest name of a :data:`FLEET_OPTIONS` row).
+BY_KEY: dict[str, Option] = {o.key: o for o in ALL_OPTIONS}
 
 
 def owned_flags() -> dict[str, str]:
-    """Every SGLang flag the kit sets itself -> the ``[sglang]`` key to use instead (``extra_args`` refuses them)."""
-    return {flag: o.key for o in OPTIONS for flag in o.flags}
+    """Every SGLang flag the kit sets itself -> the profile key to use instead (``extra_args`` refuses them).
+
+    ``[sglang]`` rows map to their key; :data:`FLEET_OPTIONS` rows to their ``set_from`` text.
+    """
+    return {flag: o.set_from or o.key for o in ALL_OPTIONS for flag in o.flags}
 
 
 def owned_env() -> dict[str, str]:
@@ -242,12 +271,13 @@ def markdown_table() -> str:
     """production.md's option table (GitHub markdown, one line per row, ending in a newline)."""
     lines = ["| profile key (`[sglang]`) | SGLang spelling: releases | applies on | source |",
              "|---|---|---|---|"]
-    for o in OPTIONS:
+    for o in ALL_OPTIONS:
         spelled = "; ".join(f"{_spelled(s)}: {_releases(s)}" for s in o.spellings) or "none (kit rule)"
         if o.aliases:
             spelled += f" (alias {', '.join(f'`{a}`' for a in o.aliases)})"
         if o.owns:
             spelled += f"; owns {', '.join(f'`{a}`' for a in o.owns)}"
         sources = "; ".join(dict.fromkeys(s.source for s in o.spellings)) or "kimi-deploy"
-        lines.append(f"| `{o.key}` | {spelled} | {o.scope} | {sources} |")
+        key = f"set from {o.set_from}" if o.set_from else f"`{o.key}`"
+        lines.append(f"| {key} | {spelled} | {o.scope} | {sources} |")
     return "\n".join(lines) + "\n"

@@ -13,6 +13,9 @@ Layout of a profile file::
     [environment]  # extra environment (NCCL_*, ...), written to the EnvironmentFile
     [monitoring]   # Prometheus jobs, labels, alert thresholds (kimi_deploy.monitoring renders them)
     [monitoring.slo]  # latency SLOs in milliseconds, the keys of `bench --slo`
+    [fleet]        # optional: replicas (each a full copy of the model on its nodes, in rank order)
+    [[fleet.replicas]]
+    [gateway]      # optional: SGLang's gateway (smg) in front of the replicas' rank 0
     [kubernetes]   # render --target kubernetes: image, volumes, names (kimi_deploy.kubernetes renders it)
 """
 
@@ -25,18 +28,22 @@ import ipaddress
 import json
 import re
 import tomllib
+import typing
 from pathlib import Path
 from typing import Any, Literal
 
 import tomli_w
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model, field_validator
+from pydantic import (BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, create_model,
+                      field_validator)
 
 from kimi_deploy.errors import ProfileError
 from kimi_deploy.options import OPTIONS, Option, owned_env, owned_flags
 from kimi_deploy.paths import service_cache_dir
-from kimi_deploy.values import SAFE_TOKEN, check_abs_path, check_host, check_text, check_token, check_unit_stem
+from kimi_deploy.values import (SAFE_TOKEN, AbsPath, Host, check_abs_path, check_host, check_text, check_token,
+                                check_unit_stem)
 
-__all__ = ["SAFE_TOKEN", "Profile", "check_service_name", "check_rules", "load_profile", "parse_profile"]
+__all__ = ["SAFE_TOKEN", "Fleet", "Gateway", "Profile", "Replica", "check_service_name", "check_rules",
+           "load_profile", "parse_profile"]
 
 POSIX_NAME = re.compile(r"[a-z_][a-z0-9_-]{0,31}")
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -267,6 +274,93 @@ class Monitoring(_Section):
         return v
 
 
+#: A network interface name as Linux accepts it (IFNAMSIZ 16 with the NUL; no '/', ':' or whitespace).
+IFNAME = re.compile(r"[A-Za-z0-9_.-]{1,15}")
+#: A policy name of smg's ``--policy`` (the pinned smg's ``--help`` lists the valid ones; ``validate`` checks).
+POLICY = re.compile(r"[a-z][a-z0-9_]{0,63}")
+#: A release number of smg (PEP 440 public versions as smg publishes them: 1.13.0, 1.13.0rc1, 1.13.0.post1).
+SMG_VERSION = re.compile(r"\d+(?:\.\d+){1,3}(?:(?:a|b|rc)\d+)?(?:\.post\d+)?")
+#: Most replicas and nodes per replica a fleet may list (a bound on hostile input, far above real fleets).
+MAX_REPLICAS = 256
+MAX_NODES = 64
+
+
+class Replica(_Section):
+    """One ``[[fleet.replicas]]`` entry: the nodes of one full copy of the model, in rank order.
+
+    One node: a single-host replica. N nodes: an N-rank SGLang group (``--nnodes N``; ``nodes[0]`` is rank 0,
+    the only rank that serves HTTP and the ``--dist-init-addr`` host). Worker URL:
+    ``http://{nodes[0]}:{[sglang] port}`` (:meth:`Profile.worker_urls`).
+    """
+
+    nodes: list[Host] = Field(..., min_length=1, max_length=MAX_NODES,
+                              description="the replica's hosts (IP address or host name), rank 0 first")
+
+
+class Fleet(_Section):
+    """``[fleet]``: the hosts that run the model. Absent: one host, exactly as without it.
+
+    ``dist_init_port``/``nic``/``dist_timeout`` concern multi-node replicas only (more than one node):
+    rank 0's rendezvous port (``--dist-init-addr NODES[0]:PORT``), the data NIC (``NCCL_SOCKET_IFNAME`` and
+    ``GLOO_SOCKET_IFNAME``) and ``--dist-timeout`` in seconds (SGLang 0.5.23 server_args.py).
+    """
+
+    dist_init_port: int | None = Field(None, ge=1, le=65535,
+                                       description="multi-node: rank 0's rendezvous port (--dist-init-addr)")
+    nic: str | None = Field(None, description="multi-node: the data NIC (NCCL_SOCKET_IFNAME, GLOO_SOCKET_IFNAME)")
+    dist_timeout: int | None = Field(None, ge=1, le=MAX_SPAN_SEC, description="multi-node: --dist-timeout, seconds")
+    replicas: list[Replica] = Field(..., min_length=1, max_length=MAX_REPLICAS,
+                                    description="one entry per full copy of the model, its nodes in rank order")
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _clean_text(cls, v: Any, info: ValidationInfo) -> Any:
+        """:func:`check_text` on every field but ``replicas``, whose own model checks each string at its key."""
+        return v if info.field_name == "replicas" else check_text(v)
+
+    @field_validator("nic")
+    @classmethod
+    def _nic(cls, v: str | None) -> str | None:
+        if v is not None and (not IFNAME.fullmatch(v) or v in (".", "..")):
+            raise ValueError(f"nic {v!r} is not a network interface name (1-15 letters, digits and _.-; "
+                             "see `ip -br link`)")
+        return v
+
+
+class Gateway(_Section):
+    """``[gateway]``: SGLang's gateway ``smg`` on ``host``, in front of every replica's rank 0.
+
+    It runs the pinned ``smg`` from its own virtual environment; its flags are those of that release
+    (``smg launch --help`` of ``version``). It uses ``[sglang] api_key_file`` (one key end to end: smg
+    checks it and forwards it to the workers). Metrics bind to loopback unless ``prometheus_host`` says
+    otherwise (smg's own default is 0.0.0.0).
+    """
+
+    host: Host = Field(..., description="the host that runs the gateway (its folder name under render --out)")
+    bind: Host = Field("0.0.0.0", description="smg --host: the address the gateway listens on")
+    port: int = Field(30000, ge=1, le=65535, description="smg --port")
+    policy: str = Field("cache_aware", description="smg --policy (validated against the pinned smg's --help)")
+    smg: AbsPath = Field("/opt/smg/.venv/bin/smg", description="the pinned smg executable in its own venv")
+    version: str = Field("1.13.0", description="the pinned smg version the flags are validated against")
+    prometheus_host: Host = Field("127.0.0.1", description="smg --prometheus-host")
+    prometheus_port: int = Field(29000, ge=1, le=65535, description="smg --prometheus-port")
+
+    @field_validator("policy")
+    @classmethod
+    def _policy(cls, v: str) -> str:
+        if not POLICY.fullmatch(v):
+            raise ValueError(f"policy {v!r} is not a policy name (lower case letters, digits and _, such as "
+                             "cache_aware or round_robin)")
+        return v
+
+    @field_validator("version")
+    @classmethod
+    def _version(cls, v: str) -> str:
+        if not SMG_VERSION.fullmatch(v):
+            raise ValueError(f"version {v!r} is not an smg release number such as 1.13.0")
+        return v
+
+
 #: A Kubernetes object name that must be an RFC 1035 label (Service, Namespace): lower case, digits and ``-``,
 #: starting with a letter, at most 63 characters (Kubernetes ``validation.IsDNS1035Label``).
 DNS_LABEL = re.compile(r"[a-z]([-a-z0-9]{0,61}[a-z0-9])?")
@@ -365,7 +459,7 @@ class Kubernetes(_Section):
     @field_validator("nic")
     @classmethod
     def _nic(cls, v: str) -> str:
-        if not re.fullmatch(r"[A-Za-z0-9_.-]{1,15}", v):
+        if not IFNAME.fullmatch(v) or v in (".", ".."):
             raise ValueError(f"nic {v!r} is not a network interface name (at most 15 of letters, digits, _.-)")
         return v
 
@@ -396,7 +490,8 @@ SGLang.__doc__ = "``[sglang]``: SGLang server arguments under their own names (r
 
 
 class Profile(BaseModel):
-    """A whole deployment profile: ``[service]``, ``[sglang]``, ``[environment]``."""
+    """A whole deployment profile: ``[service]``, ``[sglang]``, ``[environment]``, ``[monitoring]``, and the
+    optional ``[fleet]`` and ``[gateway]``."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
@@ -410,6 +505,8 @@ class Profile(BaseModel):
     sglang: SGLang
     environment: dict[str, str] = Field(default_factory=dict)
     monitoring: Monitoring = Field(default_factory=Monitoring)
+    fleet: Fleet | None = None
+    gateway: Gateway | None = None
     kubernetes: Kubernetes | None = None
 
     @field_validator("environment", mode="before")
@@ -451,13 +548,56 @@ class Profile(BaseModel):
             host = f"[{host}]"
         return f"http://{host}:{self.sglang.port}"
 
+    @property
+    def replicas(self) -> tuple[tuple[str, ...], ...]:
+        """The nodes of each replica in rank order (``[fleet] replicas``); ``()`` without ``[fleet]``."""
+        return tuple(tuple(r.nodes) for r in self.fleet.replicas) if self.fleet else ()
+
+    @property
+    def copies(self) -> int:
+        """How many full copies of the model run: ``len([fleet] replicas)``, 1 without ``[fleet]``."""
+        return len(self.fleet.replicas) if self.fleet else 1
+
+    @property
+    def nodes_per_copy(self) -> int:
+        """Nodes (hosts, pods) of each copy: ``len(nodes)`` of a replica, 1 without ``[fleet]``."""
+        return len(self.fleet.replicas[0].nodes) if self.fleet else 1
+
+    def worker_urls(self) -> tuple[str, ...]:
+        """``http://{nodes[0]}:{[sglang] port}`` of each replica (IPv6 in brackets); ``()`` without ``[fleet]``."""
+        return tuple(f"http://{url_host(nodes[0])}:{self.sglang.port}" for nodes in self.replicas)
+
+    def hosts(self) -> tuple[str, ...]:
+        """Every host with a part of the deployment: the nodes in replica and rank order, then the gateway's
+        host when it is not a node; ``()`` without ``[fleet]`` and ``[gateway]`` (the one local host)."""
+        names = [node for nodes in self.replicas for node in nodes]
+        if self.gateway:
+            names.append(self.gateway.host)
+        return tuple(dict.fromkeys(names))
+
     def digest(self) -> str:
-        """sha256 of the canonical JSON of the profile (values after defaults), hex, 64 chars."""
-        # An absent optional table leaves the digest of every profile without it unchanged.
-        data = self.model_dump(mode="json", exclude={"kubernetes"} if self.kubernetes is None else None)
+        """sha256 of the canonical JSON of the profile (values after defaults), hex, 64 chars.
+
+        Keys added after profiles were first installed (:data:`DIGEST_OMITS_UNSET`) are left out while unset,
+        so a profile that does not use them keeps the digest recorded by earlier installs (no false drift).
+        """
+        data = self.model_dump(mode="json")
+        for table, key in DIGEST_OMITS_UNSET:
+            holder = data if table is None else data[table]
+            if holder.get(key) is None:
+                holder.pop(key, None)
         blob = json.dumps(data, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(blob.encode()).hexdigest()
 
+
+def url_host(host: str) -> str:
+    """``host`` as the host part of a URL: an IPv6 address in brackets, anything else unchanged."""
+    return f"[{host}]" if ":" in host else host
+
+
+#: ``(table, key)`` pairs (``None``: a top-level table) that :meth:`Profile.digest` leaves out while unset.
+DIGEST_OMITS_UNSET: tuple[tuple[str | None, str], ...] = ((None, "fleet"), (None, "gateway"), ("sglang", "pp_size"),
+                                                          (None, "kubernetes"))
 
 #: Environment variables kimi-deploy owns; setting them in ``[environment]`` is an
 #: error that names the profile field to use instead.
@@ -475,7 +615,10 @@ RESERVED_ENV = {
 }
 
 _SECTIONS: dict[str, type[BaseModel]] = {"service": Service, "sglang": SGLang, "monitoring": Monitoring,
-                                          "kubernetes": Kubernetes}
+                                          "fleet": Fleet, "gateway": Gateway, "kubernetes": Kubernetes}
+
+#: Environment variables the kit sets on every rank of a multi-node replica from ``[fleet] nic``.
+NIC_ENV = ("NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME")
 
 
 def check_rules(profile: Profile) -> list[str]:
@@ -489,10 +632,17 @@ def check_rules(profile: Profile) -> list[str]:
     """
     s, svc = profile.sglang, profile.service
     problems: list[str] = []
-    if s.tp_size > svc.gpu_count or svc.gpu_count % s.tp_size:
+    pp = s.pp_size or 1
+    if profile.nodes_per_copy > 1:
+        pass  # a multi-node group: fleet_problems requires tp_size * pp_size == gpu_count * nodes
+    elif pp == 1 and (s.tp_size > svc.gpu_count or svc.gpu_count % s.tp_size):
         problems.append(
             f"sglang.tp_size: {s.tp_size} does not divide service.gpu_count = {svc.gpu_count}; "
             f"use a tp_size that divides {svc.gpu_count} (e.g. {svc.gpu_count}) or fix gpu_count")
+    elif pp > 1 and (s.tp_size * pp > svc.gpu_count or svc.gpu_count % (s.tp_size * pp)):
+        problems.append(
+            f"sglang.pp_size: tp_size * pp_size = {s.tp_size} * {pp} = {s.tp_size * pp} GPUs does not divide "
+            f"service.gpu_count = {svc.gpu_count}; use tp_size * pp_size = {svc.gpu_count} or fix gpu_count")
     spec = {"speculative_num_steps": s.speculative_num_steps,
             "speculative_eagle_topk": s.speculative_eagle_topk,
             "speculative_num_draft_tokens": s.speculative_num_draft_tokens}
@@ -537,6 +687,126 @@ def check_rules(profile: Profile) -> list[str]:
             problems.append(f"environment.{key}: kimi-deploy sets this variable itself; use {RESERVED_ENV[key]}")
     problems += extra_args_problems(s.extra_args)
     problems += monitoring_problems(profile)
+    problems += fleet_problems(profile)
+    problems += gateway_problems(profile)
+    return problems
+
+
+def _is_wildcard(host: str) -> bool:
+    """True for the addresses that mean "every address of this host" (``0.0.0.0``, ``::``)."""
+    return host in ("0.0.0.0", "::")
+
+
+def fleet_problems(profile: Profile) -> list[str]:
+    """Cross-field rules of ``[fleet]`` (empty without it); one ``location: problem; fix`` line each.
+
+    Every replica has the same number of nodes (one shape: Kubernetes and the gateway treat replicas alike);
+    no node twice; a multi-node group (SGLang 0.5.23 ``--nnodes``) needs ``dist_init_port`` and ``nic``, a
+    non-loopback rank 0 (the other ranks connect to it) and ``tp_size * pp_size == gpu_count * nodes``
+    (SGLang divides the world evenly across nodes); the multi-node keys are refused on single-node replicas;
+    each serving node must be reachable at its worker URL, so ``[sglang] host`` is a wildcard or that node.
+    """
+    fleet = profile.fleet
+    if fleet is None:
+        return []
+    s, svc = profile.sglang, profile.service
+    problems: list[str] = []
+    sizes = [len(r.nodes) for r in fleet.replicas]
+    if len(set(sizes)) > 1:
+        problems.append(f"fleet.replicas: the replicas have {', '.join(map(str, sizes))} nodes; every replica is "
+                        f"one full copy of the model and needs the same number of nodes (e.g. {sizes[0]})")
+    seen: dict[str, int] = {}
+    for index, replica in enumerate(fleet.replicas):
+        for node in replica.nodes:
+            if node in seen:
+                where = "twice in the same replica" if seen[node] == index else \
+                    f"in replicas {seen[node]} and {index}"
+                problems.append(f"fleet.replicas.{index}.nodes: {node} is listed {where}; a host serves one "
+                                "node of one replica, list each host once")
+            else:
+                seen[node] = index
+    nodes = sizes[0]
+    if nodes > 1:
+        for key in ("dist_init_port", "nic"):
+            if getattr(fleet, key) is None:
+                example = "dist_init_port = 20000" if key == "dist_init_port" else 'nic = "ens5f0"'
+                problems.append(f"fleet.{key}: required when a replica has more than one node ({nodes}); "
+                                f"set e.g. {example}" + (" (the data NIC, see `ip -br addr`)" if key == "nic" else ""))
+        for index, replica in enumerate(fleet.replicas):
+            if is_loopback(replica.nodes[0]):
+                problems.append(f"fleet.replicas.{index}.nodes: rank 0 is {replica.nodes[0]}, a loopback address "
+                                "the other ranks cannot reach; list the address of rank 0's data NIC first")
+        world, pp = s.tp_size * (s.pp_size or 1), s.pp_size or 1
+        if world != svc.gpu_count * nodes:
+            problems.append(f"sglang.tp_size: tp_size * pp_size = {s.tp_size} * {pp} = {world}, but {nodes} nodes "
+                            f"of service.gpu_count = {svc.gpu_count} are {svc.gpu_count * nodes} GPUs; set "
+                            f"tp_size * pp_size = {svc.gpu_count * nodes} (e.g. tp_size = {svc.gpu_count}, "
+                            f"pp_size = {nodes}) or fix gpu_count")
+        if fleet.dist_init_port is not None and fleet.dist_init_port == s.port:
+            problems.append(f"fleet.dist_init_port: {fleet.dist_init_port} is also [sglang] port on rank 0; "
+                            "choose another port, e.g. 20000")
+    else:
+        for key in ("dist_init_port", "nic", "dist_timeout"):
+            if getattr(fleet, key) is not None:
+                problems.append(f"fleet.{key}: applies to multi-node replicas only, and every replica has one node; "
+                                "remove it")
+    for index, replica in enumerate(fleet.replicas):
+        node = replica.nodes[0]
+        if not _is_wildcard(s.host) and s.host != node:
+            problems.append(f"sglang.host: {s.host} on replica {index}, whose worker URL is "
+                            f"http://{url_host(node)}:{s.port}; in a fleet set host = \"0.0.0.0\" (each node's own "
+                            f"addresses) or list {s.host} as that replica's node")
+            break
+    if nodes > 1:
+        for key in NIC_ENV:
+            if key in profile.environment:
+                problems.append(f"environment.{key}: the kit sets it on every rank from [fleet] nic; "
+                                "remove it and set nic")
+    return problems
+
+
+def gateway_problems(profile: Profile) -> list[str]:
+    """Cross-field rules of ``[gateway]`` (empty without it); one ``location: problem; fix`` line each.
+
+    The gateway needs replicas to route to (``[fleet]``); its port, its metrics port and, on a host that
+    is also a node, SGLang's port and the rendezvous port are distinct; it uses ``[sglang] api_key_file``
+    (one key end to end), so a non-loopback ``bind`` without a key needs ``allow_unauthenticated`` as the
+    server does; the workers must accept connections from the gateway's host.
+    """
+    gw = profile.gateway
+    if gw is None:
+        return []
+    s, fleet = profile.sglang, profile.fleet
+    problems: list[str] = []
+    if fleet is None:
+        problems.append("gateway: a gateway routes to replicas, but there is no [fleet]; add [fleet] with "
+                        "[[fleet.replicas]] nodes = [\"HOST\"] for each server, or remove [gateway]")
+    if gw.port == gw.prometheus_port and gw.bind == gw.prometheus_host:
+        problems.append(f"gateway.prometheus_port: {gw.prometheus_port} is also gateway.port; "
+                        "choose another port, e.g. 29000")
+    elif gw.port == gw.prometheus_port:
+        problems.append(f"gateway.prometheus_port: {gw.prometheus_port} is also gateway.port on the same host; "
+                        "choose another port, e.g. 29000")
+    nodes = [node for nodes in profile.replicas for node in nodes]
+    if gw.host in nodes:
+        serving = gw.host in [r[0] for r in profile.replicas]
+        for key in ("port", "prometheus_port"):
+            port = getattr(gw, key)
+            if serving and port == s.port:
+                problems.append(f"gateway.{key}: {port} is also [sglang] port on {gw.host}, which serves a "
+                                f"replica; choose another port (e.g. {s.port + 1})")
+            if fleet and fleet.dist_init_port == port and profile.nodes_per_copy > 1 and serving:
+                problems.append(f"gateway.{key}: {port} is also [fleet] dist_init_port on {gw.host}; "
+                                "choose another port")
+    if not is_loopback(gw.bind) and not s.api_key_file and not s.allow_unauthenticated:
+        problems.append(
+            f"gateway.bind: {gw.bind} accepts connections from other machines but [sglang] api_key_file is not "
+            "set (the gateway uses the workers' key: one key end to end); set [sglang] api_key_file, bind "
+            "\"127.0.0.1\", or set [sglang] allow_unauthenticated = true")
+    remote = [node for node in (r[0] for r in profile.replicas) if node != gw.host]
+    if remote and is_loopback(s.host):
+        problems.append(f"sglang.host: {s.host} accepts only local connections, but the gateway on {gw.host} "
+                        f"reaches {remote[0]} over the network; set host = \"0.0.0.0\" with api_key_file")
     return problems
 
 
@@ -600,8 +870,9 @@ def extra_args_problems(extra_args: list[str] | tuple[str, ...]) -> list[str]:
                                 "ps and logs; use api_key_file")
                 continue
             spelled = hits[0] if len(hits) == 1 else f"one of {', '.join(hits)}"
+            use = " or ".join(k if k.startswith("[") else f"[sglang] {k}" for k in keys)
             problems.append(f"sglang.extra_args: {arg!r} sets {spelled}, which the kit sets from the profile; "
-                            f"use [sglang] {' or '.join(keys)} instead")
+                            f"use {use} instead")
         elif name.startswith("-") and not _NEGATIVE_NUMBER.fullmatch(arg):
             problems.append(f"sglang.extra_args: {arg!r} is a single-dash option (SGLang has only -h, which prints "
                             "help and exits); spell options with --")
@@ -650,6 +921,17 @@ def calendar_problem(spec: str) -> str | None:
             "(man systemd.time)")
 
 
+def _model_of(annotation: Any) -> type[BaseModel] | None:
+    """The table model inside a field's annotation (``SLO``, ``list[Replica]``, ``Fleet | None``), or None."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    for arg in typing.get_args(annotation):
+        found = _model_of(arg)
+        if found is not None:
+            return found
+    return None
+
+
 def _did_you_mean(loc: tuple[Any, ...]) -> str:
     """A hint for an unknown key at ``loc``: close names in the same section or the section that has it."""
     key = str(loc[-1])
@@ -666,11 +948,14 @@ def _did_you_mean(loc: tuple[Any, ...]) -> str:
     model = _SECTIONS.get(section)
     if model is None:
         return "remove it"
-    for part in loc[1:-1]:  # a nested table such as [monitoring.slo]
+    for part in loc[1:-1]:  # a nested table such as [monitoring.slo] or [[fleet.replicas]]
+        if isinstance(part, int):
+            continue  # the index of an array of tables
         field = model.model_fields.get(str(part))
-        if field is None or not (isinstance(field.annotation, type) and issubclass(field.annotation, BaseModel)):
+        nested = _model_of(field.annotation) if field is not None else None
+        if nested is None:
             return "remove it"
-        model, section = field.annotation, f"{section}.{part}"
+        model, section = nested, f"{section}.{part}"
     close = difflib.get_close_matches(key, model.model_fields, n=1, cutoff=0.6)
     if close:
         return f"did you mean {close[0]}?"
@@ -755,6 +1040,12 @@ def dump_profile(profile: Profile) -> str:
     monitoring = {k: v for k, v in data["monitoring"].items() if v is not None and k != "slo"}
     monitoring["slo"] = {k: v for k, v in data["monitoring"]["slo"].items() if v is not None}
     tables["monitoring"] = monitoring
+    if data["fleet"] is not None:
+        fleet = {k: v for k, v in data["fleet"].items() if v is not None and k != "replicas"}
+        fleet["replicas"] = data["fleet"]["replicas"]
+        tables["fleet"] = fleet
+    if data["gateway"] is not None:
+        tables["gateway"] = data["gateway"]
     if data.get("kubernetes") is not None:
         tables["kubernetes"] = {k: v for k, v in data["kubernetes"].items() if v is not None}
     return tomli_w.dumps(tables)

@@ -14,7 +14,7 @@ import dataclasses
 from packaging.version import InvalidVersion, Version
 
 from kimi_deploy.errors import UnsupportedVersionError, UsageError
-from kimi_deploy.options import OPTIONS
+from kimi_deploy.options import ALL_OPTIONS
 
 #: Default target: the release the kit's tests run against.
 DEFAULT_SGLANG_VERSION = "0.5.23"
@@ -51,11 +51,11 @@ def _v(text: str) -> Version:
     return Version(text)
 
 
-#: The spellings of every row of :data:`kimi_deploy.options.OPTIONS`, in table order.
+#: The spellings of every row of :data:`kimi_deploy.options.ALL_OPTIONS` ([sglang] rows, then [fleet] ones).
 RULES: tuple[Rule, ...] = tuple(
     Rule(option.key, sp.kind, sp.name, max(_v(sp.since), OLDEST_KNOWN), _v(sp.until) if sp.until else None,
          sp.source, sp.value)
-    for option in OPTIONS for sp in option.spellings
+    for option in ALL_OPTIONS for sp in option.spellings
 )
 
 #: Features (profile keys) the table has rules for.

@@ -18,7 +18,7 @@ from kimi_deploy.profile import SGLang, parse_profile
 
 #: A value to set for each row when testing that the row reaches the launch (valid together at 0.5.23).
 VALUES = {"model_path": "/models/other", "enforce_disable_flashinfer_allreduce_fusion": True,
-          "served_model_name": "kimi", "trust_remote_code": True, "host": "127.0.0.2", "port": 31000, "tp_size": 2,
+          "served_model_name": "kimi", "trust_remote_code": True, "host": "127.0.0.2", "port": 31000, "tp_size": 2, "pp_size": 2,
           "context_length": 4096, "mem_fraction_static": 0.5, "max_running_requests": 7, "chunked_prefill_size": 512,
           "attention_backend": "flashinfer", "tool_call_parser": "kimi_k2", "reasoning_parser": "kimi_k2",
           "speculative_algorithm": "EAGLE3", "speculative_draft_model_path": "/models/d", "speculative_num_steps": 3,
@@ -43,8 +43,21 @@ def typing_args(alias):
 
 
 def test_version_rules_are_the_rows_spellings():
-    assert {r.feature for r in versions.RULES} == {o.key for o in options.OPTIONS if o.spellings}
-    assert len(versions.RULES) == sum(len(o.spellings) for o in options.OPTIONS)
+    assert {r.feature for r in versions.RULES} == {o.key for o in options.ALL_OPTIONS if o.spellings}
+    assert len(versions.RULES) == sum(len(o.spellings) for o in options.ALL_OPTIONS)
+
+
+def test_fleet_rows_are_not_sglang_keys_and_say_where_they_come_from():
+    """--nnodes, --node-rank, --dist-init-addr, --dist-timeout come from [fleet] on every rank: no [sglang] field,
+    a set_from naming the [fleet] key, owned (extra_args refuses them), and in production.md's table."""
+    for option in options.FLEET_OPTIONS:
+        assert option.key not in SGLang.model_fields
+        assert option.set_from and option.set_from.startswith("[fleet]"), option.key
+        assert option.scope == "every rank" and option.emit == "special", option.key
+        assert option.scope in typing_args(options.Scope)
+        assert all(options.owned_flags()[flag] == option.set_from for flag in option.flags)
+        assert f"| set from {option.set_from} |" in options.markdown_table()
+    assert [o.key for o in options.FLEET_OPTIONS] == ["nnodes", "node_rank", "dist_init_addr", "dist_timeout"]
 
 
 @pytest.mark.parametrize("option", [o for o in options.OPTIONS if o.emit in ("value", "switch", "env-switch")],
@@ -106,7 +119,7 @@ def test_every_flag_of_the_table_is_sglang_0_5_23s(sglang_python):
     done = subprocess.run([sglang_python, "-c", ACTIONS_SCRIPT], capture_output=True, text=True, check=True)
     actions = json.loads(done.stdout.strip().splitlines()[-1])
     v = Version("0.5.23")
-    for option in options.OPTIONS:
+    for option in options.ALL_OPTIONS:
         current = [r for r in versions.rules_for(option.key) if r.applies(v) and r.kind == "flag"] \
             if option.spellings else []
         names = [r.spelling for r in current] + list(option.aliases)
