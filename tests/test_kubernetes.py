@@ -141,6 +141,7 @@ def test_golden(tmp_path, case):
         for name, text in files.items():
             (golden / name).write_text(text)
         pytest.skip(f"golden files rewritten in {golden}")
+    assert golden.is_dir(), "no golden files: run KIMI_DEPLOY_UPDATE_GOLDEN=1 python -m pytest tests/test_kubernetes.py -k golden"
     expected = {p.name: p.read_text() for p in sorted(golden.iterdir())}
     assert sorted(files) == sorted(expected)
     for name in expected:
