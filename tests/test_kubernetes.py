@@ -351,3 +351,20 @@ def test_rdma_uses_the_host_network_with_the_reason_said(tmp_path):
         assert env["NCCL_SOCKET_IFNAME"] == "ens5f0"
     namespace = yaml.safe_load((out / "namespace.yaml").read_text())
     assert namespace["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "privileged"
+
+
+def test_json_names_the_files_and_the_shape(tmp_path):
+    import json
+
+    profile = write_profile(tmp_path, profile_text("two-node-groups-gateway"))
+    result = run_cli(["render", "--target", "kubernetes", "--profile", str(profile), "--json"])
+    assert result.exit_code == 0, result.stderr
+    data = json.loads(result.stdout)
+    assert (data["copies"], data["nodes_per_copy"]) == (2, 2)
+    assert list(data["files"])[0] == "kustomization.yaml" and "gateway-deployment.yaml" in data["files"]
+
+
+def test_systemd_only_options_are_refused_for_kubernetes(tmp_path):
+    profile = write_profile(tmp_path, profile_text("single-host-replicas"))
+    result = run_cli(["render", "--target", "kubernetes", "--profile", str(profile), "--print-command"])
+    assert result.exit_code == 2 and "systemd target" in result.stderr
