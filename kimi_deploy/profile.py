@@ -385,6 +385,28 @@ def check_dns_label(v: str, what: str = "name") -> str:
     return v
 
 
+#: Bounds of the five numeric cron fields (robfig/cron, which Kubernetes' CronJob controller uses; 7 is Sunday too).
+CRON_FIELDS = (("minute", 0, 59), ("hour", 0, 23), ("day of month", 1, 31), ("month", 1, 12), ("day of week", 0, 7))
+
+
+def check_cron(v: str) -> str:
+    """``v`` when it is five numeric cron fields within their bounds (``*``, ``N``, ``N-M``, lists, ``/STEP``)."""
+    fields = v.split(" ")
+    if not CRON.fullmatch(v) or len(fields) != 5:
+        raise ValueError(f"schedule {v!r} is not five cron fields (minute hour day month weekday), e.g. \"0 3 * * *\"")
+    for text, (what, low, high) in zip(fields, CRON_FIELDS):
+        for item in text.split(","):
+            base, _, step = item.partition("/")
+            numbers = [] if base == "*" else base.split("-")
+            ok = (base == "*" or 1 <= len(numbers) <= 2) and all(n.isdigit() for n in numbers) and \
+                (not step or step.isdigit() and int(step) >= 1)
+            if not ok or any(not low <= int(n) <= high for n in numbers) or \
+                    (len(numbers) == 2 and int(numbers[0]) > int(numbers[1])):
+                raise ValueError(f"schedule {v!r}: {what} {item!r} is not * or numbers {low}-{high} "
+                                 "(N, N-M, lists with ',', steps with '/')")
+    return v
+
+
 def check_image(v: str) -> str:
     """``v`` when it names an image by a pinned tag or digest; ``latest`` and a missing tag are refused."""
     match = IMAGE.fullmatch(v)
@@ -466,10 +488,7 @@ class Kubernetes(_Section):
     @field_validator("check_schedule")
     @classmethod
     def _cron(cls, v: str) -> str:
-        if not CRON.fullmatch(v):
-            raise ValueError(f"schedule {v!r} is not five cron fields (minute hour day month weekday), "
-                             "e.g. \"0 3 * * *\"")
-        return v
+        return check_cron(v)
 
     @field_validator("node_selector")
     @classmethod

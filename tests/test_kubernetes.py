@@ -326,6 +326,8 @@ BAD = {
     "no-check-image": (("kubernetes", {"check_image": None}), "kubernetes.check_image", "set check_image"),
     "bad-shm-size": (("kubernetes", {"shm_size": '"64G"'}), "kubernetes.shm_size", "quantity"),
     "bad-schedule": (("kubernetes", {"check_schedule": '"nightly"'}), "kubernetes.check_schedule", "cron"),
+    "schedule-out-of-range": (("kubernetes", {"check_schedule": '"0 24 * * *"'}), "kubernetes.check_schedule",
+                              "hour '24'"),
     "misspelt-key": (("kubernetes", {"shm_szie": '"1Gi"'}), "kubernetes.shm_szie", "did you mean shm_size"),
     "bad-namespace": (("kubernetes", {"namespace": '"Kimi"'}), "kubernetes.namespace", "DNS label"),
     "bad-node-selector": (("kubernetes", {"node_selector": '{ "a b" = "c" }'}), "kubernetes.node_selector",
@@ -389,3 +391,44 @@ def test_systemd_only_options_are_refused_for_kubernetes(tmp_path):
     profile = write_profile(tmp_path, profile_text("single-host-replicas"))
     result = run_cli(["render", "--target", "kubernetes", "--profile", str(profile), "--print-command"])
     assert result.exit_code == 2 and "systemd target" in result.stderr
+
+
+def _strings(data) -> set[str]:
+    """Every string (keys and values) anywhere in parsed YAML documents."""
+    if isinstance(data, dict):
+        return {s for k, v in data.items() for s in (_strings(k) | _strings(v))}
+    if isinstance(data, list):
+        return {s for item in data for s in _strings(item)}
+    return {data} if isinstance(data, str) else set()
+
+
+K8S_STRING_FIELDS = ["image", "python", "namespace", "name", "model_host_path", "model_mount", "shm_size", "nic",
+                     "secret_name", "gateway_image", "check_image", "check_schedule", "check_report_claim"]
+
+
+@pytest.mark.parametrize("key", K8S_STRING_FIELDS)
+def test_any_string_in_kubernetes_is_refused_or_lands_verbatim(key):
+    """Hostile text in a [kubernetes] string: exit-2 refusal, or manifests that read back with the exact value."""
+    from hypothesis import HealthCheck, given, settings, strategies as st
+
+    from kimi_deploy.errors import ProfileError
+
+    base = tomllib.loads(profile_text("two-node-groups-gateway"))
+    samples = st.text(max_size=60) | st.sampled_from(
+        ["kimi", "a" * 64, "-x", "x:latest", "/models/../etc", "/models", "eth0\n", "0 3 * * * *", "1Gi", "Ki",
+         "registry:5000/sglang", "r/s@sha256:" + "a" * 64, "python3 -c", "$(LWS_GROUP_SIZE)", "yes", "null"])
+
+    @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+    @given(samples)
+    def check(value: str) -> None:
+        data = {**base, "kubernetes": {**base["kubernetes"], key: value}}
+        if key == "model_mount":
+            data["sglang"] = {**data["sglang"], "model_path": f"{value}/Kimi-K2.5"}
+        try:
+            manifests = kubernetes.render(parse_profile(data))
+        except ProfileError:
+            return
+        documents = [d for text in manifests.files.values() for d in yaml.safe_load_all(text) if d]
+        assert value in _strings(documents) or any(value in s for s in _strings(documents)), value
+
+    check()
