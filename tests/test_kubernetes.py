@@ -432,3 +432,21 @@ def test_any_string_in_kubernetes_is_refused_or_lands_verbatim(key):
         assert value in _strings(documents) or any(value in s for s in _strings(documents)), value
 
     check()
+
+
+def test_the_check_job_reads_the_same_profile_and_its_command_parses(tmp_path):
+    """The CronJob's ConfigMap holds the profile (same digest once loaded), and its command is one that
+    kimi-deploy's own CLI accepts (``--list`` parses every option, then only lists the checks)."""
+    profile = parse_profile(tomllib.loads(profile_text("two-node-groups-gateway")))
+    manifests = kubernetes.render(profile)
+    config = yaml.safe_load(manifests.files["check-configmap.yaml"])
+    again = parse_profile(tomllib.loads(config["data"]["profile.toml"]))
+    assert again.digest() == profile.digest()
+    cronjob = yaml.safe_load(manifests.files["check-cronjob.yaml"])
+    command = cronjob["spec"]["jobTemplate"]["spec"]["template"]["spec"]["containers"][0]["command"]
+    assert command[:2] == ["kimi-deploy", "check"]
+    local = write_profile(tmp_path, config["data"]["profile.toml"])
+    args = [str(local) if a == kubernetes.CHECK_PROFILE else a for a in command[2:]]
+    result = run_cli(["check", *args, "--list"])
+    assert result.exit_code == 0, result.stderr
+    assert result.stdout.strip()
