@@ -251,7 +251,8 @@ def _server_pod(profile: Profile, launch: LaunchSpec, shape: FleetShape, name: s
     volumes: list[dict[str, Any]] = [
         {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": k8s.shm_size}},
         models,
-        {"name": "cache", "emptyDir": {}},
+        {"name": "cache", "hostPath": {"path": k8s.cache_host_path, "type": "Directory"}}
+        if k8s.cache_host_path else {"name": "cache", "emptyDir": {}},
         {"name": "tmp", "emptyDir": {}},
     ]
     mounts: list[dict[str, Any]] = [

@@ -440,6 +440,8 @@ class Kubernetes(_Section):
     model_mount: str = Field("/models", description="where the weights are mounted (read-only) in the pod; "
                                                    "must hold [sglang] model_path")
     shm_size: str = Field("64Gi", description="size limit of /dev/shm (memory-backed emptyDir)")
+    cache_host_path: str | None = Field(None, description="node folder for the compile caches (kept across pod "
+                                                          "restarts; owned by run_as_user); default: an emptyDir")
     nic: str = Field("eth0", description="the pod's data NIC (NCCL/GLOO_SOCKET_IFNAME) for multi-node groups")
     secret_name: str | None = Field(None, description="Secret holding the API key as key 'api-key' "
                                                       "(default <name>-api-key)")
@@ -466,7 +468,7 @@ class Kubernetes(_Section):
     def _python(cls, v: str) -> str:
         return check_abs_path(v) if v.startswith("/") else check_token(v, "python")
 
-    @field_validator("model_host_path", "model_mount")
+    @field_validator("model_host_path", "model_mount", "cache_host_path")
     @classmethod
     def _paths(cls, v: str | None) -> str | None:
         return None if v is None else check_abs_path(v)

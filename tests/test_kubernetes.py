@@ -364,14 +364,19 @@ def test_no_kubernetes_table_is_exit_2(tmp_path):
 
 
 def test_rdma_uses_the_host_network_with_the_reason_said(tmp_path):
-    text = _with(profile_text("two-node-groups-gateway"), "kubernetes", rdma="true")
+    text = _with(profile_text("two-node-groups-gateway"), "kubernetes", rdma="true",
+                 cache_host_path='"/var/cache/kimi-k25"')
     out = rendered(tmp_path, text)
     lws_text = (out / "server-leaderworkerset.yaml").read_text()
     assert "# hostNetwork: true because [kubernetes] rdma = true" in lws_text
     for pod in _pods(yaml.safe_load(lws_text)).values():
         assert pod["hostNetwork"] is True
+        cache = [v for v in pod["volumes"] if v["name"] == "cache"][0]
+        assert cache["hostPath"] == {"path": "/var/cache/kimi-k25", "type": "Directory"}
         env = {e["name"]: e.get("value") for e in pod["containers"][0]["env"]}
         assert env["NCCL_SOCKET_IFNAME"] == "ens5f0"
+    for document in (d for docs in load_tree(out).values() for d in docs):
+        assert validate_document(document) == [], document["kind"]
     namespace = yaml.safe_load((out / "namespace.yaml").read_text())
     assert namespace["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "privileged"
 
