@@ -455,3 +455,24 @@ def test_the_check_job_reads_the_same_profile_and_its_command_parses(tmp_path):
     result = run_cli(["check", *args, "--list"])
     assert result.exit_code == 0, result.stderr
     assert result.stdout.strip()
+
+
+def test_the_init_container_writes_sglangs_config_yaml_0600(tmp_path, key_file):
+    """The leader's init container command, run as rendered (its interpreter and paths pointed at a temp
+    folder), turns the mounted key into ``api-key: "<key>"`` readable only by its owner."""
+    import stat
+    import subprocess
+    import sys
+
+    profile = parse_profile(tomllib.loads(profile_text("single-host-replicas", key_file)))
+    lws = yaml.safe_load(kubernetes.render(profile).files["server-leaderworkerset.yaml"])
+    init = lws["spec"]["leaderWorkerTemplate"]["workerTemplate"]["spec"]["initContainers"][0]
+    python, flag, script, mounted, target = init["command"]
+    assert (python, flag, mounted, target) == ("python3", "-c", f"{kubernetes.SECRET_DIR}/api-key",
+                                               "/run/kimi-k25/sglang-secrets.yaml")
+    out = tmp_path / "sglang-secrets.yaml"
+    done = subprocess.run([sys.executable, flag, script, str(key_file), str(out)], capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert yaml.safe_load(out.read_text()) == {"api-key": KEY}
+    assert stat.S_IMODE(out.stat().st_mode) == 0o600
