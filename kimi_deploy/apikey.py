@@ -81,3 +81,80 @@ def inspect(layout: HostLayout, host_path: str) -> KeyFile:
     regular = stat.S_ISREG(st.st_mode)
     empty = regular and not path.read_bytes().strip()
     return KeyFile(host_path, True, regular, empty, stat.S_IMODE(st.st_mode), st.st_uid)
+
+
+#: Environment variable ``bench`` reads the key from when no ``--api-key-file`` is given (the
+#: environment of a process is readable only by its user and root, unlike argv: ``ps``, ``/proc/PID/cmdline``).
+ENV_VAR = "KIMI_DEPLOY_API_KEY"
+
+#: Why a key on the command line is refused (``bench --api-key``), one sentence.
+ARGV_REFUSAL = ("a key on the command line is visible to every user of the host (ps, /proc/PID/cmdline) and "
+                "stays in shell history")
+
+
+def is_local_host(host: str | None) -> bool:
+    """Whether traffic to ``host`` (a URL's host: name or IP literal, IPv6 without brackets) never leaves
+    this machine: ``localhost``, a loopback address (127.0.0.0/8, ``::1``, IPv4-mapped loopback), or an
+    IP literal assigned to one of this host's interfaces (a socket can bind to it; Linux routes such
+    traffic over ``lo``). Any other name is not local: it is not resolved here (a DNS answer may change
+    between this test and the connection). Never raises.
+    """
+    import ipaddress
+    import socket
+
+    if not host:
+        return False
+    name = host.strip("[]").lower().rstrip(".")
+    if name == "localhost" or name.endswith(".localhost"):
+        return True
+    try:
+        ip = ipaddress.ip_address(name.split("%", 1)[0])
+    except ValueError:
+        return False
+    mapped = getattr(ip, "ipv4_mapped", None)
+    if ip.is_loopback or (mapped is not None and mapped.is_loopback):
+        return True
+    if ip.is_multicast or ip.is_unspecified:
+        return False
+    family = socket.AF_INET6 if ip.version == 6 else socket.AF_INET
+    try:
+        with socket.socket(family, socket.SOCK_STREAM) as probe:
+            probe.bind((name, 0))  # EADDRNOTAVAIL unless the address is this host's own
+    except OSError:
+        return False
+    return True
+
+
+def guard_transport(base_url: str, key: str | None, *, insecure: bool, warn=None) -> None:
+    """Refuse to send ``key`` in clear text: over ``http://`` to a host that is not local (:func:`is_local_host`).
+
+    ``https://`` and local hosts pass; so does any URL when there is no key. With ``insecure`` the
+    key is sent anyway and one warning line goes to ``warn`` (default: stderr), never into a report.
+
+    Raises:
+        UsageError: plain http to a non-local host with a key, without ``insecure`` (exit 2; nothing sent).
+    """
+    from urllib.parse import urlsplit
+
+    if not key:
+        return
+    try:
+        parts = urlsplit(base_url.strip())
+        scheme, host = parts.scheme.lower(), parts.hostname
+    except ValueError:
+        return  # not a URL at all: the caller's own check of the base URL says so
+    if scheme != "http" or is_local_host(host):
+        return
+    if not insecure:
+        raise UsageError(f"refusing to send the API key in clear text over plain http to {host}, which is not "
+                         "this host", value=base_url,
+                         hint="use https:// (a TLS proxy in front of SGLang), or an SSH tunnel to "
+                              "http://127.0.0.1:PORT; --insecure sends the key anyway (anyone on the path can read it)")
+    line = (f"warning: --insecure: the API key goes to {host} over plain http; anyone on the network path "
+            "can read it")
+    if warn is None:
+        import sys
+
+        print(line, file=sys.stderr)
+    else:
+        warn(line)

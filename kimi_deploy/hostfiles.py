@@ -22,7 +22,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from kimi_deploy import __version__
 from kimi_deploy.errors import UsageError
@@ -81,6 +81,9 @@ class Manifest(BaseModel):
     and only while no other installed service names it). ``api_key_file`` is the key file the
     service reads, created or not (another service's purge keeps it; ``None``: the profile has
     none). ``cache_dir``/``state_dir`` are host paths ``uninstall --purge`` may clean.
+    ``users_created``/``groups_created``: the system accounts an install of this service created
+    (``useradd``/``groupadd``), carried over by every later install; ``uninstall --purge`` removes those
+    (``userdel``/``groupdel``) and no other, while no other installed service runs as them.
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -95,6 +98,8 @@ class Manifest(BaseModel):
     api_key_file: str | None = None
     cache_dir: str
     state_dir: str
+    users_created: list[str] = Field(default_factory=list)
+    groups_created: list[str] = Field(default_factory=list)
 
     def to_bytes(self) -> bytes:
         """Canonical JSON (sorted keys, 2-space indent, trailing newline): same manifest, same bytes."""
@@ -225,11 +230,19 @@ class Claims:
 
     ``paths``: host path -> ``[(service, what)]``, ``what`` one of ``file`` (listed in its
     manifest), ``API key file``, ``cache folder``, ``state folder``. ``ports``: ``(service,
-    host, port)`` of each one's ``[sglang]`` listener.
+    host, port)`` of each one's ``[sglang]`` listener. ``accounts``: ``"user NAME"``/``"group NAME"``
+    -> ``[(service, what)]`` for the accounts each one runs as or created.
     """
 
     paths: dict[str, list[tuple[str, str]]] = dataclasses.field(default_factory=dict)
     ports: list[tuple[str, str, int]] = dataclasses.field(default_factory=list)
+    accounts: dict[str, list[tuple[str, str]]] = dataclasses.field(default_factory=dict)
+
+    def add_account(self, kind: Literal["user", "group"], name: str | None, service: str, what: str) -> None:
+        if name:
+            users = self.accounts.setdefault(f"{kind} {name}", [])
+            if (service, what) not in users:
+                users.append((service, what))
 
     def add(self, host_path: str | None, service: str, what: str) -> None:
         if host_path:
@@ -253,8 +266,9 @@ class Claims:
 def other_services_claims(layout: HostLayout, service: str) -> Claims:
     """Host paths and ports the installed services other than ``service`` use (see :class:`Claims`).
 
-    Read from each manifest (files, API key file, cache and state folders) and its profile copy
-    (``[sglang] api_key_file``, ``port``, ``host``, the cache root); unreadable ones give what
+    Read from each manifest (files, API key file, cache and state folders, accounts it created) and
+    its profile copy (``[sglang] api_key_file``, ``port``, ``host``, the cache root, ``[service]``
+    user and group); unreadable ones give what
     they can (their own service reports them).
     """
     from kimi_deploy.errors import KimiDeployError
@@ -276,12 +290,18 @@ def other_services_claims(layout: HostLayout, service: str) -> Claims:
             claims.add(manifest.api_key_file, other, "API key file")
             claims.add(manifest.cache_dir, other, "cache folder")
             claims.add(manifest.state_dir, other, "state folder")
+            for user in manifest.users_created:
+                claims.add_account("user", user, other, "created it")
+            for group in manifest.groups_created:
+                claims.add_account("group", group, other, "created it")
         try:
             profile = load_profile(layout.profile_copy(other))
         except (KimiDeployError, OSError):
             continue
         claims.add(profile.sglang.api_key_file, other, "API key file")
         claims.add(profile.cache_root, other, "cache folder")
+        claims.add_account("user", profile.service.user, other, "runs as it")
+        claims.add_account("group", profile.service.group, other, "runs as it")
         claims.ports.append((other, profile.sglang.host, profile.sglang.port))
     return claims
 

@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from kimi_deploy import __version__, apikey, fsio, paths, proc, systemd
-from kimi_deploy.errors import KimiDeployError, RefusedError, UsageError
+from kimi_deploy.errors import ExternalCommandError, KimiDeployError, RefusedError, UsageError
 from kimi_deploy.fsio import write_atomic, write_many_atomic
 from kimi_deploy.hostfiles import (Claims, FileRecord, Intent, Manifest, Ownership, classify, installed_services,
                                    last_uninstalled_manifest, leftover_services, load_intent, load_manifest,
@@ -91,7 +91,10 @@ class Step:
     ``kind``: ``command`` (``argv`` through :mod:`kimi_deploy.proc`), ``mkdir`` (``path``, chowned to
     ``owner`` = (user, group) when given), ``api-key`` (create ``path`` with a random key, 0600
     root), ``remove-tree``, ``remove-file``, ``remove-cache-keys`` (the ``sglang-*`` folders in ``path``).
-    ``when``: ``before`` the files are written or ``after``.
+    ``when``: ``before`` the files are written or ``after``. ``gone_exit``: an exit status of ``argv``
+    that means what it removes is already gone (``userdel``/``groupdel`` 6, shadow-utils: no such
+    user/group; ``userdel`` also drops a same-named primary group when login.defs says
+    ``USERGROUPS_ENAB yes``), counted as done. ``hint``: the fix shown when ``argv`` fails.
     """
 
     kind: Literal["command", "mkdir", "api-key", "remove-tree", "remove-file", "remove-cache-keys"]
@@ -100,6 +103,8 @@ class Step:
     argv: tuple[str, ...] = ()
     path: Path | None = None
     owner: tuple[str, str] | None = None
+    gone_exit: int | None = None
+    hint: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {"kind": self.kind, "summary": self.summary, "when": self.when,
@@ -182,9 +187,11 @@ class HostFacts:
 
     ``files``: host path -> bytes (None: absent) of every file the plan may write or remove.
     ``manifest``/``intent``: the service's manifest and the record of an interrupted install.
-    ``last_uninstalled``: the manifest copy of the service's newest uninstall backup.
+    ``last_uninstalled``: the manifest copy of the service's newest uninstall backup (install and
+    uninstall read it when the service has no manifest: the accounts an earlier install created).
     ``claims``: what the other installed services use. ``users``/``groups``: the accounts asked
-    about that exist; ``has_passwd``: the tree has ``/etc/passwd`` (``useradd --root`` needs it).
+    about that exist (install: the profile's; uninstall: those the records say an install created);
+    ``has_passwd``: the tree has ``/etc/passwd`` (``useradd --root`` needs it).
     ``gpu_groups``: group -> members, for the groups owning a ``/dev/nvidia*`` node that is not
     0666 (host only). ``enabled``/``active``: unit -> ``systemctl is-enabled``/``is-active``.
     ``key``: the API key file. ``dirs``: host paths asked about that are folders; ``exists``: host
@@ -290,6 +297,7 @@ def gather_install_facts(profile: Profile, layout: HostLayout, desired: Mapping[
     svc = profile.service
     manifest = load_manifest(layout, svc.name)
     intent = load_intent(layout, svc.name)
+    last = None if manifest or intent else last_uninstalled_manifest(layout, svc.name)
     recorded = set(manifest.files if manifest else ()) | set(intent.records() if intent else ())
     manifest_hp = layout.host_path(layout.manifest(svc.name))
     targets = set(desired) | recorded | {manifest_hp}
@@ -307,7 +315,7 @@ def gather_install_facts(profile: Profile, layout: HostLayout, desired: Mapping[
     orphan = intent.api_key_created if intent else None
     exists = frozenset({orphan} if orphan and layout.under(orphan).exists() else ())
     return HostFacts(
-        layout=layout, files=_read_files(layout, targets), manifest=manifest, intent=intent,
+        layout=layout, files=_read_files(layout, targets), manifest=manifest, intent=intent, last_uninstalled=last,
         claims=other_services_claims(layout, svc.name),
         users=_existing_accounts(layout, "user", {svc.user}), groups=_existing_accounts(layout, "group", {svc.group}),
         has_passwd=layout.is_host or layout.passwd.is_file(),
@@ -350,6 +358,8 @@ def gather_uninstall_facts(layout: HostLayout, name: str | None) -> HostFacts:
     return HostFacts(
         layout=layout, files=files, manifest=manifest, intent=intent, last_uninstalled=last,
         claims=other_services_claims(layout, name), enabled=enabled, exists=exists,
+        users=_existing_accounts(layout, "user", {u for r in kept for u in r.users_created}),
+        groups=_existing_accounts(layout, "group", {g for r in kept for g in r.groups_created}),
         stale=tuple(stale_files(layout, recorded | {manifest_hp, layout.host_path(layout.intent(name))} | key_paths,
                                 name)),
         installed=installed, leftovers=leftovers)
@@ -414,6 +424,22 @@ def _user_steps(profile: Profile, facts: HostFacts, create_user: bool, notes: li
                           argv=("useradd", *root_args, "--system", "--no-create-home", "--shell", NOLOGIN,
                                 "--gid", svc.group, "--home-dir", paths.service_state_dir(svc.name), svc.user)))
     return steps
+
+
+def _accounts_created(profile: Profile, facts: HostFacts, account_steps: list[Step]) -> tuple[list[str], list[str]]:
+    """The users and groups the manifest records as created by kimi-deploy (sorted): those ``account_steps``
+    create now, and those the service's earlier records say an install created (the manifest, an
+    interrupted install's, or the last uninstall's copy), so a reinstall never forgets them."""
+    records = [r for r in (facts.manifest, facts.intent.manifest if facts.intent else None,
+                           facts.last_uninstalled) if r]
+    users = {u for r in records for u in r.users_created}
+    groups = {g for r in records for g in r.groups_created}
+    for step in account_steps:
+        if step.argv[:1] == ("useradd",):
+            users.add(profile.service.user)
+        elif step.argv[:1] == ("groupadd",):
+            groups.add(profile.service.group)
+    return sorted(users), sorted(groups)
 
 
 def _gpu_group_steps(profile: Profile, facts: HostFacts, create_user: bool) -> list[Step]:
@@ -568,7 +594,8 @@ def plan_install_from(profile: Profile, facts: HostFacts, files: Mapping[str, by
     old, intent = facts.manifest, facts.intent
 
     steps: list[Step] = _stale_steps(facts)
-    steps += _user_steps(profile, facts, create_user, notes)
+    account_steps = _user_steps(profile, facts, create_user, notes)
+    steps += account_steps
     steps += _gpu_group_steps(profile, facts, create_user)
     if not paths.is_within(profile.cache_root, paths.service_cache_dir(svc.name)) \
             and profile.cache_root not in facts.dirs:
@@ -593,10 +620,12 @@ def plan_install_from(profile: Profile, facts: HostFacts, files: Mapping[str, by
             and not facts.claims.users(orphan_key) and orphan_key in facts.exists:
         steps.append(Step("remove-file", f"remove the API key file {orphan_key} an interrupted install created",
                           path=layout.join(orphan_key)))
+    users_created, groups_created = _accounts_created(profile, facts, account_steps)
     manifest = Manifest(kimi_deploy_version=__version__, service=svc.name, profile_sha256=profile.digest(),
                         sglang_version=version, files={hp: FileRecord(sha256=sha256(b)) for hp, b in files.items()},
                         api_key_file_created=created_key, api_key_file=key_hp,
-                        cache_dir=profile.cache_root, state_dir=paths.service_state_dir(svc.name))
+                        cache_dir=profile.cache_root, state_dir=paths.service_state_dir(svc.name),
+                        users_created=users_created, groups_created=groups_created)
     others = facts.claims.files()
     changes = [_change(facts, hp, data, force, refusals, others=others) for hp, data in files.items()]
     recorded = set(old.files if old else ()) | set(intent.records() if intent else ())
@@ -715,6 +744,8 @@ def _purge_steps(facts: HostFacts, svc: str, record: Manifest | None) -> tuple[l
             kept.append(key)
             steps.append(Step("remove-file", f"--purge: remove the API key file {key} (kimi-deploy created it)",
                               when="after", path=layout.join(key)))
+    steps += _account_purge_steps(facts, [r for r in (record, facts.intent.manifest if facts.intent else None)
+                                          if r], kept, shared)
     if backups_hp in kept:
         steps.append(Step("remove-tree", f"--purge: remove the backups {backups_hp}", when="after", path=backups))
     stamp = layout.host_path(layout.timer_stamp(f"{check_unit(svc)}.timer"))
@@ -723,6 +754,32 @@ def _purge_steps(facts: HostFacts, svc: str, record: Manifest | None) -> tuple[l
         steps.append(Step("remove-file", f"--purge: remove the nightly timer's last-run stamp {stamp}",
                           when="after", path=layout.join(stamp)))
     return steps, kept, shared
+
+
+def _account_purge_steps(facts: HostFacts, records: list[Manifest], kept: list[str], shared: list[str]) -> list[Step]:
+    """``userdel``/``groupdel`` of the accounts ``records`` say an install created, that exist and that no
+    other installed service runs as or created (then a note in ``shared``); users first (a group that is
+    still some user's primary group cannot go). Each one goes into ``kept`` as ``user NAME``/``group NAME``."""
+    layout = facts.layout
+    root_args = () if layout.is_host else ("--root", str(layout.root))
+    steps = []
+    for kind, names, present, command in (
+            ("user", {u for r in records for u in r.users_created}, facts.users, "userdel"),
+            ("group", {g for r in records for g in r.groups_created}, facts.groups, "groupdel")):
+        for name in sorted(names & present):
+            users = facts.claims.accounts.get(f"{kind} {name}", [])
+            if users:
+                shared.append(f"the {kind} {name} stays: {_who(users)}")
+                continue
+            kept.append(f"{kind} {name}")
+            steps.append(Step(
+                "command", f"--purge: remove the system {kind} {name} (kimi-deploy created it)", when="after",
+                argv=(command, *root_args, name), gone_exit=6,
+                hint=(f"a process still runs as {name} (`pgrep -u {name}`): stop it, then run "
+                      f"`{layout.command('uninstall --purge --name ' + (records[0].service or 'NAME'))}` again"
+                      if kind == "user" else f"a user still has {name} as its primary group: "
+                                             f"`{command} {name}` after that user is gone")))
+    return steps
 
 
 def _pick_service(facts: HostFacts, name: str | None, purge: bool) -> str | None:
@@ -913,8 +970,12 @@ def _create_api_key(path: Path) -> None:
 
 def _run_step(step: Step, layout: HostLayout, ran: list[str], messages: list[str]) -> None:
     if step.kind == "command":
-        done = proc.run(step.argv)
+        done = proc.run(step.argv, check=False, hint=step.hint)
         ran.append(done.command)
+        if not done.ok and done.returncode != step.gone_exit:
+            raise ExternalCommandError(f"command failed with exit status {done.returncode}", command=done.shown,
+                                       returncode=done.returncode, stdout=done.stdout, stderr=done.stderr,
+                                       hint=step.hint)
     elif step.kind == "mkdir":
         assert step.path is not None
         fsio.mkdir(step.path)

@@ -131,34 +131,16 @@ def build_launch(profile: Profile, sglang_version: str | Version = versions.DEFA
     args: list[str] = []
     env: list[tuple[str, str]] = []
     for option in options.OPTIONS:
-        value = getattr(s, option.key)
         if option.requires and not getattr(s, option.requires):
             continue
-        if option.emit == "special":
-            _SPECIAL[option.key](profile, version, value, args, env)
-        elif option.emit == "value" and value is not None:
-            args += [versions.spelling(option.key, version, what=option.key).spelling, str(value)]
-        elif option.emit == "switch" and value:
-            args.append(versions.spelling(option.key, version, what=option.key).spelling)
-        elif option.emit == "env-switch" and value:
-            env.append((versions.spelling(option.key, version, what=option.key).spelling, "1"))
+        EMITTERS[option.emit](_Emission(option, profile, version, args, env), getattr(s, option.key))
     args += list(s.extra_args)
     check_exposure(args, profile)
 
     key = cache_key(str(version), components)
     cache_dir = f"{profile.cache_root}/{key}"
-    cache_env = [
-        ("SGLANG_CACHE_DIR", cache_dir),
-        ("SGLANG_JIT_CACHE_DIR", f"{cache_dir}/sglang-jit"),
-        ("SGLANG_DG_CACHE_DIR", f"{cache_dir}/deep-gemm"),
-        ("TRITON_CACHE_DIR", f"{cache_dir}/triton"),
-        ("TORCHINDUCTOR_CACHE_DIR", f"{cache_dir}/torchinductor"),
-        ("CUDA_CACHE_PATH", f"{cache_dir}/cuda"),
-        ("TILELANG_CACHE_DIR", f"{cache_dir}/tilelang"),
-        ("FLASHINFER_WORKSPACE_BASE", f"{cache_dir}/flashinfer"),
-    ]
     base_env = [("HF_HUB_OFFLINE", "1"), ("PYTHONUNBUFFERED", "1")]
-    full_env = base_env + cache_env + env + list(profile.environment.items())
+    full_env = base_env + options.cache_env(cache_dir) + env + list(profile.environment.items())
     argv = (svc.python, "-m", "sglang.launch_server", *args)
     return LaunchSpec(argv=argv, env=tuple(full_env), sglang_version=str(version), cache_dir=cache_dir,
                       secrets_config=secrets_config(profile), warnings=tuple(warnings))
@@ -169,63 +151,93 @@ def secrets_config(profile: Profile) -> str | None:
     return f"/run/{profile.service.name}/{SECRETS_CONFIG_NAME}" if profile.sglang.api_key_file else None
 
 
-def _speculative_algorithm(profile: Profile, version: Version, value: str | None,
-                           args: list[str], env: list[tuple[str, str]]) -> None:
-    """``--speculative-algorithm VALUE``; a value newer than ``version`` (EAGLE3 before 0.5.10) is refused."""
-    if value is None:
-        return
-    rule = versions.spelling("speculative_algorithm", version, what="speculative_algorithm", value=value)
-    args += [rule.spelling, value]
+@dataclasses.dataclass(frozen=True)
+class _Emission:
+    """What an emitter appends to: the row, the profile, the target release, the argv and env being built."""
+
+    option: options.Option
+    profile: Profile
+    version: Version
+    args: list[str]
+    env: list[tuple[str, str]]
+
+    def rule(self, value: str | None = None) -> versions.Rule:
+        """The target release's spelling of the row (for ``value``, when that value has its own rows)."""
+        return versions.spelling(self.option.key, self.version, what=self.option.key, value=value)
 
 
-def _enable_spec_v2(profile: Profile, version: Version, value: bool | None,
-                    args: list[str], env: list[tuple[str, str]]) -> None:
-    """The env switch in 0.5.5-0.5.13; from 0.5.14 implicit, so ``false`` cannot be honoured."""
+def _value(e: _Emission, value: object) -> None:
+    """``FLAG VALUE`` when set; a value newer than the release (EAGLE3 before 0.5.10) is refused."""
+    if value is not None:
+        e.args.extend([e.rule(str(value)).spelling, str(value)])
+
+
+def _switch(e: _Emission, value: object) -> None:
+    """``FLAG`` when true."""
+    if value:
+        e.args.append(e.rule().spelling)
+
+
+def _env_switch(e: _Emission, value: object) -> None:
+    """``VAR=1`` when true."""
+    if value:
+        e.env.append((e.rule().spelling, "1"))
+
+
+def _env_bool_until_implicit(e: _Emission, value: bool | None) -> None:
+    """``VAR=1``/``VAR=0`` while the release spells it an env var; once implicit, ``false`` cannot be honoured
+    (``enable_spec_v2``: the env in 0.5.5-0.5.13, from 0.5.14 EAGLE/EAGLE3 always use the v2 worker)."""
     if value is None:
         return
-    rule = versions.spelling("enable_spec_v2", version, what="enable_spec_v2")
+    rule = e.rule()
     if rule.kind == "env":
-        env.append((rule.spelling, "1" if value else "0"))
+        e.env.append((rule.spelling, "1" if value else "0"))
     elif not value:
         raise UnsupportedVersionError(
-            f"enable_spec_v2 = false cannot be honoured by SGLang {version}: from 0.5.14 EAGLE/EAGLE3 "
+            f"{e.option.key} = false cannot be honoured by SGLang {e.version}: from {rule.since} EAGLE/EAGLE3 "
             "always use the v2 worker", value="false",
-            hint="remove enable_spec_v2, or set disable_overlap_schedule = true to turn overlap scheduling off")
+            hint=f"remove {e.option.key}, or set disable_overlap_schedule = true to turn overlap scheduling off")
 
 
-def _flashinfer_allreduce_fusion_backend(profile: Profile, version: Version, value: str | None,
-                                         args: list[str], env: list[tuple[str, str]]) -> None:
-    """``--flashinfer-allreduce-fusion-backend VALUE`` (0.5.14+), or the older switch for ``auto``."""
+def _value_or_legacy_switch(e: _Emission, value: str | None) -> None:
+    """``FLAG VALUE`` where the release has the valued flag (``--flashinfer-allreduce-fusion-backend``, 0.5.14+),
+    before that the older switch, which means ``auto`` only."""
     if not value:
         return
-    rule = versions.spelling("flashinfer_allreduce_fusion_backend", version,
-                             what="flashinfer_allreduce_fusion_backend")
-    if rule.spelling == "--flashinfer-allreduce-fusion-backend":
-        args += [rule.spelling, value]
+    rule = e.rule()
+    valued = [r for r in versions.rules_for(e.option.key) if r.kind == "flag"][-1]
+    if rule.spelling == valued.spelling:
+        e.args.extend([rule.spelling, value])
     elif value == "auto":
-        args.append(rule.spelling)
+        e.args.append(rule.spelling)
     else:
         raise UnsupportedVersionError(
-            f"flashinfer_allreduce_fusion_backend = \"{value}\" needs "
-            f"SGLang >= 0.5.14 (backend choice); SGLang {version} only has {rule.spelling}",
-            value=value, hint="use flashinfer_allreduce_fusion_backend = \"auto\" or upgrade SGLang to 0.5.14+")
+            f"{e.option.key} = \"{value}\" needs "
+            f"SGLang >= {valued.since} (backend choice); SGLang {e.version} only has {rule.spelling}",
+            value=value, hint=f"use {e.option.key} = \"auto\" or upgrade SGLang to {valued.since}+")
 
 
-def _api_key_file(profile: Profile, version: Version, value: str | None,
-                  args: list[str], env: list[tuple[str, str]]) -> None:
+def _secrets_config(e: _Emission, value: str | None) -> None:
     """``--config /run/<name>/sglang-secrets.yaml``: the key reaches SGLang in a YAML file, never argv."""
-    path = secrets_config(profile)
+    path = secrets_config(e.profile)
     if path:
-        args += [versions.spelling("api_key_file", version).spelling, path]
+        e.args.extend([e.rule().spelling, path])
 
 
-#: Handlers of the rows whose ``emit`` is ``special``, by key: (profile, version, value, args, env) -> None,
-#: appending to ``args``/``env``.
-_SPECIAL = {
-    "speculative_algorithm": _speculative_algorithm,
-    "enable_spec_v2": _enable_spec_v2,
-    "flashinfer_allreduce_fusion_backend": _flashinfer_allreduce_fusion_backend,
-    "api_key_file": _api_key_file,
+def _nothing(e: _Emission, value: object) -> None:
+    """Not an SGLang argument (a kit rule, or ``extra_args``, appended after the table)."""
+
+
+#: The handler each :data:`kimi_deploy.options.Emit` names: ``(emission, value) -> None``, appending to the
+#: emission's ``args``/``env``. A row picks its handler by its ``emit``; ``build_launch`` has no per-row code.
+EMITTERS = {
+    "value": _value,
+    "switch": _switch,
+    "env-switch": _env_switch,
+    "env-bool-until-implicit": _env_bool_until_implicit,
+    "value-or-legacy-switch": _value_or_legacy_switch,
+    "secrets-config": _secrets_config,
+    "none": _nothing,
 }
 
 

@@ -37,7 +37,7 @@ from pydantic import (BaseModel, ConfigDict, Field, ValidationError, ValidationI
                       field_validator)
 
 from kimi_deploy.errors import ProfileError
-from kimi_deploy.options import OPTIONS, Option, owned_env, owned_flags
+from kimi_deploy.options import CACHE_ENV, OPTIONS, Option, owned_env, owned_flags
 from kimi_deploy.paths import service_cache_dir
 from kimi_deploy.values import (SAFE_TOKEN, AbsPath, Host, check_abs_path, check_host, check_text, check_token,
                                 check_unit_stem)
@@ -621,18 +621,11 @@ DIGEST_OMITS_UNSET: tuple[tuple[str | None, str], ...] = ((None, "fleet"), (None
                                                           (None, "kubernetes"))
 
 #: Environment variables kimi-deploy owns; setting them in ``[environment]`` is an
-#: error that names the profile field to use instead.
+#: error that names the profile field to use instead. Both halves are read off the option table: the rows'
+#: variables (``owned_env``) and the cache variables (``CACHE_ENV``).
 RESERVED_ENV = {
     **{name: f"[sglang] {key}" for name, key in owned_env().items()},
-    "SGLANG_CACHE_DIR": "[service] cache_dir",
-    "SGLANG_JIT_CACHE_DIR": "[service] cache_dir",
-    "SGLANG_DG_CACHE_DIR": "[service] cache_dir",
-    "TRITON_CACHE_DIR": "[service] cache_dir",
-    "TORCHINDUCTOR_CACHE_DIR": "[service] cache_dir",
-    "CUDA_CACHE_PATH": "[service] cache_dir",
-    "TILELANG_CACHE_DIR": "[service] cache_dir",
-    "FLASHINFER_WORKSPACE_BASE": "[service] cache_dir",
-    "SGLANG_API_KEY": "[sglang] api_key_file",
+    **{var.name: "[service] cache_dir" for var in CACHE_ENV},
 }
 
 _SECTIONS: dict[str, type[BaseModel]] = {"service": Service, "sglang": SGLang, "monitoring": Monitoring,

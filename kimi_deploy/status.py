@@ -27,7 +27,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from kimi_deploy import apikey, systemd
+from kimi_deploy import apikey, options, systemd
 from kimi_deploy.argv import flag_groups, split_equals
 from kimi_deploy.errors import ExitCode, KimiDeployError
 from kimi_deploy.hostfiles import Manifest, read_bytes, sha256
@@ -37,10 +37,12 @@ from kimi_deploy.profile import Profile
 from kimi_deploy.readiness import Probe, get_json, probe_ready
 from kimi_deploy.render import check_unit, render
 
-#: Options whose value is a secret (SGLang 0.5.23 ``--api-key``, ``--admin-api-key``).
-SECRET_OPTIONS = ("--api-key", "--admin-api-key")
-#: Options that differ between the unit's argv and SGLang's merged ``launch_command`` by design.
-IGNORED_OPTIONS = ("--config", *SECRET_OPTIONS)
+#: Options whose value is a secret (SGLang 0.5.23 ``--api-key``, ``--admin-api-key``): the option table's
+#: secret rows (:func:`kimi_deploy.options.secret_flags`).
+SECRET_OPTIONS = options.secret_flags()
+#: Options that differ between the unit's argv and SGLang's merged ``launch_command`` by design (``--config``
+#: and the secret options: :func:`kimi_deploy.options.merged_flags`).
+IGNORED_OPTIONS = options.merged_flags()
 
 
 def redact(args: list[str]) -> list[str]:

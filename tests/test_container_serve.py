@@ -9,8 +9,8 @@ tests below run in file order against that one host (issue 17, scenarios 1, 2, 5
 2. the API key arrives only through the credential;
 5. the nightly timer is listed and armed, runs its check unit itself (a missed run, ``Persistent=true``),
    the check unit writes the reports, and fails when the server is down;
-6. ``uninstall --purge`` leaves no unit, credential, runtime file or state (the timer's last-run stamp
-   too) behind.
+6. ``uninstall --purge`` leaves no unit, credential, runtime file, state (the timer's last-run stamp
+   too) or the system user and group install created behind.
 """
 
 from __future__ import annotations
@@ -165,7 +165,10 @@ def test_uninstall_purge_leaves_nothing_behind(host):
     host.sh(f"systemctl start {NAME}.service")  # uninstall stops a running server itself
     # systemd keeps the timer's last run here (the nightly runs above) and leaves it when the unit goes
     host.sh(f"test -f /var/lib/systemd/timers/stamp-kimi-deploy-check@{NAME}.timer")
-    host.sh("kimi-deploy uninstall --purge")
+    manifest = json.loads(host.sh(f"cat /etc/kimi-deploy/{NAME}.manifest.json").stdout)
+    assert (manifest["users_created"], manifest["groups_created"]) == (["sglang"], ["sglang"])  # install made them
+    purge = host.sh("kimi-deploy uninstall --purge")
+    assert "remove the system user sglang" in purge.stdout and "remove the system group sglang" in purge.stdout
     units = host.sh("systemctl list-units --all --no-legend --no-pager 'kimi*'").stdout
     files = host.sh("systemctl list-unit-files --no-legend --no-pager 'kimi*'", check=False).stdout
     assert units.strip() == "" and files.strip() == "", units + files
@@ -176,4 +179,7 @@ def test_uninstall_purge_leaves_nothing_behind(host):
     assert left == "", left
     assert host.sh("ss -Hltn 'sport = :30000'").stdout.strip() == ""
     assert host.sh("pgrep -u sglang", check=False).stdout == ""
-    # the system user and group install created stay (production.md §8: not part of --purge yet)
+    # the system user and group install created are gone too (getent: 2 = no such entry)
+    assert host.sh("getent passwd sglang", check=False).returncode == 2
+    assert host.sh("getent group sglang", check=False).returncode == 2
+    assert host.sh("getent passwd root").returncode == 0

@@ -244,6 +244,19 @@ def test_service_user_created_with_useradd_root_on_an_image_tree(cli_runner, roo
     assert user and user[0].endswith(":/var/lib/kimi-test:/usr/sbin/nologin")
     assert any(line.startswith("sglang:") for line in (etc / "group").read_text().splitlines())
     assert plan_install(load_profile(v1), HostLayout(root), enable=False).is_noop
+    manifest = hostfiles.load_manifest(HostLayout(root), "kimi-test")
+    assert (manifest.users_created, manifest.groups_created) == (["sglang"], ["sglang"])
+    # issue 17: --purge removes the accounts install created (userdel/groupdel --root), and nothing else
+    (etc / "passwd").write_text((etc / "passwd").read_text() + "alice:x:1000:1000::/home/alice:/bin/sh\n")
+    kept = run(cli_runner, "uninstall", "--root", str(root))
+    assert kept.exit_code == 0, kept.stderr
+    assert "user sglang, group sglang" in kept.output and "sglang:" in (etc / "passwd").read_text()
+    result = run(cli_runner, "uninstall", "--root", str(root), "--purge", "--name", "kimi-test")
+    assert result.exit_code == 0, result.stderr
+    assert "userdel --root" in result.output or "remove the system user sglang" in result.output, result.output
+    for name in ("passwd", "group", "shadow", "gshadow"):
+        assert not any(line.startswith("sglang:") for line in (etc / name).read_text().splitlines()), name
+    assert "alice:" in (etc / "passwd").read_text() and "root:" in (etc / "group").read_text()
 
 
 def test_without_an_etc_passwd_the_user_step_is_skipped_and_said(cli_runner, root, v1):

@@ -202,3 +202,78 @@ def test_status_is_computed_from_facts(profile):
                      "kimi-test.service is failed/failed", "is not ready", "the last nightly check failed"):
         assert expected in text
     assert report.exit_code == 1
+
+
+# ---------------------------------------------------------------- the accounts install created (issue 17)
+
+def _record(**kw) -> Manifest:
+    base = dict(kimi_deploy_version="0.1.0", service="kimi-test", profile_sha256="x", sglang_version="0.5.23",
+                files={}, cache_dir="/var/cache/kimi-test", state_dir="/var/lib/kimi-test")
+    return Manifest(**(base | kw))
+
+
+def test_install_records_the_accounts_it_creates_and_only_those(profile):
+    created = plan(profile, facts_for(HOST, users=frozenset(), groups=frozenset()))[0].intent.manifest
+    assert (created.users_created, created.groups_created) == (["sglang"], ["sglang"])
+    group_only = plan(profile, facts_for(HOST, users=frozenset()))[0].intent.manifest  # the group was there
+    assert (group_only.users_created, group_only.groups_created) == (["sglang"], [])
+    existing = plan(profile, facts_for(HOST))[0].intent.manifest
+    assert (existing.users_created, existing.groups_created) == ([], [])
+    skipped = plan(profile, facts_for(HOST, users=frozenset(), groups=frozenset()), create_user=False)[0]
+    assert skipped.intent.manifest.users_created == []
+
+
+@pytest.mark.parametrize("where", ["manifest", "intent", "last_uninstalled"])
+def test_a_reinstall_keeps_the_record_of_accounts_an_earlier_install_created(profile, where):
+    earlier = _record(users_created=["sglang"], groups_created=["sglang"])
+    fact = {"intent": Intent(manifest=earlier)} if where == "intent" else {where: earlier}
+    p = plan(profile, facts_for(HOST, **fact))[0]  # the accounts exist now: nothing is created
+    assert not any(s.argv[:1] in (("useradd",), ("groupadd",)) for s in p.steps)
+    assert (p.intent.manifest.users_created, p.intent.manifest.groups_created) == (["sglang"], ["sglang"])
+
+
+def _accounts(p) -> list[tuple[str, ...]]:
+    return [s.argv for s in p.steps if s.argv[:1] in (("userdel",), ("groupdel",))]
+
+
+@pytest.mark.parametrize("layout,root_args", [(HOST, ()), (NOWHERE, ("--root", str(NOWHERE.root)))])
+def test_purge_removes_the_user_then_the_group_install_created_before_the_backups(layout, root_args):
+    record = _record(users_created=["sglang"], groups_created=["sglang"])
+    facts = HostFacts(layout=layout, manifest=record, installed=("kimi-test",),
+                      users=frozenset({"sglang"}), groups=frozenset({"sglang"}))
+    p = plan_uninstall_from(facts, "kimi-test", purge=True)
+    assert _accounts(p) == [("userdel", *root_args, "sglang"), ("groupdel", *root_args, "sglang")]
+    steps = [s.argv[0] if s.argv else s.kind for s in p.steps]
+    assert steps.index("groupdel") < steps.index("remove-tree") == len(steps) - 1  # the record goes last
+    assert all(s.when == "after" and s.gone_exit == 6 for s in p.steps if s.argv[:1] in (("userdel",), ("groupdel",)))
+    kept = plan_uninstall_from(facts, "kimi-test")  # without --purge they are kept, and said
+    assert _accounts(kept) == [] and any("user sglang, group sglang" in n for n in kept.notes)
+
+
+def test_purge_leaves_accounts_it_did_not_create_or_that_are_gone_or_in_use():
+    from kimi_deploy.hostfiles import Claims
+
+    present = dict(users=frozenset({"sglang"}), groups=frozenset({"sglang"}))
+    not_ours = HostFacts(layout=HOST, manifest=_record(), installed=("kimi-test",), **present)
+    assert _accounts(plan_uninstall_from(not_ours, "kimi-test", purge=True)) == []
+    gone = HostFacts(layout=HOST, manifest=_record(users_created=["sglang"], groups_created=["sglang"]),
+                     installed=("kimi-test",))
+    assert _accounts(plan_uninstall_from(gone, "kimi-test", purge=True)) == []
+    claims = Claims()
+    claims.add_account("user", "sglang", "kimi-two", "runs as it")
+    claims.add_account("group", "sglang", "kimi-two", "runs as it")
+    shared = HostFacts(layout=HOST, manifest=_record(users_created=["sglang"], groups_created=["sglang"]),
+                       installed=("kimi-test", "kimi-two"), claims=claims, **present)
+    p = plan_uninstall_from(shared, "kimi-test", purge=True)
+    assert _accounts(p) == []
+    assert "the user sglang stays: service kimi-two (runs as it)" in p.notes
+
+
+def test_purge_after_an_uninstall_reads_the_accounts_from_its_backup():
+    facts = HostFacts(layout=HOST, last_uninstalled=_record(users_created=["sglang"], groups_created=["sglang"]),
+                      users=frozenset({"sglang"}), groups=frozenset({"sglang"}), leftovers=("kimi-test",),
+                      exists=frozenset({"/etc/kimi-deploy/backup/kimi-test"}))
+    assert _accounts(plan_uninstall_from(facts, "kimi-test", purge=True)) == [("userdel", "sglang"),
+                                                                            ("groupdel", "sglang")]
+    said = plan_uninstall_from(facts, "kimi-test")
+    assert said.is_noop and any("user sglang, group sglang" in n for n in said.notes)

@@ -32,14 +32,55 @@ def test_the_sglang_model_is_the_table_in_order():
     for option in options.OPTIONS:
         field = SGLang.model_fields[option.key]
         assert field.description == option.help
-        assert option.scope in typing_args(options.Scope), option.key
+        assert isinstance(option.scope, options.Scope), option.key
         assert all(sp.source for sp in option.spellings), option.key
 
 
-def typing_args(alias):
+def test_scope_says_which_rank_carries_a_row():
+    """Every rank carries an every-rank row; only rank 0 (it serves HTTP) a serving-rank row; no rank a router or
+    Kubernetes row."""
+    row = options.BY_KEY["tp_size"]
+    assert row.scope is options.Scope.EVERY_RANK and row.on_rank(0) and row.on_rank(3)
+    for key in ("host", "port", "api_key_file", "tool_call_parser", "reasoning_parser", "served_model_name"):
+        row = options.BY_KEY[key]
+        assert row.scope is options.Scope.SERVING_RANK and row.on_rank(0) and not row.on_rank(1), key
+    for scope in (options.Scope.ROUTER, options.Scope.KUBERNETES):
+        row = options.Option("x", int, 0, "x", "none", scope)
+        assert not row.on_rank(0) and not row.on_rank(1)
+    assert [s.value for s in options.Scope] == ["every rank", "serving rank only", "router", "kubernetes container"]
+
+
+def test_every_emit_names_a_handler_and_the_environment_is_the_tables():
+    """A row names its launch handler (``emit``); the reserved environment is the rows' variables and the cache
+    table, and the launch sets every cache variable under the stack-keyed folder."""
     import typing
 
-    return typing.get_args(alias)
+    from kimi_deploy import launch
+    from kimi_deploy.profile import RESERVED_ENV
+
+    assert set(launch.EMITTERS) == set(typing.get_args(options.Emit))
+    assert set(RESERVED_ENV) == set(options.owned_env()) | {v.name for v in options.CACHE_ENV}
+    assert RESERVED_ENV["SGLANG_API_KEY"] == "[sglang] api_key_file"
+    spec = build_launch(parse_profile({"service": {"name": "x", "gpu_count": 1},
+                                       "sglang": {"model_path": "/models/kimi"}}), "0.5.23")
+    env = dict(spec.env)
+    assert [env[v.name] for v in options.CACHE_ENV] == [
+        spec.cache_dir + (f"/{v.subdir}" if v.subdir else "") for v in options.CACHE_ENV]
+
+
+def test_status_redacts_and_ignores_what_the_secret_rows_say():
+    from kimi_deploy import status
+
+    assert status.SECRET_OPTIONS == ("--api-key", "--admin-api-key") == options.secret_flags()
+    assert status.IGNORED_OPTIONS == ("--config", "--api-key", "--admin-api-key") == options.merged_flags()
+
+
+def test_production_md_names_every_cache_variable(repo_root):
+    text = (repo_root / "production.md").read_text()
+    caches = text[text.index("### Caches"):]
+    caches = caches[:caches.index("\n## ")]
+    assert [v.name for v in options.CACHE_ENV] == [
+        n for n in re.findall(r"`([A-Z_]+)`", caches) if n in {v.name for v in options.CACHE_ENV}]
 
 
 def test_version_rules_are_the_rows_spellings():
@@ -53,8 +94,8 @@ def test_fleet_rows_are_not_sglang_keys_and_say_where_they_come_from():
     for option in options.FLEET_OPTIONS:
         assert option.key not in SGLang.model_fields
         assert option.set_from and option.set_from.startswith("[fleet]"), option.key
-        assert option.scope == "every rank" and option.emit == "special", option.key
-        assert option.scope in typing_args(options.Scope)
+        # emitted by the rank builder from [fleet], never by an [sglang] row's handler
+        assert option.scope is options.Scope.EVERY_RANK and option.emit == "none", option.key
         assert all(options.owned_flags()[flag] == option.set_from for flag in option.flags)
         assert f"| set from {option.set_from} |" in options.markdown_table()
     assert [o.key for o in options.FLEET_OPTIONS] == ["nnodes", "node_rank", "dist_init_addr", "dist_timeout"]
@@ -65,7 +106,7 @@ def test_fleet_rows_are_not_sglang_keys_and_say_where_they_come_from():
 def test_every_row_reaches_the_launch_in_its_spelling(option):
     """Setting a row's key puts the row's 0.5.23 spelling, and only then, into argv or env."""
     sglang = {"model_path": "/models/kimi", "tp_size": 2, option.key: VALUES[option.key]}  # KeyError: add a value
-    if option.requires:
+    if option.requires or any(o.requires == option.key for o in options.OPTIONS):
         sglang |= {k: VALUES[k] for k in ("speculative_algorithm", "speculative_draft_model_path",
                                           "speculative_num_steps", "speculative_eagle_topk",
                                           "speculative_num_draft_tokens")}
@@ -133,11 +174,10 @@ def test_every_flag_of_the_table_is_sglang_0_5_23s(sglang_python):
             assert not [flag for flag in owned if flag.startswith(name)], name
 
 
-def test_patch_gates_spell_the_flags_of_the_row_they_name():
-    """A series' ``[[patch.needed_by]]`` gate names a row (``setting``) and spells its flags again, for doctor to
-    find in the rendered command: every gate flag must be one of that row's flags, the flag the row renders for
-    the series' release among them (else doctor misses the feature), and every ``unless_flags`` entry a flag of
-    some row. Nothing else ties the series manifest to the option table."""
+def test_patch_gates_name_rows_and_take_their_flags_from_them():
+    """A series' ``[[patch.needed_by]]`` gate names a row (``setting``) and, for what switches it off again, rows
+    (``unless``); the flags doctor looks for in the rendered command are those rows' (the flag the row renders
+    for the series' release among them, else doctor misses the feature). The table is the one source of flags."""
     from kimi_deploy.patching import available_versions, find_series
 
     owned = options.owned_flags()
@@ -148,4 +188,24 @@ def test_patch_gates_spell_the_flags_of_the_row_they_name():
         row = options.BY_KEY[gate.setting]
         assert set(gate.flags) <= set(row.flags), (version, gate.setting)
         assert versions.spelling(gate.setting, Version(version)).spelling in gate.flags, (version, gate.setting)
-        assert all(flag in owned for flag in gate.unless_flags), (version, gate.unless_flags)
+        assert gate.flags[0] == versions.spelling(gate.setting, Version(version)).spelling, (version, gate.setting)
+        assert all(owned[flag] in gate.unless for flag in gate.unless_flags), (version, gate.unless_flags)
+    fusion = next(g for _, g in gates if g.setting == "flashinfer_allreduce_fusion_backend")
+    assert fusion.flags == ("--flashinfer-allreduce-fusion-backend", "--enable-flashinfer-allreduce-fusion")
+    assert fusion.unless_flags == ("--enforce-disable-flashinfer-allreduce-fusion",)
+
+
+@pytest.mark.parametrize("field,value,said", [
+    ("setting", "enable_torch_symm", "did you mean 'enable_torch_symm_mem'"),
+    ("unless", ["enforce_disable_flashinfer_allreduce"], "did you mean 'enforce_disable_flashinfer_allreduce_fusion'"),
+    ("flags", ["--enable-torch-symm-mem"], "Extra inputs are not permitted"),
+])
+def test_a_gate_that_names_no_row_does_not_load(field, value, said):
+    from pydantic import ValidationError
+
+    from kimi_deploy.patching import FeatureGate
+
+    data = {"setting": "enable_torch_symm_mem", "compute_capability_major": [12], "without": "disabled",
+            "symptom": "s", field: value}
+    with pytest.raises(ValidationError, match=said):
+        FeatureGate(**data)

@@ -76,6 +76,14 @@ def test_check_unit_exposure(tmp_path):
     assert _exposure(_render(tmp_path, "standard") / "kimi-deploy-check@kimi-k25.service") <= 2.0
 
 
+def test_check_unit_memory_is_bounded(tmp_path):
+    """The nightly check runs with a hard memory bound, swap included (production.md: how the bound was
+    measured); `systemd-analyze verify` (above) accepts both directives."""
+    unit = (_render(tmp_path, "standard") / "kimi-deploy-check@kimi-k25.service").read_text()
+    service = unit.split("[Service]", 1)[1]
+    assert re.search(r"^MemoryMax=2G$", service, re.M) and re.search(r"^MemorySwapMax=0$", service, re.M)
+
+
 def test_strict_lists_every_gpu_device(tmp_path):
     unit = (_render(tmp_path, "strict") / "kimi-k25.service").read_text()
     for node in ["/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-modeset", "/dev/nvidia0", "/dev/nvidia7"]:

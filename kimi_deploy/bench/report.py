@@ -26,6 +26,7 @@ import io
 import json
 from datetime import datetime, timezone
 from pathlib import Path
+from collections.abc import Iterable
 from typing import Any
 
 from kimi_deploy import __version__
@@ -33,6 +34,7 @@ from kimi_deploy.bench.dataset import Dataset
 from kimi_deploy.bench.load import BenchRun
 from kimi_deploy.bench.metrics import DEFINITIONS
 from kimi_deploy.errors import UsageError
+from kimi_deploy.redact import redact
 
 SCHEMA = "kimi-deploy.bench/1"
 
@@ -48,7 +50,8 @@ CSV_COLUMNS = [
 
 
 def build_result(run: BenchRun, dataset: Dataset, profile_sha256: str | None = None) -> dict[str, Any]:
-    """The result JSON object of one benchmark (layout in the module docstring)."""
+    """The result JSON object of one benchmark (layout in the module docstring), redacted
+    (:func:`redact_result` with the key the run sent): no key reaches a file, the table or stdout."""
     points = []
     for p in run.points:
         accepts = [r.spec_accept_length for r in p.runs if r.spec_accept_length is not None]
@@ -63,7 +66,7 @@ def build_result(run: BenchRun, dataset: Dataset, profile_sha256: str | None = N
                       "summary": r.summary.to_dict(), "requests": [rec.row() for rec in r.records]}
                      for r in p.runs],
         })
-    return {
+    return redact_result({
         "schema": SCHEMA,
         "label": run.config.label or run.model,
         "created": datetime.fromtimestamp(run.started, timezone.utc).isoformat(timespec="seconds"),
@@ -80,7 +83,14 @@ def build_result(run: BenchRun, dataset: Dataset, profile_sha256: str | None = N
         # null, or {"signal": "SIGINT", "during": "c=8", "complete_points": ["c=1", ...]}: the sweep was
         # stopped early; "points" holds only the complete ones
         "interrupted": run.interrupted,
-    }
+    }, [getattr(run.config, "_api_key", None)])
+
+
+def redact_result(result: dict[str, Any], secrets: Iterable[str | None] = ()) -> dict[str, Any]:
+    """``result`` with ``secrets`` and key-like fields masked everywhere (:func:`kimi_deploy.redact.redact`):
+    SGLang 0.5.23 without the redact-api-key patch reports ``api_key`` and ``--api-key KEY`` inside
+    ``launch_command`` in ``/server_info``, and an error body may echo anything."""
+    return redact(result, secrets)
 
 
 def to_json_text(result: dict[str, Any]) -> str:

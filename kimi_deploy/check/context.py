@@ -5,8 +5,6 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-import httpx
-
 from kimi_deploy.check.client import Clients
 from kimi_deploy.profile import Profile
 
@@ -51,16 +49,18 @@ class Context:
                 self.facts_denied = (path, status)
 
     def served_model(self) -> str | None:
-        """The first model ``/v1/models`` lists (asked once; ``None`` when it lists none or does not answer)."""
+        """The first model ``/v1/models`` lists (asked once; ``None`` when it lists none, does not answer, or
+        answers something that is not a model list)."""
         if "served_model" not in self._cache:
             self._cache["served_model"] = None
             try:
                 status, body = self.clients.get_json("/v1/models")
-            except httpx.TransportError:
+            except Exception:  # noqa: BLE001 - no answer, or one too deep to parse: health.models says which
                 return None
             self.models_answer = (status, body)
-            if status == 200 and isinstance(body, dict):
-                ids = [str(m["id"]) for m in body.get("data") or [] if isinstance(m, dict) and m.get("id")]
+            data = body.get("data") if isinstance(body, dict) else None
+            if status == 200 and isinstance(data, list):
+                ids = [str(m["id"]) for m in data if isinstance(m, dict) and m.get("id")]
                 self._cache["served_model"] = ids[0] if ids else None
         return self._cache["served_model"]
 

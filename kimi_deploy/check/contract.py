@@ -24,8 +24,10 @@ import openai
 from kimi_deploy.check import stream as stream_v
 from kimi_deploy.check.client import openai_finding, status_kind, status_label
 from kimi_deploy.check.context import Context
-from kimi_deploy.check.results import clip
-from kimi_deploy.check.validate import Expectation, Finding, Message, check_message, first, message_from_completion
+from kimi_deploy.check.outcome import Outcome, openai_failure, unreadable
+from kimi_deploy.check.results import clip, clip_body
+from kimi_deploy.check.validate import (Expectation, Finding, Message, check_message, completion_problem, first,
+                                        message_from_completion, stream_problem)
 
 GET_WEATHER = {"type": "function", "function": {
     "name": "get_weather", "description": "Current weather for a city.",
@@ -186,26 +188,34 @@ def _request(ctx: Context, case: Case, messages: list[dict[str, Any]], *, stream
         kwargs["tool_choice"] = case.tool_choice
     if case.extra_body:
         kwargs["extra_body"] = case.extra_body
+    what = "POST /v1/chat/completions" + (" (stream)" if stream else "")
     try:
         if not stream:
             completion = ctx.clients.chat(**kwargs)
-            msg = message_from_completion(completion.model_dump())  # extras (reasoning_content) included
+            # extras (reasoning_content) included; a body that is not a JSON object comes back as it is
+            data = completion.model_dump(warnings=False) if hasattr(completion, "model_dump") else completion
+            problem = completion_problem(data, clip_body(ctx.clients.recorder.last_text))
+            if problem is not None:
+                return Answer(None, [problem])
+            msg = message_from_completion(data)
             return Answer(msg, check_message(msg, exp))
         for _chunk in ctx.clients.chat(stream=True, **kwargs):
             pass
     except openai.OpenAIError as exc:
         raw = ctx.clients.recorder.last_text
-        finding = openai_finding(exc, streaming=stream, raw=raw)
+        finding = openai_failure(exc, what, streaming=stream, raw=raw)
         if stream and finding.kind == "error_frame":
             shape = stream_v.check_shape(stream_v.parse_sse(raw))
             errors = [f for f in shape if f.kind == "error_frame"]
             if errors:
                 finding = errors[0]
         return Answer(None, [finding])
-    except (ValueError, TypeError) as exc:  # a body the client could not decode
-        return Answer(None, [Finding("server_error", f"the response could not be read ({exc})",
-                                     clip(ctx.clients.recorder.last_text))])
+    except (ValueError, TypeError, RecursionError) as exc:  # bytes not UTF-8, JSON nested too deep
+        return Answer(None, [unreadable(exc, what, ctx.clients.recorder.last_body)])
     sse = stream_v.parse_sse(ctx.clients.recorder.last_text)
+    problem = None if sse.errors else stream_problem(sse.frames, clip_body(ctx.clients.recorder.last_text))
+    if problem is not None:
+        return Answer(None, [problem])
     msg = stream_v.assemble(sse.frames)
     findings = stream_v.root_cause(stream_v.check_shape(sse, nonstream) + check_message(msg, exp))
     return Answer(msg, findings)
@@ -238,26 +248,19 @@ def _with_retries(ctx: Context, run: Callable[[], Answer]) -> Answer:
     return answer
 
 
-def run_case(ctx: Context, case: Case, mode: str, cache: dict[str, Message | None]) -> tuple[str, list[Finding], str]:
-    """Run one case in one mode; returns (status, findings, pass detail).
+def run_case(ctx: Context, case: Case, mode: str, cache: dict[str, Message | None]) -> Outcome:
+    """Run one case in one mode.
 
     ``cache`` keeps the non-streamed message per case so the streamed arguments can be compared.
     """
     if case.needs_reasoning and not ctx.reasoning_parser:
-        return "skip", [], "no reasoning parser expected (profile) or reported (/model_info)"
+        return Outcome.skipped("no reasoning parser expected (profile) or reported (/model_info)")
     exp = _expectation(ctx, case, _history_ids(case.messages))
     answer = _with_retries(ctx, lambda: _request(ctx, case, list(case.messages), stream=mode == "stream",
                                                  exp=exp, nonstream=cache.get(case.name)))
     if mode == "nonstream":
         cache[case.name] = answer.message
-    return _status(answer.findings), answer.findings, _summary(answer.message)
-
-
-def _status(findings: list[Finding]) -> str:
-    top = first(findings)
-    if top is None:
-        return "pass"
-    return "warn" if top.kind == "model_declined" else "fail"
+    return Outcome.judged(answer.findings, _summary(answer.message))
 
 
 def _summary(msg: Message | None) -> str:
@@ -269,7 +272,7 @@ def _summary(msg: Message | None) -> str:
     return f"finish_reason={msg.finish_reason}; content {clip(msg.content or '', 60)!r}"
 
 
-def run_multi_turn(ctx: Context, mode: str) -> tuple[str, list[Finding], str]:
+def run_multi_turn(ctx: Context, mode: str) -> Outcome:
     """Three turns with real tool results: call → result → answer → new question → call.
 
     Ids the server returned must stay unique across the whole conversation.
@@ -282,9 +285,8 @@ def run_multi_turn(ctx: Context, mode: str) -> tuple[str, list[Finding], str]:
         exp = Expectation(tools=case.tools, call=call, choice="auto", kimi_ids=ctx.kimi_ids,  # type: ignore[arg-type]
                           history_ids=_history_ids(messages))
         answer = _with_retries(ctx, lambda: _request(ctx, case, messages, stream=stream, exp=exp))
-        status = _status(answer.findings)
-        if status != "pass":
-            return status, [dataclasses.replace(f, detail=f"turn {n}: {f.detail}") for f in answer.findings], ""
+        if answer.findings:  # fail, or warn (the model declined)
+            return Outcome.judged(dataclasses.replace(f, detail=f"turn {n}: {f.detail}") for f in answer.findings)
         msg = answer.message
         assert msg is not None
         notes.append(_summary(msg))
@@ -297,34 +299,35 @@ def run_multi_turn(ctx: Context, mode: str) -> tuple[str, list[Finding], str]:
         messages.extend({"role": "tool", "tool_call_id": c.id, "content": "18 °C, sunny"} for c in msg.tool_calls)
         if n == 2:
             messages.append(_user("And what is the weather in Rome, Italy?"))
-    return "pass", [], " | ".join(notes)
+    return Outcome.passed(" | ".join(notes))
 
 
-def run_malformed(ctx: Context) -> tuple[str, list[Finding], str]:
+def run_malformed(ctx: Context) -> Outcome:
     """A request with ``messages`` not a list must get a 4xx JSON error, not a 5xx or a 200."""
     try:
         ctx.clients.chat(model=ctx.model, messages="this is not a list", temperature=0, max_tokens=8)
     except openai.APIStatusError as exc:
         body = exc.response.text
         if exc.status_code in (401, 403):  # refused before the request was read: says nothing of validation
-            return "fail", [openai_finding(exc, streaming=False)], ""
+            return Outcome.failed(openai_finding(exc, streaming=False))  # a status error: no broken exchange
         if not 400 <= exc.status_code < 500:
-            return "fail", [Finding(status_kind(exc.status_code),
-                                    f"a malformed request got {status_label(exc.status_code)}, not a 4xx",
-                                    clip(body))], ""
+            return Outcome.failed(Finding(status_kind(exc.status_code),
+                                          f"a malformed request got {status_label(exc.status_code)}, not a 4xx",
+                                          clip(body)))
         try:
             json.loads(body)
         except ValueError:
-            return "fail", [Finding("server_error", f"{status_label(exc.status_code)} with a body that is not JSON",
-                                    clip(body))], ""
-        return "pass", [], f"{status_label(exc.status_code)} with a JSON error"
+            return Outcome.failed(Finding("server_error", f"{status_label(exc.status_code)} with a body that is not "
+                                                          "JSON", clip(body)))
+        return Outcome.passed(f"{status_label(exc.status_code)} with a JSON error")
     except openai.OpenAIError as exc:
-        return "fail", [openai_finding(exc, streaming=False, raw=ctx.clients.recorder.last_text)], ""
-    return "fail", [Finding("http_error", "a malformed request (messages not a list) was accepted with 2xx",
-                            clip(ctx.clients.recorder.last_text))], ""
+        return Outcome.failed(openai_failure(exc, "POST /v1/chat/completions", streaming=False,
+                                             raw=ctx.clients.recorder.last_text))
+    return Outcome.failed(Finding("http_error", "a malformed request (messages not a list) was accepted with 2xx",
+                                  clip(ctx.clients.recorder.last_text)))
 
 
-def run(ctx: Context, check_id: str, cache: dict[str, Message | None]) -> tuple[str, list[Finding], str]:
+def run(ctx: Context, check_id: str, cache: dict[str, Message | None]) -> Outcome:
     """Run the contract check ``check_id`` (one of :func:`check_ids`)."""
     if check_id == "contract.malformed":
         return run_malformed(ctx)

@@ -12,30 +12,19 @@ needed). Checks that need a model name fail as ``http_error`` when ``/v1/models`
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 
 import httpx
 import openai
 
-from kimi_deploy.check.client import auth_note, openai_finding, status_finding, status_label, transport_finding
+from kimi_deploy.check.client import auth_note, status_finding, status_label
 from kimi_deploy.check.context import Context
+from kimi_deploy.check.outcome import Outcome, openai_failure, transport_failure, unreadable
 from kimi_deploy.check.results import clip, clip_body
-from kimi_deploy.check.validate import Finding
+from kimi_deploy.check.validate import Finding, completion_problem
 
-#: What a check function returns: (status, detail, findings); findings empty unless status is fail.
-Outcome = tuple[str, str, list[Finding]]
-
-
-def _ok(detail: str) -> Outcome:
-    return "pass", detail, []
-
-
-def _skip(detail: str) -> Outcome:
-    return "skip", detail, []
-
-
-def _fail(finding: Finding) -> Outcome:
-    return "fail", finding.detail, [finding]
+_ok, _skip, _fail = Outcome.passed, Outcome.skipped, Outcome.failed
 
 
 def _status_finding(ctx: Context, path: str, status: int, body: object) -> Finding:
@@ -58,7 +47,7 @@ def health_live(ctx: Context) -> Outcome:
         try:
             status, body = ctx.clients.get_json(path)
         except httpx.TransportError as exc:
-            return _fail(transport_finding(exc, f"GET {path}"))
+            return _fail(transport_failure(exc, f"GET {path}"))
         if 200 <= status < 300:
             return _ok(f"GET {path}: HTTP {status}")
         found = _status_finding(ctx, path, status, body)
@@ -76,22 +65,29 @@ def health_ready(ctx: Context) -> Outcome:
     try:
         status, body = ctx.clients.get_json("/health_generate")
     except httpx.TransportError as exc:
-        return _fail(transport_finding(exc, "GET /health_generate"))
+        return _fail(transport_failure(exc, "GET /health_generate"))
     if 200 <= status < 300:
         return _ok(f"GET /health_generate: HTTP {status} (1-token generation)")
     if status >= 500:
         return _fail(_status_finding(ctx, "/health_generate", status, body))
     model = ctx.model or ctx.served_model()
     if not model:
-        status, detail, findings = no_model(ctx)
-        if status == "skip":
+        outcome = no_model(ctx)
+        if outcome.status == "skip":
             return _skip("no /health_generate and no model name to send a 1-token completion to")
-        return status, detail, findings
+        return outcome
+    what = "POST /v1/chat/completions"
     try:
-        ctx.clients.chat(
+        completion = ctx.clients.chat(
             model=model, messages=[{"role": "user", "content": "Say OK."}], max_tokens=1, temperature=0)
+        data = completion.model_dump(warnings=False) if hasattr(completion, "model_dump") else completion
     except openai.OpenAIError as exc:
-        return _fail(openai_finding(exc, streaming=False, raw=ctx.clients.recorder.last_text))
+        return _fail(openai_failure(exc, what, streaming=False, raw=ctx.clients.recorder.last_text))
+    except (ValueError, TypeError, RecursionError) as exc:  # bytes not UTF-8, JSON nested too deep
+        return _fail(unreadable(exc, what, ctx.clients.recorder.last_body))
+    problem = completion_problem(data, clip_body(ctx.clients.recorder.last_text))
+    if problem is not None:
+        return _fail(dataclasses.replace(problem, detail=f"{what}: {problem.detail}"))
     return _ok("1-token chat completion answered (no /health_generate)")
 
 
@@ -100,7 +96,7 @@ def no_model(ctx: Context) -> Outcome:
     answer 200 (not an OpenAI-compatible server, or a key is needed), ``skip`` when it lists no model."""
     answer = ctx.models_answer
     if answer is None or answer[0] == 200:
-        return "skip", "no model name: give --model, or the server lists none", []
+        return _skip("no model name: give --model, or the server lists none")
     status, body = answer
     found = status_finding("GET /v1/models", status, body, key_sent=bool(ctx.clients.api_key))
     if auth_note(status, bool(ctx.clients.api_key)) is None:
@@ -108,7 +104,7 @@ def no_model(ctx: Context) -> Outcome:
                         f"{status_label(status)}, so this is not an OpenAI-compatible server; fix: check --base-url, "
                         "or pass --model NAME if the server serves chat completions without a model list",
                         clip(f"GET /v1/models {status}: not an OpenAI-compatible server; body: {clip_body(body)}"))
-    return "fail", found.detail, [found]
+    return _fail(found)
 
 
 def health_models(ctx: Context) -> Outcome:
@@ -116,11 +112,12 @@ def health_models(ctx: Context) -> Outcome:
     try:
         status, body = ctx.clients.get_json("/v1/models")
     except httpx.TransportError as exc:
-        return _fail(transport_finding(exc, "GET /v1/models"))
+        return _fail(transport_failure(exc, "GET /v1/models"))
     if status != 200:
         return _fail(_status_finding(ctx, "/v1/models", status, body))
     if not isinstance(body, dict) or not isinstance(body.get("data"), list):
-        return _fail(Finding("server_error", "GET /v1/models did not return an OpenAI model list", clip(body)))
+        return _fail(Finding("invalid_response", "GET /v1/models did not return an OpenAI model list",
+                             clip_body(body)))
     ids = [m.get("id") for m in body["data"] if isinstance(m, dict)]
     if not ctx.expected_model:
         return _skip(f"no expected model name (give --model or --profile); served: {', '.join(map(str, ids))}")

@@ -34,16 +34,15 @@ from typing import Any
 import httpx
 
 from kimi_deploy.check import leaks
-from kimi_deploy.check.client import status_finding, transport_finding
+from kimi_deploy.check.client import status_finding
 from kimi_deploy.check.context import Context
+from kimi_deploy.check.outcome import Outcome, transport_failure
 from kimi_deploy.check.results import clip, clip_body
 from kimi_deploy.check.validate import Finding
 
 CORPUS_FORMAT = "kimi-deploy.parser-corpus/1"
 #: The parser the corpus is written for (SGLang ``--tool-call-parser``/``--reasoning-parser``).
 PARSER = "kimi_k2"
-
-Outcome = tuple[str, list[Finding], str]
 
 
 @functools.cache
@@ -72,15 +71,12 @@ def _post(ctx: Context, path: str, body: dict[str, Any]) -> tuple[int, Any]:
         return response.status_code, response.text
 
 
-#: A verdict that the tier cannot run: ("skip", reason, []) or ("fail", "", [finding]).
-Blocked = tuple[str, str, list[Finding]]
-
 #: Statuses of POST /parse_function_call that mean "no such endpoint" (http.server answers 501).
 ABSENT = (404, 405, 501)
 
 
-def _blocked(ctx: Context, group: str, cache: dict) -> tuple[str, Blocked] | None:
-    """``(scope, verdict)`` when the tier (scope ``parser``) or the reasoning group (scope
+def _blocked(ctx: Context, group: str, cache: dict) -> tuple[str, Outcome] | None:
+    """``(scope, verdict)`` (a ``skip`` with the reason, or a ``fail``) when the tier (scope ``parser``) or the reasoning group (scope
     ``parser.reasoning``) cannot run on this server; ``None`` when it can. Probed once per run."""
     if "parser:probe" not in cache:
         cache["parser:probe"] = _probe(ctx)
@@ -89,34 +85,34 @@ def _blocked(ctx: Context, group: str, cache: dict) -> tuple[str, Blocked] | Non
     if group == "reasoning":
         rp = ctx.server_value("reasoning_parser")
         if rp != PARSER:
-            return "parser.reasoning", ("skip", f"the server runs reasoning_parser {rp!r}, not {PARSER} "
-                                                "(/model_info): the reasoning corpus is Kimi K2 output", [])
+            return "parser.reasoning", Outcome.skipped(f"the server runs reasoning_parser {rp!r}, not {PARSER} "
+                                                       "(/model_info): the reasoning corpus is Kimi K2 output")
     return None
 
 
-def _probe(ctx: Context) -> Blocked | None:
+def _probe(ctx: Context) -> Outcome | None:
     """Can the corpus run here: ``/model_info`` names ``kimi_k2`` and ``/parse_function_call`` exists."""
     ctx.load_facts()
     if ctx.model_info is None:
         if ctx.facts_denied:
             path, status = ctx.facts_denied
-            return "fail", "", [status_finding(f"GET {path}", status, "", key_sent=bool(ctx.clients.api_key))]
-        return "skip", ("the server has no /model_info (not SGLang): its parsers cannot be named, and "
-                        "/parse_function_call and /separate_reasoning are SGLang's"), []
+            return Outcome.failed(status_finding(f"GET {path}", status, "", key_sent=bool(ctx.clients.api_key)))
+        return Outcome.skipped("the server has no /model_info (not SGLang): its parsers cannot be named, and "
+                               "/parse_function_call and /separate_reasoning are SGLang's")
     tcp = ctx.server_value("tool_call_parser")
     if tcp != PARSER:
-        return "skip", (f"the server runs tool_call_parser {tcp!r}, not {PARSER} (/model_info): the parser "
-                        "corpus is Kimi K2 output"), []
+        return Outcome.skipped(f"the server runs tool_call_parser {tcp!r}, not {PARSER} (/model_info): the parser "
+                               "corpus is Kimi K2 output")
     what = "POST /parse_function_call"
     try:
         status, body = _post(ctx, "/parse_function_call", {"text": "", "tools": [], "tool_call_parser": tcp})
     except httpx.TransportError as exc:
-        return "fail", "", [transport_finding(exc, what)]
+        return Outcome.failed(transport_failure(exc, what))
     if status in ABSENT:
-        return "skip", (f"{what} answered HTTP {status}: this server does not expose SGLang's parser "
-                        "endpoints"), []
+        return Outcome.skipped(f"{what} answered HTTP {status}: this server does not expose SGLang's parser "
+                               "endpoints")
     if status != 200:
-        return "fail", "", [status_finding(what, status, body, key_sent=bool(ctx.clients.api_key))]
+        return Outcome.failed(status_finding(what, status, body, key_sent=bool(ctx.clients.api_key)))
     return None
 
 
@@ -194,7 +190,7 @@ def _parse(ctx: Context, text: str, tools: list[dict[str, Any]]) -> tuple[dict[s
         status, body = _post(ctx, "/parse_function_call",
                              {"text": text, "tools": tools, "tool_call_parser": ctx.server_value("tool_call_parser")})
     except httpx.TransportError as exc:
-        return None, [transport_finding(exc, what)]
+        return None, [transport_failure(exc, what)]
     if status != 200:
         return None, [status_finding(what, status, body, key_sent=bool(ctx.clients.api_key))]
     if not isinstance(body, dict) or "calls" not in body:
@@ -206,9 +202,9 @@ def run_tool_case(ctx: Context, case: dict[str, Any]) -> Outcome:
     tools = _tools(case["tools"])
     body, findings = _parse(ctx, case["text"], tools)
     if body is None:
-        return "fail", findings, ""
+        return Outcome.judged(findings)
     findings = _leaks(body.get("normal_text"), "normal_text") + judge_calls(body["calls"], case["calls"], tools)
-    return ("fail" if findings else "pass"), findings, _summary(body["calls"])
+    return Outcome.judged(findings, _summary(body["calls"]))
 
 
 def run_reasoning_case(ctx: Context, case: dict[str, Any]) -> Outcome:
@@ -217,11 +213,12 @@ def run_reasoning_case(ctx: Context, case: dict[str, Any]) -> Outcome:
         status, body = _post(ctx, "/separate_reasoning",
                              {"text": case["text"], "reasoning_parser": ctx.server_value("reasoning_parser")})
     except httpx.TransportError as exc:
-        return "fail", [transport_finding(exc, what)], ""
+        return Outcome.failed(transport_failure(exc, what))
     if status != 200:
-        return "fail", [status_finding(what, status, body, key_sent=bool(ctx.clients.api_key))], ""
+        return Outcome.failed(status_finding(what, status, body, key_sent=bool(ctx.clients.api_key)))
     if not isinstance(body, dict) or not isinstance(body.get("text"), str):
-        return "fail", [Finding("server_error", f"{what} did not answer {{reasoning_text, text}}", clip_body(body))], ""
+        return Outcome.failed(Finding("server_error", f"{what} did not answer {{reasoning_text, text}}",
+                                      clip_body(body)))
     reasoning = body.get("reasoning_text") or ""
     findings = _leaks(reasoning, "reasoning")
     if reasoning.strip() != case["reasoning"].strip():
@@ -239,7 +236,7 @@ def run_reasoning_case(ctx: Context, case: dict[str, Any]) -> Outcome:
             detail += "; " + _summary(parsed["calls"])
     else:
         findings += _leaks(body["text"], "text")
-    return ("fail" if findings else "pass"), findings, detail
+    return Outcome.judged(findings, detail)
 
 
 def _summary(calls: Any) -> str:
@@ -257,12 +254,12 @@ def run(ctx: Context, check_id: str, cache: dict) -> Outcome | None:
     _, group, name = check_id.split(".", 2)
     blocked = _blocked(ctx, group, cache)
     if blocked is not None:
-        scope, (status, reason, findings) = blocked
+        scope, verdict = blocked
         reported = cache.setdefault("parser:reported", set())
         if scope in reported or "parser" in reported:
             return None
         reported.add(scope)
-        return status, findings, reason
+        return verdict
     cases = corpus()["tool_calls" if group == "tool_calls" else "reasoning"]
     case = next(c for c in cases if c["id"] == name)
     return run_tool_case(ctx, case) if group == "tool_calls" else run_reasoning_case(ctx, case)

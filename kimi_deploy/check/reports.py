@@ -18,19 +18,39 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 from urllib.parse import urlsplit
 from typing import Any
+from collections.abc import Iterable
 
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
 from kimi_deploy.check.registry import tier
-from kimi_deploy.check.results import CheckReport, CheckResult, clip
+from kimi_deploy.check.results import CheckReport, CheckResult, clip, printable
 from kimi_deploy.errors import UsageError
 from kimi_deploy.fsio import check_output_paths as fsio_check_output_paths, write_many_atomic
+from kimi_deploy.redact import Redactor
 
 #: Value of kimi_deploy_check_status per status (documented in the HELP line).
 STATUS_VALUE = {"pass": 0, "warn": 1, "fail": 2, "skip": 3}
 _STYLE = {"pass": "green", "warn": "yellow", "fail": "bold red", "skip": "dim"}
+
+
+def redact_report(report: CheckReport, secrets: Iterable[str | None] = ()) -> CheckReport:
+    """The redaction hook: mask ``secrets`` (the key the run sent) and key-like fields in every text of
+    ``report`` that a report format or the table shows, in place; returns ``report``.
+
+    Rules: :mod:`kimi_deploy.redact`. ``run_checks`` calls it on every report it returns, so the JSON,
+    JUnit and Prometheus files and the table hold no key, whatever the server echoed into evidence.
+    """
+    r = Redactor(secrets)
+    report.base_url = r.text(report.base_url)
+    report.model = r.text(report.model) if report.model else report.model
+    report.profile = r.text(report.profile) if report.profile else report.profile
+    report.server = r.value(report.server)
+    for result in report.results:
+        result.detail, result.fix = r.text(result.detail), r.text(result.fix)
+        result.evidence = clip(r.text(result.evidence))  # the mask may be longer than what it hides
+    return report
 
 
 def render_table(report: CheckReport, console: Console) -> None:
@@ -80,38 +100,54 @@ def to_json_text(report: CheckReport) -> str:
     return json.dumps(report.to_json(), indent=2, ensure_ascii=False) + "\n"
 
 
+def _xml(value: str) -> str:
+    """``value`` with every character XML 1.0 forbids (C0 controls but tab/LF/CR, lone surrogates,
+    U+FFFE/U+FFFF) and DEL, C1 controls and U+2028/U+2029 escaped (:func:`printable`): ElementTree
+    escapes markup but writes these raw, which makes the file unparseable."""
+    return printable(value, keep="\t\n\r")
+
+
 def to_junit(report: CheckReport) -> str:
     """JUnit XML (one testsuite ``kimi-deploy check``), UTF-8 text with an XML declaration.
 
     ``hostname`` is the checked server's host (``10.0.0.5``); the whole URL is the ``base_url`` property.
+    Every attribute and text goes through :func:`_xml`: the file parses whatever the server answered.
     """
     c = report.counts()
     suite = ET.Element("testsuite", {
         "name": "kimi-deploy check", "tests": str(len(report.results)), "failures": str(c["fail"]),
         "errors": "0", "skipped": str(c["skip"]), "time": f"{report.duration_s:.3f}",
         "timestamp": report.started_at.isoformat(timespec="seconds"),
-        "hostname": urlsplit(report.base_url).hostname or report.base_url,
+        "hostname": _xml(_hostname(report.base_url)),
     })
     props = ET.SubElement(suite, "properties")
     for name, value in (("base_url", report.base_url), ("model", report.model or ""),
                         ("server_version", str(report.server.get("version") or "")),
                         *((("interrupted", f"{report.interrupted}; not run: {', '.join(report.not_run)}"),)
                           if report.interrupted else ())):
-        ET.SubElement(props, "property", {"name": name, "value": value})
+        ET.SubElement(props, "property", {"name": name, "value": _xml(value)})
     for r in report.results:
-        case = ET.SubElement(suite, "testcase", {"classname": tier(r.id), "name": r.id,
+        case = ET.SubElement(suite, "testcase", {"classname": tier(r.id), "name": _xml(r.id),
                                                  "time": f"{r.duration_s:.3f}"})
         if r.status == "fail":
-            failure = ET.SubElement(case, "failure", {"type": r.kind or "",
-                                                      "message": r.detail + (f"; fix: {r.fix}" if r.fix else "")})
-            failure.text = r.evidence + (f"\nfix: {r.fix}" if r.fix else "")
+            failure = ET.SubElement(case, "failure", {"type": r.kind or "", "message": _xml(
+                r.detail + (f"; fix: {r.fix}" if r.fix else ""))})
+            failure.text = _xml(r.evidence + (f"\nfix: {r.fix}" if r.fix else ""))
         elif r.status == "skip":
-            ET.SubElement(case, "skipped", {"message": r.detail})
+            ET.SubElement(case, "skipped", {"message": _xml(r.detail)})
         elif r.status == "warn":
             out = ET.SubElement(case, "system-out")
-            out.text = f"warn {r.kind}: {r.detail}\n{r.evidence}" + (f"\nfix: {r.fix}" if r.fix else "")
+            out.text = _xml(f"warn {r.kind}: {r.detail}\n{r.evidence}" + (f"\nfix: {r.fix}" if r.fix else ""))
     ET.indent(suite)
     return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(suite, encoding="unicode") + "\n"
+
+
+def _hostname(url: str) -> str:
+    """The host of ``url``, or ``url`` itself when it has none (or cannot be split)."""
+    try:
+        return urlsplit(url).hostname or url
+    except ValueError:
+        return url
 
 
 def _label(value: str) -> str:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 import datetime as _dt
 from collections import Counter
 from typing import Any, Literal
@@ -26,6 +27,9 @@ FAILURE_KINDS: tuple[str, ...] = (
     "unreachable",             # no TCP/HTTP answer at all
     "http_error",              # an unexpected HTTP status below 500 (404 on a route, 401, 2xx where 4xx was due)
     "server_error",            # HTTP 5xx, or a body that is not JSON where JSON was due
+    "invalid_response",        # an answer the check could not read: bytes not UTF-8, JSON nested too deep, the
+                               # wrong JSON type, no choices/message, an event stream where JSON was due, or an
+                               # HTTP exchange broken mid-answer (bad chunk header, body cut short)
     "error_frame",             # a streamed response carried an SSE {"error": ...} frame
     "markup_leak",             # a model-family marker (<|tool_call_begin|>, <think>, <|channel|> ...) in content/reasoning
     "reasoning_leak",          # reasoning returned although thinking was switched off
@@ -58,6 +62,9 @@ FIXES: dict[str, str] = {
                   "due: the server does not validate requests (report it upstream)",
     "server_error": "read the evidence and the server's journal (`journalctl -u {name}`); behind a proxy, its "
                     "upstream's error",
+    "invalid_response": "the server (or a proxy in front of it) answered something that is not an OpenAI-compatible "
+                        "answer: read the evidence, check --base-url points at the server itself, and "
+                        "`journalctl -u {name}`; `--debug` shows where reading it failed",
     "error_frame": "read the error frame and `journalctl -u {name}`; one quoting Kimi markup is a server choking on "
                    "a tool-call id: `kimi-deploy patch apply --python {python}`",
     "markup_leak": "launch with --tool-call-parser kimi_k2 --reasoning-parser kimi_k2 (profile: tool_call_parser, "
@@ -110,10 +117,25 @@ def fix_for(kind: str | None, *, python: str | None = None, name: str | None = N
 #: Evidence is cut to this many characters (one table line).
 EVIDENCE_CHARS = 120
 
+#: Characters no report carries raw: C0 controls, DEL, C1 controls, lone surrogates (UTF-8 cannot encode
+#: them), the Unicode line and paragraph separators, and the non-characters U+FFFE/U+FFFF (XML 1.0, section 2.2,
+#: allows none of them but tab, LF and CR).
+UNPRINTABLE = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\ud800-\udfff\ufffe\uffff]")
+_NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
+def printable(text: str, keep: str = "") -> str:
+    """``text`` with every :data:`UNPRINTABLE` character but those in ``keep`` written as an escape:
+    ``\\n``, ``\\r``, ``\\t``, ``\\xNN`` below U+0100, else ``\\uNNNN`` (a lone surrogate ``\\ud800``).
+    Safe in a terminal, in UTF-8 and, with ``keep="\\t\\n\\r"``, in XML 1.0."""
+    return UNPRINTABLE.sub(lambda m: m.group() if m.group() in keep else _NAMED.get(m.group()) or (
+        f"\\x{ord(m.group()):02x}" if ord(m.group()) < 0x100 else f"\\u{ord(m.group()):04x}"), text)
+
 
 def clip(text: Any, limit: int = EVIDENCE_CHARS) -> str:
-    """``text`` as one line, cut to ``limit`` characters with an ellipsis."""
-    s = str(text).replace("\r", "\\r").replace("\n", "\\n")
+    """``text`` as one printable line (:func:`printable`: ``\\n``, ``\\x00``, ``\\ud800``), cut to ``limit``
+    characters with an ellipsis."""
+    s = printable(str(text))
     return s if len(s) <= limit else s[: limit - 1] + "…"
 
 
@@ -141,6 +163,8 @@ class CheckOptions:
         deadline: seconds the whole run may take (``None``: unbounded). Every request's timeout
             is capped by the time left; checks not started by then are ``fail``/``timeout``,
             not attempted.
+        insecure: send the key over plain http to a host that is not local anyway (with a warning);
+            without it such a run is refused (:func:`kimi_deploy.apikey.guard_transport`).
     """
 
     base_url: str | None = None
@@ -152,6 +176,7 @@ class CheckOptions:
     timeout: float = 30.0
     repeat: int = 2
     deadline: float | None = None
+    insecure: bool = False
 
 
 @dataclasses.dataclass
@@ -160,7 +185,7 @@ class CheckResult:
 
     ``kind`` is one of :data:`FAILURE_KINDS` for ``fail``, ``model_declined`` for ``warn``,
     ``None`` otherwise. ``evidence`` is the offending text, at most :data:`EVIDENCE_CHARS`
-    characters. ``duration_s`` is wall time in seconds. ``attempted`` is ``False`` for a check
+    characters; ``detail`` and ``evidence`` are :func:`printable` (a server's control bytes escaped). ``duration_s`` is wall time in seconds. ``attempted`` is ``False`` for a check
     that sent nothing (the server did not answer the health tier, or the run's deadline passed):
     it is ``fail`` with the kind that stopped the run and evidence starting ``not attempted:``.
     ``fix``: what to do, one line (:func:`fix_for`); set on every ``fail`` and ``warn``.
@@ -176,15 +201,17 @@ class CheckResult:
     fix: str = ""
 
     def __post_init__(self) -> None:
+        self.detail = printable(self.detail)  # whatever a server sent, every report can carry the row
+        self.evidence = clip(self.evidence) if self.evidence else ""
         if self.status in ("fail", "warn"):  # every failed row says what was seen and what to do
             self.fix = self.fix or fix_for(self.kind, detail=self.detail)
             self.evidence = self.evidence or clip(self.detail)
 
     def to_dict(self) -> dict[str, Any]:
-        out = {"id": self.id, "status": self.status, "kind": self.kind, "detail": self.detail,
-               "evidence": self.evidence, "duration_s": round(self.duration_s, 4)}
+        out = {"id": self.id, "status": self.status, "kind": self.kind, "detail": printable(self.detail),
+               "evidence": printable(self.evidence), "duration_s": round(self.duration_s, 4)}
         if self.fix:
-            out["fix"] = self.fix
+            out["fix"] = printable(self.fix)
         return out
 
 
@@ -241,14 +268,18 @@ class CheckReport:
         return {k: c.get(k, 0) for k in ALL_KINDS}
 
     def to_json(self) -> dict[str, Any]:
-        """The ``kimi-deploy.check/1`` document (validates against ``report.schema.json``)."""
+        """The ``kimi-deploy.check/1`` document (validates against ``report.schema.json``); every string a
+        server or a user gave is :func:`printable`, so the document encodes as UTF-8 whatever they sent."""
+        def text(value: Any) -> Any:
+            return printable(value) if isinstance(value, str) else value
+
         return {
             "schema": REPORT_SCHEMA,
             "kimi_deploy_version": __version__,
-            "base_url": self.base_url,
-            "model": self.model,
-            "profile": self.profile,
-            "server": dict(self.server),
+            "base_url": text(self.base_url),
+            "model": text(self.model),
+            "profile": text(self.profile),
+            "server": {k: text(v) for k, v in self.server.items()},
             "started_at": self.started_at.isoformat(timespec="seconds"),
             "duration_s": round(self.duration_s, 3),
             "exit_code": int(self.exit_code),

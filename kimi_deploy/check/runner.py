@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as _dt
+import logging
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -10,13 +11,16 @@ from pathlib import Path
 import httpx
 
 from kimi_deploy.check import contract, health, parser, registry
-from kimi_deploy.check.client import Clients, Deadline, transport_finding
+from kimi_deploy.check.client import Clients, Deadline
 from kimi_deploy.check.context import Context
+from kimi_deploy.check.outcome import Outcome, transport_failure, unreadable
+from kimi_deploy.check.reports import redact_report
 from kimi_deploy.check.results import CheckOptions, CheckReport, CheckResult, clip, fix_for
-from kimi_deploy.check.validate import Finding, first
-from kimi_deploy.apikey import read_key_file
+from kimi_deploy.apikey import guard_transport, read_key_file
 from kimi_deploy.errors import UsageError
 from kimi_deploy.profile import Profile, load_profile
+
+log = logging.getLogger(__name__)
 
 
 def _resolve_profile(value: object) -> tuple[Profile | None, str | None]:
@@ -28,13 +32,8 @@ def _resolve_profile(value: object) -> tuple[Profile | None, str | None]:
     return load_profile(path), str(path)
 
 
-def _result(check_id: str, status: str, findings: list[Finding], detail: str, duration: float) -> CheckResult:
-    top = first(findings)
-    if top is None:
-        return CheckResult(check_id, status, None, detail, "", duration)  # type: ignore[arg-type]
-    others = sorted({f.kind for f in findings} - {top.kind})
-    text = top.detail + (f" (also: {', '.join(others)})" if others else "")
-    return CheckResult(check_id, status, top.kind, text, top.evidence, duration)  # type: ignore[arg-type]
+def _result(check_id: str, outcome: Outcome, duration: float) -> CheckResult:
+    return CheckResult(check_id, outcome.status, outcome.kind, outcome.detail, outcome.evidence, duration)
 
 
 #: Kinds that mean "no HTTP answer": when every health check got one of these, nothing else is sent.
@@ -82,10 +81,13 @@ def run_checks(options: CheckOptions, progress: Progress | None = None, *,
     Interrupted (``KeyboardInterrupt``; :class:`Interrupted` names another signal), it returns the
     checks that finished, with :attr:`CheckReport.interrupted` and ``not_run`` set (exit 130).
     ``clock`` (seconds, monotonic) times the run, its checks and the deadline.
+    Whatever a check raises (an answer nobody foresaw) is that check's ``fail``/``invalid_response`` row,
+    never the end of the run: one catch per check (:func:`_run_one`), the traceback at debug level.
 
     Raises:
         UsageError / ProfileError: no base URL, a bad profile, an unreadable key file,
-            an ``only``/``skip`` glob that matches nothing (exit 2).
+            an ``only``/``skip`` glob that matches nothing, a key bound for plain http to a host that
+            is not local without ``options.insecure`` (exit 2).
     """
     profile, profile_path = _resolve_profile(options.profile)
     base_url = options.base_url or (profile.base_url if profile else None)
@@ -97,6 +99,7 @@ def run_checks(options: CheckOptions, progress: Progress | None = None, *,
     api_key = options.api_key
     if api_key is None and profile is not None and profile.sglang.api_key_file:
         api_key = read_key_file(profile.sglang.api_key_file)
+    guard_transport(base_url, api_key, insecure=options.insecure)  # before anything is sent
     ids = registry.select(options.only, options.skip)
     expected = options.model or (profile.sglang.served_model_name or profile.sglang.model_path if profile else None)
     report = CheckReport(base_url=base_url, model=expected, started_at=_dt.datetime.now(_dt.timezone.utc),
@@ -136,16 +139,7 @@ def run_checks(options: CheckOptions, progress: Progress | None = None, *,
                 progress(rest[-1], len(report.results), len(ids), report.results[-1])
             return report
         if not deadline.passed():
-            ctx.load_facts()
-            report.server = {k: v for k, v in {
-                "version": (ctx.server_info or {}).get("version"),
-                "tool_call_parser": ctx.server_value("tool_call_parser"),
-                "reasoning_parser": ctx.server_value("reasoning_parser"),
-                "served_model_name": ctx.server_value("served_model_name"),
-            }.items() if v is not None}
-            if ctx.model is None and any(registry.tier(i) == "contract" for i in ids):
-                ctx.model = ctx.served_model()
-                report.model = ctx.model
+            _load_facts(ctx, report, ids)
         cache: dict = {}
         for check_id in rest:
             run_one(check_id, cache)
@@ -156,6 +150,7 @@ def run_checks(options: CheckOptions, progress: Progress | None = None, *,
         clients.close()
         report.duration_s = clock() - t0
         _add_fixes(report, profile)
+        redact_report(report, [api_key])  # no key in any report or table (kimi_deploy.redact)
     return report
 
 
@@ -177,31 +172,64 @@ def _add_fixes(report: CheckReport, profile: Profile | None) -> None:
             r.fix = fix_for(r.kind, python=python, name=name, detail=r.detail)
 
 
+def _load_facts(ctx: Context, report: CheckReport, ids: list[str]) -> None:
+    """What the server says of itself into ``report.server`` (strings only: a value of another JSON type is
+    shown as its clipped text) and, when no model was given, the served one. A fact the server answers
+    unreadably stays unknown: the checks that need it say so."""
+    try:
+        ctx.load_facts()
+        report.server = {k: v if isinstance(v, str) else clip(v) for k, v in {
+            "version": (ctx.server_info or {}).get("version"),
+            "tool_call_parser": ctx.server_value("tool_call_parser"),
+            "reasoning_parser": ctx.server_value("reasoning_parser"),
+            "served_model_name": ctx.server_value("served_model_name"),
+        }.items() if v is not None}
+        if ctx.model is None and any(registry.tier(i) == "contract" for i in ids):
+            ctx.model = ctx.served_model()
+            report.model = ctx.model
+    except Exception:  # noqa: BLE001 - a hostile answer to a fact must not cost the run its reports
+        log.debug("reading the server's facts failed", exc_info=True)
+
+
 def _run_one(ctx: Context, check_id: str, cache: dict, deadline: Deadline, t0: float) -> CheckResult | None:
+    """Run one check; whatever it raises (but an interrupt) becomes its ``fail``/``invalid_response`` row
+    (the traceback is logged at debug level: ``kimi-deploy --debug check`` prints it)."""
     if deadline.passed():
         return _past_deadline(check_id, deadline, t0)
     started = deadline.clock()
+    ctx.clients.recorder.last_body = bytearray()  # the evidence of a failure is this check's answer, not older
+    try:
+        outcome = _dispatch(ctx, check_id, cache)
+    except Exception as exc:  # noqa: BLE001 - the one catch per check (issue #11): a verdict, never a lost report
+        log.debug("check %s raised", check_id, exc_info=True)
+        outcome = Outcome.failed(unreadable(exc, body=ctx.clients.recorder.last_body))
+    if outcome is None:  # a parser.* id on a server where the tier already said why it skips
+        return None
+    return _result(check_id, outcome, deadline.clock() - started)
+
+
+def _dispatch(ctx: Context, check_id: str, cache: dict) -> Outcome | None:
+    outcome: Outcome | None
     if check_id in health.CHECKS:
-        status, detail, findings = health.CHECKS[check_id](ctx)
+        outcome = health.CHECKS[check_id](ctx)
     elif registry.tier(check_id) == "parser":  # needs no model: it posts raw text to the parsers
         outcome = parser.run(ctx, check_id, cache)
-        if outcome is None:
-            return None
-        status, findings, detail = outcome
     elif ctx.model is None:
-        status, detail, findings = health.no_model(ctx)
+        outcome = health.no_model(ctx)
     else:
-        status, findings, detail = contract.run(ctx, check_id, cache)
-    return _result(check_id, status, findings, detail, deadline.clock() - started)
+        outcome = contract.run(ctx, check_id, cache)
+    return outcome
 
 
 def _probe(clients: Clients) -> tuple[str, str, str] | None:
-    """``GET /v1/models`` when no health check is selected: ``None`` on any HTTP answer, else
+    """``GET /v1/models`` when no health check is selected: ``None`` on any HTTP answer (readable or not), else
     ("GET /v1/models", ``unreachable``/``timeout``, detail)."""
     what = "GET /v1/models"
     try:
         clients.get_json("/v1/models")
     except httpx.TransportError as exc:
-        finding = transport_finding(exc, what)
-        return what, finding.kind, finding.detail
+        finding = transport_failure(exc, what)
+        return (what, finding.kind, finding.detail) if finding.kind in NO_ANSWER_KINDS else None
+    except Exception:  # noqa: BLE001 - it answered, unreadably (JSON nested too deep): the checks will say so
+        log.debug("%s answered unreadably", what, exc_info=True)
     return None

@@ -27,7 +27,8 @@ CANONICAL_KIMI_ID = re.compile(r"^functions\.[A-Za-z0-9_.-]+:\d+$")
 
 #: Most telling kind first: a check reports the first finding in this order.
 PRIORITY: tuple[str, ...] = (
-    "unreachable", "timeout", "error_frame", "server_error", "http_error", "wrong_tool", "markup_leak",
+    "unreachable", "timeout", "error_frame", "server_error", "invalid_response", "http_error", "wrong_tool",
+    "markup_leak",
     "tool_call_dropped", "finish_reason_mismatch", "unknown_tool", "invalid_arguments",
     "schema_violation", "tool_choice_violation", "duplicate_id", "noncanonical_id",
     "reasoning_leak", "missing_reasoning", "stream_shape", "config_mismatch", "model_declined",
@@ -76,10 +77,64 @@ class Message:
     completion_tokens: int | None = None
 
 
+def _json_type(value: Any) -> str:
+    """The JSON name of a parsed value's type (``object``, ``array``, ``string`` ...)."""
+    for kind, name in ((dict, "an object"), (list, "an array"), (str, "a string"), (bool, "a boolean"),
+                       ((int, float), "a number")):
+        if isinstance(value, kind):
+            return name
+    return "null" if value is None else type(value).__name__
+
+
+def completion_problem(data: Any, evidence: str = "") -> Finding | None:
+    """``invalid_response`` when ``data`` (a parsed non-streamed answer) is not a ``chat.completion``
+    a client can read: not a JSON object, no ``choices`` array, an empty one, or a first choice
+    without a ``message`` object (OpenAI API: ``choices[].message``). ``None`` when it is.
+
+    ``evidence``: the raw body, shown when the answer is wrong (cut by the caller).
+    """
+    if not isinstance(data, dict):
+        what = "text, not JSON" if isinstance(data, str) else f"JSON {_json_type(data)}"
+        return Finding("invalid_response", f"the answer is {what}: not a chat.completion object", evidence)
+    choices = data.get("choices")
+    if "choices" not in data:
+        return Finding("invalid_response", "the answer has no choices (a chat.completion object holds an array "
+                                           "of them)", evidence)
+    if not isinstance(choices, list) or not choices:
+        shown = "an empty array" if isinstance(choices, list) else _json_type(choices)
+        return Finding("invalid_response", f"choices is {shown}, not an array with at least one choice", evidence)
+    if not isinstance(choices[0], dict) or not isinstance(choices[0].get("message"), dict):
+        return Finding("invalid_response", "choices[0] has no message object", evidence)
+    return None
+
+
+def stream_problem(frames: list[Any], evidence: str = "") -> Finding | None:
+    """``invalid_response`` when the ``chat.completion.chunk`` frames of a stream carry no choice a client
+    can read: a ``choices`` that is not an array of objects (each with a ``delta`` object when it has one),
+    or no choice in any frame. ``None`` otherwise.
+    """
+    seen = False
+    for frame in frames:
+        choices = frame.get("choices") if isinstance(frame, dict) else None
+        if choices is None:
+            continue
+        if not isinstance(choices, list):
+            return Finding("invalid_response", f"a chunk's choices is {_json_type(choices)}, not an array", evidence)
+        if not all(isinstance(c, dict) and isinstance(c.get("delta", {}), dict) for c in choices):
+            return Finding("invalid_response", "a chunk's choices hold something other than choice objects with "
+                                               "a delta object", evidence)
+        seen = seen or bool(choices)
+    if not seen:
+        return Finding("invalid_response", f"none of the stream's {len(frames)} chunk(s) carried a choice",
+                       evidence)
+    return None
+
+
 def message_from_completion(data: dict[str, Any]) -> Message:
     """A :class:`Message` from a ``chat.completion`` object (dict, OpenAI API shape), first choice.
 
-    Accepts ``reasoning_content`` (SGLang) or ``reasoning`` (vLLM).
+    Accepts ``reasoning_content`` (SGLang) or ``reasoning`` (vLLM). Check the shape with
+    :func:`completion_problem` first: a missing choice or message reads here as an empty message.
     """
     choice = (data.get("choices") or [{}])[0]
     msg = choice.get("message") or {}

@@ -8,8 +8,9 @@ from pathlib import Path
 
 import click
 
+from kimi_deploy.apikey import ARGV_REFUSAL, ENV_VAR, guard_transport, read_key_file
 from kimi_deploy.bench import params
-from kimi_deploy.errors import ExitCode, UsageError
+from kimi_deploy.errors import ExitCode, KimiDeployError, UsageError
 from kimi_deploy.fsio import check_output_paths, write_atomic
 from kimi_deploy.cli.options import json_flag, json_path_option
 
@@ -83,6 +84,36 @@ class _RichProgress:
         self.progress.update(self.task, advance=1, errors=self.errors)
 
 
+def _api_key(path: Path | None, argv_value: str | None) -> str | None:
+    """The key to send: ``--api-key-file`` (:func:`kimi_deploy.apikey.read_key_file`), else env
+    ``KIMI_DEPLOY_API_KEY`` (stripped; empty means none), else None.
+
+    Raises:
+        UsageError: ``--api-key`` was given (argv is public), or the file is unreadable or empty (exit 2).
+    """
+    import os
+
+    if argv_value is not None:
+        raise UsageError(f"--api-key is not accepted: {ARGV_REFUSAL}", value="--api-key <hidden>",
+                         hint=f"put the key in a file (mode 0600) and pass --api-key-file FILE, or export {ENV_VAR}")
+    if path is not None:
+        return read_key_file(path)
+    return os.environ.get(ENV_VAR, "").strip() or None
+
+
+def _redacted(exc: KimiDeployError, api_key: str | None) -> KimiDeployError:
+    """``exc`` with ``api_key`` masked in its message, value and hint (:func:`kimi_deploy.redact.redact_text`)."""
+    from kimi_deploy.redact import redact_text
+
+    exc.message = redact_text(exc.message, [api_key])
+    exc.args = (exc.message,)
+    if isinstance(exc.value, str):
+        exc.value = redact_text(exc.value, [api_key])
+    if exc.hint:
+        exc.hint = redact_text(exc.hint, [api_key])
+    return exc
+
+
 @click.group("bench", invoke_without_command=True,
              context_settings={"show_default": True})
 @click.option("--base-url", metavar="URL", help="Server root, e.g. http://127.0.0.1:30000 (a /v1 suffix is fine).")
@@ -121,13 +152,19 @@ class _RichProgress:
                    "each metadata call (/server_info, /v1/models, /flush_cache: at most 30 s).")
 @click.option("--no-flush-cache", is_flag=True, help="Do not POST /flush_cache before each run.")
 @click.option("--extra-body", metavar="JSON", help="JSON object merged into every request body.")
-@click.option("--api-key", envvar="KIMI_DEPLOY_API_KEY", metavar="KEY",
-              help="Bearer token (env KIMI_DEPLOY_API_KEY); never written to the result.")
+@click.option("--api-key-file", type=click.Path(path_type=Path, dir_okay=False), metavar="FILE",
+              help="File holding the API key, sent as a Bearer token (default: env KIMI_DEPLOY_API_KEY). "
+                   "Neither the key nor any key the server reports is written to a result.")
+@click.option("--api-key", "api_key_argv", hidden=True, metavar="KEY",
+              help="Refused: a key in argv is visible to every user (ps); use --api-key-file or KIMI_DEPLOY_API_KEY.")
+@click.option("--insecure", is_flag=True,
+              help="Send the API key over plain http to a host that is not this one (refused without it: anyone "
+                   "on the path could read the key); a warning goes to stderr.")
 @click.option("--no-progress", is_flag=True, help="No progress display.")
 @click.pass_context
 def bench_cmd(ctx, base_url, model, concurrency, request_rate, num_prompts, max_tokens, temperature, ignore_eos,
               warmup, runs, dataset, long_prompts, seed, slo, label, profile_path, json_path, csv_path, request_timeout,
-              no_flush_cache, extra_body, api_key, no_progress):
+              no_flush_cache, extra_body, api_key_file, api_key_argv, insecure, no_progress):
     """Benchmark a running OpenAI-compatible server: closed-loop concurrency sweep (or Poisson rates).
 
     Streams /v1/chat/completions with stream_options.include_usage and reports TTFT, TPOT,
@@ -135,8 +172,10 @@ def bench_cmd(ctx, base_url, model, concurrency, request_rate, num_prompts, max_
     goodput per point. `kimi-deploy bench compare A.json B.json` compares results.
 
     Exit status: 0 every point had successful requests, 1 a point had none (results still
-    written), 2 bad input (nothing sent, nothing written), 3 the server did not answer,
-    130 interrupted (Ctrl-C or SIGTERM): the finished points are written and printed.
+    written), 2 bad input, or a key bound for plain http to another host without --insecure
+    (nothing sent, nothing written), 3 the server did not answer, 130 interrupted (Ctrl-C or
+    SIGTERM): the finished points are written and printed. The JSON result is written 0600
+    (it records the server's /server_info); every file and line is redacted (kimi_deploy.redact).
     """
     if ctx.invoked_subcommand is not None:
         return
@@ -146,6 +185,8 @@ def bench_cmd(ctx, base_url, model, concurrency, request_rate, num_prompts, max_
 
     if not base_url:
         raise UsageError("--base-url is required", hint="e.g. kimi-deploy bench --base-url http://127.0.0.1:30000")
+    api_key = _api_key(api_key_file, api_key_argv)
+    guard_transport(base_url, api_key, insecure=insecure)
     to_stdout = json_path == "-"
     outputs = {"--json": Path(json_path) if json_path and not to_stdout else None, "--csv": csv_path}
     check_output_paths(outputs)  # before any request: a bad path must not cost a sweep
@@ -184,18 +225,21 @@ def bench_cmd(ctx, base_url, model, concurrency, request_rate, num_prompts, max_
     else:
         data = dataset_lib.load_dataset(dataset)
     show = not no_progress and sys.stderr.isatty()
-    if show:
-        with _RichProgress() as progress:
-            run = load.run_bench(cfg, data, progress)
-    else:
-        run = load.run_bench(cfg, data)
+    try:
+        if show:
+            with _RichProgress() as progress:
+                run = load.run_bench(cfg, data, progress)
+        else:
+            run = load.run_bench(cfg, data)
+    except KimiDeployError as exc:  # its value may quote a server body that echoed the key
+        raise _redacted(exc, api_key) from None
     result = report.build_result(run, data, profile_sha)
     text = report.to_json_text(result)
     console = Console(stderr=to_stdout)
     console.width = max(console.width, 150)  # the table has 12 columns; let a narrow terminal wrap instead
     check_output_paths(outputs)  # again: the directory may have gone during the run
     if outputs["--json"]:
-        write_atomic(outputs["--json"], text)
+        write_atomic(outputs["--json"], text, mode=0o600)  # server metadata: the owner's to share
     if csv_path:
         write_atomic(csv_path, report.to_csv(result))
     console.print(report.summary_table(result))

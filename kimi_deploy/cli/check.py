@@ -81,15 +81,19 @@ def _globs(values: tuple[str, ...]) -> list[str]:
 @click.option("--deadline", type=click.FloatRange(min=1), default=DEFAULT_DEADLINE_S, show_default=True, metavar="S",
               help="Seconds the whole run may take; checks not done by then fail as 'timeout' (not attempted). "
                    "Keep it under the nightly unit's TimeoutStartSec=.")
+@click.option("--insecure", is_flag=True,
+              help="Send the API key over plain http to a host that is not this one (refused without it: anyone "
+                   "on the path could read the key); a warning goes to stderr.")
 @click.option("--list", "list_only", is_flag=True, help="Print the check ids and exit.")
 @click.pass_context
 def check_cmd(ctx, base_url, model, api_key_file, profile_path, only, skip, json_path, junit_path, prom_path,
-              timeout, repeat, deadline, list_only):
+              timeout, repeat, deadline, insecure, list_only):
     """Check a running OpenAI-compatible server: health, configuration, API contract.
 
     Exit status: 0 no failure (warnings allowed), 1 a check failed, 2 usage or profile
-    error (nothing sent, nothing written), 3 the server did not answer at all, 130 interrupted
-    (Ctrl-C or SIGTERM: the reports hold the checks that finished, marked interrupted).
+    error, or a key bound for plain http to another host without --insecure (nothing sent,
+    nothing written), 3 the server did not answer at all, 130 interrupted (Ctrl-C or SIGTERM:
+    the reports hold the checks that finished, marked interrupted).
     """
     if list_only:
         for check_id in registry.select(_globs(only), _globs(skip)):
@@ -103,7 +107,8 @@ def check_cmd(ctx, base_url, model, api_key_file, profile_path, only, skip, json
     reports.check_output_paths(**outputs)
     api_key = read_api_key(api_key_file) if api_key_file else None
     options = CheckOptions(base_url=base_url, model=model, api_key=api_key, profile=profile_path,
-                           only=_globs(only), skip=_globs(skip), timeout=timeout, repeat=repeat, deadline=deadline)
+                           only=_globs(only), skip=_globs(skip), timeout=timeout, repeat=repeat, deadline=deadline,
+                           insecure=insecure)
     previous = signal.signal(signal.SIGTERM, _on_sigterm)  # stop like Ctrl-C: report what ran
     try:
         if sys.stderr.isatty() and not to_stdout:

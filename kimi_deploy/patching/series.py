@@ -14,9 +14,9 @@ Format (one file per SGLang release, patches listed in application order)::
     experimental = false                  # optional: no measurement backs it yet (`patch list` says so)
 
     [[patch.needed_by]]                   # optional: a profile setting this release refuses or
-    setting = "enable_torch_symm_mem"     #   disables on some GPUs unless the patch is applied
-    flags = ["--enable-torch-symm-mem"]   # SGLang flags (this release) that ask for it
-    unless_flags = []                     # optional: flags that turn the feature off again
+    setting = "enable_torch_symm_mem"     #   disables on some GPUs unless the patch is applied (a row
+                                          #   of kimi_deploy/options.py: its flags are read off that row)
+    unless = []                           # optional: rows whose flags turn the feature off again
     compute_capability_major = [12]       # GPUs (nvidia-smi compute_cap major) where it is gated
     patched_compute_capability = ["12.0"] # optional: exact capabilities the patch opens (default: all
                                           #   of compute_capability_major); elsewhere it stays gated
@@ -25,7 +25,9 @@ Format (one file per SGLang release, patches listed in application order)::
     symptom = "what SGLang does without the patch, with the source location"
 
 ``needed_by`` is the one feature -> patch mapping: ``kimi-deploy doctor`` reads it (through
-:meth:`Series.gates_asked`) and holds no list of its own.
+:meth:`Series.gates_asked`) and holds no list of its own. It names option-table rows, never flags: the
+flags that ask for a feature (every release's spelling and the aliases) come from the row
+(:data:`kimi_deploy.options.BY_KEY`), so a new spelling is one line in the table.
 
 Unknown keys are errors (pydantic ``extra="forbid"``).
 """
@@ -42,7 +44,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from kimi_deploy import paths
+from kimi_deploy import options, paths
 from kimi_deploy.errors import UnsupportedVersionError, UsageError
 
 SERIES_FILE = "series"
@@ -51,10 +53,9 @@ SERIES_FILE = "series"
 class FeatureGate(BaseModel):
     """A ``[[patch.needed_by]]`` entry: a profile feature the unpatched release refuses or disables.
 
-    ``setting``: the ``[sglang]`` profile key (SGLang's option name); ``flags``: the SGLang
-    flags of this release that ask for the feature (matched in the rendered command, so
-    ``extra_args`` count); ``unless_flags``: flags that switch it off again (SGLang's
-    enforce-disable switches win); ``compute_capability_major``: GPU generations where the release gates
+    ``setting``: the ``[sglang]`` key of an option-table row; :attr:`flags`: that row's SGLang flags
+    (matched in the rendered command, so ``extra_args`` count); ``unless``: rows whose flags switch it
+    off again (:attr:`unless_flags`; SGLang's enforce-disable switches win); ``compute_capability_major``: GPU generations where the release gates
     it; ``without``: ``"fails"`` (the start fails) or ``"disabled"`` (the server runs without it);
     ``symptom``: what the release does, with the source location.
     """
@@ -62,12 +63,47 @@ class FeatureGate(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     setting: str
-    flags: list[str] = Field(min_length=1)
-    unless_flags: list[str] = Field(default_factory=list)
+    unless: list[str] = Field(default_factory=list)
     compute_capability_major: list[int] = Field(min_length=1)
     patched_compute_capability: list[str] = Field(default_factory=list)
     without: Literal["fails", "disabled"]
     symptom: str
+
+    @field_validator("setting")
+    @classmethod
+    def _a_row(cls, v: str) -> str:
+        return _row_key(v)
+
+    @field_validator("unless")
+    @classmethod
+    def _rows(cls, v: list[str]) -> list[str]:
+        return [_row_key(key) for key in v]
+
+    @property
+    def flags(self) -> tuple[str, ...]:
+        """The flags that ask for the feature: the row's, newest release's spelling first, then older ones
+        and aliases (:attr:`kimi_deploy.options.Option.flags` less the owned ones)."""
+        return _row_flags(self.setting)
+
+    @property
+    def unless_flags(self) -> tuple[str, ...]:
+        """The flags of the ``unless`` rows."""
+        return tuple(flag for key in self.unless for flag in _row_flags(key))
+
+
+def _row_key(key: str) -> str:
+    """``key`` when it is an option-table row; else ValueError with the closest row (pydantic reports it)."""
+    if key in options.BY_KEY:
+        return key
+    close = difflib.get_close_matches(key, list(options.BY_KEY), n=1)
+    raise ValueError(f"{key!r} is no [sglang] key of the option table" + (f"; did you mean {close[0]!r}?" if close
+                                                                          else ""))
+
+
+def _row_flags(key: str) -> tuple[str, ...]:
+    row = options.BY_KEY[key]
+    spelled = [s.name for s in reversed(row.spellings) if s.kind == "flag"]
+    return tuple(dict.fromkeys([*spelled, *row.aliases]))
 
 
 class PatchSpec(BaseModel):
