@@ -10,7 +10,7 @@ What is rendered (``<n>`` is ``[kubernetes] name``, default ``[service] name``):
   runs SGLang's command from the same option table as the systemd unit (:func:`kimi_deploy.launch.
   build_launch`); the multi-node flags take LWS's injected ``$(LWS_LEADER_ADDRESS)``, ``$(LWS_GROUP_SIZE)``
   and ``$(LWS_WORKER_INDEX)`` (Kubernetes expands ``$(VAR)`` in ``args`` from the container's environment).
-  Options whose table scope is "HTTP rank" (host, port, parsers, the key) are on the leader only, and so
+  Options whose table scope is "serving rank only" (host, port, parsers, the key) are on the leader only, and so
   are the probes: ranks >= 1 answer ``/health`` with a dummy 200 (SGLang 0.5.23), which proves nothing.
   ``startupPolicy: LeaderCreated``: with ``LeaderReady`` the workers would wait for a leader that cannot
   be ready before they join. ``restartPolicy: RecreateGroupOnPodRestart``: a rank that restarts alone
@@ -114,8 +114,9 @@ def rank_server_args(profile: Profile, launch: LaunchSpec, shape: FleetShape, ra
     """SGLang's arguments on node rank ``rank`` of a copy whose rank 0 is reachable at ``leader``.
 
     One node: the launch's arguments unchanged. N nodes: ``--nnodes N --node-rank R --dist-init-addr
-    LEADER:PORT`` (and ``--dist-timeout``) after them, and on ranks >= 1 the groups of every option whose
-    table scope is "HTTP rank" left out (host, port, served name, parsers, ``--config`` with the key).
+    LEADER:PORT`` (and ``--dist-timeout``) after them, and on ranks >= 1 the groups of every option the
+    table keeps off that rank (:meth:`kimi_deploy.options.Option.on_rank`: the "serving rank only" rows,
+    host, port, served name, parsers, ``--config`` with the key).
     """
     args = list(launch.server_args)
     if shape.nodes == 1:
@@ -123,7 +124,7 @@ def rank_server_args(profile: Profile, launch: LaunchSpec, shape: FleetShape, ra
     if rank > 0:
         rows = {flag: row for row in options.ALL_OPTIONS for flag in row.flags}
         kept = [g for g in flag_groups(args)
-                if not (split_equals(g)[0] in rows and rows[split_equals(g)[0]].scope == "HTTP rank")]
+                if split_equals(g)[0] not in rows or rows[split_equals(g)[0]].on_rank(rank)]
         args = [word for group in kept for word in group]
     args += ["--nnodes", str(shape.nodes), "--node-rank", str(rank),
              "--dist-init-addr", f"{leader}:{shape.dist_init_port}"]
@@ -416,7 +417,8 @@ def _check(profile: Profile, name: str) -> dict[str, list[dict[str, Any]]]:
                                      {"name": "reports", "persistentVolumeClaim": {"claimName": claim}},
                                      {"name": "tmp", "emptyDir": {}}]
     if s.api_key_file:
-        command += ["--api-key-file", f"{SECRET_DIR}/{API_KEY_CREDENTIAL}"]
+        # in-cluster plain http: check refuses a key to another host over http without --insecure
+        command += ["--api-key-file", f"{SECRET_DIR}/{API_KEY_CREDENTIAL}", "--insecure"]
         mounts.append({"name": "api-key", "mountPath": SECRET_DIR, "readOnly": True})
         volumes.append(_secret_volume(k8s, name))
     command += ["--json", f"{REPORT_DIR}/check-report.json", "--junit", f"{REPORT_DIR}/check-report.xml"]
@@ -491,6 +493,10 @@ def render(profile: Profile, sglang_version: str | None = None) -> Manifests:
         documents.update(_gateway(profile, name))
     documents.update(_check(profile, name))
     notes: dict[str, list[str]] = {}
+    if profile.sglang.api_key_file:
+        notes["check-cronjob.yaml"] = [
+            "check --insecure: the check sends the API key over plain http to a Service inside the cluster (SGLang "
+            "and smg serve plain http); keep that traffic off shared networks (NetworkPolicy, or mTLS in a mesh)."]
     if k8s.rdma:
         reason = ("hostNetwork: true because [kubernetes] rdma = true: RDMA NICs are not in the pod network; "
                   "the pods then share the node's network namespace and ports")

@@ -236,13 +236,13 @@ def _systemd_server_args(profile) -> list[str]:
     return words[words.index("sglang.launch_server") + 1:]
 
 
-#: Flags of the options whose table scope is "HTTP rank" in SGLang 0.5.23 (only rank 0 serves HTTP).
+#: Flags of the options whose table scope is "serving rank only" (only rank 0 serves HTTP in SGLang 0.5.23).
 HTTP_RANK_FLAGS = ("--host", "--port", "--served-model-name", "--tool-call-parser", "--reasoning-parser", "--config")
 
 
 def _systemd_rank_args(profile, rank: int) -> list[str]:
     """What the systemd unit of node ``rank`` runs, written out from the unit's ExecStart= and ``[fleet]``
-    (independently of the Kubernetes code): the single-host arguments, without the HTTP-rank options on
+    (independently of the Kubernetes code): the single-host arguments, without the serving-rank options on
     ranks >= 1, then ``--nnodes N --node-rank R --dist-init-addr NODES[0]:PORT --dist-timeout T``."""
     args = _systemd_server_args(profile)
     nodes = profile.replicas[0] if profile.fleet else ("127.0.0.1",)
@@ -278,7 +278,7 @@ def test_container_command_parses_with_sglang_and_matches_the_systemd_rank(sglan
                                          group_size=shape.nodes, worker_index=index)
         assert "$(" not in " ".join(args)
         assert args == _systemd_rank_args(profile, index)
-        # ranks >= 1 have no --config (the key is an HTTP-rank option)
+        # ranks >= 1 have no --config (the key is a serving-rank option)
         secrets = manifests.launch.secrets_config if "--config" in args else None
         v = validate_server_args(sglang_python, args, secrets_config=secrets)
         assert v.ok and v.warnings == (), (index, v.errors, v.warnings)
@@ -455,6 +455,15 @@ def test_the_check_job_reads_the_same_profile_and_its_command_parses(tmp_path):
     result = run_cli(["check", *args, "--list"])
     assert result.exit_code == 0, result.stderr
     assert result.stdout.strip()
+    # the in-cluster URL is plain http to another host: without --insecure check would refuse to send the key
+    from kimi_deploy.apikey import guard_transport
+    from kimi_deploy.errors import UsageError
+
+    base_url = args[args.index("--base-url") + 1]
+    with pytest.raises(UsageError):
+        guard_transport(base_url, KEY, insecure=False, warn=lambda line: None)
+    guard_transport(base_url, KEY, insecure="--insecure" in args, warn=lambda line: None)
+    assert "# check --insecure: the check sends the API key over plain http" in manifests.files["check-cronjob.yaml"]
 
 
 def test_the_init_container_writes_sglangs_config_yaml_0600(tmp_path, key_file):
