@@ -152,7 +152,7 @@ def test_unpatched_server_passes_everything_but_the_foreign_id_round_trips(repla
     failed = {c["id"] for c in doc["checks"] if c["status"] != "pass"}
     assert failed == {f"contract.id_roundtrip.{s}.{m}" for s in DROPPED_STYLES for m in ("nonstream", "stream")} | {
         f"parser.tool_calls.{case}" for case in PARSER_FAILS_UNPATCHED}
-    assert doc["server"] == {"version": "0.5.23", "tool_call_parser": "kimi_k2", "reasoning_parser": "kimi_k2",
+    assert doc["server"] == {"kind": "sglang", "version": "0.5.23", "tool_call_parser": "kimi_k2", "reasoning_parser": "kimi_k2",
                              "served_model_name": "moonshotai/Kimi-K2.5"}
     assert doc["duration_s"] >= sum(c["duration_s"] for c in doc["checks"]) - 0.005  # the run covers its checks
     assert "contract.id_roundtrip.sanitised.stream" in result.stdout  # the table

@@ -31,7 +31,8 @@ FAILURE_KINDS: tuple[str, ...] = (
     "reasoning_leak",          # reasoning returned although thinking was switched off
     "missing_reasoning",       # thinking on, but no reasoning_content/reasoning field
     "tool_call_dropped",       # a call was due and the model produced one, but none reached the client
-    "finish_reason_mismatch",  # finish_reason "tool_calls" without calls, or calls without it
+    "empty_answer",            # text was due, the answer has neither content nor a tool call
+    "finish_reason_mismatch",  # finish_reason "tool_calls" without calls, or calls without it (named choice: stop too)
     "invalid_arguments",       # arguments is not a string holding a JSON object
     "schema_violation",        # arguments do not validate against the tool's JSON schema
     "unknown_tool",            # a call names a tool the request did not offer
@@ -69,6 +70,9 @@ FIXES: dict[str, str] = {
     "tool_call_dropped": "apply the kit's patch series (kimi-k2-tool-call-ids, kimi-k2-canonical-history-ids): "
                          "`kimi-deploy patch apply --python {python}`, then `kimi-deploy restart --wait`; or stop "
                          "the client from rewriting tool-call ids",
+    "empty_answer": "with tool_choice none: the server still puts the tools in the prompt, Kimi writes a call and "
+                    "the parser swallows it; vLLM: launch with --exclude-tools-when-tool-choice-none; otherwise "
+                    "read the server's log (`journalctl -u {name}`) for what the model generated",
     "finish_reason_mismatch": "a parser/serving bug: report it upstream with this evidence; "
                               "`kimi-deploy patch status --python {python}` shows what is applied",
     "invalid_arguments": "a parser bug or model output the parser cannot repair: "

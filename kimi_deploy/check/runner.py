@@ -137,8 +137,10 @@ def run_checks(options: CheckOptions, progress: Progress | None = None, *,
             return report
         if not deadline.passed():
             ctx.load_facts()
+            kind = ctx.identify()
             report.server = {k: v for k, v in {
-                "version": (ctx.server_info or {}).get("version"),
+                "kind": kind,
+                "version": ctx.server_version,
                 "tool_call_parser": ctx.server_value("tool_call_parser"),
                 "reasoning_parser": ctx.server_value("reasoning_parser"),
                 "served_model_name": ctx.server_value("served_model_name"),
