@@ -198,7 +198,7 @@ def check_message(msg: Message, exp: Expectation) -> list[Finding]:
                                clip(content)))
     if exp.call in ("none", "any") and not calls and not (msg.content or "").strip() and not found \
             and msg.finish_reason not in ("length", "tool_calls"):
-        why = (f" with tool_choice {exp.choice!r} and tools in the request: the server rendered the tools and "
+        why = (f" with tool_choice {exp.choice!r} and tools in the request: most likely the server rendered the tools and "
                "its parser swallowed the call the model wrote" if exp.tools and exp.choice == "none" else "")
         tokens = msg.completion_tokens if msg.completion_tokens is not None else "some"
         out.append(Finding("empty_answer", f"text was due but the answer has no content and no tool call{why} "
