@@ -94,3 +94,29 @@ def test_both_servers_forced_and_plain_cases_pass(server, tmp_path):
     bad = [(c["id"], c["kind"], c["detail"]) for c in doc["checks"] if c["status"] != "pass"]
     assert bad == [] and code == ExitCode.OK
     assert len(doc["checks"]) == 14
+
+
+@pytest.mark.parametrize("kind", ["sglang", "vllm"])
+def test_both_servers_a_missing_key_is_http_error_with_health_open(kind, replay_of, tmp_path):
+    """Both servers guard the OpenAI routes with --api-key and leave /health open; check says which server it met."""
+    url = replay_of(kind)
+    code, doc, _ = run_json(tmp_path, ["--base-url", url, "--model", "moonshotai/Kimi-K2.5",
+                                       "--only", "health.live,health.models,contract.plain.nonstream"])
+    got = results(doc)
+    assert code == ExitCode.FAILED
+    assert got["health.live"]["status"] == "pass"
+    assert (got["health.models"]["status"], got["health.models"]["kind"]) == ("fail", "http_error")
+    assert "401" in got["contract.plain.nonstream"]["detail"]
+    # without the key the facts are refused too: SGLang's /model_info says 401 (still SGLang), vLLM's /v1/models
+    # says nothing of its owner, so the server is only "other"
+    assert doc["server"]["kind"] == {"sglang": "sglang", "vllm": "other"}[kind]
+
+
+@pytest.fixture
+def replay_of(request):
+    """``kind -> url`` of the replay with kimi_k2 parsers and an API key (SGLang unpatched, vLLM ``parsers``)."""
+    def url(kind: str) -> str:
+        if kind == "sglang":
+            return request.getfixturevalue("replay")["unpatched"].url()
+        return request.getfixturevalue("vllm_replay")["parsers"].url()
+    return url
