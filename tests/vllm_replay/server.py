@@ -4,7 +4,10 @@ Run with the vLLM test environment's interpreter (``scripts/vllm-testenv``; neve
 
     <vllm-env>/bin/python tests/vllm_replay/server.py [--no-parsers] [--api-key K] [--exclude-tools-when-none]
 
-It binds 127.0.0.1 on a free port and prints ``LISTENING <port>`` on stdout once ``/health`` answers 200.
+It binds 127.0.0.1 on a free port and prints ``LISTENING <port>`` on stdout once ``/health`` answers 200
+(about 12 s on a 2-core machine); vLLM's own log goes to stderr. ``KIMI_VLLM_REPLAY_LOG=FILE`` appends, per
+request, the prompt's tail and the ``StructuredOutputsParams`` the engine core received (for debugging the
+script). Nothing is downloaded: the model folder is a tokenizer and a config built in a temporary folder.
 
 What is vLLM's own code here (vllm 0.33.0): ``vllm serve``'s argument parser (``make_arg_parser``,
 ``validate_parsed_serve_args``), ``setup_server``/``run_server_worker`` (``EngineArgs`` →
