@@ -69,6 +69,7 @@ def test_vllm_without_parsers_is_config_mismatch_with_the_flags(vllm_replay, tmp
         assert (check["status"], check["kind"]) == ("fail", "config_mismatch"), check
         assert "--enable-auto-tool-choice --tool-call-parser kimi_k2" in check["detail"]
         assert "HTTP 400" in check["detail"]
+        assert check["fix"].startswith("restart the server with a Kimi tool-call parser: vLLM `--enable-auto-tool")
     assert doc["server"]["kind"] == "vllm"
 
 

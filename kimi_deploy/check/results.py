@@ -102,12 +102,21 @@ CUT_AT_MAX_TOKENS_FIX = ("the answer ran to max_tokens before any call: a server
                          "reasoning outgrew the case's budget (production.md §9)")
 
 
+#: The fix of a ``config_mismatch`` from a server that refused tools for want of a parser (its detail says
+#: "without a tool-call parser": :func:`kimi_deploy.check.client.no_tool_parser_finding`).
+NO_TOOL_PARSER_FIX = ("restart the server with a Kimi tool-call parser: vLLM `--enable-auto-tool-choice "
+                      "--tool-call-parser kimi_k2 --reasoning-parser kimi_k2`; SGLang: profile tool_call_parser and "
+                      "reasoning_parser = \"kimi_k2\", then `kimi-deploy install` and `kimi-deploy restart --wait`")
+
+
 def fix_for(kind: str | None, *, python: str | None = None, name: str | None = None, detail: str = "") -> str:
     """The one-line fix for ``kind`` (:data:`FIXES`), with the profile's interpreter and service name
     filled in (``<SGLang python>``/``<name>`` without a profile); ``""`` for no kind or an unknown one."""
     text = FIXES.get(kind or "", "")
     if kind == "model_declined" and "until max_tokens" in detail:
         text = CUT_AT_MAX_TOKENS_FIX
+    if kind == "config_mismatch" and "without a tool-call parser" in detail:
+        text = NO_TOOL_PARSER_FIX
     return text.replace("{python}", python or "<SGLang python>").replace("{name}", name or "<name>")
 
 
