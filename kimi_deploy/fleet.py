@@ -38,8 +38,8 @@ def gateway_files(profile: Profile, header: str) -> dict[str, str]:
                "check_unit": unit}
     env = _environment()
     return {gateway.gateway_unit(profile): env.get_template("gateway.service.j2").render(context),
-            f"{unit}.service": env.get_template("gateway-check.service.j2").render(context),
-            f"{unit}.timer": env.get_template("gateway-check.timer.j2").render(context)}
+            f"{unit}.service": env.get_template("check.service.j2").render(context),
+            f"{unit}.timer": env.get_template("check.timer.j2").render(context)}
 
 
 def is_node(profile: Profile, host: str) -> bool:

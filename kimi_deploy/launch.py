@@ -117,10 +117,12 @@ def build_launch(profile: Profile, sglang_version: str | Version = versions.DEFA
         sglang_version: target release (string or parsed).
         components: probed versions (``flashinfer``, ``torch``, ``cuda``) for the cache key.
         node_rank: for a multi-node profile (``[fleet]`` replicas of N > 1 nodes), the rank whose command
-            to build (default 0, the serving rank): the rows :meth:`options.Option.on_rank` puts on that rank,
-            then ``--nnodes N --node-rank R --dist-init-addr NODES[0]:PORT [--dist-timeout T]`` (:data:`options.FLEET_OPTIONS`
-            order, the same on every rank but for ``--node-rank``), then ``extra_args``; the environment
-            gains ``NCCL_SOCKET_IFNAME``/``GLOO_SOCKET_IFNAME`` = ``[fleet] nic``. Ignored otherwise.
+            to build: the rows :meth:`options.Option.on_rank` puts on that rank, ``extra_args``, then
+            ``--nnodes N --node-rank R --dist-init-addr NODES[0]:PORT [--dist-timeout T]``
+            (:data:`options.FLEET_OPTIONS` order; the same on every rank but for ``--node-rank``, and last, as
+            :func:`kimi_deploy.kubernetes.rank_server_args` puts them); the environment gains
+            ``NCCL_SOCKET_IFNAME``/``GLOO_SOCKET_IFNAME`` = ``[fleet] nic``. ``None`` (and for one-node
+            replicas): every row, no rank flags, the base that :mod:`kimi_deploy.kubernetes` adds its own to.
         rank0: the replica's rank-0 node for ``--dist-init-addr`` (default: the first replica's);
             :func:`kimi_deploy.ranks.rank_launch` passes each replica's.
 
@@ -130,8 +132,8 @@ def build_launch(profile: Profile, sglang_version: str | Version = versions.DEFA
     """
     version = sglang_version if isinstance(sglang_version, Version) else versions.parse_version(sglang_version)
     s, svc = profile.sglang, profile.service
-    multi = profile.nodes_per_copy > 1
-    rank = (node_rank or 0) if multi else 0
+    multi = profile.nodes_per_copy > 1 and node_rank is not None
+    rank = node_rank if multi else 0
     warnings: list[str] = []
     if version > versions.NEWEST_KNOWN:
         warnings.append(
@@ -146,10 +148,10 @@ def build_launch(profile: Profile, sglang_version: str | Version = versions.DEFA
         if multi and not option.on_rank(rank):
             continue
         EMITTERS[option.emit](_Emission(option, profile, version, args, env), getattr(s, option.key))
+    args += list(s.extra_args)
     if multi:
         args += _rank_args(profile, version, rank, rank0 or profile.replicas[0][0])
         env += [(name, profile.fleet.nic) for name in NIC_ENV]
-    args += list(s.extra_args)
     check_exposure(args, profile)
 
     key = cache_key(str(version), components)

@@ -54,6 +54,70 @@ def smg_path() -> str:
     pytest.skip("smg test environment missing: run scripts/smg-testenv")
 
 
+@pytest.fixture(scope="session")
+def vllm_python() -> str:
+    """Interpreter of the vLLM 0.33.0 test environment (``scripts/vllm-testenv``).
+
+    ``KIMI_DEPLOY_VLLM_PYTHON`` wins; else ``<repo>/.vllm-env/bin/python``. Missing: the test is
+    skipped with the command that creates it (CI always creates it: scripts/test).
+    """
+    explicit = os.environ.get("KIMI_DEPLOY_VLLM_PYTHON")
+    if explicit:
+        if not Path(explicit).exists():
+            pytest.fail(f"KIMI_DEPLOY_VLLM_PYTHON={explicit} does not exist")
+        return explicit
+    default = REPO / ".vllm-env" / "bin" / "python"
+    if default.exists():
+        return str(default)
+    if os.environ.get("CI"):
+        pytest.fail("the vLLM test environment is missing in CI; scripts/test must run scripts/vllm-testenv")
+    pytest.skip("vLLM test environment missing: run scripts/vllm-testenv")
+
+
+#: The SGLang replay's API key (its ``unpatched`` configuration).
+SGLANG_API_KEY = "sk-replay-test-key"
+
+
+@pytest.fixture(scope="session")
+def replay(sglang_python, tmp_path_factory):
+    """SGLang 0.5.23's serving layer with scripted Kimi output (tests/replay/server.py):
+    ``{"unpatched": kimi_k2 parsers and --api-key SGLANG_API_KEY, "noparsers": launched without parsers}``,
+    both started concurrently; each waited for by ``.url()``."""
+    from replay_process import Replay
+
+    logs = tmp_path_factory.mktemp("replay-logs")
+    servers = {
+        "unpatched": Replay(sglang_python, ["--api-key", SGLANG_API_KEY], logs / "unpatched.log"),
+        "noparsers": Replay(sglang_python, ["--no-parsers"], logs / "noparsers.log"),
+    }
+    yield servers
+    for server in servers.values():
+        server.stop()
+
+
+#: The vLLM replay's API key (its ``parsers`` configuration).
+VLLM_API_KEY = "sk-vllm-replay-key"
+
+
+@pytest.fixture(scope="session")
+def vllm_replay(vllm_python, tmp_path_factory):
+    """vLLM 0.33.0's real serving stack with a scripted Kimi engine core (tests/vllm_replay/server.py):
+    ``{"parsers": kimi_k2 tool and reasoning parsers with --enable-auto-tool-choice and --api-key
+    VLLM_API_KEY, "noparsers": launched without them, "exclude_none": parsers plus
+    --exclude-tools-when-tool-choice-none}``, started concurrently; each waited for by ``.url()``."""
+    from replay_process import VLLM_SERVER, Replay
+
+    logs = tmp_path_factory.mktemp("vllm-replay-logs")
+    servers = {
+        "parsers": Replay(vllm_python, ["--api-key", VLLM_API_KEY], logs / "parsers.log", VLLM_SERVER),
+        "noparsers": Replay(vllm_python, ["--no-parsers"], logs / "noparsers.log", VLLM_SERVER),
+        "exclude_none": Replay(vllm_python, ["--exclude-tools-when-none"], logs / "exclude_none.log", VLLM_SERVER),
+    }
+    yield servers
+    for server in servers.values():
+        server.stop()
+
+
 #: Opt-in patches applied on top of the defaults in :func:`patched_sglang`.
 PATCHED_WITH = ["sm120-flashinfer-allreduce-fusion", "sm120-torch-symm-mem"]
 

@@ -10,24 +10,23 @@ Configurations (tests/replay/server.py):
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
-import time
 from pathlib import Path
 
 import jsonschema
 import pytest
 
+from conftest import SGLANG_API_KEY
 from helpers import run_cli
+from replay_process import SGLANG_SERVER as SERVER, Replay  # noqa: F401 (SERVER: tests/test_monitoring_check_alerts.py)
 from kimi_deploy import paths
 from kimi_deploy.check import CheckOptions, run_checks
 from kimi_deploy.errors import ExitCode
 
 pytestmark = pytest.mark.sglang
 
-SERVER = Path(__file__).parent / "replay" / "server.py"
-API_KEY = "sk-replay-test-key"
+API_KEY = SGLANG_API_KEY  # the `replay` fixture (conftest.py) starts the unpatched server with it
 DROPPED_STYLES = ("sanitised", "openai", "anthropic", "uuid")  # SGLang 0.5.23 kimi_k2 drops these ids
 KEPT_STYLES = ("canonical", "counter")
 
@@ -49,53 +48,6 @@ speculative_num_steps = 3
 speculative_eagle_topk = 1
 speculative_num_draft_tokens = 4
 {extra}"""
-
-
-class Replay:
-    """One replay server subprocess (started at once, waited for by :meth:`url`)."""
-
-    def __init__(self, python: str, args: list[str], log: Path) -> None:
-        self.log = log
-        env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONDONTWRITEBYTECODE": "1"}
-        self.proc = subprocess.Popen([python, "-W", "ignore", str(SERVER), *args], stdout=subprocess.PIPE,
-                                     stderr=log.open("w"), env=env, text=True)
-        self._url: str | None = None
-
-    def url(self, timeout: float = 180.0) -> str:
-        if self._url:
-            return self._url
-        deadline = time.monotonic() + timeout
-        line = ""
-        while time.monotonic() < deadline:
-            line = self.proc.stdout.readline()
-            if line.startswith("LISTENING "):
-                self._url = f"http://127.0.0.1:{int(line.split()[1])}"
-                return self._url
-            if not line and self.proc.poll() is not None:
-                break
-        self.stop()
-        pytest.fail(f"replay server did not start; its log:\n{self.log.read_text()[-4000:]}")
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-
-
-@pytest.fixture(scope="session")
-def replay(sglang_python, tmp_path_factory):
-    """``{"unpatched": Replay, "noparsers": Replay}``, both started concurrently."""
-    logs = tmp_path_factory.mktemp("replay-logs")
-    servers = {
-        "unpatched": Replay(sglang_python, ["--api-key", API_KEY], logs / "unpatched.log"),
-        "noparsers": Replay(sglang_python, ["--no-parsers"], logs / "noparsers.log"),
-    }
-    yield servers
-    for server in servers.values():
-        server.stop()
 
 
 def build_target(sglang_python: str, directory: Path) -> Path:
@@ -200,7 +152,7 @@ def test_unpatched_server_passes_everything_but_the_foreign_id_round_trips(repla
     failed = {c["id"] for c in doc["checks"] if c["status"] != "pass"}
     assert failed == {f"contract.id_roundtrip.{s}.{m}" for s in DROPPED_STYLES for m in ("nonstream", "stream")} | {
         f"parser.tool_calls.{case}" for case in PARSER_FAILS_UNPATCHED}
-    assert doc["server"] == {"version": "0.5.23", "tool_call_parser": "kimi_k2", "reasoning_parser": "kimi_k2",
+    assert doc["server"] == {"kind": "sglang", "version": "0.5.23", "tool_call_parser": "kimi_k2", "reasoning_parser": "kimi_k2",
                              "served_model_name": "moonshotai/Kimi-K2.5"}
     assert doc["duration_s"] >= sum(c["duration_s"] for c in doc["checks"]) - 0.005  # the run covers its checks
     assert "contract.id_roundtrip.sanitised.stream" in result.stdout  # the table

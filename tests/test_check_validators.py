@@ -254,3 +254,37 @@ def test_parse_sse_non_json_data():
     parsed = parse_sse("data: {not json}\n\ndata: [DONE]\n\n")
     assert parsed.bad == ["{not json}"] and parsed.done
     assert [f.kind for f in check_shape(parsed)] == ["stream_shape"]
+
+
+# --- issue #19: OpenAI's named tool_choice finish_reason, empty answers ------------------------------------------
+
+NAMED = {"type": "function", "function": {"name": "get_weather"}}
+
+
+@pytest.mark.parametrize("finish,named,kinds", [
+    ("stop", "get_weather", set()),                            # OpenAI (and vLLM) end a forced named call with stop
+    ("tool_calls", "get_weather", set()),                      # SGLang ends it with tool_calls
+    ("stop", None, {"finish_reason_mismatch"}),                # auto/required: stop with calls stays a mismatch
+    ("length", "get_weather", {"finish_reason_mismatch"}),     # a cut call is not a finished one
+])
+def test_a_named_choice_may_end_with_stop(finish, named, kinds):
+    msg = Message(None, None, [ToolCall("functions.get_weather:0", "get_weather", '{"city": "Paris"}')], finish)
+    exp = Expectation(tools=(WEATHER,), call="some", choice=NAMED if named else "required", named=named)
+    assert {f.kind for f in check_message(msg, exp)} == kinds
+
+
+@pytest.mark.parametrize("content,finish,call,kinds", [
+    (None, "stop", "none", {"empty_answer"}),      # vLLM's tool_choice none without --exclude-tools-when-...
+    ("  ", "stop", "none", {"empty_answer"}),
+    (None, "stop", "any", {"empty_answer"}),
+    (None, "length", "none", set()),               # cut during reasoning: the budget, not the server
+    ("Hello.", "stop", "none", set()),
+    (None, "stop", "one", {"tool_call_dropped"}),  # a due call keeps its own kind
+])
+def test_an_answer_with_neither_text_nor_call_is_empty_answer(content, finish, call, kinds):
+    msg = Message(content, "some reasoning", [], finish, completion_tokens=40)
+    exp = Expectation(tools=(WEATHER,), call=call, choice="none" if call == "none" else "auto")
+    found = check_message(msg, exp)
+    assert {f.kind for f in found} == kinds
+    if kinds == {"empty_answer"} and call == "none":
+        assert "tool_choice 'none'" in found[0].detail and "40 completion tokens" in found[0].detail

@@ -294,11 +294,11 @@ def test_bench_with_a_dead_worker_and_a_drained_and_readded_one_has_no_failed_re
     before = fleet.metric("smg_router_requests_total")
     out = tmp_path / "bench.json"
     bench = subprocess.Popen(
-        [sys.executable, "-m", "kimi_deploy", "bench", "--base-url", fleet.url, "--api-key", KEY,
+        [sys.executable, "-m", "kimi_deploy", "bench", "--base-url", fleet.url,
          "--model", "moonshotai/Kimi-K2.5", "--concurrency", "4", "--num-prompts", "60", "--max-tokens", "16",
          "--no-flush-cache", "--no-progress", "--json", str(out)],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-        env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)})
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent), "KIMI_DEPLOY_API_KEY": KEY})
     _until(lambda: fleet.metric("smg_router_requests_total") >= before + 8 or bench.poll() is not None,
            "the bench to send its first requests")
     assert bench.poll() is None, "the bench finished before the drain: raise --num-prompts"

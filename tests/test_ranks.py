@@ -68,7 +68,7 @@ def test_every_rank_runs_the_same_command_but_node_rank_and_serving_options():
     for launch in (first, second):
         groups = launch.flag_groups()
         assert ("--nnodes", "2") in groups and ("--dist-init-addr", "10.0.0.11:20000") in groups
-        assert ("--dist-timeout", "1800") in groups and groups[-1] == ("--log-requests",)
+        assert groups[-5:-3] == [("--log-requests",), ("--nnodes", "2")] and groups[-1] == ("--dist-timeout", "1800")
         env = dict(launch.env)
         assert env["NCCL_SOCKET_IFNAME"] == env["GLOO_SOCKET_IFNAME"] == "ens5f0"
     assert first.secrets_config == "/run/kimi-k25/sglang-secrets.yaml" and second.secrets_config is None

@@ -327,13 +327,32 @@ def transport_finding(exc: Exception, what: str) -> Finding:
     return Finding("unreachable", f"{what}: {type(exc).__name__}", clip(exc))
 
 
+#: What a server without a tool-call parser answers a request with ``tools`` (HTTP 400): vLLM 0.33.0
+#: ``renderers/online_renderer.py`` says ``"auto" tool choice requires --enable-auto-tool-choice and
+#: --tool-call-parser to be set`` (auto) or ``tool_choice=... requires --tool-call-parser to be set``.
+NO_TOOL_PARSER_MARKERS = ("--enable-auto-tool-choice", "requires --tool-call-parser")
+
+#: The flags a server without a Kimi tool-call parser needs (vLLM's spelling; SGLang takes the last two).
+TOOL_PARSER_FLAGS = "--enable-auto-tool-choice --tool-call-parser kimi_k2 --reasoning-parser kimi_k2"
+
+
+def no_tool_parser_finding(status: int, body: str) -> Finding | None:
+    """``config_mismatch`` when a 4xx ``body`` says the server runs without a tool-call parser; else None."""
+    if not 400 <= status < 500 or not any(m in body for m in NO_TOOL_PARSER_MARKERS):
+        return None
+    return Finding("config_mismatch", f"{status_label(status)}: the server runs without a tool-call parser; "
+                   f"relaunch it with {TOOL_PARSER_FLAGS} (vLLM; SGLang: --tool-call-parser kimi_k2 "
+                   "--reasoning-parser kimi_k2)", clip_body(body))
+
+
 def openai_finding(exc: Exception, *, streaming: bool, raw: str = "") -> Finding:
     """The failure kind for an exception the ``openai`` client raised.
 
     APITimeoutError → ``timeout``; APIConnectionError → ``unreachable``; a status error →
     :func:`status_kind` (5xx ``server_error``, others ``http_error``), labelled by
     :func:`status_label`, never by the client's class name (401/403: ``http_error`` with
-    :func:`auth_note`); a generic
+    :func:`auth_note`; a 4xx saying the server lacks a tool-call parser: ``config_mismatch``,
+    :func:`no_tool_parser_finding`); a generic
     APIError while streaming (openai-python raises it for an SSE ``{"error": ...}`` frame) →
     ``error_frame``; anything else (a body the client could not decode) → ``server_error``.
     An answer refused unread (:class:`ResponseRefused`, over a cap or encoded) → :data:`REFUSED_KIND`.
@@ -351,6 +370,9 @@ def openai_finding(exc: Exception, *, streaming: bool, raw: str = "") -> Finding
         if note:
             return Finding("http_error", f"{status_label(exc.status_code)}: {note}; fix: {AUTH_FIX}",
                            clip(f"HTTP {exc.status_code}: {note}"))
+        missing = no_tool_parser_finding(exc.status_code, body)
+        if missing is not None:
+            return missing
         return Finding(status_kind(exc.status_code), status_label(exc.status_code), clip_body(body))
     if isinstance(exc, openai.APIError) and streaming:
         return Finding("error_frame", f"the stream carried an error ({type(exc).__name__}: {exc.message})",

@@ -30,6 +30,10 @@ class Context:
     facts_denied: tuple[str, int] | None = None
     #: ``(status, body)`` of ``GET /v1/models`` as :meth:`served_model` got it (``None``: not asked or no answer).
     models_answer: tuple[int, Any] | None = None
+    #: Which server answers (:meth:`identify`): ``sglang``, ``vllm`` or ``other``; ``None`` until asked.
+    server_kind: str | None = None
+    #: Its version where it says (SGLang ``/server_info`` ``version``, vLLM ``/version``).
+    server_version: str | None = None
     _cache: dict[str, Any] = dataclasses.field(default_factory=dict, repr=False)
 
     def load_facts(self) -> None:
@@ -47,6 +51,35 @@ class Context:
                 setattr(self, attr, data)
             elif status in (401, 403) and self.facts_denied is None:
                 self.facts_denied = (path, status)
+
+    def identify(self) -> str:
+        """``sglang``, ``vllm`` or ``other``, from what the server answers (asked once).
+
+        SGLang: ``/model_info`` or ``/server_info`` answered (0.5.23 ``http_server.py``; a 401/403 there
+        counts too). vLLM: ``/v1/models`` lists a model ``owned_by`` ``"vllm"`` (vLLM 0.33.0
+        ``ModelCard``; a proxy such as LiteLLM in front answers its own ``owned_by``, so it is ``other``),
+        and its ``GET /version`` gives the version. Anything else: ``other``.
+        """
+        if self.server_kind is not None:
+            return self.server_kind
+        self.load_facts()
+        if self.model_info is not None or self.server_info is not None or self.facts_denied:
+            self.server_kind = "sglang"
+            self.server_version = (self.server_info or {}).get("version")
+            return self.server_kind
+        self.served_model()
+        status, body = self.models_answer or (0, None)
+        owners = {m.get("owned_by") for m in (body or {}).get("data") or [] if isinstance(m, dict)} \
+            if status == 200 and isinstance(body, dict) else set()
+        self.server_kind = "vllm" if "vllm" in owners else "other"
+        if self.server_kind == "vllm":
+            try:
+                status, data = self.clients.get_json("/version")
+            except httpx.TransportError:
+                data = None
+            if isinstance(data, dict) and isinstance(data.get("version"), str):
+                self.server_version = data["version"]
+        return self.server_kind
 
     def served_model(self) -> str | None:
         """The first model ``/v1/models`` lists (asked once; ``None`` when it lists none, does not answer, or

@@ -127,6 +127,18 @@ def health_models(ctx: Context) -> Outcome:
                          clip(", ".join(map(str, ids)))))
 
 
+def unreadable_config(ctx: Context, what: str) -> str:
+    """Why a config check skips on a server without SGLang's ``/model_info``/``/server_info``: which
+    server it is (:meth:`Context.identify`) and what covers the setting instead."""
+    kind = ctx.identify()
+    if kind == "vllm":
+        version = f" {ctx.server_version}" if ctx.server_version else ""
+        return (f"vLLM{version} (/v1/models owned_by 'vllm') reports no server arguments (no /model_info or "
+                f"/server_info): its {what} cannot be compared with the profile; the contract tier tests its effect")
+    return (f"the server is not SGLang (no /model_info or /server_info): its {what} cannot be compared with the "
+            "profile; the contract tier tests its effect")
+
+
 def _config_compare(ctx: Context, what: str, pairs: list[tuple[str, object]]) -> Outcome:
     """Compare profile values with the server's (``pairs``: SGLang argument name, expected value)."""
     if ctx.profile is None:
@@ -136,7 +148,7 @@ def _config_compare(ctx: Context, what: str, pairs: list[tuple[str, object]]) ->
         if ctx.facts_denied:  # 401/403: the facts exist but need the key; a profile expects them
             path, status = ctx.facts_denied
             return _fail(_status_finding(ctx, path, status, ""))
-        return _skip("the server exposes neither /model_info nor /server_info (not SGLang?)")
+        return _skip(unreadable_config(ctx, what))
     mismatches, shown = [], []
     for name, expected in pairs:
         source = [s for s in (ctx.model_info, ctx.server_info) if s and name in s]

@@ -36,7 +36,8 @@ FAILURE_KINDS: tuple[str, ...] = (
     "reasoning_leak",          # reasoning returned although thinking was switched off
     "missing_reasoning",       # thinking on, but no reasoning_content/reasoning field
     "tool_call_dropped",       # a call was due and the model produced one, but none reached the client
-    "finish_reason_mismatch",  # finish_reason "tool_calls" without calls, or calls without it
+    "empty_answer",            # text was due, the answer has neither content nor a tool call
+    "finish_reason_mismatch",  # finish_reason "tool_calls" without calls, or calls without it (named choice: stop too)
     "invalid_arguments",       # arguments is not a string holding a JSON object
     "schema_violation",        # arguments do not validate against the tool's JSON schema
     "unknown_tool",            # a call names a tool the request did not offer
@@ -77,6 +78,9 @@ FIXES: dict[str, str] = {
     "tool_call_dropped": "apply the kit's patch series (kimi-k2-tool-call-ids, kimi-k2-canonical-history-ids): "
                          "`kimi-deploy patch apply --python {python}`, then `kimi-deploy restart --wait`; or stop "
                          "the client from rewriting tool-call ids",
+    "empty_answer": "with tool_choice none: the server still puts the tools in the prompt, Kimi writes a call and "
+                    "the parser swallows it; vLLM: launch with --exclude-tools-when-tool-choice-none; otherwise "
+                    "read the server's log (`journalctl -u {name}`) for what the model generated",
     "finish_reason_mismatch": "a parser/serving bug: report it upstream with this evidence; "
                               "`kimi-deploy patch status --python {python}` shows what is applied",
     "invalid_arguments": "a parser bug or model output the parser cannot repair: "
@@ -106,12 +110,21 @@ CUT_AT_MAX_TOKENS_FIX = ("the answer ran to max_tokens before any call: a server
                          "reasoning outgrew the case's budget (production.md §9)")
 
 
+#: The fix of a ``config_mismatch`` from a server that refused tools for want of a parser (its detail says
+#: "without a tool-call parser": :func:`kimi_deploy.check.client.no_tool_parser_finding`).
+NO_TOOL_PARSER_FIX = ("restart the server with a Kimi tool-call parser: vLLM `--enable-auto-tool-choice "
+                      "--tool-call-parser kimi_k2 --reasoning-parser kimi_k2`; SGLang: profile tool_call_parser and "
+                      "reasoning_parser = \"kimi_k2\", then `kimi-deploy install` and `kimi-deploy restart --wait`")
+
+
 def fix_for(kind: str | None, *, python: str | None = None, name: str | None = None, detail: str = "") -> str:
     """The one-line fix for ``kind`` (:data:`FIXES`), with the profile's interpreter and service name
     filled in (``<SGLang python>``/``<name>`` without a profile); ``""`` for no kind or an unknown one."""
     text = FIXES.get(kind or "", "")
     if kind == "model_declined" and "until max_tokens" in detail:
         text = CUT_AT_MAX_TOKENS_FIX
+    if kind == "config_mismatch" and "without a tool-call parser" in detail:
+        text = NO_TOOL_PARSER_FIX
     return text.replace("{python}", python or "<SGLang python>").replace("{name}", name or "<name>")
 
 

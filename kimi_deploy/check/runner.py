@@ -180,8 +180,10 @@ def _load_facts(ctx: Context, report: CheckReport, ids: list[str]) -> None:
     unreadably stays unknown: the checks that need it say so."""
     try:
         ctx.load_facts()
+        kind = ctx.identify()
         report.server = {k: v if isinstance(v, str) else clip(v) for k, v in {
-            "version": (ctx.server_info or {}).get("version"),
+            "kind": kind,
+            "version": ctx.server_version,
             "tool_call_parser": ctx.server_value("tool_call_parser"),
             "reasoning_parser": ctx.server_value("reasoning_parser"),
             "served_model_name": ctx.server_value("served_model_name"),

@@ -1,7 +1,11 @@
 """Response validators: what every chat completion must hold, streamed or not.
 
 Rules (issue #5; ../shared/notes/tool-call-failures.md, "What an API-contract check needs"):
-no marker in content or reasoning; finish_reason ``tool_calls`` iff non-empty ``tool_calls``;
+no marker in content or reasoning; finish_reason ``tool_calls`` iff non-empty ``tool_calls``, except
+that a call forced by a named ``tool_choice`` may end with ``stop`` (OpenAI's own API does: vLLM
+0.33.0 ``resolve_finish_reason`` keeps ``stop`` "for which OpenAI reports stop"); text where text
+is due (no call allowed, or either allowed): an answer with neither content nor calls is
+``empty_answer``;
 each call names a requested tool and its ``arguments`` string parses to a JSON object valid
 against that tool's ``parameters`` schema (JSON Schema, checked with ``jsonschema``); ids
 unique across the conversation and, on a ``kimi_k2`` server, canonical ``functions.NAME:N``
@@ -29,7 +33,7 @@ CANONICAL_KIMI_ID = re.compile(r"^functions\.[A-Za-z0-9_.-]+:\d+$")
 PRIORITY: tuple[str, ...] = (
     "unreachable", "timeout", "error_frame", "server_error", "invalid_response", "http_error", "wrong_tool",
     "markup_leak",
-    "tool_call_dropped", "finish_reason_mismatch", "unknown_tool", "invalid_arguments",
+    "tool_call_dropped", "empty_answer", "finish_reason_mismatch", "unknown_tool", "invalid_arguments",
     "schema_violation", "tool_choice_violation", "duplicate_id", "noncanonical_id",
     "reasoning_leak", "missing_reasoning", "stream_shape", "config_mismatch", "model_declined",
 )
@@ -227,7 +231,7 @@ def check_message(msg: Message, exp: Expectation) -> list[Finding]:
     if msg.finish_reason == "tool_calls" and not calls:
         out.append(Finding("finish_reason_mismatch", "finish_reason is tool_calls but tool_calls is empty",
                            clip(msg.content or "")))
-    elif calls and msg.finish_reason != "tool_calls":
+    elif calls and msg.finish_reason != "tool_calls" and not (exp.named and msg.finish_reason == "stop"):
         out.append(Finding("finish_reason_mismatch",
                            f"{len(calls)} tool call(s) but finish_reason is {msg.finish_reason!r}",
                            clip(calls[0].name)))
@@ -247,6 +251,15 @@ def check_message(msg: Message, exp: Expectation) -> list[Finding]:
             cut = " until max_tokens (finish_reason 'length'; not retried)" if msg.finish_reason == "length" else ""
             out.append(Finding("model_declined", f"a tool call was due; the model answered in prose{cut}",
                                clip(content)))
+    if exp.call in ("none", "any") and not calls and not (msg.content or "").strip() and not found \
+            and msg.finish_reason not in ("length", "tool_calls"):
+        why = (f" with tool_choice {exp.choice!r} and tools in the request: most likely the server rendered the tools and "
+               "its parser swallowed the call the model wrote" if exp.tools and exp.choice == "none" else "")
+        tokens = msg.completion_tokens if msg.completion_tokens is not None else "some"
+        out.append(Finding("empty_answer", f"text was due but the answer has no content and no tool call{why} "
+                           f"(finish_reason {msg.finish_reason!r}, {tokens} completion tokens)",
+                           clip(f"finish_reason={msg.finish_reason}; completion_tokens={msg.completion_tokens}; "
+                                f"content={msg.content!r}; no tool_calls")))
     if exp.call == "two" and calls and len(calls) < 2:
         out.append(Finding("tool_call_dropped", f"two calls were due in one turn, got {len(calls)}",
                            clip(", ".join(str(c.name) for c in calls))))

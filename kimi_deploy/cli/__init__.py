@@ -47,7 +47,7 @@ def _asks_json_stdout(command: click.Command | None, args: list[str]) -> bool:
 #: of its help). The help is repeated here so that ``kimi-deploy --help`` lists the verbs without importing
 #: their modules; ``tests/test_cli_startup.py`` keeps each entry equal to the verb's own docstring.
 VERBS: dict[str, tuple[str, str]] = {
-    "render": ("render", "Render a profile into an SGLang launch command and hardened systemd units."),
+    "render": ("render", "Render a profile into an SGLang launch command and hardened systemd units (or Kubernetes manifests)."),
     "presets": ("render", "List the built-in presets, one line each."),
     "init": ("render", "Write a commented deployment profile to PATH to start from."),
     "validate": ("validate", "Render for the installed SGLang version and parse the command with SGLang's own "

@@ -9,7 +9,8 @@ import click
 from kimi_deploy import paths, render as render_lib
 from kimi_deploy.cli.options import echo_json, json_flag, profile_options, resolve_profile
 from kimi_deploy.errors import UsageError
-from kimi_deploy.fsio import check_output_dir, check_output_paths, create_output_dir, write_atomic
+from kimi_deploy.fsio import (check_output_dir, check_output_paths, create_output_dir, write_atomic,
+                              write_many_atomic)
 from kimi_deploy.presets import PRESETS, get_preset
 from kimi_deploy.profile import default_api_key_file, naming_warnings, toml_value
 from kimi_deploy.versions import DEFAULT_SGLANG_VERSION
@@ -27,11 +28,16 @@ from kimi_deploy.versions import DEFAULT_SGLANG_VERSION
 @click.option("--print-command", is_flag=True,
               help="Print the launch command to paste on the host (with an API key: first the step that writes "
                    "SGLang's --config YAML from the key file).")
+@click.option("--target", type=click.Choice(["systemd", "kubernetes"]), default="systemd", show_default=True,
+              help="systemd units for hosts, or Kubernetes manifests (LeaderWorkerSet, kustomization.yaml) "
+                   "from the profile's [kubernetes] table.")
 @json_flag("Print the result as JSON.")
-def render_cmd(profile_path, preset, sglang_version, python, out_dir, print_command, as_json):
-    """Render a profile into an SGLang launch command and hardened systemd units."""
+def render_cmd(profile_path, preset, sglang_version, python, out_dir, print_command, target, as_json):
+    """Render a profile into an SGLang launch command and hardened systemd units (or Kubernetes manifests)."""
     check_output_dir("--out", out_dir)  # the rule of every output path: nothing created on the way
     profile = resolve_profile(profile_path, preset)
+    if target == "kubernetes":
+        return _render_kubernetes(profile, sglang_version, python, out_dir, print_command, as_json)
     components = None
     if python:
         if sglang_version:
@@ -82,6 +88,37 @@ def render_cmd(profile_path, preset, sglang_version, python, out_dir, print_comm
     if not rendered.monitoring:
         click.echo("note: sglang.enable_metrics is off, so no Prometheus files were rendered "
                    "(set enable_metrics = true)", err=True)
+
+
+def _render_kubernetes(profile, sglang_version, python, out_dir, print_command, as_json):
+    """``render --target kubernetes``: manifests into ``out_dir`` (atomically), or printed."""
+    from kimi_deploy import kubernetes
+
+    if print_command or python:
+        raise UsageError("--print-command and --python are for the systemd target",
+                         value="--print-command" if print_command else f"--python {python}",
+                         hint="the image's SGLang is the one that runs: give --sglang-version V "
+                              "matching the image tag")
+    manifests = kubernetes.render(profile, sglang_version)  # every problem is exit 2 before anything is written
+    for warning in (*manifests.warnings, *naming_warnings(profile)):
+        click.echo(f"warning: {warning}", err=True)
+    if out_dir:
+        create_output_dir(out_dir)
+        write_many_atomic({out_dir / name: text for name, text in manifests.files.items()})
+    if as_json:
+        echo_json({"target": "kubernetes", "sglang_version": manifests.launch.sglang_version,
+                   "profile_sha256": profile.digest(), "copies": manifests.shape.copies,
+                   "nodes_per_copy": manifests.shape.nodes,
+                   "files": {name: str(out_dir / name) if out_dir else None for name in manifests.files},
+                   "warnings": list(manifests.warnings)})
+        return
+    if out_dir:
+        for name in manifests.files:
+            click.echo(f"wrote {out_dir / name}")
+        return
+    for name, text in manifests.files.items():
+        click.echo(f"# ---- {name}")
+        click.echo(text, nl=False)
 
 
 @click.command("presets")

@@ -114,7 +114,9 @@ def respond(prompt: str, sampling_params: dict | None = None) -> str:
     """Raw completion text (markers included) for a rendered Kimi-style ``prompt``.
 
     ``sampling_params`` are SGLang's (``structural_tag``/``json_schema``/``ebnf`` mean a grammar
-    constraint is forcing a tool call). Deterministic: the same prompt gives the same text.
+    constraint is forcing a tool call); ``canonical_ids`` true: every call id is ``functions.NAME:N``
+    whatever the history's style (vLLM's structural tag admits no other). Deterministic: the same
+    prompt gives the same text.
     """
     params = sampling_params or {}
     thinking = prompt.endswith("<think>")
@@ -160,7 +162,8 @@ def respond(prompt: str, sampling_params: dict | None = None) -> str:
     if calls:
         out.append("<|tool_calls_section_begin|>")
         for k, (name, args) in enumerate(calls):
-            call_id = next_id(history_ids, name, len(history_ids) + k)
+            call_id = (f"functions.{name}:{len(history_ids) + k}" if params.get("canonical_ids")
+                       else next_id(history_ids, name, len(history_ids) + k))
             out.append(f"<|tool_call_begin|>{call_id}<|tool_call_argument_begin|>"
                        f"{json.dumps(args, ensure_ascii=False)}<|tool_call_end|>")
         out.append("<|tool_calls_section_end|>")

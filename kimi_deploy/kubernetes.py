@@ -1,0 +1,513 @@
+"""Profile -> Kubernetes manifests: one LeaderWorkerSet for the model copies, Services, the gateway, the check.
+
+``render --target kubernetes --out DIR`` writes plain YAML (no Helm) and a ``kustomization.yaml``, so
+``kubectl apply -k DIR`` applies it. :func:`render` is pure and deterministic, like the systemd render.
+
+What is rendered (``<n>`` is ``[kubernetes] name``, default ``[service] name``):
+
+- ``server-leaderworkerset.yaml``: a LeaderWorkerSet (kubernetes-sigs/lws, ``leaderworkerset.x-k8s.io/v1``)
+  with ``replicas`` = the fleet's copies and ``size`` = nodes per copy (:func:`fleet_shape`). Every pod
+  runs SGLang's command from the same option table as the systemd unit (:func:`kimi_deploy.launch.
+  build_launch`); the multi-node flags take LWS's injected ``$(LWS_LEADER_ADDRESS)``, ``$(LWS_GROUP_SIZE)``
+  and ``$(LWS_WORKER_INDEX)`` (Kubernetes expands ``$(VAR)`` in ``args`` from the container's environment).
+  Options whose table scope is "serving rank only" (host, port, parsers, the key) are on the leader only, and so
+  are the probes: ranks >= 1 answer ``/health`` with a dummy 200 (SGLang 0.5.23), which proves nothing.
+  ``startupPolicy: LeaderCreated``: with ``LeaderReady`` the workers would wait for a leader that cannot
+  be ready before they join. ``restartPolicy: RecreateGroupOnPodRestart``: a rank that restarts alone
+  would hang joining stale peers (notes/scale-out.md).
+- ``server-service.yaml``: a ClusterIP Service ``<n>-leader`` in front of the leaders (LWS itself
+  creates the headless Service ``<n>`` the ranks find each other by).
+- with ``[gateway]``: ``gateway-rbac.yaml`` (ServiceAccount, Role allowing pods get/list/watch in the
+  namespace, RoleBinding), ``gateway-deployment.yaml`` (smg with label-selector discovery of the leader
+  pods in this namespace only) and ``gateway-service.yaml``.
+- ``check-configmap.yaml`` (the profile, for the check), ``check-pvc.yaml`` (unless ``check_report_claim``
+  names one), ``check-cronjob.yaml``: ``kimi-deploy check`` on ``check_schedule`` writing
+  ``check-report.json`` to that claim.
+- ``namespace.yaml`` with Pod Security admission labels (``restricted``; ``privileged`` only with
+  ``rdma = true``, which puts the SGLang pods on the host network, said in a comment).
+
+The API key is never in a rendered file, an env variable or argv of SGLang: the operator creates the
+Secret (``kubectl create secret generic <secret> --from-file=api-key=FILE``), it is mounted as a file,
+and an init container turns it into SGLang's ``--config`` YAML at the same path as the systemd unit
+(``/run/<service>/sglang-secrets.yaml``, a memory-backed emptyDir), with the same script
+(:data:`kimi_deploy.launch.HOST_SECRETS_SCRIPT`). smg 1.13.0 takes its key only as ``--api-key`` on
+its command line: the gateway's shell reads it from the mounted Secret at start (so it is in no
+manifest and no env), which leaves it in smg's argv inside the gateway pod.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Mapping
+from typing import Any
+
+from kimi_deploy import __version__, options, versions
+from kimi_deploy.argv import flag_groups, split_equals
+from kimi_deploy.errors import ProfileError
+from kimi_deploy.launch import API_KEY_CREDENTIAL, HOST_SECRETS_SCRIPT, LaunchSpec, build_launch
+from kimi_deploy.profile import Kubernetes, Profile, dump_profile
+from kimi_deploy.render import GENERATED_PREFIX
+from kimi_deploy.yamltext import dump, dump_all
+
+#: apiVersion of LeaderWorkerSet (the CRD in shared/k8s, kubernetes-sigs/lws v0.10).
+LWS_API = "leaderworkerset.x-k8s.io/v1"
+#: Environment LWS injects into every container of a group (kubernetes-sigs/lws, SGLang's LWS example).
+LWS_LEADER_ADDRESS = "$(LWS_LEADER_ADDRESS)"
+LWS_GROUP_SIZE = "$(LWS_GROUP_SIZE)"
+LWS_WORKER_INDEX = "$(LWS_WORKER_INDEX)"
+#: GPU resource of NVIDIA's device plugin.
+GPU_RESOURCE = "nvidia.com/gpu"
+#: Where the API-key Secret is mounted (file ``api-key`` in it) in every pod that needs the key.
+SECRET_DIR = "/var/run/secrets/kimi-deploy"
+#: Where the check pod finds the profile (ConfigMap) and writes its reports (PVC).
+CHECK_PROFILE = "/etc/kimi-deploy/profile.toml"
+REPORT_DIR = "/reports"
+#: Label keys: the kit's object name and role; LWS sets its own (``leaderworkerset.sigs.k8s.io/*``).
+NAME_LABEL = "app.kubernetes.io/name"
+COMPONENT_LABEL = "app.kubernetes.io/component"
+ROLE_LABEL = "kimi-deploy.io/role"
+#: SGLang's own limit on one health generation (``SGLANG_HEALTH_CHECK_TIMEOUT``, 20 s in 0.5.23); the
+#: readiness probe's timeout must be above it or a slow but healthy server flaps.
+SGLANG_HEALTH_TIMEOUT_S = 20
+READINESS_TIMEOUT_S = 30
+STARTUP_PERIOD_S = 10
+#: Longest ``[kubernetes] name``: CronJob names are at most 52 characters and the kit appends ``-check``;
+#: LWS pod names append ``-<group>-<index>``.
+MAX_NAME = 40
+#: Order ``kustomization.yaml`` lists the files in (the order ``kubectl apply -k`` creates them).
+FILE_ORDER = ("namespace.yaml", "gateway-rbac.yaml", "check-configmap.yaml", "check-pvc.yaml",
+              "server-leaderworkerset.yaml", "server-service.yaml", "gateway-deployment.yaml",
+              "gateway-service.yaml", "check-cronjob.yaml")
+
+
+@dataclasses.dataclass(frozen=True)
+class FleetShape:
+    """What Kubernetes reads of ``[fleet]`` (FLEET.md): ``copies`` of the model, ``nodes`` per copy.
+
+    ``leader``: the systemd rank 0 address of the first copy (``None`` for one node), used only to
+    compare the commands; ``dist_init_port``/``dist_timeout``/``nic``: ``[fleet]``'s values.
+    """
+
+    copies: int = 1
+    nodes: int = 1
+    dist_init_port: int = 20000
+    dist_timeout: int | None = None
+    nic: str | None = None
+    leader: str | None = None
+
+
+def fleet_shape(profile: Profile) -> FleetShape:
+    """The fleet's shape (FLEET.md): :attr:`Profile.copies` x :attr:`Profile.nodes_per_copy`, one by one
+    without ``[fleet]``, and the multi-node settings of ``[fleet]``."""
+    fleet = profile.fleet
+    if fleet is None:
+        return FleetShape()
+    first = profile.replicas[0]
+    return FleetShape(copies=profile.copies, nodes=profile.nodes_per_copy,
+                      dist_init_port=fleet.dist_init_port or FleetShape.dist_init_port,
+                      dist_timeout=fleet.dist_timeout, nic=fleet.nic, leader=first[0] if len(first) > 1 else None)
+
+
+def rank_server_args(profile: Profile, launch: LaunchSpec, shape: FleetShape, rank: int,
+                     leader: str) -> tuple[str, ...]:
+    """SGLang's arguments on node rank ``rank`` of a copy whose rank 0 is reachable at ``leader``.
+
+    One node: the launch's arguments unchanged. N nodes: ``--nnodes N --node-rank R --dist-init-addr
+    LEADER:PORT`` (and ``--dist-timeout``) after them, and on ranks >= 1 the groups of every option the
+    table keeps off that rank (:meth:`kimi_deploy.options.Option.on_rank`: the "serving rank only" rows,
+    host, port, served name, parsers, ``--config`` with the key).
+    """
+    args = list(launch.server_args)
+    if shape.nodes == 1:
+        return tuple(args)
+    if rank > 0:
+        rows = {flag: row for row in options.ALL_OPTIONS for flag in row.flags}
+        kept = [g for g in flag_groups(args)
+                if split_equals(g)[0] not in rows or rows[split_equals(g)[0]].on_rank(rank)]
+        args = [word for group in kept for word in group]
+    args += ["--nnodes", str(shape.nodes), "--node-rank", str(rank),
+             "--dist-init-addr", f"{leader}:{shape.dist_init_port}"]
+    if shape.dist_timeout is not None:
+        args += ["--dist-timeout", str(shape.dist_timeout)]
+    return tuple(args)
+
+
+def container_args(profile: Profile, launch: LaunchSpec, shape: FleetShape, *, leader: bool) -> list[str]:
+    """The container's ``args``: :func:`rank_server_args` with the LWS variables for the per-rank values."""
+    args = list(rank_server_args(profile, launch, shape, 0 if leader else 1, LWS_LEADER_ADDRESS))
+    lws = {"--nnodes": LWS_GROUP_SIZE, "--node-rank": LWS_WORKER_INDEX}
+    for i in range(len(args) - 1):
+        if args[i] in lws:
+            args[i + 1] = lws[args[i]]
+    return args
+
+
+def substitute_lws(args: list[str], *, leader_address: str, group_size: int, worker_index: int) -> list[str]:
+    """``args`` with ``$(LWS_*)`` replaced as Kubernetes does for one pod (tests and review)."""
+    values = {LWS_LEADER_ADDRESS: leader_address, LWS_GROUP_SIZE: str(group_size),
+              LWS_WORKER_INDEX: str(worker_index)}
+    out = []
+    for arg in args:
+        for var, value in values.items():
+            arg = arg.replace(var, value)
+        out.append(arg)
+    return out
+
+
+@dataclasses.dataclass(frozen=True)
+class Manifests:
+    """The result of :func:`render`: ``files`` maps file name -> YAML text in apply order, plus notes."""
+
+    profile: Profile
+    launch: LaunchSpec
+    shape: FleetShape
+    files: Mapping[str, str]
+    warnings: tuple[str, ...] = ()
+
+
+def object_name(profile: Profile) -> str:
+    """``[kubernetes] name``, else ``[service] name`` (the rules require it to be a DNS label)."""
+    k8s = profile.kubernetes
+    return (k8s.name if k8s and k8s.name else None) or profile.service.name
+
+
+def problems(profile: Profile) -> list[str]:
+    """Cross-table rules of ``render --target kubernetes``: one ``key: problem; fix`` line each (empty: fine)."""
+    k8s = profile.kubernetes
+    if k8s is None:
+        return ["kubernetes: the profile has no [kubernetes] table; add one with at least "
+                "image = \"lmsysorg/sglang:v0.5.23-cu130\" and check_image (production.md, Kubernetes)"]
+    s, svc = profile.sglang, profile.service
+    out: list[str] = []
+    name = object_name(profile)
+    from kimi_deploy.profile import DNS_LABEL
+
+    if not DNS_LABEL.fullmatch(name) or len(name) > MAX_NAME:
+        out.append(f"kubernetes.name: {name!r} (from [service] name) is not a DNS label of at most {MAX_NAME} "
+                   "characters, which every object name derives from; set [kubernetes] name = \"kimi-k25\"")
+    if s.host not in ("0.0.0.0", "::"):
+        out.append(f"sglang.host: {s.host} cannot be bound in a pod (its address is assigned at start) and "
+                   "nothing outside the pod could reach a loopback server; set host = \"0.0.0.0\"")
+    if svc.gpu_count > k8s.node_gpus:
+        out.append(f"service.gpu_count: {svc.gpu_count} GPUs per pod, but the node type has node_gpus = "
+                   f"{k8s.node_gpus}; no node could schedule the pod; lower gpu_count (and tp_size) or set "
+                   "node_gpus to what the nodes have")
+    for key in ("model_path", "speculative_draft_model_path"):
+        path = getattr(s, key)
+        if path and not (path + "/").startswith(k8s.model_mount + "/"):
+            out.append(f"sglang.{key}: {path} is not under kubernetes.model_mount = {k8s.model_mount}, the only "
+                       "model folder mounted in the pod; set model_mount to a folder holding it")
+    if k8s.model_volume == "pvc" and not k8s.model_claim:
+        out.append("kubernetes.model_claim: model_volume = \"pvc\" needs the claim's name; set model_claim")
+    if k8s.model_volume == "hostPath" and k8s.model_claim:
+        out.append("kubernetes.model_claim: set, but model_volume = \"hostPath\"; set model_volume = \"pvc\" "
+                   "or remove model_claim")
+    if not k8s.check_image:
+        out.append(f"kubernetes.check_image: the nightly check CronJob needs an image with kimi-deploy "
+                   f"{__version__} installed; set check_image = \"REGISTRY/kimi-deploy:{__version__}\"")
+    if profile.gateway is not None and not k8s.gateway_image:
+        out.append("kubernetes.gateway_image: [gateway] is set but no image with the pinned smg; set "
+                   "gateway_image = \"REGISTRY/smg:1.13.0\"")
+    return out
+
+
+def _labels(name: str, component: str, role: str | None = None) -> dict[str, str]:
+    labels = {NAME_LABEL: name, COMPONENT_LABEL: component, "app.kubernetes.io/managed-by": "kimi-deploy"}
+    if role:
+        labels[ROLE_LABEL] = role
+    return labels
+
+
+def _security(k8s: Kubernetes) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(pod securityContext, container securityContext) of Pod Security's ``restricted`` level."""
+    pod = {"runAsNonRoot": True, "runAsUser": k8s.run_as_user, "runAsGroup": k8s.run_as_user,
+           "fsGroup": k8s.run_as_user, "seccompProfile": {"type": "RuntimeDefault"}}
+    container = {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True,
+                 "capabilities": {"drop": ["ALL"]}}
+    return pod, container
+
+
+def _secret_volume(k8s: Kubernetes, name: str) -> dict[str, Any]:
+    # 0440: the file belongs to root:fsGroup, so the non-root user reads it through its group.
+    return {"name": "api-key", "secret": {"secretName": k8s.secret_name or f"{name}-api-key", "defaultMode": 0o440,
+                                          "items": [{"key": API_KEY_CREDENTIAL, "path": API_KEY_CREDENTIAL}]}}
+
+
+def _server_pod(profile: Profile, launch: LaunchSpec, shape: FleetShape, name: str, *, leader: bool,
+                group: bool) -> dict[str, Any]:
+    """The PodTemplateSpec of the leader (``leader``) or a worker; ``group``: the copy has several nodes."""
+    k8s, s, svc = profile.kubernetes, profile.sglang, profile.service
+    assert k8s is not None
+    pod_sec, ctr_sec = _security(k8s)
+    env = [{"name": k, "value": v} for k, v in launch.env]
+    env.append({"name": "HOME", "value": "/tmp"})
+    if group:
+        nic = shape.nic if k8s.rdma else k8s.nic
+        env += [{"name": "NCCL_SOCKET_IFNAME", "value": nic}, {"name": "GLOO_SOCKET_IFNAME", "value": nic}]
+    models: dict[str, Any] = (
+        {"name": "models", "hostPath": {"path": k8s.model_host_path or k8s.model_mount, "type": "Directory"}}
+        if k8s.model_volume == "hostPath" else
+        {"name": "models", "persistentVolumeClaim": {"claimName": k8s.model_claim, "readOnly": True}})
+    volumes: list[dict[str, Any]] = [
+        {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": k8s.shm_size}},
+        models,
+        {"name": "cache", "hostPath": {"path": k8s.cache_host_path, "type": "Directory"}}
+        if k8s.cache_host_path else {"name": "cache", "emptyDir": {}},
+        {"name": "tmp", "emptyDir": {}},
+    ]
+    mounts: list[dict[str, Any]] = [
+        {"name": "dshm", "mountPath": "/dev/shm"},
+        {"name": "models", "mountPath": k8s.model_mount, "readOnly": True},
+        {"name": "cache", "mountPath": profile.cache_root},
+        {"name": "tmp", "mountPath": "/tmp"},
+    ]
+    container: dict[str, Any] = {
+        "name": "sglang",
+        "image": k8s.image,
+        "command": [k8s.python, "-m", "sglang.launch_server"],
+        "args": container_args(profile, launch, shape, leader=leader),
+        "env": env,
+        "resources": {"limits": {GPU_RESOURCE: svc.gpu_count}},
+        "volumeMounts": mounts,
+        "securityContext": ctr_sec,
+    }
+    spec: dict[str, Any] = {}
+    if leader:
+        container["ports"] = [{"name": "http", "containerPort": s.port, "protocol": "TCP"}]
+        container["startupProbe"] = {
+            "httpGet": {"path": "/health", "port": "http"}, "periodSeconds": STARTUP_PERIOD_S,
+            "timeoutSeconds": 5, "failureThreshold": math.ceil(svc.timeout_start_sec / STARTUP_PERIOD_S)}
+        container["readinessProbe"] = {
+            "httpGet": {"path": "/health_generate", "port": "http"}, "periodSeconds": 30,
+            "timeoutSeconds": READINESS_TIMEOUT_S, "failureThreshold": 3}
+        if launch.secrets_config:
+            run_dir = launch.secrets_config.rsplit("/", 1)[0]
+            volumes += [_secret_volume(k8s, name),
+                        {"name": "run-secrets", "emptyDir": {"medium": "Memory", "sizeLimit": "1Mi"}}]
+            mounts.append({"name": "run-secrets", "mountPath": run_dir, "readOnly": True})
+            spec["initContainers"] = [{
+                "name": "sglang-secrets-config",
+                "image": k8s.image,
+                "command": [k8s.python, "-c", "import os; os.umask(0o077); " + HOST_SECRETS_SCRIPT,
+                            f"{SECRET_DIR}/{API_KEY_CREDENTIAL}", launch.secrets_config],
+                "volumeMounts": [{"name": "api-key", "mountPath": SECRET_DIR, "readOnly": True},
+                                 {"name": "run-secrets", "mountPath": run_dir}],
+                "securityContext": ctr_sec,
+            }]
+    spec.update({
+        "automountServiceAccountToken": False,
+        "securityContext": pod_sec,
+        "terminationGracePeriodSeconds": svc.timeout_stop_sec,
+        "containers": [container],
+        "volumes": volumes,
+    })
+    if k8s.node_selector:
+        spec["nodeSelector"] = dict(sorted(k8s.node_selector.items()))
+    if k8s.rdma:
+        spec["hostNetwork"] = True
+        spec["dnsPolicy"] = "ClusterFirstWithHostNet"
+    role = "leader" if leader else "worker"
+    return {"metadata": {"labels": _labels(name, "server", role)}, "spec": spec}
+
+
+def _leaderworkerset(profile: Profile, launch: LaunchSpec, shape: FleetShape, name: str) -> dict[str, Any]:
+    k8s = profile.kubernetes
+    assert k8s is not None
+    template: dict[str, Any] = {"size": shape.nodes, "restartPolicy": "RecreateGroupOnPodRestart"}
+    if shape.nodes > 1:
+        template["leaderTemplate"] = _server_pod(profile, launch, shape, name, leader=True, group=True)
+        template["workerTemplate"] = _server_pod(profile, launch, shape, name, leader=False, group=True)
+    else:  # size 1: LWS runs the workerTemplate as the leader when there is no leaderTemplate
+        template["workerTemplate"] = _server_pod(profile, launch, shape, name, leader=True, group=False)
+    return {
+        "apiVersion": LWS_API, "kind": "LeaderWorkerSet",
+        "metadata": {"name": name, "namespace": k8s.namespace, "labels": _labels(name, "server")},
+        "spec": {"replicas": shape.copies, "startupPolicy": "LeaderCreated",
+                 "rolloutStrategy": {"type": "RollingUpdate",
+                                     "rollingUpdateConfiguration": {"maxUnavailable": 1, "maxSurge": 0}},
+                 "leaderWorkerTemplate": template},
+    }
+
+
+def _service(name: str, namespace: str, component: str, port: int, selector: Mapping[str, str],
+             labels: Mapping[str, str]) -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "Service",
+            "metadata": {"name": f"{name}-{component}", "namespace": namespace, "labels": dict(labels)},
+            "spec": {"type": "ClusterIP", "selector": dict(selector),
+                     "ports": [{"name": "http", "port": port, "targetPort": "http", "protocol": "TCP"}]}}
+
+
+def gateway_args(profile: Profile, name: str) -> list[str]:
+    """``smg launch``'s arguments for discovery of the leader pods in the namespace (smg 1.13.0 flags)."""
+    gw, k8s, s = profile.gateway, profile.kubernetes, profile.sglang
+    assert k8s is not None and gw is not None
+    return ["--host", gw.bind, "--port", str(gw.port), "--policy", gw.policy,
+            "--service-discovery", "--selector", f"{NAME_LABEL}={name}", f"{ROLE_LABEL}=leader",
+            "--service-discovery-port", str(s.port), "--service-discovery-namespace", k8s.namespace,
+            "--prometheus-host", gw.prometheus_host, "--prometheus-port", str(gw.prometheus_port),
+            # the workers' model path is not in this pod: never fetch a tokenizer from a hub
+            "--disable-tokenizer-autoload"]
+
+
+def _gateway(profile: Profile, name: str) -> dict[str, list[dict[str, Any]]]:
+    """gateway-rbac.yaml, gateway-deployment.yaml, gateway-service.yaml documents."""
+    gw, k8s, s = profile.gateway, profile.kubernetes, profile.sglang
+    assert k8s is not None and gw is not None
+    ns, account = k8s.namespace, f"{name}-gateway"
+    labels = _labels(name, "gateway")
+    pod_sec, ctr_sec = _security(k8s)
+    rbac = [
+        {"apiVersion": "v1", "kind": "ServiceAccount",
+         "metadata": {"name": account, "namespace": ns, "labels": labels}},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+         "metadata": {"name": account, "namespace": ns, "labels": labels},
+         "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]}]},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+         "metadata": {"name": account, "namespace": ns, "labels": labels},
+         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": account},
+         "subjects": [{"kind": "ServiceAccount", "name": account, "namespace": ns}]},
+    ]
+    args = gateway_args(profile, name)
+    container: dict[str, Any] = {"name": "smg", "image": k8s.gateway_image,
+                                 "ports": [{"name": "http", "containerPort": gw.port, "protocol": "TCP"}],
+                                 "readinessProbe": {"tcpSocket": {"port": "http"}, "periodSeconds": 10},
+                                 "env": [{"name": "HOME", "value": "/tmp"}, {"name": "HF_HUB_OFFLINE", "value": "1"}],
+                                 "volumeMounts": [{"name": "tmp", "mountPath": "/tmp"}],
+                                 "securityContext": ctr_sec}
+    volumes: list[dict[str, Any]] = [{"name": "tmp", "emptyDir": {}}]
+    if s.api_key_file:
+        # smg reads its key only from --api-key: the shell adds it from the mounted Secret at start.
+        container["command"] = ["/bin/sh", "-c",
+                                f'exec smg launch "$@" --api-key "$(cat {SECRET_DIR}/{API_KEY_CREDENTIAL})"', "smg"]
+        container["args"] = args
+        container["volumeMounts"].append({"name": "api-key", "mountPath": SECRET_DIR, "readOnly": True})
+        volumes.append(_secret_volume(k8s, name))
+    else:
+        container["command"] = ["smg", "launch"]
+        container["args"] = args
+    deployment = {
+        "apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": account, "namespace": ns, "labels": labels},
+        "spec": {"replicas": 1, "selector": {"matchLabels": {NAME_LABEL: name, COMPONENT_LABEL: "gateway"}},
+                 "template": {"metadata": {"labels": labels},
+                              "spec": {"serviceAccountName": account, "securityContext": pod_sec,
+                                       "containers": [container], "volumes": volumes}}},
+    }
+    service = _service(name, ns, "gateway", gw.port, {NAME_LABEL: name, COMPONENT_LABEL: "gateway"}, labels)
+    return {"gateway-rbac.yaml": rbac, "gateway-deployment.yaml": [deployment], "gateway-service.yaml": [service]}
+
+
+def _check(profile: Profile, name: str) -> dict[str, list[dict[str, Any]]]:
+    """check-configmap.yaml, check-pvc.yaml (unless the profile names a claim), check-cronjob.yaml."""
+    k8s, s = profile.kubernetes, profile.sglang
+    assert k8s is not None
+    ns = k8s.namespace
+    labels = _labels(name, "check")
+    gw = profile.gateway
+    base_url = (f"http://{name}-gateway.{ns}.svc:{gw.port}" if gw is not None
+                else f"http://{name}-leader.{ns}.svc:{s.port}")
+    claim = k8s.check_report_claim or f"{name}-check-reports"
+    command = ["kimi-deploy", "check", "--profile", CHECK_PROFILE, "--base-url", base_url]
+    mounts: list[dict[str, Any]] = [{"name": "profile", "mountPath": CHECK_PROFILE.rsplit("/", 1)[0],
+                                     "readOnly": True},
+                                    {"name": "reports", "mountPath": REPORT_DIR},
+                                    {"name": "tmp", "mountPath": "/tmp"}]
+    volumes: list[dict[str, Any]] = [{"name": "profile", "configMap": {"name": f"{name}-profile"}},
+                                     {"name": "reports", "persistentVolumeClaim": {"claimName": claim}},
+                                     {"name": "tmp", "emptyDir": {}}]
+    if s.api_key_file:
+        # in-cluster plain http: check refuses a key to another host over http without --insecure
+        command += ["--api-key-file", f"{SECRET_DIR}/{API_KEY_CREDENTIAL}", "--insecure"]
+        mounts.append({"name": "api-key", "mountPath": SECRET_DIR, "readOnly": True})
+        volumes.append(_secret_volume(k8s, name))
+    command += ["--json", f"{REPORT_DIR}/check-report.json", "--junit", f"{REPORT_DIR}/check-report.xml"]
+    pod_sec, ctr_sec = _security(k8s)
+    config = {"apiVersion": "v1", "kind": "ConfigMap",
+              "metadata": {"name": f"{name}-profile", "namespace": ns, "labels": labels},
+              "data": {"profile.toml": dump_profile(profile)}}
+    cronjob = {
+        "apiVersion": "batch/v1", "kind": "CronJob",
+        "metadata": {"name": f"{name}-check", "namespace": ns, "labels": labels},
+        "spec": {"schedule": k8s.check_schedule, "concurrencyPolicy": "Forbid",
+                 "successfulJobsHistoryLimit": 3, "failedJobsHistoryLimit": 3,
+                 "jobTemplate": {"spec": {"backoffLimit": 0, "activeDeadlineSeconds": 3600, "template": {
+                     "metadata": {"labels": labels},
+                     "spec": {"restartPolicy": "Never", "automountServiceAccountToken": False,
+                              "securityContext": pod_sec,
+                              "containers": [{"name": "check", "image": k8s.check_image, "command": command,
+                                              "env": [{"name": "HOME", "value": "/tmp"}],
+                                              "volumeMounts": mounts, "securityContext": ctr_sec}],
+                              "volumes": volumes}}}}},
+    }
+    out = {"check-configmap.yaml": [config], "check-cronjob.yaml": [cronjob]}
+    if not k8s.check_report_claim:
+        out["check-pvc.yaml"] = [{"apiVersion": "v1", "kind": "PersistentVolumeClaim",
+                                  "metadata": {"name": claim, "namespace": ns, "labels": labels},
+                                  "spec": {"accessModes": ["ReadWriteOnce"],
+                                           "resources": {"requests": {"storage": "1Gi"}}}}]
+    return out
+
+
+def header(profile: Profile, sglang_version: str) -> list[str]:
+    """The comment lines every rendered manifest starts with (kit version, profile sha256, SGLang)."""
+    return [f"{GENERATED_PREFIX.removeprefix('# ')}{__version__} from profile sha256:{profile.digest()[:16]} "
+            f"for SGLang {sglang_version}.",
+            "Do not edit: change the profile, then `kimi-deploy render --target kubernetes`."]
+
+
+def render(profile: Profile, sglang_version: str | None = None) -> Manifests:
+    """Every manifest of ``profile`` for SGLang ``sglang_version`` (default 0.5.23).
+
+    Raises:
+        ProfileError: :func:`problems` found any (exit 2); nothing is rendered.
+        UsageError / UnsupportedVersionError: from :func:`kimi_deploy.launch.build_launch`.
+    """
+    found = problems(profile)
+    if found:
+        raise ProfileError("the profile cannot be rendered for Kubernetes", problems=found,
+                           hint="correct the settings above")
+    k8s = profile.kubernetes
+    assert k8s is not None
+    version = versions.DEFAULT_SGLANG_VERSION if sglang_version is None else sglang_version
+    launch = build_launch(profile, version)
+    shape = fleet_shape(profile)
+    name = object_name(profile)
+    top = header(profile, launch.sglang_version)
+    warnings = list(launch.warnings)
+    tag = k8s.image.rsplit("@", 1)[0].rsplit(":", 1)[-1] if ":" in k8s.image.rsplit("/", 1)[-1] else ""
+    if launch.sglang_version not in tag:
+        warnings.append(f"kubernetes.image {k8s.image}: its tag does not name SGLang {launch.sglang_version}, the "
+                        "version the flags are rendered for; check the image's SGLang version")
+    pod_security = "privileged" if k8s.rdma else "restricted"
+    namespace = {"apiVersion": "v1", "kind": "Namespace",
+                 "metadata": {"name": k8s.namespace, "labels": {
+                     f"pod-security.kubernetes.io/{mode}": pod_security for mode in ("enforce", "audit", "warn")}}}
+    documents: dict[str, list[dict[str, Any]]] = {
+        "namespace.yaml": [namespace],
+        "server-leaderworkerset.yaml": [_leaderworkerset(profile, launch, shape, name)],
+        "server-service.yaml": [_service(name, k8s.namespace, "leader", profile.sglang.port,
+                                         _labels(name, "server", "leader"), _labels(name, "server"))],
+    }
+    if profile.gateway is not None:
+        documents.update(_gateway(profile, name))
+    documents.update(_check(profile, name))
+    notes: dict[str, list[str]] = {}
+    if profile.sglang.api_key_file:
+        notes["check-cronjob.yaml"] = [
+            "check --insecure: the check sends the API key over plain http to a Service inside the cluster (SGLang "
+            "and smg serve plain http); keep that traffic off shared networks (NetworkPolicy, or mTLS in a mesh)."]
+    if k8s.rdma:
+        reason = ("hostNetwork: true because [kubernetes] rdma = true: RDMA NICs are not in the pod network; "
+                  "the pods then share the node's network namespace and ports")
+        notes["server-leaderworkerset.yaml"] = [reason]
+        notes["namespace.yaml"] = [f"Pod Security level privileged because {reason}"]
+    files: dict[str, str] = {}
+    for file in FILE_ORDER:
+        if file in documents:
+            comments = [*top, *notes.get(file, [])]
+            files[file] = dump_all([(doc, comments if i == 0 else ()) for i, doc in enumerate(documents[file])])
+    kustomization = {"apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization",
+                     "resources": list(files)}
+    files = {"kustomization.yaml": dump(kustomization, top), **files}
+    return Manifests(profile=profile, launch=launch, shape=shape, files=files, warnings=tuple(warnings))

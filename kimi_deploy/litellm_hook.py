@@ -1,0 +1,113 @@
+"""A LiteLLM proxy hook that keeps Kimi K2.x tool-call ids canonical for servers the kit cannot patch.
+
+Clients that sanitise tool-call ids (``functions.get_weather:0`` → ``functions_get_weather_0``) or mint
+their own (``call_<hex>``, ``toolu_...``) send them back in the history; Kimi copies that style into its
+next call and the server's ``kimi_k2`` parser drops it (vLLM 0.33.0: ``content: null``, no
+``tool_calls``; SGLang 0.5.23 as released: the same). On SGLang the kit patches the server
+(``kimi-k2-canonical-history-ids``); on vLLM, Exo or a hosted API it cannot. This hook does the same
+rewrite in a LiteLLM proxy in front of them, before the request leaves the proxy: every history
+``tool_calls[].id`` becomes ``functions.NAME:N`` (N its position among the history's calls) and each
+tool result's ``tool_call_id`` follows its call (repeated or empty ids matched by position), with
+:func:`kimi_deploy.tool_ids.kimi_k2_canonical_history_ids`, the function the SGLang patch carries.
+Everything else in the request is left as it came.
+
+LiteLLM proxy config (``litellm --config config.yaml``; :func:`proxy_config` renders a whole one)::
+
+    litellm_settings:
+      callbacks: kimi_deploy.litellm_hook.proxy_handler_instance
+
+The module path must be importable by the proxy's interpreter (``pip install kimi-deploy`` into the
+proxy's environment, or ``PYTHONPATH`` naming the kit's source). Importing this module never needs
+litellm: without it the hook class derives from ``object`` and only :func:`canonicalize_request` and
+:func:`proxy_config` are of use (the kit's own environment has no litellm).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from typing import Any
+
+from kimi_deploy.tool_ids import kimi_k2_canonical_history_ids
+
+try:  # the proxy's environment has litellm; the kit's does not
+    from litellm.integrations.custom_logger import CustomLogger as _Base
+except ImportError:  # pragma: no cover - exercised by the kit-only import test
+    _Base = object  # type: ignore[assignment,misc]
+
+#: LiteLLM ``call_type`` values whose ``data["messages"]`` is an OpenAI chat history.
+CHAT_CALL_TYPES = frozenset({"completion", "acompletion"})
+
+
+def canonicalize_request(data: dict[str, Any]) -> dict[str, Any]:
+    """``data`` (a chat completion request body, as LiteLLM's proxy hands it to a pre-call hook) with its
+    history ids canonical; the same dict, with only ``messages`` replaced when an id changed.
+
+    A body without a ``messages`` list, or with entries that are not dicts, is returned untouched (the
+    server answers it as it would have).
+    """
+    messages = data.get("messages") if isinstance(data, dict) else None
+    if not isinstance(messages, list) or not all(isinstance(m, dict) for m in messages):
+        return data
+    rewritten = kimi_k2_canonical_history_ids(messages)
+    if rewritten != messages:
+        data["messages"] = rewritten
+    return data
+
+
+class KimiCanonicalToolIds(_Base):  # type: ignore[misc,valid-type]
+    """LiteLLM ``CustomLogger`` whose ``async_pre_call_hook`` applies :func:`canonicalize_request` to chat
+    requests (LiteLLM proxy docs, "Modify / Reject Incoming Requests": the hook returns the modified
+    ``data``)."""
+
+    async def async_pre_call_hook(self, user_api_key_dict: Any, cache: Any, data: dict, call_type: str) -> dict:
+        if call_type in CHAT_CALL_TYPES:
+            return canonicalize_request(data)
+        return data
+
+
+#: What the proxy config's ``callbacks`` names: ``kimi_deploy.litellm_hook.proxy_handler_instance``.
+proxy_handler_instance = KimiCanonicalToolIds()
+
+#: The ``callbacks`` value of :func:`proxy_config`.
+CALLBACK = "kimi_deploy.litellm_hook.proxy_handler_instance"
+
+
+@dataclasses.dataclass(frozen=True)
+class Upstream:
+    """One server behind the proxy: its OpenAI base URL (``http://host:8000/v1``), the model name it
+    serves (``moonshotai/Kimi-K2.5``), and the environment variable holding its API key (``None``: none)."""
+
+    base_url: str
+    model: str
+    api_key_env: str | None = None
+
+
+def proxy_config(models: dict[str, Upstream], *, master_key_env: str | None = "LITELLM_MASTER_KEY") -> str:
+    """A LiteLLM proxy ``config.yaml`` (text) serving ``models`` with the hook in front.
+
+    Args:
+        models: client-facing model name → :class:`Upstream`. Each is reached as an OpenAI-compatible
+            server (``openai/<model>``), which is what vLLM, SGLang and Exo are.
+        master_key_env: the variable holding the key clients must send to the proxy (LiteLLM refuses to
+            start without one unless told it is a development setup); ``None``: leave it out.
+
+    Returns:
+        YAML text (every string a JSON-quoted scalar, so no name or URL can break the document).
+    """
+    q = json.dumps
+    lines = ["# LiteLLM proxy in front of Kimi K2.x servers the kit cannot patch (production.md,",
+             "# \"Servers the kit cannot patch\"). Rendered by kimi_deploy.litellm_hook.proxy_config.",
+             "model_list:"]
+    for name, up in models.items():
+        lines += [f"  - model_name: {q(name)}",
+                  "    litellm_params:",
+                  f"      model: {q('openai/' + up.model)}",
+                  f"      api_base: {q(up.base_url)}",
+                  f"      api_key: {q('os.environ/' + up.api_key_env) if up.api_key_env else q('none')}"]
+    lines += ["litellm_settings:",
+              f"  callbacks: {q(CALLBACK)}",
+              "  drop_params: false"]
+    if master_key_env:
+        lines += ["general_settings:", f"  master_key: {q('os.environ/' + master_key_env)}"]
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,240 @@
+"""kimi_deploy.litellm_hook (issue #19): the history-id rewrite for servers the kit cannot patch, in the real
+LiteLLM proxy (scripts/litellm-testenv) on loopback in front of the vLLM 0.33.0 replay and the unpatched
+SGLang 0.5.23 replay.
+
+- one implementation: the SGLang patch kimi-k2-canonical-history-ids carries kimi_deploy.tool_ids' function
+  byte for byte;
+- the kit imports the hook without litellm installed;
+- through the proxy with the hook, every id round trip passes on both servers (direct, and through the same
+  proxy without the hook, the ids the servers' parsers drop fail); every other contract check ends as it
+  does direct.
+"""
+
+from __future__ import annotations
+
+import copy
+import inspect
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from conftest import SGLANG_API_KEY, VLLM_API_KEY
+from kimi_deploy import litellm_hook, tool_ids
+from kimi_deploy.errors import ExitCode
+from test_check_replay import DROPPED_STYLES, profile_for, run_json
+from test_check_vllm import VLLM_DROPPED_STYLES
+
+REPO = Path(__file__).resolve().parent.parent
+PATCH = REPO / "patches" / "0.5.23" / "kimi-k2-canonical-history-ids.diff"
+GOLDEN = REPO / "tests" / "golden" / "litellm" / "config.yaml"
+MASTER_KEY = "sk-" + "0123456789abcdef" * 4
+SERVED = "moonshotai/Kimi-K2.5"
+
+
+def _history(call_id: str, second: str | None = None) -> list[dict]:
+    calls = [{"id": call_id, "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}}]
+    if second is not None:
+        calls.append({"id": second, "type": "function", "function": {"name": "get_time", "arguments": "{}"}})
+    out = [{"role": "system", "content": "be brief"}, {"role": "user", "content": "weather?"},
+           {"role": "assistant", "content": "", "tool_calls": calls}]
+    out += [{"role": "tool", "tool_call_id": c["id"], "content": f"result {k}"} for k, c in enumerate(calls)]
+    return out + [{"role": "assistant", "content": "done"}, {"role": "user", "content": "and Rome?"}]
+
+
+def test_the_sglang_patch_carries_the_kits_function_verbatim():
+    lines = PATCH.read_text().splitlines()
+    start = lines.index("+def kimi_k2_canonical_history_ids(")
+    end = lines.index("+", start)
+    in_patch = "\n".join(line[1:] for line in lines[start:end]) + "\n"
+    assert in_patch == inspect.getsource(tool_ids.kimi_k2_canonical_history_ids)
+
+
+def test_the_kit_imports_the_hook_without_litellm():
+    code = ("import importlib.util, sys; assert importlib.util.find_spec('litellm') is None, 'litellm installed'; "
+            "import kimi_deploy.litellm_hook as h; assert h.KimiCanonicalToolIds.__bases__ == (object,); "
+            "print(h.CALLBACK)")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "PYTHONPATH": str(REPO)})
+    if "litellm installed" in done.stderr:
+        pytest.skip("litellm is installed in the kit's environment")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "kimi_deploy.litellm_hook.proxy_handler_instance"
+
+
+@pytest.mark.parametrize("first,second", [
+    ("functions_get_weather_0", "functions_get_time_1"),   # sanitised
+    ("call_8f3a9c2e", "toolu_01A09q90"),                    # client-minted
+    ("same", "same"),                                       # repeated: matched by position
+    ("", ""),                                               # empty: matched by position
+])
+def test_the_request_changes_only_in_its_history_ids(first, second):
+    body = {"model": "kimi", "messages": _history(first, second), "tools": [{"type": "function"}],
+            "tool_choice": "auto", "temperature": 0, "stream": True, "extra": {"ünï": "cödé"}}
+    before = copy.deepcopy(body)
+    after = litellm_hook.canonicalize_request(copy.deepcopy(body))
+    calls = after["messages"][2]["tool_calls"]
+    assert [c["id"] for c in calls] == ["functions.get_weather:0", "functions.get_time:1"]
+    assert [m["tool_call_id"] for m in after["messages"][3:5]] == ["functions.get_weather:0", "functions.get_time:1"]
+    # every byte but the ids: put the old ids back and the JSON is the request as it came
+    restored = copy.deepcopy(after)
+    for call, old in zip(restored["messages"][2]["tool_calls"], (first, second)):
+        call["id"] = old
+    for msg, old in zip(restored["messages"][3:5], (first, second)):
+        msg["tool_call_id"] = old
+    assert json.dumps(restored, ensure_ascii=False) == json.dumps(before, ensure_ascii=False)
+
+
+def test_requests_without_a_history_pass_untouched():
+    for body in ({"messages": [{"role": "user", "content": "hi"}]}, {"prompt": "x"}, {"messages": "nope"},
+                 {"messages": [["not", "a", "dict"]]}):
+        same = copy.deepcopy(body)
+        assert litellm_hook.canonicalize_request(body) == same
+
+
+def test_the_hook_rewrites_chat_calls_only():
+    import asyncio
+
+    hook = litellm_hook.proxy_handler_instance
+    body = {"messages": _history("functions_get_weather_0")}
+    out = asyncio.run(hook.async_pre_call_hook(None, None, copy.deepcopy(body), "acompletion"))
+    assert out["messages"][2]["tool_calls"][0]["id"] == "functions.get_weather:0"
+    untouched = asyncio.run(hook.async_pre_call_hook(None, None, copy.deepcopy(body), "aembedding"))
+    assert untouched == body
+
+
+def example_config() -> str:
+    return litellm_hook.proxy_config({"kimi-k25": litellm_hook.Upstream(
+        "http://10.0.0.5:8000/v1", SERVED, "KIMI_UPSTREAM_API_KEY")})
+
+
+def test_the_example_proxy_config_matches_its_golden_file():
+    """The config production.md shows ("Servers the kit cannot patch"); KIMI_DEPLOY_UPDATE_GOLDEN=1 rewrites it."""
+    text = example_config()
+    if os.environ.get("KIMI_DEPLOY_UPDATE_GOLDEN"):
+        GOLDEN.parent.mkdir(parents=True, exist_ok=True)
+        GOLDEN.write_text(text)
+    assert GOLDEN.read_text() == text
+    assert text in (REPO / "production.md").read_text()
+
+
+# --- the real LiteLLM proxy ----------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def litellm_python() -> str:
+    """Interpreter of the LiteLLM test environment (``scripts/litellm-testenv``): ``KIMI_DEPLOY_LITELLM_PYTHON``,
+    else ``<repo>/.litellm-env/bin/python``; missing: skipped (CI builds it: scripts/test)."""
+    explicit = os.environ.get("KIMI_DEPLOY_LITELLM_PYTHON")
+    if explicit:
+        if not Path(explicit).exists():
+            pytest.fail(f"KIMI_DEPLOY_LITELLM_PYTHON={explicit} does not exist")
+        return explicit
+    default = REPO / ".litellm-env" / "bin" / "python"
+    if default.exists():
+        return str(default)
+    if os.environ.get("CI"):
+        pytest.fail("the LiteLLM test environment is missing in CI; scripts/test must run scripts/litellm-testenv")
+    pytest.skip("LiteLLM test environment missing: run scripts/litellm-testenv")
+
+
+class Proxy:
+    """``litellm --config`` on a loopback port, the kit's source on its PYTHONPATH."""
+
+    def __init__(self, python: str, config: str, folder: Path, env: dict[str, str]) -> None:
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / "config.yaml").write_text(config)
+        with socket.socket() as probe:  # a free port for litellm's --port (it takes no 0)
+            probe.bind(("127.0.0.1", 0))
+            self.port = probe.getsockname()[1]
+        self.log = folder / "proxy.log"
+        full = {**os.environ, **env, "PYTHONPATH": str(REPO), "LITELLM_LOCAL_MODEL_COST_MAP": "True",
+                "LITELLM_MASTER_KEY": MASTER_KEY, "PYTHONDONTWRITEBYTECODE": "1"}
+        self.proc = subprocess.Popen([python, "-m", "litellm.proxy.proxy_cli", "--config", str(folder / "config.yaml"),
+                                      "--host", "127.0.0.1", "--port", str(self.port)],
+                                     stdout=self.log.open("w"), stderr=subprocess.STDOUT, env=full, cwd=folder)
+        self.url = f"http://127.0.0.1:{self.port}"
+
+    def wait(self, timeout: float = 240.0) -> str:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline and self.proc.poll() is None:
+            try:
+                with urllib.request.urlopen(self.url + "/health/liveliness", timeout=5) as resp:
+                    if resp.status == 200:
+                        return self.url
+            except OSError:
+                time.sleep(0.5)
+        self.stop()
+        pytest.fail(f"the LiteLLM proxy did not start; its log:\n{self.log.read_text()[-4000:]}")
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+
+
+@pytest.fixture(scope="module")
+def proxies(litellm_python, vllm_replay, replay, tmp_path_factory):
+    """``{"hook": url, "plain": url}``: two proxies (with the hook; the same config without it) serving
+    ``kimi-vllm`` (the vLLM replay, kimi_k2 parsers) and ``kimi-sglang`` (SGLang 0.5.23 as released)."""
+    models = {"kimi-vllm": litellm_hook.Upstream(vllm_replay["parsers"].url() + "/v1", SERVED, "VLLM_KEY"),
+              "kimi-sglang": litellm_hook.Upstream(replay["unpatched"].url() + "/v1", SERVED, "SGLANG_KEY")}
+    config = litellm_hook.proxy_config(models)
+    plain = config.replace(f'  callbacks: "{litellm_hook.CALLBACK}"\n', "")
+    assert plain != config
+    env = {"VLLM_KEY": VLLM_API_KEY, "SGLANG_KEY": SGLANG_API_KEY}
+    root = tmp_path_factory.mktemp("litellm")
+    started = {"hook": Proxy(litellm_python, config, root / "hook", env),
+               "plain": Proxy(litellm_python, plain, root / "plain", env)}
+    try:
+        yield {name: p.wait() for name, p in started.items()}
+    finally:
+        for p in started.values():
+            p.stop()
+
+
+def _key(tmp_path: Path, key: str) -> Path:
+    path = tmp_path / f"key-{abs(hash(key))}"
+    path.write_text(key + "\n")
+    return path
+
+
+@pytest.mark.vllm
+@pytest.mark.sglang
+@pytest.mark.parametrize("model,dropped", [("kimi-vllm", VLLM_DROPPED_STYLES), ("kimi-sglang", DROPPED_STYLES)])
+def test_through_the_hook_every_id_round_trip_passes(proxies, tmp_path, model, dropped):
+    only = ["--model", model, "--api-key-file", str(_key(tmp_path, MASTER_KEY)), "--only", "contract.id_roundtrip.*"]
+    code, doc, _ = run_json(tmp_path, ["--base-url", proxies["plain"], *only])
+    failed = {c["id"]: c["kind"] for c in doc["checks"] if c["status"] != "pass"}
+    assert failed == {f"contract.id_roundtrip.{s}.{m}": "tool_call_dropped" for s in dropped
+                      for m in ("nonstream", "stream")}  # LiteLLM alone changes nothing
+    code, doc, _ = run_json(tmp_path, ["--base-url", proxies["hook"], *only])
+    assert code == ExitCode.OK, [(c["id"], c["kind"], c["detail"]) for c in doc["checks"] if c["status"] != "pass"]
+    assert len(doc["checks"]) == 12 and doc["server"]["kind"] == "other"
+
+
+@pytest.mark.vllm
+@pytest.mark.sglang
+@pytest.mark.parametrize("model", ["kimi-vllm", "kimi-sglang"])
+def test_through_the_hook_every_other_check_ends_as_direct(proxies, vllm_replay, replay, tmp_path, model):
+    """The same profile (kimi_k2 parsers expected: reasoning checked, ids must be canonical) for both runs;
+    only the base URL, the model name and the key differ."""
+    direct_url, key = ((vllm_replay["parsers"].url(), VLLM_API_KEY) if model == "kimi-vllm"
+                       else (replay["unpatched"].url(), SGLANG_API_KEY))
+    select = ["--only", "contract.*", "--skip", "contract.id_roundtrip.*"]
+    _, direct, _ = run_json(tmp_path, ["--profile", str(profile_for(tmp_path, direct_url, name="direct.toml")),
+                                       "--api-key-file", str(_key(tmp_path, key)), *select])
+    _, proxied, _ = run_json(tmp_path, ["--profile", str(profile_for(tmp_path, proxies["hook"], name="proxy.toml")),
+                                        "--model", model, "--api-key-file", str(_key(tmp_path, MASTER_KEY)), *select])
+    seen = {c["id"]: (c["status"], c["kind"]) for c in direct["checks"]}
+    assert {c["id"]: (c["status"], c["kind"]) for c in proxied["checks"]} == seen
+    assert len(seen) == 29 and ("skip", None) not in seen.values()  # 13 cases x 2 modes, multi_turn x 2, malformed
