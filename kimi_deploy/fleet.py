@@ -51,11 +51,12 @@ def host_files(profile: Profile, sglang_version: str | None = None) -> dict[str,
     """Host -> (file name -> text) for every host of the profile, in :meth:`Profile.hosts` order.
 
     Server files are :func:`kimi_deploy.render.render`'s (the monitoring files stay with the Prometheus
-    host: ``render`` writes them once, beside the host folders).
+    host: ``render`` writes them once, beside the host folders); a node of a multi-node replica gets its
+    rank's files (:func:`kimi_deploy.ranks.render_ranks`: rank 0 as a single node, ranks >= 1 the server unit
+    and env file only).
 
     Raises:
-        UsageError: the profile has no ``[fleet]``/``[gateway]``; a replica has more than one node (multi-node
-            rank units are rendered by the ranks work, issue 14 part 2, not here).
+        UsageError: the profile has no ``[fleet]``/``[gateway]``.
     """
     from kimi_deploy.render import file_header, render
 
@@ -63,17 +64,18 @@ def host_files(profile: Profile, sglang_version: str | None = None) -> dict[str,
     if not hosts:
         raise UsageError("the profile has no [fleet] or [gateway]: it describes one host",
                          hint="render without per-host folders, or add [fleet] (production.md)")
-    if profile.nodes_per_copy > 1:
-        raise UsageError(f"replicas of {profile.nodes_per_copy} nodes need per-rank units, which this render "
-                         "does not write yet", value=profile.nodes_per_copy,
-                         hint="use single-node replicas, or the multi-node render of issue 14 part 2")
+    from kimi_deploy.ranks import render_ranks
+
     rendered = render(profile, sglang_version)
     header = file_header(profile, rendered.launch.sglang_version)
     gateway = gateway_files(profile, header)
+    ranks = render_ranks(profile, rendered.launch.sglang_version)
     parts: dict[str, dict[str, str]] = {}
     for host in hosts:
         files: dict[str, str] = {}
-        if is_node(profile, host):
+        if host in ranks:
+            files.update(ranks[host])
+        elif is_node(profile, host):
             files.update(rendered.files)
         if profile.gateway is not None and host == profile.gateway.host:
             files.update(gateway)

@@ -17,7 +17,7 @@ from packaging.version import Version
 from kimi_deploy import options, versions
 from kimi_deploy.argv import flag_groups, split_equals
 from kimi_deploy.errors import ProfileError, UnsupportedVersionError
-from kimi_deploy.profile import Profile, is_loopback
+from kimi_deploy.profile import NIC_ENV, Profile, is_loopback, url_host
 
 #: Name of the systemd credential that carries the API key (``LoadCredential=``).
 API_KEY_CREDENTIAL = "api-key"
@@ -108,13 +108,23 @@ def cache_key(sglang_version: str, components: Mapping[str, str] | None = None) 
 
 
 def build_launch(profile: Profile, sglang_version: str | Version = versions.DEFAULT_SGLANG_VERSION,
-                 *, components: Mapping[str, str] | None = None) -> LaunchSpec:
+                 *, components: Mapping[str, str] | None = None, node_rank: int | None = None,
+                 rank0: str | None = None) -> LaunchSpec:
     """Compute the launch of ``profile`` for SGLang ``sglang_version``.
 
     Args:
         profile: a validated profile.
         sglang_version: target release (string or parsed).
         components: probed versions (``flashinfer``, ``torch``, ``cuda``) for the cache key.
+        node_rank: for a multi-node profile (``[fleet]`` replicas of N > 1 nodes), the rank whose command
+            to build: the rows :meth:`options.Option.on_rank` puts on that rank, ``extra_args``, then
+            ``--nnodes N --node-rank R --dist-init-addr NODES[0]:PORT [--dist-timeout T]``
+            (:data:`options.FLEET_OPTIONS` order; the same on every rank but for ``--node-rank``, and last, as
+            :func:`kimi_deploy.kubernetes.rank_server_args` puts them); the environment gains
+            ``NCCL_SOCKET_IFNAME``/``GLOO_SOCKET_IFNAME`` = ``[fleet] nic``. ``None`` (and for one-node
+            replicas): every row, no rank flags, the base that :mod:`kimi_deploy.kubernetes` adds its own to.
+        rank0: the replica's rank-0 node for ``--dist-init-addr`` (default: the first replica's);
+            :func:`kimi_deploy.ranks.rank_launch` passes each replica's.
 
     Raises:
         UsageError: not a known 0.5.x version.
@@ -122,6 +132,8 @@ def build_launch(profile: Profile, sglang_version: str | Version = versions.DEFA
     """
     version = sglang_version if isinstance(sglang_version, Version) else versions.parse_version(sglang_version)
     s, svc = profile.sglang, profile.service
+    multi = profile.nodes_per_copy > 1 and node_rank is not None
+    rank = node_rank if multi else 0
     warnings: list[str] = []
     if version > versions.NEWEST_KNOWN:
         warnings.append(
@@ -133,8 +145,13 @@ def build_launch(profile: Profile, sglang_version: str | Version = versions.DEFA
     for option in options.OPTIONS:
         if option.requires and not getattr(s, option.requires):
             continue
+        if multi and not option.on_rank(rank):
+            continue
         EMITTERS[option.emit](_Emission(option, profile, version, args, env), getattr(s, option.key))
     args += list(s.extra_args)
+    if multi:
+        args += _rank_args(profile, version, rank, rank0 or profile.replicas[0][0])
+        env += [(name, profile.fleet.nic) for name in NIC_ENV]
     check_exposure(args, profile)
 
     key = cache_key(str(version), components)
@@ -143,7 +160,20 @@ def build_launch(profile: Profile, sglang_version: str | Version = versions.DEFA
     full_env = base_env + options.cache_env(cache_dir) + env + list(profile.environment.items())
     argv = (svc.python, "-m", "sglang.launch_server", *args)
     return LaunchSpec(argv=argv, env=tuple(full_env), sglang_version=str(version), cache_dir=cache_dir,
-                      secrets_config=secrets_config(profile), warnings=tuple(warnings))
+                      secrets_config=secrets_config(profile) if rank == 0 else None, warnings=tuple(warnings))
+
+
+def _rank_args(profile: Profile, version: Version, rank: int, rank0: str) -> list[str]:
+    """``--nnodes N --node-rank R --dist-init-addr RANK0:PORT [--dist-timeout T]`` (SGLang 0.5.23 server_args.py;
+    an IPv6 rank 0 in brackets, as SGLang's ``NetworkAddress.parse`` reads it)."""
+    fleet = profile.fleet
+    values = {"nnodes": profile.nodes_per_copy, "node_rank": rank,
+              "dist_init_addr": f"{url_host(rank0)}:{fleet.dist_init_port}", "dist_timeout": fleet.dist_timeout}
+    args: list[str] = []
+    for option in options.FLEET_OPTIONS:
+        if values[option.key] is not None:
+            args += [versions.spelling(option.key, version, what=option.key).spelling, str(values[option.key])]
+    return args
 
 
 def secrets_config(profile: Profile) -> str | None:

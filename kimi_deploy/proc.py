@@ -71,6 +71,7 @@ def run(
     cwd: str | os.PathLike[str] | None = None,
     hint: str | None = None,
     display: Sequence[str] | None = None,
+    stream_stderr: bool = False,
 ) -> Completed:
     """Run ``argv`` (no shell), capture stdout/stderr as text, log the exact command.
 
@@ -84,6 +85,8 @@ def run(
         display: argv as error messages show it (e.g. an inline ``-c`` script replaced by
             ``<probe script>``, no environment prefix); the log line (``-v``) always has the
             full, pasteable command.
+        stream_stderr: the program's stderr goes straight to this process's stderr as it is written
+            (progress of a long step, e.g. into the journal) instead of being captured (``stderr`` is ``""``).
 
     Raises:
         ExternalCommandError: the program is missing, or exits non-zero with ``check``.
@@ -99,8 +102,8 @@ def run(
     log.info("$ %s", command)
     try:
         proc = subprocess.run(
-            argv, input=input, capture_output=True, text=True, errors="replace",
-            env=run_env, timeout=timeout, cwd=cwd, check=False,
+            argv, input=input, stdout=subprocess.PIPE, stderr=None if stream_stderr else subprocess.PIPE,
+            text=True, errors="replace", env=run_env, timeout=timeout, cwd=cwd, check=False,
         )
     except FileNotFoundError as exc:
         raise ExternalCommandError(
@@ -117,12 +120,12 @@ def run(
             f"command ran past its {timeout:g} s limit", value=shown,
             hint=hint or "raise the timeout or look at why the program hangs",
         ) from exc
-    done = Completed(tuple(argv), proc.returncode, proc.stdout, proc.stderr,
+    done = Completed(tuple(argv), proc.returncode, proc.stdout, proc.stderr or "",
                      tuple(display) if display is not None else None)
     if check and not done.ok:
         raise ExternalCommandError(
             f"command failed with exit status {proc.returncode}",
-            command=shown, returncode=proc.returncode, stdout=proc.stdout, stderr=proc.stderr,
+            command=shown, returncode=proc.returncode, stdout=proc.stdout, stderr=done.stderr,
             hint=hint,
         )
     return done

@@ -18,6 +18,7 @@ from kimi_deploy import __version__, paths, versions
 from kimi_deploy.fsio import write_many_atomic
 from kimi_deploy.launch import API_KEY_CREDENTIAL, SECRETS_CONFIG_NAME, LaunchSpec, build_launch
 from kimi_deploy.profile import Profile
+from kimi_deploy.ranks import Rank, group_ranks, preflight_command, rank_launch
 
 #: Family name of the nightly check units. Each service gets its own concrete instance units,
 #: ``kimi-deploy-check@<name>.service`` and ``.timer`` (systemd loads a unit file named
@@ -108,7 +109,8 @@ def _exec_start(launch: LaunchSpec) -> str:
 
 
 def render(profile: Profile, sglang_version: str | None = None, *,
-           components: Mapping[str, str] | None = None, profile_path: str | None = None) -> Rendered:
+           components: Mapping[str, str] | None = None, profile_path: str | None = None,
+           rank: Rank | None = None) -> Rendered:
     """Render every artefact of ``profile`` for SGLang ``sglang_version`` (default 0.5.23).
 
     Args:
@@ -117,16 +119,23 @@ def render(profile: Profile, sglang_version: str | None = None, *,
         components: probed stack versions for the cache key (see :func:`kimi_deploy.launch.cache_key`).
         profile_path: host path the check unit reads the profile from
             (default ``/etc/kimi-deploy/<name>.toml``, where ``install`` puts it).
+        rank: one rank of a multi-node replica (:mod:`kimi_deploy.ranks`): its launch
+            (:func:`kimi_deploy.ranks.rank_launch`), the preflight as ``ExecStartPre=``, and for ranks >= 1
+            the server unit and env file only (no check units, no monitoring: they serve no HTTP). Default for a
+            multi-node profile: rank 0 of the first replica (each node's own files: :func:`kimi_deploy.ranks.render_ranks`).
 
     Returns:
         :class:`Rendered` with ``<name>.service``, ``<name>.env``, ``kimi-deploy-check@<name>.service``,
-        ``kimi-deploy-check@<name>.timer``.
+        ``kimi-deploy-check@<name>.timer`` (the first two only for a rank >= 1).
 
     Raises:
         UsageError / UnsupportedVersionError: from :func:`kimi_deploy.launch.build_launch`.
     """
     version = versions.DEFAULT_SGLANG_VERSION if sglang_version is None else sglang_version
-    launch = build_launch(profile, version, components=components)
+    if rank is None and profile.nodes_per_copy > 1:
+        rank = group_ranks(profile)[0]
+    launch = (rank_launch(profile, rank, version, components=components) if rank is not None
+              else build_launch(profile, version, components=components))
     svc, s = profile.service, profile.sglang
     header = file_header(profile, launch.sglang_version)
     env_file = paths.service_env_file(svc.name)
@@ -156,14 +165,18 @@ def render(profile: Profile, sglang_version: str | None = None, *,
         "cache_key": launch.cache_dir.rsplit("/", 1)[-1],
         "check_command": check_command,
         "check_unit": check_unit(svc.name),
+        "rank": rank,
+        "preflight_command": preflight_command(profile, rank, profile_host_path) if rank is not None else None,
     }
     env = _environment()
     files = {
         f"{svc.name}.service": env.get_template("server.service.j2").render(context),
         f"{svc.name}.env": env.get_template("server.env.j2").render(context),
-        f"{check_unit(svc.name)}.service": env.get_template("check.service.j2").render(context),
-        f"{check_unit(svc.name)}.timer": env.get_template("check.timer.j2").render(context),
     }
+    if rank is not None and not rank.serves:
+        return Rendered(profile=profile, launch=launch, files=files)
+    files[f"{check_unit(svc.name)}.service"] = env.get_template("check.service.j2").render(context)
+    files[f"{check_unit(svc.name)}.timer"] = env.get_template("check.timer.j2").render(context)
     from kimi_deploy.monitoring import render_monitoring
 
     return Rendered(profile=profile, launch=launch, files=files, monitoring=render_monitoring(profile, header))

@@ -186,7 +186,8 @@ def restart(profile: Profile, layout: HostLayout, *, wait: bool = False, timeout
             rollback_on_failure: bool = False, poll_interval: float = 5.0,
             on_poll: Callable[[str, WaitState], None] | None = None,
             on_event: Callable[[str], None] | None = None, clock: Callable[[], float] = time.monotonic,
-            sleep: Callable[[float], None] = time.sleep, drain: Drain | None = None) -> RestartResult:
+            sleep: Callable[[float], None] = time.sleep, drain: Drain | None = None,
+            node: str | None = None) -> RestartResult:
     """Restart ``profile``'s service; with ``wait``, verify it and optionally roll back.
 
     Args:
@@ -197,10 +198,13 @@ def restart(profile: Profile, layout: HostLayout, *, wait: bool = False, timeout
         clock, sleep: the readiness wait's time source and sleep (:func:`kimi_deploy.readiness.wait_ready`).
         drain: a replica behind a gateway (needs ``wait``): removed from the gateway before the restart,
             waited for and checked at ``drain.url``, added back only when that passed.
+        node: this host as ``[fleet] replicas`` lists it (default: found by its addresses,
+            :func:`kimi_deploy.ranks.local_rank`).
 
     Raises:
-        UsageError: ``wait`` and the profile's API key file is unreadable or empty; checked before
-            anything is restarted.
+        UsageError: ``wait`` and the profile's API key file is unreadable or empty, or ``wait`` on a rank >= 1
+            of a multi-node group (it serves no HTTP: :func:`kimi_deploy.ranks.refuse_http_proof`); checked
+            before anything is restarted.
         ExternalCommandError: systemctl failed (the restart itself, not the server).
         LockedError: an install, uninstall or restart of the service is running (exit 7); it holds
             :func:`kimi_deploy.hostfiles.service_lock` for its whole run, and so does this one.
@@ -210,6 +214,10 @@ def restart(profile: Profile, layout: HostLayout, *, wait: bool = False, timeout
 
         raise UsageError("a replica behind a gateway is restarted with --wait (it goes back into the gateway "
                          "only once it is ready and checked)", hint="add --wait")
+    if wait:
+        from kimi_deploy.ranks import local_rank, refuse_http_proof
+
+        refuse_http_proof(profile, local_rank(profile, node), "restart --wait")
     api_key = apikey.profile_key(profile.sglang.api_key_file, layout) if wait else None
     with service_lock(layout, profile.service.name):
         if drain is None:

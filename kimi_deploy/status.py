@@ -34,6 +34,7 @@ from kimi_deploy.hostfiles import Manifest, read_bytes, sha256
 from kimi_deploy.patching import status as series_status
 from kimi_deploy.paths import HostLayout
 from kimi_deploy.profile import Profile
+from kimi_deploy.ranks import Rank, local_rank, serving_url
 from kimi_deploy.readiness import Probe, get_json, probe_ready
 from kimi_deploy.render import check_unit, render
 
@@ -135,10 +136,11 @@ def compare_launch(running_args: list[str], rendered_args: list[str], source: st
     return Drift(source, redact(running_args), sorted((want - run).elements()), sorted((run - want).elements()))
 
 
-def running_launch(base_url: str, api_key: str | None, main_pid: int | None) -> tuple[list[str], str] | None:
-    """``(server args, source)`` of the running server: ``/server_info`` ``launch_command``, else
-    ``/proc/<pid>/cmdline``; None when neither is available."""
-    info = get_json(base_url, "/server_info", api_key)
+def running_launch(base_url: str | None, api_key: str | None,
+                   main_pid: int | None) -> tuple[list[str], str] | None:
+    """``(server args, source)`` of the running server: ``/server_info`` ``launch_command`` (not asked
+    without ``base_url``), else ``/proc/<pid>/cmdline``; None when neither is available."""
+    info = get_json(base_url, "/server_info", api_key) if base_url else None
     if info and isinstance(info.get("launch_command"), str) and info["launch_command"].strip():
         return parse_launch_command(info["launch_command"]), "/server_info launch_command"
     if main_pid:
@@ -236,7 +238,9 @@ class StatusFacts:
     the running server's arguments and their source (:func:`running_launch`). ``patches``:
     :func:`patch_state`. ``last_check``: :func:`last_check` of the nightly report. ``start_log``: the
     server's log lines of the current start and the command that read them, or ``(None, why not)``
-    (:func:`kimi_deploy.allreduce.read_start_log`; only while the unit is active).
+    (:func:`kimi_deploy.allreduce.read_start_log`; only while the unit is active). ``rank``: the rank of a
+    multi-node group this host runs (:func:`kimi_deploy.ranks.local_rank`); on a rank >= 1 nothing is asked
+    over HTTP (its ``/health`` is SGLang's dummy 200) and the launch comes from ``/proc``.
     """
 
     layout: HostLayout
@@ -249,9 +253,11 @@ class StatusFacts:
     patches: dict[str, Any]
     last_check: dict[str, Any] | None
     start_log: tuple[list[str] | None, str] | None = None
+    rank: Rank | None = None
 
 
-def gather_status_facts(profile: Profile, layout: HostLayout, manifest: Manifest) -> StatusFacts:
+def gather_status_facts(profile: Profile, layout: HostLayout, manifest: Manifest,
+                        node: str | None = None) -> StatusFacts:
     """Read the files, ask systemd, probe the server, read the patch state and the last check (never raises
     for a down server or a failed ``systemctl``: those become facts)."""
     files = {hp: read_bytes(layout.under(hp)) for hp in manifest.files}
@@ -265,8 +271,14 @@ def gather_status_facts(profile: Profile, layout: HostLayout, manifest: Manifest
         api_key = apikey.profile_key(profile.sglang.api_key_file, layout)
     except KimiDeployError as exc:
         key_error = exc
-    probe = probe_ready(profile.base_url, api_key)
-    launch = running_launch(profile.base_url, api_key, unit.main_pid if unit else None)
+    rank = local_rank(profile, node)
+    if rank is None or rank.serves:
+        probe = probe_ready(profile.base_url, api_key)
+        launch = running_launch(profile.base_url, api_key, unit.main_pid if unit else None)
+    else:
+        probe = Probe(False, "", None, f"rank {rank.rank} serves no HTTP: the group answers at rank 0, "
+                                       f"{serving_url(profile, rank)}")
+        launch = running_launch(None, None, unit.main_pid if unit else None)
     report = layout.check_report(profile.service.name)
     start_log = None
     if unit is not None and unit.is_active:
@@ -275,7 +287,7 @@ def gather_status_facts(profile: Profile, layout: HostLayout, manifest: Manifest
         start_log = allreduce.read_start_log(f"{profile.service.name}.service",
                                              unit.properties.get("ExecMainStartTimestamp") or None)
     return StatusFacts(layout, files, unit, unit_error, key_error, probe, launch, patch_state(profile.service.python),
-                       last_check(report, layout.host_path(report)), start_log)
+                       last_check(report, layout.host_path(report)), start_log, rank)
 
 
 def _systemctl_failure(unit: str, exc: KimiDeployError, layout: HostLayout) -> str:
@@ -322,13 +334,17 @@ def _patch_problem(patches: dict[str, Any], python: str, restart: str = "kimi-de
     return None
 
 
-def status(profile: Profile, layout: HostLayout, manifest: Manifest) -> StatusReport:
+def status(profile: Profile, layout: HostLayout, manifest: Manifest, node: str | None = None) -> StatusReport:
     """Collect the status of ``profile``'s installed service (never raises for a down server): the facts
-    (:func:`gather_status_facts`), then the report (:func:`status_from`).
+    (:func:`gather_status_facts`), then the report (:func:`status_from`). ``node``: this host in a multi-node
+    group (default: found by its addresses, :func:`kimi_deploy.ranks.local_rank`).
 
     Paths in the report are host paths. Each entry of ``problems`` is one :func:`problem` line.
+
+    Raises:
+        UsageError: ``node`` is not a node of the profile.
     """
-    return status_from(profile, manifest, gather_status_facts(profile, layout, manifest))
+    return status_from(profile, manifest, gather_status_facts(profile, layout, manifest, node))
 
 
 def status_from(profile: Profile, manifest: Manifest, facts: StatusFacts) -> StatusReport:
@@ -364,12 +380,15 @@ def status_from(profile: Profile, manifest: Manifest, facts: StatusFacts) -> Sta
         problems.append(problem(f"the API key is unreadable: {exc.message}", str(exc.value), exc.hint or ""))
     probe = facts.probe
     health = {"ready": probe.ready, "endpoint": probe.stage, "http_status": probe.http_status, "detail": probe.detail}
-    if not probe.ready:
+    silent = facts.rank is not None and not facts.rank.serves
+    if silent:
+        health = {"ready": None, "endpoint": None, "http_status": None, "detail": probe.detail}
+    elif not probe.ready:
         problems.append(problem(f"the server at {profile.base_url} is not ready",
                                 f"GET {probe.stage}: {probe.detail}",
                                 f"if it is starting, wait (`{cmd('restart --wait')}` shows the phase); else read "
                                 f"`journalctl -u {unit_name} -n 50`"))
-    rendered = render(profile, manifest.sglang_version)
+    rendered = render(profile, manifest.sglang_version, rank=facts.rank)
     found = facts.launch
     drift = None
     if found:

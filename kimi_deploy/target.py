@@ -142,7 +142,7 @@ def check_interpreter(python: str | Path) -> str:
 
 def run_script(python: str | Path, script: str, args: Sequence[str] = (), *,
                timeout: float = 180.0, env: dict[str, str] | None = None,
-               label: str = "script") -> dict[str, Any]:
+               label: str = "script", stream_stderr: bool = False) -> dict[str, Any]:
     """Run ``script`` with ``python -c`` and return the JSON object printed on its last stdout line.
 
     Args:
@@ -153,6 +153,8 @@ def run_script(python: str | Path, script: str, args: Sequence[str] = (), *,
         env: extra environment variables (``HF_HUB_OFFLINE=1`` is always set).
         label: how errors show the script (``python -c <label> ARGS``; the full command is
             logged with ``-v``).
+        stream_stderr: the script's stderr (progress lines) goes to this process's stderr as it is
+            written instead of into the error (:func:`kimi_deploy.proc.run`).
 
     Raises:
         UsageError: the interpreter is missing, a folder or not executable.
@@ -165,7 +167,7 @@ def run_script(python: str | Path, script: str, args: Sequence[str] = (), *,
     display = [interpreter, "-c", f"<{label}>", *args]
     hint = interpreter_hint(interpreter)
     done = proc.run([interpreter, "-c", script, *args], extra_env=extra, timeout=timeout, hint=hint,
-                    display=display)
+                    display=display, stream_stderr=stream_stderr)
     lines = [line for line in done.stdout.splitlines() if line.strip()]
     try:
         data = json.loads(lines[-1])

@@ -12,6 +12,9 @@ the same path as SGLang 0.5.23's ``prepare_server_args`` (``sglang/srt/server_ar
 2. ``argparse``: ``argparse.ArgumentParser(prog="sglang serve")`` +
    ``ServerArgs.add_cli_args(parser)`` + ``parse_args``. A bad flag exits 2 with
    SGLang's message on stderr; that message is the error.
+   ``exact-names``: every option given is spelled exactly as the parser defines it. SGLang's parser
+   keeps argparse's ``allow_abbrev``, so ``--nnode 2`` parses as ``--nnodes 2``; an abbreviation is an
+   error naming the full option(s).
 3. ``record``: ``ServerArgs.from_cli_args`` (in 0.5.23 construction does not resolve:
    ``__post_init__`` is empty and resolution is ``resolve_once``). Skipped when the
    target's ``ServerArgs`` has no ``resolve_once`` (older releases resolved in
@@ -43,6 +46,7 @@ from typing import Any
 from kimi_deploy import target, versions
 from kimi_deploy.launch import LaunchSpec, build_launch
 from kimi_deploy.profile import Profile
+from kimi_deploy.ranks import Rank, group_ranks, rank_launch
 
 #: The API key written into the substitute ``--config`` file.
 PLACEHOLDER_API_KEY = "validation-placeholder"
@@ -109,6 +113,19 @@ try:
         out["errors"].append(lines[-1] if lines else clean(err.getvalue()) or "argparse exited with status %s" % exc.code)
         flush_warnings(); finish()
     out["stages"].append("argparse")
+    exact = set(parser._option_string_actions)
+    for arg in args:
+        name = arg.split("=", 1)[0]
+        if arg == "--":
+            break
+        if name.startswith("--") and name not in exact:
+            full = sorted(o for o in exact if o.startswith(name))
+            out["errors"].append(name + " is an abbreviation of " + " or ".join(full) + ": SGLang's argparse "
+                                 "expands it, but a later release may add an option that makes it ambiguous or "
+                                 "another option; spell it out")
+    if out["errors"]:
+        flush_warnings(); finish()
+    out["stages"].append("exact-names")
     if secrets:
         out["api_key_from_config"] = getattr(ns, "api_key", None) == placeholder
     if not hasattr(ServerArgs, "resolve_once"):
@@ -146,7 +163,7 @@ finish()
 """
 
 #: Steps in the order they run (see the module docstring).
-STAGES = ("config", "argparse", "record", "deprecated-args")
+STAGES = ("config", "argparse", "exact-names", "record", "deprecated-args")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -220,26 +237,48 @@ def check_env(launch: LaunchSpec) -> dict[str, str]:
 
 
 @dataclasses.dataclass(frozen=True)
+class RankValidation:
+    """One rank's command of a multi-node replica (:mod:`kimi_deploy.ranks`) and its check."""
+
+    rank: Rank
+    launch: LaunchSpec
+    validation: Validation
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**self.rank.to_dict(), **self.validation.to_dict()}
+
+
+@dataclasses.dataclass(frozen=True)
 class ProfileValidation:
-    """:func:`validate_profile`'s result: the launch rendered for the detected version and its check."""
+    """:func:`validate_profile`'s result: the launch rendered for the detected version and its check.
+
+    For a multi-node profile ``launch``/``validation`` are rank 0's and ``ranks`` holds every rank of the
+    first replica (the other replicas' commands differ only in the ``--dist-init-addr`` host); ``ok`` needs
+    every rank's command accepted.
+    """
 
     info: target.TargetInfo
     launch: LaunchSpec
     validation: Validation
+    ranks: tuple[RankValidation, ...] = ()
 
     @property
     def ok(self) -> bool:
-        return self.validation.ok
+        return self.validation.ok and all(r.validation.ok for r in self.ranks)
 
     def to_dict(self) -> dict[str, Any]:
         data = self.validation.to_dict()
+        data["ok"] = self.ok
         data["sglang_location"] = self.info.sglang_location
         data["render_warnings"] = list(self.launch.warnings)
+        if self.ranks:
+            data["ranks"] = [r.to_dict() for r in self.ranks]
         return data
 
 
 def validate_profile(profile: Profile, python: str | Path | None = None) -> ProfileValidation:
-    """Render ``profile`` for the SGLang version found in ``python`` and validate it there.
+    """Render ``profile`` for the SGLang version found in ``python`` and validate it there (each rank's
+    command of a multi-node replica separately).
 
     Args:
         profile: a validated profile.
@@ -254,7 +293,18 @@ def validate_profile(profile: Profile, python: str | Path | None = None) -> Prof
     python = str(python or profile.service.python)
     info = target.probe(python)
     version, _ = target.require_sglang(info)
-    launch = build_launch(profile, versions.parse_version(version), components=info.components())
+    parsed = versions.parse_version(version)
+    ranks = [r for r in group_ranks(profile) if r.replica == 0]
+    checked: list[RankValidation] = []
+    for rank in ranks:
+        launch = rank_launch(profile, rank, str(parsed), components=info.components())
+        checked.append(RankValidation(rank, launch, validate_server_args(
+            python, launch.server_args, secrets_config=launch.secrets_config, env=check_env(launch),
+            sglang_version=version)))
+    if checked:
+        return ProfileValidation(info=info, launch=checked[0].launch, validation=checked[0].validation,
+                                 ranks=tuple(checked))
+    launch = build_launch(profile, parsed, components=info.components())
     result = validate_server_args(python, launch.server_args, secrets_config=launch.secrets_config,
                                   env=check_env(launch), sglang_version=version)
     return ProfileValidation(info=info, launch=launch, validation=result)

@@ -74,6 +74,7 @@ NOT_FOR = {
     "patch": HEAVY - {"jinja2", "pydantic"},
     "install": HEAVY - {"jinja2", "pydantic"},
     "uninstall": HEAVY - {"jinja2", "pydantic"},
+    "preflight": HEAVY - {"jinja2", "pydantic"},
     "status": {"openai", "matplotlib", "jsonschema", "httptools", "orjson"},
     "restart": {"openai", "matplotlib", "jsonschema", "httptools", "orjson"},
     "check": {"matplotlib", "httptools", "orjson"},

@@ -22,6 +22,7 @@ from helpers import run_cli, write_profile
 from kube_helpers import kubernetes_validate_cli, kustomize, load_tree, validate_document
 from kimi_deploy import kubernetes
 from kimi_deploy.profile import parse_profile
+from kimi_deploy.ranks import render_ranks
 from kimi_deploy.render import render as render_systemd
 
 GOLDEN = Path(__file__).parent / "golden" / "kubernetes"
@@ -227,38 +228,22 @@ def test_gateway_discovers_leaders_in_its_namespace_only(tmp_path):
     assert pod["serviceAccountName"] == role["metadata"]["name"]
 
 
-def _systemd_server_args(profile) -> list[str]:
-    """The ``ExecStart=`` arguments after ``-m sglang.launch_server`` of the rendered systemd unit."""
-    unit = render_systemd(profile).files[f"{profile.service.name}.service"]
+def _exec_start_args(unit: str) -> list[str]:
+    """The ``ExecStart=`` arguments after ``-m sglang.launch_server`` of a rendered systemd unit."""
     block = re.search(r"^ExecStart=(.*?)(?<!\\)\n", unit, re.M | re.S)
     assert block
     words = block.group(1).replace("\\\n", " ").split()
     return words[words.index("sglang.launch_server") + 1:]
 
 
-#: Flags of the options whose table scope is "serving rank only" (only rank 0 serves HTTP in SGLang 0.5.23).
-HTTP_RANK_FLAGS = ("--host", "--port", "--served-model-name", "--tool-call-parser", "--reasoning-parser", "--config")
-
-
 def _systemd_rank_args(profile, rank: int) -> list[str]:
-    """What the systemd unit of node ``rank`` runs, written out from the unit's ExecStart= and ``[fleet]``
-    (independently of the Kubernetes code): the single-host arguments, without the serving-rank options on
-    ranks >= 1, then ``--nnodes N --node-rank R --dist-init-addr NODES[0]:PORT --dist-timeout T``."""
-    args = _systemd_server_args(profile)
-    nodes = profile.replicas[0] if profile.fleet else ("127.0.0.1",)
-    if len(nodes) == 1:
-        return args
-    if rank > 0:
-        kept, i = [], 0
-        while i < len(args):
-            takes = args[i] in HTTP_RANK_FLAGS and i + 1 < len(args) and not args[i + 1].startswith("--")
-            if args[i] not in HTTP_RANK_FLAGS:
-                kept.append(args[i])
-            i += 2 if takes else 1
-        args = kept
-    fleet = profile.fleet
-    return [*args, "--nnodes", str(len(nodes)), "--node-rank", str(rank),
-            "--dist-init-addr", f"{nodes[0]}:{fleet.dist_init_port}", "--dist-timeout", str(fleet.dist_timeout)]
+    """What the systemd unit of node ``rank`` of the first replica runs (independently of the Kubernetes code):
+    the ExecStart= of that rank's rendered unit (kimi_deploy.ranks.render_ranks), the single-host unit's for
+    one node."""
+    name = f"{profile.service.name}.service"
+    if profile.nodes_per_copy == 1:
+        return _exec_start_args(render_systemd(profile).files[name])
+    return _exec_start_args(render_ranks(profile)[profile.replicas[0][rank]][name])
 
 
 @pytest.mark.sglang

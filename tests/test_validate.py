@@ -98,7 +98,7 @@ def test_cli_validate_preset(cli_runner, sglang_python):
     result = cli_runner.invoke(cli, ["validate", "--preset", PRESET, "--python", sglang_python])
     assert result.exit_code == 0, result.output
     assert result.stdout.startswith("ok: SGLang 0.5.23 (")
-    assert "checked: config, argparse, record, deprecated-args" in result.stdout
+    assert "checked: config, argparse, exact-names, record, deprecated-args" in result.stdout
 
 
 def test_cli_validate_rejects_with_exit_1_and_json(cli_runner, sglang_python, tmp_path):

@@ -54,6 +54,8 @@ VERBS: dict[str, tuple[str, str]] = {
                              "argparse."),
     "doctor": ("doctor", "Check GPUs, driver, torch, topology, models, disk, port, SGLang flags and the installed "
                          "unit."),
+    "preflight": ("preflight", "Rendezvous with the other ranks of this node's multi-node group over gloo; name "
+                               "what is wrong."),
     "patch": ("patch", "Source patches for the installed SGLang (series in patches/<sglang-version>/)."),
     "install": ("install", "Install the rendered units, env file and profile on the host (plan, diff, apply)."),
     "uninstall": ("install", "Stop, disable and remove what kimi-deploy installed (only unmodified files; never "

@@ -111,6 +111,12 @@ def check_cmd(ctx, base_url, model, api_key_file, profile_path, only, skip, json
     outputs = {"json_path": Path(json_path) if json_path and not to_stdout else None,
                "junit_path": junit_path, "prom_path": prom_path}
     reports.check_output_paths(**outputs)
+    if not base_url:  # a rank >= 1 of a multi-node group serves no HTTP: nothing to check there
+        from kimi_deploy.profile import load_profile
+        from kimi_deploy.ranks import local_rank, refuse_http_proof
+
+        profile = load_profile(profile_path)
+        refuse_http_proof(profile, local_rank(profile), "check")
     api_key = read_api_key(api_key_file) if api_key_file else None
     options = CheckOptions(base_url=base_url, model=model, api_key=api_key, profile=profile_path,
                            only=_globs(only), skip=_globs(skip), timeout=timeout, repeat=repeat, deadline=deadline,

@@ -33,8 +33,9 @@ def _line(label: str, state: WaitState) -> str:
 @click.option("--poll-interval", type=float, default=5.0, show_default=True, metavar="S",
               help="Seconds between readiness probes.")
 @click.option("--host", "host", default=None, metavar="NAME",
-              help="With [gateway]: which node of the profile this is (default: found by this machine's addresses). "
-                   "Its replica is removed from the gateway first and added back once ready and checked.")
+              help="Which node of the profile this is (default: found by this machine's addresses). With [gateway] "
+                   "its replica is removed from the gateway first and added back once ready and checked; on a rank "
+                   ">= 1 of a multi-node group --wait is refused (it serves no HTTP).")
 @json_flag("Print the result as JSON.")
 @click.pass_context
 def restart_cmd(ctx, profile_path, preset, root, name, wait, timeout, rollback_on_failure, poll_interval, host,
@@ -73,7 +74,7 @@ def restart_cmd(ctx, profile_path, preset, root, name, wait, timeout, rollback_o
     try:
         result = restart_lib.restart(profile, layout, wait=wait, timeout=timeout,
                                      rollback_on_failure=rollback_on_failure, poll_interval=poll_interval,
-                                     on_poll=on_poll, on_event=on_event, drain=drain)
+                                     on_poll=on_poll, on_event=on_event, drain=drain, node=host)
     finally:
         if status:
             status.stop()
@@ -102,8 +103,9 @@ def _drain(profile, layout, host, wait):
     from kimi_deploy.errors import UsageError
 
     if profile.gateway is None:
-        if host is not None:
-            raise UsageError("--host is for a profile with [gateway]", value=host, hint="drop --host")
+        if host is not None and profile.nodes_per_copy < 2:
+            raise UsageError("--host is for a profile with [gateway] or multi-node replicas", value=host,
+                             hint="drop --host")
         return None
     from kimi_deploy import apikey
     from kimi_deploy.fleet import is_node, pick_host

@@ -13,13 +13,16 @@ from kimi_deploy.paths import HostLayout
 @profile_options
 @root_option
 @click.option("--name", default=None, metavar="NAME", help="Installed service (default: the only one).")
+@click.option("--host", "host", default=None, metavar="NAME",
+              help="Multi-node: which node of the profile this is (default: found by this machine's addresses); "
+                   "ranks >= 1 serve no HTTP, so no health is asked of them.")
 @json_flag("Print the report as JSON.")
 @click.pass_context
-def status_cmd(ctx, profile_path, preset, root, name, as_json):
+def status_cmd(ctx, profile_path, preset, root, name, host, as_json):
     """Show the installed service's state; exit 1 when something is wrong (the problems are listed)."""
     layout = HostLayout(root)
     profile, manifest = resolve_installed(profile_path, preset, name, layout)
-    report = status_lib.status(profile, layout, manifest)
+    report = status_lib.status(profile, layout, manifest, host)
     view = _gateway_view(profile, layout)
     code = max(report.exit_code, 1 if view and view["problems"] else 0)
     if as_json:
@@ -31,7 +34,10 @@ def status_cmd(ctx, profile_path, preset, root, name, as_json):
                f", restarts {unit.get('n_restarts') if unit.get('n_restarts') is not None else '?'}")
     click.echo(f"files     {len(report.files)} installed, " + _file_summary(report.files))
     h = report.health
-    click.echo(f"health    {'ready' if h['ready'] else 'NOT READY'} ({h['endpoint']}: {h['detail']})")
+    if h["ready"] is None:
+        click.echo(f"health    not served here ({h['detail']})")
+    else:
+        click.echo(f"health    {'ready' if h['ready'] else 'NOT READY'} ({h['endpoint']}: {h['detail']})")
     if report.launch:
         d = report.launch
         click.echo(f"launch    {'matches the profile' if d.in_sync else 'DRIFT'} (from {d.source})")

@@ -39,28 +39,38 @@ def validate_cmd(ctx, profile_path, preset, python, gateway, smg, as_json):
                 click.echo(f"error: {error}")
         ctx.exit(0 if checked.ok else int(ExitCode.FAILED))
     result = validate_lib.validate_profile(profile, python)
-    v = result.validation
     if as_json:
         echo_json(result.to_dict())
     else:
         for warning in result.launch.warnings:
             click.echo(f"warning: {warning}")
         where = result.info.sglang_location
-        if v.ok:
-            click.echo(f"ok: SGLang {v.sglang_version} ({where}) accepts the rendered command "
-                       f"({len(v.server_args)} arguments; checked: {', '.join(v.stages)})")
-        else:
-            click.echo(f"FAILED: SGLang {v.sglang_version} ({where}) rejects the rendered command")
-        for error in v.errors:
-            click.echo(f"error: {error}")
-        for warning in v.warnings:
-            click.echo(f"warning: {warning}")
-        for note in v.notes:
-            click.echo(f"note: {note}")
-        if not v.ok:
+        checked = [(f"rank {r.rank.rank} ({r.rank.node}): ", r.validation) for r in result.ranks] \
+            or [("", result.validation)]
+        for label, v in checked:
+            _report(label, v, where)
+        if result.ranks:
+            click.echo(f"note: the other replicas' ranks differ only in --dist-init-addr "
+                       f"({len(result.ranks)} rank(s) of replica 0 checked)")
+        if not result.ok:
             click.echo("fix: correct the flag in the profile ([sglang] or extra_args) and run validate again")
-    if not v.ok:
+    if not result.ok:
         ctx.exit(int(ExitCode.FAILED))
+
+
+def _report(label: str, v: validate_lib.Validation, where: str | None) -> None:
+    """One command's outcome: ok/FAILED, then SGLang's errors, warnings and the check's notes."""
+    if v.ok:
+        click.echo(f"{label}ok: SGLang {v.sglang_version} ({where}) accepts the rendered command "
+                   f"({len(v.server_args)} arguments; checked: {', '.join(v.stages)})")
+    else:
+        click.echo(f"{label}FAILED: SGLang {v.sglang_version} ({where}) rejects the rendered command")
+    for error in v.errors:
+        click.echo(f"{label}error: {error}")
+    for warning in v.warnings:
+        click.echo(f"{label}warning: {warning}")
+    for note in v.notes:
+        click.echo(f"{label}note: {note}")
 
 
 COMMANDS = [validate_cmd]

@@ -1,0 +1,55 @@
+"""Verb ``preflight``: a bounded gloo rendezvous of one rank of a multi-node group (:mod:`kimi_deploy.preflight`)."""
+
+from __future__ import annotations
+
+import click
+
+from kimi_deploy.cli.options import echo_json, json_flag, profile_options, resolve_profile
+from kimi_deploy.ranks import PREFLIGHT_TIMEOUT_SEC
+
+#: Longest --timeout accepted (a day): a rendezvous that waits longer waits for nothing.
+MAX_TIMEOUT_SEC = 86400.0
+
+
+def _finite(_ctx: click.Context, _param: click.Parameter, value: float) -> float:
+    """Refuse nan, which passes click's range check (every comparison with nan is false)."""
+    if value != value:
+        raise click.BadParameter("not a number; give seconds, e.g. 300")
+    return value
+
+
+@click.command("preflight")
+@profile_options
+@click.option("--host", "node", required=True, metavar="NAME",
+              help="This host as [fleet] replicas lists it (the rank units pass their own).")
+@click.option("--timeout", type=click.FloatRange(min=0.1, max=MAX_TIMEOUT_SEC), default=float(PREFLIGHT_TIMEOUT_SEC),
+              show_default=True, callback=_finite, metavar="SECONDS",
+              help="How long to wait for the other ranks (every rank must start within it).")
+@click.option("--python", "python", metavar="PATH",
+              help="SGLang's interpreter, which has torch (default: [service] python of the profile).")
+@json_flag("Print the result as JSON.")
+@click.pass_context
+def preflight_cmd(ctx, profile_path, preset, node, timeout, python, as_json):
+    """Rendezvous with the other ranks of this node's multi-node group over gloo; name what is wrong.
+
+    Exit 0: every rank joined and gloo connected over [fleet] nic; 1: a wrong host, NIC or port; 6: a rank
+    did not come within --timeout. Run on every node of the group (the rank units run it as ExecStartPre=).
+    """
+    from kimi_deploy import preflight as preflight_lib
+    from kimi_deploy.ranks import find_rank
+
+    profile = resolve_profile(profile_path, preset)
+    rank = find_rank(profile, node)
+    result = preflight_lib.preflight(profile, rank, timeout=timeout, python=python)
+    if as_json:
+        echo_json(result.to_dict())
+    elif result.ok:
+        click.echo(f"ok: rank {rank.rank} of {rank.nnodes} ({rank.node}) met every rank of replica {rank.replica} "
+                   f"at {rank.rank0}:{result.port} and over {result.nic} in {result.seconds:.1f} s")
+    else:
+        click.echo(f"FAILED ({result.stage}): {result.error}")
+        click.echo(f"fix: {result.fix}")
+    ctx.exit(int(result.exit_code))
+
+
+COMMANDS = [preflight_cmd]
