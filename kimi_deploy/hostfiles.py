@@ -18,7 +18,7 @@ import datetime as _dt
 import enum
 import hashlib
 import json
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from pathlib import Path
 from typing import Any, Literal
 
@@ -230,12 +230,12 @@ class Claims:
 
     ``paths``: host path -> ``[(service, what)]``, ``what`` one of ``file`` (listed in its
     manifest), ``API key file``, ``cache folder``, ``state folder``. ``ports``: ``(service,
-    host, port)`` of each one's ``[sglang]`` listener. ``accounts``: ``"user NAME"``/``"group NAME"``
+    host, port, what)`` of each one's listeners (:func:`listeners`). ``accounts``: ``"user NAME"``/``"group NAME"``
     -> ``[(service, what)]`` for the accounts each one runs as or created.
     """
 
     paths: dict[str, list[tuple[str, str]]] = dataclasses.field(default_factory=dict)
-    ports: list[tuple[str, str, int]] = dataclasses.field(default_factory=list)
+    ports: list[tuple[str, str, int, str]] = dataclasses.field(default_factory=list)
     accounts: dict[str, list[tuple[str, str]]] = dataclasses.field(default_factory=dict)
 
     def add_account(self, kind: Literal["user", "group"], name: str | None, service: str, what: str) -> None:
@@ -263,11 +263,31 @@ class Claims:
         return self.paths.get(host_path.rstrip("/") or "/", []) if host_path else []
 
 
+def listeners(profile: Profile, installed: Collection[str] | None) -> list[tuple[str, int, str]]:
+    """``(host, port, what)`` of every socket the units among ``installed`` (host paths) listen on.
+
+    The server unit (``<name>.service``): ``[sglang] host:port``; the gateway unit (``<name>-gateway.service``,
+    a fleet's gateway host): ``[gateway] bind:port`` and its metrics ``prometheus_host:prometheus_port``. A
+    gateway-only host runs no SGLang, so its ``[sglang]`` port is not one of its own (it is the nodes').
+    ``installed`` None (nothing known of the files): the server's listener, as every install has one.
+    """
+    from kimi_deploy.paths import SYSTEMD_DIR
+
+    name, found = profile.service.name, []
+    if installed is None or f"{SYSTEMD_DIR}/{name}.service" in installed:
+        found.append((profile.sglang.host, profile.sglang.port, "[sglang] port"))
+    gw = profile.gateway
+    if gw is not None and installed is not None and f"{SYSTEMD_DIR}/{name}-gateway.service" in installed:
+        found += [(gw.bind, gw.port, "[gateway] port"),
+                  (gw.prometheus_host, gw.prometheus_port, "[gateway] prometheus_port")]
+    return found
+
+
 def other_services_claims(layout: HostLayout, service: str) -> Claims:
     """Host paths and ports the installed services other than ``service`` use (see :class:`Claims`).
 
     Read from each manifest (files, API key file, cache and state folders, accounts it created) and
-    its profile copy (``[sglang] api_key_file``, ``port``, ``host``, the cache root, ``[service]``
+    its profile copy (``[sglang] api_key_file``, the listeners of the units it installed, the cache root, ``[service]``
     user and group); unreadable ones give what
     they can (their own service reports them).
     """
@@ -302,7 +322,8 @@ def other_services_claims(layout: HostLayout, service: str) -> Claims:
         claims.add(profile.cache_root, other, "cache folder")
         claims.add_account("user", profile.service.user, other, "runs as it")
         claims.add_account("group", profile.service.group, other, "runs as it")
-        claims.ports.append((other, profile.sglang.host, profile.sglang.port))
+        claims.ports += [(other, host, port, what)
+                         for host, port, what in listeners(profile, manifest.files if manifest else None)]
     return claims
 
 

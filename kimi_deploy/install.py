@@ -30,7 +30,7 @@ import pwd
 import secrets
 import shutil
 import stat
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from pathlib import Path
 from typing import Any, Literal
 
@@ -38,7 +38,7 @@ from kimi_deploy import __version__, apikey, fsio, paths, proc, systemd
 from kimi_deploy.errors import ExternalCommandError, KimiDeployError, RefusedError, UsageError
 from kimi_deploy.fsio import write_atomic, write_many_atomic
 from kimi_deploy.hostfiles import (Claims, FileRecord, Intent, Manifest, Ownership, classify, installed_services,
-                                   last_uninstalled_manifest, leftover_services, load_intent, load_manifest,
+                                   last_uninstalled_manifest, listeners, leftover_services, load_intent, load_manifest,
                                    other_services_claims, profile_toml, read_bytes, restore_backup, sha256,
                                    service_lock, stale_files, valid_service_name, write_backup)
 from kimi_deploy.paths import HostLayout
@@ -503,8 +503,12 @@ def _hosts_overlap(a: str, b: str) -> bool:
     return a == b or a in wildcard or b in wildcard
 
 
-def _conflicts(profile: Profile, claims: Claims, force: bool, notes: list[str], refusals: list[Refusal]) -> None:
+def _conflicts(profile: Profile, claims: Claims, force: bool, notes: list[str], refusals: list[Refusal],
+               installed: Collection[str]) -> None:
     """Compare what ``profile`` uses with what the other installed services use (``claims``).
+
+    ``installed``: the host paths this install puts in place; its listeners are those of its units
+    (:func:`kimi_deploy.hostfiles.listeners`: a gateway-only host does not listen on ``[sglang] port``).
 
     A shared API key file or cache folder is legitimate: a ``warning:`` note (``uninstall --purge``
     of either keeps it while the other is installed). The same port on overlapping hosts, or a
@@ -518,10 +522,11 @@ def _conflicts(profile: Profile, claims: Claims, force: bool, notes: list[str], 
             refusals.append(Refusal(what, reason, kind="conflict"))
 
     s = profile.sglang
-    for other, host, port in claims.ports:
-        if port == s.port and _hosts_overlap(host, s.host):
-            conflict(f"port {s.port}", f"service {other} listens on {host}:{port} too (its [sglang] port); "
-                                       "only one of them can start")
+    for mine, port, _ in listeners(profile, installed):
+        for other, host, other_port, what in claims.ports:
+            if port == other_port and _hosts_overlap(host, mine):
+                conflict(f"port {port}", f"service {other} listens on {host}:{port} too (its {what}); "
+                                         "only one of them can start")
     named = ((s.api_key_file, "API key file"), (profile.cache_root, "cache folder"),
              (paths.service_state_dir(profile.service.name), "state folder"))
     for host_path, what in named:
@@ -637,7 +642,7 @@ def plan_install_from(profile: Profile, facts: HostFacts, files: Mapping[str, by
     key_step = _api_key_step(facts, notes)
     if key_step:
         steps.append(key_step)
-    _conflicts(profile, facts.claims, force, notes, refusals)
+    _conflicts(profile, facts.claims, force, notes, refusals, files)
 
     key_hp = profile.sglang.api_key_file
     created_key = None
@@ -946,7 +951,7 @@ def refuse(plan: Plan) -> None:
     if conflicts:
         raise RefusedError(f"refusing to {plan.operation}: {plan.service} would collide with another installed "
                            "service", value="; ".join(f"{r.host_path}: {r.reason}" for r in plan.refusals),
-                           hint="give this profile its own [sglang] port and paths "
+                           hint="give this profile its own ports ([sglang] port, [gateway] port) and paths "
                                 f"(`{plan.layout.command('status --name OTHER')}` shows the other one), or pass --force "
                                 "to install anyway")
     lines = [f"{r.host_path}: {r.reason}" for r in plan.refusals]

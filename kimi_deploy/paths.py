@@ -83,6 +83,12 @@ def service_state_dir(service: str) -> str:
     return f"/var/lib/{service}"
 
 
+def gateway_check_report(service: str) -> str:
+    """``/var/lib/<service>-gateway/check-workers.json``: the gateway host's nightly ``check --each-worker`` report
+    (its check unit's ``StateDirectory=<service>-gateway``)."""
+    return f"{service_state_dir(service)}-gateway/check-workers.json"
+
+
 def service_cache_dir(service: str) -> str:
     """``/var/cache/<service>``: host path of a service's default cache root (systemd ``CacheDirectory=<service>``)."""
     return f"/var/cache/{service}"

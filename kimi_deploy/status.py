@@ -4,7 +4,10 @@ Sources: the manifest and files (:mod:`kimi_deploy.hostfiles`), ``systemctl show
 MainPID, NRestarts), the running launch command (SGLang 0.5.23 ``GET /server_info`` field
 ``launch_command``, else ``/proc/<MainPID>/cmdline``) compared with a fresh render, the patch
 series state (:func:`patch_state`), ``GET /health_generate``, and the nightly check's
-``/var/lib/<name>/check-report.json``.
+``/var/lib/<name>/check-report.json``. On a fleet's gateway host that serves no replica
+(:func:`gateway_host`: ``install --host`` put the gateway unit there and no server unit) there is no SGLang:
+the unit is ``<name>-gateway.service`` and the nightly report ``check --each-worker``'s
+(:func:`kimi_deploy.paths.gateway_check_report`); health, launch and patches are not reported.
 
 SGLang 0.5.23 builds ``launch_command`` after merging the ``--config`` YAML into argv
 (``srt/server_args.py`` ``prepare_server_args``), so it contains ``--api-key <key>`` (unless the
@@ -32,7 +35,7 @@ from kimi_deploy.argv import flag_groups, split_equals
 from kimi_deploy.errors import ExitCode, KimiDeployError
 from kimi_deploy.hostfiles import Manifest, read_bytes, sha256
 from kimi_deploy.patching import status as series_status
-from kimi_deploy.paths import HostLayout
+from kimi_deploy.paths import SYSTEMD_DIR, HostLayout, gateway_check_report
 from kimi_deploy.profile import Profile
 from kimi_deploy.ranks import Rank, local_rank, serving_url
 from kimi_deploy.readiness import Probe, get_json, probe_ready
@@ -198,10 +201,15 @@ class StatusReport:
     check_timer: str
     launch: Drift | None
     patches: dict[str, Any]
-    health: dict[str, Any]
+    health: dict[str, Any] | None
     last_check: dict[str, Any] | None
     problems: list[str]
     allreduce: dict[str, Any] | None = None
+    unit_name: str = ""
+
+    def __post_init__(self) -> None:
+        if not self.unit_name:
+            object.__setattr__(self, "unit_name", f"{self.service}.service")
 
     @property
     def exit_code(self) -> int:
@@ -209,7 +217,7 @@ class StatusReport:
 
     def to_dict(self) -> dict[str, Any]:
         return {"service": self.service, "ok": not self.problems, "problems": self.problems, "files": self.files,
-                "unit": self.unit, "check_timer": self.check_timer, "launch": self.launch.to_dict() if self.launch else None,
+                "unit_name": self.unit_name, "unit": self.unit, "check_timer": self.check_timer, "launch": self.launch.to_dict() if self.launch else None,
                 "patches": self.patches, "health": self.health, "last_check": self.last_check,
                 "allreduce": self.allreduce}
 
@@ -233,8 +241,9 @@ class StatusFacts:
     reads nothing else.
 
     ``files``: host path -> bytes (None: missing) of every file the manifest lists. ``unit``: ``systemctl
-    show`` of the server unit, or ``unit_error`` when it failed. ``api_key_error``: the key file could
-    not be read (the probes then ran without a key). ``probe``: ``GET /health_generate``. ``launch``:
+    show`` of the server unit (the gateway unit on a gateway host), or ``unit_error`` when it failed.
+    ``api_key_error``: the key file could not be read (the probes then ran without a key). ``probe``: ``GET
+    /health_generate`` (None on a gateway host: no SGLang there). ``launch``:
     the running server's arguments and their source (:func:`running_launch`). ``patches``:
     :func:`patch_state`. ``last_check``: :func:`last_check` of the nightly report. ``start_log``: the
     server's log lines of the current start and the command that read them, or ``(None, why not)``
@@ -248,7 +257,7 @@ class StatusFacts:
     unit: systemd.UnitState | None
     unit_error: KimiDeployError | None
     api_key_error: KimiDeployError | None
-    probe: Probe
+    probe: Probe | None
     launch: tuple[list[str], str] | None
     patches: dict[str, Any]
     last_check: dict[str, Any] | None
@@ -256,14 +265,24 @@ class StatusFacts:
     rank: Rank | None = None
 
 
+def gateway_host(profile: Profile, manifest: Manifest) -> bool:
+    """True on a fleet's gateway host that serves no replica: the manifest lists the gateway unit
+    (``<name>-gateway.service``) and no server unit (what ``install --host GATEWAY_HOST`` installs)."""
+    units = {hp.rsplit("/", 1)[-1] for hp in manifest.files if hp.startswith(SYSTEMD_DIR + "/")}
+    return profile.gateway is not None and f"{profile.service.name}-gateway.service" in units \
+        and f"{profile.service.name}.service" not in units
+
+
 def gather_status_facts(profile: Profile, layout: HostLayout, manifest: Manifest,
                         node: str | None = None) -> StatusFacts:
     """Read the files, ask systemd, probe the server, read the patch state and the last check (never raises
-    for a down server or a failed ``systemctl``: those become facts)."""
+    for a down server or a failed ``systemctl``: those become facts). On a gateway host (:func:`gateway_host`):
+    the gateway unit and its nightly report only."""
     files = {hp: read_bytes(layout.under(hp)) for hp in manifest.files}
+    only_gateway = gateway_host(profile, manifest)
     unit = unit_error = None
     try:
-        unit = systemd.show(f"{profile.service.name}.service")
+        unit = systemd.show(f"{profile.service.name}{'-gateway' if only_gateway else ''}.service")
     except KimiDeployError as exc:
         unit_error = exc
     api_key = key_error = None
@@ -271,6 +290,10 @@ def gather_status_facts(profile: Profile, layout: HostLayout, manifest: Manifest
         api_key = apikey.profile_key(profile.sglang.api_key_file, layout)
     except KimiDeployError as exc:
         key_error = exc
+    if only_gateway:
+        hp = gateway_check_report(profile.service.name)
+        return StatusFacts(layout, files, unit, unit_error, key_error, None, None, {},
+                           last_check(layout.under(hp), hp))
     rank = local_rank(profile, node)
     if rank is None or rank.serves:
         probe = probe_ready(profile.base_url, api_key)
@@ -352,7 +375,8 @@ def status_from(profile: Profile, manifest: Manifest, facts: StatusFacts) -> Sta
     problems: list[str] = []
     layout = facts.layout
     name = profile.service.name
-    unit_name = f"{name}.service"
+    only_gateway = facts.probe is None  # a gateway host (gather_status_facts): no SGLang to probe
+    unit_name = f"{name}{'-gateway' if only_gateway else ''}.service"
     profile_copy = layout.profile_copy(name)  # a local path: what `install --profile` reads (under --root)
     cmd = layout.command
     files = _file_states(manifest, facts.files)
@@ -369,21 +393,22 @@ def status_from(profile: Profile, manifest: Manifest, facts: StatusFacts) -> Sta
     if state is not None:
         unit = state.to_dict()
         if not state.is_active:
+            restart = f"systemctl restart {unit_name}" if only_gateway else cmd("restart --wait")
             problems.append(problem(f"{unit_name} is {state.active_state}/{state.sub_state}",
                                     f"systemctl show: Result={state.result or '-'}, "
                                     f"ExecMainStatus={state.properties.get('ExecMainStatus') or '-'}",
-                                    f"read `journalctl -u {unit_name} -n 50`, fix the cause, then "
-                                    f"`{cmd('restart --wait')}`"))
+                                    f"read `journalctl -u {unit_name} -n 50`, fix the cause, then `{restart}`"))
     elif facts.unit_error is not None:
         problems.append(_systemctl_failure(unit_name, facts.unit_error, layout))
     if (exc := facts.api_key_error) is not None:
         problems.append(problem(f"the API key is unreadable: {exc.message}", str(exc.value), exc.hint or ""))
     probe = facts.probe
-    health = {"ready": probe.ready, "endpoint": probe.stage, "http_status": probe.http_status, "detail": probe.detail}
+    health = None if probe is None else {"ready": probe.ready, "endpoint": probe.stage,
+                                         "http_status": probe.http_status, "detail": probe.detail}
     silent = facts.rank is not None and not facts.rank.serves
     if silent:
         health = {"ready": None, "endpoint": None, "http_status": None, "detail": probe.detail}
-    elif not probe.ready:
+    elif probe is not None and not probe.ready:
         problems.append(problem(f"the server at {profile.base_url} is not ready",
                                 f"GET {probe.stage}: {probe.detail}",
                                 f"if it is starting, wait (`{cmd('restart --wait')}` shows the phase); else read "
@@ -414,7 +439,7 @@ def status_from(profile: Profile, manifest: Manifest, facts: StatusFacts) -> Sta
             problems.append(problem(f"{allreduce.LABELS[skipped.path]} was asked for but SGLang skipped it",
                                     f"the server log of this start says `{skipped.evidence}`",
                                     allreduce.FIXES[skipped.path] + "; then `kimi-deploy restart --wait`"))
-    report_hp = layout.host_path(layout.check_report(name))
+    report_hp = gateway_check_report(name) if only_gateway else layout.host_path(layout.check_report(name))
     check = facts.last_check
     if check and check.get("exit_code") not in (None, 0):
         counts = ", ".join(f"{n} {k}" for k, n in sorted((check.get("counts") or {}).items()))
@@ -422,6 +447,7 @@ def status_from(profile: Profile, manifest: Manifest, facts: StatusFacts) -> Sta
                                 f"exit {check['exit_code']} at {check['modified_at']}" + (f": {counts}" if counts else "")
                                 + f"; report {report_hp}",
                                 f"read the failed results in the report, or rerun now with "
-                                f"`kimi-deploy check --profile {profile_copy}`"))
-    return StatusReport(name, files, unit, f"{check_unit(name)}.timer", drift, patches, health, check, problems,
-                        paths)
+                                f"`kimi-deploy check --profile {profile_copy}"
+                                f"{' --each-worker' if only_gateway else ''}`"))
+    timer = f"{check_unit(name + '-gateway' if only_gateway else name)}.timer"
+    return StatusReport(name, files, unit, timer, drift, patches, health, check, problems, paths, unit_name)

@@ -7,6 +7,7 @@ requires:
 |---|---|
 | ``/opt/kimi-deploy/bin/kimi-deploy`` | the kit (this checkout, read-only at ``/opt/kimi-deploy/src``) in its own venv ``/opt/kimi-deploy/venv`` |
 | ``/opt/sglang/.venv/bin/python`` | the SGLang 0.5.23 test environment (``KIMI_DEPLOY_SGLANG_PYTHON``): its site-packages under a throwaway overlay, so ``kimi-deploy patch apply`` can write while the shared environment stays read-only |
+| ``/opt/smg/.venv/bin/smg`` | with ``smg=``: the pinned gateway (smg 1.13.0, ``KIMI_DEPLOY_SMG``), production.md §13's path: its site-packages bound read-only |
 | ``/models/Kimi-K2.5`` | a model folder with the scripted Kimi tokenizer (tests/replay/kimi_tokenizer.py), read-only |
 | ``/out`` | a writable host folder to bring files out |
 
@@ -40,6 +41,7 @@ KIT = "/opt/kimi-deploy/bin/kimi-deploy"
 SGLANG_PYTHON = "/opt/sglang/.venv/bin/python"
 MODEL = "/models/Kimi-K2.5"
 STANDIN = "/opt/kimi-deploy/src/tests/standin"
+SMG = "/opt/smg/.venv/bin/smg"
 
 
 def _site_packages(python: str) -> tuple[str, Path]:
@@ -50,9 +52,11 @@ def _site_packages(python: str) -> tuple[str, Path]:
     return version, Path(purelib)
 
 
-def system_python_missing(sglang_python: str) -> str | None:
-    """Why the container cannot rebuild the venvs (no ``/usr/bin/python3.X`` of the venvs' X), else None."""
-    for python in (sys.executable, sglang_python):
+def system_python_missing(sglang_python: str, *more: str) -> str | None:
+    """Why the container cannot rebuild the venvs (no ``/usr/bin/python3.X`` of the venvs' X), else None.
+
+    ``more``: further interpreters to rebuild (smg's)."""
+    for python in (sys.executable, sglang_python, *more):
         version, _ = _site_packages(python)
         if not Path(f"/usr/bin/python{version}").exists():
             return f"{python} is Python {version}; the container needs /usr/bin/python{version} to rebuild its venv"
@@ -67,10 +71,16 @@ def _venv_skeleton(folder: Path, version: str) -> None:
     (folder / "pyvenv.cfg").write_text(f"home = /usr/bin\ninclude-system-site-packages = false\nversion = {version}\n")
 
 
-def lay_out(box: Container, host: Path, sglang_python: str, model_dir: Path) -> Path:
+def smg_python(smg: str) -> str:
+    """The interpreter of the venv that holds the ``smg`` script (``bin/python`` beside it)."""
+    return str(Path(smg).parent / "python")
+
+
+def lay_out(box: Container, host: Path, sglang_python: str, model_dir: Path, smg: str | None = None) -> Path:
     """Add the mounts of the table above to ``box``; ``host`` is a fresh folder for the read-only parts.
 
-    Returns the host folder bound at ``/out``.
+    ``smg``: the host's pinned smg script; its venv is rebuilt at ``/opt/smg/.venv`` (its script's
+    first line rewritten to that venv's python, as pip writes it there). Returns the host folder bound at ``/out``.
     """
     kit_version, kit_site = _site_packages(sys.executable)
     sg_version, sg_site = _site_packages(sglang_python)
@@ -89,14 +99,23 @@ def lay_out(box: Container, host: Path, sglang_python: str, model_dir: Path) -> 
     box.bind(REPO, "/opt/kimi-deploy/src")
     box.bind(kit_site, f"/opt/kimi-deploy/venv/lib/python{kit_version}/site-packages")
     box.overlay(sg_site, f"/opt/sglang/.venv/lib/python{sg_version}/site-packages")
+    if smg is not None:
+        smg_version, smg_site = _site_packages(smg_python(smg))
+        venv = opt / "smg" / ".venv"
+        _venv_skeleton(venv, smg_version)
+        body = Path(smg).read_text().split("\n", 1)[1]
+        (venv / "bin" / "smg").write_text(f"#!{Path(SMG).parent}/python\n{body}")
+        (venv / "bin" / "smg").chmod(0o755)
+        box.bind(smg_site, f"{Path(SMG).parent.parent}/lib/python{smg_version}/site-packages")
     box.bind(model_dir, MODEL)
     box.bind(out, "/out", ro=False)
     return out
 
 
 def profile(*, name: str = "kimi-k25", port: int = 30000, hardening: str = "standard",
-            model_path: str = MODEL, extra: str = "") -> str:
-    """A profile for the container host: the stand-in on PYTHONPATH, the API key file in /etc/kimi-deploy.
+            model_path: str = MODEL, extra: str = "", host: str = "127.0.0.1", api_key_file: str | None = None) -> str:
+    """A profile for the container host: the stand-in on PYTHONPATH, the API key file in /etc/kimi-deploy
+    (``/etc/kimi-deploy/<name>.api-key`` unless ``api_key_file``); SGLang listens on ``host``.
 
     Speculative settings and parsers as on the reference host (the stand-in reports them through
     ``/server_info``); ``timeout_start_sec`` 300 (the stand-in starts in well under a minute here).
@@ -114,12 +133,12 @@ restart_sec = 5
 [sglang]
 model_path = "{model_path}"
 served_model_name = "moonshotai/Kimi-K2.5"
-host = "127.0.0.1"
+host = "{host}"
 port = {port}
 tp_size = 8
 tool_call_parser = "kimi_k2"
 reasoning_parser = "kimi_k2"
-api_key_file = "/etc/kimi-deploy/{name}.api-key"
+api_key_file = "{api_key_file or f'/etc/kimi-deploy/{name}.api-key'}"
 
 [environment]
 PYTHONPATH = "{STANDIN}"
@@ -179,24 +198,26 @@ GROUP_WATCHDOG = 900.0
 
 
 @contextlib.contextmanager
-def booted_host(workdir: Path, sglang_python: str, *, timings: dict[str, float] | None = None) -> Iterator[Host]:
+def booted_host(workdir: Path, sglang_python: str, *, timings: dict[str, float] | None = None,
+                smg: str | None = None) -> Iterator[Host]:
     """Boot a container laid out by :func:`lay_out`, yield it as a :class:`Host`, power it off.
 
     Skips with the reason when no container can boot here (root, systemd-nspawn, the system Python
     missing, or systemd-nspawn giving up before the container's systemd runs, e.g. without the
     privilege to mount); fails instead in CI (:func:`skip_or_fail`). ``timings`` gets ``boot``
     (seconds until systemd reported the boot finished) and ``group`` (boot to power-off).
-    A watchdog kills the container when the group is not done after :data:`GROUP_WATCHDOG` s
+    ``smg``: also lay out the pinned gateway (:func:`lay_out`). A watchdog kills the container
+    when the group is not done after :data:`GROUP_WATCHDOG` s
     (the test then fails on its next command).
     """
-    reason = unavailable() or system_python_missing(sglang_python)
+    reason = unavailable() or system_python_missing(sglang_python, *((smg_python(smg),) if smg else ()))
     if reason:
         skip_or_fail(reason)
     workdir.mkdir(parents=True, exist_ok=True)
     model = build_model(sglang_python, workdir / "model")
     box = Container(workdir / "box", name=f"kimi-test-{os.getpid()}-{workdir.name}"[:60])
     box.workdir.mkdir()
-    out = lay_out(box, workdir / "host", sglang_python, model)
+    out = lay_out(box, workdir / "host", sglang_python, model, smg)
     start = time.monotonic()
     try:
         seconds = box.boot(timeout=120)

@@ -204,6 +204,41 @@ def test_status_is_computed_from_facts(profile):
     assert report.exit_code == 1
 
 
+def test_status_of_a_gateway_host_reports_the_gateway_unit_and_no_server(tmp_path):
+    """A fleet's gateway host that serves no replica (``install --host GATEWAY``) runs no SGLang: status reads the
+    gateway unit and the nightly ``check --each-worker`` report; no health, launch or patch problems."""
+    import tomllib
+
+    from kimi_deploy.profile import parse_profile
+    from kimi_deploy.status import StatusFacts, gateway_host, status_from
+    from kimi_deploy.systemd import parse_show
+
+    fleet = parse_profile(tomllib.loads(
+        '[service]\nname = "kimi-test"\n[sglang]\nmodel_path = "/models/k"\nhost = "0.0.0.0"\n'
+        'api_key_file = "/etc/kimi-deploy/kimi-test.api-key"\n[fleet]\n[[fleet.replicas]]\nnodes = ["10.0.0.11"]\n'
+        '[gateway]\nhost = "10.0.0.10"\n'))
+    files, version = desired_files(fleet, host="10.0.0.10")
+    assert "/etc/systemd/system/kimi-test-gateway.service" in files and "/etc/systemd/system/kimi-test.service" not in files
+    manifest = Manifest(kimi_deploy_version="0.1.0", service="kimi-test", profile_sha256="x", sglang_version=version,
+                        files={hp: FileRecord(sha256=sha256(b)) for hp, b in files.items()},
+                        cache_dir="/var/cache/kimi-test", state_dir="/var/lib/kimi-test")
+    assert gateway_host(fleet, manifest)
+    node = desired_files(fleet, host="10.0.0.11")[0]
+    assert not gateway_host(fleet, manifest.model_copy(update={"files": {hp: FileRecord(sha256="x") for hp in node}}))
+    report_hp = "/var/lib/kimi-test-gateway/check-workers.json"
+    facts = StatusFacts(NOWHERE, files, parse_show("ActiveState=failed\nSubState=failed\nResult=exit-code\n"),
+                        None, None, None, None, {}, {"path": report_hp, "modified_at": "2025-01-01T00:00:00+00:00",
+                                                    "exit_code": 1, "counts": {}})
+    report = status_from(fleet, manifest, facts)
+    assert report.unit_name == "kimi-test-gateway.service" and report.health is None
+    assert report.check_timer == "kimi-deploy-check@kimi-test-gateway.timer"
+    text = "\n".join(report.problems)
+    assert "kimi-test-gateway.service is failed/failed" in text and "systemctl restart kimi-test-gateway.service" in text
+    assert f"report {report_hp}" in text and "--each-worker" in text
+    assert "not ready" not in text and "patch" not in text and len(report.problems) == 2
+    assert report.to_dict()["unit_name"] == "kimi-test-gateway.service"
+
+
 # ---------------------------------------------------------------- the accounts install created (issue 17)
 
 def _record(**kw) -> Manifest:

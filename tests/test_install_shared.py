@@ -116,3 +116,41 @@ def test_a_shared_cache_folder_is_warned_and_its_caches_kept_by_purge(cli_runner
     result = run(cli_runner, "uninstall", "--root", str(root), "--name", "kimi-k25", "--purge")
     assert result.exit_code == 0 and f"the cache folder {cache} stays: service kimi-two" in result.output
     assert (root / "srv/kimi-cache/sglang-deepgemm").is_dir()
+
+
+def _fleet(tmp_path: Path, gateway_bind: str, gateway_port: int) -> Path:
+    """kimi-k25's fleet profile: two replicas (127.0.0.2, 127.0.0.3) on [sglang] port 30000, the gateway host
+    127.0.0.1 (not a node) listening on ``gateway_bind:gateway_port``."""
+    path = profile(tmp_path, "kimi-k25", 30000)
+    text = path.read_text().replace('host = "127.0.0.1"', 'host = "0.0.0.0"')
+    path.write_text(text + '\n[fleet]\n[[fleet.replicas]]\nnodes = ["127.0.0.2"]\n[[fleet.replicas]]\n'
+                    f'nodes = ["127.0.0.3"]\n[gateway]\nhost = "127.0.0.1"\nbind = "{gateway_bind}"\n'
+                    f'port = {gateway_port}\n')
+    return path
+
+
+def test_a_gateway_only_host_does_not_claim_the_replicas_sglang_port(cli_runner, root, tmp_path):
+    """The gateway host of a fleet runs no SGLang: its [sglang] port (the nodes') is no conflict with a server
+    on that port there (the container tier puts replicas and the gateway in one systemd); its own ports are."""
+    replica = profile(tmp_path, "kimi-r0", 30000)
+    replica.write_text(replica.read_text().replace('host = "127.0.0.1"', 'host = "127.0.0.2"'))
+    (root / KEY.lstrip("/")).parent.mkdir(parents=True, exist_ok=True)
+    (root / KEY.lstrip("/")).write_text("sk-one-key-for-the-whole-fleet-0123456789\n")
+    (root / KEY.lstrip("/")).chmod(0o600)
+    assert install(cli_runner, root, replica).exit_code == 0
+    ok = install(cli_runner, root, _fleet(tmp_path, "127.0.0.1", 31000), "--host", "127.0.0.1")
+    assert ok.exit_code == 0, ok.output + ok.stderr
+    assert (root / "etc/systemd/system/kimi-k25-gateway.service").exists()
+    assert not (root / "etc/systemd/system/kimi-k25.service").exists()
+    # its gateway port is its own: on every address, 30000 collides with the replica's listener
+    clash = install(cli_runner, root, _fleet(tmp_path, "0.0.0.0", 30000), "--host", "127.0.0.1")
+    assert clash.exit_code == ExitCode.REFUSED, clash.output + clash.stderr
+    assert "port 30000: service kimi-r0 listens on 127.0.0.2:30000 too (its [sglang] port)" in clash.stderr
+    # and a server installed after the gateway meets the gateway's listener, not the fleet's [sglang] port
+    other = profile(tmp_path, "kimi-r1", 31000, key="/etc/kimi-deploy/two.api-key")
+    refused = install(cli_runner, root, other)
+    assert refused.exit_code == ExitCode.REFUSED, refused.output + refused.stderr
+    assert "service kimi-k25 listens on 127.0.0.1:31000 too (its [gateway] port)" in refused.stderr
+    r1 = profile(tmp_path, "kimi-r1", 30000)
+    r1.write_text(r1.read_text().replace('host = "127.0.0.1"', 'host = "127.0.0.3"'))
+    assert install(cli_runner, root, r1).exit_code == 0

@@ -29,12 +29,14 @@ def status_cmd(ctx, profile_path, preset, root, name, host, as_json):
         echo_json({**report.to_dict(), "gateway": view} if view else report.to_dict())
         ctx.exit(code)
     unit = report.unit or {}
-    click.echo(f"service   {report.service}.service: {unit.get('active_state', '?')}/{unit.get('sub_state', '?')}"
+    click.echo(f"service   {report.unit_name}: {unit.get('active_state', '?')}/{unit.get('sub_state', '?')}"
                f", enabled: {unit.get('unit_file_state', '?')}, main PID {unit.get('main_pid') or '-'}"
                f", restarts {unit.get('n_restarts') if unit.get('n_restarts') is not None else '?'}")
     click.echo(f"files     {len(report.files)} installed, " + _file_summary(report.files))
     h = report.health
-    if h["ready"] is None:
+    if h is None:  # the gateway host: no SGLang here (the gateway's view of the workers follows)
+        click.echo("role      gateway host: no SGLang server here")
+    elif h["ready"] is None:
         click.echo(f"health    not served here ({h['detail']})")
     else:
         click.echo(f"health    {'ready' if h['ready'] else 'NOT READY'} ({h['endpoint']}: {h['detail']})")
@@ -45,11 +47,12 @@ def status_cmd(ctx, profile_path, preset, root, name, host, as_json):
             click.echo(f"          - {entry}   (in the profile, not running)")
         for entry in d.unexpected:
             click.echo(f"          + {entry}   (running, not in the profile)")
-    else:
+    elif h is not None:
         click.echo("launch    unknown (no /server_info answer and no main PID)")
     state = report.patches.get("state")
-    click.echo(f"patches   {'unreadable' if state == 'error' else str(state).replace('_', ' ')}" +
-               (f" ({report.patches['detail']})" if report.patches.get("detail") else ""))
+    if h is not None:
+        click.echo(f"patches   {'unreadable' if state == 'error' else str(state).replace('_', ' ')}" +
+                   (f" ({report.patches['detail']})" if report.patches.get("detail") else ""))
     ar = report.allreduce
     if ar and ar.get("error"):
         click.echo(f"allreduce unknown (server log unreadable: {ar['error']})")
