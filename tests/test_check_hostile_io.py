@@ -16,6 +16,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
+from install_fakes import write_profile
 from helpers import run_cli
 from kimi_deploy.check.client import REFUSED_KIND
 from kimi_deploy.check.stream import parse_sse
@@ -63,7 +64,9 @@ class Hostile(BaseHTTPRequestHandler):
 
     def do_GET(self):  # noqa: N802
         mode, path = self._mode_path()
-        if path == "health" and mode == "declared":  # says 1 GiB is coming
+        if path in ("model_info", "server_info") and mode == "bigfacts":  # SGLang's facts, 32 MiB of them
+            self._send(200, b'{"version": "0.5.23", "pad": "' + b"x" * (32 << 20) + b'"}')
+        elif path == "health" and mode == "declared":  # says 1 GiB is coming
             self.close_connection = True
             self.send_response(200)
             self.send_header("Content-Type", "application/json")
@@ -183,3 +186,16 @@ def test_stream_text_is_framed_by_the_shared_framer():
 def test_deeply_nested_frames_are_bad_frames_not_a_crash():
     sse = parse_sse("data: " + "[" * 100_000 + "\n\ndata: [DONE]\n\n")
     assert sse.done and len(sse.bad) == 1
+
+
+def test_facts_refused_unread_fail_the_config_and_parser_tiers_rather_than_skip(tmp_path, hostile):
+    """/model_info and /server_info answer, over --max-body-bytes: with a profile that expects SGLang's
+    facts, that is a hostile or broken answer (a failed row), not a server without the facts (a skip)."""
+    profile = write_profile(tmp_path / "p.toml", api_key=False)
+    result, checks = _check(tmp_path, f"{hostile}/bigfacts", "--profile", str(profile), "--only",
+                            "config.*,parser.*")
+    assert result.exit_code == ExitCode.FAILED, result.output
+    assert checks and all((c["status"], c["kind"]) == ("fail", REFUSED_KIND) for c in checks.values()), checks
+    assert all("over --max-body-bytes" in c["detail"] or "exceeded --max-body-bytes" in c["detail"]
+               for c in checks.values()), checks
+

@@ -26,13 +26,13 @@ from typing import Any
 import httpx
 import openai
 
-from kimi_deploy.check.results import FAILURE_KINDS, clip, clip_body
+from kimi_deploy.check.results import clip, clip_body
 from kimi_deploy.check.validate import Finding
 from kimi_deploy.limits import LimitExceeded, Limits, human
 from kimi_deploy.sse import Framer
 
-#: The failure kind of an answer the check refused to read (too large, or encoded): ``invalid_response``
-#: where that kind exists (issue #11's kind for an answer the check cannot use), else ``server_error``.
+#: The failure kind of an answer the check refused to read (too large, or encoded): the kind of every
+#: answer the check cannot use (production.md "Reading a failed check").
 REFUSED_KIND = "invalid_response"
 
 #: Contract requests may wait this many times ``--timeout`` for the answer: a non-streamed answer

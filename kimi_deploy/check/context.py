@@ -5,7 +5,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from kimi_deploy.check.client import Clients
+from kimi_deploy.check.client import REFUSED_KIND, Clients, ResponseRefused
+from kimi_deploy.check.validate import Finding
 from kimi_deploy.profile import Profile
 
 
@@ -28,6 +29,9 @@ class Context:
     facts_loaded: bool = False
     #: ``(path, status)`` when ``/model_info`` or ``/server_info`` answered 401/403 (a key is needed).
     facts_denied: tuple[str, int] | None = None
+    #: The finding when ``/model_info`` or ``/server_info`` answered but its answer was refused unread (over
+    #: ``--max-body-bytes``, or compressed): the config and parser tiers fail with it instead of skipping.
+    facts_refused: Finding | None = None
     #: ``(status, body)`` of ``GET /v1/models`` as :meth:`served_model` got it (``None``: not asked or no answer).
     models_answer: tuple[int, Any] | None = None
     #: Which server answers (:meth:`identify`): ``sglang``, ``vllm`` or ``other``; ``None`` until asked.
@@ -38,13 +42,17 @@ class Context:
 
     def load_facts(self) -> None:
         """Fetch ``/model_info`` and ``/server_info`` once (errors: the facts stay ``None``; a 401/403
-        is kept in :attr:`facts_denied`)."""
+        is kept in :attr:`facts_denied`, an answer refused unread in :attr:`facts_refused`)."""
         if self.facts_loaded:
             return
         self.facts_loaded = True
         for path, attr in (("/model_info", "model_info"), ("/server_info", "server_info")):
             try:
                 status, data = self.clients.get_json(path)
+            except ResponseRefused as exc:  # it answered, too much or compressed: not a missing fact
+                self.facts_refused = self.facts_refused or Finding(REFUSED_KIND, f"GET {path}: {exc.detail}",
+                                                                   exc.evidence)
+                continue
             except Exception:  # noqa: BLE001 - a missing fact only makes checks skip
                 continue
             if status == 200 and isinstance(data, dict):

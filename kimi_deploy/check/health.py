@@ -148,6 +148,8 @@ def _config_compare(ctx: Context, what: str, pairs: list[tuple[str, object]]) ->
         if ctx.facts_denied:  # 401/403: the facts exist but need the key; a profile expects them
             path, status = ctx.facts_denied
             return _fail(_status_finding(ctx, path, status, ""))
+        if ctx.facts_refused:  # it answered, unreadably: a hostile or broken server is no reason to skip
+            return _fail(ctx.facts_refused)
         return _skip(unreadable_config(ctx, what))
     mismatches, shown = [], []
     for name, expected in pairs:

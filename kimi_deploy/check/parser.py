@@ -97,6 +97,8 @@ def _probe(ctx: Context) -> Outcome | None:
         if ctx.facts_denied:
             path, status = ctx.facts_denied
             return Outcome.failed(status_finding(f"GET {path}", status, "", key_sent=bool(ctx.clients.api_key)))
+        if ctx.facts_refused:
+            return Outcome.failed(ctx.facts_refused)
         return Outcome.skipped("the server has no /model_info (not SGLang): its parsers cannot be named, and "
                                "/parse_function_call and /separate_reasoning are SGLang's")
     tcp = ctx.server_value("tool_call_parser")
