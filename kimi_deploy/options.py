@@ -14,7 +14,10 @@ Each :class:`Option` row of :data:`OPTIONS` drives every place an SGLang option 
   (:class:`kimi_deploy.patching.FeatureGate`);
 - which rank of a multi-node group carries a row (:class:`Scope`, :meth:`Option.on_rank`).
 
-Adding an option is one row here plus a test. Flag names, aliases and defaults are SGLang 0.5.23's
+Adding an option is one row here plus a value in ``tests/test_options_table.py``'s ``VALUES``; then
+``KIMI_DEPLOY_UPDATE_GOLDEN=1 python -m pytest tests/test_options_table.py`` rewrites production.md's copy of
+the table. A row left at its default changes no rendered file (the profile digest leaves it out:
+:data:`kimi_deploy.profile.DIGEST_SGLANG_KEYS`). Flag names, aliases and defaults are SGLang 0.5.23's
 (``sglang/srt/server_args.py``, ``ServerArgs`` and ``add_cli_args``); release boundaries are from SGLang's
 changelog as summarised in ``shared/notes/sglang-0.5.23.md``.
 """
