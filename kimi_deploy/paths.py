@@ -83,10 +83,16 @@ def service_state_dir(service: str) -> str:
     return f"/var/lib/{service}"
 
 
+def gateway_service(service: str) -> str:
+    """``<service>-gateway``: the name of a fleet's gateway on its host (its unit ``<service>-gateway.service``,
+    its check units' instance, its state folder)."""
+    return f"{service}-gateway"
+
+
 def gateway_check_report(service: str) -> str:
     """``/var/lib/<service>-gateway/check-workers.json``: the gateway host's nightly ``check --each-worker`` report
     (its check unit's ``StateDirectory=<service>-gateway``)."""
-    return f"{service_state_dir(service)}-gateway/check-workers.json"
+    return f"{service_state_dir(gateway_service(service))}/check-workers.json"
 
 
 def service_cache_dir(service: str) -> str:
