@@ -14,7 +14,7 @@ from collections.abc import Mapping
 
 from packaging.version import Version
 
-from kimi_deploy import options, versions
+from kimi_deploy import options, paths, versions
 from kimi_deploy.argv import flag_groups, split_equals
 from kimi_deploy.errors import ProfileError, UnsupportedVersionError
 from kimi_deploy.profile import NIC_ENV, Profile, is_loopback, url_host
@@ -182,7 +182,8 @@ def rank_args(profile: Profile, version: Version, rank: int | str, rank0: str, *
 
 def secrets_config(profile: Profile) -> str | None:
     """Host path of SGLang's ``--config`` YAML holding the API key (``None`` without ``api_key_file``)."""
-    return f"/run/{profile.service.name}/{SECRETS_CONFIG_NAME}" if profile.sglang.api_key_file else None
+    name = profile.service.name
+    return f"{paths.service_runtime_dir(name)}/{SECRETS_CONFIG_NAME}" if profile.sglang.api_key_file else None
 
 
 @dataclasses.dataclass(frozen=True)

@@ -110,6 +110,17 @@ def service_profile_copy(service: str) -> str:
     return f"{ETC_DIR}/{service}.toml"
 
 
+def service_api_key_file(service: str) -> str:
+    """``/etc/kimi-deploy/<service>.api-key``: the API key file a profile for ``service`` starts from
+    (``init --name``; the preset's)."""
+    return f"{ETC_DIR}/{service}.api-key"
+
+
+def service_runtime_dir(service: str) -> str:
+    """``/run/<service>``: the server unit's ``RuntimeDirectory=<service>`` (0700; SGLang's secrets ``--config``)."""
+    return f"/run/{service}"
+
+
 def service_check_report(service: str) -> str:
     """``/var/lib/<service>/check-report.json``: host path of the nightly check's JSON report."""
     return f"{service_state_dir(service)}/check-report.json"

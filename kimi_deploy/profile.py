@@ -38,7 +38,7 @@ from pydantic import (BaseModel, ConfigDict, Field, ValidationError, ValidationI
 
 from kimi_deploy.errors import ProfileError
 from kimi_deploy.options import CACHE_ENV, OPTIONS, Option, owned_env, owned_flags, secret_flags
-from kimi_deploy.paths import service_cache_dir
+from kimi_deploy.paths import service_api_key_file, service_cache_dir
 from kimi_deploy.values import (SAFE_TOKEN, AbsPath, Host, check_abs_path, check_host, check_text, check_token,
                                 check_unit_stem)
 
@@ -914,7 +914,7 @@ def extra_args_problems(extra_args: list[str] | tuple[str, ...]) -> list[str]:
 def default_api_key_file(service_name: str) -> str:
     """The API key file a profile for ``service_name`` starts from: ``/etc/kimi-deploy/<name>.api-key``
     (``kimi-deploy init --name``; the warning of :func:`naming_warnings`)."""
-    return f"/etc/kimi-deploy/{service_name}.api-key"
+    return service_api_key_file(service_name)
 
 
 def naming_warnings(profile: "Profile") -> list[str]:
@@ -924,9 +924,10 @@ def naming_warnings(profile: "Profile") -> list[str]:
     Sharing one key file between services on purpose is allowed, hence a warning."""
     key = profile.sglang.api_key_file
     name = profile.service.name
-    if not key or not key.startswith("/etc/kimi-deploy/") or not key.endswith(".api-key"):
+    prefix, suffix = service_api_key_file("\0").split("\0")
+    if not key or not key.startswith(prefix) or not key.endswith(suffix):
         return []
-    other = key.removeprefix("/etc/kimi-deploy/").removesuffix(".api-key")
+    other = key.removeprefix(prefix).removesuffix(suffix)
     if other == name or "/" in other:
         return []
     return [f"[sglang] api_key_file {key} is named after service {other!r}, not this service ({name!r}); "

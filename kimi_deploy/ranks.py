@@ -155,8 +155,8 @@ def rank_launch(profile: Profile, rank: Rank, sglang_version: str | None = None,
     """
     from kimi_deploy import versions
 
-    return build_launch(profile, sglang_version or versions.DEFAULT_SGLANG_VERSION, components=components,
-                        node_rank=rank.rank, rank0=rank.rank0)
+    version = versions.DEFAULT_SGLANG_VERSION if sglang_version is None else sglang_version  # "" is refused
+    return build_launch(profile, version, components=components, node_rank=rank.rank, rank0=rank.rank0)
 
 
 def node_launch(profile: Profile, rank: Rank | None = None, sglang_version: str | None = None, *,
@@ -173,7 +173,8 @@ def node_launch(profile: Profile, rank: Rank | None = None, sglang_version: str 
         return rank_launch(profile, rank, sglang_version, components=components)
     from kimi_deploy import versions
 
-    return build_launch(profile, sglang_version or versions.DEFAULT_SGLANG_VERSION, components=components)
+    version = versions.DEFAULT_SGLANG_VERSION if sglang_version is None else sglang_version  # "" is refused
+    return build_launch(profile, version, components=components)
 
 
 def preflight_command(profile: Profile, rank: Rank, profile_path: str) -> str:
