@@ -130,18 +130,6 @@ def container_args(profile: Profile, launch: LaunchSpec, shape: FleetShape, *, l
     return list(rank_server_args(profile, launch, shape, 0 if leader else 1, LWS_LEADER_ADDRESS, lws=True))
 
 
-def substitute_lws(args: list[str], *, leader_address: str, group_size: int, worker_index: int) -> list[str]:
-    """``args`` with ``$(LWS_*)`` replaced as Kubernetes does for one pod (tests and review)."""
-    values = {LWS_LEADER_ADDRESS: leader_address, LWS_GROUP_SIZE: str(group_size),
-              LWS_WORKER_INDEX: str(worker_index)}
-    out = []
-    for arg in args:
-        for var, value in values.items():
-            arg = arg.replace(var, value)
-        out.append(arg)
-    return out
-
-
 @dataclasses.dataclass(frozen=True)
 class Manifests:
     """The result of :func:`render`: ``files`` maps file name -> YAML text in apply order, plus notes."""

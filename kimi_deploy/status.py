@@ -11,7 +11,7 @@ the unit is ``<name>-gateway.service`` and the nightly report ``check --each-wor
 
 SGLang 0.5.23 builds ``launch_command`` after merging the ``--config`` YAML into argv
 (``srt/server_args.py`` ``prepare_server_args``), so it contains ``--api-key <key>`` (unless the
-redact-api-key patch is applied) and lacks ``--config``: :func:`normalize_args` drops both before
+redact-api-key patch is applied) and lacks ``--config``: :func:`launch_entries` drops both before
 comparing, and :func:`redact` hides key values in every output. It joins argv with single spaces
 (``redact_watermark_command_line``: ``" ".join(argv)``, no shell quoting), so
 :func:`parse_launch_command` splits on whitespace, never with shell rules (a key holding a quote
@@ -93,16 +93,11 @@ def problem(what: str, evidence: str, fix: str) -> str:
     return f"{what} ({evidence}); fix: {fix}"
 
 
-def _entries(args: list[str]) -> list[str]:
-    """argv as ``--flag value`` / ``--flag`` entries (:func:`kimi_deploy.argv.flag_groups`, ``--flag=value``
-    split), ignored options dropped."""
+def launch_entries(args: list[str]) -> list[str]:
+    """Server arguments in order as ``--flag value`` / ``--flag`` entries (:func:`kimi_deploy.argv.flag_groups`,
+    ``--flag=value`` split), without ``--config`` and the secret options (:data:`IGNORED_OPTIONS`)."""
     groups = [split_equals(g) for g in flag_groups(args)]
     return [" ".join(g) for g in groups if g[0] not in IGNORED_OPTIONS]
-
-
-def normalize_args(args: list[str]) -> list[str]:
-    """Server arguments as sorted ``--flag value`` entries, without ``--config`` and secret options."""
-    return sorted(_entries(args))
 
 
 def server_args_from_cmdline(argv: list[str]) -> list[str] | None:
@@ -135,7 +130,7 @@ class Drift:
 def compare_launch(running_args: list[str], rendered_args: list[str], source: str) -> Drift:
     """Compare server arguments as multisets of ``--flag value`` entries (order-free: SGLang puts the
     ``--config`` values first)."""
-    run, want = Counter(_entries(running_args)), Counter(_entries(rendered_args))
+    run, want = Counter(launch_entries(running_args)), Counter(launch_entries(rendered_args))
     return Drift(source, redact(running_args), sorted((want - run).elements()), sorted((run - want).elements()))
 
 
@@ -220,11 +215,6 @@ class StatusReport:
                 "unit_name": self.unit_name, "unit": self.unit, "check_timer": self.check_timer, "launch": self.launch.to_dict() if self.launch else None,
                 "patches": self.patches, "health": self.health, "last_check": self.last_check,
                 "allreduce": self.allreduce}
-
-
-def file_states(layout: HostLayout, manifest: Manifest) -> dict[str, str]:
-    """Host path -> ``ok`` | ``modified`` | ``missing`` for every file in the manifest."""
-    return _file_states(manifest, {hp: read_bytes(layout.under(hp)) for hp in manifest.files})
 
 
 def _file_states(manifest: Manifest, files: Mapping[str, bytes | None]) -> dict[str, str]:

@@ -13,7 +13,6 @@ from pathlib import Path
 import pytest
 
 from install_fakes import write_profile
-from kimi_deploy import install
 from kimi_deploy.apikey import KeyFile
 from kimi_deploy.errors import UsageError
 from kimi_deploy.hostfiles import FileRecord, Intent, Manifest, Ownership, sha256
