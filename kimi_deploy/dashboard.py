@@ -118,9 +118,3 @@ def dashboard_json(profile: Profile) -> str:
     """The dashboard as Grafana JSON (import it, or provision it from a file), sorted keys, trailing newline."""
     return json.dumps(build(profile), cls=JSONEncoder, sort_keys=True, indent=2) + "\n"
 
-
-def all_queries(profile: Profile) -> list[str]:
-    """Every PromQL expression of the dashboard."""
-    st = settings(profile)
-    return [expr for _, _, queries in panel_queries(st, profile.sglang.speculative_algorithm is not None)
-            for expr, _ in queries]

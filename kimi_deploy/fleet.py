@@ -27,7 +27,7 @@ def gateway_files(profile: Profile, header: str) -> dict[str, str]:
     from kimi_deploy.render import _environment, check_unit
 
     svc = profile.service
-    unit = check_unit(f"{svc.name}-gateway")
+    unit = check_unit(paths.gateway_service(svc.name))
     check_command = (
         f"{svc.kimi_deploy} check --profile {paths.service_profile_copy(svc.name)} --each-worker"
         + (f" --api-key-file %d/{launch.API_KEY_CREDENTIAL}" if profile.sglang.api_key_file else "")

@@ -31,6 +31,7 @@ from typing import Any
 
 import httpx
 
+from kimi_deploy import paths
 from kimi_deploy.errors import ExitCode, KimiDeployError, UnreachableError, UsageError
 from kimi_deploy.launch import API_KEY_CREDENTIAL
 from kimi_deploy.profile import Profile
@@ -53,7 +54,7 @@ _HELP_OPTION = re.compile(r"^ {2}(-{1,2}[A-Za-z0-9][\w.-]*(?:[ =][^,\s]+)*(?:, -
 
 def gateway_unit(profile: Profile) -> str:
     """File name of the gateway's unit: ``<[service] name>-gateway.service``."""
-    return f"{profile.service.name}-gateway.service"
+    return f"{paths.gateway_service(profile.service.name)}.service"
 
 
 def smg_python(profile: Profile) -> str:
@@ -335,7 +336,7 @@ def gateway_view(profile: Profile, api_key: str | None, *, timeout: float = 10.0
     except KimiDeployError as exc:
         return {"url": url, "workers": [], "error": exc.message,
                 "problems": [f"the gateway at {url} cannot be read ({exc.message}); fix: systemctl status "
-                             f"{profile.service.name}-gateway on {profile.gateway.host}"]}
+                             f"{gateway_unit(profile)} on {profile.gateway.host}"]}
     return {"url": url, "workers": [w.to_dict() for w in workers], "error": None,
             "problems": view_problems(profile.worker_urls(), workers)}
 

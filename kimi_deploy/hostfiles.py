@@ -271,13 +271,13 @@ def listeners(profile: Profile, installed: Collection[str] | None) -> list[tuple
     gateway-only host runs no SGLang, so its ``[sglang]`` port is not one of its own (it is the nodes').
     ``installed`` None (nothing known of the files): the server's listener, as every install has one.
     """
-    from kimi_deploy.paths import SYSTEMD_DIR
+    from kimi_deploy.paths import SYSTEMD_DIR, gateway_service
 
     name, found = profile.service.name, []
     if installed is None or f"{SYSTEMD_DIR}/{name}.service" in installed:
         found.append((profile.sglang.host, profile.sglang.port, "[sglang] port"))
     gw = profile.gateway
-    if gw is not None and installed is not None and f"{SYSTEMD_DIR}/{name}-gateway.service" in installed:
+    if gw is not None and installed is not None and f"{SYSTEMD_DIR}/{gateway_service(name)}.service" in installed:
         found += [(gw.bind, gw.port, "[gateway] port"),
                   (gw.prometheus_host, gw.prometheus_port, "[gateway] prometheus_port")]
     return found

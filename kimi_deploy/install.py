@@ -598,12 +598,11 @@ def plan_install(profile: Profile, layout: HostLayout, *, sglang_version: str | 
 
 def units_to_enable(profile: Profile, files: Mapping[str, bytes]) -> list[str]:
     """The units ``install`` enables among ``files``: the server and/or gateway unit and the check timer."""
-    from kimi_deploy.gateway import gateway_unit
-
     svc = profile.service
     names = [f"{svc.name}.service", f"{check_unit(svc.name)}.timer"]
     if profile.gateway is not None:
-        names += [gateway_unit(profile), f"{check_unit(svc.name + '-gateway')}.timer"]
+        gateway = paths.gateway_service(svc.name)
+        names += [f"{gateway}.service", f"{check_unit(gateway)}.timer"]
     return [u for u in names if f"{paths.SYSTEMD_DIR}/{u}" in files]
 
 

@@ -45,7 +45,7 @@ from typing import Any
 from kimi_deploy import __version__, options, versions
 from kimi_deploy.argv import flag_groups, split_equals
 from kimi_deploy.errors import ProfileError
-from kimi_deploy.launch import API_KEY_CREDENTIAL, HOST_SECRETS_SCRIPT, LaunchSpec, build_launch
+from kimi_deploy.launch import API_KEY_CREDENTIAL, HOST_SECRETS_SCRIPT, LaunchSpec, build_launch, rank_args
 from kimi_deploy.profile import Kubernetes, Profile, dump_profile
 from kimi_deploy.render import GENERATED_PREFIX
 from kimi_deploy.yamltext import dump, dump_all
@@ -83,40 +83,33 @@ FILE_ORDER = ("namespace.yaml", "gateway-rbac.yaml", "check-configmap.yaml", "ch
 
 @dataclasses.dataclass(frozen=True)
 class FleetShape:
-    """What Kubernetes reads of ``[fleet]`` (FLEET.md): ``copies`` of the model, ``nodes`` per copy.
-
-    ``leader``: the systemd rank 0 address of the first copy (``None`` for one node), used only to
-    compare the commands; ``dist_init_port``/``dist_timeout``/``nic``: ``[fleet]``'s values.
-    """
+    """What Kubernetes reads of ``[fleet]`` (FLEET.md): ``copies`` of the model, ``nodes`` per copy, ``nic``
+    (``[fleet] nic``, the data NIC). The rank flags' values come from the profile itself
+    (:func:`kimi_deploy.launch.rank_args`)."""
 
     copies: int = 1
     nodes: int = 1
-    dist_init_port: int = 20000
-    dist_timeout: int | None = None
     nic: str | None = None
-    leader: str | None = None
 
 
 def fleet_shape(profile: Profile) -> FleetShape:
     """The fleet's shape (FLEET.md): :attr:`Profile.copies` x :attr:`Profile.nodes_per_copy`, one by one
-    without ``[fleet]``, and the multi-node settings of ``[fleet]``."""
+    without ``[fleet]``, and ``[fleet] nic``."""
     fleet = profile.fleet
     if fleet is None:
         return FleetShape()
-    first = profile.replicas[0]
-    return FleetShape(copies=profile.copies, nodes=profile.nodes_per_copy,
-                      dist_init_port=fleet.dist_init_port or FleetShape.dist_init_port,
-                      dist_timeout=fleet.dist_timeout, nic=fleet.nic, leader=first[0] if len(first) > 1 else None)
+    return FleetShape(copies=profile.copies, nodes=profile.nodes_per_copy, nic=fleet.nic)
 
 
 def rank_server_args(profile: Profile, launch: LaunchSpec, shape: FleetShape, rank: int,
-                     leader: str) -> tuple[str, ...]:
+                     leader: str, *, lws: bool = False) -> tuple[str, ...]:
     """SGLang's arguments on node rank ``rank`` of a copy whose rank 0 is reachable at ``leader``.
 
-    One node: the launch's arguments unchanged. N nodes: ``--nnodes N --node-rank R --dist-init-addr
-    LEADER:PORT`` (and ``--dist-timeout``) after them, and on ranks >= 1 the groups of every option the
-    table keeps off that rank (:meth:`kimi_deploy.options.Option.on_rank`: the "serving rank only" rows,
-    host, port, served name, parsers, ``--config`` with the key).
+    One node: the launch's arguments unchanged. N nodes: on ranks >= 1 without the groups of every option
+    the table keeps off that rank (:meth:`kimi_deploy.options.Option.on_rank`: the "serving rank only" rows,
+    host, port, served name, parsers, ``--config`` with the key), then the rank flags of
+    :func:`kimi_deploy.launch.rank_args`; with ``lws``, ``--nnodes`` and ``--node-rank`` take the LWS
+    variables instead of the numbers.
     """
     args = list(launch.server_args)
     if shape.nodes == 1:
@@ -126,33 +119,15 @@ def rank_server_args(profile: Profile, launch: LaunchSpec, shape: FleetShape, ra
         kept = [g for g in flag_groups(args)
                 if split_equals(g)[0] not in rows or rows[split_equals(g)[0]].on_rank(rank)]
         args = [word for group in kept for word in group]
-    args += ["--nnodes", str(shape.nodes), "--node-rank", str(rank),
-             "--dist-init-addr", f"{leader}:{shape.dist_init_port}"]
-    if shape.dist_timeout is not None:
-        args += ["--dist-timeout", str(shape.dist_timeout)]
+    version = versions.parse_version(launch.sglang_version)
+    args += (rank_args(profile, version, LWS_WORKER_INDEX, leader, nnodes=LWS_GROUP_SIZE) if lws
+             else rank_args(profile, version, rank, leader))
     return tuple(args)
 
 
 def container_args(profile: Profile, launch: LaunchSpec, shape: FleetShape, *, leader: bool) -> list[str]:
     """The container's ``args``: :func:`rank_server_args` with the LWS variables for the per-rank values."""
-    args = list(rank_server_args(profile, launch, shape, 0 if leader else 1, LWS_LEADER_ADDRESS))
-    lws = {"--nnodes": LWS_GROUP_SIZE, "--node-rank": LWS_WORKER_INDEX}
-    for i in range(len(args) - 1):
-        if args[i] in lws:
-            args[i + 1] = lws[args[i]]
-    return args
-
-
-def substitute_lws(args: list[str], *, leader_address: str, group_size: int, worker_index: int) -> list[str]:
-    """``args`` with ``$(LWS_*)`` replaced as Kubernetes does for one pod (tests and review)."""
-    values = {LWS_LEADER_ADDRESS: leader_address, LWS_GROUP_SIZE: str(group_size),
-              LWS_WORKER_INDEX: str(worker_index)}
-    out = []
-    for arg in args:
-        for var, value in values.items():
-            arg = arg.replace(var, value)
-        out.append(arg)
-    return out
+    return list(rank_server_args(profile, launch, shape, 0 if leader else 1, LWS_LEADER_ADDRESS, lws=True))
 
 
 @dataclasses.dataclass(frozen=True)

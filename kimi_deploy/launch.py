@@ -14,7 +14,7 @@ from collections.abc import Mapping
 
 from packaging.version import Version
 
-from kimi_deploy import options, versions
+from kimi_deploy import options, paths, versions
 from kimi_deploy.argv import flag_groups, split_equals
 from kimi_deploy.errors import ProfileError, UnsupportedVersionError
 from kimi_deploy.profile import NIC_ENV, Profile, is_loopback, url_host
@@ -150,7 +150,7 @@ def build_launch(profile: Profile, sglang_version: str | Version = versions.DEFA
         EMITTERS[option.emit](_Emission(option, profile, version, args, env), getattr(s, option.key))
     args += list(s.extra_args)
     if multi:
-        args += _rank_args(profile, version, rank, rank0 or profile.replicas[0][0])
+        args += rank_args(profile, version, rank, rank0 or profile.replicas[0][0])
         env += [(name, profile.fleet.nic) for name in NIC_ENV]
     check_exposure(args, profile)
 
@@ -163,11 +163,15 @@ def build_launch(profile: Profile, sglang_version: str | Version = versions.DEFA
                       secrets_config=secrets_config(profile) if rank == 0 else None, warnings=tuple(warnings))
 
 
-def _rank_args(profile: Profile, version: Version, rank: int, rank0: str) -> list[str]:
-    """``--nnodes N --node-rank R --dist-init-addr RANK0:PORT [--dist-timeout T]`` (SGLang 0.5.23 server_args.py;
-    an IPv6 rank 0 in brackets, as SGLang's ``NetworkAddress.parse`` reads it)."""
+def rank_args(profile: Profile, version: Version, rank: int | str, rank0: str, *,
+              nnodes: str | None = None) -> list[str]:
+    """``--nnodes N --node-rank R --dist-init-addr RANK0:PORT [--dist-timeout T]`` in ``version``'s spelling of
+    each :data:`options.FLEET_OPTIONS` row (SGLang 0.5.23 server_args.py; an IPv6 rank 0 in brackets, as
+    SGLang's ``NetworkAddress.parse`` reads it). ``rank``/``rank0``/``nnodes`` may be text the runner fills in
+    (Kubernetes: ``$(LWS_WORKER_INDEX)``, ``$(LWS_LEADER_ADDRESS)``, ``$(LWS_GROUP_SIZE)``); ``nnodes``
+    defaults to :attr:`Profile.nodes_per_copy`. Needs ``[fleet]`` (a multi-node profile)."""
     fleet = profile.fleet
-    values = {"nnodes": profile.nodes_per_copy, "node_rank": rank,
+    values = {"nnodes": profile.nodes_per_copy if nnodes is None else nnodes, "node_rank": rank,
               "dist_init_addr": f"{url_host(rank0)}:{fleet.dist_init_port}", "dist_timeout": fleet.dist_timeout}
     args: list[str] = []
     for option in options.FLEET_OPTIONS:
@@ -178,7 +182,8 @@ def _rank_args(profile: Profile, version: Version, rank: int, rank0: str) -> lis
 
 def secrets_config(profile: Profile) -> str | None:
     """Host path of SGLang's ``--config`` YAML holding the API key (``None`` without ``api_key_file``)."""
-    return f"/run/{profile.service.name}/{SECRETS_CONFIG_NAME}" if profile.sglang.api_key_file else None
+    name = profile.service.name
+    return f"{paths.service_runtime_dir(name)}/{SECRETS_CONFIG_NAME}" if profile.sglang.api_key_file else None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -284,10 +289,11 @@ def check_exposure(server_args: list[str] | tuple[str, ...], profile: Profile) -
     """
     host = "127.0.0.1"
     keyed = False
+    config_flags = [sp.name for sp in options.BY_KEY["api_key_file"].spellings]  # --config, not the key flags
     for name, *value in map(split_equals, flag_groups(server_args)):
-        if name == "--host":
+        if name in options.BY_KEY["host"].flags:
             host = value[0] if value else ""
-        elif name == "--config":
+        elif name in config_flags:
             keyed = bool(value) and value[0] == secrets_config(profile)
     if keyed or profile.sglang.allow_unauthenticated or is_loopback(host):
         return

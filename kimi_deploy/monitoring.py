@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
 from kimi_deploy import paths
@@ -366,8 +366,3 @@ def render_monitoring(profile: Profile, header: str) -> dict[str, str]:
         f"{st.service}.dashboard.json": dashboard_json(profile),
     }
 
-
-def all_exprs(profile: Profile) -> Sequence[str]:
-    """Every PromQL expression of the rules (tests parse them)."""
-    doc = rules_doc(profile)
-    return [r["expr"] for g in doc["groups"] for r in g["rules"]]

@@ -14,7 +14,10 @@ Each :class:`Option` row of :data:`OPTIONS` drives every place an SGLang option 
   (:class:`kimi_deploy.patching.FeatureGate`);
 - which rank of a multi-node group carries a row (:class:`Scope`, :meth:`Option.on_rank`).
 
-Adding an option is one row here plus a test. Flag names, aliases and defaults are SGLang 0.5.23's
+Adding an option is one row here plus a value in ``tests/test_options_table.py``'s ``VALUES``; then
+``KIMI_DEPLOY_UPDATE_GOLDEN=1 python -m pytest tests/test_options_table.py`` rewrites production.md's copy of
+the table. A row left at its default changes no rendered file (the profile digest leaves it out:
+:data:`kimi_deploy.profile.DIGEST_SGLANG_KEYS`). Flag names, aliases and defaults are SGLang 0.5.23's
 (``sglang/srt/server_args.py``, ``ServerArgs`` and ``add_cli_args``); release boundaries are from SGLang's
 changelog as summarised in ``shared/notes/sglang-0.5.23.md``.
 """
@@ -167,6 +170,10 @@ OPTIONS: tuple[Option, ...] = (
            comment=("With EAGLE and no max_running_requests, SGLang picks 48.",)),
     Option("chunked_prefill_size", int | None, None, "--chunked-prefill-size", "value", Scope.EVERY_RANK,
            _flag("--chunked-prefill-size"), example=8192),
+    Option("max_prefill_tokens", int | None, None,
+           "--max-prefill-tokens: tokens in one prefill batch (SGLang's default is 16384)", "value", Scope.EVERY_RANK,
+           _flag("--max-prefill-tokens", source="sglang 0.5.23 srt/arg_groups/fields/schedule.py (default 16384)"),
+           bounds={"ge": 1}, example=16384),
     Option("attention_backend", ArgValue | None, None, "--attention-backend", "value", Scope.EVERY_RANK,
            _flag("--attention-backend"), example="flashinfer"),
     Option("tool_call_parser", ArgValue | None, None, "--tool-call-parser (kimi_k2 for Kimi)", "value",

@@ -83,10 +83,16 @@ def service_state_dir(service: str) -> str:
     return f"/var/lib/{service}"
 
 
+def gateway_service(service: str) -> str:
+    """``<service>-gateway``: the name of a fleet's gateway on its host (its unit ``<service>-gateway.service``,
+    its check units' instance, its state folder)."""
+    return f"{service}-gateway"
+
+
 def gateway_check_report(service: str) -> str:
     """``/var/lib/<service>-gateway/check-workers.json``: the gateway host's nightly ``check --each-worker`` report
     (its check unit's ``StateDirectory=<service>-gateway``)."""
-    return f"{service_state_dir(service)}-gateway/check-workers.json"
+    return f"{service_state_dir(gateway_service(service))}/check-workers.json"
 
 
 def service_cache_dir(service: str) -> str:
@@ -102,6 +108,17 @@ def service_env_file(service: str) -> str:
 def service_profile_copy(service: str) -> str:
     """``/etc/kimi-deploy/<service>.toml``: host path of the installed profile (the check unit reads it)."""
     return f"{ETC_DIR}/{service}.toml"
+
+
+def service_api_key_file(service: str) -> str:
+    """``/etc/kimi-deploy/<service>.api-key``: the API key file a profile for ``service`` starts from
+    (``init --name``; the preset's)."""
+    return f"{ETC_DIR}/{service}.api-key"
+
+
+def service_runtime_dir(service: str) -> str:
+    """``/run/<service>``: the server unit's ``RuntimeDirectory=<service>`` (0700; SGLang's secrets ``--config``)."""
+    return f"/run/{service}"
 
 
 def service_check_report(service: str) -> str:

@@ -23,6 +23,7 @@ import dataclasses
 from typing import Any
 
 from kimi_deploy.errors import UsageError
+from kimi_deploy.paths import service_api_key_file
 from kimi_deploy.profile import Profile, parse_profile
 
 
@@ -78,7 +79,7 @@ _REFERENCE_DATA: dict[str, Any] = {
         "flashinfer_allreduce_fusion_backend": "auto",
         "enable_torch_symm_mem": True,
         "enable_metrics": True,
-        "api_key_file": "/etc/kimi-deploy/kimi-k25.api-key",
+        "api_key_file": service_api_key_file("kimi-k25"),
     },
     "environment": {
         "NCCL_IB_DISABLE": "1",

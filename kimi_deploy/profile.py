@@ -37,8 +37,8 @@ from pydantic import (BaseModel, ConfigDict, Field, ValidationError, ValidationI
                       field_validator)
 
 from kimi_deploy.errors import ProfileError
-from kimi_deploy.options import CACHE_ENV, OPTIONS, Option, owned_env, owned_flags
-from kimi_deploy.paths import service_cache_dir
+from kimi_deploy.options import CACHE_ENV, OPTIONS, Option, owned_env, owned_flags, secret_flags
+from kimi_deploy.paths import service_api_key_file, service_cache_dir
 from kimi_deploy.values import (SAFE_TOKEN, AbsPath, Host, check_abs_path, check_host, check_text, check_token,
                                 check_unit_stem)
 
@@ -600,14 +600,20 @@ class Profile(BaseModel):
     def digest(self) -> str:
         """sha256 of the canonical JSON of the profile (values after defaults), hex, 64 chars.
 
-        Keys added after profiles were first installed (:data:`DIGEST_OMITS_UNSET`) are left out while unset,
-        so a profile that does not use them keeps the digest recorded by earlier installs (no false drift).
+        Keys added after profiles were first installed are left out while unset, so a profile that does not
+        use them keeps the digest recorded by earlier installs (no false drift) and the golden files theirs:
+        the tables of :data:`DIGEST_OMITS_UNSET` while absent, and every ``[sglang]`` row outside
+        :data:`DIGEST_SGLANG_KEYS` while it equals its default (a row added to the option table needs no edit
+        here).
         """
         data = self.model_dump(mode="json")
-        for table, key in DIGEST_OMITS_UNSET:
-            holder = data if table is None else data[table]
-            if holder.get(key) is None:
-                holder.pop(key, None)
+        for table in DIGEST_OMITS_UNSET:
+            if data.get(table) is None:
+                data.pop(table, None)
+        for option in OPTIONS:
+            default = option.default() if isinstance(option.default, type) else option.default
+            if option.key not in DIGEST_SGLANG_KEYS and data["sglang"].get(option.key) == default:
+                del data["sglang"][option.key]
         blob = json.dumps(data, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(blob.encode()).hexdigest()
 
@@ -617,9 +623,20 @@ def url_host(host: str) -> str:
     return f"[{host}]" if ":" in host else host
 
 
-#: ``(table, key)`` pairs (``None``: a top-level table) that :meth:`Profile.digest` leaves out while unset.
-DIGEST_OMITS_UNSET: tuple[tuple[str | None, str], ...] = ((None, "fleet"), (None, "gateway"), ("sglang", "pp_size"),
-                                                          (None, "kubernetes"))
+#: Top-level tables that :meth:`Profile.digest` leaves out while absent (added after the first installs).
+DIGEST_OMITS_UNSET: tuple[str, ...] = ("fleet", "gateway", "kubernetes")
+
+#: The ``[sglang]`` keys of the first installed profiles: always part of :meth:`Profile.digest`. Frozen: a row
+#: added to :data:`kimi_deploy.options.OPTIONS` later (``pp_size``, ``max_prefill_tokens``, ...) is not listed
+#: here and so is left out of the digest while it equals its default.
+DIGEST_SGLANG_KEYS: frozenset[str] = frozenset({
+    "model_path", "served_model_name", "trust_remote_code", "host", "port", "tp_size", "context_length",
+    "mem_fraction_static", "max_running_requests", "chunked_prefill_size", "attention_backend", "tool_call_parser",
+    "reasoning_parser", "speculative_algorithm", "speculative_draft_model_path", "speculative_num_steps",
+    "speculative_eagle_topk", "speculative_num_draft_tokens", "enable_spec_v2", "disable_overlap_schedule",
+    "flashinfer_allreduce_fusion_backend", "enforce_disable_flashinfer_allreduce_fusion", "enable_symm_mem",
+    "enable_torch_symm_mem", "enable_pcie_ipc_allreduce", "enable_metrics", "api_key_file",
+    "allow_unauthenticated", "extra_args"})
 
 #: Environment variables kimi-deploy owns; setting them in ``[environment]`` is an
 #: error that names the profile field to use instead. Both halves are read off the option table: the rows'
@@ -880,7 +897,7 @@ def extra_args_problems(extra_args: list[str] | tuple[str, ...]) -> list[str]:
             if not hits:
                 continue
             keys = sorted({owned[flag] for flag in hits})
-            if "api_key_file" in keys and any(h in ("--api-key", "--admin-api-key") for h in hits):
+            if set(hits) & set(secret_flags()):
                 problems.append(f"sglang.extra_args: {name} would put an API key on the command line, visible in "
                                 "ps and logs; use api_key_file")
                 continue
@@ -897,7 +914,7 @@ def extra_args_problems(extra_args: list[str] | tuple[str, ...]) -> list[str]:
 def default_api_key_file(service_name: str) -> str:
     """The API key file a profile for ``service_name`` starts from: ``/etc/kimi-deploy/<name>.api-key``
     (``kimi-deploy init --name``; the warning of :func:`naming_warnings`)."""
-    return f"/etc/kimi-deploy/{service_name}.api-key"
+    return service_api_key_file(service_name)
 
 
 def naming_warnings(profile: "Profile") -> list[str]:
@@ -907,9 +924,10 @@ def naming_warnings(profile: "Profile") -> list[str]:
     Sharing one key file between services on purpose is allowed, hence a warning."""
     key = profile.sglang.api_key_file
     name = profile.service.name
-    if not key or not key.startswith("/etc/kimi-deploy/") or not key.endswith(".api-key"):
+    prefix, suffix = service_api_key_file("\0").split("\0")
+    if not key or not key.startswith(prefix) or not key.endswith(suffix):
         return []
-    other = key.removeprefix("/etc/kimi-deploy/").removesuffix(".api-key")
+    other = key.removeprefix(prefix).removesuffix(suffix)
     if other == name or "/" in other:
         return []
     return [f"[sglang] api_key_file {key} is named after service {other!r}, not this service ({name!r}); "

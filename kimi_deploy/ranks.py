@@ -155,8 +155,26 @@ def rank_launch(profile: Profile, rank: Rank, sglang_version: str | None = None,
     """
     from kimi_deploy import versions
 
-    return build_launch(profile, sglang_version or versions.DEFAULT_SGLANG_VERSION, components=components,
-                        node_rank=rank.rank, rank0=rank.rank0)
+    version = versions.DEFAULT_SGLANG_VERSION if sglang_version is None else sglang_version  # "" is refused
+    return build_launch(profile, version, components=components, node_rank=rank.rank, rank0=rank.rank0)
+
+
+def node_launch(profile: Profile, rank: Rank | None = None, sglang_version: str | None = None, *,
+                components: Mapping[str, str] | None = None) -> LaunchSpec:
+    """The launch a host of ``profile`` runs: ``rank``'s (:func:`rank_launch`; default for a multi-node profile:
+    rank 0 of the first replica), else the one-node launch (:func:`kimi_deploy.launch.build_launch`). No I/O.
+
+    Raises:
+        UsageError / UnsupportedVersionError: from :func:`kimi_deploy.launch.build_launch`.
+    """
+    if rank is None and profile.nodes_per_copy > 1:
+        rank = group_ranks(profile)[0]
+    if rank is not None:
+        return rank_launch(profile, rank, sglang_version, components=components)
+    from kimi_deploy import versions
+
+    version = versions.DEFAULT_SGLANG_VERSION if sglang_version is None else sglang_version  # "" is refused
+    return build_launch(profile, version, components=components)
 
 
 def preflight_command(profile: Profile, rank: Rank, profile_path: str) -> str:

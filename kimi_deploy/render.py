@@ -16,9 +16,9 @@ import jinja2
 
 from kimi_deploy import __version__, paths, versions
 from kimi_deploy.fsio import write_many_atomic
-from kimi_deploy.launch import API_KEY_CREDENTIAL, SECRETS_CONFIG_NAME, LaunchSpec, build_launch
+from kimi_deploy.launch import API_KEY_CREDENTIAL, SECRETS_CONFIG_NAME, LaunchSpec
 from kimi_deploy.profile import Profile
-from kimi_deploy.ranks import Rank, group_ranks, preflight_command, rank_launch
+from kimi_deploy.ranks import Rank, group_ranks, node_launch, preflight_command
 
 #: Family name of the nightly check units. Each service gets its own concrete instance units,
 #: ``kimi-deploy-check@<name>.service`` and ``.timer`` (systemd loads a unit file named
@@ -134,8 +134,7 @@ def render(profile: Profile, sglang_version: str | None = None, *,
     version = versions.DEFAULT_SGLANG_VERSION if sglang_version is None else sglang_version
     if rank is None and profile.nodes_per_copy > 1:
         rank = group_ranks(profile)[0]
-    launch = (rank_launch(profile, rank, version, components=components) if rank is not None
-              else build_launch(profile, version, components=components))
+    launch = node_launch(profile, rank, version, components=components)
     svc, s = profile.service, profile.sglang
     header = file_header(profile, launch.sglang_version)
     env_file = paths.service_env_file(svc.name)

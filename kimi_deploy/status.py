@@ -11,7 +11,7 @@ the unit is ``<name>-gateway.service`` and the nightly report ``check --each-wor
 
 SGLang 0.5.23 builds ``launch_command`` after merging the ``--config`` YAML into argv
 (``srt/server_args.py`` ``prepare_server_args``), so it contains ``--api-key <key>`` (unless the
-redact-api-key patch is applied) and lacks ``--config``: :func:`normalize_args` drops both before
+redact-api-key patch is applied) and lacks ``--config``: :func:`launch_entries` drops both before
 comparing, and :func:`redact` hides key values in every output. It joins argv with single spaces
 (``redact_watermark_command_line``: ``" ".join(argv)``, no shell quoting), so
 :func:`parse_launch_command` splits on whitespace, never with shell rules (a key holding a quote
@@ -35,11 +35,11 @@ from kimi_deploy.argv import flag_groups, split_equals
 from kimi_deploy.errors import ExitCode, KimiDeployError
 from kimi_deploy.hostfiles import Manifest, read_bytes, sha256
 from kimi_deploy.patching import status as series_status
-from kimi_deploy.paths import SYSTEMD_DIR, HostLayout, gateway_check_report
+from kimi_deploy.paths import SYSTEMD_DIR, HostLayout, gateway_check_report, gateway_service
 from kimi_deploy.profile import Profile
-from kimi_deploy.ranks import Rank, local_rank, serving_url
+from kimi_deploy.ranks import Rank, local_rank, node_launch, serving_url
 from kimi_deploy.readiness import Probe, get_json, probe_ready
-from kimi_deploy.render import check_unit, render
+from kimi_deploy.render import check_unit
 
 #: Options whose value is a secret (SGLang 0.5.23 ``--api-key``, ``--admin-api-key``): the option table's
 #: secret rows (:func:`kimi_deploy.options.secret_flags`).
@@ -93,16 +93,11 @@ def problem(what: str, evidence: str, fix: str) -> str:
     return f"{what} ({evidence}); fix: {fix}"
 
 
-def _entries(args: list[str]) -> list[str]:
-    """argv as ``--flag value`` / ``--flag`` entries (:func:`kimi_deploy.argv.flag_groups`, ``--flag=value``
-    split), ignored options dropped."""
+def launch_entries(args: list[str]) -> list[str]:
+    """Server arguments in order as ``--flag value`` / ``--flag`` entries (:func:`kimi_deploy.argv.flag_groups`,
+    ``--flag=value`` split), without ``--config`` and the secret options (:data:`IGNORED_OPTIONS`)."""
     groups = [split_equals(g) for g in flag_groups(args)]
     return [" ".join(g) for g in groups if g[0] not in IGNORED_OPTIONS]
-
-
-def normalize_args(args: list[str]) -> list[str]:
-    """Server arguments as sorted ``--flag value`` entries, without ``--config`` and secret options."""
-    return sorted(_entries(args))
 
 
 def server_args_from_cmdline(argv: list[str]) -> list[str] | None:
@@ -135,7 +130,7 @@ class Drift:
 def compare_launch(running_args: list[str], rendered_args: list[str], source: str) -> Drift:
     """Compare server arguments as multisets of ``--flag value`` entries (order-free: SGLang puts the
     ``--config`` values first)."""
-    run, want = Counter(_entries(running_args)), Counter(_entries(rendered_args))
+    run, want = Counter(launch_entries(running_args)), Counter(launch_entries(rendered_args))
     return Drift(source, redact(running_args), sorted((want - run).elements()), sorted((run - want).elements()))
 
 
@@ -222,11 +217,6 @@ class StatusReport:
                 "allreduce": self.allreduce}
 
 
-def file_states(layout: HostLayout, manifest: Manifest) -> dict[str, str]:
-    """Host path -> ``ok`` | ``modified`` | ``missing`` for every file in the manifest."""
-    return _file_states(manifest, {hp: read_bytes(layout.under(hp)) for hp in manifest.files})
-
-
 def _file_states(manifest: Manifest, files: Mapping[str, bytes | None]) -> dict[str, str]:
     out = {}
     for hp, record in sorted(manifest.files.items()):
@@ -269,7 +259,7 @@ def gateway_host(profile: Profile, manifest: Manifest) -> bool:
     """True on a fleet's gateway host that serves no replica: the manifest lists the gateway unit
     (``<name>-gateway.service``) and no server unit (what ``install --host GATEWAY_HOST`` installs)."""
     units = {hp.rsplit("/", 1)[-1] for hp in manifest.files if hp.startswith(SYSTEMD_DIR + "/")}
-    return profile.gateway is not None and f"{profile.service.name}-gateway.service" in units \
+    return profile.gateway is not None and f"{gateway_service(profile.service.name)}.service" in units \
         and f"{profile.service.name}.service" not in units
 
 
@@ -282,7 +272,7 @@ def gather_status_facts(profile: Profile, layout: HostLayout, manifest: Manifest
     only_gateway = gateway_host(profile, manifest)
     unit = unit_error = None
     try:
-        unit = systemd.show(f"{profile.service.name}{'-gateway' if only_gateway else ''}.service")
+        unit = systemd.show(f"{gateway_service(profile.service.name) if only_gateway else profile.service.name}.service")
     except KimiDeployError as exc:
         unit_error = exc
     api_key = key_error = None
@@ -371,12 +361,13 @@ def status(profile: Profile, layout: HostLayout, manifest: Manifest, node: str |
 
 
 def status_from(profile: Profile, manifest: Manifest, facts: StatusFacts) -> StatusReport:
-    """The status report of ``profile``'s service from ``facts``; no I/O but rendering the profile."""
+    """The status report of ``profile``'s service from ``facts``; no I/O (the rendered launch is computed,
+    :func:`kimi_deploy.ranks.node_launch`)."""
     problems: list[str] = []
     layout = facts.layout
     name = profile.service.name
     only_gateway = facts.probe is None  # a gateway host (gather_status_facts): no SGLang to probe
-    unit_name = f"{name}{'-gateway' if only_gateway else ''}.service"
+    unit_name = f"{gateway_service(name) if only_gateway else name}.service"
     profile_copy = layout.profile_copy(name)  # a local path: what `install --profile` reads (under --root)
     cmd = layout.command
     files = _file_states(manifest, facts.files)
@@ -413,11 +404,11 @@ def status_from(profile: Profile, manifest: Manifest, facts: StatusFacts) -> Sta
                                 f"GET {probe.stage}: {probe.detail}",
                                 f"if it is starting, wait (`{cmd('restart --wait')}` shows the phase); else read "
                                 f"`journalctl -u {unit_name} -n 50`"))
-    rendered = render(profile, manifest.sglang_version, rank=facts.rank)
     found = facts.launch
     drift = None
     if found:
-        drift = compare_launch(found[0], list(rendered.launch.server_args), found[1])
+        rendered = node_launch(profile, facts.rank, manifest.sglang_version)
+        drift = compare_launch(found[0], list(rendered.server_args), found[1])
         if not drift.in_sync:
             shown = [f"- {e}" for e in drift.missing] + [f"+ {e}" for e in drift.unexpected]
             problems.append(problem("the running launch command differs from the profile",
@@ -449,5 +440,5 @@ def status_from(profile: Profile, manifest: Manifest, facts: StatusFacts) -> Sta
                                 f"read the failed results in the report, or rerun now with "
                                 f"`kimi-deploy check --profile {profile_copy}"
                                 f"{' --each-worker' if only_gateway else ''}`"))
-    timer = f"{check_unit(name + '-gateway' if only_gateway else name)}.timer"
+    timer = f"{check_unit(gateway_service(name) if only_gateway else name)}.timer"
     return StatusReport(name, files, unit, timer, drift, patches, health, check, problems, paths, unit_name)

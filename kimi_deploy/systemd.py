@@ -84,10 +84,6 @@ class UnitState:
     def is_active(self) -> bool:
         return self.active_state == "active"
 
-    @property
-    def is_failed(self) -> bool:
-        return self.active_state == "failed"
-
     def to_dict(self) -> dict[str, Any]:
         """JSON-friendly form (``properties`` left out: it is the raw input)."""
         data = dataclasses.asdict(self)

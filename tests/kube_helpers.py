@@ -21,6 +21,8 @@ from typing import Any
 import pytest
 import yaml
 
+from kimi_deploy import kubernetes
+
 REPO = Path(__file__).resolve().parent.parent
 #: Kubernetes version the core kinds are validated against (kubernetes-validate 1.37.0 bundles it).
 K8S_VERSION = "1.37.0"
@@ -128,3 +130,15 @@ def kubernetes_validate_cli(files: list[Path]) -> subprocess.CompletedProcess:
     command = [str(exe)] if exe.exists() else [sys.executable, "-m", "kubernetes_validate"]
     return subprocess.run([*command, "--strict", "-k", K8S_VERSION, "--quiet", *map(str, files)],
                           capture_output=True, text=True, timeout=120)
+
+
+def substitute_lws(args: list[str], *, leader_address: str, group_size: int, worker_index: int) -> list[str]:
+    """``args`` with ``$(LWS_*)`` replaced as Kubernetes does for one pod (what each pod of a LeaderWorkerSet runs)."""
+    values = {kubernetes.LWS_LEADER_ADDRESS: leader_address, kubernetes.LWS_GROUP_SIZE: str(group_size),
+              kubernetes.LWS_WORKER_INDEX: str(worker_index)}
+    out = []
+    for arg in args:
+        for var, value in values.items():
+            arg = arg.replace(var, value)
+        out.append(arg)
+    return out

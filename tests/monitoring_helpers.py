@@ -89,3 +89,19 @@ def expand(template: str, labels: dict[str, str], value: float) -> str:
     text = text.replace("{{ $value }}", go_value(value))
     assert "{{" not in text, f"unexpanded template in {template!r}"
     return text
+
+
+def all_queries(profile: Profile) -> list[str]:
+    """Every PromQL expression of the dashboard (:func:`kimi_deploy.dashboard.panel_queries`)."""
+    from kimi_deploy.dashboard import panel_queries
+    from kimi_deploy.monitoring import settings
+
+    return [expr for _, _, queries in panel_queries(settings(profile), profile.sglang.speculative_algorithm is not None)
+            for expr, _ in queries]
+
+
+def all_exprs(profile: Profile) -> list[str]:
+    """Every PromQL expression of the rules (:func:`kimi_deploy.monitoring.rules_doc`)."""
+    from kimi_deploy.monitoring import rules_doc
+
+    return [r["expr"] for g in rules_doc(profile)["groups"] for r in g["rules"]]

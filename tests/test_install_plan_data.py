@@ -7,18 +7,19 @@ planner that touched the disk would see nothing of what these tests describe.
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import pytest
 
 from install_fakes import write_profile
-from kimi_deploy import install
 from kimi_deploy.apikey import KeyFile
 from kimi_deploy.errors import UsageError
 from kimi_deploy.hostfiles import FileRecord, Intent, Manifest, Ownership, sha256
 from kimi_deploy.install import HostFacts, desired_files, plan_install_from, plan_uninstall_from
 from kimi_deploy.paths import HostLayout
 from kimi_deploy.profile import load_profile
+from kimi_deploy.readiness import Probe
 
 NOWHERE = HostLayout(Path("/nonexistent/kimi-deploy-plan-data"))
 HOST = HostLayout(Path("/"))
@@ -153,32 +154,71 @@ def test_purge_removes_the_backups_last(profile):
     assert set(removed) == {"/var/lib/kimi-test", "/var/cache/kimi-test", KEY, "/etc/kimi-deploy/backup/kimi-test"}
 
 
-def test_planners_never_touch_the_disk(profile, monkeypatch):
-    import builtins
-    import os
+#: Audit events (PEP 578) a planner must not raise: opening a file, any ``os.*`` call that reaches the system
+#: (stat, listdir, scandir, chmod, ...), a subprocess, a socket.
+_IO_EVENTS = ("open", "subprocess.Popen", "socket.", "os.", "shutil.", "glob.", "pathlib.")
+_AUDIT: dict[str, list | None] = {"events": None}
 
-    calls = []
 
-    def recorder(name, real):
-        def record(*a, **k):
-            calls.append((name, a))
-            return real(*a, **k)
-        return record
+def _audit(event: str, args: tuple) -> None:
+    events = _AUDIT["events"]
+    if events is not None and event.startswith(_IO_EVENTS):
+        events.append((event, repr(args)[:200]))
 
-    files, version = desired_files(profile)
-    facts = facts_for(NOWHERE, stale=("/etc/kimi-deploy/.kimi-test.env.12.bak",))
-    for name in ("stat", "lstat", "listdir", "scandir", "readlink"):
-        monkeypatch.setattr(os, name, recorder(name, getattr(os, name)))
-    monkeypatch.setattr(builtins, "open", recorder("open", builtins.open))
-    monkeypatch.setattr(install.proc, "run", recorder("run", install.proc.run))
+
+def _io_during(fn):
+    """``(result of fn(), audit events it raised)``; the hook is installed once for the process."""
+    if not _AUDIT.get("installed"):
+        sys.addaudithook(_audit)
+        _AUDIT["installed"] = True
+    _AUDIT["events"] = []
     try:
+        result = fn()
+    finally:
+        events, _AUDIT["events"] = _AUDIT["events"], None
+    return result, events
+
+
+FLEET = (
+    '[service]\nname = "kimi-test"\ngpu_count = 8\n[sglang]\nmodel_path = "/models/k"\nhost = "0.0.0.0"\n'
+    'tp_size = 8\npp_size = 2\napi_key_file = "/etc/kimi-deploy/kimi-test.api-key"\n[fleet]\ndist_init_port = 20000\n'
+    'nic = "eth0"\n[[fleet.replicas]]\nnodes = ["10.0.0.11", "10.0.0.12"]\n[gateway]\nhost = "10.0.0.10"\n')
+
+
+@pytest.mark.parametrize("host", [None, "10.0.0.10", "10.0.0.11", "10.0.0.12"],
+                         ids=["one-host", "gateway-host", "rank-0", "rank-1"])
+def test_planners_never_touch_the_disk(profile, host):
+    """install, uninstall and status plan from their facts alone: no file opened, no ``os`` call, no
+    subprocess, no socket (Python's audit hooks see every one, whatever module makes it), on one host and on
+    each host part of a fleet (its gateway host, each rank of a two-node group)."""
+    import tomllib
+
+    from kimi_deploy.profile import parse_profile
+    from kimi_deploy.ranks import find_rank
+    from kimi_deploy.status import StatusFacts, status_from
+    from kimi_deploy.systemd import parse_show
+
+    if host is not None:
+        profile = parse_profile(tomllib.loads(FLEET))
+    files, version = desired_files(profile, host=host)
+    facts = facts_for(NOWHERE, stale=("/etc/kimi-deploy/.kimi-test.env.12.bak",))
+    rank = find_rank(profile, host) if host not in (None, "10.0.0.10") else None
+
+    def plans():
         p = plan_install_from(profile, facts, files, version)
         u = plan_uninstall_from(HostFacts(layout=NOWHERE, manifest=p.intent.manifest, installed=("kimi-test",)),
                                 "kimi-test", purge=True)
-    finally:
-        monkeypatch.undo()
-    assert calls == []
+        running = parse_show("ActiveState=active\nSubState=running\nResult=success\n")
+        probe = None if host == "10.0.0.10" else Probe(True, "/health_generate", 200, "ok")
+        launch = None if probe is None else (["--model-path", "/elsewhere"], "/server_info")
+        s = status_from(profile, p.intent.manifest,
+                        StatusFacts(NOWHERE, files, running, None, None, probe, launch, {}, None, rank=rank))
+        return p, u, s
+
+    (p, u, s), events = _io_during(plans)
+    assert events == []
     assert p.changes and u.files and u.steps
+    assert (s.launch is None) is (host == "10.0.0.10")
 
 
 def test_status_is_computed_from_facts(profile):

@@ -21,7 +21,7 @@ from kimi_deploy.install import apply, plan_install
 from kimi_deploy.paths import HostLayout
 from kimi_deploy.profile import load_profile
 from kimi_deploy.render import render
-from kimi_deploy.status import (compare_launch, normalize_args, parse_launch_command, redact,
+from kimi_deploy.status import (compare_launch, launch_entries, parse_launch_command, redact,
                                 server_args_from_cmdline)
 from kimi_deploy.systemd import parse_show
 from patch_helpers import patched_target, site_packages_of
@@ -37,7 +37,7 @@ def test_parse_show_active_and_failed():
     assert active.main_pid == 48213 and active.n_restarts == 2 and active.is_active
     assert active.started_at == "Sat 2025-06-14 10:02:11 UTC"
     failed = parse_show(SHOW_FAILED)
-    assert failed.is_failed and failed.main_pid is None and failed.result == "exit-code"
+    assert failed.active_state == "failed" and failed.main_pid is None and failed.result == "exit-code"
     empty = parse_show("", "x.service")
     assert empty.unit == "x.service" and empty.main_pid is None and empty.n_restarts is None
 
@@ -57,7 +57,7 @@ def test_launch_command_with_merged_config_is_in_sync_and_redacted(tmp_path):
     changed = [a if a != "1000" else "4096" for a in running]
     drift = compare_launch(changed, rendered, "x")
     assert drift.missing == ["--context-length 1000"] and drift.unexpected == ["--context-length 4096"]
-    assert normalize_args(["--port=1", "--trust-remote-code"]) == ["--port 1", "--trust-remote-code"]
+    assert launch_entries(["--port=1", "--trust-remote-code"]) == ["--port 1", "--trust-remote-code"]
 
 
 def test_server_args_from_cmdline():

@@ -19,7 +19,7 @@ import pytest
 import yaml
 
 from helpers import run_cli, write_profile
-from kube_helpers import kubernetes_validate_cli, kustomize, load_tree, validate_document
+from kube_helpers import kubernetes_validate_cli, kustomize, load_tree, substitute_lws, validate_document
 from kimi_deploy import kubernetes
 from kimi_deploy.profile import parse_profile
 from kimi_deploy.ranks import render_ranks
@@ -259,7 +259,7 @@ def test_container_command_parses_with_sglang_and_matches_the_systemd_rank(sglan
     for index in range(shape.nodes):
         pod = pods["leader" if index == 0 and "leader" in pods else "worker"]
         container = pod["containers"][0]
-        args = kubernetes.substitute_lws(container["args"], leader_address=profile.replicas[0][0],
+        args = substitute_lws(container["args"], leader_address=profile.replicas[0][0],
                                          group_size=shape.nodes, worker_index=index)
         assert "$(" not in " ".join(args)
         assert args == _systemd_rank_args(profile, index)

@@ -16,10 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from kimi_deploy.dashboard import all_queries
-from kimi_deploy.monitoring import all_exprs
 from loopback import Loopback, QuietHandler, free_port
-from monitoring_helpers import GATEWAY_MONITORING, preset_profile, tool, write_monitoring
+from monitoring_helpers import GATEWAY_MONITORING, all_exprs, all_queries, preset_profile, tool, write_monitoring
 
 GOLDEN_PROM = Path(__file__).parent / "golden" / "check" / "check.prom"
 DEADLINE_S = 180.0

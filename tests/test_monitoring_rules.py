@@ -42,7 +42,7 @@ def test_scrape_config_needs_no_credentials_and_carries_labels(tmp_path):
 def test_check_job_keeps_only_its_own_services_textfile():
     """Two services on one host (one node_exporter): each check job honours the textfile's ``service`` label
     and keeps only its own service's series; the rules and the dashboard select by that label too."""
-    from kimi_deploy.dashboard import all_queries
+    from monitoring_helpers import all_queries
     from kimi_deploy.monitoring import scrape_configs
 
     profile = preset_profile()
@@ -236,7 +236,7 @@ def test_every_alert_links_to_its_runbook_entry(repo_root):
 @pytest.mark.parametrize("monitoring", [{}, GATEWAY], ids=["preset", "gateway-labels-e2e"])
 def test_every_dashboard_query_parses(tmp_path, monitoring):
     """promtool parses each dashboard expression as a recording rule (the dashboard has no Grafana-only macros)."""
-    from kimi_deploy.dashboard import all_queries
+    from monitoring_helpers import all_queries
 
     queries = all_queries(preset_profile(**monitoring))
     doc = {"groups": [{"name": "dashboard", "rules": [{"record": f"dashboard:query{i}", "expr": q}

@@ -4,6 +4,7 @@ init's profile and production.md; its flags are SGLang 0.5.23's own."""
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import tomllib
@@ -19,7 +20,7 @@ from kimi_deploy.profile import SGLang, parse_profile
 #: A value to set for each row when testing that the row reaches the launch (valid together at 0.5.23).
 VALUES = {"model_path": "/models/other", "enforce_disable_flashinfer_allreduce_fusion": True,
           "served_model_name": "kimi", "trust_remote_code": True, "host": "127.0.0.2", "port": 31000, "tp_size": 2, "pp_size": 2,
-          "context_length": 4096, "mem_fraction_static": 0.5, "max_running_requests": 7, "chunked_prefill_size": 512,
+          "context_length": 4096, "mem_fraction_static": 0.5, "max_running_requests": 7, "chunked_prefill_size": 512, "max_prefill_tokens": 4096,
           "attention_backend": "flashinfer", "tool_call_parser": "kimi_k2", "reasoning_parser": "kimi_k2",
           "speculative_algorithm": "EAGLE3", "speculative_draft_model_path": "/models/d", "speculative_num_steps": 3,
           "speculative_eagle_topk": 1, "speculative_num_draft_tokens": 4, "disable_overlap_schedule": True,
@@ -126,7 +127,16 @@ def test_every_row_reaches_the_launch_in_its_spelling(option):
 
 
 def test_production_md_carries_the_table(repo_root):
-    text = (repo_root / "production.md").read_text()
+    """production.md's option table is :func:`options.markdown_table`'s; after adding a row, rewrite it with
+    ``KIMI_DEPLOY_UPDATE_GOLDEN=1 python -m pytest tests/test_options_table.py`` (the golden files' command)."""
+    path = repo_root / "production.md"
+    text = path.read_text()
+    if os.environ.get("KIMI_DEPLOY_UPDATE_GOLDEN") == "1":
+        header = options.markdown_table().splitlines(keepends=True)[0]
+        start = text.index(header)
+        end = text.index("\n\n", start) + 1
+        path.write_text(text[:start] + options.markdown_table() + text[end:])
+        text = path.read_text()
     assert options.markdown_table() in text
 
 
@@ -209,3 +219,26 @@ def test_a_gate_that_names_no_row_does_not_load(field, value, said):
             "symptom": "s", field: value}
     with pytest.raises(ValidationError, match=said):
         FeatureGate(**data)
+
+
+def test_a_row_added_to_the_table_leaves_every_digest_alone_until_set():
+    """Installed manifests and the golden files record the profile digest: a row outside the frozen first
+    keys (``pp_size``, ``max_prefill_tokens``: rows added later) is left out of it while at its default, so
+    adding a row is one row, not a row plus a digest exception; setting the row changes the digest."""
+    from kimi_deploy.profile import DIGEST_SGLANG_KEYS
+
+    assert DIGEST_SGLANG_KEYS <= {o.key for o in options.OPTIONS}
+    later = [o for o in options.OPTIONS if o.key not in DIGEST_SGLANG_KEYS]
+    assert {"pp_size", "max_prefill_tokens"} <= {o.key for o in later}
+    base = {"service": {"name": "k", "gpu_count": 8}, "sglang": {"model_path": "/m", "tp_size": 8}}
+    plain = parse_profile(base)
+    data = plain.model_dump(mode="json")
+    for o in later:
+        del data["sglang"][o.key]
+    import hashlib
+    blob = json.dumps({k: v for k, v in data.items() if v is not None or k not in ("fleet", "gateway", "kubernetes")},
+                      sort_keys=True, separators=(",", ":"))
+    assert plain.digest() == hashlib.sha256(blob.encode()).hexdigest()
+    for o in later:
+        explicit = parse_profile({**base, "sglang": {**base["sglang"], o.key: options.init_example(o, "k")}})
+        assert (explicit.digest() == plain.digest()) is (options.init_example(o, "k") == o.default), o.key

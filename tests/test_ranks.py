@@ -114,6 +114,19 @@ def test_a_node_that_is_not_in_the_fleet_is_a_usage_error():
     assert "10.0.0.11, 10.0.0.12" in caught.value.hint
 
 
+def test_an_empty_sglang_version_is_refused_on_every_rank_not_taken_for_the_default():
+    """``render --sglang-version ""`` is exit 2 on one host; a rank's launch must not read "" as "the default"."""
+    from kimi_deploy.errors import UsageError
+    from kimi_deploy.ranks import node_launch
+
+    profile = profile_of()
+    for rank in group_ranks(profile)[:2]:
+        with pytest.raises(UsageError, match="not an SGLang version"):
+            rank_launch(profile, rank, "")
+    with pytest.raises(UsageError, match="not an SGLang version"):
+        node_launch(profile, None, "")
+
+
 def test_two_rank_group_matches_golden():
     hosts = render_ranks(profile_of())
     rendered = {f"{host}/{name}": text for host, files in hosts.items() for name, text in files.items()}

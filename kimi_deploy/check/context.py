@@ -5,6 +5,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+import httpx
+
 from kimi_deploy.check.client import REFUSED_KIND, Clients, ResponseRefused
 from kimi_deploy.check.validate import Finding
 from kimi_deploy.profile import Profile

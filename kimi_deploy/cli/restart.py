@@ -110,12 +110,13 @@ def _drain(profile, layout, host, wait):
     from kimi_deploy import apikey
     from kimi_deploy.fleet import is_node, pick_host
     from kimi_deploy.gateway import Gateway, gateway_url
+    from kimi_deploy.paths import gateway_service
     from kimi_deploy.profile import url_host
 
     this = pick_host(profile, host)
     if not is_node(profile, this):
         raise UsageError(f"{this} runs the gateway only; restart it with systemctl", value=this,
-                         hint=f"systemctl restart {profile.service.name}-gateway.service")
+                         hint=f"systemctl restart {gateway_service(profile.service.name)}.service")
     replica = next(nodes for nodes in profile.replicas if this in nodes)
     if replica[0] != this:
         raise UsageError(f"{this} is rank {replica.index(this)} of a multi-node replica; restart its group from "

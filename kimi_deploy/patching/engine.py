@@ -671,7 +671,6 @@ def apply(python: str, *, only: list[str] | None = None, with_: list[str] | None
     inst = _install(python)
     series = require_series(inst.version)
     selection = series.select(only=only, with_=with_)
-    ids = [p.id for p in selection]
     store = _store(inst, state_dir)
     with _changing(inst, store, dry_run=dry_run) as recovered:
         return _apply(inst, store, series, selection, dry_run=dry_run, recovered=recovered)
