@@ -30,9 +30,10 @@ The API key is never in a rendered file, an env variable or argv of SGLang: the 
 Secret (``kubectl create secret generic <secret> --from-file=api-key=FILE``), it is mounted as a file,
 and an init container turns it into SGLang's ``--config`` YAML at the same path as the systemd unit
 (``/run/<service>/sglang-secrets.yaml``, a memory-backed emptyDir), with the same script
-(:data:`kimi_deploy.launch.HOST_SECRETS_SCRIPT`). smg 1.13.0 takes its key only as ``--api-key`` on
-its command line: the gateway's shell reads it from the mounted Secret at start (so it is in no
-manifest and no env), which leaves it in smg's argv inside the gateway pod.
+(:data:`kimi_deploy.launch.HOST_SECRETS_SCRIPT`). smg 1.13.0 takes its key only as ``--api-key``: the
+gateway pod runs the unit's launcher (:data:`kimi_deploy.gateway.LAUNCHER` in ``gateway_python``, with
+``CREDENTIALS_DIRECTORY`` naming the mounted Secret), which reads the key and hands it to ``smg.cli.main``
+inside the process, so it is in no argv, env or manifest, and an empty key stops the start.
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from kimi_deploy import __version__, options, versions
+from kimi_deploy import __version__, gateway, options, versions
 from kimi_deploy.argv import flag_groups, split_equals
 from kimi_deploy.errors import ProfileError
 from kimi_deploy.launch import API_KEY_CREDENTIAL, HOST_SECRETS_SCRIPT, LaunchSpec, build_launch
@@ -377,10 +378,11 @@ def _gateway(profile: Profile, name: str) -> dict[str, list[dict[str, Any]]]:
                                  "securityContext": ctr_sec}
     volumes: list[dict[str, Any]] = [{"name": "tmp", "emptyDir": {}}]
     if s.api_key_file:
-        # smg reads its key only from --api-key: the shell adds it from the mounted Secret at start.
-        container["command"] = ["/bin/sh", "-c",
-                                f'exec smg launch "$@" --api-key "$(cat {SECRET_DIR}/{API_KEY_CREDENTIAL})"', "smg"]
+        # smg takes its key only as --api-key: the unit's launcher reads the mounted Secret and hands the key to
+        # smg.cli.main inside the process (not in argv, env or the manifest; an empty key stops the start).
+        container["command"] = [k8s.gateway_python, "-c", gateway.LAUNCHER, "launch"]
         container["args"] = args
+        container["env"].append({"name": "CREDENTIALS_DIRECTORY", "value": SECRET_DIR})
         container["volumeMounts"].append({"name": "api-key", "mountPath": SECRET_DIR, "readOnly": True})
         volumes.append(_secret_volume(k8s, name))
     else:

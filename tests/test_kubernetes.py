@@ -393,7 +393,7 @@ def _strings(data) -> set[str]:
 
 
 K8S_STRING_FIELDS = ["image", "python", "namespace", "name", "model_host_path", "model_mount", "shm_size", "nic",
-                     "secret_name", "gateway_image", "check_image", "check_schedule", "check_report_claim"]
+                     "secret_name", "gateway_image", "gateway_python", "check_image", "check_schedule", "check_report_claim"]
 
 
 @pytest.mark.parametrize("key", K8S_STRING_FIELDS)
@@ -470,3 +470,40 @@ def test_the_init_container_writes_sglangs_config_yaml_0600(tmp_path, key_file):
     assert done.returncode == 0, done.stderr
     assert yaml.safe_load(out.read_text()) == {"api-key": KEY}
     assert stat.S_IMODE(out.stat().st_mode) == 0o600
+
+
+SMG_HELP = Path(__file__).parent / "data" / "smg-1.13.0-launch-help.txt"
+
+
+def _gateway_container(profile_toml: str) -> dict:
+    manifests = kubernetes.render(parse_profile(tomllib.loads(profile_toml)))
+    deployment = yaml.safe_load(manifests.files["gateway-deployment.yaml"])
+    return deployment["spec"]["template"]["spec"]["containers"][0]
+
+
+def test_the_gateway_key_is_in_no_argv_and_its_options_are_smg_launch_options():
+    """The gateway pod runs the unit's own launcher (the key read from the mounted Secret inside smg's process,
+    never on a command line a shell builds) and every option is an exact name of smg 1.13.0's `launch --help`."""
+    from kimi_deploy import gateway
+
+    container = _gateway_container(profile_text("two-node-groups-gateway"))
+    assert container["command"] == ["python3", "-c", gateway.LAUNCHER, "launch"]
+    assert {"name": "CREDENTIALS_DIRECTORY", "value": kubernetes.SECRET_DIR} in container["env"]
+    assert "--api-key" not in container["command"] + container["args"]
+    assert gateway.flag_problems(container["args"], gateway.parse_help_options(SMG_HELP.read_text())) == []
+
+
+def test_the_gateway_refuses_an_empty_key_with_the_real_smg(tmp_path, smg_path):
+    """An empty Secret value must not start an open gateway: the rendered command, run in smg 1.13.0's own
+    interpreter, exits non-zero before smg listens; a key with a newline reaches smg stripped."""
+    import subprocess
+
+    container = _gateway_container(profile_text("two-node-groups-gateway"))
+    python = str(Path(smg_path).parent / "python")
+    secrets = tmp_path / "secrets"
+    secrets.mkdir()
+    (secrets / "api-key").write_text("\n")
+    env = {**os.environ, "CREDENTIALS_DIRECTORY": str(secrets)}
+    done = subprocess.run([python, *container["command"][1:], *container["args"]], capture_output=True,
+                          text=True, env=env, timeout=120)
+    assert done.returncode != 0 and "the API key credential is empty" in done.stderr, done.stderr
