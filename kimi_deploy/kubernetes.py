@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -185,8 +186,12 @@ def problems(profile: Profile) -> list[str]:
     from kimi_deploy.profile import DNS_LABEL
 
     if not DNS_LABEL.fullmatch(name) or len(name) > MAX_NAME:
-        out.append(f"kubernetes.name: {name!r} (from [service] name) is not a DNS label of at most {MAX_NAME} "
-                   "characters, which every object name derives from; set [kubernetes] name = \"kimi-k25\"")
+        source = "" if k8s.name else " (from [service] name)"
+        suggestion = re.sub(r"[^a-z0-9-]+", "-", name.lower()).lstrip("-0123456789")[:MAX_NAME].rstrip("-") \
+            or "kimi-k25"
+        out.append(f"kubernetes.name: {name!r}{source} is not a DNS label of at most {MAX_NAME} characters, which "
+                   "every object name derives from (LWS pods append -<copy>-<rank>, the check's Jobs "
+                   f"-<minutes>); set [kubernetes] name = \"{suggestion}\" ({len(suggestion)} characters)")
     if s.host not in ("0.0.0.0", "::"):
         out.append(f"sglang.host: {s.host} cannot be bound in a pod (its address is assigned at start) and "
                    "nothing outside the pod could reach a loopback server; set host = \"0.0.0.0\"")

@@ -315,6 +315,11 @@ BAD = {
                               "hour '24'"),
     "misspelt-key": (("kubernetes", {"shm_szie": '"1Gi"'}), "kubernetes.shm_szie", "did you mean shm_size"),
     "bad-namespace": (("kubernetes", {"namespace": '"Kimi"'}), "kubernetes.namespace", "DNS label"),
+    # LWS names pods <name>-<copy>-<rank> and the CronJob's Jobs <name>-check-<minutes>: 40 leaves them room
+    "name-too-long": (("kubernetes", {"name": '"k' + "8" * 40 + '"'}), "kubernetes.name",
+                      "name = \"k888888888888888888888888888888888888888\" (40"),
+    "service-name-not-a-label": (("service", {"name": '"kimi_k25"'}), "kubernetes.name",
+                                 "(from [service] name)"),
     "bad-node-selector": (("kubernetes", {"node_selector": '{ "a b" = "c" }'}), "kubernetes.node_selector",
                           "label"),
 }
