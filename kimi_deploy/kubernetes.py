@@ -456,6 +456,33 @@ def _check(profile: Profile, name: str) -> dict[str, list[dict[str, Any]]]:
     return out
 
 
+def patch_warnings(profile: Profile, launch: LaunchSpec) -> list[str]:
+    """What the pods cannot check: the unit's ``ExecStartPre=`` ``kimi-deploy patch verify`` refuses an SGLang
+    without the kit's patch series; a pod runs whatever the image holds. One line naming the defaults and the
+    patches this profile's settings need (the series' ``needed_by``), empty with ``verify_patches = false`` or
+    when the kit has no series for the version."""
+    from kimi_deploy.patching.series import find_series
+
+    k8s = profile.kubernetes
+    assert k8s is not None
+    series = find_series(launch.sglang_version) if profile.service.verify_patches else None
+    if series is None:
+        return []
+    hits = series.gates_asked(launch.server_args)
+    defaults = [p.id for p in series.defaults]
+    extra = list(dict.fromkeys(h.patch.id for h in hits if h.patch.id not in defaults))
+    needs = "".join(f"; {h.flag} needs {h.patch.id} on compute capability "
+                    f"{'/'.join(f'{m}.x' for m in h.gate.compute_capability_major)} (without it the start "
+                    f"{'fails' if h.gate.without == 'fails' else 'runs with it off'})" for h in hits)
+    # patch apply wants a path: inside the image's build, a bare name is resolved by the shell
+    python = k8s.python if k8s.python.startswith("/") else f'"$(command -v {k8s.python})"'
+    apply = f"kimi-deploy patch apply --python {python}" + (f" --with {','.join(extra)}" if extra else "")
+    return [f"kubernetes.image {k8s.image}: the pods do not run `kimi-deploy patch verify` (the unit's "
+            f"ExecStartPre=), so the image must already carry the kit's SGLang {launch.sglang_version} patches "
+            f"({', '.join(defaults + extra)}; a stock image has none){needs}; build the image from it with "
+            f"`{apply}`, or set [service] verify_patches = false to accept an unpatched SGLang"]
+
+
 def header(profile: Profile, sglang_version: str) -> list[str]:
     """The comment lines every rendered manifest starts with (kit version, profile sha256, SGLang)."""
     return [f"{GENERATED_PREFIX.removeprefix('# ')}{__version__} from profile sha256:{profile.digest()[:16]} "
@@ -486,6 +513,7 @@ def render(profile: Profile, sglang_version: str | None = None) -> Manifests:
     if launch.sglang_version not in tag:
         warnings.append(f"kubernetes.image {k8s.image}: its tag does not name SGLang {launch.sglang_version}, the "
                         "version the flags are rendered for; check the image's SGLang version")
+    warnings += patch_warnings(profile, launch)
     pod_security = "privileged" if k8s.rdma else "restricted"
     namespace = {"apiVersion": "v1", "kind": "Namespace",
                  "metadata": {"name": k8s.namespace, "labels": {

@@ -512,3 +512,21 @@ def test_the_gateway_refuses_an_empty_key_with_the_real_smg(tmp_path, smg_path):
     done = subprocess.run([python, *container["command"][1:], *container["args"]], capture_output=True,
                           text=True, env=env, timeout=120)
     assert done.returncode != 0 and "the API key credential is empty" in done.stderr, done.stderr
+
+
+def test_render_says_the_image_must_carry_the_patch_series_the_pods_do_not_verify(tmp_path):
+    """The unit refuses an unpatched SGLang (ExecStartPre= patch verify); a pod cannot: render names the
+    default patches and the ones this profile's settings need (series ``needed_by``), and how to build the image."""
+    text = _with(profile_text("single-host-replicas"), "sglang", flashinfer_allreduce_fusion_backend='"auto"')
+    profile = write_profile(tmp_path, text)
+    result = run_cli(["render", "--target", "kubernetes", "--profile", str(profile), "--out", str(tmp_path / "a")])
+    assert result.exit_code == 0, result.stderr
+    warning = [line for line in result.stderr.splitlines() if "patch verify" in line]
+    assert len(warning) == 1, result.stderr
+    for words in ("kimi-k2-tool-call-ids", "redact-api-key", "--with sm120-flashinfer-allreduce-fusion",
+                  "--flashinfer-allreduce-fusion-backend", '--python "$(command -v python3)"', "verify_patches = false"):
+        assert words in warning[0], words
+    quiet = _with(text, "service", verify_patches="false")
+    result = run_cli(["render", "--target", "kubernetes", "--profile", str(write_profile(tmp_path, quiet)),
+                      "--out", str(tmp_path / "b")])
+    assert result.exit_code == 0 and "patch verify" not in result.stderr, result.stderr
