@@ -65,9 +65,11 @@ SECRET_DIR = "/var/run/secrets/kimi-deploy"
 #: Where the check pod finds the profile (ConfigMap) and writes its reports (PVC).
 CHECK_PROFILE = "/etc/kimi-deploy/profile.toml"
 REPORT_DIR = "/reports"
-#: Label keys: the kit's object name and role; LWS sets its own (``leaderworkerset.sigs.k8s.io/*``).
-NAME_LABEL = "app.kubernetes.io/name"
-COMPONENT_LABEL = "app.kubernetes.io/component"
+#: Label keys: Kubernetes' recommended labels (``app.kubernetes.io/*``: ``name`` the application, ``sglang``,
+#: ``smg`` or ``kimi-deploy``; ``instance`` ``<n>-<component>``; ``version`` what runs; ``component``;
+#: ``part-of`` ``<n>``; ``managed-by``) and the rank role; LWS sets its own (``leaderworkerset.sigs.k8s.io/*``).
+#: Selectors use ``instance`` (and the role), never ``version``: a new version rolls the same objects.
+INSTANCE_LABEL = "app.kubernetes.io/instance"
 ROLE_LABEL = "kimi-deploy.io/role"
 #: SGLang's own limit on one health generation (``SGLANG_HEALTH_CHECK_TIMEOUT``, 20 s in 0.5.23); the
 #: readiness probe's timeout must be above it or a slow but healthy server flaps.
@@ -218,11 +220,21 @@ def problems(profile: Profile) -> list[str]:
     return out
 
 
-def _labels(name: str, component: str, role: str | None = None) -> dict[str, str]:
-    labels = {NAME_LABEL: name, COMPONENT_LABEL: component, "app.kubernetes.io/managed-by": "kimi-deploy"}
-    if role:
-        labels[ROLE_LABEL] = role
-    return labels
+#: ``app.kubernetes.io/name`` of each component: the application that runs in it.
+APPLICATION = {"server": "sglang", "gateway": "smg", "check": "kimi-deploy"}
+
+
+def _selector(name: str, component: str, role: str | None = None) -> dict[str, str]:
+    """The stable labels that select a component's pods (and the rank role): ``instance`` ``<name>-<component>``."""
+    return {INSTANCE_LABEL: f"{name}-{component}", **({ROLE_LABEL: role} if role else {})}
+
+
+def _labels(name: str, component: str, version: str, role: str | None = None) -> dict[str, str]:
+    """Kubernetes' recommended labels of a component's objects and pods, then the role (:func:`_selector`)."""
+    return {"app.kubernetes.io/name": APPLICATION[component], INSTANCE_LABEL: f"{name}-{component}",
+            "app.kubernetes.io/version": version, "app.kubernetes.io/component": component,
+            "app.kubernetes.io/part-of": name, "app.kubernetes.io/managed-by": "kimi-deploy",
+            **({ROLE_LABEL: role} if role else {})}
 
 
 def _security(k8s: Kubernetes) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -314,7 +326,7 @@ def _server_pod(profile: Profile, launch: LaunchSpec, shape: FleetShape, name: s
         spec["hostNetwork"] = True
         spec["dnsPolicy"] = "ClusterFirstWithHostNet"
     role = "leader" if leader else "worker"
-    return {"metadata": {"labels": _labels(name, "server", role)}, "spec": spec}
+    return {"metadata": {"labels": _labels(name, "server", launch.sglang_version, role)}, "spec": spec}
 
 
 def _leaderworkerset(profile: Profile, launch: LaunchSpec, shape: FleetShape, name: str) -> dict[str, Any]:
@@ -328,7 +340,8 @@ def _leaderworkerset(profile: Profile, launch: LaunchSpec, shape: FleetShape, na
         template["workerTemplate"] = _server_pod(profile, launch, shape, name, leader=True, group=False)
     return {
         "apiVersion": LWS_API, "kind": "LeaderWorkerSet",
-        "metadata": {"name": name, "namespace": k8s.namespace, "labels": _labels(name, "server")},
+        "metadata": {"name": name, "namespace": k8s.namespace,
+                     "labels": _labels(name, "server", launch.sglang_version)},
         "spec": {"replicas": shape.copies, "startupPolicy": "LeaderCreated",
                  "rolloutStrategy": {"type": "RollingUpdate",
                                      "rollingUpdateConfiguration": {"maxUnavailable": 1, "maxSurge": 0}},
@@ -349,7 +362,8 @@ def gateway_args(profile: Profile, name: str) -> list[str]:
     gw, k8s, s = profile.gateway, profile.kubernetes, profile.sglang
     assert k8s is not None and gw is not None
     return ["--host", gw.bind, "--port", str(gw.port), "--policy", gw.policy,
-            "--service-discovery", "--selector", f"{NAME_LABEL}={name}", f"{ROLE_LABEL}=leader",
+            "--service-discovery", "--selector",
+            *(f"{key}={value}" for key, value in _selector(name, "server", "leader").items()),
             "--service-discovery-port", str(s.port), "--service-discovery-namespace", k8s.namespace,
             "--prometheus-host", gw.prometheus_host, "--prometheus-port", str(gw.prometheus_port),
             # the workers' model path is not in this pod: never fetch a tokenizer from a hub
@@ -361,7 +375,7 @@ def _gateway(profile: Profile, name: str) -> dict[str, list[dict[str, Any]]]:
     gw, k8s, s = profile.gateway, profile.kubernetes, profile.sglang
     assert k8s is not None and gw is not None
     ns, account = k8s.namespace, f"{name}-gateway"
-    labels = _labels(name, "gateway")
+    labels = _labels(name, "gateway", gw.version)
     pod_sec, ctr_sec = _security(k8s)
     rbac = [
         {"apiVersion": "v1", "kind": "ServiceAccount",
@@ -396,12 +410,12 @@ def _gateway(profile: Profile, name: str) -> dict[str, list[dict[str, Any]]]:
     deployment = {
         "apiVersion": "apps/v1", "kind": "Deployment",
         "metadata": {"name": account, "namespace": ns, "labels": labels},
-        "spec": {"replicas": 1, "selector": {"matchLabels": {NAME_LABEL: name, COMPONENT_LABEL: "gateway"}},
+        "spec": {"replicas": 1, "selector": {"matchLabels": _selector(name, "gateway")},
                  "template": {"metadata": {"labels": labels},
                               "spec": {"serviceAccountName": account, "securityContext": pod_sec,
                                        "containers": [container], "volumes": volumes}}},
     }
-    service = _service(name, ns, "gateway", gw.port, {NAME_LABEL: name, COMPONENT_LABEL: "gateway"}, labels)
+    service = _service(name, ns, "gateway", gw.port, _selector(name, "gateway"), labels)
     return {"gateway-rbac.yaml": rbac, "gateway-deployment.yaml": [deployment], "gateway-service.yaml": [service]}
 
 
@@ -410,7 +424,7 @@ def _check(profile: Profile, name: str) -> dict[str, list[dict[str, Any]]]:
     k8s, s = profile.kubernetes, profile.sglang
     assert k8s is not None
     ns = k8s.namespace
-    labels = _labels(name, "check")
+    labels = _labels(name, "check", __version__)
     gw = profile.gateway
     base_url = (f"http://{name}-gateway.{ns}.svc:{gw.port}" if gw is not None
                 else f"http://{name}-leader.{ns}.svc:{s.port}")
@@ -522,7 +536,8 @@ def render(profile: Profile, sglang_version: str | None = None) -> Manifests:
         "namespace.yaml": [namespace],
         "server-leaderworkerset.yaml": [_leaderworkerset(profile, launch, shape, name)],
         "server-service.yaml": [_service(name, k8s.namespace, "leader", profile.sglang.port,
-                                         _labels(name, "server", "leader"), _labels(name, "server"))],
+                                         _selector(name, "server", "leader"),
+                                         _labels(name, "server", launch.sglang_version))],
     }
     if profile.gateway is not None:
         documents.update(_gateway(profile, name))

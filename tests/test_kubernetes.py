@@ -530,3 +530,44 @@ def test_render_says_the_image_must_carry_the_patch_series_the_pods_do_not_verif
     result = run_cli(["render", "--target", "kubernetes", "--profile", str(write_profile(tmp_path, quiet)),
                       "--out", str(tmp_path / "b")])
     assert result.exit_code == 0 and "patch verify" not in result.stderr, result.stderr
+
+
+RECOMMENDED = {f"app.kubernetes.io/{k}" for k in ("name", "instance", "version", "component", "part-of",
+                                                    "managed-by")}
+
+
+def _templates(document: dict) -> list[dict]:
+    """The pod templates inside one document (LWS leader/worker, Deployment, CronJob)."""
+    spec = document.get("spec", {})
+    found = [spec["template"]] if "template" in spec else []
+    found += [spec["leaderWorkerTemplate"][t] for t in ("leaderTemplate", "workerTemplate")
+              if t in spec.get("leaderWorkerTemplate", {})]
+    if "jobTemplate" in spec:
+        found.append(spec["jobTemplate"]["spec"]["template"])
+    return found
+
+
+def test_labels_are_the_recommended_ones_and_no_selector_carries_a_version(tmp_path):
+    """Kubernetes' recommended labels on every object and pod (name = the application, instance = this one,
+    version = what runs); selectors use the stable ones, so a new SGLang version rolls instead of orphaning pods."""
+    tree = load_tree(rendered(tmp_path, profile_text("two-node-groups-gateway")))
+    documents = [d for docs in tree.values() for d in docs if d["kind"] not in ("Kustomization", "Namespace")]
+    pods = {}
+    for document in documents:
+        assert RECOMMENDED <= set(document["metadata"]["labels"]), document["kind"]
+        for template in _templates(document):
+            assert RECOMMENDED <= set(template["metadata"]["labels"]), document["kind"]
+            pods.setdefault(document["kind"], []).append(template["metadata"]["labels"])
+    lws = tree["server-leaderworkerset.yaml"][0]["metadata"]["labels"]
+    gateway = tree["gateway-deployment.yaml"][0]
+    assert (lws["app.kubernetes.io/name"], lws["app.kubernetes.io/version"]) == ("sglang", "0.5.23")
+    assert (gateway["metadata"]["labels"]["app.kubernetes.io/name"],
+            gateway["metadata"]["labels"]["app.kubernetes.io/version"]) == ("smg", "1.13.0")
+    selectors = [d["spec"]["selector"] for d in documents if d["kind"] == "Service"]
+    selectors.append(gateway["spec"]["selector"]["matchLabels"])
+    args = gateway["spec"]["template"]["spec"]["containers"][0]["args"]
+    selectors.append(dict(s.split("=", 1) for s in args[args.index("--selector") + 1:
+                                                           args.index("--service-discovery-port")]))
+    for selector in selectors:
+        assert "app.kubernetes.io/version" not in selector and "app.kubernetes.io/instance" in selector
+        assert any(selector.items() <= labels.items() for labels in pods["LeaderWorkerSet"] + pods["Deployment"])
