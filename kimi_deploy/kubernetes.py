@@ -22,7 +22,8 @@ What is rendered (``<n>`` is ``[kubernetes] name``, default ``[service] name``):
   pods in this namespace only) and ``gateway-service.yaml``.
 - ``check-configmap.yaml`` (the profile, for the check), ``check-pvc.yaml`` (unless ``check_report_claim``
   names one), ``check-cronjob.yaml``: ``kimi-deploy check`` on ``check_schedule`` writing
-  ``check-report.json`` to that claim.
+  ``check-report.json`` (and ``.xml``) to that claim; with ``[gateway]`` ``check --each-worker`` through the
+  gateway's Service, every leader smg lists checked directly, into ``check-workers.json``.
 - ``namespace.yaml`` with Pod Security admission labels (``restricted``; ``privileged`` only with
   ``rdma = true``, which puts the SGLang pods on the host network, said in a comment).
 
@@ -442,7 +443,11 @@ def _check(profile: Profile, name: str) -> dict[str, list[dict[str, Any]]]:
         command += ["--api-key-file", f"{SECRET_DIR}/{API_KEY_CREDENTIAL}", "--insecure"]
         mounts.append({"name": "api-key", "mountPath": SECRET_DIR, "readOnly": True})
         volumes.append(_secret_volume(k8s, name))
-    command += ["--json", f"{REPORT_DIR}/check-report.json", "--junit", f"{REPORT_DIR}/check-report.xml"]
+    if gw is not None:
+        # as on the gateway host: through smg a bad copy hides behind its retries; check each leader it lists
+        command += ["--each-worker", "--json", f"{REPORT_DIR}/check-workers.json"]
+    else:
+        command += ["--json", f"{REPORT_DIR}/check-report.json", "--junit", f"{REPORT_DIR}/check-report.xml"]
     pod_sec, ctr_sec = _security(k8s)
     config = {"apiVersion": "v1", "kind": "ConfigMap",
               "metadata": {"name": f"{name}-profile", "namespace": ns, "labels": labels},

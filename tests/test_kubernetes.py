@@ -571,3 +571,18 @@ def test_labels_are_the_recommended_ones_and_no_selector_carries_a_version(tmp_p
     for selector in selectors:
         assert "app.kubernetes.io/version" not in selector and "app.kubernetes.io/instance" in selector
         assert any(selector.items() <= labels.items() for labels in pods["LeaderWorkerSet"] + pods["Deployment"])
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_behind_the_gateway_the_nightly_check_runs_on_each_leader(case):
+    """Like the gateway host's nightly unit (`check --each-worker`): through smg a bad copy hides behind its
+    retries, so with [gateway] the CronJob checks every leader smg lists, one report each, in check-workers.json."""
+    manifests = kubernetes.render(parse_profile(tomllib.loads(profile_text(case))))
+    cronjob = yaml.safe_load(manifests.files["check-cronjob.yaml"])
+    command = cronjob["spec"]["jobTemplate"]["spec"]["template"]["spec"]["containers"][0]["command"]
+    report = command[command.index("--json") + 1]
+    if case == "two-node-groups-gateway":
+        assert "--each-worker" in command and "--junit" not in command
+        assert report == f"{kubernetes.REPORT_DIR}/check-workers.json"
+    else:
+        assert "--each-worker" not in command and report == f"{kubernetes.REPORT_DIR}/check-report.json"
