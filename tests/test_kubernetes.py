@@ -586,3 +586,12 @@ def test_behind_the_gateway_the_nightly_check_runs_on_each_leader(case):
         assert report == f"{kubernetes.REPORT_DIR}/check-workers.json"
     else:
         assert "--each-worker" not in command and report == f"{kubernetes.REPORT_DIR}/check-report.json"
+
+
+def test_out_that_is_a_file_is_exit_2_and_the_file_is_kept(tmp_path):
+    profile = write_profile(tmp_path, profile_text("single-host-replicas"))
+    out = tmp_path / "manifests"
+    out.write_text("mine\n")
+    result = run_cli(["render", "--target", "kubernetes", "--profile", str(profile), "--out", str(out)])
+    assert result.exit_code == 2 and "--out" in result.stderr and "is a file" in result.stderr, result.stderr
+    assert out.read_text() == "mine\n" and "Traceback" not in result.stderr
