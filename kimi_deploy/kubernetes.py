@@ -22,7 +22,8 @@ What is rendered (``<n>`` is ``[kubernetes] name``, default ``[service] name``):
   pods in this namespace only) and ``gateway-service.yaml``.
 - ``check-configmap.yaml`` (the profile, for the check), ``check-pvc.yaml`` (unless ``check_report_claim``
   names one), ``check-cronjob.yaml``: ``kimi-deploy check`` on ``check_schedule`` writing
-  ``check-report.json`` to that claim.
+  ``check-report.json`` (and ``.xml``) to that claim; with ``[gateway]`` ``check --each-worker`` through the
+  gateway's Service, every leader smg lists checked directly, into ``check-workers.json``.
 - ``namespace.yaml`` with Pod Security admission labels (``restricted``; ``privileged`` only with
   ``rdma = true``, which puts the SGLang pods on the host network, said in a comment).
 
@@ -30,19 +31,21 @@ The API key is never in a rendered file, an env variable or argv of SGLang: the 
 Secret (``kubectl create secret generic <secret> --from-file=api-key=FILE``), it is mounted as a file,
 and an init container turns it into SGLang's ``--config`` YAML at the same path as the systemd unit
 (``/run/<service>/sglang-secrets.yaml``, a memory-backed emptyDir), with the same script
-(:data:`kimi_deploy.launch.HOST_SECRETS_SCRIPT`). smg 1.13.0 takes its key only as ``--api-key`` on
-its command line: the gateway's shell reads it from the mounted Secret at start (so it is in no
-manifest and no env), which leaves it in smg's argv inside the gateway pod.
+(:data:`kimi_deploy.launch.HOST_SECRETS_SCRIPT`). smg 1.13.0 takes its key only as ``--api-key``: the
+gateway pod runs the unit's launcher (:data:`kimi_deploy.gateway.LAUNCHER` in ``gateway_python``, with
+``CREDENTIALS_DIRECTORY`` naming the mounted Secret), which reads the key and hands it to ``smg.cli.main``
+inside the process, so it is in no argv, env or manifest, and an empty key stops the start.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
+import re
 from collections.abc import Mapping
 from typing import Any
 
-from kimi_deploy import __version__, options, versions
+from kimi_deploy import __version__, gateway, options, versions
 from kimi_deploy.argv import flag_groups, split_equals
 from kimi_deploy.errors import ProfileError
 from kimi_deploy.launch import API_KEY_CREDENTIAL, HOST_SECRETS_SCRIPT, LaunchSpec, build_launch, rank_args
@@ -63,9 +66,11 @@ SECRET_DIR = "/var/run/secrets/kimi-deploy"
 #: Where the check pod finds the profile (ConfigMap) and writes its reports (PVC).
 CHECK_PROFILE = "/etc/kimi-deploy/profile.toml"
 REPORT_DIR = "/reports"
-#: Label keys: the kit's object name and role; LWS sets its own (``leaderworkerset.sigs.k8s.io/*``).
-NAME_LABEL = "app.kubernetes.io/name"
-COMPONENT_LABEL = "app.kubernetes.io/component"
+#: Label keys: Kubernetes' recommended labels (``app.kubernetes.io/*``: ``name`` the application, ``sglang``,
+#: ``smg`` or ``kimi-deploy``; ``instance`` ``<n>-<component>``; ``version`` what runs; ``component``;
+#: ``part-of`` ``<n>``; ``managed-by``) and the rank role; LWS sets its own (``leaderworkerset.sigs.k8s.io/*``).
+#: Selectors use ``instance`` (and the role), never ``version``: a new version rolls the same objects.
+INSTANCE_LABEL = "app.kubernetes.io/instance"
 ROLE_LABEL = "kimi-deploy.io/role"
 #: SGLang's own limit on one health generation (``SGLANG_HEALTH_CHECK_TIMEOUT``, 20 s in 0.5.23); the
 #: readiness probe's timeout must be above it or a slow but healthy server flaps.
@@ -159,8 +164,12 @@ def problems(profile: Profile) -> list[str]:
     from kimi_deploy.profile import DNS_LABEL
 
     if not DNS_LABEL.fullmatch(name) or len(name) > MAX_NAME:
-        out.append(f"kubernetes.name: {name!r} (from [service] name) is not a DNS label of at most {MAX_NAME} "
-                   "characters, which every object name derives from; set [kubernetes] name = \"kimi-k25\"")
+        source = "" if k8s.name else " (from [service] name)"
+        suggestion = re.sub(r"[^a-z0-9-]+", "-", name.lower()).lstrip("-0123456789")[:MAX_NAME].rstrip("-") \
+            or "kimi-k25"
+        out.append(f"kubernetes.name: {name!r}{source} is not a DNS label of at most {MAX_NAME} characters, which "
+                   "every object name derives from (LWS pods append -<copy>-<rank>, the check's Jobs "
+                   f"-<minutes>); set [kubernetes] name = \"{suggestion}\" ({len(suggestion)} characters)")
     if s.host not in ("0.0.0.0", "::"):
         out.append(f"sglang.host: {s.host} cannot be bound in a pod (its address is assigned at start) and "
                    "nothing outside the pod could reach a loopback server; set host = \"0.0.0.0\"")
@@ -187,11 +196,21 @@ def problems(profile: Profile) -> list[str]:
     return out
 
 
-def _labels(name: str, component: str, role: str | None = None) -> dict[str, str]:
-    labels = {NAME_LABEL: name, COMPONENT_LABEL: component, "app.kubernetes.io/managed-by": "kimi-deploy"}
-    if role:
-        labels[ROLE_LABEL] = role
-    return labels
+#: ``app.kubernetes.io/name`` of each component: the application that runs in it.
+APPLICATION = {"server": "sglang", "gateway": "smg", "check": "kimi-deploy"}
+
+
+def _selector(name: str, component: str, role: str | None = None) -> dict[str, str]:
+    """The stable labels that select a component's pods (and the rank role): ``instance`` ``<name>-<component>``."""
+    return {INSTANCE_LABEL: f"{name}-{component}", **({ROLE_LABEL: role} if role else {})}
+
+
+def _labels(name: str, component: str, version: str, role: str | None = None) -> dict[str, str]:
+    """Kubernetes' recommended labels of a component's objects and pods, then the role (:func:`_selector`)."""
+    return {"app.kubernetes.io/name": APPLICATION[component], INSTANCE_LABEL: f"{name}-{component}",
+            "app.kubernetes.io/version": version, "app.kubernetes.io/component": component,
+            "app.kubernetes.io/part-of": name, "app.kubernetes.io/managed-by": "kimi-deploy",
+            **({ROLE_LABEL: role} if role else {})}
 
 
 def _security(k8s: Kubernetes) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -283,7 +302,7 @@ def _server_pod(profile: Profile, launch: LaunchSpec, shape: FleetShape, name: s
         spec["hostNetwork"] = True
         spec["dnsPolicy"] = "ClusterFirstWithHostNet"
     role = "leader" if leader else "worker"
-    return {"metadata": {"labels": _labels(name, "server", role)}, "spec": spec}
+    return {"metadata": {"labels": _labels(name, "server", launch.sglang_version, role)}, "spec": spec}
 
 
 def _leaderworkerset(profile: Profile, launch: LaunchSpec, shape: FleetShape, name: str) -> dict[str, Any]:
@@ -297,7 +316,8 @@ def _leaderworkerset(profile: Profile, launch: LaunchSpec, shape: FleetShape, na
         template["workerTemplate"] = _server_pod(profile, launch, shape, name, leader=True, group=False)
     return {
         "apiVersion": LWS_API, "kind": "LeaderWorkerSet",
-        "metadata": {"name": name, "namespace": k8s.namespace, "labels": _labels(name, "server")},
+        "metadata": {"name": name, "namespace": k8s.namespace,
+                     "labels": _labels(name, "server", launch.sglang_version)},
         "spec": {"replicas": shape.copies, "startupPolicy": "LeaderCreated",
                  "rolloutStrategy": {"type": "RollingUpdate",
                                      "rollingUpdateConfiguration": {"maxUnavailable": 1, "maxSurge": 0}},
@@ -318,7 +338,8 @@ def gateway_args(profile: Profile, name: str) -> list[str]:
     gw, k8s, s = profile.gateway, profile.kubernetes, profile.sglang
     assert k8s is not None and gw is not None
     return ["--host", gw.bind, "--port", str(gw.port), "--policy", gw.policy,
-            "--service-discovery", "--selector", f"{NAME_LABEL}={name}", f"{ROLE_LABEL}=leader",
+            "--service-discovery", "--selector",
+            *(f"{key}={value}" for key, value in _selector(name, "server", "leader").items()),
             "--service-discovery-port", str(s.port), "--service-discovery-namespace", k8s.namespace,
             "--prometheus-host", gw.prometheus_host, "--prometheus-port", str(gw.prometheus_port),
             # the workers' model path is not in this pod: never fetch a tokenizer from a hub
@@ -330,7 +351,7 @@ def _gateway(profile: Profile, name: str) -> dict[str, list[dict[str, Any]]]:
     gw, k8s, s = profile.gateway, profile.kubernetes, profile.sglang
     assert k8s is not None and gw is not None
     ns, account = k8s.namespace, f"{name}-gateway"
-    labels = _labels(name, "gateway")
+    labels = _labels(name, "gateway", gw.version)
     pod_sec, ctr_sec = _security(k8s)
     rbac = [
         {"apiVersion": "v1", "kind": "ServiceAccount",
@@ -352,10 +373,11 @@ def _gateway(profile: Profile, name: str) -> dict[str, list[dict[str, Any]]]:
                                  "securityContext": ctr_sec}
     volumes: list[dict[str, Any]] = [{"name": "tmp", "emptyDir": {}}]
     if s.api_key_file:
-        # smg reads its key only from --api-key: the shell adds it from the mounted Secret at start.
-        container["command"] = ["/bin/sh", "-c",
-                                f'exec smg launch "$@" --api-key "$(cat {SECRET_DIR}/{API_KEY_CREDENTIAL})"', "smg"]
+        # smg takes its key only as --api-key: the unit's launcher reads the mounted Secret and hands the key to
+        # smg.cli.main inside the process (not in argv, env or the manifest; an empty key stops the start).
+        container["command"] = [k8s.gateway_python, "-c", gateway.LAUNCHER, "launch"]
         container["args"] = args
+        container["env"].append({"name": "CREDENTIALS_DIRECTORY", "value": SECRET_DIR})
         container["volumeMounts"].append({"name": "api-key", "mountPath": SECRET_DIR, "readOnly": True})
         volumes.append(_secret_volume(k8s, name))
     else:
@@ -364,12 +386,12 @@ def _gateway(profile: Profile, name: str) -> dict[str, list[dict[str, Any]]]:
     deployment = {
         "apiVersion": "apps/v1", "kind": "Deployment",
         "metadata": {"name": account, "namespace": ns, "labels": labels},
-        "spec": {"replicas": 1, "selector": {"matchLabels": {NAME_LABEL: name, COMPONENT_LABEL: "gateway"}},
+        "spec": {"replicas": 1, "selector": {"matchLabels": _selector(name, "gateway")},
                  "template": {"metadata": {"labels": labels},
                               "spec": {"serviceAccountName": account, "securityContext": pod_sec,
                                        "containers": [container], "volumes": volumes}}},
     }
-    service = _service(name, ns, "gateway", gw.port, {NAME_LABEL: name, COMPONENT_LABEL: "gateway"}, labels)
+    service = _service(name, ns, "gateway", gw.port, _selector(name, "gateway"), labels)
     return {"gateway-rbac.yaml": rbac, "gateway-deployment.yaml": [deployment], "gateway-service.yaml": [service]}
 
 
@@ -378,7 +400,7 @@ def _check(profile: Profile, name: str) -> dict[str, list[dict[str, Any]]]:
     k8s, s = profile.kubernetes, profile.sglang
     assert k8s is not None
     ns = k8s.namespace
-    labels = _labels(name, "check")
+    labels = _labels(name, "check", __version__)
     gw = profile.gateway
     base_url = (f"http://{name}-gateway.{ns}.svc:{gw.port}" if gw is not None
                 else f"http://{name}-leader.{ns}.svc:{s.port}")
@@ -396,7 +418,11 @@ def _check(profile: Profile, name: str) -> dict[str, list[dict[str, Any]]]:
         command += ["--api-key-file", f"{SECRET_DIR}/{API_KEY_CREDENTIAL}", "--insecure"]
         mounts.append({"name": "api-key", "mountPath": SECRET_DIR, "readOnly": True})
         volumes.append(_secret_volume(k8s, name))
-    command += ["--json", f"{REPORT_DIR}/check-report.json", "--junit", f"{REPORT_DIR}/check-report.xml"]
+    if gw is not None:
+        # as on the gateway host: through smg a bad copy hides behind its retries; check each leader it lists
+        command += ["--each-worker", "--json", f"{REPORT_DIR}/check-workers.json"]
+    else:
+        command += ["--json", f"{REPORT_DIR}/check-report.json", "--junit", f"{REPORT_DIR}/check-report.xml"]
     pod_sec, ctr_sec = _security(k8s)
     config = {"apiVersion": "v1", "kind": "ConfigMap",
               "metadata": {"name": f"{name}-profile", "namespace": ns, "labels": labels},
@@ -422,6 +448,33 @@ def _check(profile: Profile, name: str) -> dict[str, list[dict[str, Any]]]:
                                   "spec": {"accessModes": ["ReadWriteOnce"],
                                            "resources": {"requests": {"storage": "1Gi"}}}}]
     return out
+
+
+def patch_warnings(profile: Profile, launch: LaunchSpec) -> list[str]:
+    """What the pods cannot check: the unit's ``ExecStartPre=`` ``kimi-deploy patch verify`` refuses an SGLang
+    without the kit's patch series; a pod runs whatever the image holds. One line naming the defaults and the
+    patches this profile's settings need (the series' ``needed_by``), empty with ``verify_patches = false`` or
+    when the kit has no series for the version."""
+    from kimi_deploy.patching.series import find_series
+
+    k8s = profile.kubernetes
+    assert k8s is not None
+    series = find_series(launch.sglang_version) if profile.service.verify_patches else None
+    if series is None:
+        return []
+    hits = series.gates_asked(launch.server_args)
+    defaults = [p.id for p in series.defaults]
+    extra = list(dict.fromkeys(h.patch.id for h in hits if h.patch.id not in defaults))
+    needs = "".join(f"; {h.flag} needs {h.patch.id} on compute capability "
+                    f"{'/'.join(f'{m}.x' for m in h.gate.compute_capability_major)} (without it the start "
+                    f"{'fails' if h.gate.without == 'fails' else 'runs with it off'})" for h in hits)
+    # patch apply wants a path: inside the image's build, a bare name is resolved by the shell
+    python = k8s.python if k8s.python.startswith("/") else f'"$(command -v {k8s.python})"'
+    apply = f"kimi-deploy patch apply --python {python}" + (f" --with {','.join(extra)}" if extra else "")
+    return [f"kubernetes.image {k8s.image}: the pods do not run `kimi-deploy patch verify` (the unit's "
+            f"ExecStartPre=), so the image must already carry the kit's SGLang {launch.sglang_version} patches "
+            f"({', '.join(defaults + extra)}; a stock image has none){needs}; build the image from it with "
+            f"`{apply}`, or set [service] verify_patches = false to accept an unpatched SGLang"]
 
 
 def header(profile: Profile, sglang_version: str) -> list[str]:
@@ -454,6 +507,7 @@ def render(profile: Profile, sglang_version: str | None = None) -> Manifests:
     if launch.sglang_version not in tag:
         warnings.append(f"kubernetes.image {k8s.image}: its tag does not name SGLang {launch.sglang_version}, the "
                         "version the flags are rendered for; check the image's SGLang version")
+    warnings += patch_warnings(profile, launch)
     pod_security = "privileged" if k8s.rdma else "restricted"
     namespace = {"apiVersion": "v1", "kind": "Namespace",
                  "metadata": {"name": k8s.namespace, "labels": {
@@ -462,7 +516,8 @@ def render(profile: Profile, sglang_version: str | None = None) -> Manifests:
         "namespace.yaml": [namespace],
         "server-leaderworkerset.yaml": [_leaderworkerset(profile, launch, shape, name)],
         "server-service.yaml": [_service(name, k8s.namespace, "leader", profile.sglang.port,
-                                         _labels(name, "server", "leader"), _labels(name, "server"))],
+                                         _selector(name, "server", "leader"),
+                                         _labels(name, "server", launch.sglang_version))],
     }
     if profile.gateway is not None:
         documents.update(_gateway(profile, name))

@@ -449,6 +449,8 @@ class Kubernetes(_Section):
     run_as_user: int = Field(1000, ge=1, le=2**31 - 1, description="non-root UID of every container")
     rdma: bool = Field(False, description="hostNetwork for RDMA NICs (the only reason the pods leave the pod network)")
     gateway_image: str | None = Field(None, description="image with the pinned smg (needed with [gateway])")
+    gateway_python: str = Field("python3", description="the interpreter smg is installed in inside gateway_image "
+                                                       "(a name on PATH or a path)")
     check_image: str | None = Field(None, description="image with the pinned kimi-deploy for the nightly check CronJob")
     check_schedule: str = Field("0 3 * * *", description="cron schedule of the nightly check (cluster time zone)")
     check_report_claim: str | None = Field(None, description="PVC the check writes check-report.json to "
@@ -464,7 +466,7 @@ class Kubernetes(_Section):
     def _names(cls, v: str | None) -> str | None:
         return None if v is None else check_dns_label(v)
 
-    @field_validator("python")
+    @field_validator("python", "gateway_python")
     @classmethod
     def _python(cls, v: str) -> str:
         return check_abs_path(v) if v.startswith("/") else check_token(v, "python")

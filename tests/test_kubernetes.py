@@ -315,6 +315,11 @@ BAD = {
                               "hour '24'"),
     "misspelt-key": (("kubernetes", {"shm_szie": '"1Gi"'}), "kubernetes.shm_szie", "did you mean shm_size"),
     "bad-namespace": (("kubernetes", {"namespace": '"Kimi"'}), "kubernetes.namespace", "DNS label"),
+    # LWS names pods <name>-<copy>-<rank> and the CronJob's Jobs <name>-check-<minutes>: 40 leaves them room
+    "name-too-long": (("kubernetes", {"name": '"k' + "8" * 40 + '"'}), "kubernetes.name",
+                      "name = \"k888888888888888888888888888888888888888\" (40"),
+    "service-name-not-a-label": (("service", {"name": '"kimi_k25"'}), "kubernetes.name",
+                                 "(from [service] name)"),
     "bad-node-selector": (("kubernetes", {"node_selector": '{ "a b" = "c" }'}), "kubernetes.node_selector",
                           "label"),
 }
@@ -393,7 +398,7 @@ def _strings(data) -> set[str]:
 
 
 K8S_STRING_FIELDS = ["image", "python", "namespace", "name", "model_host_path", "model_mount", "shm_size", "nic",
-                     "secret_name", "gateway_image", "check_image", "check_schedule", "check_report_claim"]
+                     "secret_name", "gateway_image", "gateway_python", "check_image", "check_schedule", "check_report_claim"]
 
 
 @pytest.mark.parametrize("key", K8S_STRING_FIELDS)
@@ -470,3 +475,123 @@ def test_the_init_container_writes_sglangs_config_yaml_0600(tmp_path, key_file):
     assert done.returncode == 0, done.stderr
     assert yaml.safe_load(out.read_text()) == {"api-key": KEY}
     assert stat.S_IMODE(out.stat().st_mode) == 0o600
+
+
+SMG_HELP = Path(__file__).parent / "data" / "smg-1.13.0-launch-help.txt"
+
+
+def _gateway_container(profile_toml: str) -> dict:
+    manifests = kubernetes.render(parse_profile(tomllib.loads(profile_toml)))
+    deployment = yaml.safe_load(manifests.files["gateway-deployment.yaml"])
+    return deployment["spec"]["template"]["spec"]["containers"][0]
+
+
+def test_the_gateway_key_is_in_no_argv_and_its_options_are_smg_launch_options():
+    """The gateway pod runs the unit's own launcher (the key read from the mounted Secret inside smg's process,
+    never on a command line a shell builds) and every option is an exact name of smg 1.13.0's `launch --help`."""
+    from kimi_deploy import gateway
+
+    container = _gateway_container(profile_text("two-node-groups-gateway"))
+    assert container["command"] == ["python3", "-c", gateway.LAUNCHER, "launch"]
+    assert {"name": "CREDENTIALS_DIRECTORY", "value": kubernetes.SECRET_DIR} in container["env"]
+    assert "--api-key" not in container["command"] + container["args"]
+    assert gateway.flag_problems(container["args"], gateway.parse_help_options(SMG_HELP.read_text())) == []
+
+
+def test_the_gateway_refuses_an_empty_key_with_the_real_smg(tmp_path, smg_path):
+    """An empty Secret value must not start an open gateway: the rendered command, run in smg 1.13.0's own
+    interpreter, exits non-zero before smg listens; a key with a newline reaches smg stripped."""
+    import subprocess
+
+    container = _gateway_container(profile_text("two-node-groups-gateway"))
+    python = str(Path(smg_path).parent / "python")
+    secrets = tmp_path / "secrets"
+    secrets.mkdir()
+    (secrets / "api-key").write_text("\n")
+    env = {**os.environ, "CREDENTIALS_DIRECTORY": str(secrets)}
+    done = subprocess.run([python, *container["command"][1:], *container["args"]], capture_output=True,
+                          text=True, env=env, timeout=120)
+    assert done.returncode != 0 and "the API key credential is empty" in done.stderr, done.stderr
+
+
+def test_render_says_the_image_must_carry_the_patch_series_the_pods_do_not_verify(tmp_path):
+    """The unit refuses an unpatched SGLang (ExecStartPre= patch verify); a pod cannot: render names the
+    default patches and the ones this profile's settings need (series ``needed_by``), and how to build the image."""
+    text = _with(profile_text("single-host-replicas"), "sglang", flashinfer_allreduce_fusion_backend='"auto"')
+    profile = write_profile(tmp_path, text)
+    result = run_cli(["render", "--target", "kubernetes", "--profile", str(profile), "--out", str(tmp_path / "a")])
+    assert result.exit_code == 0, result.stderr
+    warning = [line for line in result.stderr.splitlines() if "patch verify" in line]
+    assert len(warning) == 1, result.stderr
+    for words in ("kimi-k2-tool-call-ids", "redact-api-key", "--with sm120-flashinfer-allreduce-fusion",
+                  "--flashinfer-allreduce-fusion-backend", '--python "$(command -v python3)"', "verify_patches = false"):
+        assert words in warning[0], words
+    quiet = _with(text, "service", verify_patches="false")
+    result = run_cli(["render", "--target", "kubernetes", "--profile", str(write_profile(tmp_path, quiet)),
+                      "--out", str(tmp_path / "b")])
+    assert result.exit_code == 0 and "patch verify" not in result.stderr, result.stderr
+
+
+RECOMMENDED = {f"app.kubernetes.io/{k}" for k in ("name", "instance", "version", "component", "part-of",
+                                                    "managed-by")}
+
+
+def _templates(document: dict) -> list[dict]:
+    """The pod templates inside one document (LWS leader/worker, Deployment, CronJob)."""
+    spec = document.get("spec", {})
+    found = [spec["template"]] if "template" in spec else []
+    found += [spec["leaderWorkerTemplate"][t] for t in ("leaderTemplate", "workerTemplate")
+              if t in spec.get("leaderWorkerTemplate", {})]
+    if "jobTemplate" in spec:
+        found.append(spec["jobTemplate"]["spec"]["template"])
+    return found
+
+
+def test_labels_are_the_recommended_ones_and_no_selector_carries_a_version(tmp_path):
+    """Kubernetes' recommended labels on every object and pod (name = the application, instance = this one,
+    version = what runs); selectors use the stable ones, so a new SGLang version rolls instead of orphaning pods."""
+    tree = load_tree(rendered(tmp_path, profile_text("two-node-groups-gateway")))
+    documents = [d for docs in tree.values() for d in docs if d["kind"] not in ("Kustomization", "Namespace")]
+    pods = {}
+    for document in documents:
+        assert RECOMMENDED <= set(document["metadata"]["labels"]), document["kind"]
+        for template in _templates(document):
+            assert RECOMMENDED <= set(template["metadata"]["labels"]), document["kind"]
+            pods.setdefault(document["kind"], []).append(template["metadata"]["labels"])
+    lws = tree["server-leaderworkerset.yaml"][0]["metadata"]["labels"]
+    gateway = tree["gateway-deployment.yaml"][0]
+    assert (lws["app.kubernetes.io/name"], lws["app.kubernetes.io/version"]) == ("sglang", "0.5.23")
+    assert (gateway["metadata"]["labels"]["app.kubernetes.io/name"],
+            gateway["metadata"]["labels"]["app.kubernetes.io/version"]) == ("smg", "1.13.0")
+    selectors = [d["spec"]["selector"] for d in documents if d["kind"] == "Service"]
+    selectors.append(gateway["spec"]["selector"]["matchLabels"])
+    args = gateway["spec"]["template"]["spec"]["containers"][0]["args"]
+    selectors.append(dict(s.split("=", 1) for s in args[args.index("--selector") + 1:
+                                                           args.index("--service-discovery-port")]))
+    for selector in selectors:
+        assert "app.kubernetes.io/version" not in selector and "app.kubernetes.io/instance" in selector
+        assert any(selector.items() <= labels.items() for labels in pods["LeaderWorkerSet"] + pods["Deployment"])
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_behind_the_gateway_the_nightly_check_runs_on_each_leader(case):
+    """Like the gateway host's nightly unit (`check --each-worker`): through smg a bad copy hides behind its
+    retries, so with [gateway] the CronJob checks every leader smg lists, one report each, in check-workers.json."""
+    manifests = kubernetes.render(parse_profile(tomllib.loads(profile_text(case))))
+    cronjob = yaml.safe_load(manifests.files["check-cronjob.yaml"])
+    command = cronjob["spec"]["jobTemplate"]["spec"]["template"]["spec"]["containers"][0]["command"]
+    report = command[command.index("--json") + 1]
+    if case == "two-node-groups-gateway":
+        assert "--each-worker" in command and "--junit" not in command
+        assert report == f"{kubernetes.REPORT_DIR}/check-workers.json"
+    else:
+        assert "--each-worker" not in command and report == f"{kubernetes.REPORT_DIR}/check-report.json"
+
+
+def test_out_that_is_a_file_is_exit_2_and_the_file_is_kept(tmp_path):
+    profile = write_profile(tmp_path, profile_text("single-host-replicas"))
+    out = tmp_path / "manifests"
+    out.write_text("mine\n")
+    result = run_cli(["render", "--target", "kubernetes", "--profile", str(profile), "--out", str(out)])
+    assert result.exit_code == 2 and "--out" in result.stderr and "is a file" in result.stderr, result.stderr
+    assert out.read_text() == "mine\n" and "Traceback" not in result.stderr
