@@ -1,6 +1,7 @@
 """The container tier's harness (tests/systemd_container.py) leaves no container behind: not when a
-test fails (the fixtures power off in ``finally``), and not when the test process itself is killed
-outright (a CI timeout): systemd-nspawn gets SIGTERM then and powers its container off."""
+test fails (the fixtures power off in ``finally``), not when the test process itself is killed
+outright (a CI timeout): systemd-nspawn gets SIGTERM then and powers its container off, and not when a
+command inside hangs: the boot's watchdog kills the container and the command fails, saying so."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from container_host import skip_or_fail
-from systemd_container import unavailable
+from systemd_container import CannotBoot, Container, WatchdogExpired, unavailable
 
 TESTS = Path(__file__).resolve().parent
 
@@ -68,6 +69,31 @@ def test_a_test_process_killed_outright_leaves_no_container(tmp_path):
     if _alive(init):
         os.kill(init, signal.SIGKILL)  # do not leave it to the next test either
         pytest.fail(f"the container (PID 1 = host PID {init}) still ran 60 s after its test process died")
+
+
+@pytest.mark.container
+def test_the_watchdog_ends_a_command_that_hangs(tmp_path):
+    """A hung start or command ends when the boot's watchdog fires: the command returns (its processes
+    die with the container's PID namespace) and it and every later one fail naming the watchdog."""
+    reason = unavailable()
+    if reason:
+        skip_or_fail(reason)
+    box = Container(tmp_path / "box", name=f"kimi-watchdog-{os.getpid()}")
+    box.workdir.mkdir()
+    try:
+        box.boot(timeout=120)
+    except CannotBoot as exc:
+        skip_or_fail(f"systemd-nspawn cannot boot a container here: {str(exc)[:2000]}")
+    try:
+        box.arm_watchdog(3)  # armed once the boot is done, so a slow boot cannot race it
+        with pytest.raises(WatchdogExpired, match=r"`sleep infinity`: the container's watchdog killed it after 3 s"):
+            box.run("sleep infinity", timeout=300)  # the timeout only bounds a watchdog that failed
+        box.proc.wait(timeout=60)
+        with pytest.raises(WatchdogExpired):
+            box.run("true", check=False)
+    finally:
+        box.shutdown(timeout=60)
+    assert box.proc.poll() is not None
 
 
 def test_the_tier_skips_with_its_reason_unless_required(monkeypatch):
