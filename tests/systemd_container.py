@@ -55,6 +55,10 @@ def unavailable() -> str | None:
     """Why no container can boot on this machine, or None when one can."""
     if os.geteuid() != 0:
         return "booting a container needs root (systemd-nspawn); CI runs the suite as root"
+    uid_map = Path("/proc/self/uid_map").read_text().split()
+    if uid_map[:3] != ["0", "0", "4294967295"]:
+        return (f"root here is root of a user namespace (uid_map {' '.join(uid_map[:3])}), e.g. a rootless "
+                "container; systemd-nspawn needs the machine's own root")
     for tool, package in (("systemd-nspawn", "systemd-container"), ("unshare", "util-linux"),
                           ("nsenter", "util-linux")):
         if shutil.which(tool) is None:
@@ -94,8 +98,13 @@ class Container:
         return upper
 
     def _prepare_etc(self) -> Path:
+        """The per-boot copy of the host's ``/etc``; raises CannotBoot when root cannot copy it whole
+        (ownership it may not set, files it may not read: no full root here)."""
         etc = self.workdir / "etc"
-        subprocess.run(["cp", "-a", "/etc", str(etc)], check=True)
+        r = subprocess.run(["cp", "-a", "/etc", str(etc)], capture_output=True, text=True)
+        if r.returncode != 0:
+            raise CannotBoot(f"`cp -a /etc` for the container's /etc failed (no full root here?):\n"
+                             + "\n".join(r.stderr.splitlines()[:10]))
         # the host's enabled units (databases, timers, getty ...) are not part of the test
         for wants in (etc / "systemd" / "system").glob("*.wants"):
             shutil.rmtree(wants)
@@ -105,8 +114,9 @@ class Container:
     def boot(self, timeout: float = 120.0) -> float:
         """Start the container and wait until systemd finished booting; returns the seconds it took.
 
-        Raises CannotBoot when systemd-nspawn exits before the container's systemd ran, RuntimeError
-        (with the console log's tail) when systemd does not finish booting within ``timeout``.
+        Raises CannotBoot when /etc cannot be copied or systemd-nspawn exits before the container's
+        systemd ran, RuntimeError (with the console log's tail) when systemd does not finish booting
+        within ``timeout``.
         """
         etc = self._prepare_etc()
         args = ["systemd-nspawn", "--quiet", "--directory=/", "--volatile=yes", "--register=no",

@@ -104,3 +104,25 @@ def test_the_tier_skips_with_its_reason_unless_required(monkeypatch):
     monkeypatch.setenv("KIMI_DEPLOY_REQUIRE_CONTAINERS", "1")
     with pytest.raises(pytest.fail.Exception, match=r"must run here .* but no root here"):
         skip_or_fail("no root here")
+
+
+def test_root_of_a_user_namespace_skips_with_its_reason(tmp_path):
+    """Root of a user namespace (a rootless CI container) cannot boot one: ``unavailable()`` says so, and
+    a boot tried anyway ends in CannotBoot (which the tier turns into a skip), not in an error."""
+    code = (f"import sys, pathlib; sys.path.insert(0, {str(TESTS)!r})\n"
+            "from systemd_container import CannotBoot, Container, unavailable\n"
+            "print('REASON', unavailable(), flush=True)\n"
+            f"box = Container(pathlib.Path({str(tmp_path / 'box')!r}), name='kimi-userns-{os.getpid()}')\n"
+            "box.workdir.mkdir()\n"
+            "try:\n    box.boot(timeout=60)\nexcept CannotBoot as exc:\n    print('CANNOT', exc)\n"
+            "else:\n    box.kill()\n")
+    try:
+        r = subprocess.run(["unshare", "--user", "--map-root-user", sys.executable, "-c", code],
+                           capture_output=True, text=True, timeout=120)
+    except FileNotFoundError:
+        pytest.skip("unshare (util-linux) is not installed")
+    if "REASON" not in r.stdout:
+        pytest.skip(f"no user namespace can be made here: {r.stderr.strip()[-500:]}")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "REASON root here is root of a user namespace (uid_map 0 " in r.stdout, r.stdout
+    assert "\nCANNOT " in r.stdout, r.stdout + r.stderr
