@@ -167,9 +167,27 @@ def test_nightly_timer_itself_runs_the_check(host):
 
 
 def test_nightly_check_unit_fails_when_the_server_is_down(host):
+    """With the server stopped the check unit fails (exit 3), so ``systemctl --failed`` and an operator's
+    ``OnFailure=`` handler (production.md §9; here a drop-in naming an alert unit) see it."""
+    check = f"kimi-deploy-check@{NAME}.service"
+    dropin = f"/etc/systemd/system/{check}.d"
+    host.write("/etc/systemd/system/kimi-test-alert@.service",
+               "[Service]\nType=oneshot\nExecStart=/bin/sh -c 'echo %i > /run/kimi-test-alert'\n")
+    host.sh(f"mkdir -p {dropin} && printf '[Unit]\\nOnFailure=kimi-test-alert@%%N.service\\n' > {dropin}/alert.conf"
+            " && systemctl daemon-reload")
     host.sh(f"systemctl stop {NAME}.service")
-    r = host.sh(f"systemctl start kimi-deploy-check@{NAME}.service", timeout=600, check=False)
+    try:
+        r = host.sh(f"systemctl start {check}", timeout=600, check=False)
+        deadline = time.monotonic() + 120  # OnFailure= starts the alert unit once the check unit failed
+        while host.sh("test -s /run/kimi-test-alert", check=False).returncode != 0:
+            assert time.monotonic() < deadline, "OnFailure= did not start the alert unit within 120 s"
+            time.sleep(1)
+        alerted = host.sh("cat /run/kimi-test-alert").stdout.strip()
+    finally:  # an operator's own files: uninstall below must find only what kimi-deploy installed
+        host.sh(f"rm -rf {dropin} /etc/systemd/system/kimi-test-alert@.service /run/kimi-test-alert"
+                " && systemctl daemon-reload")
     assert r.returncode != 0
+    assert alerted == check.removesuffix(".service")  # the alert unit named the check unit (%N)
     unit = host.unit(f"kimi-deploy-check@{NAME}.service", "Result", "ExecMainStatus", "ActiveState")
     assert unit == {"Result": "exit-code", "ExecMainStatus": "3", "ActiveState": "failed"}  # 3: unreachable
     assert f"kimi-deploy-check@{NAME}.service" in host.sh("systemctl --failed --no-legend --no-pager").stdout
