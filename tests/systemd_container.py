@@ -191,7 +191,9 @@ class Container:
         environment = {**OPERATOR_ENV, **(env or {})}
         argv = ["nsenter", f"--target={self.init_pid}", "--all", "--root", "--wd", "env", "-i",
                 *(f"{k}={v}" for k, v in environment.items()), "sh", "-c", command]
-        r = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+        # output is decoded leniently: a binary journal field (`journalctl -o export`) is no harness error
+        r = subprocess.run(argv, capture_output=True, encoding="utf-8", errors="replace", timeout=timeout,
+                           stdin=subprocess.DEVNULL)
         self._raise_if_expired(command)
         if check and r.returncode != 0:
             raise AssertionError(f"`{command}` exited {r.returncode}\nstdout:\n{r.stdout}\nstderr:\n{r.stderr}")
