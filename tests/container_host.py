@@ -47,7 +47,8 @@ SMG = "/opt/smg/.venv/bin/smg"
 def _site_packages(python: str) -> tuple[str, Path]:
     """``(X.Y, purelib)`` of ``python``'s environment."""
     out = subprocess.run([python, "-c", "import sys, sysconfig; print(f'{sys.version_info[0]}.{sys.version_info[1]}');"
-                          "print(sysconfig.get_paths()['purelib'])"], capture_output=True, text=True, check=True)
+                          "print(sysconfig.get_paths()['purelib'])"], capture_output=True, text=True, check=True,
+                         timeout=120)
     version, purelib = out.stdout.split()
     return version, Path(purelib)
 
@@ -199,7 +200,9 @@ def build_model(sglang_python: str, folder: Path) -> Path:
     """The scripted Kimi model folder (tests/replay/kimi_tokenizer.py) at ``folder``; returns it."""
     replay = Path(__file__).resolve().parent / "replay"
     code = f"import sys; sys.path.insert(0, {str(replay)!r}); import kimi_tokenizer, pathlib; kimi_tokenizer.build(pathlib.Path({str(folder)!r}))"
-    subprocess.run([sglang_python, "-c", code], check=True, capture_output=True, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    r = subprocess.run([sglang_python, "-c", code], capture_output=True, text=True, timeout=300,
+                       env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    assert r.returncode == 0, f"building the scripted model folder failed (exit {r.returncode}):\n{r.stderr[-3000:]}"
     return folder
 
 

@@ -101,7 +101,7 @@ class Container:
         """The per-boot copy of the host's ``/etc``; raises CannotBoot when root cannot copy it whole
         (ownership it may not set, files it may not read: no full root here)."""
         etc = self.workdir / "etc"
-        r = subprocess.run(["cp", "-a", "/etc", str(etc)], capture_output=True, text=True)
+        r = subprocess.run(["cp", "-a", "/etc", str(etc)], capture_output=True, text=True, timeout=300)
         if r.returncode != 0:
             raise CannotBoot(f"`cp -a /etc` for the container's /etc failed (no full root here?):\n"
                              + "\n".join(r.stderr.splitlines()[:10]))
