@@ -74,6 +74,21 @@ def vllm_python() -> str:
     pytest.skip("vLLM test environment missing: run scripts/vllm-testenv")
 
 
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """A failed container-tier test (one using a booted :class:`container_host.Host`) reports the
+    container's failed units, the kit's units' status and the journal's tail with its failure."""
+    outcome = yield
+    report = outcome.get_result()
+    if report.when != "call" or not report.failed or "container" not in item.keywords:
+        return
+    from container_host import Host
+
+    for value in getattr(item, "funcargs", {}).values():
+        if isinstance(value, Host):
+            report.sections.append(("container: failed units, status, journal", value.debug_report()))
+
+
 #: The SGLang replay's API key (its ``unpatched`` configuration).
 SGLANG_API_KEY = "sk-replay-test-key"
 

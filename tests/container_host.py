@@ -47,7 +47,8 @@ SMG = "/opt/smg/.venv/bin/smg"
 def _site_packages(python: str) -> tuple[str, Path]:
     """``(X.Y, purelib)`` of ``python``'s environment."""
     out = subprocess.run([python, "-c", "import sys, sysconfig; print(f'{sys.version_info[0]}.{sys.version_info[1]}');"
-                          "print(sysconfig.get_paths()['purelib'])"], capture_output=True, text=True, check=True)
+                          "print(sysconfig.get_paths()['purelib'])"], capture_output=True, text=True, check=True,
+                         timeout=120)
     version, purelib = out.stdout.split()
     return version, Path(purelib)
 
@@ -165,6 +166,30 @@ class Host:
         """Write ``text`` to ``path`` inside, as the operator's editor would."""
         self.sh(f"mkdir -p $(dirname {path}) && cat > {path} <<'KIMI_EOF'\n{text}KIMI_EOF")
 
+    def debug_report(self, lines: int = 150) -> str:
+        """What to read when a scenario failed: ``systemctl --failed``, the status of the kit's units and the
+        journal's last ``lines`` lines (each command bounded; a container already gone says so)."""
+        parts = []
+        for command in ("systemctl --failed --no-legend --no-pager",
+                        "systemctl status --no-pager --lines=0 --all 'kimi*' 2>&1 | head -n 60",
+                        f"journalctl --no-pager -o short-monotonic -n {lines}"):
+            try:
+                r = self.box.run(command, timeout=60, check=False)
+                text = r.stdout + r.stderr
+            except (AssertionError, subprocess.TimeoutExpired, OSError) as exc:
+                text = f"(not available: {exc})"
+            parts.append(f"$ {command}\n{text.rstrip()}")
+        return "\n\n".join(parts)
+
+    def save_journal(self, path: Path) -> None:
+        """The boot's whole journal (every unit, monotonic time stamps) to host ``path``; best effort (a
+        container the watchdog killed has none left)."""
+        try:
+            r = self.box.run("journalctl --no-pager -o short-monotonic", timeout=60, check=False)
+        except (AssertionError, subprocess.TimeoutExpired, OSError):
+            return
+        path.write_text(r.stdout)
+
     def unit(self, unit: str, *props: str) -> dict[str, str]:
         """``systemctl show UNIT -p PROP...`` as a dict."""
         r = self.sh(f"systemctl show {unit} " + " ".join(f"-p {p}" for p in props))
@@ -175,7 +200,9 @@ def build_model(sglang_python: str, folder: Path) -> Path:
     """The scripted Kimi model folder (tests/replay/kimi_tokenizer.py) at ``folder``; returns it."""
     replay = Path(__file__).resolve().parent / "replay"
     code = f"import sys; sys.path.insert(0, {str(replay)!r}); import kimi_tokenizer, pathlib; kimi_tokenizer.build(pathlib.Path({str(folder)!r}))"
-    subprocess.run([sglang_python, "-c", code], check=True, capture_output=True, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    r = subprocess.run([sglang_python, "-c", code], capture_output=True, text=True, timeout=300,
+                       env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    assert r.returncode == 0, f"building the scripted model folder failed (exit {r.returncode}):\n{r.stderr[-3000:]}"
     return folder
 
 
@@ -193,6 +220,10 @@ def skip_or_fail(reason: str) -> NoReturn:
     pytest.skip(reason)
 
 
+#: Created inside right after the boot, before any test command: a file whose inode changed later
+#: (``find -cnewer``) was written during the test.
+BOOTED = "/run/kimi-test.booted"
+
 #: Watchdog of one boot: a scenario group that has not finished by then is killed (seconds).
 GROUP_WATCHDOG = 900.0
 
@@ -204,11 +235,16 @@ def booted_host(workdir: Path, sglang_python: str, *, timings: dict[str, float] 
 
     Skips with the reason when no container can boot here (root, systemd-nspawn, the system Python
     missing, or systemd-nspawn giving up before the container's systemd runs, e.g. without the
-    privilege to mount); fails instead in CI (:func:`skip_or_fail`). ``timings`` gets ``boot``
-    (seconds until systemd reported the boot finished) and ``group`` (boot to power-off).
-    ``smg``: also lay out the pinned gateway (:func:`lay_out`). A watchdog kills the container
-    when the group is not done after :data:`GROUP_WATCHDOG` s
-    (the test then fails on its next command).
+    privilege to mount); fails instead with ``$KIMI_DEPLOY_REQUIRE_CONTAINERS=1`` (:func:`skip_or_fail`).
+    ``timings`` gets ``boot`` (seconds until systemd reported the boot finished) and ``group`` (boot to
+    power-off). ``smg``: also lay out the pinned gateway (:func:`lay_out`). A watchdog kills the
+    container when the group is not done after :data:`GROUP_WATCHDOG` s (its tests then fail with
+    :class:`~systemd_container.WatchdogExpired`).
+
+    For debugging: a failure in the fixture's set-up (the code before its ``yield``) prints
+    :meth:`Host.debug_report` (captured by pytest and shown with the error), a failed test gets it as a
+    report section (tests/conftest.py), and the whole journal of the boot is saved to
+    ``<workdir>/journal.txt`` at power-off.
     """
     reason = unavailable() or system_python_missing(sglang_python, *((smg_python(smg),) if smg else ()))
     if reason:
@@ -225,15 +261,16 @@ def booted_host(workdir: Path, sglang_python: str, *, timings: dict[str, float] 
         skip_or_fail(f"systemd-nspawn cannot boot a container here: {str(exc)[:2000]}")
     if timings is not None:
         timings["boot"] = seconds
-    import threading
-
-    watchdog = threading.Timer(GROUP_WATCHDOG, box.kill)
-    watchdog.daemon = True
-    watchdog.start()
+    box.arm_watchdog(GROUP_WATCHDOG)
+    box.run(f"touch {BOOTED}")
+    host = Host(box, out)
     try:
-        yield Host(box, out)
+        yield host
+    except Exception:
+        print(host.debug_report())
+        raise
     finally:
-        watchdog.cancel()
+        host.save_journal(workdir / "journal.txt")
         box.shutdown(timeout=60)
         if timings is not None:
             timings["group"] = time.monotonic() - start
@@ -246,9 +283,12 @@ def exposure(analyze_output: str) -> str:
     return m.group(1)
 
 
-def documented_exposure(repo_root: Path, hardening: str) -> str:
-    """The server unit's exposure production.md states for ``hardening`` (its table in §2)."""
+def documented_exposure(repo_root: Path, hardening: str | None) -> str:
+    """The exposure production.md's table in §2 states for the server unit at ``hardening``, or for the
+    nightly check unit (``kimi-deploy-check@<name>.service``) when ``hardening`` is None."""
     text = (repo_root / "production.md").read_text()
-    m = re.search(rf'\| server, `hardening = "{hardening}"` \| (\d+\.\d)', text)
-    assert m, f"production.md has no exposure row for hardening {hardening}"
+    row = (r"`kimi-deploy-check@<name>\.service`[^|]*" if hardening is None
+           else rf'server, `hardening = "{re.escape(hardening)}"` ')
+    m = re.search(rf"^\| {row}\| (\d+\.\d)\b", text, re.M)
+    assert m, f"production.md §2 has no exposure row for {hardening or 'the check unit'}"
     return m.group(1)

@@ -10,8 +10,9 @@ downloaded and nothing on the host changes: ``--private-network`` (loopback only
 ``/run`` is not a tmpfs on every CI machine and systemd-nspawn refuses to clean up a disk folder.
 
 Commands run inside through ``nsenter`` into every namespace of the container's PID 1, with a clean
-operator environment (``env -i``); each has a timeout, and the whole boot a watchdog
-(:meth:`Container.shutdown` kills a container that does not power off in time).
+operator environment (``env -i``); each has a timeout, the whole boot a watchdog
+(:meth:`Container.arm_watchdog`), and :meth:`Container.shutdown` kills a container that does not power
+off in time.
 
 Needs root, ``systemd-nspawn`` (Debian: ``systemd-container``), ``unshare`` and ``nsenter``
 (util-linux); :func:`unavailable` says which is missing.
@@ -25,6 +26,7 @@ import shlex
 import shutil
 import signal
 import subprocess
+import threading
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -45,10 +47,18 @@ class CannotBoot(RuntimeError):
     """systemd-nspawn gave up before the container's systemd ran (e.g. no privilege to mount here)."""
 
 
+class WatchdogExpired(AssertionError):
+    """The container's watchdog (:meth:`Container.arm_watchdog`) killed it; a test failure, not an error."""
+
+
 def unavailable() -> str | None:
     """Why no container can boot on this machine, or None when one can."""
     if os.geteuid() != 0:
         return "booting a container needs root (systemd-nspawn); CI runs the suite as root"
+    uid_map = Path("/proc/self/uid_map").read_text().split()
+    if uid_map[:3] != ["0", "0", "4294967295"]:
+        return (f"root here is root of a user namespace (uid_map {' '.join(uid_map[:3])}), e.g. a rootless "
+                "container; systemd-nspawn needs the machine's own root")
     for tool, package in (("systemd-nspawn", "systemd-container"), ("unshare", "util-linux"),
                           ("nsenter", "util-linux")):
         if shutil.which(tool) is None:
@@ -72,6 +82,9 @@ class Container:
     proc: subprocess.Popen | None = None
     init_pid: int | None = None
     boot_seconds: float | None = None
+    #: Seconds of the watchdog that killed this container (:meth:`arm_watchdog`), None while it has not.
+    expired_after: float | None = None
+    _watchdog: threading.Timer | None = None
 
     def bind(self, src: Path | str, dst: str, *, ro: bool = True) -> None:
         """Bind host ``src`` at ``dst`` inside (read-only unless ``ro`` is false)."""
@@ -85,8 +98,13 @@ class Container:
         return upper
 
     def _prepare_etc(self) -> Path:
+        """The per-boot copy of the host's ``/etc``; raises CannotBoot when root cannot copy it whole
+        (ownership it may not set, files it may not read: no full root here)."""
         etc = self.workdir / "etc"
-        subprocess.run(["cp", "-a", "/etc", str(etc)], check=True)
+        r = subprocess.run(["cp", "-a", "/etc", str(etc)], capture_output=True, text=True, timeout=300)
+        if r.returncode != 0:
+            raise CannotBoot(f"`cp -a /etc` for the container's /etc failed (no full root here?):\n"
+                             + "\n".join(r.stderr.splitlines()[:10]))
         # the host's enabled units (databases, timers, getty ...) are not part of the test
         for wants in (etc / "systemd" / "system").glob("*.wants"):
             shutil.rmtree(wants)
@@ -96,8 +114,9 @@ class Container:
     def boot(self, timeout: float = 120.0) -> float:
         """Start the container and wait until systemd finished booting; returns the seconds it took.
 
-        Raises CannotBoot when systemd-nspawn exits before the container's systemd ran, RuntimeError
-        (with the console log's tail) when systemd does not finish booting within ``timeout``.
+        Raises CannotBoot when /etc cannot be copied or systemd-nspawn exits before the container's
+        systemd ran, RuntimeError (with the console log's tail) when systemd does not finish booting
+        within ``timeout``.
         """
         etc = self._prepare_etc()
         args = ["systemd-nspawn", "--quiet", "--directory=/", "--volatile=yes", "--register=no",
@@ -145,35 +164,62 @@ class Container:
         self.boot_seconds = time.monotonic() - start
         return self.boot_seconds
 
+    def arm_watchdog(self, seconds: float) -> None:
+        """Kill the container (:meth:`kill`) when it still runs ``seconds`` from now; :meth:`shutdown`
+        disarms it. A command running then ends (its processes die with the container's PID namespace)
+        and it and every later :meth:`run` fail with :class:`WatchdogExpired`, so a hung scenario group
+        ends its tests instead of hanging the test run."""
+        def expire() -> None:
+            self.expired_after = seconds
+            self.kill()
+
+        self._watchdog = threading.Timer(seconds, expire)
+        self._watchdog.daemon = True
+        self._watchdog.start()
+
     def run(self, command: str, *, timeout: float = 120.0, check: bool = True,
             env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
         """Run ``command`` (a shell line) inside as root in an operator's environment.
 
         Returns the CompletedProcess (text stdout/stderr). ``check``: raise AssertionError naming the
         command, its exit status and output when it fails. ``timeout``: seconds, then
-        subprocess.TimeoutExpired.
+        subprocess.TimeoutExpired. Raises :class:`WatchdogExpired` (check or not) once the watchdog
+        killed the container, also for a command it cut short.
         """
         assert self.init_pid is not None, "boot() first"
+        self._raise_if_expired(command)
         environment = {**OPERATOR_ENV, **(env or {})}
         argv = ["nsenter", f"--target={self.init_pid}", "--all", "--root", "--wd", "env", "-i",
                 *(f"{k}={v}" for k, v in environment.items()), "sh", "-c", command]
-        r = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+        # output is decoded leniently: a binary journal field (`journalctl -o export`) is no harness error
+        r = subprocess.run(argv, capture_output=True, encoding="utf-8", errors="replace", timeout=timeout,
+                           stdin=subprocess.DEVNULL)
+        self._raise_if_expired(command)
         if check and r.returncode != 0:
             raise AssertionError(f"`{command}` exited {r.returncode}\nstdout:\n{r.stdout}\nstderr:\n{r.stderr}")
         return r
 
+    def _raise_if_expired(self, command: str) -> None:
+        if self.expired_after is not None:
+            raise WatchdogExpired(f"`{command}`: the container's watchdog killed it after {self.expired_after:.0f} s "
+                                  "(a hung start or command; the console log is in "
+                                  f"{self.workdir / 'console.log'})")
+
     def shutdown(self, timeout: float = 60.0) -> None:
-        """Power the container off (``systemctl poweroff``); kill it when it is not down within ``timeout`` s."""
-        if self.proc is None or self.proc.poll() is not None:
-            return
+        """Power the container off (``systemctl poweroff``); kill it when it is not down within ``timeout`` s.
+        Disarms the watchdog."""
+        if self._watchdog is not None:
+            self._watchdog.cancel()
         try:
-            if self.init_pid is not None:
-                self.run("systemctl poweroff --no-block", timeout=10, check=False)
-            self.proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
+            if self.proc is not None and self.proc.poll() is None:
+                if self.init_pid is not None:
+                    self.run("systemctl poweroff --no-block", timeout=10, check=False)
+                self.proc.wait(timeout=timeout)
+        except (subprocess.TimeoutExpired, WatchdogExpired):
             self.kill()
         finally:
-            self.console.close()
+            if self.proc is not None:
+                self.console.close()
 
     def kill(self) -> None:
         """Stop the container now: SIGKILL to its PID 1 (the kernel then kills every process of its PID

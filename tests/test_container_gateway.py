@@ -152,7 +152,9 @@ def test_the_gateway_unit_is_active_and_sandboxed(host):
     assert fields["Seccomp"].strip() == "2" and int(fields["CapEff"], 16) == 0
     cmdline = host.sh(f"tr '\\0' ' ' < /proc/{pid}/cmdline").stdout
     assert host.key not in cmdline and host.key not in host.sh(f"tr '\\0' ' ' < /proc/{pid}/environ").stdout
-    assert host.key not in host.sh("journalctl --no-pager -o cat").stdout
+    # every field of every journal entry (_CMDLINE too, which `-o cat` would not show)
+    journal = host.sh("journalctl --no-pager -o export").stdout
+    assert f"_SYSTEMD_UNIT={GATEWAY_UNIT}" in journal and "_CMDLINE=" in journal and host.key not in journal
 
 
 def _chat(host, key: str | None, prompt: str = "hi") -> str:

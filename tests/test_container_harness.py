@@ -1,6 +1,7 @@
 """The container tier's harness (tests/systemd_container.py) leaves no container behind: not when a
-test fails (the fixtures power off in ``finally``), and not when the test process itself is killed
-outright (a CI timeout): systemd-nspawn gets SIGTERM then and powers its container off."""
+test fails (the fixtures power off in ``finally``), not when the test process itself is killed
+outright (a CI timeout): systemd-nspawn gets SIGTERM then and powers its container off, and not when a
+command inside hangs: the boot's watchdog kills the container and the command fails, saying so."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from container_host import skip_or_fail
-from systemd_container import unavailable
+from systemd_container import CannotBoot, Container, WatchdogExpired, unavailable
 
 TESTS = Path(__file__).resolve().parent
 
@@ -70,6 +71,31 @@ def test_a_test_process_killed_outright_leaves_no_container(tmp_path):
         pytest.fail(f"the container (PID 1 = host PID {init}) still ran 60 s after its test process died")
 
 
+@pytest.mark.container
+def test_the_watchdog_ends_a_command_that_hangs(tmp_path):
+    """A hung start or command ends when the boot's watchdog fires: the command returns (its processes
+    die with the container's PID namespace) and it and every later one fail naming the watchdog."""
+    reason = unavailable()
+    if reason:
+        skip_or_fail(reason)
+    box = Container(tmp_path / "box", name=f"kimi-watchdog-{os.getpid()}")
+    box.workdir.mkdir()
+    try:
+        box.boot(timeout=120)
+    except CannotBoot as exc:
+        skip_or_fail(f"systemd-nspawn cannot boot a container here: {str(exc)[:2000]}")
+    try:
+        box.arm_watchdog(3)  # armed once the boot is done, so a slow boot cannot race it
+        with pytest.raises(WatchdogExpired, match=r"`sleep infinity`: the container's watchdog killed it after 3 s"):
+            box.run("sleep infinity", timeout=300)  # the timeout only bounds a watchdog that failed
+        box.proc.wait(timeout=60)
+        with pytest.raises(WatchdogExpired):
+            box.run("true", check=False)
+    finally:
+        box.shutdown(timeout=60)
+    assert box.proc.poll() is not None
+
+
 def test_the_tier_skips_with_its_reason_unless_required(monkeypatch):
     monkeypatch.delenv("KIMI_DEPLOY_REQUIRE_CONTAINERS", raising=False)
     monkeypatch.setenv("CI", "true")  # a CI variable alone does not turn a skip into a failure
@@ -78,3 +104,25 @@ def test_the_tier_skips_with_its_reason_unless_required(monkeypatch):
     monkeypatch.setenv("KIMI_DEPLOY_REQUIRE_CONTAINERS", "1")
     with pytest.raises(pytest.fail.Exception, match=r"must run here .* but no root here"):
         skip_or_fail("no root here")
+
+
+def test_root_of_a_user_namespace_skips_with_its_reason(tmp_path):
+    """Root of a user namespace (a rootless CI container) cannot boot one: ``unavailable()`` says so, and
+    a boot tried anyway ends in CannotBoot (which the tier turns into a skip), not in an error."""
+    code = (f"import sys, pathlib; sys.path.insert(0, {str(TESTS)!r})\n"
+            "from systemd_container import CannotBoot, Container, unavailable\n"
+            "print('REASON', unavailable(), flush=True)\n"
+            f"box = Container(pathlib.Path({str(tmp_path / 'box')!r}), name='kimi-userns-{os.getpid()}')\n"
+            "box.workdir.mkdir()\n"
+            "try:\n    box.boot(timeout=60)\nexcept CannotBoot as exc:\n    print('CANNOT', exc)\n"
+            "else:\n    box.kill()\n")
+    try:
+        r = subprocess.run(["unshare", "--user", "--map-root-user", sys.executable, "-c", code],
+                           capture_output=True, text=True, timeout=120)
+    except FileNotFoundError:
+        pytest.skip("unshare (util-linux) is not installed")
+    if "REASON" not in r.stdout:
+        pytest.skip(f"no user namespace can be made here: {r.stderr.strip()[-500:]}")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "REASON root here is root of a user namespace (uid_map 0 " in r.stdout, r.stdout
+    assert "\nCANNOT " in r.stdout, r.stdout + r.stderr

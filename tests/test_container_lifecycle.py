@@ -13,6 +13,7 @@ One boot laid out as a GPU host (tests/container_host.py); the tests run in file
 
 from __future__ import annotations
 
+import json
 import re
 
 import pytest
@@ -54,7 +55,7 @@ def _answers(host) -> bool:
 
 def test_drifted_sglang_fails_the_start_with_the_kits_message(host):
     host.sh(f"cp /root/released/{DRIFTED.rsplit('/', 1)[1]} {SITE}/{DRIFTED}")  # what a reinstall leaves
-    r = host.sh(f"systemctl start {NAME}.service", check=False, timeout=120)
+    r = host.sh(f"systemctl start {NAME}.service", check=False, timeout=300)
     assert r.returncode != 0
     host.sh(f"systemctl stop {NAME}.service")  # the operator stops the restart loop while fixing it
     journal = host.sh(f"journalctl -u {NAME}.service --no-pager -o cat").stdout
@@ -67,7 +68,7 @@ def test_drifted_sglang_fails_the_start_with_the_kits_message(host):
 
 def test_patch_apply_then_restart_serves(host):
     host.sh(f"kimi-deploy patch apply --python {SGLANG_PYTHON}")
-    r = host.sh("kimi-deploy restart --wait --timeout 240", check=False)
+    r = host.sh("kimi-deploy restart --wait --timeout 240", check=False, timeout=600)
     assert r.returncode == 0, r.stdout + r.stderr
     assert _answers(host)
     assert "ok: SGLang 0.5.23 carries" in host.sh(f"journalctl -u {NAME}.service --no-pager -o cat").stdout
@@ -76,7 +77,7 @@ def test_patch_apply_then_restart_serves(host):
 def test_restart_wait_with_a_new_strict_profile_serves(host, repo_root):
     host.write("/root/kimi.toml", profile(name=NAME, hardening="strict").replace("restart_sec = 5", SERVING))
     host.sh("kimi-deploy install --profile /root/kimi.toml")
-    r = host.sh("kimi-deploy restart --wait --timeout 240", check=False)
+    r = host.sh("kimi-deploy restart --wait --timeout 240", check=False, timeout=600)
     assert r.returncode == 0, r.stdout + r.stderr
     assert "DevicePolicy=closed" in host.sh(f"systemctl cat {NAME}.service").stdout
     assert host.unit(f"{NAME}.service", "DevicePolicy")["DevicePolicy"] == "closed"
@@ -85,25 +86,47 @@ def test_restart_wait_with_a_new_strict_profile_serves(host, repo_root):
     assert _answers(host)
 
 
-def _installed(host) -> dict[str, str]:
-    """sha256 of every file kimi-deploy installed for the service (its manifest's list, and the manifest)."""
-    out = host.sh(f"cd / && sha256sum /etc/kimi-deploy/{NAME}.* /etc/systemd/system/*{NAME}*").stdout
-    return {path: digest for digest, path in (line.split() for line in out.splitlines())}
+MANIFEST = f"/etc/kimi-deploy/{NAME}.manifest.json"
+
+
+def _manifest_files(host) -> list[str]:
+    """The host paths the installed manifest lists, and the manifest itself."""
+    return [*json.loads(host.sh(f"cat {MANIFEST}").stdout)["files"], MANIFEST]
+
+
+def _installed(host, paths: list[str]) -> dict[str, str]:
+    """Path -> sha256 (``"absent"`` when there is none) of each of ``paths``, and of every file in
+    /etc/systemd/system and /etc/kimi-deploy that names the service (so one the manifest does not list is
+    seen too)."""
+    listing = host.sh(f"find /etc/systemd/system /etc/kimi-deploy -name '*{NAME}*' ! -name '.{NAME}.lock' "
+                      "! -path '*/backup/*' -type f").stdout.split()
+    digests = {}
+    for path in sorted({*paths, *listing}):
+        r = host.sh(f"sha256sum {path}", check=False)
+        digests[path] = r.stdout.split()[0] if r.returncode == 0 else "absent"
+    return digests
 
 
 def test_rollback_on_failure_restores_the_files_byte_for_byte_and_the_old_server(host):
-    before = _installed(host)
+    old_files = _manifest_files(host)
+    before = _installed(host, old_files)
     old_pid = host.unit(f"{NAME}.service", "MainPID")["MainPID"]
     host.write("/root/broken.toml", profile(name=NAME, hardening="strict", model_path="/models/not-there"))
     host.sh("kimi-deploy install --profile /root/broken.toml")
-    assert _installed(host) != before
+    files = sorted({*old_files, *_manifest_files(host)})
+    changed = _installed(host, files)
+    assert changed != before and any(before.get(p) != changed[p] for p in old_files), changed
     r = host.sh("kimi-deploy restart --wait --rollback-on-failure --timeout 240", check=False, timeout=600)
     assert r.returncode == 1, r.stdout + r.stderr  # the new version's status: its unit failed
     assert re.search(r"^new: FAILED", r.stdout, re.M) and re.search(r"^rollback: ok", r.stdout, re.M), r.stdout
-    assert _installed(host) == before
+    assert _installed(host, files) == before
     assert host.sh(f"ls -d /etc/kimi-deploy/backup/{NAME}/*.rolled-back").stdout.strip()
     unit = host.unit(f"{NAME}.service", "ActiveState", "MainPID")
     assert unit["ActiveState"] == "active" and unit["MainPID"] != old_pid
+    # the old server, not just any: the previous profile's model path and strict sandbox
+    cmdline = host.sh(f"tr '\\0' ' ' < /proc/{unit['MainPID']}/cmdline").stdout
+    assert "--model-path /models/Kimi-K2.5 " in cmdline and "not-there" not in cmdline, cmdline
+    assert host.unit(f"{NAME}.service", "DevicePolicy")["DevicePolicy"] == "closed"
     assert _answers(host)
     journal = host.sh(f"journalctl -u {NAME}.service --no-pager -o cat").stdout
     # SGLang's own argument handling refused the path (it is neither a folder nor a hub repo id)

@@ -21,7 +21,7 @@ import time
 
 import pytest
 
-from container_host import SGLANG_PYTHON, booted_host, documented_exposure, exposure, profile
+from container_host import BOOTED, SGLANG_PYTHON, booted_host, documented_exposure, exposure, profile
 
 pytestmark = [pytest.mark.container, pytest.mark.sglang]
 
@@ -36,7 +36,7 @@ def host(tmp_path_factory, sglang_python, repo_root):
         h.write("/root/kimi.toml", profile(name=NAME))
         h.sh(f"kimi-deploy patch apply --python {SGLANG_PYTHON}")
         h.sh("kimi-deploy install --profile /root/kimi.toml")
-        h.restart = h.sh("kimi-deploy restart --wait --timeout 240", check=False)
+        h.restart = h.sh("kimi-deploy restart --wait --timeout 240", check=False, timeout=600)
         h.key = h.sh(f"cat {KEY_FILE}").stdout.strip()
         yield h
 
@@ -85,20 +85,34 @@ def test_key_arrives_only_through_the_credential(host):
     # where the key is allowed: the 0600 YAML in the 0700 runtime directory, owned by the service user
     assert host.sh(f"stat -c '%a %U' /run/{NAME} /run/{NAME}/sglang-secrets.yaml").stdout.split("\n")[:2] == [
         "700 sglang", "600 sglang"]
-    # every file the service can read, seen from its own mount namespace as its user: the key is only
-    # in its credential ($CREDENTIALS_DIRECTORY) and the YAML in its runtime directory
-    found = host.sh(f"nsenter -t {pid} -m -S $(id -u sglang) -G $(id -g sglang) "
-                    f"grep -rlsF -e '{key}' /etc /var /run /tmp /opt/kimi-deploy/bin /models", check=False)
-    assert sorted(found.stdout.split()) == [f"/run/credentials/{NAME}.service/api-key",
-                                            f"/run/{NAME}/sglang-secrets.yaml"], found.stdout
-    journal = host.sh("journalctl --no-pager -o cat")
-    assert key not in journal.stdout and "sglang-secrets.yaml" not in journal.stdout.replace(
-        f"--config /run/{NAME}/sglang-secrets.yaml", "")
+    # every file written since the boot (its inode changed later than the marker: ctime, which no writer
+    # sets back) anywhere but /proc and /sys, /dev/shm and the unit's private /tmp included; a file
+    # older than the boot cannot hold a key install generated. As the service user in its own mount
+    # namespace, the key is only in its credential ($CREDENTIALS_DIRECTORY) and the YAML in its runtime
+    # directory; as root in the container's, also in the key file itself (root 0600) and nowhere else
+    walk = (f"find / \\( -path /proc -o -path /sys \\) -prune -o -type f -cnewer {BOOTED} -print0 2>/dev/null"
+            f" | xargs -0r grep -lsF -e '{key}'")
+    as_service = host.sh(f"nsenter -t {pid} -m -S $(id -u sglang) -G $(id -g sglang) sh -c \"{walk}\"", check=False)
+    assert sorted(as_service.stdout.split()) == [f"/run/credentials/{NAME}.service/api-key",
+                                                 f"/run/{NAME}/sglang-secrets.yaml"], as_service.stdout
+    as_root = host.sh(walk, check=False)
+    assert sorted(as_root.stdout.split()) == [KEY_FILE, f"/run/credentials/{NAME}.service/api-key",
+                                              f"/run/{NAME}/sglang-secrets.yaml"], as_root.stdout
+    # the walk is not vacuous: it reads the files install, the unit and the journal wrote
+    written = host.sh(f"find / \\( -path /proc -o -path /sys \\) -prune -o -type f -cnewer {BOOTED} -print").stdout
+    assert {f"/etc/systemd/system/{NAME}.service", f"/etc/kimi-deploy/{NAME}.manifest.json"} <= set(written.split())
+    assert "/run/log/journal/" in written
+    # every field of every journal entry (_CMDLINE too, which `-o cat` would not show), of every unit
+    journal = host.sh("journalctl --no-pager -o export").stdout
+    assert "The server is fired up" in journal and f"_SYSTEMD_UNIT={NAME}.service" in journal
+    assert "_CMDLINE=" in journal and key not in journal
+    messages = host.sh("journalctl --no-pager -o cat").stdout
+    assert "sglang-secrets.yaml" not in messages.replace(f"--config /run/{NAME}/sglang-secrets.yaml", "")
     info = host.sh(f"curl -s -H 'Authorization: Bearer {key}' http://127.0.0.1:30000/server_info").stdout
     assert "--api-key <redacted>" in info and key not in info  # the redact-api-key patch at work
 
 
-def test_nightly_timer_is_listed_and_its_check_unit_reports(host):
+def test_nightly_timer_is_listed_and_its_check_unit_reports(host, repo_root):
     timers = host.sh("systemctl list-timers --all --no-legend --no-pager 'kimi-deploy-check@*'").stdout
     assert f"kimi-deploy-check@{NAME}.timer" in timers and f"kimi-deploy-check@{NAME}.service" in timers
     host.sh(f"systemctl start kimi-deploy-check@{NAME}.service", timeout=600)
@@ -111,6 +125,9 @@ def test_nightly_timer_is_listed_and_its_check_unit_reports(host):
     assert {"health.ready", "config.tool_call_parser", "contract.tool_auto.stream"} <= ids
     assert "<testsuite" in host.sh(f"cat {state}/check-report.xml").stdout
     assert f'kimi_deploy_check_exit_code{{service="{NAME}"}} 0' in host.sh(f"cat {state}/check.prom").stdout
+    # its sandbox is the one production.md §2 rates (systemd-analyze of the loaded unit, as it ran)
+    analyzed = host.sh(f"systemd-analyze security kimi-deploy-check@{NAME}.service --no-pager").stdout
+    assert exposure(analyzed) == documented_exposure(repo_root, None)
     # the reports belong to the service user (the unit runs as User=sglang)
     assert host.sh(f"stat -c %U {state}/check-report.json").stdout.strip() == "sglang"
     assert re.search(r"^check +exit 0 at ", host.sh("kimi-deploy status").stdout, re.M)  # status reads the report
@@ -150,9 +167,27 @@ def test_nightly_timer_itself_runs_the_check(host):
 
 
 def test_nightly_check_unit_fails_when_the_server_is_down(host):
+    """With the server stopped the check unit fails (exit 3), so ``systemctl --failed`` and an operator's
+    ``OnFailure=`` handler (production.md §9; here a drop-in naming an alert unit) see it."""
+    check = f"kimi-deploy-check@{NAME}.service"
+    dropin = f"/etc/systemd/system/{check}.d"
+    host.write("/etc/systemd/system/kimi-test-alert@.service",
+               "[Service]\nType=oneshot\nExecStart=/bin/sh -c 'echo %i > /run/kimi-test-alert'\n")
+    host.sh(f"mkdir -p {dropin} && printf '[Unit]\\nOnFailure=kimi-test-alert@%%N.service\\n' > {dropin}/alert.conf"
+            " && systemctl daemon-reload")
     host.sh(f"systemctl stop {NAME}.service")
-    r = host.sh(f"systemctl start kimi-deploy-check@{NAME}.service", timeout=600, check=False)
+    try:
+        r = host.sh(f"systemctl start {check}", timeout=600, check=False)
+        deadline = time.monotonic() + 120  # OnFailure= starts the alert unit once the check unit failed
+        while host.sh("test -s /run/kimi-test-alert", check=False).returncode != 0:
+            assert time.monotonic() < deadline, "OnFailure= did not start the alert unit within 120 s"
+            time.sleep(1)
+        alerted = host.sh("cat /run/kimi-test-alert").stdout.strip()
+    finally:  # an operator's own files: uninstall below must find only what kimi-deploy installed
+        host.sh(f"rm -rf {dropin} /etc/systemd/system/kimi-test-alert@.service /run/kimi-test-alert"
+                " && systemctl daemon-reload")
     assert r.returncode != 0
+    assert alerted == check.removesuffix(".service")  # the alert unit named the check unit (%N)
     unit = host.unit(f"kimi-deploy-check@{NAME}.service", "Result", "ExecMainStatus", "ActiveState")
     assert unit == {"Result": "exit-code", "ExecMainStatus": "3", "ActiveState": "failed"}  # 3: unreachable
     assert f"kimi-deploy-check@{NAME}.service" in host.sh("systemctl --failed --no-legend --no-pager").stdout
@@ -177,6 +212,9 @@ def test_uninstall_purge_leaves_nothing_behind(host):
                    f"/run/credentials/{NAME}.service /var/lib/systemd/timers/stamp-kimi-deploy-check@{NAME}.timer "
                    "2>/dev/null", check=False).stdout
     assert left == "", left
+    # in /etc/kimi-deploy no file is left but the service's lock file (the backup folder, shared by every
+    # service, stays, empty)
+    assert host.sh("find /etc/kimi-deploy -mindepth 1 ! -type d").stdout.split() == [f"/etc/kimi-deploy/.{NAME}.lock"]
     assert host.sh("ss -Hltn 'sport = :30000'").stdout.strip() == ""
     assert host.sh("pgrep -u sglang", check=False).stdout == ""
     # the system user and group install created are gone too (getent: 2 = no such entry)
