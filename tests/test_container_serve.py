@@ -204,9 +204,21 @@ def test_uninstall_purge_leaves_nothing_behind(host):
     assert (manifest["users_created"], manifest["groups_created"]) == (["sglang"], ["sglang"])  # install made them
     purge = host.sh("kimi-deploy uninstall --purge")
     assert "remove the system user sglang" in purge.stdout and "remove the system group sglang" in purge.stdout
-    units = host.sh("systemctl list-units --all --no-legend --no-pager 'kimi*'").stdout
     files = host.sh("systemctl list-unit-files --no-legend --no-pager 'kimi*'", check=False).stdout
-    assert units.strip() == "" and files.strip() == "", units + files
+    assert files.strip() == "", files
+    # no unit of the kit stays loaded: systemd drops an unreferenced "not-found inactive dead" unit at its
+    # next garbage collection, which on a loaded machine can come a moment after daemon-reload returned
+    # (seen once at load 6: kimi-k25.service listed right after purge); one that stays loaded for a minute is
+    # held by a reference, and the assertion names who holds it
+    deadline = time.monotonic() + 60
+    while (units := host.sh("systemctl list-units --all --no-legend --no-pager 'kimi*'").stdout.strip()):
+        if time.monotonic() > deadline:
+            held = [u.lstrip("● ").split()[0] for u in units.splitlines()]
+            why = host.sh("for u in " + " ".join(held) + "; do systemctl show \"$u\" -p Id -p LoadState -p ActiveState"
+                          " -p RequiredBy -p WantedBy -p TriggeredBy -p BoundBy -p Job --no-pager;"
+                          " systemctl list-dependencies --reverse --all --no-pager \"$u\"; done", check=False)
+            raise AssertionError(f"still loaded a minute after purge:\n{units}\n{why.stdout}{why.stderr}")
+        time.sleep(1)
     left = host.sh(f"ls -d /etc/systemd/system/*{NAME}* /etc/systemd/system/*/*{NAME}* /etc/kimi-deploy/{NAME}.* "
                    f"/etc/kimi-deploy/backup/{NAME} {KEY_FILE} /run/{NAME} /var/lib/{NAME} /var/cache/{NAME} "
                    f"/run/credentials/{NAME}.service /var/lib/systemd/timers/stamp-kimi-deploy-check@{NAME}.timer "
