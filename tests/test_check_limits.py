@@ -158,7 +158,7 @@ def test_refused_connection_marks_the_rest_not_attempted(tmp_path):
 def slow_chat_time(monkeypatch):
     """The checking run's clock, a :class:`FakeTime` that :class:`SlowChatHandler` moves."""
     fake = FakeTime()
-    monkeypatch.setattr("kimi_deploy.cli.check.run_checks", functools.partial(run_checks, clock=fake.monotonic))
+    monkeypatch.setattr("kimi_deploy.check.run_checks", functools.partial(run_checks, clock=fake.monotonic))
     monkeypatch.setattr(SlowChatHandler, "time", fake)
     return fake
 

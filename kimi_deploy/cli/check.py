@@ -3,19 +3,21 @@
 from __future__ import annotations
 
 import dataclasses
-
 import signal
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
-from rich.console import Console
 
-from kimi_deploy.check import CheckOptions, registry, reports, run_checks
 from kimi_deploy.apikey import read_key_file as read_api_key
-from kimi_deploy.check.runner import Interrupted
 from kimi_deploy.errors import UsageError
 from kimi_deploy.cli.options import json_path_option, limit_options
+
+if TYPE_CHECKING:  # the check library (openai, httpx, rich) loads when the verb runs, not for its --help
+    from rich.console import Console
+
+    from kimi_deploy.check import CheckOptions
 
 #: Default ``--deadline``: 12 minutes, well inside the nightly unit's ``TimeoutStartSec=900``
 #: (systemd/check.service.j2), leaving 3 minutes for start-up, the last request and the reports.
@@ -53,6 +55,8 @@ class LiveProgress:
 
 
 def _on_sigterm(signum, frame) -> None:
+    from kimi_deploy.check.runner import Interrupted
+
     raise Interrupted("SIGTERM")
 
 
@@ -101,6 +105,10 @@ def check_cmd(ctx, base_url, model, api_key_file, profile_path, only, skip, json
     nothing written), 3 the server did not answer at all, 130 interrupted (Ctrl-C or SIGTERM:
     the reports hold the checks that finished, marked interrupted).
     """
+    from rich.console import Console
+
+    from kimi_deploy.check import CheckOptions, registry, reports, run_checks
+
     if list_only:
         for check_id in registry.select(_globs(only), _globs(skip)):
             click.echo(check_id)
@@ -143,6 +151,7 @@ def check_cmd(ctx, base_url, model, api_key_file, profile_path, only, skip, json
 def _each_worker(options: CheckOptions, json_path, junit_path, prom_path) -> int:
     """``check --each-worker``: one report per worker of the gateway (:mod:`kimi_deploy.check.workers`);
     ``options`` as for one server, its ``base_url`` (or the profile's ``[gateway]``) naming the gateway."""
+    from kimi_deploy.check import reports
     from kimi_deploy.check.workers import check_each_worker
     from kimi_deploy.fsio import write_atomic
 

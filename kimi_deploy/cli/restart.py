@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
-import click
-from rich.console import Console
+from typing import TYPE_CHECKING
 
-from kimi_deploy import restart as restart_lib
+import click
+
 from kimi_deploy.cli.options import echo_json, json_flag, profile_options, resolve_installed, root_option
 from kimi_deploy.paths import HostLayout
-from kimi_deploy.readiness import WaitState
+
+if TYPE_CHECKING:  # restart's library (httpx, rich, the check tiers) loads when the verb runs, not for --help
+    from kimi_deploy import restart as restart_lib
+    from kimi_deploy.readiness import WaitState
 
 
 def _line(label: str, state: WaitState) -> str:
@@ -45,6 +48,10 @@ def restart_cmd(ctx, profile_path, preset, root, name, wait, timeout, rollback_o
     Behind a gateway ([gateway] in the profile): the replica leaves the gateway first and comes back only
     after it is ready and the fast checks passed; on failure it stays out (exit 1 or 6; exit 9 when it
     passed but the gateway did not take it back)."""
+    from rich.console import Console
+
+    from kimi_deploy import restart as restart_lib
+
     if rollback_on_failure and not wait:
         wait = True  # a rollback needs a verdict
     layout = HostLayout(root)
@@ -107,7 +114,7 @@ def _drain(profile, layout, host, wait):
             raise UsageError("--host is for a profile with [gateway] or multi-node replicas", value=host,
                              hint="drop --host")
         return None
-    from kimi_deploy import apikey
+    from kimi_deploy import apikey, restart as restart_lib
     from kimi_deploy.fleet import is_node, pick_host
     from kimi_deploy.gateway import Gateway, gateway_url
     from kimi_deploy.paths import gateway_service

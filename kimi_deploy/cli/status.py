@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import click
 
-from kimi_deploy import status as status_lib
 from kimi_deploy.cli.options import echo_json, json_flag, profile_options, resolve_installed, root_option
 from kimi_deploy.paths import HostLayout
 
@@ -20,6 +19,8 @@ from kimi_deploy.paths import HostLayout
 @click.pass_context
 def status_cmd(ctx, profile_path, preset, root, name, host, as_json):
     """Show the installed service's state; exit 1 when something is wrong (the problems are listed)."""
+    from kimi_deploy import status as status_lib  # its probes (httpx) load when the verb runs, not for --help
+
     layout = HostLayout(root)
     profile, manifest = resolve_installed(profile_path, preset, name, layout)
     report = status_lib.status(profile, layout, manifest, host)
