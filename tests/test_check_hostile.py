@@ -337,3 +337,17 @@ def test_every_report_is_written_and_parses_whatever_text_a_row_carries(evidence
     assert [c.get("name") for c in root.iter("testcase")] == [r.id for r in report.results]
     assert root.find("testcase/failure").get("type") == "markup_leak"
     assert doc["checks"][0]["kind"] == "markup_leak" and doc["failures_by_kind"]["markup_leak"] == 1
+
+
+VLLM_MODELS = body(b'{"object": "list", "data": [{"id": "m", "object": "model", "owned_by": "vllm"}]}')
+
+
+@pytest.mark.parametrize("version", [CUT_SHORT, CHUNKED_GARBAGE, body(DEEP), body(b'{"version": 7}')],
+                         ids=["cut short", "chunked garbage", "nested 100k deep", "version not a string"])
+def test_a_vllm_whose_version_answer_is_broken_is_still_identified(tmp_path, hostile, version):
+    """/v1/models says owned_by vllm (vLLM 0.33.0's ModelCard); /version answers brokenly: the server is vLLM
+    with no version, and the report keeps that (identification must not lose the server block)."""
+    url = hostile(body(b"{}"), gets={"/v1/models": VLLM_MODELS, "/version": version})
+    result, doc, _ = run_check(tmp_path, url, "health.live,health.models")
+    assert "Traceback" not in result.output
+    assert doc["server"] == {"kind": "vllm"}, doc["server"]
