@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 from typing import Any
 
 from kimi_deploy.tool_ids import kimi_k2_canonical_history_ids
@@ -35,6 +36,8 @@ try:  # the proxy's environment has litellm; the kit's does not
 except ImportError:  # pragma: no cover - exercised by the kit-only import test
     _Base = object  # type: ignore[assignment,misc]
 
+log = logging.getLogger(__name__)
+
 #: LiteLLM ``call_type`` values whose ``data["messages"]`` is an OpenAI chat history.
 CHAT_CALL_TYPES = frozenset({"completion", "acompletion"})
 
@@ -43,11 +46,11 @@ def canonicalize_request(data: dict[str, Any]) -> dict[str, Any]:
     """``data`` (a chat completion request body, as LiteLLM's proxy hands it to a pre-call hook) with its
     history ids canonical; the same dict, with only ``messages`` replaced when an id changed.
 
-    A body without a ``messages`` list, or with entries that are not dicts, is returned untouched (the
-    server answers it as it would have).
+    A body whose history is not in the shape the rule reads (:func:`well_formed`: the proxy hands the hook
+    the client's JSON unvalidated) is returned untouched: the server answers it as it would have.
     """
     messages = data.get("messages") if isinstance(data, dict) else None
-    if not isinstance(messages, list) or not all(isinstance(m, dict) for m in messages):
+    if not well_formed(messages):
         return data
     rewritten = kimi_k2_canonical_history_ids(messages)
     if rewritten != messages:
@@ -55,15 +58,51 @@ def canonicalize_request(data: dict[str, Any]) -> dict[str, Any]:
     return data
 
 
+def _optional_str(value: Any) -> bool:
+    return value is None or isinstance(value, str)
+
+
+def well_formed(messages: Any) -> bool:
+    """Whether ``messages`` has the shape :func:`kimi_k2_canonical_history_ids` reads, as SGLang's request
+    model guarantees it there (a list of objects; an assistant's ``tool_calls`` null or a list of objects,
+    each ``function`` null or an object, ``id`` and ``function.name`` null or strings; a tool result's
+    ``tool_call_id`` null or a string). Anything else (``arguments``, ``content``, other roles) is not read."""
+    if not isinstance(messages, list):
+        return False
+    for message in messages:
+        if not isinstance(message, dict):
+            return False
+        role = message.get("role")
+        if role == "tool" and not _optional_str(message.get("tool_call_id")):
+            return False
+        calls = message.get("tool_calls") if role == "assistant" else None
+        if calls is None:
+            continue
+        if not isinstance(calls, list):
+            return False
+        for call in calls:
+            function = call.get("function") if isinstance(call, dict) else None
+            if not isinstance(call, dict) or not (function is None or isinstance(function, dict)):
+                return False
+            if not _optional_str(call.get("id")) or not _optional_str((function or {}).get("name")):
+                return False
+    return True
+
+
 class KimiCanonicalToolIds(_Base):  # type: ignore[misc,valid-type]
     """LiteLLM ``CustomLogger`` whose ``async_pre_call_hook`` applies :func:`canonicalize_request` to chat
     requests (LiteLLM proxy docs, "Modify / Reject Incoming Requests": the hook returns the modified
-    ``data``)."""
+    ``data``). It never raises: an exception in a pre-call hook fails the request, so a fault in the
+    rewrite is logged (warning) and the request goes on with its ids as they came."""
 
     async def async_pre_call_hook(self, user_api_key_dict: Any, cache: Any, data: dict, call_type: str) -> dict:
-        if call_type in CHAT_CALL_TYPES:
+        if call_type not in CHAT_CALL_TYPES:
+            return data
+        try:
             return canonicalize_request(data)
-        return data
+        except Exception as exc:  # noqa: BLE001 - a broken hook would break every request through the proxy
+            log.warning("kimi-deploy tool-id hook: history ids left as they came (%s: %s)", type(exc).__name__, exc)
+            return data
 
 
 #: What the proxy config's ``callbacks`` names: ``kimi_deploy.litellm_hook.proxy_handler_instance``.

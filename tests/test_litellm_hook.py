@@ -109,6 +109,111 @@ def test_the_hook_rewrites_chat_calls_only():
     assert untouched == body
 
 
+#: Histories the hook meets in a proxy that validates nothing before the pre-call hook: none may raise (a hook
+#: that raises fails every request through the proxy); each is passed on as it came, for the server to judge.
+HOSTILE_MESSAGES = {
+    "messages a dict": {"role": "user"},
+    "messages null": None,
+    "a message not a dict": ["hi", {"role": "user", "content": "x"}],
+    "tool_calls null": [{"role": "assistant", "content": "x", "tool_calls": None}, {"role": "tool", "content": "r"}],
+    "tool_calls a string": [{"role": "assistant", "tool_calls": "functions.a:0"}],
+    "tool_calls a dict": [{"role": "assistant", "tool_calls": {"id": "x", "function": {"name": "a"}}}],
+    "a call not a dict": [{"role": "assistant", "tool_calls": ["x", None, 3]}],
+    "function missing": [{"role": "assistant", "tool_calls": [{"id": "x", "type": "function"}]},
+                         {"role": "tool", "tool_call_id": "x", "content": "r"}],
+    "function a string": [{"role": "assistant", "tool_calls": [{"id": "x", "function": "get_weather"}]}],
+    "function a list": [{"role": "assistant", "tool_calls": [{"id": "x", "function": ["get_weather"]}]}],
+    "name not a string": [{"role": "assistant", "tool_calls": [{"id": "x", "function": {"name": {"a": 1}}}]}],
+    "id a list": [{"role": "assistant", "tool_calls": [{"id": ["x"], "function": {"name": "a", "arguments": "{}"}}]}],
+    "id a dict": [{"role": "assistant", "tool_calls": [{"id": {"x": 1}, "function": {"name": "a"}}]}],
+    "tool_call_id a list": [{"role": "assistant", "tool_calls": [{"id": "x", "function": {"name": "a"}}]},
+                            {"role": "tool", "tool_call_id": ["x"], "content": "r"}],
+    "role a list": [{"role": ["assistant"], "tool_calls": [{"id": "x", "function": {"name": "a"}}]}],
+}
+
+
+@pytest.mark.parametrize("messages", HOSTILE_MESSAGES.values(), ids=HOSTILE_MESSAGES.keys())
+def test_hostile_histories_never_raise_and_pass_untouched(messages):
+    import asyncio
+
+    for data in ({"model": "kimi", "messages": copy.deepcopy(messages)}, messages, "not a dict", None):
+        before = copy.deepcopy(data)
+        out = asyncio.run(litellm_hook.proxy_handler_instance.async_pre_call_hook(None, None, data, "acompletion"))
+        assert out == before and data == before
+
+
+def test_the_hook_passes_a_request_on_even_when_the_rewrite_itself_fails(monkeypatch, caplog):
+    """A bug in the rewrite (here: one put in by hand) costs the ids, never the request: logged, passed on."""
+    import asyncio
+
+    def broken(messages):
+        raise RuntimeError("a bug in the rewrite")
+
+    monkeypatch.setattr(litellm_hook, "kimi_k2_canonical_history_ids", broken)
+    body = {"messages": _history("functions_get_weather_0")}
+    with caplog.at_level("WARNING", logger="kimi_deploy.litellm_hook"):
+        out = asyncio.run(litellm_hook.proxy_handler_instance.async_pre_call_hook(None, None, copy.deepcopy(body),
+                                                                                  "acompletion"))
+    assert out == body
+    assert "a bug in the rewrite" in caplog.text and "left as they came" in caplog.text
+
+
+#: Well-formed histories beyond the sanitised-id one: (name, messages, the ids the calls get, the tool results').
+EDGE_HISTORIES = {
+    "content parts kept": (
+        [{"role": "user", "content": [{"type": "text", "text": "w?"}, {"type": "image_url", "image_url": {"url": "x"}}]},
+         {"role": "assistant", "content": [{"type": "text", "text": "calling"}], "tool_calls": [
+             {"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": "{}"}}]},
+         {"role": "tool", "tool_call_id": "call_1", "content": [{"type": "text", "text": "18 C"}]}],
+        ["functions.get_weather:0"], ["functions.get_weather:0"]),
+    "names with dots and dashes": (
+        [{"role": "assistant", "tool_calls": [
+            {"id": "a", "type": "function", "function": {"name": "mcp.fs-read_file", "arguments": "{}"}},
+            {"id": "b", "type": "function", "function": {"name": "x-y.z", "arguments": "{}"}}]},
+         {"role": "tool", "tool_call_id": "b", "content": "2"}, {"role": "tool", "tool_call_id": "a", "content": "1"}],
+        ["functions.mcp.fs-read_file:0", "functions.x-y.z:1"], ["functions.x-y.z:1", "functions.mcp.fs-read_file:0"]),
+    "parallel calls over two turns": (
+        [{"role": "assistant", "tool_calls": [
+            {"id": "t1", "type": "function", "function": {"name": "a", "arguments": "{}"}},
+            {"id": "t2", "type": "function", "function": {"name": "b", "arguments": "{}"}}]},
+         {"role": "tool", "tool_call_id": "t1", "content": "1"}, {"role": "tool", "tool_call_id": "t2", "content": "2"},
+         {"role": "user", "content": "again"},
+         {"role": "assistant", "tool_calls": [
+             {"id": "t1", "type": "function", "function": {"name": "a", "arguments": "{}"}}]},
+         {"role": "tool", "tool_call_id": "t1", "content": "3"}],
+        ["functions.a:0", "functions.b:1", "functions.a:2"], ["functions.a:0", "functions.b:1", "functions.a:2"]),
+    "arguments not a string: ids rewritten, arguments as they came": (
+        [{"role": "assistant", "tool_calls": [
+            {"id": "x", "type": "function", "function": {"name": "a", "arguments": {"city": "Paris"}}}]},
+         {"role": "tool", "tool_call_id": "x", "content": "r"}],
+        ["functions.a:0"], ["functions.a:0"]),
+    "a result matching no call keeps its id": (
+        [{"role": "assistant", "tool_calls": [
+            {"id": "c", "type": "function", "function": {"name": "a", "arguments": "{}"}}]},
+         {"role": "tool", "tool_call_id": "c", "content": "1"}, {"role": "tool", "tool_call_id": "zzz", "content": "?"}],
+        ["functions.a:0"], ["functions.a:0", "zzz"]),
+}
+
+
+@pytest.mark.parametrize("messages,call_ids,result_ids", EDGE_HISTORIES.values(), ids=EDGE_HISTORIES.keys())
+def test_edge_histories_change_only_their_ids(messages, call_ids, result_ids):
+    before = copy.deepcopy(messages)
+    after = litellm_hook.canonicalize_request({"messages": copy.deepcopy(messages)})["messages"]
+    assert [c["id"] for m in after for c in m.get("tool_calls") or []] == call_ids
+    assert [m["tool_call_id"] for m in after if m["role"] == "tool"] == result_ids
+    for old, new in zip(before, after):  # every other key and value as it came
+        assert {k: v for k, v in new.items() if k not in ("tool_calls", "tool_call_id")} == \
+            {k: v for k, v in old.items() if k not in ("tool_calls", "tool_call_id")}
+        for old_call, new_call in zip(old.get("tool_calls") or [], new.get("tool_calls") or []):
+            assert {**new_call, "id": old_call["id"]} == old_call
+
+
+def test_a_history_already_canonical_is_the_same_object():
+    body = {"messages": _history("functions.get_weather:0", "functions.get_time:1")}
+    messages = body["messages"]
+    assert litellm_hook.canonicalize_request(body)["messages"] is messages
+
+
 def example_config() -> str:
     return litellm_hook.proxy_config({"kimi-k25": litellm_hook.Upstream(
         "http://10.0.0.5:8000/v1", SERVED, "KIMI_UPSTREAM_API_KEY")})
