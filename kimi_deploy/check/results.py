@@ -105,7 +105,7 @@ FIXES: dict[str, str] = {
 }
 
 #: The fix of a ``model_declined`` answer cut at ``max_tokens`` (its detail says "until max_tokens").
-CUT_AT_MAX_TOKENS_FIX = ("the answer ran to max_tokens before any call: a server that always generates max_tokens "
+CUT_AT_MAX_TOKENS_FIX = ("the answer ran to max_tokens before any call or text: a server that always generates max_tokens "
                          "(ignore_eos, benchmarks/synthetic_server.py) cannot show calls; on a real model the "
                          "reasoning outgrew the case's budget (production.md §9)")
 
