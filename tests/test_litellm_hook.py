@@ -7,7 +7,10 @@ SGLang 0.5.23 replay.
 - the kit imports the hook without litellm installed;
 - through the proxy with the hook, every id round trip passes on both servers (direct, and through the same
   proxy without the hook, the ids the servers' parsers drop fail); every other contract check ends as it
-  does direct.
+  does direct;
+- what reaches a recording upstream through the proxy with the hook equals what reaches it without the hook
+  but for the ids (streamed and not); hostile histories end as they do without the hook (never a proxy
+  error of the hook's making); a text completion passes untouched.
 """
 
 from __future__ import annotations
@@ -20,12 +23,15 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from conftest import SGLANG_API_KEY, VLLM_API_KEY
+from loopback import Loopback, QuietHandler, send
 from kimi_deploy import litellm_hook, tool_ids
 from kimi_deploy.errors import ExitCode
 from test_check_replay import DROPPED_STYLES, profile_for, run_json
@@ -287,12 +293,56 @@ class Proxy:
                 self.proc.kill()
 
 
+class Recorder:
+    """A loopback upstream that keeps every request body LiteLLM sends it (``bodies``: ``(path, JSON)``) and
+    answers a one-word chat completion (an event stream when asked) or text completion."""
+
+    def __init__(self) -> None:
+        self.bodies: list[tuple[str, Any]] = []
+        outer = self
+
+        class Handler(QuietHandler):
+            protocol_version = "HTTP/1.1"
+
+            def do_GET(self):  # noqa: N802
+                self._send(200, {"object": "list", "data": [{"id": SERVED, "object": "model"}]})
+
+            def do_POST(self):  # noqa: N802
+                data = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)))
+                outer.bodies.append((self.path, data))
+                base = {"id": "x", "created": 1, "model": SERVED}
+                if self.path.endswith("/completions") and not self.path.endswith("/chat/completions"):
+                    return self._send(200, {**base, "object": "text_completion", "choices": [
+                        {"index": 0, "text": "ok", "finish_reason": "stop"}]})
+                if not data.get("stream"):
+                    return self._send(200, {**base, "object": "chat.completion", "choices": [{
+                        "index": 0, "message": {"role": "assistant", "content": "ok"}, "finish_reason": "stop"}],
+                        "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}})
+                frames = [{**base, "object": "chat.completion.chunk", "choices": [
+                    {"index": 0, "delta": delta, "finish_reason": finish}]}
+                    for delta, finish in (({"role": "assistant", "content": "ok"}, None), ({}, "stop"))]
+                send(self, 200, b"".join(b"data: " + json.dumps(f).encode() + b"\n\n" for f in frames)
+                     + b"data: [DONE]\n\n", "text/event-stream")
+
+        self.server = Loopback(Handler)
+        self.url = self.server.url
+
+
 @pytest.fixture(scope="module")
-def proxies(litellm_python, vllm_replay, replay, tmp_path_factory):
+def recorder():
+    upstream = Recorder()
+    yield upstream
+    upstream.server.close()
+
+
+@pytest.fixture(scope="module")
+def proxies(litellm_python, vllm_replay, replay, recorder, tmp_path_factory):
     """``{"hook": url, "plain": url}``: two proxies (with the hook; the same config without it) serving
-    ``kimi-vllm`` (the vLLM replay, kimi_k2 parsers) and ``kimi-sglang`` (SGLang 0.5.23 as released)."""
+    ``kimi-vllm`` (the vLLM replay, kimi_k2 parsers), ``kimi-sglang`` (SGLang 0.5.23 as released) and
+    ``kimi-echo`` (:class:`Recorder`, to see what reaches a server)."""
     models = {"kimi-vllm": litellm_hook.Upstream(vllm_replay["parsers"].url() + "/v1", SERVED, "VLLM_KEY"),
-              "kimi-sglang": litellm_hook.Upstream(replay["unpatched"].url() + "/v1", SERVED, "SGLANG_KEY")}
+              "kimi-sglang": litellm_hook.Upstream(replay["unpatched"].url() + "/v1", SERVED, "SGLANG_KEY"),
+              "kimi-echo": litellm_hook.Upstream(recorder.url + "/v1", SERVED)}
     config = litellm_hook.proxy_config(models)
     plain = config.replace(f'  callbacks: "{litellm_hook.CALLBACK}"\n', "")
     assert plain != config
@@ -301,7 +351,8 @@ def proxies(litellm_python, vllm_replay, replay, tmp_path_factory):
     started = {"hook": Proxy(litellm_python, config, root / "hook", env),
                "plain": Proxy(litellm_python, plain, root / "plain", env)}
     try:
-        yield {name: p.wait() for name, p in started.items()}
+        urls = {name: p.wait() for name, p in started.items()}
+        yield {**urls, "hook_log": str(started["hook"].log)}
     finally:
         for p in started.values():
             p.stop()
@@ -343,3 +394,78 @@ def test_through_the_hook_every_other_check_ends_as_direct(proxies, vllm_replay,
     seen = {c["id"]: (c["status"], c["kind"]) for c in direct["checks"]}
     assert {c["id"]: (c["status"], c["kind"]) for c in proxied["checks"]} == seen
     assert len(seen) == 29 and ("skip", None) not in seen.values()  # 13 cases x 2 modes, multi_turn x 2, malformed
+
+
+def _post(url: str, path: str, body: Any) -> tuple[int, str]:
+    """POST ``body`` (JSON) to the proxy with the master key: (status, response text)."""
+    request = urllib.request.Request(url + path, data=json.dumps(body).encode(), method="POST", headers={
+        "Content-Type": "application/json", "Authorization": f"Bearer {MASTER_KEY}"})
+    try:
+        with urllib.request.urlopen(request, timeout=60) as resp:
+            return resp.status, resp.read().decode()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read().decode()
+
+
+def _through_both(proxies, recorder, path: str, body: Any) -> dict[str, tuple[int, Any]]:
+    """``{"plain"|"hook": (status, the body the upstream got, or None)}`` for one request sent through each."""
+    out = {}
+    for name in ("plain", "hook"):
+        before = len(recorder.bodies)
+        code, _ = _post(proxies[name], path, body)
+        got = recorder.bodies[before:]
+        assert len(got) <= 1, got
+        out[name] = (code, got[0][1] if got else None)
+    return out
+
+
+#: Requests whose history the hook rewrites, as LiteLLM forwards them (streamed and not).
+REAL_PROXY_HISTORIES = {
+    "sanitised ids, parallel calls": _history("functions_get_weather_0", "functions_get_time_1"),
+    **{name: messages for name, (messages, _, _) in EDGE_HISTORIES.items()
+       if name != "arguments not a string: ids rewritten, arguments as they came"},
+}
+
+
+@pytest.mark.vllm
+@pytest.mark.sglang
+@pytest.mark.parametrize("stream", [False, True], ids=["nonstream", "stream"])
+@pytest.mark.parametrize("messages", REAL_PROXY_HISTORIES.values(), ids=REAL_PROXY_HISTORIES.keys())
+def test_through_the_real_proxy_only_the_history_ids_change(proxies, recorder, messages, stream):
+    """What reaches the server through the proxy with the hook is what reaches it through the same proxy
+    without it, but for the ids: LiteLLM's own rewriting is the same both ways, the hook adds only its own."""
+    body = {"model": "kimi-echo", "messages": messages, "temperature": 0, "max_tokens": 7, "stream": stream,
+            "tools": [{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}],
+            "tool_choice": "auto"}
+    got = _through_both(proxies, recorder, "/v1/chat/completions", body)
+    (plain_code, plain), (hook_code, hooked) = got["plain"], got["hook"]
+    assert plain_code == hook_code == 200 and plain is not None and hooked is not None
+    assert hooked != plain
+    assert hooked == litellm_hook.canonicalize_request(copy.deepcopy(plain))
+
+
+@pytest.mark.vllm
+@pytest.mark.sglang
+@pytest.mark.parametrize("messages", [m for m in HOSTILE_MESSAGES.values() if isinstance(m, list)],
+                         ids=[k for k, m in HOSTILE_MESSAGES.items() if isinstance(m, list)])
+def test_a_hostile_history_through_the_real_proxy_ends_as_without_the_hook(proxies, recorder, messages):
+    """The hook never turns a request into a proxy error: each hostile history ends with the status (and the
+    upstream body) it gets through the proxy without the hook, and the hook logs no failure."""
+    log = Path(proxies["hook_log"])
+    seen = log.stat().st_size
+    got = _through_both(proxies, recorder, "/v1/chat/completions", {"model": "kimi-echo", "messages": messages,
+                                                                    "max_tokens": 7})
+    assert got["hook"] == got["plain"], got
+    with log.open("rb") as fh:  # what the hook's proxy logged for this request only
+        fh.seek(seen)
+        added = fh.read().decode(errors="replace")
+    assert "kimi-deploy tool-id hook" not in added and "async_pre_call_hook" not in added, added[-3000:]
+
+
+@pytest.mark.vllm
+@pytest.mark.sglang
+def test_a_text_completion_through_the_real_proxy_passes_untouched(proxies, recorder):
+    """Not a chat request (``/v1/completions``: call_type text_completion): the hook leaves it alone."""
+    body = {"model": "kimi-echo", "prompt": "functions_get_weather_0 <|tool_call_begin|>", "max_tokens": 3}
+    got = _through_both(proxies, recorder, "/v1/completions", body)
+    assert got["hook"] == got["plain"] and got["hook"][0] == 200, got
