@@ -2,8 +2,10 @@
 
 Rules (issue #5; ../shared/notes/tool-call-failures.md, "What an API-contract check needs"):
 no marker in content or reasoning; finish_reason ``tool_calls`` iff non-empty ``tool_calls``, except
-that a call forced by a named ``tool_choice`` may end with ``stop`` (OpenAI's own API does: vLLM
-0.33.0 ``resolve_finish_reason`` keeps ``stop`` "for which OpenAI reports stop"); text where text
+that a call forced by a named ``tool_choice`` may end with ``stop`` (OpenAI's own API does, streamed
+and not, while ``required`` ends with ``tool_calls``: measured against gpt-4o in vLLM PR #25054, "Align
+finish_reason when tool is called with OpenAI", and kept by vLLM 0.33.0 ``resolve_finish_reason`` "for
+which OpenAI reports stop"; any other finish_reason, ``length`` included, still fails); text where text
 is due (no call allowed, or either allowed): an answer with neither content (``null``, ``""`` or
 whitespace; reasoning is not content) nor calls is ``empty_answer``, or ``model_declined`` (warn)
 when it ran until ``max_tokens`` (the case's budget, not the server, but never a pass);
