@@ -9,7 +9,8 @@ rewrite in a LiteLLM proxy in front of them, before the request leaves the proxy
 ``tool_calls[].id`` becomes ``functions.NAME:N`` (N its position among the history's calls) and each
 tool result's ``tool_call_id`` follows its call (repeated or empty ids matched by position), with
 :func:`kimi_deploy.tool_ids.kimi_k2_canonical_history_ids`, the function the SGLang patch carries.
-Everything else in the request is left as it came.
+Everything else in the request is left as it came. Anthropic clients (``/v1/messages``) are covered too:
+the hook also sees the chat completion LiteLLM makes of their request (:class:`KimiCanonicalToolIds`).
 
 LiteLLM proxy config (``litellm --config config.yaml``; :func:`proxy_config` renders a whole one)::
 
@@ -38,8 +39,11 @@ except ImportError:  # pragma: no cover - exercised by the kit-only import test
 
 log = logging.getLogger(__name__)
 
-#: LiteLLM ``call_type`` values whose ``data["messages"]`` is an OpenAI chat history.
+#: LiteLLM ``call_type`` values whose ``data["messages"]`` is an OpenAI chat history (the proxy's
+#: ``/v1/chat/completions`` route, and the chat completion LiteLLM makes of a ``/v1/messages`` request, are
+#: ``acompletion``).
 CHAT_CALL_TYPES = frozenset({"completion", "acompletion"})
+
 
 
 def canonicalize_request(data: dict[str, Any]) -> dict[str, Any]:
@@ -90,19 +94,39 @@ def well_formed(messages: Any) -> bool:
 
 
 class KimiCanonicalToolIds(_Base):  # type: ignore[misc,valid-type]
-    """LiteLLM ``CustomLogger`` whose ``async_pre_call_hook`` applies :func:`canonicalize_request` to chat
-    requests (LiteLLM proxy docs, "Modify / Reject Incoming Requests": the hook returns the modified
-    ``data``). It never raises: an exception in a pre-call hook fails the request, so a fault in the
-    rewrite is logged (warning) and the request goes on with its ids as they came."""
+    """LiteLLM ``CustomLogger`` applying :func:`canonicalize_request` to every chat completion the proxy sends.
 
-    async def async_pre_call_hook(self, user_api_key_dict: Any, cache: Any, data: dict, call_type: str) -> dict:
-        if call_type not in CHAT_CALL_TYPES:
+    Two LiteLLM hooks, the same rewrite (it is idempotent: canonical ids at their positions stay as they are):
+
+    - ``async_pre_call_hook`` (LiteLLM proxy docs, "Modify / Reject Incoming Requests"): the proxy's
+      ``/v1/chat/completions`` request as the client sent it;
+    - ``async_pre_call_deployment_hook`` (LiteLLM 1.108.7 ``utils.py``: every ``litellm.acompletion``, just
+      before it is sent): also the chat completion LiteLLM makes of an Anthropic ``/v1/messages`` request
+      (Claude Code), after its translation, which replaces every id character outside ``[A-Za-z0-9_-]``
+      with ``_`` (``normalize_anthropic_tool_use_id``): a sanitised id the rule must still see.
+
+    Neither raises: an exception in a hook fails the request, so a fault in the rewrite is logged (warning)
+    and the request goes on with its ids as they came. Other call types (embeddings, text completions, the
+    Responses API's ``input`` items) pass untouched.
+    """
+
+    async def async_pre_call_hook(self, user_api_key_dict: Any, cache: Any, data: dict, call_type: Any) -> dict:
+        return _guarded(data, call_type)
+
+    async def async_pre_call_deployment_hook(self, kwargs: dict, call_type: Any) -> dict:
+        return _guarded(kwargs, call_type)
+
+
+def _guarded(data: Any, call_type: Any) -> Any:
+    """:func:`canonicalize_request` of ``data`` when ``call_type`` (a string, or LiteLLM's ``CallTypes``
+    member) is a chat completion; ``data`` itself otherwise, and when the rewrite fails (logged)."""
+    try:
+        if getattr(call_type, "value", call_type) not in CHAT_CALL_TYPES:
             return data
-        try:
-            return canonicalize_request(data)
-        except Exception as exc:  # noqa: BLE001 - a broken hook would break every request through the proxy
-            log.warning("kimi-deploy tool-id hook: history ids left as they came (%s: %s)", type(exc).__name__, exc)
-            return data
+        return canonicalize_request(data)
+    except Exception as exc:  # noqa: BLE001 - a broken hook would break every request through the proxy
+        log.warning("kimi-deploy tool-id hook: history ids left as they came (%s: %s)", type(exc).__name__, exc)
+        return data
 
 
 #: What the proxy config's ``callbacks`` names: ``kimi_deploy.litellm_hook.proxy_handler_instance``.
@@ -132,7 +156,10 @@ def proxy_config(models: dict[str, Upstream], *, master_key_env: str | None = "L
             start without one unless told it is a development setup); ``None``: leave it out.
 
     Returns:
-        YAML text (every string a JSON-quoted scalar, so no name or URL can break the document).
+        YAML text (every string a JSON-quoted scalar, so no name or URL can break the document). It sets
+        ``use_chat_completions_url_for_anthropic_messages`` (LiteLLM 1.108.7
+        ``llms/anthropic/pass_through/messages/handler.py``): without it LiteLLM bridges an ``openai/``
+        model's ``/v1/messages`` requests to the server's ``/v1/responses``, which Exo lacks.
     """
     q = json.dumps
     lines = ["# LiteLLM proxy in front of Kimi K2.x servers the kit cannot patch (production.md,",
@@ -146,7 +173,10 @@ def proxy_config(models: dict[str, Upstream], *, master_key_env: str | None = "L
                   f"      api_key: {q('os.environ/' + up.api_key_env) if up.api_key_env else q('none')}"]
     lines += ["litellm_settings:",
               f"  callbacks: {q(CALLBACK)}",
-              "  drop_params: false"]
+              "  drop_params: false",
+              "  # Anthropic clients (/v1/messages) reach the servers through chat completions, which vLLM, SGLang",
+              "  # and Exo all serve (LiteLLM would otherwise send an openai/ model's requests to /v1/responses)",
+              "  use_chat_completions_url_for_anthropic_messages: true"]
     if master_key_env:
         lines += ["general_settings:", f"  master_key: {q('os.environ/' + master_key_env)}"]
     return "\n".join(lines) + "\n"

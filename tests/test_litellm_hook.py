@@ -10,12 +10,14 @@ SGLang 0.5.23 replay.
   does direct;
 - what reaches a recording upstream through the proxy with the hook equals what reaches it without the hook
   but for the ids (streamed and not); hostile histories end as they do without the hook (never a proxy
-  error of the hook's making); a text completion passes untouched.
+  error of the hook's making); a text completion passes untouched; an Anthropic /v1/messages request (which
+  LiteLLM turns into a chat completion, sanitising its ids) reaches the server with canonical ids.
 """
 
 from __future__ import annotations
 
 import copy
+import enum
 import inspect
 import json
 import os
@@ -469,3 +471,71 @@ def test_a_text_completion_through_the_real_proxy_passes_untouched(proxies, reco
     body = {"model": "kimi-echo", "prompt": "functions_get_weather_0 <|tool_call_begin|>", "max_tokens": 3}
     got = _through_both(proxies, recorder, "/v1/completions", body)
     assert got["hook"] == got["plain"] and got["hook"][0] == 200, got
+
+
+# --- Anthropic Messages (/v1/messages: Claude Code and other Anthropic clients) ------------------------------
+
+
+def _anthropic_history(first: str, second: str) -> list[dict]:
+    return [
+        {"role": "user", "content": "weather and time?"},
+        {"role": "assistant", "content": [
+            {"type": "text", "text": "Checking."},
+            {"type": "tool_use", "id": first, "name": "get_weather", "input": {"city": "Paris"}},
+            {"type": "tool_use", "id": second, "name": "mcp.get-time", "input": {}}]},
+        {"role": "user", "content": [
+            {"type": "tool_result", "tool_use_id": second, "content": "12:00"},
+            {"type": "tool_result", "tool_use_id": first, "content": [{"type": "text", "text": "18 C"}]},
+            {"type": "text", "text": "and Rome?"}]},
+    ]
+
+
+class CallTypes(str, enum.Enum):
+    """The shape of LiteLLM's ``CallTypes`` (a ``str`` enum), which the deployment hook receives."""
+
+    acompletion = "acompletion"
+    aembedding = "aembedding"
+    aresponses = "aresponses"
+
+
+@pytest.mark.parametrize("call_type", [CallTypes.acompletion, "acompletion", "completion"])
+def test_the_deployment_hook_rewrites_every_chat_completion(call_type):
+    """What LiteLLM sends a deployment, after its own translations (an Anthropic request's ids already
+    sanitised by it): the same rewrite."""
+    import asyncio
+
+    kwargs = {"model": "openai/x", "messages": _history("toolu_01A09q90", "functions_get_time_1"), "stream": False}
+    out = asyncio.run(litellm_hook.proxy_handler_instance.async_pre_call_deployment_hook(copy.deepcopy(kwargs),
+                                                                                         call_type))
+    assert out == litellm_hook.canonicalize_request(copy.deepcopy(kwargs))
+    assert [c["id"] for c in out["messages"][2]["tool_calls"]] == ["functions.get_weather:0", "functions.get_time:1"]
+
+
+@pytest.mark.parametrize("call_type", [CallTypes.aembedding, CallTypes.aresponses, None, ["acompletion"], 7])
+def test_the_deployment_hook_leaves_other_calls_alone(call_type):
+    import asyncio
+
+    kwargs = {"model": "openai/x", "messages": _history("toolu_01A09q90"), "input": [{"call_id": "call_1"}]}
+    out = asyncio.run(litellm_hook.proxy_handler_instance.async_pre_call_deployment_hook(copy.deepcopy(kwargs),
+                                                                                         call_type))
+    assert out == kwargs
+
+
+@pytest.mark.vllm
+@pytest.mark.sglang
+@pytest.mark.parametrize("stream", [False, True], ids=["nonstream", "stream"])
+def test_through_the_real_proxy_an_anthropic_history_reaches_the_server_canonical(proxies, recorder, stream):
+    """``POST /v1/messages`` (what Claude Code sends, ``toolu_`` ids): LiteLLM makes a chat completion of it;
+    with the hook its history ids are canonical, and the whole body is what the OpenAI rule makes of the body
+    LiteLLM sends without the hook (the rewrite before LiteLLM's translation equals the rewrite after it)."""
+    body = {"model": "kimi-echo", "max_tokens": 16, "stream": stream,
+            "messages": _anthropic_history("toolu_01A09q90qw90lq917835lq9", "toolu_01B7xyz"),
+            "tools": [{"name": "get_weather", "input_schema": {"type": "object"}},
+                      {"name": "mcp.get-time", "input_schema": {"type": "object"}}]}
+    got = _through_both(proxies, recorder, "/v1/messages", body)
+    (plain_code, plain), (hook_code, hooked) = got["plain"], got["hook"]
+    assert plain_code == hook_code == 200 and plain is not None and hooked is not None, got
+    ids = [c["id"] for m in hooked["messages"] for c in m.get("tool_calls") or []]
+    assert ids == ["functions.get_weather:0", "functions.mcp.get-time:1"], hooked["messages"]
+    assert [c["id"] for m in plain["messages"] for c in m.get("tool_calls") or []][0].startswith("toolu_")
+    assert hooked == litellm_hook.canonicalize_request(copy.deepcopy(plain))
