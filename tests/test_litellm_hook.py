@@ -424,6 +424,8 @@ def _through_both(proxies, recorder, path: str, body: Any) -> dict[str, tuple[in
 #: Requests whose history the hook rewrites, as LiteLLM forwards them (streamed and not).
 REAL_PROXY_HISTORIES = {
     "sanitised ids, parallel calls": _history("functions_get_weather_0", "functions_get_time_1"),
+    "one id twice": _history("same", "same"),
+    "empty ids": _history("", ""),
     **{name: messages for name, (messages, _, _) in EDGE_HISTORIES.items()
        if name != "arguments not a string: ids rewritten, arguments as they came"},
 }
