@@ -9,7 +9,8 @@ rewrite in a LiteLLM proxy in front of them, before the request leaves the proxy
 ``tool_calls[].id`` becomes ``functions.NAME:N`` (N its position among the history's calls) and each
 tool result's ``tool_call_id`` follows its call (repeated or empty ids matched by position), with
 :func:`kimi_deploy.tool_ids.kimi_k2_canonical_history_ids`, the function the SGLang patch carries.
-Everything else in the request is left as it came.
+Everything else in the request is left as it came. Anthropic clients (``/v1/messages``) are covered too:
+the hook also sees the chat completion LiteLLM makes of their request (:class:`KimiCanonicalToolIds`).
 
 LiteLLM proxy config (``litellm --config config.yaml``; :func:`proxy_config` renders a whole one)::
 
@@ -26,6 +27,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 from typing import Any
 
 from kimi_deploy.tool_ids import kimi_k2_canonical_history_ids
@@ -35,19 +37,24 @@ try:  # the proxy's environment has litellm; the kit's does not
 except ImportError:  # pragma: no cover - exercised by the kit-only import test
     _Base = object  # type: ignore[assignment,misc]
 
-#: LiteLLM ``call_type`` values whose ``data["messages"]`` is an OpenAI chat history.
+log = logging.getLogger(__name__)
+
+#: LiteLLM ``call_type`` values whose ``data["messages"]`` is an OpenAI chat history (the proxy's
+#: ``/v1/chat/completions`` route, and the chat completion LiteLLM makes of a ``/v1/messages`` request, are
+#: ``acompletion``).
 CHAT_CALL_TYPES = frozenset({"completion", "acompletion"})
+
 
 
 def canonicalize_request(data: dict[str, Any]) -> dict[str, Any]:
     """``data`` (a chat completion request body, as LiteLLM's proxy hands it to a pre-call hook) with its
     history ids canonical; the same dict, with only ``messages`` replaced when an id changed.
 
-    A body without a ``messages`` list, or with entries that are not dicts, is returned untouched (the
-    server answers it as it would have).
+    A body whose history is not in the shape the rule reads (:func:`well_formed`: the proxy hands the hook
+    the client's JSON unvalidated) is returned untouched: the server answers it as it would have.
     """
     messages = data.get("messages") if isinstance(data, dict) else None
-    if not isinstance(messages, list) or not all(isinstance(m, dict) for m in messages):
+    if not well_formed(messages):
         return data
     rewritten = kimi_k2_canonical_history_ids(messages)
     if rewritten != messages:
@@ -55,14 +62,70 @@ def canonicalize_request(data: dict[str, Any]) -> dict[str, Any]:
     return data
 
 
-class KimiCanonicalToolIds(_Base):  # type: ignore[misc,valid-type]
-    """LiteLLM ``CustomLogger`` whose ``async_pre_call_hook`` applies :func:`canonicalize_request` to chat
-    requests (LiteLLM proxy docs, "Modify / Reject Incoming Requests": the hook returns the modified
-    ``data``)."""
+def _optional_str(value: Any) -> bool:
+    return value is None or isinstance(value, str)
 
-    async def async_pre_call_hook(self, user_api_key_dict: Any, cache: Any, data: dict, call_type: str) -> dict:
-        if call_type in CHAT_CALL_TYPES:
-            return canonicalize_request(data)
+
+def well_formed(messages: Any) -> bool:
+    """Whether ``messages`` has the shape :func:`kimi_k2_canonical_history_ids` reads, as SGLang's request
+    model guarantees it there (a list of objects; an assistant's ``tool_calls`` null or a list of objects,
+    each ``function`` null or an object, ``id`` and ``function.name`` null or strings; a tool result's
+    ``tool_call_id`` null or a string). Anything else (``arguments``, ``content``, other roles) is not read."""
+    if not isinstance(messages, list):
+        return False
+    for message in messages:
+        if not isinstance(message, dict):
+            return False
+        role = message.get("role")
+        if role == "tool" and not _optional_str(message.get("tool_call_id")):
+            return False
+        calls = message.get("tool_calls") if role == "assistant" else None
+        if calls is None:
+            continue
+        if not isinstance(calls, list):
+            return False
+        for call in calls:
+            function = call.get("function") if isinstance(call, dict) else None
+            if not isinstance(call, dict) or not (function is None or isinstance(function, dict)):
+                return False
+            if not _optional_str(call.get("id")) or not _optional_str((function or {}).get("name")):
+                return False
+    return True
+
+
+class KimiCanonicalToolIds(_Base):  # type: ignore[misc,valid-type]
+    """LiteLLM ``CustomLogger`` applying :func:`canonicalize_request` to every chat completion the proxy sends.
+
+    Two LiteLLM hooks, the same rewrite (it is idempotent: canonical ids at their positions stay as they are):
+
+    - ``async_pre_call_hook`` (LiteLLM proxy docs, "Modify / Reject Incoming Requests"): the proxy's
+      ``/v1/chat/completions`` request as the client sent it;
+    - ``async_pre_call_deployment_hook`` (LiteLLM 1.108.7 ``utils.py``: every ``litellm.acompletion``, just
+      before it is sent): also the chat completion LiteLLM makes of an Anthropic ``/v1/messages`` request
+      (Claude Code), after its translation, which replaces every id character outside ``[A-Za-z0-9_-]``
+      with ``_`` (``normalize_anthropic_tool_use_id``): a sanitised id the rule must still see.
+
+    Neither raises: an exception in a hook fails the request, so a fault in the rewrite is logged (warning)
+    and the request goes on with its ids as they came. Other call types (embeddings, text completions, the
+    Responses API's ``input`` items) pass untouched.
+    """
+
+    async def async_pre_call_hook(self, user_api_key_dict: Any, cache: Any, data: dict, call_type: Any) -> dict:
+        return _guarded(data, call_type)
+
+    async def async_pre_call_deployment_hook(self, kwargs: dict, call_type: Any) -> dict:
+        return _guarded(kwargs, call_type)
+
+
+def _guarded(data: Any, call_type: Any) -> Any:
+    """:func:`canonicalize_request` of ``data`` when ``call_type`` (a string, or LiteLLM's ``CallTypes``
+    member) is a chat completion; ``data`` itself otherwise, and when the rewrite fails (logged)."""
+    try:
+        if getattr(call_type, "value", call_type) not in CHAT_CALL_TYPES:
+            return data
+        return canonicalize_request(data)
+    except Exception as exc:  # noqa: BLE001 - a broken hook would break every request through the proxy
+        log.warning("kimi-deploy tool-id hook: history ids left as they came (%s: %s)", type(exc).__name__, exc)
         return data
 
 
@@ -93,7 +156,10 @@ def proxy_config(models: dict[str, Upstream], *, master_key_env: str | None = "L
             start without one unless told it is a development setup); ``None``: leave it out.
 
     Returns:
-        YAML text (every string a JSON-quoted scalar, so no name or URL can break the document).
+        YAML text (every string a JSON-quoted scalar, so no name or URL can break the document). It sets
+        ``use_chat_completions_url_for_anthropic_messages`` (LiteLLM 1.108.7
+        ``llms/anthropic/pass_through/messages/handler.py``): without it LiteLLM bridges an ``openai/``
+        model's ``/v1/messages`` requests to the server's ``/v1/responses``, which Exo lacks.
     """
     q = json.dumps
     lines = ["# LiteLLM proxy in front of Kimi K2.x servers the kit cannot patch (production.md,",
@@ -107,7 +173,10 @@ def proxy_config(models: dict[str, Upstream], *, master_key_env: str | None = "L
                   f"      api_key: {q('os.environ/' + up.api_key_env) if up.api_key_env else q('none')}"]
     lines += ["litellm_settings:",
               f"  callbacks: {q(CALLBACK)}",
-              "  drop_params: false"]
+              "  drop_params: false",
+              "  # Anthropic clients (/v1/messages) reach the servers through chat completions, which vLLM, SGLang",
+              "  # and Exo all serve (LiteLLM would otherwise send an openai/ model's requests to /v1/responses)",
+              "  use_chat_completions_url_for_anthropic_messages: true"]
     if master_key_env:
         lines += ["general_settings:", f"  master_key: {q('os.environ/' + master_key_env)}"]
     return "\n".join(lines) + "\n"

@@ -337,3 +337,70 @@ def test_every_report_is_written_and_parses_whatever_text_a_row_carries(evidence
     assert [c.get("name") for c in root.iter("testcase")] == [r.id for r in report.results]
     assert root.find("testcase/failure").get("type") == "markup_leak"
     assert doc["checks"][0]["kind"] == "markup_leak" and doc["failures_by_kind"]["markup_leak"] == 1
+
+
+VLLM_MODELS = body(b'{"object": "list", "data": [{"id": "m", "object": "model", "owned_by": "vllm"}]}')
+
+
+@pytest.mark.parametrize("version", [CUT_SHORT, CHUNKED_GARBAGE, body(DEEP), body(b'{"version": 7}')],
+                         ids=["cut short", "chunked garbage", "nested 100k deep", "version not a string"])
+def test_a_vllm_whose_version_answer_is_broken_is_still_identified(tmp_path, hostile, version):
+    """/v1/models says owned_by vllm (vLLM 0.33.0's ModelCard); /version answers brokenly: the server is vLLM
+    with no version, and the report keeps that (identification must not lose the server block)."""
+    url = hostile(body(b"{}"), gets={"/v1/models": VLLM_MODELS, "/version": version})
+    result, doc, _ = run_check(tmp_path, url, "health.live,health.models")
+    assert "Traceback" not in result.output
+    assert doc["server"] == {"kind": "vllm"}, doc["server"]
+
+
+def status(code: int, data: bytes) -> Answer:
+    """Answer every POST with HTTP ``code`` and the JSON ``data``."""
+    def answer(handler: BaseHTTPRequestHandler, streaming: bool) -> None:
+        send(handler, code, data)
+    return answer
+
+
+def _error(message: str) -> bytes:
+    return json.dumps({"error": {"message": message, "type": "BadRequestError", "code": 400}}).encode()
+
+
+#: What servers launched without tool support answer a request with tools, in their own words.
+NO_TOOL_PARSER_ANSWERS = {
+    "vLLM auto": (400, _error('"auto" tool choice requires --enable-auto-tool-choice and --tool-call-parser to be '
+                              "set"), "vLLM"),
+    "vLLM named": (400, _error('tool_choice=function "get_time" requires --tool-call-parser to be set'), "vLLM"),
+    "vLLM required": (400, _error('tool_choice="required" requires --tool-call-parser to be set'), "vLLM"),
+    "llama.cpp": (400, _error("tools param requires --jinja flag"), "llama.cpp"),
+    "llama.cpp before b4400 (HTTP 500)": (500, json.dumps({"error": {
+        "code": 500, "message": "tools param requires --jinja flag", "type": "server_error"}}).encode(), "llama.cpp"),
+    "vLLM text, not JSON": (400, b'"auto" tool choice requires --enable-auto-tool-choice and --tool-call-parser', "vLLM"),
+}
+
+
+@pytest.mark.parametrize("code,data,server", NO_TOOL_PARSER_ANSWERS.values(), ids=NO_TOOL_PARSER_ANSWERS.keys())
+def test_a_server_refusing_tools_for_want_of_a_parser_is_config_mismatch(tmp_path, hostile, code, data, server):
+    url = hostile(status(code, data))
+    _, _, rows = run_check(tmp_path, url, "contract.tool_auto.*,contract.tool_named.*")
+    for row in rows.values():
+        assert (row["status"], row["kind"]) == ("fail", "config_mismatch"), row
+        assert "without a tool-call parser" in row["detail"] and f"HTTP {code}" in row["detail"], row
+        assert server in row["detail"], row
+        assert row["fix"].startswith("restart the server with a Kimi tool-call parser"), row
+
+
+#: 4xx/5xx answers to a request with tools that say nothing of a missing parser: they keep their status kind.
+OTHER_REFUSALS = {
+    "validation error": (400, _error("1 validation error: messages.0.content: field required")),
+    "about tools, no flag": (400, _error("tool_choice must be one of none, auto, required")),
+    "a flag of another subject": (400, _error("max_tokens is too large; raise --max-model-len")),
+    "a tool parser crashed": (500, _error("kimi_k2 tool parser: IndexError in tool_call_parser")),
+    "a flag quoted as a word": (400, _error("unknown field 'tool-call-parser' in request")),
+}
+
+
+@pytest.mark.parametrize("code,data", OTHER_REFUSALS.values(), ids=OTHER_REFUSALS.keys())
+def test_other_refusals_of_a_request_with_tools_keep_their_status_kind(tmp_path, hostile, code, data):
+    url = hostile(status(code, data))
+    _, _, rows = run_check(tmp_path, url, "contract.tool_auto.nonstream")
+    row = rows["contract.tool_auto.nonstream"]
+    assert (row["status"], row["kind"]) == ("fail", "server_error" if code >= 500 else "http_error"), row

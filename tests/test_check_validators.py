@@ -11,6 +11,7 @@ import json
 import pytest
 
 from kimi_deploy.check import leaks
+from kimi_deploy.check.results import fix_for
 from kimi_deploy.check.stream import assemble, check_shape, parse_sse
 from kimi_deploy.check.validate import (
     Expectation,
@@ -277,7 +278,10 @@ def test_a_named_choice_may_end_with_stop(finish, named, kinds):
     (None, "stop", "none", {"empty_answer"}),      # vLLM's tool_choice none without --exclude-tools-when-...
     ("  ", "stop", "none", {"empty_answer"}),
     (None, "stop", "any", {"empty_answer"}),
-    (None, "length", "none", set()),               # cut during reasoning: the budget, not the server
+    ("", "stop", "none", {"empty_answer"}),        # "" is no text either
+    (" \n\t\u3000", "stop", "none", {"empty_answer"}),  # whitespace only (ideographic space included)
+    (None, "length", "none", {"model_declined"}),  # cut during reasoning: the budget, not the server, but no pass
+    ("", "length", "any", {"model_declined"}),
     ("Hello.", "stop", "none", set()),
     (None, "stop", "one", {"tool_call_dropped"}),  # a due call keeps its own kind
 ])
@@ -288,3 +292,20 @@ def test_an_answer_with_neither_text_nor_call_is_empty_answer(content, finish, c
     assert {f.kind for f in found} == kinds
     if kinds == {"empty_answer"} and call == "none":
         assert "tool_choice 'none'" in found[0].detail and "40 completion tokens" in found[0].detail
+    if kinds == {"model_declined"}:  # a warn with the max_tokens fix, not a pass (every message here has reasoning)
+        assert "until max_tokens" in found[0].detail and "no content" in found[0].detail
+        assert "before any call or text" in fix_for(found[0].kind, detail=found[0].detail)
+
+
+def test_reasoning_alone_is_an_empty_answer():
+    """Reasoning is not the answer: a client shows content, so thinking on with no content is empty."""
+    msg = Message(None, "17 has no divisor but 1 and itself", [], "stop", completion_tokens=12)
+    assert {f.kind for f in check_message(msg, Expectation(call="none", thinking=True))} == {"empty_answer"}
+
+
+@pytest.mark.parametrize("call_id", ["functions.get_weather:0\n", "functions.get_weather:0 ", " functions.a:0",
+                                     "functions.get_weather:", "functions.:0", "functions.get weather:0"])
+def test_an_id_is_canonical_only_as_a_whole(call_id):
+    msg = Message(None, None, [ToolCall(call_id, "get_weather", '{"city": "A"}')], "tool_calls")
+    kinds = {f.kind for f in check_message(msg, Expectation(tools=(WEATHER,), call="one", kimi_ids=True))}
+    assert kinds == {"noncanonical_id"}

@@ -7,12 +7,17 @@ SGLang 0.5.23 replay.
 - the kit imports the hook without litellm installed;
 - through the proxy with the hook, every id round trip passes on both servers (direct, and through the same
   proxy without the hook, the ids the servers' parsers drop fail); every other contract check ends as it
-  does direct.
+  does direct;
+- what reaches a recording upstream through the proxy with the hook equals what reaches it without the hook
+  but for the ids (streamed and not); hostile histories end as they do without the hook (never a proxy
+  error of the hook's making); a text completion passes untouched; an Anthropic /v1/messages request (which
+  LiteLLM turns into a chat completion, sanitising its ids) reaches the server with canonical ids.
 """
 
 from __future__ import annotations
 
 import copy
+import enum
 import inspect
 import json
 import os
@@ -20,12 +25,15 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from conftest import SGLANG_API_KEY, VLLM_API_KEY
+from loopback import Loopback, QuietHandler, send
 from kimi_deploy import litellm_hook, tool_ids
 from kimi_deploy.errors import ExitCode
 from test_check_replay import DROPPED_STYLES, profile_for, run_json
@@ -109,6 +117,111 @@ def test_the_hook_rewrites_chat_calls_only():
     assert untouched == body
 
 
+#: Histories the hook meets in a proxy that validates nothing before the pre-call hook: none may raise (a hook
+#: that raises fails every request through the proxy); each is passed on as it came, for the server to judge.
+HOSTILE_MESSAGES = {
+    "messages a dict": {"role": "user"},
+    "messages null": None,
+    "a message not a dict": ["hi", {"role": "user", "content": "x"}],
+    "tool_calls null": [{"role": "assistant", "content": "x", "tool_calls": None}, {"role": "tool", "content": "r"}],
+    "tool_calls a string": [{"role": "assistant", "tool_calls": "functions.a:0"}],
+    "tool_calls a dict": [{"role": "assistant", "tool_calls": {"id": "x", "function": {"name": "a"}}}],
+    "a call not a dict": [{"role": "assistant", "tool_calls": ["x", None, 3]}],
+    "function missing": [{"role": "assistant", "tool_calls": [{"id": "x", "type": "function"}]},
+                         {"role": "tool", "tool_call_id": "x", "content": "r"}],
+    "function a string": [{"role": "assistant", "tool_calls": [{"id": "x", "function": "get_weather"}]}],
+    "function a list": [{"role": "assistant", "tool_calls": [{"id": "x", "function": ["get_weather"]}]}],
+    "name not a string": [{"role": "assistant", "tool_calls": [{"id": "x", "function": {"name": {"a": 1}}}]}],
+    "id a list": [{"role": "assistant", "tool_calls": [{"id": ["x"], "function": {"name": "a", "arguments": "{}"}}]}],
+    "id a dict": [{"role": "assistant", "tool_calls": [{"id": {"x": 1}, "function": {"name": "a"}}]}],
+    "tool_call_id a list": [{"role": "assistant", "tool_calls": [{"id": "x", "function": {"name": "a"}}]},
+                            {"role": "tool", "tool_call_id": ["x"], "content": "r"}],
+    "role a list": [{"role": ["assistant"], "tool_calls": [{"id": "x", "function": {"name": "a"}}]}],
+}
+
+
+@pytest.mark.parametrize("messages", HOSTILE_MESSAGES.values(), ids=HOSTILE_MESSAGES.keys())
+def test_hostile_histories_never_raise_and_pass_untouched(messages):
+    import asyncio
+
+    for data in ({"model": "kimi", "messages": copy.deepcopy(messages)}, messages, "not a dict", None):
+        before = copy.deepcopy(data)
+        out = asyncio.run(litellm_hook.proxy_handler_instance.async_pre_call_hook(None, None, data, "acompletion"))
+        assert out == before and data == before
+
+
+def test_the_hook_passes_a_request_on_even_when_the_rewrite_itself_fails(monkeypatch, caplog):
+    """A bug in the rewrite (here: one put in by hand) costs the ids, never the request: logged, passed on."""
+    import asyncio
+
+    def broken(messages):
+        raise RuntimeError("a bug in the rewrite")
+
+    monkeypatch.setattr(litellm_hook, "kimi_k2_canonical_history_ids", broken)
+    body = {"messages": _history("functions_get_weather_0")}
+    with caplog.at_level("WARNING", logger="kimi_deploy.litellm_hook"):
+        out = asyncio.run(litellm_hook.proxy_handler_instance.async_pre_call_hook(None, None, copy.deepcopy(body),
+                                                                                  "acompletion"))
+    assert out == body
+    assert "a bug in the rewrite" in caplog.text and "left as they came" in caplog.text
+
+
+#: Well-formed histories beyond the sanitised-id one: (name, messages, the ids the calls get, the tool results').
+EDGE_HISTORIES = {
+    "content parts kept": (
+        [{"role": "user", "content": [{"type": "text", "text": "w?"}, {"type": "image_url", "image_url": {"url": "x"}}]},
+         {"role": "assistant", "content": [{"type": "text", "text": "calling"}], "tool_calls": [
+             {"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": "{}"}}]},
+         {"role": "tool", "tool_call_id": "call_1", "content": [{"type": "text", "text": "18 C"}]}],
+        ["functions.get_weather:0"], ["functions.get_weather:0"]),
+    "names with dots and dashes": (
+        [{"role": "assistant", "tool_calls": [
+            {"id": "a", "type": "function", "function": {"name": "mcp.fs-read_file", "arguments": "{}"}},
+            {"id": "b", "type": "function", "function": {"name": "x-y.z", "arguments": "{}"}}]},
+         {"role": "tool", "tool_call_id": "b", "content": "2"}, {"role": "tool", "tool_call_id": "a", "content": "1"}],
+        ["functions.mcp.fs-read_file:0", "functions.x-y.z:1"], ["functions.x-y.z:1", "functions.mcp.fs-read_file:0"]),
+    "parallel calls over two turns": (
+        [{"role": "assistant", "tool_calls": [
+            {"id": "t1", "type": "function", "function": {"name": "a", "arguments": "{}"}},
+            {"id": "t2", "type": "function", "function": {"name": "b", "arguments": "{}"}}]},
+         {"role": "tool", "tool_call_id": "t1", "content": "1"}, {"role": "tool", "tool_call_id": "t2", "content": "2"},
+         {"role": "user", "content": "again"},
+         {"role": "assistant", "tool_calls": [
+             {"id": "t1", "type": "function", "function": {"name": "a", "arguments": "{}"}}]},
+         {"role": "tool", "tool_call_id": "t1", "content": "3"}],
+        ["functions.a:0", "functions.b:1", "functions.a:2"], ["functions.a:0", "functions.b:1", "functions.a:2"]),
+    "arguments not a string: ids rewritten, arguments as they came": (
+        [{"role": "assistant", "tool_calls": [
+            {"id": "x", "type": "function", "function": {"name": "a", "arguments": {"city": "Paris"}}}]},
+         {"role": "tool", "tool_call_id": "x", "content": "r"}],
+        ["functions.a:0"], ["functions.a:0"]),
+    "a result matching no call keeps its id": (
+        [{"role": "assistant", "tool_calls": [
+            {"id": "c", "type": "function", "function": {"name": "a", "arguments": "{}"}}]},
+         {"role": "tool", "tool_call_id": "c", "content": "1"}, {"role": "tool", "tool_call_id": "zzz", "content": "?"}],
+        ["functions.a:0"], ["functions.a:0", "zzz"]),
+}
+
+
+@pytest.mark.parametrize("messages,call_ids,result_ids", EDGE_HISTORIES.values(), ids=EDGE_HISTORIES.keys())
+def test_edge_histories_change_only_their_ids(messages, call_ids, result_ids):
+    before = copy.deepcopy(messages)
+    after = litellm_hook.canonicalize_request({"messages": copy.deepcopy(messages)})["messages"]
+    assert [c["id"] for m in after for c in m.get("tool_calls") or []] == call_ids
+    assert [m["tool_call_id"] for m in after if m["role"] == "tool"] == result_ids
+    for old, new in zip(before, after):  # every other key and value as it came
+        assert {k: v for k, v in new.items() if k not in ("tool_calls", "tool_call_id")} == \
+            {k: v for k, v in old.items() if k not in ("tool_calls", "tool_call_id")}
+        for old_call, new_call in zip(old.get("tool_calls") or [], new.get("tool_calls") or []):
+            assert {**new_call, "id": old_call["id"]} == old_call
+
+
+def test_a_history_already_canonical_is_the_same_object():
+    body = {"messages": _history("functions.get_weather:0", "functions.get_time:1")}
+    messages = body["messages"]
+    assert litellm_hook.canonicalize_request(body)["messages"] is messages
+
+
 def example_config() -> str:
     return litellm_hook.proxy_config({"kimi-k25": litellm_hook.Upstream(
         "http://10.0.0.5:8000/v1", SERVED, "KIMI_UPSTREAM_API_KEY")})
@@ -182,12 +295,56 @@ class Proxy:
                 self.proc.kill()
 
 
+class Recorder:
+    """A loopback upstream that keeps every request body LiteLLM sends it (``bodies``: ``(path, JSON)``) and
+    answers a one-word chat completion (an event stream when asked) or text completion."""
+
+    def __init__(self) -> None:
+        self.bodies: list[tuple[str, Any]] = []
+        outer = self
+
+        class Handler(QuietHandler):
+            protocol_version = "HTTP/1.1"
+
+            def do_GET(self):  # noqa: N802
+                self._send(200, {"object": "list", "data": [{"id": SERVED, "object": "model"}]})
+
+            def do_POST(self):  # noqa: N802
+                data = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)))
+                outer.bodies.append((self.path, data))
+                base = {"id": "x", "created": 1, "model": SERVED}
+                if self.path.endswith("/completions") and not self.path.endswith("/chat/completions"):
+                    return self._send(200, {**base, "object": "text_completion", "choices": [
+                        {"index": 0, "text": "ok", "finish_reason": "stop"}]})
+                if not data.get("stream"):
+                    return self._send(200, {**base, "object": "chat.completion", "choices": [{
+                        "index": 0, "message": {"role": "assistant", "content": "ok"}, "finish_reason": "stop"}],
+                        "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}})
+                frames = [{**base, "object": "chat.completion.chunk", "choices": [
+                    {"index": 0, "delta": delta, "finish_reason": finish}]}
+                    for delta, finish in (({"role": "assistant", "content": "ok"}, None), ({}, "stop"))]
+                send(self, 200, b"".join(b"data: " + json.dumps(f).encode() + b"\n\n" for f in frames)
+                     + b"data: [DONE]\n\n", "text/event-stream")
+
+        self.server = Loopback(Handler)
+        self.url = self.server.url
+
+
 @pytest.fixture(scope="module")
-def proxies(litellm_python, vllm_replay, replay, tmp_path_factory):
+def recorder():
+    upstream = Recorder()
+    yield upstream
+    upstream.server.close()
+
+
+@pytest.fixture(scope="module")
+def proxies(litellm_python, vllm_replay, replay, recorder, tmp_path_factory):
     """``{"hook": url, "plain": url}``: two proxies (with the hook; the same config without it) serving
-    ``kimi-vllm`` (the vLLM replay, kimi_k2 parsers) and ``kimi-sglang`` (SGLang 0.5.23 as released)."""
+    ``kimi-vllm`` (the vLLM replay, kimi_k2 parsers), ``kimi-sglang`` (SGLang 0.5.23 as released) and
+    ``kimi-echo`` (:class:`Recorder`, to see what reaches a server)."""
     models = {"kimi-vllm": litellm_hook.Upstream(vllm_replay["parsers"].url() + "/v1", SERVED, "VLLM_KEY"),
-              "kimi-sglang": litellm_hook.Upstream(replay["unpatched"].url() + "/v1", SERVED, "SGLANG_KEY")}
+              "kimi-sglang": litellm_hook.Upstream(replay["unpatched"].url() + "/v1", SERVED, "SGLANG_KEY"),
+              "kimi-echo": litellm_hook.Upstream(recorder.url + "/v1", SERVED)}
     config = litellm_hook.proxy_config(models)
     plain = config.replace(f'  callbacks: "{litellm_hook.CALLBACK}"\n', "")
     assert plain != config
@@ -196,7 +353,8 @@ def proxies(litellm_python, vllm_replay, replay, tmp_path_factory):
     started = {"hook": Proxy(litellm_python, config, root / "hook", env),
                "plain": Proxy(litellm_python, plain, root / "plain", env)}
     try:
-        yield {name: p.wait() for name, p in started.items()}
+        urls = {name: p.wait() for name, p in started.items()}
+        yield {**urls, "hook_log": str(started["hook"].log)}
     finally:
         for p in started.values():
             p.stop()
@@ -238,3 +396,148 @@ def test_through_the_hook_every_other_check_ends_as_direct(proxies, vllm_replay,
     seen = {c["id"]: (c["status"], c["kind"]) for c in direct["checks"]}
     assert {c["id"]: (c["status"], c["kind"]) for c in proxied["checks"]} == seen
     assert len(seen) == 29 and ("skip", None) not in seen.values()  # 13 cases x 2 modes, multi_turn x 2, malformed
+
+
+def _post(url: str, path: str, body: Any) -> tuple[int, str]:
+    """POST ``body`` (JSON) to the proxy with the master key: (status, response text)."""
+    request = urllib.request.Request(url + path, data=json.dumps(body).encode(), method="POST", headers={
+        "Content-Type": "application/json", "Authorization": f"Bearer {MASTER_KEY}"})
+    try:
+        with urllib.request.urlopen(request, timeout=60) as resp:
+            return resp.status, resp.read().decode()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read().decode()
+
+
+def _through_both(proxies, recorder, path: str, body: Any) -> dict[str, tuple[int, Any]]:
+    """``{"plain"|"hook": (status, the body the upstream got, or None)}`` for one request sent through each."""
+    out = {}
+    for name in ("plain", "hook"):
+        before = len(recorder.bodies)
+        code, _ = _post(proxies[name], path, body)
+        got = recorder.bodies[before:]
+        assert len(got) <= 1, got
+        out[name] = (code, got[0][1] if got else None)
+    return out
+
+
+#: Requests whose history the hook rewrites, as LiteLLM forwards them (streamed and not).
+REAL_PROXY_HISTORIES = {
+    "sanitised ids, parallel calls": _history("functions_get_weather_0", "functions_get_time_1"),
+    "one id twice": _history("same", "same"),
+    "empty ids": _history("", ""),
+    **{name: messages for name, (messages, _, _) in EDGE_HISTORIES.items()
+       if name != "arguments not a string: ids rewritten, arguments as they came"},
+}
+
+
+@pytest.mark.vllm
+@pytest.mark.sglang
+@pytest.mark.parametrize("stream", [False, True], ids=["nonstream", "stream"])
+@pytest.mark.parametrize("messages", REAL_PROXY_HISTORIES.values(), ids=REAL_PROXY_HISTORIES.keys())
+def test_through_the_real_proxy_only_the_history_ids_change(proxies, recorder, messages, stream):
+    """What reaches the server through the proxy with the hook is what reaches it through the same proxy
+    without it, but for the ids: LiteLLM's own rewriting is the same both ways, the hook adds only its own."""
+    body = {"model": "kimi-echo", "messages": messages, "temperature": 0, "max_tokens": 7, "stream": stream,
+            "tools": [{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}],
+            "tool_choice": "auto"}
+    got = _through_both(proxies, recorder, "/v1/chat/completions", body)
+    (plain_code, plain), (hook_code, hooked) = got["plain"], got["hook"]
+    assert plain_code == hook_code == 200 and plain is not None and hooked is not None
+    assert hooked != plain
+    assert hooked == litellm_hook.canonicalize_request(copy.deepcopy(plain))
+
+
+@pytest.mark.vllm
+@pytest.mark.sglang
+@pytest.mark.parametrize("messages", [m for m in HOSTILE_MESSAGES.values() if isinstance(m, list)],
+                         ids=[k for k, m in HOSTILE_MESSAGES.items() if isinstance(m, list)])
+def test_a_hostile_history_through_the_real_proxy_ends_as_without_the_hook(proxies, recorder, messages):
+    """The hook never turns a request into a proxy error: each hostile history ends with the status (and the
+    upstream body) it gets through the proxy without the hook, and the hook logs no failure."""
+    log = Path(proxies["hook_log"])
+    seen = log.stat().st_size
+    got = _through_both(proxies, recorder, "/v1/chat/completions", {"model": "kimi-echo", "messages": messages,
+                                                                    "max_tokens": 7})
+    assert got["hook"] == got["plain"], got
+    with log.open("rb") as fh:  # what the hook's proxy logged for this request only
+        fh.seek(seen)
+        added = fh.read().decode(errors="replace")
+    assert "kimi-deploy tool-id hook" not in added and "async_pre_call_hook" not in added, added[-3000:]
+
+
+@pytest.mark.vllm
+@pytest.mark.sglang
+def test_a_text_completion_through_the_real_proxy_passes_untouched(proxies, recorder):
+    """Not a chat request (``/v1/completions``: call_type text_completion): the hook leaves it alone."""
+    body = {"model": "kimi-echo", "prompt": "functions_get_weather_0 <|tool_call_begin|>", "max_tokens": 3}
+    got = _through_both(proxies, recorder, "/v1/completions", body)
+    assert got["hook"] == got["plain"] and got["hook"][0] == 200, got
+
+
+# --- Anthropic Messages (/v1/messages: Claude Code and other Anthropic clients) ------------------------------
+
+
+def _anthropic_history(first: str, second: str) -> list[dict]:
+    return [
+        {"role": "user", "content": "weather and time?"},
+        {"role": "assistant", "content": [
+            {"type": "text", "text": "Checking."},
+            {"type": "tool_use", "id": first, "name": "get_weather", "input": {"city": "Paris"}},
+            {"type": "tool_use", "id": second, "name": "mcp.get-time", "input": {}}]},
+        {"role": "user", "content": [
+            {"type": "tool_result", "tool_use_id": second, "content": "12:00"},
+            {"type": "tool_result", "tool_use_id": first, "content": [{"type": "text", "text": "18 C"}]},
+            {"type": "text", "text": "and Rome?"}]},
+    ]
+
+
+class CallTypes(str, enum.Enum):
+    """The shape of LiteLLM's ``CallTypes`` (a ``str`` enum), which the deployment hook receives."""
+
+    acompletion = "acompletion"
+    aembedding = "aembedding"
+    aresponses = "aresponses"
+
+
+@pytest.mark.parametrize("call_type", [CallTypes.acompletion, "acompletion", "completion"])
+def test_the_deployment_hook_rewrites_every_chat_completion(call_type):
+    """What LiteLLM sends a deployment, after its own translations (an Anthropic request's ids already
+    sanitised by it): the same rewrite."""
+    import asyncio
+
+    kwargs = {"model": "openai/x", "messages": _history("toolu_01A09q90", "functions_get_time_1"), "stream": False}
+    out = asyncio.run(litellm_hook.proxy_handler_instance.async_pre_call_deployment_hook(copy.deepcopy(kwargs),
+                                                                                         call_type))
+    assert out == litellm_hook.canonicalize_request(copy.deepcopy(kwargs))
+    assert [c["id"] for c in out["messages"][2]["tool_calls"]] == ["functions.get_weather:0", "functions.get_time:1"]
+
+
+@pytest.mark.parametrize("call_type", [CallTypes.aembedding, CallTypes.aresponses, None, ["acompletion"], 7])
+def test_the_deployment_hook_leaves_other_calls_alone(call_type):
+    import asyncio
+
+    kwargs = {"model": "openai/x", "messages": _history("toolu_01A09q90"), "input": [{"call_id": "call_1"}]}
+    out = asyncio.run(litellm_hook.proxy_handler_instance.async_pre_call_deployment_hook(copy.deepcopy(kwargs),
+                                                                                         call_type))
+    assert out == kwargs
+
+
+@pytest.mark.vllm
+@pytest.mark.sglang
+@pytest.mark.parametrize("stream", [False, True], ids=["nonstream", "stream"])
+def test_through_the_real_proxy_an_anthropic_history_reaches_the_server_canonical(proxies, recorder, stream):
+    """``POST /v1/messages`` (what Claude Code sends, ``toolu_`` ids): LiteLLM makes a chat completion of it;
+    with the hook its history ids are canonical, and the whole body is what the OpenAI rule makes of the body
+    LiteLLM sends without the hook (the rewrite before LiteLLM's translation equals the rewrite after it)."""
+    body = {"model": "kimi-echo", "max_tokens": 16, "stream": stream,
+            "messages": _anthropic_history("toolu_01A09q90qw90lq917835lq9", "toolu_01B7xyz"),
+            "tools": [{"name": "get_weather", "input_schema": {"type": "object"}},
+                      {"name": "mcp.get-time", "input_schema": {"type": "object"}}]}
+    got = _through_both(proxies, recorder, "/v1/messages", body)
+    (plain_code, plain), (hook_code, hooked) = got["plain"], got["hook"]
+    assert plain_code == hook_code == 200 and plain is not None and hooked is not None, got
+    ids = [c["id"] for m in hooked["messages"] for c in m.get("tool_calls") or []]
+    assert ids == ["functions.get_weather:0", "functions.mcp.get-time:1"], hooked["messages"]
+    assert [c["id"] for m in plain["messages"] for c in m.get("tool_calls") or []][0].startswith("toolu_")
+    assert hooked == litellm_hook.canonicalize_request(copy.deepcopy(plain))

@@ -327,22 +327,34 @@ def transport_finding(exc: Exception, what: str) -> Finding:
     return Finding("unreachable", f"{what}: {type(exc).__name__}", clip(exc))
 
 
-#: What a server without a tool-call parser answers a request with ``tools`` (HTTP 400): vLLM 0.33.0
-#: ``renderers/online_renderer.py`` says ``"auto" tool choice requires --enable-auto-tool-choice and
-#: --tool-call-parser to be set`` (auto) or ``tool_choice=... requires --tool-call-parser to be set``.
-NO_TOOL_PARSER_MARKERS = ("--enable-auto-tool-choice", "requires --tool-call-parser")
-
-#: The flags a server without a Kimi tool-call parser needs (vLLM's spelling; SGLang takes the last two).
-TOOL_PARSER_FLAGS = "--enable-auto-tool-choice --tool-call-parser kimi_k2 --reasoning-parser kimi_k2"
+#: How servers launched without tool-call parsing refuse a request with ``tools`` (4xx, or llama.cpp's older
+#: 500): ``(words in the body, server, the flags to add)``. vLLM 0.33.0 ``renderers/online_renderer.py``:
+#: ``"auto" tool choice requires --enable-auto-tool-choice and --tool-call-parser to be set`` (auto) and
+#: ``tool_choice=... requires --tool-call-parser to be set`` (required, named); llama.cpp's server:
+#: ``tools param requires --jinja flag`` (HTTP 400; 500 before build b4400). Each names the server's own flag,
+#: so a 4xx about anything else (a validation error, a flag of another subject, a word like
+#: ``tool-call-parser`` without its dashes) keeps its status kind. SGLang 0.5.23 never refuses: without
+#: ``--tool-call-parser`` it renders the tools and Kimi's markup reaches ``content`` (``markup_leak``).
+NO_TOOL_PARSER_REFUSALS: tuple[tuple[str, str, str], ...] = (
+    ("--enable-auto-tool-choice", "vLLM", "--enable-auto-tool-choice --tool-call-parser kimi_k2 "
+                                          "--reasoning-parser kimi_k2"),
+    ("requires --tool-call-parser", "vLLM", "--enable-auto-tool-choice --tool-call-parser kimi_k2 "
+                                            "--reasoning-parser kimi_k2"),
+    ("requires --jinja", "llama.cpp", "--jinja"),
+)
 
 
 def no_tool_parser_finding(status: int, body: str) -> Finding | None:
-    """``config_mismatch`` when a 4xx ``body`` says the server runs without a tool-call parser; else None."""
-    if not 400 <= status < 500 or not any(m in body for m in NO_TOOL_PARSER_MARKERS):
+    """``config_mismatch`` when a 4xx/5xx ``body`` refuses tools in the words of :data:`NO_TOOL_PARSER_REFUSALS`
+    (matched case-insensitively); else None. Its detail names the server and the flags to add."""
+    text = body.lower()
+    match = next((r for r in NO_TOOL_PARSER_REFUSALS if r[0] in text), None) if status >= 400 else None
+    if match is None:
         return None
-    return Finding("config_mismatch", f"{status_label(status)}: the server runs without a tool-call parser; "
-                   f"relaunch it with {TOOL_PARSER_FLAGS} (vLLM; SGLang: --tool-call-parser kimi_k2 "
-                   "--reasoning-parser kimi_k2)", clip_body(body))
+    _, server, flags = match
+    also = " (SGLang: --tool-call-parser kimi_k2 --reasoning-parser kimi_k2)" if server == "vLLM" else ""
+    return Finding("config_mismatch", f"{status_label(status)}: the server runs without a tool-call parser "
+                   f"({server}'s refusal); relaunch it with {flags}{also}", clip_body(body))
 
 
 def openai_finding(exc: Exception, *, streaming: bool, raw: str = "") -> Finding:

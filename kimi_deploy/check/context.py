@@ -85,7 +85,7 @@ class Context:
         if self.server_kind == "vllm":
             try:
                 status, data = self.clients.get_json("/version")
-            except httpx.TransportError:
+            except httpx.HTTPError:  # no answer, a broken one, or one refused unread
                 data = None
             if isinstance(data, dict) and isinstance(data.get("version"), str):
                 self.server_version = data["version"]

@@ -105,7 +105,7 @@ FIXES: dict[str, str] = {
 }
 
 #: The fix of a ``model_declined`` answer cut at ``max_tokens`` (its detail says "until max_tokens").
-CUT_AT_MAX_TOKENS_FIX = ("the answer ran to max_tokens before any call: a server that always generates max_tokens "
+CUT_AT_MAX_TOKENS_FIX = ("the answer ran to max_tokens before any call or text: a server that always generates max_tokens "
                          "(ignore_eos, benchmarks/synthetic_server.py) cannot show calls; on a real model the "
                          "reasoning outgrew the case's budget (production.md §9)")
 
@@ -114,7 +114,8 @@ CUT_AT_MAX_TOKENS_FIX = ("the answer ran to max_tokens before any call: a server
 #: "without a tool-call parser": :func:`kimi_deploy.check.client.no_tool_parser_finding`).
 NO_TOOL_PARSER_FIX = ("restart the server with a Kimi tool-call parser: vLLM `--enable-auto-tool-choice "
                       "--tool-call-parser kimi_k2 --reasoning-parser kimi_k2`; SGLang: profile tool_call_parser and "
-                      "reasoning_parser = \"kimi_k2\", then `kimi-deploy install` and `kimi-deploy restart --wait`")
+                      "reasoning_parser = \"kimi_k2\", then `kimi-deploy install` and `kimi-deploy restart --wait`; "
+                      "llama.cpp: `--jinja`")
 
 
 def fix_for(kind: str | None, *, python: str | None = None, name: str | None = None, detail: str = "") -> str:

@@ -2,10 +2,13 @@
 
 Rules (issue #5; ../shared/notes/tool-call-failures.md, "What an API-contract check needs"):
 no marker in content or reasoning; finish_reason ``tool_calls`` iff non-empty ``tool_calls``, except
-that a call forced by a named ``tool_choice`` may end with ``stop`` (OpenAI's own API does: vLLM
-0.33.0 ``resolve_finish_reason`` keeps ``stop`` "for which OpenAI reports stop"); text where text
-is due (no call allowed, or either allowed): an answer with neither content nor calls is
-``empty_answer``;
+that a call forced by a named ``tool_choice`` may end with ``stop`` (OpenAI's own API does, streamed
+and not, while ``required`` ends with ``tool_calls``: measured against gpt-4o in vLLM PR #25054, "Align
+finish_reason when tool is called with OpenAI", and kept by vLLM 0.33.0 ``resolve_finish_reason`` "for
+which OpenAI reports stop"; any other finish_reason, ``length`` included, still fails); text where text
+is due (no call allowed, or either allowed): an answer with neither content (``null``, ``""`` or
+whitespace; reasoning is not content) nor calls is ``empty_answer``, or ``model_declined`` (warn)
+when it ran until ``max_tokens`` (the case's budget, not the server, but never a pass);
 each call names a requested tool and its ``arguments`` string parses to a JSON object valid
 against that tool's ``parameters`` schema (JSON Schema, checked with ``jsonschema``); ids
 unique across the conversation and, on a ``kimi_k2`` server, canonical ``functions.NAME:N``
@@ -27,7 +30,7 @@ from kimi_deploy.check import leaks
 from kimi_deploy.check.results import clip
 
 #: Kimi's canonical id (tool-call-failures.md): functions.NAME:N, N a conversation-wide counter.
-CANONICAL_KIMI_ID = re.compile(r"^functions\.[A-Za-z0-9_.-]+:\d+$")
+CANONICAL_KIMI_ID = re.compile(r"functions\.[A-Za-z0-9_.-]+:[0-9]+")  # fullmatch: no trailing newline
 
 #: Most telling kind first: a check reports the first finding in this order.
 PRIORITY: tuple[str, ...] = (
@@ -251,8 +254,13 @@ def check_message(msg: Message, exp: Expectation) -> list[Finding]:
             cut = " until max_tokens (finish_reason 'length'; not retried)" if msg.finish_reason == "length" else ""
             out.append(Finding("model_declined", f"a tool call was due; the model answered in prose{cut}",
                                clip(content)))
-    if exp.call in ("none", "any") and not calls and not (msg.content or "").strip() and not found \
-            and msg.finish_reason not in ("length", "tool_calls"):
+    text_due = exp.call in ("none", "any") and not calls and not (msg.content or "").strip() and not found
+    if text_due and msg.finish_reason == "length":
+        tokens = msg.completion_tokens if msg.completion_tokens is not None else "some"
+        out.append(Finding("model_declined", "text was due; the answer ran until max_tokens with no content "
+                           f"(finish_reason 'length', {tokens} completion tokens; not retried)",
+                           clip(msg.reasoning or f"finish_reason=length; content={msg.content!r}")))
+    elif text_due and msg.finish_reason != "tool_calls":
         why = (f" with tool_choice {exp.choice!r} and tools in the request: most likely the server rendered the tools and "
                "its parser swallowed the call the model wrote" if exp.tools and exp.choice == "none" else "")
         tokens = msg.completion_tokens if msg.completion_tokens is not None else "some"
@@ -281,7 +289,7 @@ def check_message(msg: Message, exp: Expectation) -> list[Finding]:
             out.append(Finding("duplicate_id", f"id {call.id!r} is already used in this conversation",
                                clip(call.id)))
         seen.add(call.id)
-        if exp.kimi_ids and not CANONICAL_KIMI_ID.match(call.id):
+        if exp.kimi_ids and not CANONICAL_KIMI_ID.fullmatch(call.id):
             out.append(Finding("noncanonical_id", f"kimi_k2 server returned id {call.id!r}, not functions.NAME:N",
                                clip(call.id)))
     if exp.thinking is True and not (msg.reasoning or "").strip():
