@@ -10,7 +10,6 @@ from kimi_deploy.cli.options import echo_json, json_flag, profile_options, resol
 from kimi_deploy.paths import HostLayout
 
 if TYPE_CHECKING:  # restart's library (httpx, rich, the check tiers) loads when the verb runs, not for --help
-    from kimi_deploy import restart as restart_lib
     from kimi_deploy.readiness import WaitState
 
 
