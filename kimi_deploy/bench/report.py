@@ -34,6 +34,7 @@ from kimi_deploy.bench.dataset import Dataset
 from kimi_deploy.bench.load import BenchRun
 from kimi_deploy.bench.metrics import DEFINITIONS
 from kimi_deploy.errors import UsageError
+from kimi_deploy.printable import markup
 from kimi_deploy.redact import redact
 
 SCHEMA = "kimi-deploy.bench/1"
@@ -179,7 +180,7 @@ def summary_table(result: dict[str, Any]):
     """A rich Table: one line per point with medians, throughput and flags."""
     from rich.table import Table
 
-    table = Table(title=f"kimi-deploy bench: {result['label']}  (model {result['model']}, "
+    table = Table(title=f"kimi-deploy bench: {markup(result['label'])}  (model {markup(result['model'])}, "
                         f"max_tokens {result['config']['max_tokens']}, {result['config']['mode']})")
     for col in ("point", "ok/err", "TTFT p50/p99 ms", "TPOT p50/p99 ms", "ITL p50 ms", "tok/chunk",
                 "E2E p50 ms", "out tok/s", "req/s", "goodput", "accept", "no usage"):

@@ -12,6 +12,7 @@ from kimi_deploy.apikey import ARGV_REFUSAL, ENV_VAR, guard_transport, read_key_
 from kimi_deploy.bench import params
 from kimi_deploy.errors import ExitCode, KimiDeployError, UsageError
 from kimi_deploy.fsio import check_output_paths, write_atomic
+from kimi_deploy.printable import markup
 from kimi_deploy.cli.options import json_flag, json_path_option, limit_options
 
 
@@ -247,13 +248,13 @@ def bench_cmd(ctx, base_url, model, concurrency, request_rate, num_prompts, max_
         write_atomic(csv_path, report.to_csv(result))
     console.print(report.summary_table(result))
     for line in report.warnings_of(result):
-        console.print(f"[yellow]warning:[/] {line}")
+        console.print(f"[yellow]warning:[/] {markup(line)}")
     if to_stdout:
         click.echo(text, nl=False)
     else:
         for path in (json_path, csv_path):
             if path:
-                console.print(f"wrote {path}")
+                console.print(f"wrote {markup(path)}")
     if run.interrupted:
         ctx.exit(EXIT_INTERRUPTED)
     failed = report.failed_points(result)
@@ -295,15 +296,15 @@ def compare_cmd(results, plot_path, as_json):
         console.print(compare_lib.comparison_table(cmp))
         console.print(f"beyond noise? ({verdicts.test})", highlight=False)
         for line in abtest.verdict_lines(verdicts):
-            console.print(f"  {line}", highlight=False)
+            console.print(f"  {markup(line)}", highlight=False)
         kv = ", ".join(f"{k} {v:,}" if v else f"{k} ?" for k, v in verdicts.kv_tokens.items())
-        console.print(f"KV capacity (tokens): {kv}", highlight=False)
+        console.print(f"KV capacity (tokens): {markup(kv)}", highlight=False)
     for line in verdicts.alarms:
-        console.print(f"[red]ALARM:[/] {line}", highlight=False)
+        console.print(f"[red]ALARM:[/] {markup(line)}", highlight=False)
     for line in cmp.warnings + verdicts.notes:
-        console.print(f"[yellow]warning:[/] {line}")
+        console.print(f"[yellow]warning:[/] {markup(line)}")
     if cmp.plot and not as_json:
-        console.print(f"wrote {cmp.plot}")
+        console.print(f"wrote {markup(cmp.plot)}")
 
 
 COMMANDS = [bench_cmd]

@@ -16,6 +16,7 @@ from kimi_deploy.apikey import read_key_file as read_api_key
 from kimi_deploy.check.runner import Interrupted
 from kimi_deploy.errors import UsageError
 from kimi_deploy.cli.options import json_path_option, limit_options
+from kimi_deploy.printable import printable
 
 #: Default ``--deadline``: 12 minutes, well inside the nightly unit's ``TimeoutStartSec=900``
 #: (systemd/check.service.j2), leaving 3 minutes for start-up, the last request and the reports.
@@ -171,10 +172,10 @@ def _each_worker(options: CheckOptions, json_path, junit_path, prom_path) -> int
     out = sys.stderr if to_stdout else sys.stdout
     for url, report in fleet.reports:
         failed = [r.id for r in report.results if r.status == "fail"]
-        print(f"{url}: exit {int(report.exit_code)}, {len(report.results)} checks, "
+        print(f"{printable(url)}: exit {int(report.exit_code)}, {len(report.results)} checks, "
               f"{len(failed)} failed{': ' + ', '.join(failed[:5]) if failed else ''}", file=out)
     if not fleet.reports:
-        print(f"{base_url}: the gateway lists no worker", file=out)
+        print(f"{printable(base_url)}: the gateway lists no worker", file=out)
     if to_stdout:
         click.echo(text, nl=False)
     return fleet.exit_code
