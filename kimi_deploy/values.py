@@ -48,8 +48,10 @@ MAX_UNIT_STEM = 128
 SAFE_TOKEN = re.compile(r"[A-Za-z0-9_@+=:,./-]+")
 #: A systemd unit name stem as the kit uses it: no ``@`` (instances are the kit's), no leading ``-`` or ``.``.
 UNIT_STEM = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.:-]*")
-#: A host name (RFC 1123 labels; 253 characters at most).
-HOST_NAME = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9.-]{0,251}[A-Za-z0-9])?")
+#: A host name: dot-separated RFC 1123 labels (1-63 letters, digits and ``-``, no ``-`` at either end; no
+#: empty label, so no ``..``), 253 characters at most.
+_LABEL = r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
+HOST_NAME = re.compile(rf"(?=.{{1,253}}\Z){_LABEL}(?:\.{_LABEL})*")
 
 
 def _show(value: str, limit: int = 80) -> str:
