@@ -79,6 +79,13 @@ CASES = [
      ["[sglang] flashinfer_allreduce_fusion_backend"]),
     ("extra-admin-key-abbrev", KEYED + 'extra_args = ["--admin-api=sk-secret"]\n', ["use api_key_file"]),
     ("extra-help", MINIMAL + 'extra_args = ["-h"]\n', ["single-dash option"]),
+    # SGLang 0.5.23's gRPC listeners check no API key: on a public host they are a keyless server
+    ("extra-grpc-port-public", KEYED + 'host = "0.0.0.0"\nextra_args = ["--grpc-port", "31000"]\n',
+     ["gRPC server", "checks no API key", "--grpc-port 31000"]),
+    ("extra-grpc-port-abbreviated", KEYED + 'host = "0.0.0.0"\nextra_args = ["--grpc-p=31000"]\n', ["gRPC server"]),
+    ("extra-smg-grpc-mode-public", KEYED + 'host = "0.0.0.0"\nextra_args = ["--smg-grpc-mode"]\n', ["gRPC server"]),
+    ("env-grpc-port-public", KEYED + 'host = "0.0.0.0"\n\n[environment]\nSGLANG_GRPC_PORT = "31000"\n',
+     ["gRPC server", "SGLANG_GRPC_PORT=31000"]),
     ("extra-double-dash", MINIMAL + 'extra_args = ["--"]\n', ["end SGLang's option parsing"]),
 ]
 
@@ -127,6 +134,14 @@ def test_public_host_rule_holds_on_the_final_command():
     launch.check_exposure(["--host", "0.0.0.0", "--config", "/run/x/sglang-secrets.yaml"], keyed)
     with pytest.raises(ProfileError):
         launch.check_exposure(["--host", "0.0.0.0", "--config", "/tmp/other.yaml"], keyed)
+
+
+def test_a_grpc_listener_stays_allowed_on_loopback_or_when_unauthenticated_is_said():
+    loopback = {"service": {"name": "x"}, "sglang": {"model_path": "/m", "extra_args": ["--grpc-port", "31000"]}}
+    launch.build_launch(parse_profile(loopback))
+    public = {"service": {"name": "x"}, "sglang": {"model_path": "/m", "host": "0.0.0.0",
+                                                  "allow_unauthenticated": True, "extra_args": ["--grpc-port", "1"]}}
+    launch.build_launch(parse_profile(public))
 
 
 def test_systemctl_puts_unit_names_after_a_double_dash():
