@@ -39,8 +39,8 @@ from pydantic import (BaseModel, ConfigDict, Field, ValidationError, ValidationI
 from kimi_deploy.errors import ProfileError
 from kimi_deploy.options import CACHE_ENV, OPTIONS, Option, owned_env, owned_flags
 from kimi_deploy.paths import service_cache_dir
-from kimi_deploy.values import (SAFE_TOKEN, AbsPath, Host, check_abs_path, check_host, check_text, check_token,
-                                check_unit_stem)
+from kimi_deploy.values import (MAX_ITEMS, SAFE_TOKEN, AbsPath, Host, check_abs_path, check_host, check_text,
+                                check_token, check_unit_stem)
 
 __all__ = ["SAFE_TOKEN", "Fleet", "Gateway", "Profile", "Replica", "check_service_name", "check_rules",
            "load_profile", "parse_profile"]
@@ -534,7 +534,7 @@ class Profile(BaseModel):
 
     service: Service = Field(default_factory=Service)
     sglang: SGLang
-    environment: dict[str, str] = Field(default_factory=dict)
+    environment: dict[str, str] = Field(default_factory=dict, max_length=MAX_ITEMS)
     monitoring: Monitoring = Field(default_factory=Monitoring)
     fleet: Fleet | None = None
     gateway: Gateway | None = None

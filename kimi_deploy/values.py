@@ -34,6 +34,12 @@ FORBIDDEN_CATEGORIES = frozenset({"Cc", "Cf", "Zl", "Zp", "Cs"})
 
 #: Longest string any profile field may hold (characters): PATH_MAX (4096 with its NUL, linux/limits.h).
 MAX_TEXT = 4095
+#: Most items of a list or table that reaches the launch command (``[sglang] extra_args``, ``[environment]``).
+#: systemd refuses a unit whose logical line (ExecStart= with its continuations) is over LONG_LINE_MAX, 1 MiB
+#: (src/shared/conf-parser.c: "No buffer space available"), and execve(2) refuses argv + environment over
+#: ARG_MAX (a quarter of the 8 MiB stack limit: 2 MiB, "Argument list too long"). 128 items of at most
+#: :data:`MAX_TEXT` characters keep ExecStart= under 512 KiB and the environment under 1 MiB.
+MAX_ITEMS = 128
 #: Longest path component (NAME_MAX, linux/limits.h).
 NAME_MAX = 255
 #: Longest ``[service] name``. The longest file the kit derives from it is

@@ -9,6 +9,9 @@ from __future__ import annotations
 
 import json
 import shlex
+import shutil
+import subprocess
+import sys
 
 import pytest
 
@@ -142,6 +145,32 @@ def test_a_grpc_listener_stays_allowed_on_loopback_or_when_unauthenticated_is_sa
     public = {"service": {"name": "x"}, "sglang": {"model_path": "/m", "host": "0.0.0.0",
                                                   "allow_unauthenticated": True, "extra_args": ["--grpc-port", "1"]}}
     launch.build_launch(parse_profile(public))
+
+
+def test_the_most_extra_args_and_environment_the_profile_takes_still_make_a_unit_systemd_loads(tmp_path):
+    """128 arguments and 128 variables of the longest text: systemd loads the unit (its logical line limit is
+    1 MiB; 200,000 short arguments rendered a 4 MB ExecStart= that systemd refused, "No buffer space
+    available"); one more item is refused with exit 2."""
+    from kimi_deploy.render import render
+    from kimi_deploy.values import MAX_ITEMS, MAX_TEXT
+
+    if not shutil.which("systemd-analyze"):
+        pytest.skip("needs systemd-analyze")
+    arg = "--x" + "a" * (MAX_TEXT - 3)
+    data = {"service": {"name": "kimi-k25", "python": sys.executable, "kimi_deploy": shutil.which("true")},
+            "sglang": {"model_path": "/m", "extra_args": [arg] * MAX_ITEMS},
+            "environment": {f"NCCL_X{i}": "v" * MAX_TEXT for i in range(MAX_ITEMS)}}
+    rendered = render(parse_profile(data))
+    for name, text in rendered.files.items():
+        (tmp_path / name).write_text(text)
+    done = subprocess.run(["systemd-analyze", "verify", str(tmp_path / rendered.service_unit)],
+                          capture_output=True, text=True)
+    assert done.returncode == 0 and "failed to load" not in done.stderr, done.stderr
+    for more in ({"sglang": {**data["sglang"], "extra_args": [arg] * (MAX_ITEMS + 1)}},
+                 {"environment": {**data["environment"], "NCCL_MORE": "1"}}):
+        with pytest.raises(ProfileError) as err:
+            parse_profile({**data, **more})
+        assert err.value.exit_code == 2 and f"at most {MAX_ITEMS} items" in "\n".join(err.value.problems)
 
 
 def test_systemctl_puts_unit_names_after_a_double_dash():
