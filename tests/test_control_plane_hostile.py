@@ -39,13 +39,7 @@ def _server(answer):
 
 
 def _gzip(handler):
-    data = gzip.compress(INFO)
-    handler.send_response(200)
-    handler.send_header("Content-Type", "application/json")
-    handler.send_header("Content-Encoding", "gzip")
-    handler.send_header("Content-Length", str(len(data)))
-    handler.end_headers()
-    handler.wfile.write(data)
+    send(handler, 200, gzip.compress(INFO), headers={"Content-Encoding": "gzip"})
 
 
 def _declared_too_large(handler):
