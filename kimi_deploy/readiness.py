@@ -14,7 +14,6 @@ Phases come from SGLang 0.5.23's own log messages (``srt/model_executor/model_ru
 from __future__ import annotations
 
 import dataclasses
-import json
 import re
 import time
 from collections.abc import Callable
@@ -24,7 +23,7 @@ import httpx
 
 from kimi_deploy import systemd
 from kimi_deploy.errors import KimiDeployError
-from kimi_deploy.limits import DEFAULT_MAX_BODY_BYTES, LimitExceeded, Refused
+from kimi_deploy.limits import DEFAULT_MAX_BODY_BYTES, LimitExceeded, Refused, parse_json
 
 #: (pattern, phase) in startup order; the first match wins.
 PHASE_PATTERNS: tuple[tuple[re.Pattern[str], str], ...] = (
@@ -106,8 +105,8 @@ def request_capped(client: httpx.Client, method: str, path: str, *, read_body: b
             if len(body) > max_body_bytes:
                 return response.status_code, LimitExceeded("the body", max_body_bytes, "--max-body-bytes", len(body))
     try:
-        return response.status_code, json.loads(body)
-    except (ValueError, RecursionError):
+        return response.status_code, parse_json(body)
+    except ValueError:
         return response.status_code, None
 
 

@@ -34,6 +34,7 @@ from kimi_deploy.bench.dataset import Dataset
 from kimi_deploy.bench.load import BenchRun
 from kimi_deploy.bench.metrics import DEFINITIONS
 from kimi_deploy.errors import UsageError
+from kimi_deploy.limits import parse_json
 from kimi_deploy.printable import markup
 from kimi_deploy.redact import redact
 
@@ -161,7 +162,7 @@ def load_result(path: Path) -> dict[str, Any]:
         UsageError: unreadable, not JSON, or not a ``kimi-deploy.bench/1`` result.
     """
     try:
-        data = json.loads(Path(path).read_text(), parse_constant=_refuse_constant)
+        data = parse_json(Path(path).read_text(), parse_constant=_refuse_constant)
     except (OSError, ValueError) as exc:
         raise UsageError(f"cannot read the benchmark result ({exc})", value=str(path),
                          hint="pass files written by `kimi-deploy bench --json PATH`") from exc

@@ -12,8 +12,9 @@ from kimi_deploy.apikey import ARGV_REFUSAL, ENV_VAR, guard_transport, read_key_
 from kimi_deploy.bench import params
 from kimi_deploy.errors import ExitCode, KimiDeployError, UsageError
 from kimi_deploy.fsio import check_output_paths, write_atomic
-from kimi_deploy.printable import markup
+from kimi_deploy.printable import markup, printable
 from kimi_deploy.cli.options import json_flag, json_path_option, limit_options
+from kimi_deploy.limits import parse_json
 
 
 class Checked(click.ParamType):
@@ -196,7 +197,7 @@ def bench_cmd(ctx, base_url, model, concurrency, request_rate, num_prompts, max_
     body_extra = {}
     if extra_body:
         try:
-            body_extra = json.loads(extra_body)
+            body_extra = parse_json(extra_body)
         except ValueError:
             body_extra = None
         if not isinstance(body_extra, dict):
@@ -280,12 +281,20 @@ def compare_cmd(results, plot_path, as_json):
 
     from kimi_deploy.bench import abtest
     from kimi_deploy.bench import compare as compare_lib
-    from kimi_deploy.bench.report import load_result
+    from kimi_deploy.bench.report import SCHEMA, load_result
 
     check_output_paths({"--plot": plot_path})
     loaded = [load_result(p) for p in results]
-    cmp = compare_lib.compare(loaded)
-    verdicts = abtest.ab(loaded, cmp.labels)
+    try:
+        cmp = compare_lib.compare(loaded)
+        verdicts = abtest.ab(loaded, cmp.labels)
+    except (KeyError, TypeError, AttributeError, IndexError, ValueError) as exc:
+        # load_result checks the schema name only: a shared file with that name and missing or mistyped
+        # fields (hand-edited, truncated, hostile) is bad input, not a traceback
+        raise UsageError(f"a result file has the {SCHEMA} name but not its fields "
+                         f"({type(exc).__name__}: {printable(str(exc))[:120]})", value=", ".join(map(str, results)),
+                         hint="pass files written by `kimi-deploy bench --json PATH` of this kimi-deploy version"
+                         ) from None
     if plot_path:
         compare_lib.plot(loaded, plot_path)
         cmp = dataclasses.replace(cmp, plot=str(plot_path))
