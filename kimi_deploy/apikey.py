@@ -94,8 +94,9 @@ ARGV_REFUSAL = ("a key on the command line is visible to every user of the host 
 
 def is_local_host(host: str | None) -> bool:
     """Whether traffic to ``host`` (a URL's host: name or IP literal, IPv6 without brackets) never leaves
-    this machine: ``localhost``, a loopback address (127.0.0.0/8, ``::1``, IPv4-mapped loopback), or an
-    IP literal assigned to one of this host's interfaces (a socket can bind to it; Linux routes such
+    this machine: ``localhost`` itself (not a name under it: RFC 6761 asks resolvers to answer those with
+    loopback, but glibc with ``hosts: files dns`` sends ``x.localhost`` to the DNS server), a loopback
+    address (127.0.0.0/8, ``::1``, IPv4-mapped loopback), or an IP literal assigned to one of this host's interfaces (a socket can bind to it; Linux routes such
     traffic over ``lo``). Any other name is not local: it is not resolved here (a DNS answer may change
     between this test and the connection). Never raises.
     """
@@ -105,7 +106,7 @@ def is_local_host(host: str | None) -> bool:
     if not host:
         return False
     name = host.strip("[]").lower().rstrip(".")
-    if name == "localhost" or name.endswith(".localhost"):
+    if name == "localhost":  # in /etc/hosts; a name under .localhost may go to DNS (nsswitch "files dns")
         return True
     try:
         ip = ipaddress.ip_address(name.split("%", 1)[0])

@@ -217,9 +217,12 @@ class Gateway:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def _call(self, method: str, path: str, **kw: Any) -> httpx.Response:
+    def _call(self, method: str, path: str, **kw: Any) -> tuple[int, Any]:
+        """``(status, body)`` by :func:`kimi_deploy.readiness.request_capped` (a capped, identity-only read)."""
+        from kimi_deploy.readiness import request_capped
+
         try:
-            return self._client.request(method, path, **kw)
+            return request_capped(self._client, method, path, **kw)
         except httpx.HTTPError as exc:
             raise UnreachableError(f"the gateway at {self.base_url} did not answer: {exc}", value=self.base_url,
                                    hint="is the gateway unit running (systemctl status <name>-gateway)?") from None
@@ -230,14 +233,17 @@ class Gateway:
         Raises:
             UnreachableError: no answer (exit 3). GatewayError: a non-200 answer (401: wrong key).
         """
-        response = self._call("GET", "/workers")
-        if response.status_code != 200:
-            raise GatewayError(f"the gateway answered GET /workers with {response.status_code}",
-                               value=response.text[:200],
+        status, body = self._call("GET", "/workers")
+        if status != 200:
+            raise GatewayError(f"the gateway answered GET /workers with {status}", value=_shown(body),
                                hint="401: give the profile's API key (the gateway uses the workers' key)")
+        listed = body.get("workers", []) if isinstance(body, dict) else None
+        if not isinstance(listed, list) or not all(isinstance(w, dict) for w in listed):
+            raise GatewayError("the gateway's answer to GET /workers is not a worker list", value=_shown(body),
+                               hint="is --base-url (or [gateway]) the smg gateway itself?")
         return [Worker(id=str(w.get("id")), url=str(w.get("url")), status=str(w.get("status")),
-                       healthy=bool(w.get("is_healthy")), load=int(w.get("load") or 0))
-                for w in response.json().get("workers", [])]
+                       healthy=bool(w.get("is_healthy")), load=_count(w.get("load")))
+                for w in listed]
 
     def find(self, url: str) -> Worker | None:
         """The listed worker whose URL is ``url`` (trailing ``/`` ignored), or None."""
@@ -253,10 +259,9 @@ class Gateway:
         worker = self.find(url)
         if worker is None:
             return False
-        response = self._call("DELETE", f"/workers/{worker.id}")
-        if response.status_code not in (200, 202, 204):
-            raise GatewayError(f"the gateway refused to remove {url}: {response.status_code}",
-                               value=response.text[:200])
+        status, body = self._call("DELETE", f"/workers/{worker.id}")
+        if status not in (200, 202, 204):
+            raise GatewayError(f"the gateway refused to remove {url}: {status}", value=_shown(body))
         self._wait(lambda: self.find(url) is None, timeout, poll, f"{url} to drain out of the gateway")
         return True
 
@@ -268,11 +273,11 @@ class Gateway:
         body: dict[str, Any] = {"url": url}
         if self.api_key:
             body["api_key"] = self.api_key  # smg probes the worker with it; without it a keyed worker is 401
-        response = self._call("POST", "/workers", json=body)
-        if response.status_code == 409:
+        status, answer = self._call("POST", "/workers", json=body)
+        if status == 409:
             pass  # already listed (a removal still draining, or never removed): wait for it to be ready
-        elif response.status_code not in (200, 201, 202):
-            raise GatewayError(f"the gateway refused to add {url}: {response.status_code}", value=response.text[:200])
+        elif status not in (200, 201, 202):
+            raise GatewayError(f"the gateway refused to add {url}: {status}", value=_shown(answer))
         found: list[Worker] = []
 
         def ready() -> bool:
@@ -291,6 +296,18 @@ class Gateway:
             if self._monotonic() >= deadline:
                 raise GatewayError(f"timed out after {timeout:g} s waiting for {what}", value=self.base_url)
             self._sleep(poll)
+
+
+def _shown(body: Any) -> str:
+    """An answer's body for an error value: its first 200 characters, printable (kimi_deploy.printable)."""
+    from kimi_deploy.printable import printable
+
+    return printable(str(body))[:200]
+
+
+def _count(value: Any) -> int:
+    """A worker's ``load`` as an int (0 when it is no number: the gateway's answer is not ours to trust)."""
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
 
 
 def gateway_url(profile: Profile) -> str:

@@ -152,12 +152,12 @@ def build_launch(profile: Profile, sglang_version: str | Version = versions.DEFA
     if multi:
         args += rank_args(profile, version, rank, rank0 or profile.replicas[0][0])
         env += [(name, profile.fleet.nic) for name in NIC_ENV]
-    check_exposure(args, profile)
 
     key = cache_key(str(version), components)
     cache_dir = f"{profile.cache_root}/{key}"
     base_env = [("HF_HUB_OFFLINE", "1"), ("PYTHONUNBUFFERED", "1")]
     full_env = base_env + options.cache_env(cache_dir) + env + list(profile.environment.items())
+    check_exposure(args, profile, dict(full_env))
     argv = (svc.python, "-m", "sglang.launch_server", *args)
     return LaunchSpec(argv=argv, env=tuple(full_env), sglang_version=str(version), cache_dir=cache_dir,
                       secrets_config=secrets_config(profile) if rank == 0 else None, warnings=tuple(warnings))
@@ -276,26 +276,53 @@ EMITTERS = {
 }
 
 
-def check_exposure(server_args: list[str] | tuple[str, ...], profile: Profile) -> None:
-    """The public-host rule on the final command: a non-loopback ``--host`` needs ``--config`` with the key.
+#: SGLang 0.5.23 flags that open a gRPC listener on ``--host`` beside (``--grpc-port``: the native gRPC server,
+#: entrypoints/http_server.py ``_start_native_grpc_server_for_runtime``) or instead of the HTTP server
+#: (``--smg-grpc-mode``, deprecated ``--grpc-mode``: the SMG servicer, launch_server.py). Neither checks the API
+#: key (entrypoints/grpc_bridge.py has no key logic; the key is the HTTP middleware's), so on a host that is not
+#: loopback they are a keyless public server. ``SGLANG_GRPC_PORT`` (srt/environ.py) is the env spelling.
+GRPC_FLAGS = ("--grpc-port", "--smg-grpc-mode", "--grpc-mode")
+GRPC_ENV = "SGLANG_GRPC_PORT"
+
+
+def _is_grpc_flag(name: str) -> bool:
+    """``name`` or an abbreviation argparse would expand to one of :data:`GRPC_FLAGS` (``allow_abbrev``)."""
+    return name.startswith(("--grpc-", "--smg-g")) and any(flag.startswith(name) for flag in GRPC_FLAGS)
+
+
+def check_exposure(server_args: list[str] | tuple[str, ...], profile: Profile,
+                   env: Mapping[str, str] | None = None) -> None:
+    """The public-host rule on the final command: a non-loopback ``--host`` needs ``--config`` with the key,
+    and no gRPC listener (:data:`GRPC_FLAGS`, ``env`` :data:`GRPC_ENV`), which SGLang serves without one.
 
     Reads the last ``--host``/``--host=`` of ``server_args`` (argparse keeps the last), SGLang's default
     127.0.0.1 without one; which word is a flag's value is :func:`kimi_deploy.argv.flag_groups`'s rule,
-    and a ``--host`` without one counts as a host that is not loopback.
+    and a ``--host`` without one counts as a host that is not loopback. ``env``: the server's environment.
 
     Raises:
-        ProfileError: the command would listen beyond loopback with no API key and the profile does not
-            say ``allow_unauthenticated = true`` (exit 2).
+        ProfileError: the command would listen beyond loopback with no API key (or with a gRPC listener) and
+            the profile does not say ``allow_unauthenticated = true`` (exit 2).
     """
     host = "127.0.0.1"
     keyed = False
     config_flags = [sp.name for sp in options.BY_KEY["api_key_file"].spellings]  # --config, not the key flags
+    grpc: list[str] = [f"{GRPC_ENV}={(env or {})[GRPC_ENV]}"] if GRPC_ENV in (env or {}) else []
     for name, *value in map(split_equals, flag_groups(server_args)):
         if name in options.BY_KEY["host"].flags:
             host = value[0] if value else ""
         elif name in config_flags:
             keyed = bool(value) and value[0] == secrets_config(profile)
-    if keyed or profile.sglang.allow_unauthenticated or is_loopback(host):
+        elif _is_grpc_flag(name):
+            grpc.append(" ".join([name, *value]))
+    if profile.sglang.allow_unauthenticated or is_loopback(host):
+        return
+    if grpc:
+        raise ProfileError(
+            "the launch command would open SGLang's gRPC server to other machines, and it checks no API key",
+            value=f"--host {host} {grpc[0]}",
+            hint="remove the gRPC flag from [sglang] extra_args (or SGLANG_GRPC_PORT from [environment]), bind "
+                 "host = \"127.0.0.1\", or set allow_unauthenticated = true")
+    if keyed:
         return
     raise ProfileError(
         "the launch command would accept connections from other machines without an API key",

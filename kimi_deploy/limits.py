@@ -26,6 +26,8 @@ Sources: WHATWG HTML "Server-sent events" (no line limit of its own); SGLang 0.5
 from __future__ import annotations
 
 import dataclasses
+import json
+from typing import Any
 
 #: 16 MiB: the cap on one HTTP body ``check`` or ``bench`` keeps or parses (see the module docstring).
 DEFAULT_MAX_BODY_BYTES = 16 << 20
@@ -76,3 +78,15 @@ class Limits:
 
     max_body_bytes: int | None = DEFAULT_MAX_BODY_BYTES
     max_line_bytes: int | None = DEFAULT_MAX_LINE_BYTES
+
+
+def parse_json(text: str | bytes, **kw: Any) -> Any:
+    """``json.loads(text, **kw)`` for text from outside the kit (a server, a shared results file, a model's
+    weights, a command-line value): JSON nested past Python's recursion limit (``[`` 100,000 deep) raises
+    :class:`ValueError` like any other unparseable text, not :class:`RecursionError`, which no caller
+    expects. Raises ValueError (``json.JSONDecodeError`` and ``UnicodeDecodeError`` are ValueErrors).
+    """
+    try:
+        return json.loads(text, **kw)
+    except RecursionError:
+        raise ValueError("JSON nested too deep to parse") from None

@@ -28,7 +28,7 @@ import dataclasses
 import enum
 from typing import Any, Literal
 
-from kimi_deploy.values import AbsPath, ArgValue, Host, Token
+from kimi_deploy.values import MAX_ITEMS, AbsPath, ArgValue, Host, Token
 
 
 class Scope(enum.StrEnum):
@@ -254,7 +254,7 @@ OPTIONS: tuple[Option, ...] = (
     Option("allow_unauthenticated", bool, False, "allow a non-loopback host without an API key", "none",
            Scope.SERVING_RANK),
     Option("extra_args", list[Token], list, "more SGLang arguments, verbatim", "none", Scope.EVERY_RANK,
-           example=["--log-requests"],
+           bounds={"max_length": MAX_ITEMS}, example=["--log-requests"],
            comment=("More SGLang arguments, verbatim (no shell quoting possible; validated by "
                     "`kimi-deploy validate`).",)),
 )

@@ -39,8 +39,8 @@ from pydantic import (BaseModel, ConfigDict, Field, ValidationError, ValidationI
 from kimi_deploy.errors import ProfileError
 from kimi_deploy.options import CACHE_ENV, OPTIONS, Option, owned_env, owned_flags, secret_flags
 from kimi_deploy.paths import service_api_key_file, service_cache_dir
-from kimi_deploy.values import (SAFE_TOKEN, AbsPath, Host, check_abs_path, check_host, check_text, check_token,
-                                check_unit_stem)
+from kimi_deploy.values import (MAX_ITEMS, SAFE_TOKEN, AbsPath, Host, check_abs_path, check_host, check_text,
+                                check_token, check_unit_stem)
 
 __all__ = ["SAFE_TOKEN", "Fleet", "Gateway", "Profile", "Replica", "check_service_name", "check_rules",
            "load_profile", "parse_profile"]
@@ -370,6 +370,8 @@ IMAGE = re.compile(r"(?P<repo>[a-z0-9][a-z0-9._/:-]*?)(?::(?P<tag>[A-Za-z0-9_][A
                    r"(?:@(?P<digest>sha256:[0-9a-f]{64}))?")
 #: A Kubernetes resource quantity as the kit writes them (``64Gi``, ``500Mi``; apimachinery ``resource.Quantity``).
 QUANTITY = re.compile(r"[1-9][0-9]{0,6}(Ki|Mi|Gi|Ti)")
+#: A command name found on PATH (no ``/``; not starting with ``-`` or ``.``).
+COMMAND_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.+-]{0,254}")
 #: A five-field cron schedule (CronJob ``spec.schedule``): digits, ``*``, ``,``, ``-``, ``/`` per field.
 CRON = re.compile(r"[0-9*,/-]+( [0-9*,/-]+){4}")
 #: A label key (optional DNS prefix, then a name of 1-63 characters) and value (Kubernetes label syntax).
@@ -397,10 +399,10 @@ def check_cron(v: str) -> str:
         raise ValueError(f"schedule {v!r} is not five cron fields (minute hour day month weekday), e.g. \"0 3 * * *\"")
     for text, (what, low, high) in zip(fields, CRON_FIELDS):
         for item in text.split(","):
-            base, _, step = item.partition("/")
+            base, slash, step = item.partition("/")
             numbers = [] if base == "*" else base.split("-")
             ok = (base == "*" or 1 <= len(numbers) <= 2) and all(n.isdigit() for n in numbers) and \
-                (not step or step.isdigit() and int(step) >= 1)
+                (not slash or step.isdigit() and int(step) >= 1)  # "*/" and "0/" have no step
             if not ok or any(not low <= int(n) <= high for n in numbers) or \
                     (len(numbers) == 2 and int(numbers[0]) > int(numbers[1])):
                 raise ValueError(f"schedule {v!r}: {what} {item!r} is not * or numbers {low}-{high} "
@@ -469,7 +471,14 @@ class Kubernetes(_Section):
     @field_validator("python", "gateway_python")
     @classmethod
     def _python(cls, v: str) -> str:
-        return check_abs_path(v) if v.startswith("/") else check_token(v, "python")
+        """An absolute path, or a command name looked up on the image's PATH (no ``/``: a relative path
+        would depend on the container's working directory; no leading ``-`` or ``.``)."""
+        if v.startswith("/"):
+            return check_abs_path(v, "python")
+        if not COMMAND_NAME.fullmatch(v):
+            raise ValueError(f"python {v!r} is neither an absolute path nor a command name on PATH (letters, "
+                             "digits and _.+-, not starting with - or .), e.g. python3 or /opt/venv/bin/python")
+        return v
 
     @field_validator("model_host_path", "model_mount", "cache_host_path")
     @classmethod
@@ -527,7 +536,7 @@ class Profile(BaseModel):
 
     service: Service = Field(default_factory=Service)
     sglang: SGLang
-    environment: dict[str, str] = Field(default_factory=dict)
+    environment: dict[str, str] = Field(default_factory=dict, max_length=MAX_ITEMS)
     monitoring: Monitoring = Field(default_factory=Monitoring)
     fleet: Fleet | None = None
     gateway: Gateway | None = None

@@ -23,6 +23,7 @@ import httpx
 
 from kimi_deploy import systemd
 from kimi_deploy.errors import KimiDeployError
+from kimi_deploy.limits import DEFAULT_MAX_BODY_BYTES, LimitExceeded, Refused, parse_json
 
 #: (pattern, phase) in startup order; the first match wins.
 PHASE_PATTERNS: tuple[tuple[re.Pattern[str], str], ...] = (
@@ -70,27 +71,68 @@ def _auth(api_key: str | None) -> dict[str, str]:
     return {"Authorization": f"Bearer {api_key}"} if api_key else {}
 
 
+#: Sent on every control-plane request: an answer in another ``Content-Encoding`` is not decoded.
+IDENTITY = {"Accept-Encoding": "identity"}
+
+
+def request_capped(client: httpx.Client, method: str, path: str, *, read_body: bool = True,
+                   max_body_bytes: int = DEFAULT_MAX_BODY_BYTES, **kw: Any) -> tuple[int, Any]:
+    """``(status, body)`` of one request of the kit's control-plane clients (status, restart, the gateway's
+    worker API), read as ``check`` reads a server (production.md, "Limits on what check and bench read").
+
+    ``body``: the parsed JSON (any JSON type), ``None`` when not asked (``read_body`` False: the status
+    alone counts) or when the body is not JSON (also nested too deep for the parser), or a
+    :class:`kimi_deploy.limits.Refused` when it was refused unread: a ``Content-Encoding`` other than
+    identity (a 500 KB gzip body of 512 MB once cost ``status`` 1 GB of RSS) or more than
+    ``max_body_bytes`` (declared or read).
+
+    Raises:
+        httpx.HTTPError: no answer, or the exchange broke.
+    """
+    headers = {**IDENTITY, **kw.pop("headers", {})}
+    with client.stream(method, path, headers=headers, **kw) as response:
+        if not read_body:
+            return response.status_code, None
+        encoding = response.headers.get("content-encoding", "identity").strip().lower()
+        if encoding not in ("", "identity"):
+            return response.status_code, Refused(f"Content-Encoding {encoding} was not asked for; not decoded")
+        declared = response.headers.get("content-length", "")
+        if declared.isdigit() and int(declared) > max_body_bytes:
+            return response.status_code, LimitExceeded("the body", max_body_bytes, "--max-body-bytes", int(declared))
+        body = bytearray()
+        for piece in response.iter_raw():
+            body += piece
+            if len(body) > max_body_bytes:
+                return response.status_code, LimitExceeded("the body", max_body_bytes, "--max-body-bytes", len(body))
+    try:
+        return response.status_code, parse_json(body)
+    except ValueError:
+        return response.status_code, None
+
+
 def probe_ready(base_url: str, api_key: str | None = None, *, timeout: float = 10.0) -> Probe:
-    """``GET /health_generate`` then ``GET /model_info``; never raises (errors become ``detail``)."""
-    with httpx.Client(base_url=base_url, timeout=timeout, headers=_auth(api_key)) as client:
+    """``GET /health_generate`` then ``GET /model_info`` (statuses only, no body read); never raises
+    (errors become ``detail``)."""
+    with httpx.Client(base_url=base_url, timeout=timeout, headers=_auth(api_key), trust_env=False) as client:
         for stage in ("/health_generate", "/model_info"):
             try:
-                response = client.get(stage)
+                status, _ = request_capped(client, "GET", stage, read_body=False)
             except httpx.HTTPError as exc:
                 return Probe(False, stage, None, f"no answer: {type(exc).__name__}")
-            if response.status_code != 200:
-                return Probe(False, stage, response.status_code, f"HTTP {response.status_code}")
+            if status != 200:
+                return Probe(False, stage, status, f"HTTP {status}")
     return Probe(True, "/model_info", 200, "ready")
 
 
 def get_json(base_url: str, path: str, api_key: str | None = None, *, timeout: float = 10.0) -> dict[str, Any] | None:
-    """``GET path`` as a JSON object, or ``None`` when the server does not answer 200 with an object."""
+    """``GET path`` as a JSON object, or ``None`` when the server does not answer 200 with an object
+    (also: an answer :func:`request_capped` refuses, or JSON nested too deep to parse)."""
     try:
-        response = httpx.get(base_url + path, headers=_auth(api_key), timeout=timeout)
-        data = response.json() if response.status_code == 200 else None
-    except (httpx.HTTPError, ValueError):
+        with httpx.Client(timeout=timeout, headers=_auth(api_key), trust_env=False) as client:
+            status, data = request_capped(client, "GET", base_url + path)
+    except httpx.HTTPError:
         return None
-    return data if isinstance(data, dict) else None
+    return data if status == 200 and isinstance(data, dict) else None
 
 
 @dataclasses.dataclass(frozen=True)

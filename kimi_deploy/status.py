@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as _dt
-import json
 from collections import Counter
 from collections.abc import Mapping
 from pathlib import Path
@@ -39,6 +38,7 @@ from kimi_deploy.paths import SYSTEMD_DIR, HostLayout, gateway_check_report, gat
 from kimi_deploy.profile import Profile
 from kimi_deploy.ranks import Rank, local_rank, node_launch, serving_url
 from kimi_deploy.readiness import Probe, get_json, probe_ready
+from kimi_deploy.limits import parse_json
 from kimi_deploy.render import check_unit
 
 #: Options whose value is a secret (SGLang 0.5.23 ``--api-key``, ``--admin-api-key``): the option table's
@@ -177,7 +177,7 @@ def last_check(path: Path, host_path: str | None = None) -> dict[str, Any] | Non
     shown = host_path or str(path)
     when = _dt.datetime.fromtimestamp(path.stat().st_mtime, _dt.timezone.utc).isoformat(timespec="seconds")
     try:
-        data = json.loads(raw)
+        data = parse_json(raw)
     except ValueError:
         return {"path": shown, "modified_at": when, "exit_code": None, "detail": "not valid JSON"}
     results = data.get("results") if isinstance(data, dict) else None

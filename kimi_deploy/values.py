@@ -34,6 +34,12 @@ FORBIDDEN_CATEGORIES = frozenset({"Cc", "Cf", "Zl", "Zp", "Cs"})
 
 #: Longest string any profile field may hold (characters): PATH_MAX (4096 with its NUL, linux/limits.h).
 MAX_TEXT = 4095
+#: Most items of a list or table that reaches the launch command (``[sglang] extra_args``, ``[environment]``).
+#: systemd refuses a unit whose logical line (ExecStart= with its continuations) is over LONG_LINE_MAX, 1 MiB
+#: (src/shared/conf-parser.c: "No buffer space available"), and execve(2) refuses argv + environment over
+#: ARG_MAX (a quarter of the 8 MiB stack limit: 2 MiB, "Argument list too long"). 128 items of at most
+#: :data:`MAX_TEXT` characters keep ExecStart= under 512 KiB and the environment under 1 MiB.
+MAX_ITEMS = 128
 #: Longest path component (NAME_MAX, linux/limits.h).
 NAME_MAX = 255
 #: Longest ``[service] name``. The longest file the kit derives from it is
@@ -48,8 +54,10 @@ MAX_UNIT_STEM = 128
 SAFE_TOKEN = re.compile(r"[A-Za-z0-9_@+=:,./-]+")
 #: A systemd unit name stem as the kit uses it: no ``@`` (instances are the kit's), no leading ``-`` or ``.``.
 UNIT_STEM = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.:-]*")
-#: A host name (RFC 1123 labels; 253 characters at most).
-HOST_NAME = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9.-]{0,251}[A-Za-z0-9])?")
+#: A host name: dot-separated RFC 1123 labels (1-63 letters, digits and ``-``, no ``-`` at either end; no
+#: empty label, so no ``..``), 253 characters at most.
+_LABEL = r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
+HOST_NAME = re.compile(rf"(?=.{{1,253}}\Z){_LABEL}(?:\.{_LABEL})*")
 
 
 def _show(value: str, limit: int = 80) -> str:

@@ -58,6 +58,12 @@ if lines:
 open(counter, "w").write(str(pos + 1))
 '''
 
+#: The MainPID of a fake active unit: PID_MAX_LIMIT + 1 (4194304 + 1, linux/threads.h on 64-bit), a pid no
+#: process can have. ``status`` falls back to ``/proc/<MainPID>/cmdline`` when ``/server_info`` does not answer,
+#: and a made-up pid such as 48213 can be a real process on a busy machine (an SGLang test server of another
+#: run: its command line then reads as launch drift).
+FAKE_MAIN_PID = 4194305
+
 #: ``systemctl show kimi-test.service --property=...`` of an active unit, in systemd 252's format
 #: (``Property=value`` lines in systemd's own order, not the order asked for).
 SHOW_ACTIVE = """\

@@ -16,12 +16,15 @@ from typing import Any
 JSON = "application/json"
 
 
-def send(handler: BaseHTTPRequestHandler, status: int, body: bytes | Any, ctype: str = JSON) -> None:
-    """Write one whole response: ``status``, ``Content-Type: ctype``, ``Content-Length`` and ``body``
-    (bytes as they are; anything else as its JSON text)."""
+def send(handler: BaseHTTPRequestHandler, status: int, body: bytes | Any, ctype: str = JSON,
+         headers: dict[str, str] | None = None) -> None:
+    """Write one whole response: ``status``, ``Content-Type: ctype``, the extra ``headers``,
+    ``Content-Length`` and ``body`` (bytes as they are; anything else as its JSON text)."""
     data = body if isinstance(body, bytes) else json.dumps(body).encode()
     handler.send_response(status)
     handler.send_header("Content-Type", ctype)
+    for name, value in (headers or {}).items():
+        handler.send_header(name, value)
     handler.send_header("Content-Length", str(len(data)))
     handler.end_headers()
     handler.wfile.write(data)

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from install_fakes import FakeServer, SHOW_ACTIVE, sglang_server_args, write_profile
+from install_fakes import FAKE_MAIN_PID, FakeServer, SHOW_ACTIVE, sglang_server_args, write_profile
 from kimi_deploy import allreduce
 from kimi_deploy.cli import cli
 from kimi_deploy.install import apply, plan_install
@@ -146,7 +146,7 @@ def _running(tmp_path, fake_systemd, journal: str):
         apply(plan_install(profile, HostLayout(root), enable=False, create_user=False))
         holder["profile"] = profile
         server.api_key = (root / "etc/kimi-deploy/kimi-test.api-key").read_text().strip()
-        fake_systemd.set_show(SHOW_ACTIVE.format(pid=4242))
+        fake_systemd.set_show(SHOW_ACTIVE.format(pid=FAKE_MAIN_PID))
         yield root
 
 

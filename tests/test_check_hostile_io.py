@@ -18,6 +18,7 @@ import pytest
 
 from install_fakes import write_profile
 from helpers import run_cli
+from loopback import send
 from kimi_deploy.check.client import REFUSED_KIND
 from kimi_deploy.check.stream import parse_sse
 from kimi_deploy.errors import ExitCode
@@ -80,12 +81,7 @@ class Hostile(BaseHTTPRequestHandler):
         elif path == "health" and mode == "endless":
             self._endless(mode, b"{", PIECE, "application/json")
         elif path == "health" and mode == "gzip":
-            self.send_response(200)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Encoding", "gzip")
-            self.send_header("Content-Length", str(len(GZIP_BOMB)))
-            self.end_headers()
-            self.wfile.write(GZIP_BOMB)
+            send(self, 200, GZIP_BOMB, headers={"Content-Encoding": "gzip"})
         elif path in ("health", "health_generate"):
             self._send(200, b"{}")
         elif path == "v1/models":

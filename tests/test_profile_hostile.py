@@ -9,6 +9,9 @@ from __future__ import annotations
 
 import json
 import shlex
+import shutil
+import subprocess
+import sys
 
 import pytest
 
@@ -61,6 +64,10 @@ CASES = [
     ("start-limit-burst-huge", _service("start_limit_burst = 1000000000000"),
      ["service.start_limit_burst", "less than or equal to 4294967295"]),
     ("host-with-zone", MINIMAL + 'host = "fe80::1%eth0"\n', ["sglang.host", "%zone"]),
+    ("host-empty-label", KEYED + 'host = "0...0.0.0"\n', ["sglang.host", "nor a host name"]),
+    ("host-label-dash", KEYED + 'host = "node.-x"\n', ["sglang.host", "nor a host name"]),
+    ("host-trailing-dash", KEYED + 'host = "node-"\n', ["sglang.host", "nor a host name"]),
+    ("host-label-64", KEYED + f'host = "{"n" * 64}.example"\n', ["sglang.host", "nor a host name"]),
     ("value-looks-like-option", MINIMAL + 'served_model_name = "--host"\n', ["starts with '-'"]),
     ("extra-host", MINIMAL + 'extra_args = ["--host", "0.0.0.0"]\n', ["'--host' sets --host", "[sglang] host"]),
     ("extra-host-equals", MINIMAL + 'extra_args = ["--host=0.0.0.0"]\n', ["sets --host", "[sglang] host"]),
@@ -75,6 +82,13 @@ CASES = [
      ["[sglang] flashinfer_allreduce_fusion_backend"]),
     ("extra-admin-key-abbrev", KEYED + 'extra_args = ["--admin-api=sk-secret"]\n', ["use api_key_file"]),
     ("extra-help", MINIMAL + 'extra_args = ["-h"]\n', ["single-dash option"]),
+    # SGLang 0.5.23's gRPC listeners check no API key: on a public host they are a keyless server
+    ("extra-grpc-port-public", KEYED + 'host = "0.0.0.0"\nextra_args = ["--grpc-port", "31000"]\n',
+     ["gRPC server", "checks no API key", "--grpc-port 31000"]),
+    ("extra-grpc-port-abbreviated", KEYED + 'host = "0.0.0.0"\nextra_args = ["--grpc-p=31000"]\n', ["gRPC server"]),
+    ("extra-smg-grpc-mode-public", KEYED + 'host = "0.0.0.0"\nextra_args = ["--smg-grpc-mode"]\n', ["gRPC server"]),
+    ("env-grpc-port-public", KEYED + 'host = "0.0.0.0"\n\n[environment]\nSGLANG_GRPC_PORT = "31000"\n',
+     ["gRPC server", "SGLANG_GRPC_PORT=31000"]),
     ("extra-double-dash", MINIMAL + 'extra_args = ["--"]\n', ["end SGLang's option parsing"]),
 ]
 
@@ -123,6 +137,40 @@ def test_public_host_rule_holds_on_the_final_command():
     launch.check_exposure(["--host", "0.0.0.0", "--config", "/run/x/sglang-secrets.yaml"], keyed)
     with pytest.raises(ProfileError):
         launch.check_exposure(["--host", "0.0.0.0", "--config", "/tmp/other.yaml"], keyed)
+
+
+def test_a_grpc_listener_stays_allowed_on_loopback_or_when_unauthenticated_is_said():
+    loopback = {"service": {"name": "x"}, "sglang": {"model_path": "/m", "extra_args": ["--grpc-port", "31000"]}}
+    launch.build_launch(parse_profile(loopback))
+    public = {"service": {"name": "x"}, "sglang": {"model_path": "/m", "host": "0.0.0.0",
+                                                  "allow_unauthenticated": True, "extra_args": ["--grpc-port", "1"]}}
+    launch.build_launch(parse_profile(public))
+
+
+def test_the_most_extra_args_and_environment_the_profile_takes_still_make_a_unit_systemd_loads(tmp_path):
+    """128 arguments and 128 variables of the longest text: systemd loads the unit (its logical line limit is
+    1 MiB; 200,000 short arguments rendered a 4 MB ExecStart= that systemd refused, "No buffer space
+    available"); one more item is refused with exit 2."""
+    from kimi_deploy.render import render
+    from kimi_deploy.values import MAX_ITEMS, MAX_TEXT
+
+    if not shutil.which("systemd-analyze"):
+        pytest.skip("needs systemd-analyze")
+    arg = "--x" + "a" * (MAX_TEXT - 3)
+    data = {"service": {"name": "kimi-k25", "python": sys.executable, "kimi_deploy": shutil.which("true")},
+            "sglang": {"model_path": "/m", "extra_args": [arg] * MAX_ITEMS},
+            "environment": {f"NCCL_X{i}": "v" * MAX_TEXT for i in range(MAX_ITEMS)}}
+    rendered = render(parse_profile(data))
+    for name, text in rendered.files.items():
+        (tmp_path / name).write_text(text)
+    done = subprocess.run(["systemd-analyze", "verify", str(tmp_path / rendered.service_unit)],
+                          capture_output=True, text=True)
+    assert done.returncode == 0 and "failed to load" not in done.stderr, done.stderr
+    for more in ({"sglang": {**data["sglang"], "extra_args": [arg] * (MAX_ITEMS + 1)}},
+                 {"environment": {**data["environment"], "NCCL_MORE": "1"}}):
+        with pytest.raises(ProfileError) as err:
+            parse_profile({**data, **more})
+        assert err.value.exit_code == 2 and f"at most {MAX_ITEMS} items" in "\n".join(err.value.problems)
 
 
 def test_systemctl_puts_unit_names_after_a_double_dash():

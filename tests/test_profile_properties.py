@@ -255,3 +255,96 @@ def test_every_sglang_string_reads_back_through_sglang_argparse(sglang_parser, t
             assert got == want or (want is not None and str(got) == str(want)), (dest, value, got, want)
 
     _with_examples(table, key, check)()
+
+
+#: A profile with every optional table: a two-replica fleet of two-node groups, the gateway, Kubernetes,
+#: monitoring labels and targets. Its other tables' strings are mutated one at a time below.
+FULL = {
+    **json.loads(json.dumps(BASE)),
+    "fleet": {"replicas": [{"nodes": ["10.0.0.1", "10.0.0.2"]}, {"nodes": ["10.0.0.3", "10.0.0.4"]}],
+              "dist_init_port": 20000, "nic": "eth0"},
+    "gateway": {"host": "10.0.0.9"},
+    "kubernetes": {"image": "lmsysorg/sglang:v0.5.23-cu130", "gateway_image": "example/smg:1.13.0",
+                   "check_image": "example/kimi-deploy:1", "node_selector": {"pool": "gpu"},
+                   "cache_host_path": "/var/cache/kimi", "model_mount": "/models"},
+    "monitoring": {"labels": {"team": "ml"}, "targets": ["10.0.0.1:30000"], "gateway": "10.0.0.9:29000"},
+}
+FULL["sglang"] = {**FULL["sglang"], "tp_size": 8, "pp_size": 2}
+FULL["service"] = {**FULL["service"], "gpu_count": 8}
+
+
+def _paths(data: typing.Any, path: tuple = ()) -> typing.Iterator[tuple[tuple, str]]:
+    """(path, value) of every string in the other tables, dict keys as ``("<key>", name)``."""
+    if isinstance(data, dict):
+        for k, v in data.items():
+            yield from _paths(v, path + (k,))
+            if path and path[0] in ("monitoring", "kubernetes"):  # label and selector names
+                yield path + (("<key>", k),), k
+    elif isinstance(data, list):
+        for i, v in enumerate(data):
+            yield from _paths(v, path + (i,))
+    elif isinstance(data, str):
+        yield path, data
+
+
+OTHER_FIELDS = [p for p, _ in _paths({t: FULL[t] for t in ("fleet", "gateway", "kubernetes", "monitoring")})]
+
+
+def _set(data: dict, path: tuple, value: str) -> dict:
+    data = json.loads(json.dumps(data))
+    holder = data
+    for part in path[:-1]:
+        holder = holder[part]
+    last = path[-1]
+    if isinstance(last, tuple):
+        holder[value] = holder.pop(last[1])
+    else:
+        holder[last] = value
+    return data
+
+
+def _no_hidden_text(name: str, text: str) -> None:
+    from kimi_deploy.values import FORBIDDEN_CATEGORIES
+    import unicodedata
+
+    bad = [c for c in text if c != "\n" and unicodedata.category(c) in FORBIDDEN_CATEGORIES]
+    assert not bad, (name, bad)
+
+
+@pytest.mark.parametrize("path", OTHER_FIELDS, ids=[".".join(map(str, p)) for p in OTHER_FIELDS])
+def test_every_string_of_fleet_gateway_kubernetes_and_monitoring_is_refused_or_reads_back_as_meant(path):
+    """Whatever the value, the kit refuses it (exit 2) or every host's units read back through systemd's line
+    rules as the kit meant them, and no rendered file (units, env files, manifests) holds a control, format
+    or line-separator character."""
+    import yaml
+
+    from kimi_deploy import fleet, kubernetes
+
+    base = dict(_paths(FULL))[path] if not isinstance(path[-1], tuple) else path[-1][1]
+
+    @SETTINGS
+    @given(st.one_of(st.text(alphabet=st.sampled_from(HOSTILE), min_size=1, max_size=10),
+                     st.builds(lambda pos, ch: base[:pos] + ch + base[pos:], st.integers(0, len(base)),
+                               st.sampled_from(HOSTILE)),
+                     st.text(min_size=1, max_size=16)))
+    @example(base + "\n")
+    @example("x\r" + base)
+    @example(base + "\u2028")
+    def check(value: str) -> None:
+        try:
+            profile = parse_profile(_set(FULL, path, value))
+            hosts = fleet.host_files(profile)
+            manifests = kubernetes.render(profile)
+        except KimiDeployError as exc:
+            assert exc.exit_code == 2, exc
+            return
+        for host, files in hosts.items():
+            for name, text in files.items():
+                _no_hidden_text(f"{host}/{name}", text)
+                if name.endswith((".service", ".timer", ".env")):
+                    assert _logical(text, systemd=True) == _logical(text, systemd=False), (host, name, value)
+        for name, text in manifests.files.items():
+            _no_hidden_text(name, text)
+            list(yaml.safe_load_all(text))  # parses
+
+    check()

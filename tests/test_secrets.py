@@ -143,7 +143,9 @@ def test_check_reports_hold_no_key_a_server_echoes(echo, tmp_path):
 def test_local_hosts():
     for host in ("localhost", "LOCALHOST.", "127.0.0.1", "127.1.2.3", "::1", "[::1]", "::ffff:127.0.0.1"):
         assert is_local_host(host), host
-    for host in ("192.0.2.1", "example.com", "0.0.0.0", "::", "224.0.0.1", "", None, "not an address"):
+    # a name under .localhost is resolved by the system resolver, which may ask DNS: not known to be local
+    for host in ("192.0.2.1", "example.com", "0.0.0.0", "::", "224.0.0.1", "", None, "not an address",
+                 "evil.localhost", "localhost.example.com", "0x7f000001"):
         assert not is_local_host(host), host
 
 
@@ -157,6 +159,52 @@ def test_guard_transport():
     said: list[str] = []
     guard_transport("http://192.0.2.1:30000", KEY, insecure=True, warn=said.append)
     assert len(said) == 1 and "plain http" in said[0] and KEY not in said[0]
+
+
+def test_a_worker_the_profile_names_gets_the_key_a_url_only_a_gateway_lists_does_not():
+    from kimi_deploy.check.runner import guard_key
+    from kimi_deploy.profile import parse_profile
+
+    profile = parse_profile({"service": {"name": "x"},
+                             "sglang": {"model_path": "/m", "host": "0.0.0.0",
+                                        "api_key_file": "/etc/kimi-deploy/x.api-key"},
+                             "fleet": {"replicas": [{"nodes": ["192.0.2.1"]}, {"nodes": ["192.0.2.2"]}]},
+                             "gateway": {"host": "192.0.2.9"}})
+    guard_key("http://192.0.2.1:30000", KEY, profile, insecure=False)  # the fleet's own: smg sends it there too
+    guard_key("http://192.0.2.2:30000/", KEY, profile, insecure=False)
+    for url in ("http://192.0.2.3:30000", "http://192.0.2.1:30001"):
+        with pytest.raises(UsageError):
+            guard_key(url, KEY, profile, insecure=False)
+    with pytest.raises(UsageError):
+        guard_key("http://192.0.2.1:30000", KEY, None, insecure=False)
+
+
+def test_each_worker_refuses_before_asking_any_worker_when_one_would_get_the_key_in_clear(tmp_path):
+    """A gateway (hostile, or listing a host the profile does not name) lists a local worker, then a remote
+    plain-http one: the run is refused (exit 2) before the local worker is asked anything, not half-way."""
+    asked: list[str] = []
+
+    class Worker(QuietHandler):
+        def do_GET(self):  # noqa: N802 - http.server's naming
+            asked.append(self.path)
+            self._send(200, {})
+
+        do_POST = do_GET  # noqa: N815
+
+    with Loopback(Worker) as worker:
+        listing = {"workers": [{"id": "a", "url": worker.url, "status": "ready", "is_healthy": True, "load": 0},
+                               {"id": "b", "url": "http://192.0.2.1:30000", "status": "ready", "is_healthy": True,
+                                "load": 0}]}
+
+        class Gw(QuietHandler):
+            def do_GET(self):  # noqa: N802
+                self._send(200, listing)
+
+        with Loopback(Gw) as gateway:
+            run = kimi("check", "--base-url", gateway.url, "--each-worker", "--api-key-file",
+                       str(_key_file(tmp_path)), "--only", "health.live", "--timeout", "2")
+    assert run.returncode == ExitCode.USAGE, run.stderr
+    assert "plain http to 192.0.2.1" in run.stderr and asked == [], (run.stderr, asked)
 
 
 def _netns() -> tuple[str, ...]:

@@ -19,14 +19,13 @@ and close its connection; chunk times are bounded (:data:`kimi_deploy.bench.metr
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 from typing import Any
 
 from kimi_deploy.bench.http import Pool
 from kimi_deploy.bench.metrics import RequestRecord
 from kimi_deploy.errors import UnreachableError
-from kimi_deploy.limits import LimitExceeded, Limits, Refused
+from kimi_deploy.limits import LimitExceeded, Limits, Refused, parse_json
 from kimi_deploy.sse import DONE as _DONE, Framer
 
 import orjson
@@ -359,8 +358,8 @@ class StreamClient:
             if sink.error is None:
                 raw = bytes(sink.body)
                 try:
-                    return sink.status, json.loads(raw, parse_constant=_finite_or_null)
-                except (ValueError, RecursionError):  # not JSON (or invalid UTF-8), or nested past the stack
+                    return sink.status, parse_json(raw, parse_constant=_finite_or_null)
+                except ValueError:  # not JSON (or invalid UTF-8), or nested past the stack
                     return sink.status, raw.decode("utf-8", "replace")
             reason = sink.error
             break

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from kimi_deploy.errors import UsageError
+from kimi_deploy.printable import markup
 
 METRICS = (("tpot_ms", "TPOT p50"), ("ttft_ms", "TTFT p50"), ("e2e_ms", "E2E p50"),
            ("output_tokens_per_s", "out tok/s"))
@@ -176,7 +177,7 @@ def comparison_table(cmp: Comparison):
     """A rich Table: one line per point and result, each metric as ``ratio (value)``."""
     from rich.table import Table
 
-    table = Table(title=f"ratios vs {cmp.labels[0]}  (TPOT/TTFT/E2E: < 1 is faster; out tok/s: > 1 is more)")
+    table = Table(title=f"ratios vs {markup(cmp.labels[0])}  (TPOT/TTFT/E2E: < 1 is faster; out tok/s: > 1 is more)")
     table.add_column(cmp.rows[0].axis if cmp.rows else "point", justify="right")
     table.add_column("result")
     for _, title in METRICS:
@@ -192,7 +193,7 @@ def comparison_table(cmp: Comparison):
                 color = "green" if better and abs(ratio - 1) >= 0.02 else ("red" if abs(ratio - 1) >= 0.02 else "")
                 text = f"{ratio:.3f}x ({value:,.1f})"
                 cells.append(f"[{color}]{text}[/]" if color else text)
-        table.add_row(f"{row.x:g}", row.label, *cells)
+        table.add_row(f"{row.x:g}", markup(row.label), *cells)
     return table
 
 

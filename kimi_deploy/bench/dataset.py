@@ -22,6 +22,7 @@ from typing import Any
 
 from kimi_deploy import paths
 from kimi_deploy.errors import UsageError
+from kimi_deploy.limits import parse_json
 
 ROLES = {"system", "user", "assistant", "developer", "tool"}
 
@@ -81,7 +82,7 @@ def _parse_line(line: str, number: int, source: Path) -> tuple[dict[str, Any], .
     where = f"{source}:{number}"
     fix = 'each line must be {"messages": [{"role": "user", "content": "..."}]}'
     try:
-        obj = json.loads(line)
+        obj = parse_json(line)
     except ValueError as exc:
         raise UsageError(f"dataset line {number} is not JSON ({exc})", value=where, hint=fix) from None
     messages = obj.get("messages") if isinstance(obj, dict) else None

@@ -34,6 +34,8 @@ from kimi_deploy.bench.dataset import Dataset
 from kimi_deploy.bench.load import BenchRun
 from kimi_deploy.bench.metrics import DEFINITIONS
 from kimi_deploy.errors import UsageError
+from kimi_deploy.limits import parse_json
+from kimi_deploy.printable import markup
 from kimi_deploy.redact import redact
 
 SCHEMA = "kimi-deploy.bench/1"
@@ -160,7 +162,7 @@ def load_result(path: Path) -> dict[str, Any]:
         UsageError: unreadable, not JSON, or not a ``kimi-deploy.bench/1`` result.
     """
     try:
-        data = json.loads(Path(path).read_text(), parse_constant=_refuse_constant)
+        data = parse_json(Path(path).read_text(), parse_constant=_refuse_constant)
     except (OSError, ValueError) as exc:
         raise UsageError(f"cannot read the benchmark result ({exc})", value=str(path),
                          hint="pass files written by `kimi-deploy bench --json PATH`") from exc
@@ -179,7 +181,7 @@ def summary_table(result: dict[str, Any]):
     """A rich Table: one line per point with medians, throughput and flags."""
     from rich.table import Table
 
-    table = Table(title=f"kimi-deploy bench: {result['label']}  (model {result['model']}, "
+    table = Table(title=f"kimi-deploy bench: {markup(result['label'])}  (model {markup(result['model'])}, "
                         f"max_tokens {result['config']['max_tokens']}, {result['config']['mode']})")
     for col in ("point", "ok/err", "TTFT p50/p99 ms", "TPOT p50/p99 ms", "ITL p50 ms", "tok/chunk",
                 "E2E p50 ms", "out tok/s", "req/s", "goodput", "accept", "no usage"):

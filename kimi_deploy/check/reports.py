@@ -28,7 +28,8 @@ from rich.markup import escape
 from rich.table import Table
 
 from kimi_deploy.check.registry import tier
-from kimi_deploy.check.results import CheckReport, CheckResult, clip, printable
+from kimi_deploy.check.results import CheckReport, CheckResult, clip
+from kimi_deploy.printable import markup, printable
 from kimi_deploy.errors import UsageError
 from kimi_deploy.fsio import check_output_paths as fsio_check_output_paths, write_many_atomic
 from kimi_deploy.redact import Redactor
@@ -62,7 +63,9 @@ def render_table(report: CheckReport, console: Console) -> None:
     Checks that were not attempted (:attr:`CheckResult.attempted` False) with the same kind and
     evidence share one row ("(45 more checks)"); the JSON report keeps each.
     """
-    table = Table(title=f"kimi-deploy check {report.base_url}" + (f" ({report.model})" if report.model else ""),
+    # the model name and the version are the server's: shown as literal text (kimi_deploy.printable)
+    table = Table(title=f"kimi-deploy check {markup(report.base_url)}" + (f" ({markup(report.model)})" if report.model
+                                                                         else ""),
                   expand=False)
     table.add_column("check", no_wrap=True)
     table.add_column("status", no_wrap=True)
@@ -91,7 +94,7 @@ def render_table(report: CheckReport, console: Console) -> None:
     c = report.counts()
     server = report.server.get("version")
     console.print(f"{c['pass']} pass, {c['warn']} warn, {c['fail']} fail, {c['skip']} skip in "
-                  f"{report.duration_s:.1f} s" + (f" (server version {server})" if server else "")
+                  f"{report.duration_s:.1f} s" + (f" (server version {markup(server)})" if server else "")
                   + f"; exit {int(report.exit_code)} ({report.exit_code.name})")
     if report.interrupted:
         console.print(f"interrupted by {report.interrupted}: a partial report, {len(report.not_run)} check(s) "

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import re
 import datetime as _dt
 from collections import Counter
 from typing import Any, Literal
@@ -16,6 +15,7 @@ from typing import Any, Literal
 from kimi_deploy import __version__
 from kimi_deploy.errors import ExitCode
 from kimi_deploy.limits import DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_LINE_BYTES
+from kimi_deploy.printable import printable
 
 REPORT_SCHEMA = "kimi-deploy.check/1"
 
@@ -131,21 +131,6 @@ def fix_for(kind: str | None, *, python: str | None = None, name: str | None = N
 
 #: Evidence is cut to this many characters (one table line).
 EVIDENCE_CHARS = 120
-
-#: Characters no report carries raw: C0 controls, DEL, C1 controls, lone surrogates (UTF-8 cannot encode
-#: them), the Unicode line and paragraph separators, and the non-characters U+FFFE/U+FFFF (XML 1.0, section 2.2,
-#: allows none of them but tab, LF and CR).
-UNPRINTABLE = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\ud800-\udfff\ufffe\uffff]")
-_NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
-
-
-def printable(text: str, keep: str = "") -> str:
-    """``text`` with every :data:`UNPRINTABLE` character but those in ``keep`` written as an escape:
-    ``\\n``, ``\\r``, ``\\t``, ``\\xNN`` below U+0100, else ``\\uNNNN`` (a lone surrogate ``\\ud800``).
-    Safe in a terminal, in UTF-8 and, with ``keep="\\t\\n\\r"``, in XML 1.0."""
-    return UNPRINTABLE.sub(lambda m: m.group() if m.group() in keep else _NAMED.get(m.group()) or (
-        f"\\x{ord(m.group()):02x}" if ord(m.group()) < 0x100 else f"\\u{ord(m.group()):04x}"), text)
-
 
 def clip(text: Any, limit: int = EVIDENCE_CHARS) -> str:
     """``text`` as one printable line (:func:`printable`: ``\\n``, ``\\x00``, ``\\ud800``), cut to ``limit``

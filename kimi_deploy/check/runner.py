@@ -65,6 +65,19 @@ def _no_answer(results: list[CheckResult]) -> CheckResult | None:
 Progress = Callable[[str, int, int, "CheckResult | None"], None]
 
 
+def guard_key(base_url: str, api_key: str | None, profile: Profile | None, *, insecure: bool) -> None:
+    """:func:`kimi_deploy.apikey.guard_transport` for a check of ``base_url``, except that a worker URL the
+    profile itself names (``[fleet]``: :meth:`Profile.worker_urls`) is the operator's own fleet, where SGLang's
+    gateway sends the same key over the same network anyway; a URL only a gateway lists is guarded.
+
+    Raises:
+        UsageError: plain http with a key to a host that is neither local nor a profile's worker (exit 2).
+    """
+    own = {url.rstrip("/") for url in profile.worker_urls()} if profile is not None else set()
+    if base_url.rstrip("/") not in own:
+        guard_transport(base_url, api_key, insecure=insecure)
+
+
 def run_checks(options: CheckOptions, progress: Progress | None = None, *,
                clock: Callable[[], float] = time.monotonic) -> CheckReport:
     """Run the checks ``options`` select against one OpenAI-compatible server.
@@ -100,7 +113,7 @@ def run_checks(options: CheckOptions, progress: Progress | None = None, *,
     api_key = options.api_key
     if api_key is None and profile is not None and profile.sglang.api_key_file:
         api_key = read_key_file(profile.sglang.api_key_file)
-    guard_transport(base_url, api_key, insecure=options.insecure)  # before anything is sent
+    guard_key(base_url, api_key, profile, insecure=options.insecure)  # before anything is sent
     ids = registry.select(options.only, options.skip)
     expected = options.model or (profile.sglang.served_model_name or profile.sglang.model_path if profile else None)
     report = CheckReport(base_url=base_url, model=expected, started_at=_dt.datetime.now(_dt.timezone.utc),

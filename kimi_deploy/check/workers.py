@@ -54,12 +54,18 @@ def check_each_worker(options: CheckOptions, gateway_url: str, progress=None) ->
 
     Raises:
         UnreachableError: the gateway did not answer (exit 3). GatewayError: it refused the listing (exit 1).
+        UsageError: a listed worker the profile does not name would get the key over plain http from another
+            host (:func:`kimi_deploy.check.runner.guard_key`; exit 2, before any worker is asked).
     """
     from kimi_deploy.check import run_checks
+    from kimi_deploy.check.runner import _resolve_profile, guard_key
     from kimi_deploy.gateway import Gateway
 
     with Gateway(gateway_url, options.api_key, timeout=options.timeout) as gw:
         urls = [w.url for w in gw.workers()]
+    profile = _resolve_profile(options.profile)[0]
+    for url in urls:  # every worker before the first request: a refused one must not cut the run short
+        guard_key(url, options.api_key, profile, insecure=options.insecure)
     only = tuple(options.only) or DEFAULT_ONLY
     reports = [(url, run_checks(dataclasses.replace(options, base_url=url, only=only), progress)) for url in urls]
     return FleetReport(gateway=gateway_url, reports=reports)

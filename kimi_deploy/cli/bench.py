@@ -12,7 +12,9 @@ from kimi_deploy.apikey import ARGV_REFUSAL, ENV_VAR, guard_transport, read_key_
 from kimi_deploy.bench import params
 from kimi_deploy.errors import ExitCode, KimiDeployError, UsageError
 from kimi_deploy.fsio import check_output_paths, write_atomic
+from kimi_deploy.printable import markup, printable
 from kimi_deploy.cli.options import json_flag, json_path_option, limit_options
+from kimi_deploy.limits import parse_json
 
 
 class Checked(click.ParamType):
@@ -195,7 +197,7 @@ def bench_cmd(ctx, base_url, model, concurrency, request_rate, num_prompts, max_
     body_extra = {}
     if extra_body:
         try:
-            body_extra = json.loads(extra_body)
+            body_extra = parse_json(extra_body)
         except ValueError:
             body_extra = None
         if not isinstance(body_extra, dict):
@@ -247,13 +249,13 @@ def bench_cmd(ctx, base_url, model, concurrency, request_rate, num_prompts, max_
         write_atomic(csv_path, report.to_csv(result))
     console.print(report.summary_table(result))
     for line in report.warnings_of(result):
-        console.print(f"[yellow]warning:[/] {line}")
+        console.print(f"[yellow]warning:[/] {markup(line)}")
     if to_stdout:
         click.echo(text, nl=False)
     else:
         for path in (json_path, csv_path):
             if path:
-                console.print(f"wrote {path}")
+                console.print(f"wrote {markup(path)}")
     if run.interrupted:
         ctx.exit(EXIT_INTERRUPTED)
     failed = report.failed_points(result)
@@ -279,12 +281,20 @@ def compare_cmd(results, plot_path, as_json):
 
     from kimi_deploy.bench import abtest
     from kimi_deploy.bench import compare as compare_lib
-    from kimi_deploy.bench.report import load_result
+    from kimi_deploy.bench.report import SCHEMA, load_result
 
     check_output_paths({"--plot": plot_path})
     loaded = [load_result(p) for p in results]
-    cmp = compare_lib.compare(loaded)
-    verdicts = abtest.ab(loaded, cmp.labels)
+    try:
+        cmp = compare_lib.compare(loaded)
+        verdicts = abtest.ab(loaded, cmp.labels)
+    except (KeyError, TypeError, AttributeError, IndexError, ValueError) as exc:
+        # load_result checks the schema name only: a shared file with that name and missing or mistyped
+        # fields (hand-edited, truncated, hostile) is bad input, not a traceback
+        raise UsageError(f"a result file has the {SCHEMA} name but not its fields "
+                         f"({type(exc).__name__}: {printable(str(exc))[:120]})", value=", ".join(map(str, results)),
+                         hint="pass files written by `kimi-deploy bench --json PATH` of this kimi-deploy version"
+                         ) from None
     if plot_path:
         compare_lib.plot(loaded, plot_path)
         cmp = dataclasses.replace(cmp, plot=str(plot_path))
@@ -295,15 +305,15 @@ def compare_cmd(results, plot_path, as_json):
         console.print(compare_lib.comparison_table(cmp))
         console.print(f"beyond noise? ({verdicts.test})", highlight=False)
         for line in abtest.verdict_lines(verdicts):
-            console.print(f"  {line}", highlight=False)
+            console.print(f"  {markup(line)}", highlight=False)
         kv = ", ".join(f"{k} {v:,}" if v else f"{k} ?" for k, v in verdicts.kv_tokens.items())
-        console.print(f"KV capacity (tokens): {kv}", highlight=False)
+        console.print(f"KV capacity (tokens): {markup(kv)}", highlight=False)
     for line in verdicts.alarms:
-        console.print(f"[red]ALARM:[/] {line}", highlight=False)
+        console.print(f"[red]ALARM:[/] {markup(line)}", highlight=False)
     for line in cmp.warnings + verdicts.notes:
-        console.print(f"[yellow]warning:[/] {line}")
+        console.print(f"[yellow]warning:[/] {markup(line)}")
     if cmp.plot and not as_json:
-        console.print(f"wrote {cmp.plot}")
+        console.print(f"wrote {markup(cmp.plot)}")
 
 
 COMMANDS = [bench_cmd]

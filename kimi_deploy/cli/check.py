@@ -13,6 +13,7 @@ import click
 from kimi_deploy.apikey import read_key_file as read_api_key
 from kimi_deploy.errors import UsageError
 from kimi_deploy.cli.options import json_path_option, limit_options
+from kimi_deploy.printable import printable
 
 if TYPE_CHECKING:  # the check library (openai, httpx, rich) loads when the verb runs, not for its --help
     from rich.console import Console
@@ -180,10 +181,10 @@ def _each_worker(options: CheckOptions, json_path, junit_path, prom_path) -> int
     out = sys.stderr if to_stdout else sys.stdout
     for url, report in fleet.reports:
         failed = [r.id for r in report.results if r.status == "fail"]
-        print(f"{url}: exit {int(report.exit_code)}, {len(report.results)} checks, "
+        print(f"{printable(url)}: exit {int(report.exit_code)}, {len(report.results)} checks, "
               f"{len(failed)} failed{': ' + ', '.join(failed[:5]) if failed else ''}", file=out)
     if not fleet.reports:
-        print(f"{base_url}: the gateway lists no worker", file=out)
+        print(f"{printable(base_url)}: the gateway lists no worker", file=out)
     if to_stdout:
         click.echo(text, nl=False)
     return fleet.exit_code

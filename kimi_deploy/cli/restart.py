@@ -8,6 +8,7 @@ import click
 
 from kimi_deploy.cli.options import echo_json, json_flag, profile_options, resolve_installed, root_option
 from kimi_deploy.paths import HostLayout
+from kimi_deploy.printable import markup, printable
 
 if TYPE_CHECKING:  # restart's library (httpx, rich, the check tiers) loads when the verb runs, not for --help
     from kimi_deploy.readiness import WaitState
@@ -65,17 +66,17 @@ def restart_cmd(ctx, profile_path, preset, root, name, wait, timeout, rollback_o
             # not a terminal (a log, CI): one line per phase change instead of a live display
             if not as_json and state.phase != last_phase.get(label, ""):
                 last_phase[label] = state.phase
-                click.echo(_line(label, state), err=True)
+                click.echo(printable(_line(label, state)), err=True)
     else:
         status = console.status("restarting")
         status.start()
 
         def on_poll(label, state):
-            status.update(_line(label, state))
+            status.update(markup(_line(label, state)))  # a server log line is not markup
 
     def on_event(message):
         if not as_json:
-            console.print(message, highlight=False)
+            console.print(markup(message), highlight=False)
 
     try:
         result = restart_lib.restart(profile, layout, wait=wait, timeout=timeout,

@@ -6,6 +6,7 @@ import click
 
 from kimi_deploy.cli.options import echo_json, json_flag, profile_options, resolve_installed, root_option
 from kimi_deploy.paths import HostLayout
+from kimi_deploy.printable import printable
 
 
 @click.command("status")
@@ -45,9 +46,9 @@ def status_cmd(ctx, profile_path, preset, root, name, host, as_json):
         d = report.launch
         click.echo(f"launch    {'matches the profile' if d.in_sync else 'DRIFT'} (from {d.source})")
         for entry in d.missing:
-            click.echo(f"          - {entry}   (in the profile, not running)")
+            click.echo(f"          - {printable(entry)}   (in the profile, not running)")
         for entry in d.unexpected:
-            click.echo(f"          + {entry}   (running, not in the profile)")
+            click.echo(f"          + {printable(entry)}   (running, not in the profile)")
     elif h is not None:
         click.echo("launch    unknown (no /server_info answer and no main PID)")
     state = report.patches.get("state")
@@ -69,11 +70,11 @@ def status_cmd(ctx, profile_path, preset, root, name, host, as_json):
     else:
         counts = ", ".join(f"{n} {k}" for k, n in sorted((c.get("counts") or {}).items()))
         click.echo(f"check     exit {c.get('exit_code')} at {c['modified_at']}" + (f" ({counts})" if counts else "")
-                   + (f" ({c['detail']})" if c.get("detail") else "") + f", {report.check_timer}")
+                   + (f" ({printable(str(c['detail']))})" if c.get("detail") else "") + f", {report.check_timer}")
     if view:
         _show_gateway(view)
     for problem in [*report.problems, *(view["problems"] if view else [])]:
-        click.echo(f"problem: {problem}")
+        click.echo(f"problem: {printable(problem)}")
     ctx.exit(code)
 
 
@@ -93,11 +94,12 @@ def _gateway_view(profile, layout):
 
 
 def _show_gateway(view) -> None:
-    click.echo(f"gateway   {view['url']}: " + (f"UNREADABLE ({view['error']})" if view["error"] else
+    click.echo(f"gateway   {view['url']}: " + (f"UNREADABLE ({printable(view['error'])})" if view["error"] else
                                                f"{len(view['workers'])} worker(s)"))
     for w in view["workers"]:
-        click.echo(f"          {w['url']}: {w['status']}, {'healthy' if w['healthy'] else 'UNHEALTHY'}, "
-                   f"{w['load']} in flight")
+        # the gateway's own words (its /workers answer): shown as literal text (kimi_deploy.printable)
+        click.echo(printable(f"          {w['url']}: {w['status']}, {'healthy' if w['healthy'] else 'UNHEALTHY'}, "
+                             f"{w['load']} in flight"))
 
 
 def _file_summary(files: dict[str, str]) -> str:

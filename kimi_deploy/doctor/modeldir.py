@@ -11,9 +11,10 @@ partial download.
 from __future__ import annotations
 
 import dataclasses
-import json
 import struct
 from pathlib import Path
+
+from kimi_deploy.limits import parse_json
 
 INDEX_NAME = "model.safetensors.index.json"
 SINGLE_NAME = "model.safetensors"
@@ -51,8 +52,10 @@ def safetensors_expected_size(path: Path) -> int | None:
             (n,) = struct.unpack("<Q", raw)
             if n > 100 * 1024 * 1024:
                 return None
-            header = json.loads(fh.read(n))
+            header = parse_json(fh.read(n))
     except (OSError, ValueError):
+        return None
+    if not isinstance(header, dict):  # a header that is JSON but no object: not a safetensors file
         return None
     end = 0
     for name, entry in header.items():
@@ -80,7 +83,7 @@ def inspect_model_dir(path: str | Path) -> ModelDir:
     index = root / INDEX_NAME
     if index.is_file():
         try:
-            weight_map = json.loads(index.read_text(encoding="utf-8"))["weight_map"]
+            weight_map = parse_json(index.read_text(encoding="utf-8"))["weight_map"]
             shards = sorted(set(weight_map.values()))
         except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
             problems.append(f"{INDEX_NAME} is not a valid index ({type(exc).__name__})")
