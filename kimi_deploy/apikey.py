@@ -102,18 +102,17 @@ def is_local_host(host: str | None) -> bool:
     import ipaddress
     import socket
 
+    from kimi_deploy.profile import is_loopback
+
     if not host:
         return False
     name = host.strip("[]").lower().rstrip(".")
-    if name == "localhost" or name.endswith(".localhost"):
+    if is_loopback(name):
         return True
     try:
         ip = ipaddress.ip_address(name.split("%", 1)[0])
     except ValueError:
         return False
-    mapped = getattr(ip, "ipv4_mapped", None)
-    if ip.is_loopback or (mapped is not None and mapped.is_loopback):
-        return True
     if ip.is_multicast or ip.is_unspecified:
         return False
     family = socket.AF_INET6 if ip.version == 6 else socket.AF_INET

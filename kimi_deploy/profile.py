@@ -54,13 +54,43 @@ UINT_MAX = 2**32 - 1
 
 
 def is_loopback(host: str) -> bool:
-    """True when a server bound to ``host`` only accepts local connections (``localhost``, 127/8, ::1)."""
-    if host == "localhost":
+    """True when ``host`` (a name or an IP literal, IPv6 without brackets) means this machine only:
+    ``localhost`` and ``*.localhost`` in any case (RFC 6761), 127.0.0.0/8, ``::1``, IPv4-mapped loopback
+    (``::ffff:127.0.0.1``). Pure: nothing is resolved."""
+    name = host.lower().rstrip(".")
+    if name == "localhost" or name.endswith(".localhost"):
         return True
     try:
-        return ipaddress.ip_address(host).is_loopback
+        ip = ipaddress.ip_address(name.split("%", 1)[0])
     except ValueError:
         return False
+    mapped = getattr(ip, "ipv4_mapped", None)
+    return ip.is_loopback or (mapped is not None and mapped.is_loopback)
+
+
+def host_key(host: str) -> str:
+    """The identity of a profile host: an IP address in its compressed lower-case form (``fd00:0::11`` and
+    ``FD00::11`` are one host), a name in lower case (DNS names are case-insensitive). Pure."""
+    try:
+        return ipaddress.ip_address(host).compressed
+    except ValueError:
+        return host.lower()
+
+
+def not_one_host(host: str) -> str | None:
+    """Why ``host`` cannot name one machine (``0.0.0.0``/``::`` mean every address, a multicast address a group,
+    255.255.255.255 the broadcast), or None: a worker URL, a rendezvous address or a host folder needs one."""
+    try:
+        ip = ipaddress.ip_address(host)
+    except ValueError:
+        return None
+    if ip.is_unspecified:
+        return "it means every address of whichever host binds it"
+    if ip.is_multicast:
+        return "a multicast address"
+    if ip.version == 4 and ip == ipaddress.IPv4Address("255.255.255.255"):
+        return "the broadcast address"
+    return None
 
 
 def check_service_name(v: str) -> str:
@@ -591,11 +621,15 @@ class Profile(BaseModel):
 
     def hosts(self) -> tuple[str, ...]:
         """Every host with a part of the deployment: the nodes in replica and rank order, then the gateway's
-        host when it is not a node; ``()`` without ``[fleet]`` and ``[gateway]`` (the one local host)."""
+        host when it is not a node; ``()`` without ``[fleet]`` and ``[gateway]`` (the one local host). One host
+        spelt two ways (:func:`host_key`: ``FD00::A``, ``fd00::a``) is one entry, spelt as first listed."""
         names = [node for nodes in self.replicas for node in nodes]
         if self.gateway:
             names.append(self.gateway.host)
-        return tuple(dict.fromkeys(names))
+        first: dict[str, str] = {}
+        for name in names:
+            first.setdefault(host_key(name), name)
+        return tuple(first.values())
 
     def digest(self) -> str:
         """sha256 of the canonical JSON of the profile (values after defaults), hex, 64 chars.
@@ -730,16 +764,22 @@ def fleet_problems(profile: Profile) -> list[str]:
     if len(set(sizes)) > 1:
         problems.append(f"fleet.replicas: the replicas have {', '.join(map(str, sizes))} nodes; every replica is "
                         f"one full copy of the model and needs the same number of nodes (e.g. {sizes[0]})")
-    seen: dict[str, int] = {}
+    seen: dict[str, tuple[int, str]] = {}
     for index, replica in enumerate(fleet.replicas):
         for node in replica.nodes:
-            if node in seen:
-                where = "twice in the same replica" if seen[node] == index else \
-                    f"in replicas {seen[node]} and {index}"
-                problems.append(f"fleet.replicas.{index}.nodes: {node} is listed {where}; a host serves one "
-                                "node of one replica, list each host once")
+            why = not_one_host(node)
+            if why:
+                problems.append(f"fleet.replicas.{index}.nodes: {node} is not the address of one host ({why}); "
+                                "list the node's own address or name")
+            key = host_key(node)
+            if key in seen:
+                first, spelled = seen[key]
+                where = "twice in the same replica" if first == index else f"in replicas {first} and {index}"
+                alias = f" (as {spelled})" if spelled != node else ""
+                problems.append(f"fleet.replicas.{index}.nodes: {node} is listed {where}{alias}; a host serves "
+                                "one node of one replica, list each host once")
             else:
-                seen[node] = index
+                seen[key] = (index, node)
     nodes = sizes[0]
     if nodes > 1:
         for key in ("dist_init_port", "nic"):
@@ -802,9 +842,14 @@ def gateway_problems(profile: Profile) -> list[str]:
     elif gw.port == gw.prometheus_port:
         problems.append(f"gateway.prometheus_port: {gw.prometheus_port} is also gateway.port on the same host; "
                         "choose another port, e.g. 29000")
-    nodes = [node for nodes in profile.replicas for node in nodes]
-    if gw.host in nodes:
-        serving = gw.host in [r[0] for r in profile.replicas]
+    why = not_one_host(gw.host)
+    if why:
+        problems.append(f"gateway.host: {gw.host} is not the address of one host ({why}); name the machine that "
+                        "runs the gateway (its address or name) and set bind for the addresses it listens on")
+    gw_key = host_key(gw.host)
+    nodes = [host_key(node) for nodes in profile.replicas for node in nodes]
+    if gw_key in nodes:
+        serving = gw_key in [host_key(r[0]) for r in profile.replicas]
         for key in ("port", "prometheus_port"):
             port = getattr(gw, key)
             if serving and port == s.port:
@@ -818,7 +863,13 @@ def gateway_problems(profile: Profile) -> list[str]:
             f"gateway.bind: {gw.bind} accepts connections from other machines but [sglang] api_key_file is not "
             "set (the gateway uses the workers' key: one key end to end); set [sglang] api_key_file, bind "
             "\"127.0.0.1\", or set [sglang] allow_unauthenticated = true")
-    remote = [node for node in (r[0] for r in profile.replicas) if node != gw.host]
+    remote = [node for node in (r[0] for r in profile.replicas) if host_key(node) != gw_key]
+    if not is_loopback(gw.host):
+        for index, replica in enumerate(profile.replicas):
+            if is_loopback(replica[0]):
+                problems.append(f"fleet.replicas.{index}.nodes: {replica[0]} is a loopback address, which the "
+                                f"gateway on {gw.host} cannot reach (it would reach itself); list the node by an "
+                                "address the gateway host reaches")
     if remote and is_loopback(s.host):
         problems.append(f"sglang.host: {s.host} accepts only local connections, but the gateway on {gw.host} "
                         f"reaches {remote[0]} over the network; set host = \"0.0.0.0\" with api_key_file")
