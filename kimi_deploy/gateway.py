@@ -23,6 +23,7 @@ gateway"):
 from __future__ import annotations
 
 import dataclasses
+import json
 import re
 import time
 from collections.abc import Callable, Sequence
@@ -178,6 +179,56 @@ class GatewayError(KimiDeployError):
     exit_code = ExitCode.FAILED
 
 
+class DrainTimeout(GatewayError):
+    """The gateway accepted the removal of a worker, but still lists it after the wait (in-flight requests keep it
+    ``draining``): it is out of rotation (exit 9, :attr:`ExitCode.OUT_OF_ROTATION`)."""
+
+    exit_code = ExitCode.OUT_OF_ROTATION
+
+
+#: Most bytes of one worker-API answer the kit reads (``GET /workers`` of smg 1.13.0: under 1 KiB per worker,
+#: so 4 MiB holds thousands); a longer answer is refused, not read.
+MAX_ANSWER_BYTES = 4 << 20
+
+
+def _worker(item: Any) -> Worker:
+    """One entry of smg's ``GET /workers`` list as a :class:`Worker`.
+
+    Raises:
+        ValueError: not an object with string ``id`` and ``url``, string ``status``, boolean ``is_healthy`` and
+            a whole-number ``load`` (when present).
+    """
+    if not isinstance(item, dict):
+        raise ValueError(f"a worker entry is {type(item).__name__}, not an object")
+    fields = {k: item.get(k) for k in ("id", "url", "status")}
+    if not all(isinstance(v, str) and v for v in fields.values()):
+        raise ValueError(f"a worker entry lacks a string id, url or status: {fields}")
+    healthy, load = item.get("is_healthy"), item.get("load", 0)
+    if not isinstance(healthy, bool):
+        raise ValueError(f"is_healthy of {fields['url']} is {healthy!r}, not true or false")
+    if load is None:
+        load = 0
+    if isinstance(load, bool) or not isinstance(load, int) or load < 0:
+        raise ValueError(f"load of {fields['url']} is {load!r}, not a count of requests")
+    return Worker(id=fields["id"], url=fields["url"], status=fields["status"], healthy=healthy, load=load)
+
+
+def parse_workers(body: bytes) -> list[Worker]:
+    """smg's ``GET /workers`` answer ``{"workers": [{"id", "url", "status", "is_healthy", "load"}, ...], ...}``.
+
+    Raises:
+        ValueError: not that JSON (the message says what is wrong).
+    """
+    try:
+        data = json.loads(body)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise ValueError(f"not JSON ({exc})") from None
+    items = data.get("workers") if isinstance(data, dict) else None
+    if not isinstance(items, list):
+        raise ValueError("no \"workers\" list")
+    return [_worker(item) for item in items]
+
+
 @dataclasses.dataclass(frozen=True)
 class Worker:
     """One worker as the gateway lists it: ``id``, ``url``, ``status`` (``ready``, ``pending``, ``draining``,
@@ -216,12 +267,26 @@ class Gateway:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def _call(self, method: str, path: str, **kw: Any) -> httpx.Response:
+    def _call(self, method: str, path: str, **kw: Any) -> tuple[int, bytes]:
+        """``(status, body)`` of one request; the body read up to :data:`MAX_ANSWER_BYTES`.
+
+        Raises:
+            UnreachableError: no answer (exit 3). GatewayError: an answer longer than the cap.
+        """
         try:
-            return self._client.request(method, path, **kw)
+            with self._client.stream(method, path, **kw) as response:
+                body = bytearray()
+                for chunk in response.iter_bytes():
+                    body += chunk
+                    if len(body) > MAX_ANSWER_BYTES:
+                        raise GatewayError(f"the gateway's answer to {method} {path} is longer than "
+                                           f"{MAX_ANSWER_BYTES >> 20} MiB; not read further", value=self.base_url,
+                                           hint="is [gateway] port the gateway's (smg), not another service?")
+                return response.status_code, bytes(body)
         except httpx.HTTPError as exc:
             raise UnreachableError(f"the gateway at {self.base_url} did not answer: {exc}", value=self.base_url,
-                                   hint="is the gateway unit running (systemctl status <name>-gateway)?") from None
+                                   hint="is the gateway unit (<service>-gateway.service) running on the gateway "
+                                        "host, and [gateway] host/port right?") from None
 
     def workers(self) -> list[Worker]:
         """``GET /workers``.
@@ -229,14 +294,17 @@ class Gateway:
         Raises:
             UnreachableError: no answer (exit 3). GatewayError: a non-200 answer (401: wrong key).
         """
-        response = self._call("GET", "/workers")
-        if response.status_code != 200:
-            raise GatewayError(f"the gateway answered GET /workers with {response.status_code}",
-                               value=response.text[:200],
+        status, body = self._call("GET", "/workers")
+        if status != 200:
+            raise GatewayError(f"the gateway answered GET /workers with {status}",
+                               value=_show(body),
                                hint="401: give the profile's API key (the gateway uses the workers' key)")
-        return [Worker(id=str(w.get("id")), url=str(w.get("url")), status=str(w.get("status")),
-                       healthy=bool(w.get("is_healthy")), load=int(w.get("load") or 0))
-                for w in response.json().get("workers", [])]
+        try:
+            return parse_workers(body)
+        except ValueError as exc:
+            raise GatewayError(f"the gateway's GET /workers answer is not smg's worker list: {exc}",
+                               value=_show(body), hint="is [gateway] port the gateway's (smg "
+                               "1.13.0), not another service?") from None
 
     def find(self, url: str) -> Worker | None:
         """The listed worker whose URL is ``url`` (trailing ``/`` ignored), or None."""
@@ -252,11 +320,13 @@ class Gateway:
         worker = self.find(url)
         if worker is None:
             return False
-        response = self._call("DELETE", f"/workers/{worker.id}")
-        if response.status_code not in (200, 202, 204):
-            raise GatewayError(f"the gateway refused to remove {url}: {response.status_code}",
-                               value=response.text[:200])
-        self._wait(lambda: self.find(url) is None, timeout, poll, f"{url} to drain out of the gateway")
+        status, body = self._call("DELETE", f"/workers/{worker.id}")
+        if status not in (200, 202, 204):
+            raise GatewayError(f"the gateway refused to remove {url}: {status}", value=_show(body))
+        try:
+            self._wait(lambda: self.find(url) is None, timeout, poll, f"{url} to drain out of the gateway")
+        except GatewayError as exc:
+            raise DrainTimeout(exc.message, value=exc.value) from None
         return True
 
     def add(self, url: str, *, timeout: float = 300.0, poll: float = 0.5) -> Worker:
@@ -267,11 +337,11 @@ class Gateway:
         body: dict[str, Any] = {"url": url}
         if self.api_key:
             body["api_key"] = self.api_key  # smg probes the worker with it; without it a keyed worker is 401
-        response = self._call("POST", "/workers", json=body)
-        if response.status_code == 409:
+        status, answer = self._call("POST", "/workers", json=body)
+        if status == 409:
             pass  # already listed (a removal still draining, or never removed): wait for it to be ready
-        elif response.status_code not in (200, 201, 202):
-            raise GatewayError(f"the gateway refused to add {url}: {response.status_code}", value=response.text[:200])
+        elif status not in (200, 201, 202):
+            raise GatewayError(f"the gateway refused to add {url}: {status}", value=_show(answer))
         found: list[Worker] = []
 
         def ready() -> bool:
@@ -290,6 +360,11 @@ class Gateway:
             if self._monotonic() >= deadline:
                 raise GatewayError(f"timed out after {timeout:g} s waiting for {what}", value=self.base_url)
             self._sleep(poll)
+
+
+def _show(body: bytes) -> str:
+    """The first 200 characters of an answer, for an error's ``value`` (the redaction of the CLI applies)."""
+    return body[:200].decode("utf-8", "replace")
 
 
 def gateway_url(profile: Profile) -> str:

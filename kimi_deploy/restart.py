@@ -233,13 +233,33 @@ def _restart_drained(profile: Profile, layout: HostLayout, drain: Drain, *, on_e
     """Remove ``drain.url`` from the gateway, restart and verify there, add it back when that passed.
 
     Raises:
-        UnreachableError / GatewayError: the gateway did not take the replica out; nothing was restarted.
+        UnreachableError (exit 3) / GatewayError (exit 1): the gateway did not take the replica out; nothing was
+            restarted and it is still in rotation (the message says so).
+        DrainTimeout: the gateway took the removal but still lists the replica (draining) after the wait;
+            nothing was restarted and it is out of rotation (exit 9).
+        KimiDeployError: the restart itself failed (systemctl, exit 5); the replica is out of rotation and the
+            message says so (its exit code is the failure's).
     """
+    from kimi_deploy.gateway import DrainTimeout
+
     say = on_event or (lambda _m: None)
     say(f"removing {drain.url} from the gateway (in-flight requests finish first)")
-    removed = drain.gateway.remove(drain.url)
+    again = f"rerun `kimi-deploy restart --wait` on this node (it restarts it and adds it back)"
+    try:
+        removed = drain.gateway.remove(drain.url)
+    except DrainTimeout as exc:
+        raise _annotated(exc, f"; nothing was restarted, and {drain.url} is out of the gateway's rotation",
+                         f"once its in-flight requests ended, {again}") from None
+    except KimiDeployError as exc:
+        raise _annotated(exc, f"; nothing was restarted and {drain.url} was not taken out of the gateway's rotation",
+                         exc.hint or f"check the gateway unit ({profile.service.name}-gateway.service) on "
+                                     f"{profile.gateway.host if profile.gateway else 'the gateway host'}") from None
     state: dict[str, Any] = {"url": drain.url, "removed": removed, "readded": False, "error": None}
-    result = _restart(profile, layout, wait=True, on_event=on_event, base_url=drain.url, **kw)
+    try:
+        result = _restart(profile, layout, wait=True, on_event=on_event, base_url=drain.url, **kw)
+    except KimiDeployError as exc:
+        raise _annotated(exc, f"; {drain.url} was taken out of the gateway's rotation for the restart and stays "
+                              "out", exc.hint and f"{exc.hint}; then {again}" or again) from None
     final = result.attempts[-1]
     notes = list(result.notes)
     if final.ok:
@@ -254,6 +274,15 @@ def _restart_drained(profile: Profile, layout: HostLayout, drain: Drain, *, on_e
     else:
         notes.append(f"the replica failed its restart: it stays out of the gateway's rotation ({drain.url})")
     return dataclasses.replace(result, notes=notes, gateway=state)
+
+
+def _annotated(exc: KimiDeployError, state: str, hint: str | None) -> KimiDeployError:
+    """A copy of ``exc`` (same class and exit code) whose message ends with ``state`` (where the replica is)."""
+    copy = type(exc).__new__(type(exc))
+    copy.__dict__.update(exc.__dict__)
+    Exception.__init__(copy, exc.message + state)
+    copy.message, copy.hint = exc.message + state, hint
+    return copy
 
 
 def _restart(profile: Profile, layout: HostLayout, *, api_key: str | None, wait: bool, timeout: float | None,
