@@ -666,6 +666,10 @@ RESERVED_ENV = {
 _SECTIONS: dict[str, type[BaseModel]] = {"service": Service, "sglang": SGLang, "monitoring": Monitoring,
                                           "fleet": Fleet, "gateway": Gateway, "kubernetes": Kubernetes}
 
+#: Where a rank >= 1 of a multi-node group listens: it gets no ``--host``/``--port`` (serving options), so SGLang
+#: 0.5.23 serves its dummy ``/health`` on its own defaults (``ServerArgs``: host 127.0.0.1, port 30000).
+RANK_DUMMY_HEALTH = ("127.0.0.1", 30000)
+
 #: Environment variables the kit sets on every rank of a multi-node replica from ``[fleet] nic``.
 NIC_ENV = ("NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME")
 
@@ -858,6 +862,14 @@ def gateway_problems(profile: Profile) -> list[str]:
             if fleet and fleet.dist_init_port == port and profile.nodes_per_copy > 1 and serving:
                 problems.append(f"gateway.{key}: {port} is also [fleet] dist_init_port on {gw.host}; "
                                 "choose another port")
+    dummy_host, dummy_port = RANK_DUMMY_HEALTH
+    for index, replica in enumerate(profile.replicas):
+        rank = next((r for r, node in enumerate(replica) if r and host_key(node) == gw_key), None)
+        for key, host in (("port", gw.bind), ("prometheus_port", gw.prometheus_host)):
+            if rank is not None and getattr(gw, key) == dummy_port and (_is_wildcard(host) or host == dummy_host):
+                problems.append(f"gateway.{key}: {dummy_port} on {gw.host} is where rank {rank} of replica {index} "
+                                f"serves SGLang's dummy /health ({dummy_host}:{dummy_port}); choose another port "
+                                f"(e.g. {dummy_port + 1})")
     if not is_loopback(gw.bind) and not s.api_key_file and not s.allow_unauthenticated:
         problems.append(
             f"gateway.bind: {gw.bind} accepts connections from other machines but [sglang] api_key_file is not "

@@ -154,6 +154,13 @@ CASES = [
      ["fleet.replicas.0.nodes: rank 0 is LocalHost, a loopback address"]),
     ("loopback-worker-behind-a-remote-gateway", SERVED + TWO_REPLICAS.replace("10.0.0.12", "127.0.0.1") + GATEWAY,
      ["fleet.replicas.1.nodes: 127.0.0.1 is a loopback address, which the gateway on 10.0.0.10 cannot reach"]),
+    # a rank >= 1 gets no --host/--port: SGLang 0.5.23 serves its dummy /health on its defaults 127.0.0.1:30000
+    ("gateway-on-a-rank-1-host-on-sglangs-default-port", MULTI + TWO_RANKS + GATEWAY.replace("10.0.0.10", "10.0.0.22"),
+     ["gateway.port: 30000 on 10.0.0.22 is where rank 1 of replica 0 serves SGLang's dummy /health "
+      "(127.0.0.1:30000)", "choose another port (e.g. 30001)"]),
+    ("gateway-metrics-on-a-rank-1-host-on-sglangs-default-port", MULTI + TWO_RANKS
+     + GATEWAY.replace("10.0.0.10", "10.0.0.22") + "port = 8000\nprometheus_port = 30000\n",
+     ["gateway.prometheus_port: 30000 on 10.0.0.22 is where rank 1 of replica 0 serves"]),
     ("gateway-without-fleet", SERVED + GATEWAY, ["gateway: a gateway routes to replicas, but there is no [fleet]"]),
     ("no-replicas", SERVED + "[fleet]\nreplicas = []\n", ["fleet.replicas", "at least 1 item"]),
     ("no-nodes", SERVED + "[fleet]\n[[fleet.replicas]]\nnodes = []\n", ["fleet.replicas.0.nodes", "at least 1 item"]),
