@@ -443,12 +443,20 @@ def validate_smg(profile: Profile, smg: str | None = None) -> GatewayValidation:
 
     if profile.gateway is None:
         raise UsageError("the profile has no [gateway]", hint="add a [gateway] table (production.md)")
+    from kimi_deploy.errors import ExternalCommandError
+
     smg = smg or profile.gateway.smg
-    version = proc.run([smg, "--version"], check=True, timeout=60).stdout.strip().splitlines()[:1]
+    try:
+        version = proc.run([smg, "--version"], check=True, timeout=60).stdout.strip().splitlines()[:1]
+        help_text = smg_help(smg)
+    except ExternalCommandError as exc:
+        exc.hint = exc.hint or (f"[gateway] smg must be the pinned smg: python3 -m venv {Path(smg).parent.parent} && "
+                                f"{Path(smg).parent}/pip install smg=={profile.gateway.version}")
+        raise
     line = version[0] if version else ""
     errors = []
     if not re.search(rf"(?<![\d.]){re.escape(profile.gateway.version)}(?![\d.])", line):
         errors.append(f"gateway.version: the profile pins smg {profile.gateway.version}, but {smg} is {line!r}; "
                       f"install smg=={profile.gateway.version} into its virtual environment or change the pin")
-    errors += validate_gateway(profile, smg_help(smg))
+    errors += validate_gateway(profile, help_text)
     return GatewayValidation(smg=smg, version=line, errors=tuple(errors))

@@ -234,3 +234,10 @@ def test_validate_gateway_asks_the_pinned_smg_itself(tmp_path, smg_path):
     bad = run_cli(["validate", "--profile", str(pinned), "--gateway"])
     assert bad.exit_code == 1
     assert "gateway.version: the profile pins smg 1.12.0" in bad.stdout and "'fastest' is not one of" in bad.stdout
+
+
+def test_validate_gateway_with_an_smg_that_fails_names_the_pinned_install(tmp_path):
+    text = PROFILE + f'smg = "{shutil.which("false") or "/bin/false"}"\n'
+    result = run_cli(["validate", "--profile", str(write_profile(tmp_path, text)), "--gateway"])
+    assert result.exit_code == 5 and "Traceback" not in result.stderr
+    assert "fix: [gateway] smg must be the pinned smg" in result.stderr and "pip install smg==1.13.0" in result.stderr
