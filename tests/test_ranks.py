@@ -325,7 +325,7 @@ def test_preflight_in_an_interpreter_without_torch_says_so(tmp_path):
     data["fleet"]["nic"] = "lo"
     result = preflight_lib.preflight(parse_profile(data), Rank(0, 1, ("10.0.0.11", "127.0.0.1")), timeout=1,
                                      python=sys.executable)
-    assert not result.ok and result.stage == "store" and result.stages == ("nic", "address")
+    assert not result.ok and result.stage == "store" and result.stages == ("address", "nic")
     assert "torch does not import" in result.error and "--python" in result.fix
 
 
