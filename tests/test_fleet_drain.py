@@ -175,3 +175,51 @@ def test_a_restart_that_fails_after_the_drain_says_the_replica_stays_out(tmp_pat
     assert "Traceback" not in result.stderr
     assert f"{URL} was taken out of the gateway's rotation for the restart and stays out" in result.stderr
     assert "restart --wait" in result.stderr
+
+
+@pytest.fixture
+def remote(monkeypatch):
+    """``http://127.0.0.9:PORT`` (nothing listens there) counted as another host by the transport guard: the
+    tests stay on loopback while the kit treats the worker as remote, as production workers are."""
+    from kimi_deploy import apikey
+
+    local = apikey.is_local_host
+    monkeypatch.setattr(apikey, "is_local_host", lambda host: host != "127.0.0.9" and local(host))
+    return "http://127.0.0.9:30990"  # [sglang] port of PROFILE
+
+
+def _each_worker(tmp_path, listed: list[str], nodes: list[str]):
+    """`check --profile P --each-worker` on the gateway host, as its nightly unit runs it, against a stand-in
+    gateway listing ``listed``; the profile's replicas are ``nodes``. Returns (result, what the gateway saw)."""
+    server, calls = _gateway({"workers": [{"id": f"w-{i}", "url": url, "status": "ready", "is_healthy": True}
+                                          for i, url in enumerate(listed)]})
+    replicas = "".join(f'[[fleet.replicas]]\nnodes = ["{n}"]\n' for n in nodes)
+    text = PROFILE.replace("{port}", str(server.port))
+    text = text[:text.index("[fleet]")] + "[fleet]\n" + replicas + text[text.index("[gateway]"):]
+    key = tmp_path / "key"
+    key.write_text("sk-drain\n")
+    with server:
+        result = run_cli(["check", "--profile", str(write_profile(tmp_path, text)), "--each-worker",
+                          "--api-key-file", str(key), "--only", "health.*", "--timeout", "5", "--deadline", "10"])
+    return result, calls
+
+
+def test_the_nightly_each_worker_check_reaches_the_workers_the_profile_declares(tmp_path, remote):
+    """In production the workers are other hosts over plain http (the gateway forwards the key to them the same
+    way): the check of a worker the profile lists is not refused (exit 2, nothing sent). Nothing listens there,
+    so its health tier is unreachable (exit 3): that shows it ran."""
+    result, _ = _each_worker(tmp_path, [remote], ["127.0.0.9"])
+    out = result.stdout + result.stderr
+    assert "refusing to send the API key" not in out and result.exit_code == ExitCode.UNREACHABLE, out
+    assert f"{remote}: exit 3, 3 checks, 3 failed" in out
+    assert f"note: the API key goes to {remote} over plain http, as the gateway sends it there" in out
+    assert "warning: --insecure" not in out
+
+
+def test_each_worker_refuses_a_worker_the_profile_does_not_declare_before_sending_anything(tmp_path, remote):
+    """A worker someone added to the gateway (its worker API) is not the profile's: the key is not sent to it in
+    clear text, and no worker is checked."""
+    result, calls = _each_worker(tmp_path, ["http://127.0.0.2:30990", remote], ["127.0.0.2"])
+    assert result.exit_code == ExitCode.USAGE, result.stdout + result.stderr
+    assert f"the gateway lists {remote}, which is not in the profile's [fleet] replicas" in result.stderr
+    assert "Traceback" not in result.stderr and calls == ["GET /workers"]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+
 import datetime as _dt
 import logging
 import time
@@ -65,6 +67,14 @@ def _no_answer(results: list[CheckResult]) -> CheckResult | None:
 Progress = Callable[[str, int, int, "CheckResult | None"], None]
 
 
+def declared_worker(profile: Any, base_url: str) -> bool:
+    """True when ``base_url`` is a worker URL of ``profile``'s ``[fleet]`` (:meth:`Profile.worker_urls`): a
+    server the operator declared, to which the gateway forwards the same key."""
+    if profile is None:
+        return False
+    return base_url.rstrip("/") in {url.rstrip("/") for url in profile.worker_urls()}
+
+
 def run_checks(options: CheckOptions, progress: Progress | None = None, *,
                clock: Callable[[], float] = time.monotonic) -> CheckReport:
     """Run the checks ``options`` select against one OpenAI-compatible server.
@@ -100,7 +110,13 @@ def run_checks(options: CheckOptions, progress: Progress | None = None, *,
     api_key = options.api_key
     if api_key is None and profile is not None and profile.sglang.api_key_file:
         api_key = read_key_file(profile.sglang.api_key_file)
-    guard_transport(base_url, api_key, insecure=options.insecure)  # before anything is sent
+    if not options.insecure and declared_worker(profile, base_url):
+        # a replica of the profile's [fleet]: the gateway sends it the same key over the same network
+        guard_transport(base_url, api_key, insecure=True, warn=lambda _line: print(
+            f"note: the API key goes to {base_url} over plain http, as the gateway sends it there ([fleet] "
+            "replicas lists it); anyone on that network path can read it", file=sys.stderr))
+    else:
+        guard_transport(base_url, api_key, insecure=options.insecure)  # before anything is sent
     ids = registry.select(options.only, options.skip)
     expected = options.model or (profile.sglang.served_model_name or profile.sglang.model_path if profile else None)
     report = CheckReport(base_url=base_url, model=expected, started_at=_dt.datetime.now(_dt.timezone.utc),

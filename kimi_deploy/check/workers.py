@@ -52,14 +52,33 @@ def check_each_worker(options: CheckOptions, gateway_url: str, progress=None) ->
 
     ``options.base_url`` is replaced by each worker's URL; without ``options.only`` :data:`DEFAULT_ONLY` runs.
 
+    Workers ``options.profile`` (a loaded profile) declares in ``[fleet]`` get the key over plain http as the
+    gateway does; a listed worker it does not declare is refused before any worker is checked, unless
+    ``options.insecure``.
+
     Raises:
         UnreachableError: the gateway did not answer (exit 3). GatewayError: it refused the listing (exit 1).
+        UsageError: the gateway lists a worker the profile does not declare, on another host over plain http.
     """
+    from kimi_deploy.apikey import guard_transport
     from kimi_deploy.check import run_checks
+    from kimi_deploy.check.runner import declared_worker
+    from kimi_deploy.errors import UsageError
     from kimi_deploy.gateway import Gateway
 
     with Gateway(gateway_url, options.api_key, timeout=options.timeout) as gw:
         urls = [w.url for w in gw.workers()]
+    if not isinstance(options.profile, (str, type(None))) and not options.insecure:
+        for url in urls:  # before any worker is checked: nothing sent to any of them
+            if declared_worker(options.profile, url):
+                continue
+            try:
+                guard_transport(url, options.api_key, insecure=False)
+            except UsageError:
+                raise UsageError(f"the gateway lists {url}, which is not in the profile's [fleet] replicas: "
+                                 "refusing to send it the API key in clear text over plain http", value=url,
+                                 hint="remove it from the gateway (DELETE /workers/ID) or list it in [fleet] "
+                                      "replicas; --insecure sends the key anyway") from None
     only = tuple(options.only) or DEFAULT_ONLY
     reports = [(url, run_checks(dataclasses.replace(options, base_url=url, only=only), progress)) for url in urls]
     return FleetReport(gateway=gateway_url, reports=reports)
