@@ -44,7 +44,8 @@ def restart_cmd(ctx, profile_path, preset, root, name, wait, timeout, rollback_o
 
     Behind a gateway ([gateway] in the profile): the replica leaves the gateway first and comes back only
     after it is ready and the fast checks passed; on failure it stays out (exit 1 or 6; exit 9 when it
-    passed but the gateway did not take it back)."""
+    passed but the gateway did not take it back, or stayed draining). A gateway that is down (exit 3) or
+    refuses the removal (exit 1) restarts nothing: the message says the replica was not taken out."""
     if rollback_on_failure and not wait:
         wait = True  # a rollback needs a verdict
     layout = HostLayout(root)
