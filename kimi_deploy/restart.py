@@ -10,9 +10,10 @@ When that fails and ``rollback_on_failure`` is set, the newest install backup is
 verified the same way; the result reports both attempts.
 
 Behind SGLang's gateway (``drain``, :class:`Drain`: a replica of a profile with ``[gateway]``), the replica
-is first removed from the gateway (smg's worker API; in-flight requests finish, new ones go to the other
-replicas), then restarted, waited for and checked at its own worker URL, and added back only when that
-passed. On failure it stays out of the gateway's rotation: the exit status is the attempt's (1 failed,
+is first removed from the gateway (smg's worker API: new requests go to the other replicas; smg 1.13.0 waits a
+fixed 5 s before it drops the worker, and a request still running on the replica after that is cut by the
+restart: the kit does not yet wait for the replica's own in-flight requests), then restarted, waited for
+and checked at its own worker URL, and added back only when that passed. On failure it stays out of the gateway's rotation: the exit status is the attempt's (1 failed,
 6 not ready in time), or 9 (:attr:`ExitCode.OUT_OF_ROTATION`) when the restart passed but the gateway
 did not take the replica back, or the gateway still listed it draining after the wait (nothing restarted).
 A gateway that does not answer (3) or refuses the removal (1) restarts nothing, and the error says the
@@ -245,7 +246,7 @@ def _restart_drained(profile: Profile, layout: HostLayout, drain: Drain, *, on_e
     from kimi_deploy.gateway import DrainTimeout
 
     say = on_event or (lambda _m: None)
-    say(f"removing {drain.url} from the gateway (in-flight requests finish first)")
+    say(f"removing {drain.url} from the gateway (smg stops sending it requests, then drops it)")
     again = f"rerun `kimi-deploy restart --wait` on this node (it restarts it and adds it back)"
     try:
         removed = drain.gateway.remove(drain.url)

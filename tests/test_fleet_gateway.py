@@ -337,9 +337,11 @@ def test_bench_through_the_gateway_while_a_worker_is_killed_and_another_restarte
     """Worker 1 goes through `restart --wait` (restart_lib.restart, as the verb runs it): drained out of the
     gateway, its server really stopped (SIGTERM) and started again by the unit's restart, waited for, checked
     and added back. A bench through the gateway is in flight at the drain, and another at the re-add (each
-    started at that event and seen sending before the restart goes on: no race with the clock); worker 3 is
-    killed (SIGKILL) while the first one runs, and smg, which still lists it healthy (its health check runs
-    every 60 s), retries what it sends there. Every request of both benches completes."""
+    started at that event and seen sending before the restart goes on: no race with the clock). Worker 3 is
+    dead (SIGKILL) before the first starts: smg still lists it healthy (its health check runs every 60 s) and
+    retries what it sends there. Every request of both benches completes. (Killed while it streams, a worker
+    loses the streams it was serving: smg cannot retry once bytes were relayed, "Stream ended by the worker
+    before completion"; measured 1 of 120 failed that way.)"""
     monkeypatch.setattr(restart_lib, "FAST_TIER", ("health.*", "config.*"))  # as the restart tests above
     restarted, dead = NODES[0], NODES[2]
     old = fleet.servers[restarted]
@@ -347,14 +349,13 @@ def test_bench_through_the_gateway_while_a_worker_is_killed_and_another_restarte
     pidfile.write_text(str(old.pid))
     fake_systemd.on("restart", fleet.restart_hook(restarted, pidfile))
     benches: list[tuple[subprocess.Popen, Path]] = []
+    fleet.servers[dead].send_signal(signal.SIGKILL)
+    fleet.servers[dead].wait(timeout=30)
 
     def load(message: str) -> None:
         if message.startswith(("removing ", "adding ")):
             out = tmp_path / f"bench-{len(benches)}.json"
             benches.append((_bench(fleet, out), out))
-            if len(benches) == 1:
-                fleet.servers[dead].send_signal(signal.SIGKILL)
-                fleet.servers[dead].wait(timeout=30)
 
     try:
         result, url, events = _restart(fleet, tmp_path, also=load)
