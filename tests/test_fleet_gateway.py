@@ -169,8 +169,9 @@ while time.monotonic() < deadline:
     if state == "Z":  # exited; its parent (the test) reaps it
         break
     time.sleep(0.05)
-new = subprocess.Popen({self.argv[node]!r}, stdout=subprocess.DEVNULL, stderr=open({str(self.tmp / f"replay-{node}-2.log")!r}, "w"),
-                       env={self.env!r}, start_new_session=True)
+log = open({str(self.tmp / f"replay-{node}-2.log")!r}, "w")
+new = subprocess.Popen({self.argv[node]!r}, stdout=subprocess.DEVNULL, stderr=log, env={self.env!r},
+                       start_new_session=True)
 open(pidfile, "w").write(str(new.pid))
 """
 
