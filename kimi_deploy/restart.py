@@ -15,7 +15,8 @@ fixed 5 s before it drops the worker, and a request still running on the replica
 restart: the kit does not yet wait for the replica's own in-flight requests), then restarted, waited for
 and checked at its own worker URL, and added back only when that passed. On failure it stays out of the
 gateway's rotation: the exit status is the attempt's (1 failed, 6 not ready in time), or 9
-(:attr:`ExitCode.OUT_OF_ROTATION`) when the restart passed but the gateway did not take the replica back, or the gateway still listed it draining after the wait (nothing restarted).
+(:attr:`ExitCode.OUT_OF_ROTATION`) when the restart passed but the gateway did not take the replica back, or the
+gateway still listed it draining after the wait (nothing restarted).
 A gateway that does not answer (3) or refuses the removal (1) restarts nothing, and the error says the
 replica was not taken out of rotation; a restart that raises after the removal says it stays out.
 """
