@@ -94,27 +94,25 @@ ARGV_REFUSAL = ("a key on the command line is visible to every user of the host 
 
 def is_local_host(host: str | None) -> bool:
     """Whether traffic to ``host`` (a URL's host: name or IP literal, IPv6 without brackets) never leaves
-    this machine: ``localhost`` itself (not a name under it: RFC 6761 asks resolvers to answer those with
-    loopback, but glibc with ``hosts: files dns`` sends ``x.localhost`` to the DNS server), a loopback
-    address (127.0.0.0/8, ``::1``, IPv4-mapped loopback), or an IP literal assigned to one of this host's interfaces (a socket can bind to it; Linux routes such
+    this machine: a loopback host (:func:`kimi_deploy.profile.is_loopback`: ``localhost`` itself, not a name
+    under it; 127.0.0.0/8, ``::1``, IPv4-mapped loopback), or an IP literal assigned to one of this host's interfaces (a socket can bind to it; Linux routes such
     traffic over ``lo``). Any other name is not local: it is not resolved here (a DNS answer may change
     between this test and the connection). Never raises.
     """
     import ipaddress
     import socket
 
+    from kimi_deploy.profile import is_loopback
+
     if not host:
         return False
     name = host.strip("[]").lower().rstrip(".")
-    if name == "localhost":  # in /etc/hosts; a name under .localhost may go to DNS (nsswitch "files dns")
+    if is_loopback(name):
         return True
     try:
         ip = ipaddress.ip_address(name.split("%", 1)[0])
     except ValueError:
         return False
-    mapped = getattr(ip, "ipv4_mapped", None)
-    if ip.is_loopback or (mapped is not None and mapped.is_loopback):
-        return True
     if ip.is_multicast or ip.is_unspecified:
         return False
     family = socket.AF_INET6 if ip.version == 6 else socket.AF_INET

@@ -34,8 +34,9 @@ class ExitCode(enum.IntEnum):
     LOCKED = 7
     #: the file system refused a write: disk full, quota, read-only file system, I/O error
     STORAGE = 8
-    #: ``restart --wait`` of a replica behind a gateway: it restarted and passed its checks, but the gateway did
-    #: not take it back; it stays out of rotation
+    #: ``restart --wait`` of a replica behind a gateway left it out of rotation: it restarted and passed its
+    #: checks but the gateway did not take it back, or the gateway took the removal but still listed it
+    #: draining after the wait (nothing restarted)
     OUT_OF_ROTATION = 9
     #: stopped by Ctrl-C or SIGTERM (128 + SIGINT, the shell's convention); check and bench first
     #: write what finished, marked as interrupted

@@ -11,12 +11,11 @@ the tool they already use (production.md: a loop over ssh, Ansible with ``serial
 
 from __future__ import annotations
 
-import ipaddress
 import json
 from collections.abc import Iterable, Mapping
 
 from kimi_deploy.errors import UsageError
-from kimi_deploy.profile import Profile
+from kimi_deploy.profile import Profile, host_key
 
 
 def gateway_files(profile: Profile, header: str) -> dict[str, str]:
@@ -43,8 +42,8 @@ def gateway_files(profile: Profile, header: str) -> dict[str, str]:
 
 
 def is_node(profile: Profile, host: str) -> bool:
-    """True when ``host`` runs a node of a replica."""
-    return any(host in nodes for nodes in profile.replicas)
+    """True when ``host`` runs a node of a replica (one host however spelt: :func:`kimi_deploy.profile.host_key`)."""
+    return any(host_key(host) == host_key(node) for nodes in profile.replicas for node in nodes)
 
 
 def host_files(profile: Profile, sglang_version: str | None = None) -> dict[str, dict[str, str]]:
@@ -77,7 +76,7 @@ def host_files(profile: Profile, sglang_version: str | None = None) -> dict[str,
             files.update(ranks[host])
         elif is_node(profile, host):
             files.update(rendered.files)
-        if profile.gateway is not None and host == profile.gateway.host:
+        if profile.gateway is not None and host_key(host) == host_key(profile.gateway.host):
             files.update(gateway)
         parts[host] = files
     return parts
@@ -116,10 +115,7 @@ def local_addresses() -> frozenset[str]:
 
 
 def _same(a: str, b: str) -> bool:
-    try:
-        return ipaddress.ip_address(a) == ipaddress.ip_address(b)
-    except ValueError:
-        return a.lower() == b.lower()
+    return host_key(a) == host_key(b)
 
 
 def pick_host(profile: Profile, host: str | None, addresses: Iterable[str] | None = None) -> str:

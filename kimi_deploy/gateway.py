@@ -34,6 +34,7 @@ import httpx
 from kimi_deploy import paths
 from kimi_deploy.errors import ExitCode, KimiDeployError, UnreachableError, UsageError
 from kimi_deploy.launch import API_KEY_CREDENTIAL
+from kimi_deploy.limits import Refused
 from kimi_deploy.profile import Profile
 
 #: Runs as ExecStart= in smg's own interpreter when the profile has an API key: reads the systemd credential
@@ -179,6 +180,53 @@ class GatewayError(KimiDeployError):
     exit_code = ExitCode.FAILED
 
 
+class DrainTimeout(GatewayError):
+    """The gateway accepted the removal of a worker, but still lists it after the wait (in-flight requests keep it
+    ``draining``): it is out of rotation (exit 9, :attr:`ExitCode.OUT_OF_ROTATION`)."""
+
+    exit_code = ExitCode.OUT_OF_ROTATION
+
+
+def _worker(item: Any) -> Worker:
+    """One entry of smg's ``GET /workers`` list as a :class:`Worker`.
+
+    Raises:
+        ValueError: not an object with string ``id`` and ``url``, string ``status``, boolean ``is_healthy`` and
+            a whole-number ``load`` (when present).
+    """
+    if not isinstance(item, dict):
+        raise ValueError(f"a worker entry is {type(item).__name__}, not an object")
+    fields = {k: item.get(k) for k in ("id", "url", "status")}
+    if not all(isinstance(v, str) and v for v in fields.values()):
+        raise ValueError(f"a worker entry lacks a string id, url or status: {fields}")
+    healthy, load = item.get("is_healthy"), item.get("load", 0)
+    if not isinstance(healthy, bool):
+        raise ValueError(f"is_healthy of {fields['url']} is {healthy!r}, not true or false")
+    if load is None:
+        load = 0
+    if isinstance(load, bool) or not isinstance(load, int) or load < 0:
+        raise ValueError(f"load of {fields['url']} is {load!r}, not a count of requests")
+    return Worker(id=fields["id"], url=fields["url"], status=fields["status"], healthy=healthy, load=load)
+
+
+def parse_workers(data: Any) -> list[Worker]:
+    """smg's ``GET /workers`` answer ``{"workers": [{"id", "url", "status", "is_healthy", "load"}, ...], ...}``,
+    as :func:`kimi_deploy.readiness.request_capped` read it (parsed JSON; None when it was not JSON; a
+    :class:`kimi_deploy.limits.Refused` when it was refused unread).
+
+    Raises:
+        ValueError: not that answer (the message says what is wrong).
+    """
+    if isinstance(data, Refused):
+        raise ValueError(str(data))
+    if data is None:
+        raise ValueError("not JSON")
+    items = data.get("workers") if isinstance(data, dict) else None
+    if not isinstance(items, list):
+        raise ValueError("no \"workers\" list")
+    return [_worker(item) for item in items]
+
+
 @dataclasses.dataclass(frozen=True)
 class Worker:
     """One worker as the gateway lists it: ``id``, ``url``, ``status`` (``ready``, ``pending``, ``draining``,
@@ -225,7 +273,8 @@ class Gateway:
             return request_capped(self._client, method, path, **kw)
         except httpx.HTTPError as exc:
             raise UnreachableError(f"the gateway at {self.base_url} did not answer: {exc}", value=self.base_url,
-                                   hint="is the gateway unit running (systemctl status <name>-gateway)?") from None
+                                   hint="is the gateway unit (<service>-gateway.service) running on the gateway "
+                                        "host, and [gateway] host/port right?") from None
 
     def workers(self) -> list[Worker]:
         """``GET /workers``.
@@ -237,13 +286,12 @@ class Gateway:
         if status != 200:
             raise GatewayError(f"the gateway answered GET /workers with {status}", value=_shown(body),
                                hint="401: give the profile's API key (the gateway uses the workers' key)")
-        listed = body.get("workers", []) if isinstance(body, dict) else None
-        if not isinstance(listed, list) or not all(isinstance(w, dict) for w in listed):
-            raise GatewayError("the gateway's answer to GET /workers is not a worker list", value=_shown(body),
-                               hint="is --base-url (or [gateway]) the smg gateway itself?")
-        return [Worker(id=str(w.get("id")), url=str(w.get("url")), status=str(w.get("status")),
-                       healthy=bool(w.get("is_healthy")), load=_count(w.get("load")))
-                for w in listed]
+        try:
+            return parse_workers(body)
+        except ValueError as exc:
+            raise GatewayError(f"the gateway's GET /workers answer is not smg's worker list: {exc}",
+                               value=_shown(body), hint="is [gateway] port the gateway's (smg "
+                               "1.13.0), not another service?") from None
 
     def find(self, url: str) -> Worker | None:
         """The listed worker whose URL is ``url`` (trailing ``/`` ignored), or None."""
@@ -262,7 +310,10 @@ class Gateway:
         status, body = self._call("DELETE", f"/workers/{worker.id}")
         if status not in (200, 202, 204):
             raise GatewayError(f"the gateway refused to remove {url}: {status}", value=_shown(body))
-        self._wait(lambda: self.find(url) is None, timeout, poll, f"{url} to drain out of the gateway")
+        try:
+            self._wait(lambda: self.find(url) is None, timeout, poll, f"{url} to drain out of the gateway")
+        except GatewayError as exc:
+            raise DrainTimeout(exc.message, value=exc.value) from None
         return True
 
     def add(self, url: str, *, timeout: float = 300.0, poll: float = 0.5) -> Worker:
@@ -304,10 +355,6 @@ def _shown(body: Any) -> str:
 
     return printable(str(body))[:200]
 
-
-def _count(value: Any) -> int:
-    """A worker's ``load`` as an int (0 when it is no number: the gateway's answer is not ours to trust)."""
-    return value if isinstance(value, int) and not isinstance(value, bool) else 0
 
 
 def gateway_url(profile: Profile) -> str:
@@ -386,12 +433,20 @@ def validate_smg(profile: Profile, smg: str | None = None) -> GatewayValidation:
 
     if profile.gateway is None:
         raise UsageError("the profile has no [gateway]", hint="add a [gateway] table (production.md)")
+    from kimi_deploy.errors import ExternalCommandError
+
     smg = smg or profile.gateway.smg
-    version = proc.run([smg, "--version"], check=True, timeout=60).stdout.strip().splitlines()[:1]
+    try:
+        version = proc.run([smg, "--version"], check=True, timeout=60).stdout.strip().splitlines()[:1]
+        help_text = smg_help(smg)
+    except ExternalCommandError as exc:
+        exc.hint = exc.hint or (f"[gateway] smg must be the pinned smg: python3 -m venv {Path(smg).parent.parent} && "
+                                f"{Path(smg).parent}/pip install smg=={profile.gateway.version}")
+        raise
     line = version[0] if version else ""
     errors = []
     if not re.search(rf"(?<![\d.]){re.escape(profile.gateway.version)}(?![\d.])", line):
         errors.append(f"gateway.version: the profile pins smg {profile.gateway.version}, but {smg} is {line!r}; "
                       f"install smg=={profile.gateway.version} into its virtual environment or change the pin")
-    errors += validate_gateway(profile, smg_help(smg))
+    errors += validate_gateway(profile, help_text)
     return GatewayValidation(smg=smg, version=line, errors=tuple(errors))

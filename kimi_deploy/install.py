@@ -618,6 +618,8 @@ def plan_install_from(profile: Profile, facts: HostFacts, files: Mapping[str, by
     if restart and not layout.is_host:
         raise UsageError("--restart needs the running host, not --root", value=str(layout.root),
                          hint="drop --restart; restart on the host with `kimi-deploy restart --wait`")
+    if facts.key is not None and not uses_api_key(files):
+        facts = dataclasses.replace(facts, key=None)  # a rank >= 1: this host's units never read the key
     notes: list[str] = []
     refusals: list[Refusal] = []
     old, intent = facts.manifest, facts.intent
@@ -707,6 +709,16 @@ def plan_install_from(profile: Profile, facts: HostFacts, files: Mapping[str, by
 
 
 # ---------------------------------------------------------------- uninstall
+
+def uses_api_key(files: Mapping[str, bytes]) -> bool:
+    """True when one of the unit files among ``files`` loads the API key (``LoadCredential=api-key:...``): a
+    server that serves HTTP, the gateway, a check. A rank >= 1 of a multi-node group does not, so its host
+    neither needs nor gets the key file."""
+    from kimi_deploy.launch import API_KEY_CREDENTIAL
+
+    needle = f"\nLoadCredential={API_KEY_CREDENTIAL}:".encode()
+    return any(needle in data for hp, data in files.items() if _is_unit(hp))
+
 
 def _is_unit(host_path: str) -> bool:
     return host_path.startswith(paths.SYSTEMD_DIR + "/") and host_path.endswith((".service", ".timer"))

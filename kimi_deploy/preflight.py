@@ -10,8 +10,9 @@ It runs :data:`PREFLIGHT_SCRIPT` in SGLang's interpreter (``[service] python``: 
 imports torch) through :func:`kimi_deploy.target.run_script`, with the script's progress lines on stderr as
 they happen (the rank units run it as ``ExecStartPre=``, so they reach the journal). Stages, in order:
 
-1. ``nic``: the NIC exists on this host (``socket.if_nameindex()``), at once.
-2. ``address``: this host owns the node's address (binding a socket to it; a host name is resolved first).
+1. ``address``: this host owns the node's address (binding a socket to it; a host name is resolved first), so
+   what follows is about the right machine.
+2. ``nic``: the NIC exists on this host (``socket.if_nameindex()``), at once.
 3. ``store``: rank 0 listens on the dist-init port, the other ranks connect to it (torch ``TCPStore``; a
    client retries until the deadline, so a rank started before rank 0 still joins).
 4. ``join``: every rank writes its key under :data:`KEY_PREFIX` and waits for all the others; a timeout
@@ -22,7 +23,7 @@ they happen (the rank units run it as ``ExecStartPre=``, so they reach the journ
    for the others before closing its store.
 
 Measured (torch 2.14.1, two network namespaces joined by a veth; tests/test_preflight_netns.py): a
-missing NIC fails in stage 1 before torch is imported; a missing peer fails at the deadline.
+missing NIC fails in stage 2 before torch is imported; a missing peer fails at the deadline.
 """
 
 from __future__ import annotations
@@ -45,7 +46,7 @@ STARTUP_ALLOWANCE_SEC = 120.0
 #: messages say the same in one line.
 QUIET_TORCH = {"TORCH_CPP_LOG_LEVEL": "FATAL"}
 #: Stages in the order they run (see the module docstring).
-STAGES = ("nic", "address", "store", "join", "gloo")
+STAGES = ("address", "nic", "store", "join", "gloo")
 
 #: Runs inside SGLang's interpreter. argv[1]: JSON {rank, world, node, nodes, rank0, port, nic, timeout}.
 #: Prints progress lines on stderr, then one JSON object on stdout:
@@ -66,13 +67,7 @@ def fail(stage, error, fix, timed_out=False):
     print(json.dumps(out)); sys.stdout.flush(); os._exit(0)
 def passed(stage):
     out["stages"].append(stage)
-# 1. nic
-names = [name for _, name in socket.if_nameindex()]
-if nic not in names:
-    fail("nic", "host %s has no network interface %s (it has: %s)" % (node, nic, ", ".join(names)),
-         "set [fleet] nic to the data NIC every node has under the same name (`ip -br addr` on %s)" % node)
-passed("nic")
-# 2. address
+# 1. address (first: on another host every later finding would name the wrong machine)
 try:
     infos = socket.getaddrinfo(node, None, proto=socket.IPPROTO_TCP)
 except OSError as exc:
@@ -91,6 +86,12 @@ if not owned:
     fail("address", "this host does not own %s, the address [fleet] replicas gives rank %d" % (node, rank),
          "run the preflight (and install this folder) on %s, or fix that replica's nodes list" % node)
 passed("address")
+# 2. nic
+names = [name for _, name in socket.if_nameindex()]
+if nic not in names:
+    fail("nic", "host %s has no network interface %s (it has: %s)" % (node, nic, ", ".join(names)),
+         "set [fleet] nic to the data NIC every node has under the same name (`ip -br addr` on %s)" % node)
+passed("nic")
 # 3. store (the deadline starts once torch is imported: importing it takes seconds on a loaded host)
 import datetime
 os.environ["GLOO_SOCKET_IFNAME"] = nic

@@ -54,13 +54,45 @@ UINT_MAX = 2**32 - 1
 
 
 def is_loopback(host: str) -> bool:
-    """True when a server bound to ``host`` only accepts local connections (``localhost``, 127/8, ::1)."""
-    if host == "localhost":
+    """True when ``host`` (a name or an IP literal, IPv6 without brackets) means this machine only:
+    ``localhost`` in any case, 127.0.0.0/8, ``::1``, IPv4-mapped loopback (``::ffff:127.0.0.1``). Not a name
+    under ``.localhost``: RFC 6761 asks resolvers to answer those with loopback, but glibc with ``hosts: files
+    dns`` sends ``x.localhost`` to the DNS server, whose answer may be this host's public address. Pure:
+    nothing is resolved."""
+    name = host.lower().rstrip(".")
+    if name == "localhost":
         return True
     try:
-        return ipaddress.ip_address(host).is_loopback
+        ip = ipaddress.ip_address(name.split("%", 1)[0])
     except ValueError:
         return False
+    mapped = getattr(ip, "ipv4_mapped", None)
+    return ip.is_loopback or (mapped is not None and mapped.is_loopback)
+
+
+def host_key(host: str) -> str:
+    """The identity of a profile host: an IP address in its compressed lower-case form (``fd00:0::11`` and
+    ``FD00::11`` are one host), a name in lower case (DNS names are case-insensitive). Pure."""
+    try:
+        return ipaddress.ip_address(host).compressed
+    except ValueError:
+        return host.lower()
+
+
+def not_one_host(host: str) -> str | None:
+    """Why ``host`` cannot name one machine (``0.0.0.0``/``::`` mean every address, a multicast address a group,
+    255.255.255.255 the broadcast), or None: a worker URL, a rendezvous address or a host folder needs one."""
+    try:
+        ip = ipaddress.ip_address(host)
+    except ValueError:
+        return None
+    if ip.is_unspecified:
+        return "it means every address of whichever host binds it"
+    if ip.is_multicast:
+        return "a multicast address"
+    if ip.version == 4 and ip == ipaddress.IPv4Address("255.255.255.255"):
+        return "the broadcast address"
+    return None
 
 
 def check_service_name(v: str) -> str:
@@ -602,11 +634,15 @@ class Profile(BaseModel):
 
     def hosts(self) -> tuple[str, ...]:
         """Every host with a part of the deployment: the nodes in replica and rank order, then the gateway's
-        host when it is not a node; ``()`` without ``[fleet]`` and ``[gateway]`` (the one local host)."""
+        host when it is not a node; ``()`` without ``[fleet]`` and ``[gateway]`` (the one local host). One host
+        spelt two ways (:func:`host_key`: ``FD00::A``, ``fd00::a``) is one entry, spelt as first listed."""
         names = [node for nodes in self.replicas for node in nodes]
         if self.gateway:
             names.append(self.gateway.host)
-        return tuple(dict.fromkeys(names))
+        first: dict[str, str] = {}
+        for name in names:
+            first.setdefault(host_key(name), name)
+        return tuple(first.values())
 
     def digest(self) -> str:
         """sha256 of the canonical JSON of the profile (values after defaults), hex, 64 chars.
@@ -659,6 +695,10 @@ RESERVED_ENV = {
 
 _SECTIONS: dict[str, type[BaseModel]] = {"service": Service, "sglang": SGLang, "monitoring": Monitoring,
                                           "fleet": Fleet, "gateway": Gateway, "kubernetes": Kubernetes}
+
+#: Where a rank >= 1 of a multi-node group listens: it gets no ``--host``/``--port`` (serving options), so SGLang
+#: 0.5.23 serves its dummy ``/health`` on its own defaults (``ServerArgs``: host 127.0.0.1, port 30000).
+RANK_DUMMY_HEALTH = ("127.0.0.1", 30000)
 
 #: Environment variables the kit sets on every rank of a multi-node replica from ``[fleet] nic``.
 NIC_ENV = ("NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME")
@@ -758,16 +798,22 @@ def fleet_problems(profile: Profile) -> list[str]:
     if len(set(sizes)) > 1:
         problems.append(f"fleet.replicas: the replicas have {', '.join(map(str, sizes))} nodes; every replica is "
                         f"one full copy of the model and needs the same number of nodes (e.g. {sizes[0]})")
-    seen: dict[str, int] = {}
+    seen: dict[str, tuple[int, str]] = {}
     for index, replica in enumerate(fleet.replicas):
         for node in replica.nodes:
-            if node in seen:
-                where = "twice in the same replica" if seen[node] == index else \
-                    f"in replicas {seen[node]} and {index}"
-                problems.append(f"fleet.replicas.{index}.nodes: {node} is listed {where}; a host serves one "
-                                "node of one replica, list each host once")
+            why = not_one_host(node)
+            if why:
+                problems.append(f"fleet.replicas.{index}.nodes: {node} is not the address of one host ({why}); "
+                                "list the node's own address or name")
+            key = host_key(node)
+            if key in seen:
+                first, spelled = seen[key]
+                where = "twice in the same replica" if first == index else f"in replicas {first} and {index}"
+                alias = f" (as {spelled})" if spelled != node else ""
+                problems.append(f"fleet.replicas.{index}.nodes: {node} is listed {where}{alias}; a host serves "
+                                "one node of one replica, list each host once")
             else:
-                seen[node] = index
+                seen[key] = (index, node)
     nodes = sizes[0]
     if nodes > 1:
         for key in ("dist_init_port", "nic"):
@@ -830,9 +876,14 @@ def gateway_problems(profile: Profile) -> list[str]:
     elif gw.port == gw.prometheus_port:
         problems.append(f"gateway.prometheus_port: {gw.prometheus_port} is also gateway.port on the same host; "
                         "choose another port, e.g. 29000")
-    nodes = [node for nodes in profile.replicas for node in nodes]
-    if gw.host in nodes:
-        serving = gw.host in [r[0] for r in profile.replicas]
+    why = not_one_host(gw.host)
+    if why:
+        problems.append(f"gateway.host: {gw.host} is not the address of one host ({why}); name the machine that "
+                        "runs the gateway (its address or name) and set bind for the addresses it listens on")
+    gw_key = host_key(gw.host)
+    nodes = [host_key(node) for nodes in profile.replicas for node in nodes]
+    if gw_key in nodes:
+        serving = gw_key in [host_key(r[0]) for r in profile.replicas]
         for key in ("port", "prometheus_port"):
             port = getattr(gw, key)
             if serving and port == s.port:
@@ -841,12 +892,26 @@ def gateway_problems(profile: Profile) -> list[str]:
             if fleet and fleet.dist_init_port == port and profile.nodes_per_copy > 1 and serving:
                 problems.append(f"gateway.{key}: {port} is also [fleet] dist_init_port on {gw.host}; "
                                 "choose another port")
+    dummy_host, dummy_port = RANK_DUMMY_HEALTH
+    for index, replica in enumerate(profile.replicas):
+        rank = next((r for r, node in enumerate(replica) if r and host_key(node) == gw_key), None)
+        for key, host in (("port", gw.bind), ("prometheus_port", gw.prometheus_host)):
+            if rank is not None and getattr(gw, key) == dummy_port and (_is_wildcard(host) or host == dummy_host):
+                problems.append(f"gateway.{key}: {dummy_port} on {gw.host} is where rank {rank} of replica {index} "
+                                f"serves SGLang's dummy /health ({dummy_host}:{dummy_port}); choose another port "
+                                f"(e.g. {dummy_port + 1})")
     if not is_loopback(gw.bind) and not s.api_key_file and not s.allow_unauthenticated:
         problems.append(
             f"gateway.bind: {gw.bind} accepts connections from other machines but [sglang] api_key_file is not "
             "set (the gateway uses the workers' key: one key end to end); set [sglang] api_key_file, bind "
             "\"127.0.0.1\", or set [sglang] allow_unauthenticated = true")
-    remote = [node for node in (r[0] for r in profile.replicas) if node != gw.host]
+    remote = [node for node in (r[0] for r in profile.replicas) if host_key(node) != gw_key]
+    if not is_loopback(gw.host):
+        for index, replica in enumerate(profile.replicas):
+            if is_loopback(replica[0]):
+                problems.append(f"fleet.replicas.{index}.nodes: {replica[0]} is a loopback address, which the "
+                                f"gateway on {gw.host} cannot reach (it would reach itself); list the node by an "
+                                "address the gateway host reaches")
     if remote and is_loopback(s.host):
         problems.append(f"sglang.host: {s.host} accepts only local connections, but the gateway on {gw.host} "
                         f"reaches {remote[0]} over the network; set host = \"0.0.0.0\" with api_key_file")

@@ -18,7 +18,7 @@ from collections.abc import Callable, Mapping
 
 from kimi_deploy.errors import UsageError
 from kimi_deploy.launch import LaunchSpec, build_launch
-from kimi_deploy.profile import Profile, url_host
+from kimi_deploy.profile import Profile, host_key, url_host
 
 #: Seconds the rank units' ``ExecStartPre=`` preflight waits for the other ranks of the group (every rank's
 #: unit must be started within this window; a missing peer fails the start, and ``Restart=on-failure``
@@ -69,7 +69,7 @@ def group_ranks(profile: Profile) -> tuple[Rank, ...]:
 
 
 def find_rank(profile: Profile, node: str) -> Rank:
-    """The rank whose host is ``node`` (exactly as ``[fleet] replicas`` lists it).
+    """The rank whose host is ``node`` (however spelt: :func:`kimi_deploy.profile.host_key`).
 
     Raises:
         UsageError: the profile has no multi-node replica, or ``node`` is none of its nodes (exit 2).
@@ -80,11 +80,11 @@ def find_rank(profile: Profile, node: str) -> Rank:
                          "more than one node", value=node,
                          hint="list two or more nodes per [[fleet.replicas]], or leave out --host")
     for rank in ranks:
-        if rank.node == node:
+        if host_key(rank.node) == host_key(node):
             return rank
     listed = ", ".join(r.node for r in ranks)
     raise UsageError("that host is not a node of the profile's [fleet] replicas", value=node,
-                     hint=f"give one of {listed}, spelled as the profile lists it")
+                     hint=f"give one of {listed}")
 
 
 def owns_address(host: str) -> bool:

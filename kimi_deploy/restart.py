@@ -10,11 +10,15 @@ When that fails and ``rollback_on_failure`` is set, the newest install backup is
 verified the same way; the result reports both attempts.
 
 Behind SGLang's gateway (``drain``, :class:`Drain`: a replica of a profile with ``[gateway]``), the replica
-is first removed from the gateway (smg's worker API; in-flight requests finish, new ones go to the other
-replicas), then restarted, waited for and checked at its own worker URL, and added back only when that
-passed. On failure it stays out of the gateway's rotation: the exit status is the attempt's (1 failed,
-6 not ready in time), or 9 (:attr:`ExitCode.OUT_OF_ROTATION`) when the restart passed but the gateway
-did not take the replica back.
+is first removed from the gateway (smg's worker API: new requests go to the other replicas; smg 1.13.0 waits a
+fixed 5 s before it drops the worker, and a request still running on the replica after that is cut by the
+restart: the kit does not yet wait for the replica's own in-flight requests), then restarted, waited for
+and checked at its own worker URL, and added back only when that passed. On failure it stays out of the
+gateway's rotation: the exit status is the attempt's (1 failed, 6 not ready in time), or 9
+(:attr:`ExitCode.OUT_OF_ROTATION`) when the restart passed but the gateway did not take the replica back, or the
+gateway still listed it draining after the wait (nothing restarted).
+A gateway that does not answer (3) or refuses the removal (1) restarts nothing, and the error says the
+replica was not taken out of rotation; a restart that raises after the removal says it stays out.
 """
 
 from __future__ import annotations
@@ -233,13 +237,33 @@ def _restart_drained(profile: Profile, layout: HostLayout, drain: Drain, *, on_e
     """Remove ``drain.url`` from the gateway, restart and verify there, add it back when that passed.
 
     Raises:
-        UnreachableError / GatewayError: the gateway did not take the replica out; nothing was restarted.
+        UnreachableError (exit 3) / GatewayError (exit 1): the gateway did not take the replica out; nothing was
+            restarted and it is still in rotation (the message says so).
+        DrainTimeout: the gateway took the removal but still lists the replica (draining) after the wait;
+            nothing was restarted and it is out of rotation (exit 9).
+        KimiDeployError: the restart itself failed (systemctl, exit 5); the replica is out of rotation and the
+            message says so (its exit code is the failure's).
     """
+    from kimi_deploy.gateway import DrainTimeout
+
     say = on_event or (lambda _m: None)
-    say(f"removing {drain.url} from the gateway (in-flight requests finish first)")
-    removed = drain.gateway.remove(drain.url)
+    say(f"removing {drain.url} from the gateway (smg stops sending it requests, then drops it)")
+    again = "rerun `kimi-deploy restart --wait` on this node (it restarts it and adds it back)"
+    try:
+        removed = drain.gateway.remove(drain.url)
+    except DrainTimeout as exc:
+        raise _annotated(exc, f"; nothing was restarted, and {drain.url} is out of the gateway's rotation",
+                         f"once its in-flight requests ended, {again}") from None
+    except KimiDeployError as exc:
+        raise _annotated(exc, f"; nothing was restarted and {drain.url} was not taken out of the gateway's rotation",
+                         exc.hint or f"check the gateway unit ({profile.service.name}-gateway.service) on "
+                                     f"{profile.gateway.host if profile.gateway else 'the gateway host'}") from None
     state: dict[str, Any] = {"url": drain.url, "removed": removed, "readded": False, "error": None}
-    result = _restart(profile, layout, wait=True, on_event=on_event, base_url=drain.url, **kw)
+    try:
+        result = _restart(profile, layout, wait=True, on_event=on_event, base_url=drain.url, **kw)
+    except KimiDeployError as exc:
+        raise _annotated(exc, f"; {drain.url} was taken out of the gateway's rotation for the restart and stays "
+                              "out", exc.hint and f"{exc.hint}; then {again}" or again) from None
     final = result.attempts[-1]
     notes = list(result.notes)
     if final.ok:
@@ -254,6 +278,15 @@ def _restart_drained(profile: Profile, layout: HostLayout, drain: Drain, *, on_e
     else:
         notes.append(f"the replica failed its restart: it stays out of the gateway's rotation ({drain.url})")
     return dataclasses.replace(result, notes=notes, gateway=state)
+
+
+def _annotated(exc: KimiDeployError, state: str, hint: str | None) -> KimiDeployError:
+    """A copy of ``exc`` (same class and exit code) whose message ends with ``state`` (where the replica is)."""
+    copy = type(exc).__new__(type(exc))
+    copy.__dict__.update(exc.__dict__)
+    Exception.__init__(copy, exc.message + state)
+    copy.message, copy.hint = exc.message + state, hint
+    return copy
 
 
 def _restart(profile: Profile, layout: HostLayout, *, api_key: str | None, wait: bool, timeout: float | None,

@@ -31,6 +31,10 @@ fail = os.path.join(state, "fail-" + verb)
 if os.path.exists(fail):
     sys.stderr.write(open(fail).read() or "Failed to " + verb + ": fake failure\n")
     sys.exit(1)
+hook = os.path.join(state, "on-" + verb)
+if os.path.exists(hook):  # what the verb does to a real process the test runs (FakeSystemd.on)
+    import subprocess
+    subprocess.run([hook, *args], check=True)
 if verb == "show":
     sys.stdout.write(open(os.path.join(state, "show.txt")).read())
 elif verb == "is-enabled":
@@ -140,6 +144,13 @@ class FakeSystemd:
     def fail(self, verb: str, stderr: str = "") -> None:
         """Make ``systemctl VERB`` exit 1 printing ``stderr`` (default ``Failed to VERB: fake failure``)."""
         (self.dir / f"fail-{verb}").write_text(stderr)
+
+    def on(self, verb: str, script: str) -> None:
+        """Run ``script`` (an executable's text, given systemctl's arguments) for ``systemctl VERB``: e.g. a
+        ``restart`` that really restarts the loopback server standing for the unit's process."""
+        path = self.dir / f"on-{verb}"
+        path.write_text(script)
+        path.chmod(0o755)
 
     def calls(self, program: str = "systemctl") -> list[list[str]]:
         log = self.dir / "argv.log"

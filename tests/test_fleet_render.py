@@ -99,6 +99,19 @@ def test_each_host_folder_holds_exactly_its_part(tmp_path):
     assert not any(n.startswith("10.0.0.10/") for n in tree)
 
 
+def test_one_host_spelt_two_ways_gets_one_folder_with_both_parts(tmp_path):
+    """The gateway on a node written another way (FD00:0::11 for fd00::11) is that node: one folder, spelt as
+    the node, holding the server and the gateway; --host in either spelling picks it."""
+    text = PROFILE.replace("10.0.0.11", "fd00::11").replace('host = "10.0.0.10"', 'host = "FD00:0::11"\nport = 8000')
+    tree = _tree(_render(tmp_path, text))
+    assert sorted({n.split("/")[0] for n in tree} - {"monitoring"}) == ["10.0.0.12", "fd00::11"]
+    assert {"kimi-k25-gateway.service", "kimi-k25.service"} <= {n.split("/", 1)[1] for n in tree
+                                                                if n.startswith("fd00::11/")}
+    profile = parse_profile(__import__("tomllib").loads(text))
+    assert fleet.pick_host(profile, "FD00:0::11") == fleet.pick_host(profile, "fd00::11") == "fd00::11"
+    assert fleet.is_node(profile, "FD00::11")
+
+
 def test_gateway_unit_lists_the_workers_and_keeps_the_key_and_gpus_out(tmp_path):
     unit = (_render(tmp_path) / "10.0.0.10" / "kimi-k25-gateway.service").read_text()
     assert "--worker-urls http://10.0.0.11:30000 http://10.0.0.12:30000" in unit
@@ -221,3 +234,10 @@ def test_validate_gateway_asks_the_pinned_smg_itself(tmp_path, smg_path):
     bad = run_cli(["validate", "--profile", str(pinned), "--gateway"])
     assert bad.exit_code == 1
     assert "gateway.version: the profile pins smg 1.12.0" in bad.stdout and "'fastest' is not one of" in bad.stdout
+
+
+def test_validate_gateway_with_an_smg_that_fails_names_the_pinned_install(tmp_path):
+    text = PROFILE + f'smg = "{shutil.which("false") or "/bin/false"}"\n'
+    result = run_cli(["validate", "--profile", str(write_profile(tmp_path, text)), "--gateway"])
+    assert result.exit_code == 5 and "Traceback" not in result.stderr
+    assert "fix: [gateway] smg must be the pinned smg" in result.stderr and "pip install smg==1.13.0" in result.stderr

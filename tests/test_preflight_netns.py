@@ -125,7 +125,7 @@ def test_worker_started_first_still_joins(namespaces, tmp_path):
     worker_code, worker_result, _ = _finish(worker)
     assert (code, worker_code) == (0, 0), (result, worker_result, stderr)
     for data, rank in ((result, 0), (worker_result, 1)):
-        assert data["ok"] and data["stages"] == ["nic", "address", "store", "join", "gloo"]
+        assert data["ok"] and data["stages"] == ["address", "nic", "store", "join", "gloo"]
         assert data["rank"]["rank"] == rank and data["rank"]["rank0"] == LEADER
         assert data["nic"] == NIC and data["port"] == PORT
 
@@ -133,7 +133,7 @@ def test_worker_started_first_still_joins(namespaces, tmp_path):
 def test_a_wrong_nic_fails_at_once_and_names_it(namespaces, tmp_path):
     code, result, stderr = _run(namespaces, WORKER, _profile(tmp_path, nic="eth9"), WORKER, 600)
     assert code == 1 and not result["timed_out"]
-    assert result["stage"] == "nic" and result["stages"] == []  # failed before waiting for anyone
+    assert result["stage"] == "nic" and result["stages"] == ["address"]  # failed before waiting for anyone
     assert "eth9" in result["error"] and WORKER in result["error"] and NIC in result["error"]
     assert "[fleet] nic" in result["fix"]
     assert "waiting for rank 0" not in stderr
@@ -159,6 +159,9 @@ def test_a_host_that_is_not_the_node_is_named(namespaces, tmp_path):
     code, result, _ = _run(namespaces, WORKER, _profile(tmp_path), LEADER, 600)
     assert code == 1 and result["stage"] == "address"
     assert f"this host does not own {LEADER}" in result["error"]
+    # a wrong NIC as well: the wrong machine is what is named, not the NIC of a host this is not
+    code, result, _ = _run(namespaces, WORKER, _profile(tmp_path, nic="eth9"), LEADER, 600)
+    assert code == 1 and result["stage"] == "address" and "eth9" not in result["error"]
 
 
 def test_a_busy_rendezvous_port_is_named(namespaces, tmp_path):
@@ -194,7 +197,7 @@ def test_a_nic_without_an_address_fails_in_gloo_naming_it(namespaces, tmp_path):
             subprocess.run(["ip", "-n", ns, "link", "del", "kd9"], capture_output=True, timeout=60)
     for (code, result, stderr), node in zip(results, (LEADER, WORKER)):
         assert code == 1 and not result["timed_out"], (result, stderr)
-        assert result["stage"] == "gloo" and result["stages"] == ["nic", "address", "store", "join"]
+        assert result["stage"] == "gloo" and result["stages"] == ["address", "nic", "store", "join"]
         assert f"gloo found no address on kd9 on host {node}" in result["error"]
 
 

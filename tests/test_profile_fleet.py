@@ -127,6 +127,40 @@ CASES = [
      ["sglang.host: 127.0.0.1 accepts only local connections, but the gateway on 127.0.0.2 reaches 127.0.0.1"]),
     ("server-bound-to-one-node", SERVED.replace('host = "0.0.0.0"', 'host = "10.0.0.11"') + TWO_REPLICAS,
      ["sglang.host: 10.0.0.11 on replica 1, whose worker URL is http://10.0.0.12:30000", 'host = "0.0.0.0"']),
+    # a host spelled twice is still one host: IPv6 forms, upper case names (fleet.host_key)
+    ("node-twice-as-ipv6-spellings", SERVED + TWO_REPLICAS.replace("10.0.0.11", "fd00::11").replace("10.0.0.12",
+                                                                                                 "fd00:0::11"),
+     ["fleet.replicas.1.nodes: fd00:0::11 is listed in replicas 0 and 1 (as fd00::11)", "list each host once"]),
+    ("node-twice-in-upper-case", SERVED + TWO_REPLICAS.replace("10.0.0.11", "gpu1.example.com")
+     .replace("10.0.0.12", "GPU1.Example.com"),
+     ["fleet.replicas.1.nodes: GPU1.Example.com is listed in replicas 0 and 1 (as gpu1.example.com)"]),
+    ("gateway-on-a-worker-port-spelt-otherwise", SERVED + TWO_REPLICAS.replace("10.0.0.11", "fd00::11")
+     + GATEWAY.replace("10.0.0.10", "FD00:0::11"),
+     ["gateway.port: 30000 is also [sglang] port on FD00:0::11, which serves a replica"]),
+    # addresses that are not one host: a worker URL or a folder for them means nothing
+    ("wildcard-node", SERVED + TWO_REPLICAS.replace("10.0.0.11", "0.0.0.0"),
+     ["fleet.replicas.0.nodes: 0.0.0.0 is not the address of one host", "the node's own address or name"]),
+    ("wildcard-ipv6-rank0", MULTI + TWO_RANKS.replace("10.0.0.21", "::"),
+     ["fleet.replicas.0.nodes: :: is not the address of one host"]),
+    ("multicast-node", SERVED + TWO_REPLICAS.replace("10.0.0.12", "224.0.0.1"),
+     ["fleet.replicas.1.nodes: 224.0.0.1 is not the address of one host (a multicast address)"]),
+    ("broadcast-node", SERVED + TWO_REPLICAS.replace("10.0.0.12", "255.255.255.255"),
+     ["fleet.replicas.1.nodes: 255.255.255.255 is not the address of one host (the broadcast address)"]),
+    ("wildcard-gateway-host", SERVED + TWO_REPLICAS + GATEWAY.replace("10.0.0.10", "0.0.0.0"),
+     ["gateway.host: 0.0.0.0 is not the address of one host", "set bind"]),
+    ("rank-0-ipv4-mapped-loopback", MULTI + TWO_RANKS.replace("10.0.0.21", "::ffff:127.0.0.1"),
+     ["fleet.replicas.0.nodes: rank 0 is ::ffff:127.0.0.1, a loopback address"]),
+    ("rank-0-localhost-upper-case", MULTI + TWO_RANKS.replace("10.0.0.21", "LocalHost"),
+     ["fleet.replicas.0.nodes: rank 0 is LocalHost, a loopback address"]),
+    ("loopback-worker-behind-a-remote-gateway", SERVED + TWO_REPLICAS.replace("10.0.0.12", "127.0.0.1") + GATEWAY,
+     ["fleet.replicas.1.nodes: 127.0.0.1 is a loopback address, which the gateway on 10.0.0.10 cannot reach"]),
+    # a rank >= 1 gets no --host/--port: SGLang 0.5.23 serves its dummy /health on its defaults 127.0.0.1:30000
+    ("gateway-on-a-rank-1-host-on-sglangs-default-port", MULTI + TWO_RANKS + GATEWAY.replace("10.0.0.10", "10.0.0.22"),
+     ["gateway.port: 30000 on 10.0.0.22 is where rank 1 of replica 0 serves SGLang's dummy /health "
+      "(127.0.0.1:30000)", "choose another port (e.g. 30001)"]),
+    ("gateway-metrics-on-a-rank-1-host-on-sglangs-default-port", MULTI + TWO_RANKS
+     + GATEWAY.replace("10.0.0.10", "10.0.0.22") + "port = 8000\nprometheus_port = 30000\n",
+     ["gateway.prometheus_port: 30000 on 10.0.0.22 is where rank 1 of replica 0 serves"]),
     ("gateway-without-fleet", SERVED + GATEWAY, ["gateway: a gateway routes to replicas, but there is no [fleet]"]),
     ("no-replicas", SERVED + "[fleet]\nreplicas = []\n", ["fleet.replicas", "at least 1 item"]),
     ("no-nodes", SERVED + "[fleet]\n[[fleet.replicas]]\nnodes = []\n", ["fleet.replicas.0.nodes", "at least 1 item"]),

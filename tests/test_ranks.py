@@ -338,7 +338,7 @@ def test_preflight_in_an_interpreter_without_torch_says_so(tmp_path):
     data["fleet"]["nic"] = "lo"
     result = preflight_lib.preflight(parse_profile(data), Rank(0, 1, ("10.0.0.11", "127.0.0.1")), timeout=1,
                                      python=sys.executable)
-    assert not result.ok and result.stage == "store" and result.stages == ("nic", "address")
+    assert not result.ok and result.stage == "store" and result.stages == ("address", "nic")
     assert "torch does not import" in result.error and "--python" in result.fix
 
 
@@ -365,3 +365,25 @@ def test_install_of_a_rank_installs_that_ranks_unit():
     unit = files["/etc/systemd/system/kimi-k25.service"].decode()
     assert "--node-rank 1" in unit and "--host 0.0.0.0" not in unit
     assert not any("kimi-deploy-check" in name for name in files)
+
+
+def test_a_rank_that_serves_no_http_installs_without_the_api_key(tmp_path):
+    """Ranks >= 1 load no credential (no API, no check): their install neither needs nor creates the key, so
+    the secret lives only on the hosts that use it (rank 0, the gateway host)."""
+    from helpers import run_cli, write_profile
+
+    from kimi_deploy.profile import dump_profile
+
+    profile = tmp_path / "group.toml"
+    profile.write_text(dump_profile(profile_of()))
+    for host, needs in (("10.0.0.12", False), ("10.0.0.11", True)):
+        root = tmp_path / f"root-{host}"
+        root.mkdir()
+        result = run_cli(["install", "--profile", str(profile), "--root", str(root), "--host", host,
+                          "--no-create-user", "--no-enable"])
+        if needs:
+            assert result.exit_code == 2 and "every host of a fleet must hold the same key" in result.stderr
+        else:
+            assert result.exit_code == 0, result.stderr
+            assert not (root / "etc/kimi-deploy/kimi-k25.api-key").exists()
+            assert "LoadCredential" not in (root / "etc/systemd/system/kimi-k25.service").read_text()

@@ -204,7 +204,8 @@ def test_each_worker_refuses_before_asking_any_worker_when_one_would_get_the_key
             run = kimi("check", "--base-url", gateway.url, "--each-worker", "--api-key-file",
                        str(_key_file(tmp_path)), "--only", "health.live", "--timeout", "2")
     assert run.returncode == ExitCode.USAGE, run.stderr
-    assert "plain http to 192.0.2.1" in run.stderr and asked == [], (run.stderr, asked)
+    assert "lists http://192.0.2.1:30000, which is not in the profile's [fleet] replicas" in run.stderr
+    assert "in clear text over plain http" in run.stderr and asked == [], (run.stderr, asked)
 
 
 def _netns() -> tuple[str, ...]:

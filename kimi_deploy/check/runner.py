@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+
 import datetime as _dt
 import logging
 import time
@@ -65,17 +67,27 @@ def _no_answer(results: list[CheckResult]) -> CheckResult | None:
 Progress = Callable[[str, int, int, "CheckResult | None"], None]
 
 
-def guard_key(base_url: str, api_key: str | None, profile: Profile | None, *, insecure: bool) -> None:
+def guard_key(base_url: str, api_key: str | None, profile: Profile | None, *, insecure: bool,
+              note: bool = True) -> None:
     """:func:`kimi_deploy.apikey.guard_transport` for a check of ``base_url``, except that a worker URL the
     profile itself names (``[fleet]``: :meth:`Profile.worker_urls`) is the operator's own fleet, where SGLang's
-    gateway sends the same key over the same network anyway; a URL only a gateway lists is guarded.
+    gateway sends the same key over the same network anyway (one ``note:`` line on stderr says so when it goes
+    over plain http to another host, unless ``note`` is False); a URL only a gateway lists is guarded.
 
     Raises:
         UsageError: plain http with a key to a host that is neither local nor a profile's worker (exit 2).
     """
     own = {url.rstrip("/") for url in profile.worker_urls()} if profile is not None else set()
-    if base_url.rstrip("/") not in own:
+    if base_url.rstrip("/") not in own or insecure:
         guard_transport(base_url, api_key, insecure=insecure)
+        return
+
+    def say(_warning: str) -> None:  # instead of --insecure's warning: the operator declared this worker
+        if note:
+            print(f"note: the API key goes to {base_url} over plain http, as the gateway sends it there ([fleet] "
+                  "replicas lists it); anyone on that network path can read it", file=sys.stderr)
+
+    guard_transport(base_url, api_key, insecure=True, warn=say)
 
 
 def run_checks(options: CheckOptions, progress: Progress | None = None, *,

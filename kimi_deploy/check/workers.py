@@ -52,6 +52,10 @@ def check_each_worker(options: CheckOptions, gateway_url: str, progress=None) ->
 
     ``options.base_url`` is replaced by each worker's URL; without ``options.only`` :data:`DEFAULT_ONLY` runs.
 
+    Workers ``options.profile`` (a loaded profile) declares in ``[fleet]`` get the key over plain http as the
+    gateway does; a listed worker it does not declare is refused before any worker is checked, unless
+    ``options.insecure``.
+
     Raises:
         UnreachableError: the gateway did not answer (exit 3). GatewayError: it refused the listing (exit 1).
         UsageError: a listed worker the profile does not name would get the key over plain http from another
@@ -59,13 +63,20 @@ def check_each_worker(options: CheckOptions, gateway_url: str, progress=None) ->
     """
     from kimi_deploy.check import run_checks
     from kimi_deploy.check.runner import _resolve_profile, guard_key
+    from kimi_deploy.errors import UsageError
     from kimi_deploy.gateway import Gateway
 
     with Gateway(gateway_url, options.api_key, timeout=options.timeout) as gw:
         urls = [w.url for w in gw.workers()]
     profile = _resolve_profile(options.profile)[0]
     for url in urls:  # every worker before the first request: a refused one must not cut the run short
-        guard_key(url, options.api_key, profile, insecure=options.insecure)
+        try:
+            guard_key(url, options.api_key, profile, insecure=options.insecure, note=False)
+        except UsageError:
+            raise UsageError(f"the gateway lists {url}, which is not in the profile's [fleet] replicas: refusing "
+                             "to send it the API key in clear text over plain http", value=url,
+                             hint="remove it from the gateway (DELETE /workers/ID) or list it in [fleet] replicas; "
+                                  "--insecure sends the key anyway") from None
     only = tuple(options.only) or DEFAULT_ONLY
     reports = [(url, run_checks(dataclasses.replace(options, base_url=url, only=only), progress)) for url in urls]
     return FleetReport(gateway=gateway_url, reports=reports)

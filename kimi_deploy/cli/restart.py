@@ -47,7 +47,8 @@ def restart_cmd(ctx, profile_path, preset, root, name, wait, timeout, rollback_o
 
     Behind a gateway ([gateway] in the profile): the replica leaves the gateway first and comes back only
     after it is ready and the fast checks passed; on failure it stays out (exit 1 or 6; exit 9 when it
-    passed but the gateway did not take it back)."""
+    passed but the gateway did not take it back, or stayed draining). A gateway that is down (exit 3) or
+    refuses the removal (exit 1) restarts nothing: the message says the replica was not taken out."""
     from rich.console import Console
 
     from kimi_deploy import restart as restart_lib
