@@ -11,12 +11,12 @@ verified the same way; the result reports both attempts.
 
 Behind SGLang's gateway (``drain``, :class:`Drain`: a replica of a profile with ``[gateway]``), the replica
 is first removed from the gateway (smg's worker API: new requests go to the other replicas; smg 1.13.0 waits a
-fixed 5 s before it drops the worker, and a request still running on the replica after that is cut by the
-restart: the kit does not yet wait for the replica's own in-flight requests), then restarted, waited for
-and checked at its own worker URL, and added back only when that passed. On failure it stays out of the
-gateway's rotation: the exit status is the attempt's (1 failed, 6 not ready in time), or 9
-(:attr:`ExitCode.OUT_OF_ROTATION`) when the restart passed but the gateway did not take the replica back, or the
-gateway still listed it draining after the wait (nothing restarted).
+fixed 5 s before it drops the worker), then the kit waits for the requests still running on the replica
+(:func:`wait_idle`, its ``/v1/loads``), restarts it, waits for and checks it at its own worker URL, and adds it
+back only when that passed. On failure it stays out of the gateway's rotation: the exit status is the
+attempt's (1 failed, 6 not ready in time), or 9 (:attr:`ExitCode.OUT_OF_ROTATION`) when the restart passed but
+the gateway did not take the replica back, or the gateway still listed it draining, or it still ran requests
+after ``Drain.idle_timeout`` (nothing restarted in those two).
 A gateway that does not answer (3) or refuses the removal (1) restarts nothing, and the error says the
 replica was not taken out of rotation; a restart that raises after the removal says it stays out.
 """
@@ -64,10 +64,65 @@ class CheckSummary:
 @dataclasses.dataclass(frozen=True)
 class Drain:
     """A replica behind a gateway: ``gateway`` (a :class:`kimi_deploy.gateway.Gateway` client, or anything with
-    its ``remove(url)``/``add(url)``) and the replica's worker ``url`` (``http://{nodes[0]}:{port}``)."""
+    its ``remove(url)``/``add(url)``), the replica's worker ``url`` (``http://{nodes[0]}:{port}``) and
+    ``idle_timeout``: seconds to wait, once the gateway dropped it, for the requests still running on it
+    (:func:`wait_idle`; ``restart --drain-timeout``)."""
 
     gateway: Any
     url: str
+    idle_timeout: float = 600.0
+
+
+def wait_idle(url: str, api_key: str | None, *, timeout: float, poll: float, clock: Callable[[], float],
+              sleep: Callable[[float], None]) -> str | None:
+    """Wait until the SGLang server at ``url`` runs and queues no request, polling ``GET /v1/loads?include=core``
+    every ``poll`` seconds (SGLang 0.5.23 ``sglang/srt/entrypoints/v1_loads.py``: ``{"loads": [{"dp_rank",
+    "num_running_reqs", "num_waiting_reqs", ...}, ...]}``, one entry per data-parallel rank).
+
+    smg 1.13.0 drains a removed worker for a fixed 5 s and then drops it, whatever still runs there; a
+    restart right after would cut a long generation. Returns None once every rank is idle, or a note when
+    the server cannot tell (no answer, no ``/v1/loads``, an answer of another shape): the restart then goes on
+    after the gateway's own drain.
+
+    Raises:
+        DrainTimeout: requests still running or queued after ``timeout`` seconds (exit 9); nothing restarted.
+    """
+    import httpx
+
+    from kimi_deploy.gateway import DrainTimeout
+    from kimi_deploy.readiness import _auth, request_capped
+
+    deadline = clock() + timeout
+    with httpx.Client(base_url=url, timeout=max(poll, 10.0), headers=_auth(api_key), trust_env=False) as client:
+        while True:
+            try:
+                status, body = request_capped(client, "GET", "/v1/loads", params={"include": "core"})
+            except httpx.HTTPError as exc:
+                return f"{url} did not answer /v1/loads ({exc.__class__.__name__}): restarted after the gateway's drain"
+            busy = _busy(body) if status == 200 else None
+            if busy is None:
+                return (f"{url} reports no request counts (GET /v1/loads: HTTP {status}): restarted after the "
+                        "gateway's drain, which may cut a request still running")
+            if busy == 0:
+                return None
+            if clock() >= deadline:
+                raise DrainTimeout(f"{busy} request(s) still running or queued on {url} after {timeout:g} s",
+                                   value=url)
+            sleep(poll)
+
+
+def _busy(body: Any) -> int | None:
+    """Running plus waiting requests over every rank of a ``/v1/loads`` answer; None when it is not one."""
+    loads = body.get("loads") if isinstance(body, dict) else None
+    if not isinstance(loads, list) or not loads:
+        return None
+    total = 0
+    for load in loads:
+        counts = [load.get(k) for k in ("num_running_reqs", "num_waiting_reqs")] if isinstance(load, dict) else [None]
+        if not all(isinstance(c, int) and not isinstance(c, bool) and c >= 0 for c in counts):
+            return None
+        total += sum(counts)
+    return total
 
 
 def run_fast_checks(profile: Profile, api_key: str | None, timeout: float = 60.0,
@@ -200,8 +255,9 @@ def restart(profile: Profile, layout: HostLayout, *, wait: bool = False, timeout
         on_poll: progress callback ``(attempt label, WaitState)`` after each probe.
         on_event: called with one line per milestone (restart, rollback) for the display.
         clock, sleep: the readiness wait's time source and sleep (:func:`kimi_deploy.readiness.wait_ready`).
-        drain: a replica behind a gateway (needs ``wait``): removed from the gateway before the restart,
-            waited for and checked at ``drain.url``, added back only when that passed.
+        drain: a replica behind a gateway (needs ``wait``): removed from the gateway, restarted once the
+            requests still running there ended (:func:`wait_idle`), waited for and checked at ``drain.url``,
+            added back only when that passed.
         node: this host as ``[fleet] replicas`` lists it (default: found by its addresses,
             :func:`kimi_deploy.ranks.local_rank`).
 
@@ -239,8 +295,9 @@ def _restart_drained(profile: Profile, layout: HostLayout, drain: Drain, *, on_e
     Raises:
         UnreachableError (exit 3) / GatewayError (exit 1): the gateway did not take the replica out; nothing was
             restarted and it is still in rotation (the message says so).
-        DrainTimeout: the gateway took the removal but still lists the replica (draining) after the wait;
-            nothing was restarted and it is out of rotation (exit 9).
+        DrainTimeout: the gateway took the removal but still lists the replica (draining) after the wait, or
+            the replica still runs requests after ``drain.idle_timeout`` (:func:`wait_idle`); nothing was
+            restarted and it is out of rotation (exit 9).
         KimiDeployError: the restart itself failed (systemctl, exit 5); the replica is out of rotation and the
             message says so (its exit code is the failure's).
     """
@@ -258,6 +315,13 @@ def _restart_drained(profile: Profile, layout: HostLayout, drain: Drain, *, on_e
         raise _annotated(exc, f"; nothing was restarted and {drain.url} was not taken out of the gateway's rotation",
                          exc.hint or f"check the gateway unit ({profile.service.name}-gateway.service) on "
                                      f"{profile.gateway.host if profile.gateway else 'the gateway host'}") from None
+    say(f"waiting for the requests still running on {drain.url} to end (at most {drain.idle_timeout:g} s)")
+    try:
+        idle_note = wait_idle(drain.url, kw["api_key"], timeout=drain.idle_timeout,
+                              poll=min(kw["poll_interval"], 2.0), clock=kw["clock"], sleep=kw["sleep"])
+    except DrainTimeout as exc:
+        raise _annotated(exc, f"; nothing was restarted, and {drain.url} is out of the gateway's rotation",
+                         f"once they ended, {again} (--drain-timeout S waits longer)") from None
     state: dict[str, Any] = {"url": drain.url, "removed": removed, "readded": False, "error": None}
     try:
         result = _restart(profile, layout, wait=True, on_event=on_event, base_url=drain.url, **kw)
@@ -265,7 +329,7 @@ def _restart_drained(profile: Profile, layout: HostLayout, drain: Drain, *, on_e
         raise _annotated(exc, f"; {drain.url} was taken out of the gateway's rotation for the restart and stays "
                               "out", exc.hint and f"{exc.hint}; then {again}" or again) from None
     final = result.attempts[-1]
-    notes = list(result.notes)
+    notes = ([idle_note] if idle_note else []) + list(result.notes)
     if final.ok:
         say(f"adding {drain.url} back to the gateway")
         try:

@@ -225,3 +225,102 @@ def test_each_worker_refuses_a_worker_the_profile_does_not_declare_before_sendin
     assert result.exit_code == ExitCode.USAGE, result.stdout + result.stderr
     assert f"the gateway lists {remote}, which is not in the profile's [fleet] replicas" in result.stderr
     assert "Traceback" not in result.stderr and calls == ["GET /workers"]
+
+
+class _Loads(QuietHandler):
+    """A replica answering SGLang 0.5.23's ``GET /v1/loads`` with the next of ``counts`` (running, waiting) per
+    poll (the last one repeated); ``None`` answers 404, as a server without the endpoint does."""
+
+    counts: list = []
+    seen: list = []
+
+    def do_GET(self):
+        type(self).seen.append((self.path, self.headers.get("Authorization")))
+        step = type(self).counts[min(len(type(self).seen), len(type(self).counts)) - 1]
+        if step is None:
+            self._send(404, {"detail": "Not Found"})
+        else:
+            running, waiting = step
+            self._send(200, {"timestamp": "2026-12-01T00:00:00+00:00", "version": "0.5.23", "num_accelerators": 8,
+                             "loads": [{"dp_rank": 0, "num_running_reqs": running, "num_waiting_reqs": waiting,
+                                        "num_used_tokens": 0}]})
+
+
+def _loads(counts):
+    handler = type("Loads", (_Loads,), {"counts": counts, "seen": []})
+    return Loopback(handler), handler.seen
+
+
+def _clock():
+    now = [0.0]
+    return now, (lambda: now[0]), (lambda s: now.__setitem__(0, now[0] + s))
+
+
+def test_the_restart_waits_for_the_requests_still_running_on_the_replica():
+    """smg drops a removed worker after a fixed 5 s whatever still runs there: the kit polls the replica's own
+    /v1/loads (with the key) until no request runs or waits, on an injected clock."""
+    from kimi_deploy.restart import wait_idle
+
+    server, seen = _loads([(2, 1), (1, 0), (0, 0)])
+    now, clock, sleep = _clock()
+    with server:
+        assert wait_idle(server.url, "sk-drain", timeout=60, poll=2, clock=clock, sleep=sleep) is None
+    assert [path for path, _ in seen] == ["/v1/loads?include=core"] * 3 and now[0] == 4.0
+    assert {auth for _, auth in seen} == {"Bearer sk-drain"}
+
+
+def test_a_replica_that_cannot_say_its_load_is_restarted_after_the_gateways_drain_with_a_note():
+    from kimi_deploy.restart import wait_idle
+
+    server, seen = _loads([None])
+    _, clock, sleep = _clock()
+    with server:
+        note = wait_idle(server.url, None, timeout=60, poll=2, clock=clock, sleep=sleep)
+    assert "reports no request counts (GET /v1/loads: HTTP 404)" in note and len(seen) == 1
+    _, clock, sleep = _clock()
+    note = wait_idle("http://127.0.0.1:9", None, timeout=60, poll=2, clock=clock, sleep=sleep)  # nothing listens
+    assert "did not answer /v1/loads" in note
+
+
+@pytest.mark.parametrize("loads", [{"loads": []}, {"loads": [{"num_running_reqs": "1", "num_waiting_reqs": 0}]},
+                                   {"loads": [{"num_running_reqs": True, "num_waiting_reqs": 0}]}, [1, 2]])
+def test_a_load_answer_of_another_shape_counts_as_unknown_not_idle(loads):
+    from kimi_deploy.restart import _busy
+
+    assert _busy(loads) is None
+
+
+def test_a_replica_still_busy_after_the_drain_timeout_is_not_restarted_exit_9(tmp_path, fake_systemd):
+    """The gateway dropped the replica but a long generation still runs there: past --drain-timeout nothing is
+    restarted, the replica stays out of rotation, and the exit code says so."""
+    from kimi_deploy import restart as restart_lib
+    from kimi_deploy.paths import HostLayout
+    from kimi_deploy.profile import load_profile
+
+    replica, seen = _loads([(1, 0)])
+
+    class Gw(QuietHandler):
+        removed = False
+
+        def do_GET(self):  # the replica listed until the DELETE
+            self._send(200, {"workers": [] if Gw.removed else [dict(LISTED["workers"][0], url=replica.url)]})
+
+        def do_DELETE(self):
+            Gw.removed = True
+            self._send(202, {})
+
+    _, clock, sleep = _clock()
+    with Loopback(Gw) as gw, replica:
+        profile = load_profile(write_profile(tmp_path, PROFILE.replace("{port}", str(gw.port))))
+        root = tmp_path / "root"
+        (root / "etc/kimi-deploy").mkdir(parents=True)
+        (root / "etc/kimi-deploy/kimi-k25.api-key").write_text("sk-drain\n")
+        client = gateway.Gateway(gw.url, None)
+        with pytest.raises(gateway.DrainTimeout) as err:
+            restart_lib.restart(profile, HostLayout(root), wait=True, clock=clock, sleep=sleep, node="127.0.0.2",
+                                drain=restart_lib.Drain(client, replica.url, idle_timeout=30))
+    assert err.value.exit_code == ExitCode.OUT_OF_ROTATION == 9
+    assert f"1 request(s) still running or queued on {replica.url} after 30 s" in err.value.message
+    assert f"nothing was restarted, and {replica.url} is out of the gateway's rotation" in err.value.message
+    assert "--drain-timeout" in err.value.hint and fake_systemd.verbs() == []
+    assert len(seen) == 16  # polled at 0, 2, ..., 30 s of the injected clock, then gave up

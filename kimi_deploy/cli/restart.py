@@ -39,10 +39,14 @@ def _line(label: str, state: WaitState) -> str:
               help="Which node of the profile this is (default: found by this machine's addresses). With [gateway] "
                    "its replica is removed from the gateway first and added back once ready and checked; on a rank "
                    ">= 1 of a multi-node group --wait is refused (it serves no HTTP).")
+@click.option("--drain-timeout", type=click.FloatRange(min=0, max=86400), default=600.0, show_default=True,
+              metavar="S", help="With [gateway]: seconds to wait, once the gateway dropped the replica, for the "
+                                "requests still running on it (its /v1/loads) before restarting; past it nothing "
+                                "is restarted (exit 9).")
 @json_flag("Print the result as JSON.")
 @click.pass_context
 def restart_cmd(ctx, profile_path, preset, root, name, wait, timeout, rollback_on_failure, poll_interval, host,
-                as_json):
+                drain_timeout, as_json):
     """Restart the server; with --wait, show its progress and verify it (exit 6: not ready in time).
 
     Behind a gateway ([gateway] in the profile): the replica leaves the gateway first and comes back only
@@ -57,7 +61,7 @@ def restart_cmd(ctx, profile_path, preset, root, name, wait, timeout, rollback_o
         wait = True  # a rollback needs a verdict
     layout = HostLayout(root)
     profile, _manifest = resolve_installed(profile_path, preset, name, layout)
-    drain = _drain(profile, layout, host, wait)
+    drain = _drain(profile, layout, host, wait, drain_timeout)
     console = Console(stderr=True)
     if as_json or not console.is_terminal:
         status = None
@@ -106,7 +110,7 @@ def restart_cmd(ctx, profile_path, preset, root, name, wait, timeout, rollback_o
     ctx.exit(result.exit_code)
 
 
-def _drain(profile, layout, host, wait):
+def _drain(profile, layout, host, wait, idle_timeout: float = 600.0):
     """The :class:`kimi_deploy.restart.Drain` of this node's replica, or None without ``[gateway]``."""
     from kimi_deploy.errors import UsageError
 
@@ -133,7 +137,8 @@ def _drain(profile, layout, host, wait):
         raise UsageError("a replica behind a gateway is restarted with --wait (it goes back into the gateway "
                          "only once it is ready and checked)", hint="add --wait")
     key = apikey.profile_key(profile.sglang.api_key_file, layout)
-    return restart_lib.Drain(Gateway(gateway_url(profile), key), f"http://{url_host(this)}:{profile.sglang.port}")
+    return restart_lib.Drain(Gateway(gateway_url(profile), key), f"http://{url_host(this)}:{profile.sglang.port}",
+                             idle_timeout)
 
 
 COMMANDS = [restart_cmd]
