@@ -89,6 +89,12 @@ BAD_OPTIONS = [
     (["--concurrency", "2,2"], "--concurrency names a point more than once (2)"),
     (["--concurrency", "0"], "--concurrency must be >= 1"),
     (["--concurrency", "1.5"], "--concurrency takes an integer"),
+    # a typo'd count (extra zeros: --concurrency 100000000) once serialized 4e8 request bodies, 22 GB, and
+    # was killed by the OOM killer; just past each cap here (the library test below has the huge ones)
+    (["--concurrency", "1,16385"], "--concurrency must be >= 1 and <= 16384"),
+    (["--num-prompts", "100001"], "--num-prompts must be >= 1 and <= 100000"),
+    (["--warmup", "100001"], "--warmup must be >= 0 and <= 100000"),
+    (["--runs", "101"], "--runs must be >= 1 and <= 100"),
     (["--num-prompts", "0"], "--num-prompts must be >= 1"),
     (["--max-tokens", "0"], "--max-tokens must be >= 1"),
     (["--runs", "0"], "--runs must be >= 1"),
@@ -112,7 +118,10 @@ def test_the_library_config_applies_the_same_validators():
 
     for kwargs, message in [({"slo": {"e2e": math.nan}}, "finite"), ({"request_rates": (math.inf,)}, "finite"),
                             ({"temperature": math.nan}, "finite"), ({"concurrency": (2, 2)}, "more than once"),
-                            ({"warmup": -1}, ">= 0"), ({"request_timeout": 0.0}, "> 0")]:
+                            ({"warmup": -1}, ">= 0"), ({"request_timeout": 0.0}, "> 0"),
+                            ({"concurrency": (10**8,)}, "<= 16384"), ({"num_prompts": 10**9}, "<= 100000"),
+                            ({"request_rates": (2.0,), "max_in_flight": 10**8}, "<= 16384"),
+                            ({"warmup": 10**6}, "<= 100000"), ({"runs": 1000}, "<= 100")]:
         with pytest.raises(UsageError, match=message):
             BenchConfig(base_url="http://127.0.0.1:1", **kwargs)
     assert BenchConfig(base_url="http://x", slo={"ttft": 200}).slo == {"ttft": 200.0}
