@@ -9,6 +9,7 @@ from pathlib import Path
 import click
 
 from kimi_deploy.apikey import ARGV_REFUSAL, ENV_VAR, guard_transport, read_key_file
+from kimi_deploy.baseurl import check_base_url
 from kimi_deploy.bench import params
 from kimi_deploy.errors import ExitCode, KimiDeployError, UsageError
 from kimi_deploy.fsio import check_output_paths, write_atomic
@@ -188,6 +189,7 @@ def bench_cmd(ctx, base_url, model, concurrency, request_rate, num_prompts, max_
 
     if not base_url:
         raise UsageError("--base-url is required", hint="e.g. kimi-deploy bench --base-url http://127.0.0.1:30000")
+    base_url = check_base_url(base_url)
     api_key = _api_key(api_key_file, api_key_argv)
     guard_transport(base_url, api_key, insecure=insecure)
     to_stdout = json_path == "-"
