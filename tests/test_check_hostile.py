@@ -241,6 +241,17 @@ def test_a_broken_model_list_is_invalid_response(tmp_path, hostile):
     assert (rows["health.models"]["status"], rows["health.models"]["kind"]) == ("fail", "invalid_response")
 
 
+def test_a_server_listing_no_model_fails_instead_of_skipping_to_exit_0(tmp_path, hostile):
+    """New-operator trial: /health 200 and an empty /v1/models list made every check that needs a model skip,
+    and the run ended "1 pass, 48 skip, exit 0 (OK)": a green nightly check of a server that serves nothing."""
+    url = hostile(body(b"{}"), gets={"/v1/models": body(b'{"object": "list", "data": []}')})
+    result = run_cli(["check", "--base-url", url, "--timeout", "10", "--json", str(tmp_path / "r.json")])
+    assert result.exit_code == ExitCode.FAILED, result.output
+    rows = {c["id"]: c for c in json.loads((tmp_path / "r.json").read_text())["checks"]}
+    assert (rows["health.models"]["status"], rows["health.models"]["kind"]) == ("fail", "config_mismatch")
+    assert "lists no model" in rows["health.models"]["detail"] and "--model NAME" in rows["health.models"]["detail"]
+
+
 def test_a_connection_closed_before_any_answer_is_still_unreachable(tmp_path):
     listener = socket.socket()
     listener.bind(("127.0.0.1", 0))

@@ -108,7 +108,8 @@ def no_model(ctx: Context) -> Outcome:
 
 
 def health_models(ctx: Context) -> Outcome:
-    """``/v1/models`` lists the expected served model name."""
+    """``/v1/models`` lists the expected served model name; with none expected, it lists at least one
+    (an empty list is ``fail``/``config_mismatch``: the checks that need a model would all skip)."""
     try:
         status, body = ctx.clients.get_json("/v1/models")
     except httpx.TransportError as exc:
@@ -119,6 +120,11 @@ def health_models(ctx: Context) -> Outcome:
         return _fail(Finding("invalid_response", "GET /v1/models did not return an OpenAI model list",
                              clip_body(body)))
     ids = [m.get("id") for m in body["data"] if isinstance(m, dict)]
+    if not ids and not ctx.expected_model:  # nothing served: every check that needs a model would skip, exit 0
+        return _fail(Finding("config_mismatch", "GET /v1/models lists no model: the server serves nothing, so no "
+                             "chat completion can be checked; fix: check the server's launch (--model-path, "
+                             "--served-model-name), or pass --model NAME if it serves one it does not list",
+                             clip_body(body)))
     if not ctx.expected_model:
         return _skip(f"no expected model name (give --model or --profile); served: {', '.join(map(str, ids))}")
     if ctx.expected_model in ids:
