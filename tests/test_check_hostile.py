@@ -252,6 +252,40 @@ def test_a_server_listing_no_model_fails_instead_of_skipping_to_exit_0(tmp_path,
     assert "lists no model" in rows["health.models"]["detail"] and "--model NAME" in rows["health.models"]["detail"]
 
 
+def test_a_redirect_is_followed_by_nothing_and_the_row_says_where_it_points(tmp_path, hostile):
+    """New-operator trial: a server answering 302 to another port had its GETs followed (health.live passed and
+    the report's server was the redirect target's: "server version synthetic") while every POST failed with a
+    bare "HTTP 302 Found" and the 401/404 fix. Now nothing is followed; each row names the Location and the fix."""
+    seen: list[str] = []
+
+    class Target(QuietHandler):
+        def do_GET(self):  # noqa: N802
+            seen.append(self.path)
+            self._send(200, {"version": "target", "object": "list", "data": [{"id": "m"}]})
+
+        do_POST = do_GET
+
+    with Loopback(Target) as target:
+        def moved(handler, _streaming):
+            handler.send_response(302)
+            handler.send_header("Location", f"{target.url}{handler.path}")
+            handler.send_header("Content-Length", "0")
+            handler.end_headers()
+
+        url = hostile(moved, gets={p: moved for p in ("/health", "/ready", "/v1/models", "/health_generate",
+                                                      "/server_info", "/model_info", "/get_server_info")})
+        result = run_cli(["check", "--base-url", url, "--model", "m", "--only", "health.*,contract.plain.*",
+                          "--timeout", "10", "--json", str(tmp_path / "r.json")])
+    assert result.exit_code == ExitCode.FAILED, result.output
+    doc = json.loads((tmp_path / "r.json").read_text())
+    assert seen == [] and doc["server"].get("version") != "target"
+    rows = {c["id"]: c for c in doc["checks"]}
+    for check_id in ("health.live", "health.ready", "contract.plain.nonstream", "contract.plain.stream"):
+        row = rows[check_id]
+        assert (row["status"], row["kind"]) == ("fail", "http_error"), row
+        assert f"redirect to {target.url}/" in row["detail"] and "follows no redirect" in row["detail"], row
+
+
 def test_a_connection_closed_before_any_answer_is_still_unreachable(tmp_path):
     listener = socket.socket()
     listener.bind(("127.0.0.1", 0))

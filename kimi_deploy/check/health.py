@@ -38,7 +38,7 @@ LIVE_PATHS = ("/health", "/ready", "/v1/models")
 def health_live(ctx: Context) -> Outcome:
     """``/health`` (SGLang, vLLM, LiteLLM), else ``/ready``, else ``/v1/models`` answers 2xx.
 
-    A 5xx or 401/403 stops at that endpoint; when none answers 2xx, the detail and the evidence
+    A 5xx, a 401/403 or a redirect (3xx, not followed) stops at that endpoint; when none answers 2xx, the detail and the evidence
     name every endpoint tried with its status (``GET /health 404, GET /ready 404, ...``), then the
     last body, whitespace-collapsed.
     """
@@ -51,7 +51,7 @@ def health_live(ctx: Context) -> Outcome:
         if 200 <= status < 300:
             return _ok(f"GET {path}: HTTP {status}")
         found = _status_finding(ctx, path, status, body)
-        if status >= 500 or status in (401, 403):
+        if status >= 500 or status in (401, 403) or 300 <= status < 400:  # a redirect: where it points is the news
             return _fail(found)
         tried.append((path, status))
     labels = "; ".join(f"GET {p}: {status_label(st)}" for p, st in tried)
