@@ -143,7 +143,7 @@ def _redacted(exc: KimiDeployError, api_key: str | None) -> KimiDeployError:
               help="Seed of prompt order and Poisson arrivals.")
 @click.option("--slo", type=SLO, metavar="ttft=MS,tpot=MS,e2e=MS", help="SLOs for goodput (milliseconds).")
 @click.option("--label", metavar="NAME", help="Name of this configuration in compare tables and plots.")
-@click.option("--profile", "profile_path", type=click.Path(path_type=Path, dir_okay=False), metavar="FILE",
+@click.option("--profile", "profile_path", type=click.Path(path_type=Path), metavar="FILE",
               help="Deployment profile to record (its sha256) in the result.")
 @json_path_option("Write the result JSON to PATH ('-': stdout).")
 @click.option("--csv", "csv_path", type=click.Path(path_type=Path, dir_okay=False), metavar="PATH",
