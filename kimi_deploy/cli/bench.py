@@ -8,7 +8,7 @@ from pathlib import Path
 
 import click
 
-from kimi_deploy.apikey import ARGV_REFUSAL, ENV_VAR, guard_transport, read_key_file
+from kimi_deploy.apikey import ARGV_REFUSAL, ENV_VAR, check_key, guard_transport, read_key_file
 from kimi_deploy.baseurl import check_base_url
 from kimi_deploy.bench import params
 from kimi_deploy.errors import ExitCode, KimiDeployError, UsageError
@@ -100,7 +100,8 @@ def _api_key(path: Path | None, argv_value: str | None) -> str | None:
                          hint=f"put the key in a file (mode 0600) and pass --api-key-file FILE, or export {ENV_VAR}")
     if path is not None:
         return read_key_file(path)
-    return os.environ.get(ENV_VAR, "").strip() or None
+    key = os.environ.get(ENV_VAR, "").strip() or None
+    return check_key(key, f"${ENV_VAR}", value=f"${ENV_VAR}") if key else None
 
 
 def _redacted(exc: KimiDeployError, api_key: str | None) -> KimiDeployError:
