@@ -245,6 +245,7 @@ def check_output_paths(paths: Mapping[str, Path | None], *, unwritable_hint: str
 
     Raises:
         UsageError: the first bad path, with the option that gave it (exit 2).
+        StorageError: its directory is on a read-only file system (exit 8).
     """
     seen: dict[Path, str] = {}
     for option, path in paths.items():
@@ -267,8 +268,23 @@ def check_output_paths(paths: Mapping[str, Path | None], *, unwritable_hint: str
             raise UsageError(f"{option}: {path} is a directory", value=str(path),
                              hint=f"give a file name, e.g. {path / ('out' + _SUFFIX.get(option, ''))}")
         if not os.access(parent, os.W_OK | os.X_OK):
-            raise UsageError(f"{option}: the directory {parent} is not writable by this user", value=str(path),
-                             hint=unwritable_hint or "write the file into a directory this user can write to")
+            raise _unwritable(option, parent, path,
+                              unwritable_hint or "write the file into a directory this user can write to")
+
+
+def _unwritable(option: str, directory: Path, path: Path, hint: str) -> KimiDeployError:
+    """Why ``directory`` refuses writes: :class:`StorageError` (exit 8, remount) when its file system is mounted
+    read-only (``statvfs`` ``ST_RDONLY``: root too is refused there, and no permission fixes it), else
+    :class:`UsageError` (exit 2) with ``hint``."""
+    try:
+        read_only = bool(os.statvfs(directory).f_flag & os.ST_RDONLY)
+    except OSError:
+        read_only = False
+    if read_only:
+        return StorageError(f"{option}: the directory {directory} is on a read-only file system", value=str(path),
+                            hint=f"{STORAGE_ERRNOS[errno.EROFS]} where {directory} lives: remount it read-write "
+                                 "(`mount -o remount,rw MOUNTPOINT`) or write the file elsewhere")
+    return UsageError(f"{option}: the directory {directory} is not writable by this user", value=str(path), hint=hint)
 
 
 def check_output_dir(option: str, path: Path | None) -> None:
@@ -279,6 +295,7 @@ def check_output_dir(option: str, path: Path | None) -> None:
 
     Raises:
         UsageError: the first problem, with ``option`` and the path (exit 2).
+        StorageError: the directory (or its parent) is on a read-only file system (exit 8).
     """
     if path is None:
         return
@@ -288,8 +305,7 @@ def check_output_dir(option: str, path: Path | None) -> None:
             raise UsageError(f"{option}: {path} exists and is not a directory", value=str(path),
                              hint="give a directory (it is created when missing, its parent must exist)")
         if not os.access(path, os.W_OK | os.X_OK):
-            raise UsageError(f"{option}: the directory {path} is not writable by this user", value=str(path),
-                             hint="write into a directory this user can write to")
+            raise _unwritable(option, path, path, "write into a directory this user can write to")
         return
     check_output_paths({option: path})
 

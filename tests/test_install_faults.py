@@ -243,6 +243,35 @@ def test_a_read_only_file_system_is_a_storage_error_not_bad_input(cli_runner, tm
     assert "read-only" in result.stderr
 
 
+READ_ONLY_OUTPUTS = {
+    "init": (["init", "{ro}/k.toml"], "PATH"),
+    "render --out": (["render", "--preset", "kimi-k25-rtx-pro-6000-x8", "--out", "{ro}/out"], "--out"),
+    "check --json": (["check", "--base-url", "http://127.0.0.1:9", "--json", "{ro}/r.json"], "--json"),
+    "bench --csv": (["bench", "--base-url", "http://127.0.0.1:9", "--csv", "{ro}/r.csv"], "--csv"),
+}
+
+
+@pytest.mark.parametrize(("args", "option"), READ_ONLY_OUTPUTS.values(), ids=READ_ONLY_OUTPUTS.keys())
+def test_an_output_on_a_read_only_mount_is_exit_8_remount_not_a_permission_problem(tmp_path, args, option):
+    """New-operator trial: on a read-only mount every output path was refused as "not writable by this user",
+    exit 2, fix "write into a directory this user can write to" (wrong as root: no permission fixes it).
+    A real read-only tmpfs in a mount namespace of its own (``unshare -rm``)."""
+    import subprocess
+    import sys
+
+    if not shutil.which("unshare") or subprocess.run(["unshare", "-rm", "true"], capture_output=True).returncode:
+        pytest.skip("needs unshare -rm (user and mount namespaces)")
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    argv = [a.format(ro=ro) for a in args]
+    run = subprocess.run(["unshare", "-rm", "sh", "-c", f'mount -t tmpfs -o ro tmpfs "{ro}" && exec "$@"', "sh",
+                          sys.executable, "-m", "kimi_deploy", *argv], capture_output=True, text=True, timeout=120,
+                         env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)})
+    assert run.returncode == ExitCode.STORAGE, run.stderr
+    assert f"{option}: the directory {ro} is on a read-only file system" in run.stderr and "remount" in run.stderr
+    assert "Traceback" not in run.stderr
+
+
 def test_stale_temp_files_of_a_killed_run_are_cleaned_by_install_and_by_purge(cli_runner, root, profiles):
     v1, _ = profiles
     assert cli_runner.invoke(cli, install_args(v1, root)).exit_code == 0
