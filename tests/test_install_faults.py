@@ -243,6 +243,17 @@ def test_a_read_only_file_system_is_a_storage_error_not_bad_input(cli_runner, tm
     assert "read-only" in result.stderr
 
 
+def test_install_into_a_root_that_does_not_exist_is_refused_and_makes_no_tree(cli_runner, tmp_path, profiles):
+    """New-operator trial: `install --root /tmp/typo` made the whole tree (units, env file, a new API key)."""
+    v1, _ = profiles
+    typo = tmp_path / "rooot"
+    for extra in ((), ("--dry-run",)):
+        result = cli_runner.invoke(cli, install_args(v1, typo, *extra))
+        assert result.exit_code == ExitCode.USAGE, result.output
+        assert f"--root: the directory {typo} does not exist" in result.stderr and "mkdir -p" in result.stderr
+    assert not typo.exists()
+
+
 READ_ONLY_OUTPUTS = {
     "init": (["init", "{ro}/k.toml"], "PATH"),
     "render --out": (["render", "--preset", "kimi-k25-rtx-pro-6000-x8", "--out", "{ro}/out"], "--out"),
