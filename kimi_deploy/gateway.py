@@ -228,16 +228,24 @@ class Gateway:
         """``GET /workers``.
 
         Raises:
-            UnreachableError: no answer (exit 3). GatewayError: a non-200 answer (401: wrong key).
+            UnreachableError: no answer (exit 3). GatewayError: a non-200 answer (401: wrong key), or an answer
+                that is not smg's ``{"workers": [{...}, ...]}`` (a worker, or another server, at that address).
         """
         response = self._call("GET", "/workers")
+        not_smg = (f"is {self.base_url} SGLang's gateway (smg)? a worker or another server has no worker list: "
+                   "give the gateway's address (the profile's [gateway] bind/port)")
         if response.status_code != 200:
+            auth = response.status_code in (401, 403)
             raise GatewayError(f"the gateway answered GET /workers with {response.status_code}",
                                value=response.text[:200],
-                               hint="401: give the profile's API key (the gateway uses the workers' key)")
-        return [Worker(id=str(w.get("id")), url=str(w.get("url")), status=str(w.get("status")),
-                       healthy=bool(w.get("is_healthy")), load=int(w.get("load") or 0))
-                for w in response.json().get("workers", [])]
+                               hint="give the profile's API key (the gateway uses the workers' key)" if auth else not_smg)
+        try:
+            listed = response.json()["workers"]
+            return [Worker(id=str(w.get("id")), url=str(w.get("url")), status=str(w.get("status")),
+                           healthy=bool(w.get("is_healthy")), load=int(w.get("load") or 0)) for w in listed]
+        except (ValueError, TypeError, KeyError, AttributeError):  # not JSON, not a dict of a list of dicts
+            raise GatewayError("the gateway's GET /workers answer is not a worker list", value=response.text[:200],
+                               hint=not_smg) from None
 
     def find(self, url: str) -> Worker | None:
         """The listed worker whose URL is ``url`` (trailing ``/`` ignored), or None."""

@@ -286,6 +286,22 @@ def test_a_redirect_is_followed_by_nothing_and_the_row_says_where_it_points(tmp_
         assert f"redirect to {target.url}/" in row["detail"] and "follows no redirect" in row["detail"], row
 
 
+@pytest.mark.parametrize(("workers", "message"), [
+    (body(b"<html>Welcome to nginx!</html>", "text/html"), "answer is not a worker list"),
+    (body(b'[{"url": "http://x"}]'), "answer is not a worker list"),
+    (body(b'{"workers": [{"url": "http://x", "load": "high"}]}'), "answer is not a worker list"),
+    (lambda handler, _s: send(handler, 404, b'{"detail": "Not Found"}'), "answered GET /workers with 404"),
+], ids=["html", "a list", "a load that is no number", "404"])
+def test_each_worker_against_something_that_is_not_the_gateway_says_so(tmp_path, hostile, workers, message):
+    """New-operator trial: --each-worker against a worker or a web server was a JSONDecodeError traceback (HTML
+    200), or exit 1 with the fix "401: give the profile's API key" for a 404."""
+    url = hostile(body(b"{}"), gets={"/workers": workers})
+    result = run_cli(["check", "--base-url", url, "--each-worker", "--json", str(tmp_path / "r.json")])
+    assert result.exit_code == ExitCode.FAILED, result.output
+    assert message in result.stderr and "SGLang's gateway (smg)?" in result.stderr, result.stderr
+    assert "Traceback" not in result.output
+
+
 def test_a_connection_closed_before_any_answer_is_still_unreachable(tmp_path):
     listener = socket.socket()
     listener.bind(("127.0.0.1", 0))
