@@ -234,7 +234,10 @@ def test_init_name_derives_the_key_file_from_the_service(tmp_path):
     assert profile.service.name == "kimi-two"
     assert profile.sglang.api_key_file == "/etc/kimi-deploy/kimi-two.api-key"
     assert "# cache_dir = \"/var/cache/kimi-two\"" in path.read_text()
-    assert run_cli(["init", str(tmp_path / "x.toml"), "--name", "../x"]).exit_code == 2
+    bad = run_cli(["init", str(tmp_path / "x.toml"), "--name", "../x"])
+    assert bad.exit_code == 2
+    # init names a new service: the fix must not send a new operator to the installed ones' manifests
+    assert "a new service name" in bad.stderr and "manifest.json" not in bad.stderr, bad.stderr
 
 
 def test_a_renamed_service_with_the_old_key_file_name_is_warned_about(tmp_path):
