@@ -205,3 +205,20 @@ def test_https_against_a_silent_port_is_given_up_after_the_request_timeout(silen
     assert res.exit_code == ExitCode.UNREACHABLE, res.output
     assert "no connection within 0.5 s (TCP connect + TLS handshake)" in res.stderr, res.stderr
     assert silent.sent() == ["?"]  # one connection, a ClientHello and no HTTP request
+
+
+# --- a dataset saved by another editor (new-operator trial) ------------------------------------------------------
+
+def test_a_dataset_with_a_bom_loads_and_one_not_utf8_is_refused_with_its_line(tmp_path):
+    """A BOM was "line 1 is not JSON (Unexpected UTF-8 BOM ...)"; Latin-1 bytes were replaced by U+FFFD and sent."""
+    from kimi_deploy.bench.dataset import load_dataset
+
+    line = '{"messages": [{"role": "user", "content": "caf\u00e9"}]}\n'
+    bom = tmp_path / "bom.jsonl"
+    bom.write_bytes(b"\xef\xbb\xbf" + line.encode())
+    assert load_dataset(bom).conversations == (({"role": "user", "content": "caf\u00e9"},),)
+    latin = tmp_path / "latin.jsonl"
+    latin.write_bytes(line.encode() + line.encode("latin-1"))
+    with pytest.raises(UsageError, match="not UTF-8 text: byte 0xe9 on line 2") as err:
+        load_dataset(latin)
+    assert "iconv" in err.value.hint
