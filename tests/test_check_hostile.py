@@ -302,6 +302,16 @@ def test_each_worker_against_something_that_is_not_the_gateway_says_so(tmp_path,
     assert "Traceback" not in result.output
 
 
+def test_a_web_page_at_health_generate_is_no_generation(tmp_path, hostile):
+    """New-operator trial: a server answering an HTML 200 to every path passed health.ready with "GET
+    /health_generate: HTTP 200 (1-token generation)". SGLang answers an empty body; the chat completion decides."""
+    page = body(b"<html><body>Welcome to nginx!</body></html>", "text/html")
+    url = hostile(page, gets={"/health_generate": page})
+    _, _, rows = run_check(tmp_path, url, "health.ready")
+    assert rows["health.ready"]["status"] == "fail" and "1-token generation" not in rows["health.ready"]["detail"]
+    assert rows["health.ready"]["kind"] == "invalid_response", rows["health.ready"]
+
+
 def test_a_connection_closed_before_any_answer_is_still_unreachable(tmp_path):
     listener = socket.socket()
     listener.bind(("127.0.0.1", 0))

@@ -61,12 +61,18 @@ def health_live(ctx: Context) -> Outcome:
 
 
 def health_ready(ctx: Context) -> Outcome:
-    """A real 1-token generation: SGLang ``/health_generate``; elsewhere a 1-token chat completion."""
+    """A real 1-token generation: SGLang ``/health_generate``; elsewhere a 1-token chat completion.
+
+    A 2xx ``/health_generate`` whose body is markup (an nginx welcome page; SGLang 0.5.23 answers an empty body,
+    ``http_server.py`` ``health_generate``) is no generation: the chat completion decides instead.
+    """
     try:
         status, body = ctx.clients.get_json("/health_generate")
     except httpx.TransportError as exc:
         return _fail(transport_failure(exc, "GET /health_generate"))
-    if 200 <= status < 300:
+    # SGLang answers an empty body; HTML (or XML) is a catch-all web page. Any other body: the status decides.
+    page = isinstance(body, str) and body.lstrip().startswith("<")
+    if 200 <= status < 300 and not page:
         return _ok(f"GET /health_generate: HTTP {status} (1-token generation)")
     if status >= 500:
         return _fail(_status_finding(ctx, "/health_generate", status, body))
