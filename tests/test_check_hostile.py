@@ -310,6 +310,10 @@ def test_a_web_page_at_health_generate_is_no_generation(tmp_path, hostile):
     _, _, rows = run_check(tmp_path, url, "health.ready")
     assert rows["health.ready"]["status"] == "fail" and "1-token generation" not in rows["health.ready"]["detail"]
     assert rows["health.ready"]["kind"] == "invalid_response", rows["health.ready"]
+    url = hostile(page, gets={p: page for p in ("/health", "/ready", "/v1/models")})  # and health.live too
+    _, _, rows = run_check(tmp_path, url, "health.live")
+    assert (rows["health.live"]["status"], rows["health.live"]["kind"]) == ("fail", "invalid_response")
+    assert "GET /health: HTTP 200 OK, an HTML page" in rows["health.live"]["detail"], rows["health.live"]
 
 
 def test_a_connection_closed_before_any_answer_is_still_unreachable(tmp_path):

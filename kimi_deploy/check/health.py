@@ -36,28 +36,42 @@ LIVE_PATHS = ("/health", "/ready", "/v1/models")
 
 
 def health_live(ctx: Context) -> Outcome:
-    """``/health`` (SGLang, vLLM, LiteLLM), else ``/ready``, else ``/v1/models`` answers 2xx.
+    """``/health`` (SGLang, vLLM, LiteLLM), else ``/ready``, else ``/v1/models`` answers 2xx (an HTML page does
+    not count: :func:`web_page`).
 
     A 5xx, a 401/403 or a redirect (3xx, not followed) stops at that endpoint; when none answers 2xx, the detail and the evidence
     name every endpoint tried with its status (``GET /health 404, GET /ready 404, ...``), then the
     last body, whitespace-collapsed.
     """
     tried: list[tuple[str, int]] = []
+    pages = 0
     for path in LIVE_PATHS:
         try:
             status, body = ctx.clients.get_json(path)
         except httpx.TransportError as exc:
             return _fail(transport_failure(exc, f"GET {path}"))
+        if 200 <= status < 300 and web_page(body):  # a catch-all web server answers every path with a page
+            pages += 1
+            tried.append((path, status))
+            continue
         if 200 <= status < 300:
             return _ok(f"GET {path}: HTTP {status}")
         found = _status_finding(ctx, path, status, body)
         if status >= 500 or status in (401, 403) or 300 <= status < 400:  # a redirect: where it points is the news
             return _fail(found)
         tried.append((path, status))
-    labels = "; ".join(f"GET {p}: {status_label(st)}" for p, st in tried)
+    labels = "; ".join(f"GET {p}: {status_label(st)}{', an HTML page' if 200 <= st < 300 else ''}"
+                       for p, st in tried)
     detail = f"no health endpoint answered 2xx ({labels}): not an SGLang or OpenAI-compatible server?"
     codes = ", ".join(f"GET {p} {st}" for p, st in tried)
-    return _fail(Finding(found.kind, detail, clip(f"{codes}; last body: {clip_body(body)}")))
+    kind = "invalid_response" if pages else found.kind
+    return _fail(Finding(kind, detail, clip(f"{codes}; last body: {clip_body(body)}")))
+
+
+def web_page(body: object) -> bool:
+    """Whether a 2xx ``body`` (:meth:`Clients.get_json`'s) is markup, HTML or XML: a catch-all web server's page
+    (nginx's welcome page), never SGLang's health answers (an empty body; ``/v1/models`` is JSON)."""
+    return isinstance(body, str) and body.lstrip().startswith("<")
 
 
 def health_ready(ctx: Context) -> Outcome:
@@ -70,9 +84,7 @@ def health_ready(ctx: Context) -> Outcome:
         status, body = ctx.clients.get_json("/health_generate")
     except httpx.TransportError as exc:
         return _fail(transport_failure(exc, "GET /health_generate"))
-    # SGLang answers an empty body; HTML (or XML) is a catch-all web page. Any other body: the status decides.
-    page = isinstance(body, str) and body.lstrip().startswith("<")
-    if 200 <= status < 300 and not page:
+    if 200 <= status < 300 and not web_page(body):  # any other body: the status decides
         return _ok(f"GET /health_generate: HTTP {status} (1-token generation)")
     if status >= 500:
         return _fail(_status_finding(ctx, "/health_generate", status, body))
