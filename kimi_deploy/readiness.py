@@ -71,7 +71,8 @@ def _auth(api_key: str | None) -> dict[str, str]:
 
 
 def probe_ready(base_url: str, api_key: str | None = None, *, timeout: float = 10.0) -> Probe:
-    """``GET /health_generate`` then ``GET /model_info``; never raises (errors become ``detail``)."""
+    """``GET /health_generate`` then ``GET /model_info`` (200 with a JSON object); never raises (errors become
+    ``detail``)."""
     with httpx.Client(base_url=base_url, timeout=timeout, headers=_auth(api_key)) as client:
         for stage in ("/health_generate", "/model_info"):
             try:
@@ -80,6 +81,13 @@ def probe_ready(base_url: str, api_key: str | None = None, *, timeout: float = 1
                 return Probe(False, stage, None, f"no answer: {type(exc).__name__}")
             if response.status_code != 200:
                 return Probe(False, stage, response.status_code, f"HTTP {response.status_code}")
+        try:
+            info = response.json()
+        except ValueError:
+            info = None
+        if not isinstance(info, dict):  # a web server answering every path with 200 is not a ready SGLang
+            return Probe(False, "/model_info", 200, "HTTP 200 but no JSON object (SGLang's model info): another "
+                                                    "server on this port?")
     return Probe(True, "/model_info", 200, "ready")
 
 
