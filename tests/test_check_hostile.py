@@ -276,11 +276,14 @@ def test_a_redirect_is_followed_by_nothing_and_the_row_says_where_it_points(tmp_
                                                       "/server_info", "/model_info", "/get_server_info")})
         result = run_cli(["check", "--base-url", url, "--model", "m", "--only", "health.*,contract.plain.*",
                           "--timeout", "10", "--json", str(tmp_path / "r.json")])
+        bare = run_cli(["check", "--base-url", url, "--only", "health.ready", "--json", "-"])  # no --model
+    assert "redirect to" in json.loads(bare.stdout)["checks"][0]["detail"], bare.stdout
     assert result.exit_code == ExitCode.FAILED, result.output
     doc = json.loads((tmp_path / "r.json").read_text())
     assert seen == [] and doc["server"].get("version") != "target"
     rows = {c["id"]: c for c in doc["checks"]}
-    for check_id in ("health.live", "health.ready", "contract.plain.nonstream", "contract.plain.stream"):
+    for check_id in ("health.live", "health.ready", "health.models", "contract.plain.nonstream",
+                     "contract.plain.stream"):
         row = rows[check_id]
         assert (row["status"], row["kind"]) == ("fail", "http_error"), row
         assert f"redirect to {target.url}/" in row["detail"] and "follows no redirect" in row["detail"], row

@@ -62,7 +62,8 @@ def health_live(ctx: Context) -> Outcome:
         tried.append((path, status))
     labels = "; ".join(f"GET {p}: {status_label(st)}{', an HTML page' if 200 <= st < 300 else ''}"
                        for p, st in tried)
-    detail = f"no health endpoint answered 2xx ({labels}): not an SGLang or OpenAI-compatible server?"
+    answered = "2xx with anything but a web page" if pages else "2xx"
+    detail = f"no health endpoint answered {answered} ({labels}): not an SGLang or OpenAI-compatible server?"
     codes = ", ".join(f"GET {p} {st}" for p, st in tried)
     kind = "invalid_response" if pages else found.kind
     return _fail(Finding(kind, detail, clip(f"{codes}; last body: {clip_body(body)}")))
@@ -117,7 +118,7 @@ def no_model(ctx: Context) -> Outcome:
         return _skip("no model name: give --model, or the server lists none")
     status, body = answer
     found = status_finding("GET /v1/models", status, body, key_sent=bool(ctx.clients.api_key))
-    if auth_note(status, bool(ctx.clients.api_key)) is None:
+    if auth_note(status, bool(ctx.clients.api_key)) is None and not 300 <= status < 400:  # a redirect says where
         found = Finding("http_error", f"no model to send chat completions to: GET /v1/models answered "
                         f"{status_label(status)}, so this is not an OpenAI-compatible server; fix: check --base-url, "
                         "or pass --model NAME if the server serves chat completions without a model list",
