@@ -222,3 +222,34 @@ def test_a_dataset_with_a_bom_loads_and_one_not_utf8_is_refused_with_its_line(tm
     with pytest.raises(UsageError, match="not UTF-8 text: byte 0xe9 on line 2") as err:
         load_dataset(latin)
     assert "iconv" in err.value.hint
+
+
+# --- no model name, and /v1/models says why (new-operator trial: every case read "pass --model") ------------------
+
+MODEL_LISTS = {
+    "a redirect": (302, b"", "bench follows no redirect"),
+    "an empty list": (200, b'{"object": "list", "data": []}', "the server lists no model"),
+    "a web page": (200, b"<html>Welcome to nginx!</html>", "is --base-url the server itself"),
+}
+
+
+@pytest.mark.parametrize(("status", "answer", "fix"), MODEL_LISTS.values(), ids=MODEL_LISTS.keys())
+def test_no_model_name_says_what_the_model_list_was(cli_runner, status, answer, fix):
+    from loopback import Loopback, QuietHandler
+
+    class Models(QuietHandler):
+        def do_GET(self):  # noqa: N802
+            if self.path == "/v1/models":
+                self.send_response(status)
+                if status == 302:
+                    self.send_header("Location", "http://127.0.0.1:1/v1/models")
+                self.send_header("Content-Length", str(len(answer)))
+                self.end_headers()
+                self.wfile.write(answer)
+            else:
+                self._send(404, b"{}")
+
+    with Loopback(Models) as server:
+        res = bench(cli_runner, server.url)
+    assert res.exit_code == ExitCode.USAGE and "no --model given" in res.stderr, res.output
+    assert fix in res.stderr, res.stderr

@@ -279,8 +279,18 @@ async def _resolve_model(client: StreamClient, model: str | None) -> str:
     try:
         return body["data"][0]["id"]
     except (KeyError, IndexError, TypeError):
+        if 300 <= status < 400:
+            hint = ("the server redirects and bench follows no redirect (it could lead to another server): give the "
+                    "server's own address as --base-url")
+        elif status == 200 and isinstance(body, dict) and body.get("data") == []:
+            hint = "the server lists no model: check its launch, or pass --model NAME if it serves one unlisted"
+        elif status == 200:
+            hint = ("that is no OpenAI model list: is --base-url the server itself (not a web server or proxy page)? "
+                    "else pass --model with the served model name")
+        else:
+            hint = "check --base-url, or pass --model with the served model name"
         raise UsageError("no --model given and /v1/models names none", value=f"http {status}: {str(body)[:200]}",
-                         hint="pass --model with the served model name") from None
+                         hint=hint) from None
 
 
 async def run_bench_async(cfg: BenchConfig, dataset: Dataset, progress: ProgressSink | None = None,
