@@ -254,6 +254,45 @@ def test_install_into_a_root_that_does_not_exist_is_refused_and_makes_no_tree(cl
     assert not typo.exists()
 
 
+NOT_FILES = {
+    "check --json": ["check", "--base-url", "http://127.0.0.1:9", "--json", "{target}"],
+    "check --prom": ["check", "--base-url", "http://127.0.0.1:9", "--prom", "{target}"],
+    "bench --csv": ["bench", "--base-url", "http://127.0.0.1:9", "--csv", "{target}"],
+    "init --force": ["init", "{target}", "--force"],
+}
+
+
+@pytest.mark.parametrize("link", [False, True], ids=["fifo", "a link to a fifo"])
+@pytest.mark.parametrize("args", NOT_FILES.values(), ids=NOT_FILES.keys())
+def test_an_output_that_is_a_pipe_or_device_is_refused_and_left_as_it_is(cli_runner, tmp_path, args, link):
+    """New-operator trial, run as root: `check --json /dev/stdout` and `bench --csv /dev/null` renamed a temporary
+    file over the host's /dev/stdout and /dev/null, leaving regular files there. Shown here with a FIFO of the
+    test's own (never a real device): it must still be a FIFO afterwards, and the verb exit 2 before any work."""
+    import stat
+
+    fifo = tmp_path / "out.fifo"
+    os.mkfifo(fifo)
+    target = fifo
+    if link:
+        target = tmp_path / "stdout"
+        target.symlink_to(fifo)
+    result = cli_runner.invoke(cli, [a.format(target=target) for a in args])
+    assert result.exit_code == ExitCode.USAGE, result.output
+    assert "is a pipe (FIFO), not a file" in result.stderr and "fix:" in result.stderr, result.stderr
+    assert stat.S_ISFIFO(os.lstat(fifo).st_mode) and (not link or target.is_symlink())
+
+
+def test_the_atomic_writer_never_renames_over_a_pipe(tmp_path):
+    import stat
+
+    fifo, other = tmp_path / "p", tmp_path / "ok.txt"
+    os.mkfifo(fifo)
+    with pytest.raises(fsio.UsageError, match="is a pipe"):
+        fsio.write_many_atomic({other: "x", fifo: "y"})
+    assert stat.S_ISFIFO(os.lstat(fifo).st_mode) and not other.exists()  # nothing was changed
+    assert leftovers(tmp_path) == []
+
+
 READ_ONLY_OUTPUTS = {
     "init": (["init", "{ro}/k.toml"], "PATH"),
     "render --out": (["render", "--preset", "kimi-k25-rtx-pro-6000-x8", "--out", "{ro}/out"], "--out"),
