@@ -18,10 +18,10 @@ from kimi_deploy.paths import HostLayout
 
 
 def read_key_file(path: str | Path) -> str:
-    """The key in ``path`` (surrounding whitespace removed).
+    """The key in ``path`` (surrounding whitespace removed), checked by :func:`check_key`.
 
     Raises:
-        UsageError: unreadable or empty (exit 2).
+        UsageError: unreadable, empty, or not a key an HTTP header can carry (exit 2).
     """
     try:
         key = Path(path).read_text(encoding="utf-8").strip()
@@ -32,7 +32,29 @@ def read_key_file(path: str | Path) -> str:
                               "its systemd credential)") from None
     if not key:
         raise UsageError("the API key file is empty", value=str(path), hint="write the key into the file")
-    return key
+    return check_key(key, f"the API key file {path}", value=str(path))
+
+
+def check_key(key: str, source: str, *, value: str) -> str:
+    """``key`` when it is printable ASCII (0x20-0x7E), what an HTTP header (a Bearer token) can carry.
+
+    A key file saved with a byte-order mark (an editor's "UTF-8 with BOM"), or holding an accented letter or
+    a control character, made httpx (check) and the bench client raise ``UnicodeEncodeError``: a traceback. The
+    message names ``source`` and the position, never the key (``value`` is where it came from).
+
+    Raises:
+        UsageError: the first character outside that range (exit 2).
+    """
+    bad = next(((i, ch) for i, ch in enumerate(key) if not " " <= ch <= "~"), None)
+    if bad is None:
+        return key
+    i, ch = bad
+    if ch == "\ufeff":
+        raise UsageError(f"{source} starts with a UTF-8 byte-order mark (BOM), which no HTTP header can carry",
+                         value=value, hint="save it without BOM: `sed -i '1s/^\\xEF\\xBB\\xBF//' FILE`")
+    raise UsageError(f"{source} holds U+{ord(ch):04X} at character {i + 1}: an API key is printable ASCII "
+                     "(no accents, no control characters), what an HTTP Authorization header can carry", value=value,
+                     hint="write the key again (`install` creates one: 43 URL-safe characters)")
 
 
 def profile_key(api_key_file: str | None, layout: HostLayout) -> str | None:

@@ -24,6 +24,7 @@ import os
 import re
 import shutil
 import signal
+import stat
 import tempfile
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -240,11 +241,13 @@ def check_output_paths(paths: Mapping[str, Path | None], *, unwritable_hint: str
 
     ``paths`` maps the option that gave a path (``"--json"``) to the path (``None``: not asked
     for). Each parent directory must exist and be a writable directory (nothing is created:
-    a typo must not make a tree under ``/``), the path itself must not be a directory, and no
-    two options may name the same file. ``-`` (stdout) is the caller's to leave out.
+    a typo must not make a tree under ``/``), the path itself must not be a directory or anything else that is
+    not a regular file (:func:`not_a_file`: a device, a pipe), and no two options may name the same file. ``-``
+    (stdout) is the caller's to leave out.
 
     Raises:
         UsageError: the first bad path, with the option that gave it (exit 2).
+        StorageError: its directory is on a read-only file system (exit 8).
     """
     seen: dict[Path, str] = {}
     for option, path in paths.items():
@@ -266,9 +269,49 @@ def check_output_paths(paths: Mapping[str, Path | None], *, unwritable_hint: str
         if path.is_dir():
             raise UsageError(f"{option}: {path} is a directory", value=str(path),
                              hint=f"give a file name, e.g. {path / ('out' + _SUFFIX.get(option, ''))}")
+        what = not_a_file(path)
+        if what:
+            stdout = "; `--json -` prints the report on stdout" if option == "--json" else ""
+            raise UsageError(f"{option}: {path} is {what}, not a file", value=str(path),
+                             hint="kimi-deploy writes a file atomically (a temporary file renamed over the target), "
+                                  f"which would replace it: give a file path{stdout}")
         if not os.access(parent, os.W_OK | os.X_OK):
-            raise UsageError(f"{option}: the directory {parent} is not writable by this user", value=str(path),
-                             hint=unwritable_hint or "write the file into a directory this user can write to")
+            raise _unwritable(option, parent, path,
+                              unwritable_hint or "write the file into a directory this user can write to")
+
+
+def not_a_file(path: Path) -> str | None:
+    """What ``path`` is when it exists (symlinks followed) and is neither a regular file nor a directory:
+    ``a character device`` (``/dev/null``, a terminal), ``a pipe (FIFO)`` (``/dev/stdout`` of a pipeline), ``a
+    block device``, ``a socket``; ``None`` otherwise (missing, or a dangling link: a write creates it).
+
+    The atomic writers rename a temporary file over their target: run as root, ``--json /dev/stdout`` or
+    ``--csv /dev/null`` once replaced the host's ``/dev/stdout`` and ``/dev/null`` with regular files.
+    """
+    try:
+        mode = os.stat(path).st_mode
+    except (OSError, ValueError):
+        return None
+    for test, what in ((stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+                       (stat.S_ISFIFO, "a pipe (FIFO)"), (stat.S_ISSOCK, "a socket")):
+        if test(mode):
+            return what
+    return None
+
+
+def _unwritable(option: str, directory: Path, path: Path, hint: str) -> KimiDeployError:
+    """Why ``directory`` refuses writes: :class:`StorageError` (exit 8, remount) when its file system is mounted
+    read-only (``statvfs`` ``ST_RDONLY``: root too is refused there, and no permission fixes it), else
+    :class:`UsageError` (exit 2) with ``hint``."""
+    try:
+        read_only = bool(os.statvfs(directory).f_flag & os.ST_RDONLY)
+    except OSError:
+        read_only = False
+    if read_only:
+        return StorageError(f"{option}: the directory {directory} is on a read-only file system", value=str(path),
+                            hint=f"{STORAGE_ERRNOS[errno.EROFS]} where {directory} lives: remount it read-write "
+                                 "(`mount -o remount,rw MOUNTPOINT`) or write the file elsewhere")
+    return UsageError(f"{option}: the directory {directory} is not writable by this user", value=str(path), hint=hint)
 
 
 def check_output_dir(option: str, path: Path | None) -> None:
@@ -279,6 +322,7 @@ def check_output_dir(option: str, path: Path | None) -> None:
 
     Raises:
         UsageError: the first problem, with ``option`` and the path (exit 2).
+        StorageError: the directory (or its parent) is on a read-only file system (exit 8).
     """
     if path is None:
         return
@@ -288,8 +332,7 @@ def check_output_dir(option: str, path: Path | None) -> None:
             raise UsageError(f"{option}: {path} exists and is not a directory", value=str(path),
                              hint="give a directory (it is created when missing, its parent must exist)")
         if not os.access(path, os.W_OK | os.X_OK):
-            raise UsageError(f"{option}: the directory {path} is not writable by this user", value=str(path),
-                             hint="write into a directory this user can write to")
+            raise _unwritable(option, path, path, "write into a directory this user can write to")
         return
     check_output_paths({option: path})
 
@@ -331,9 +374,16 @@ def write_many_atomic(files: Mapping[Path, bytes | str], *, mode: int = 0o644,
     staging removes the staged files and leaves every target as it was.
 
     Raises:
-        UsageError: a directory cannot be created or written (permissions, a path in the way).
+        UsageError: a directory cannot be created or written (permissions, a path in the way), or a target is a
+            device or a pipe (:func:`not_a_file`); nothing was changed.
         StorageError: the file system refused (disk full, read-only, I/O error); nothing was changed.
     """
+    for path in files:  # never rename a file over a device or a pipe (/dev/null, /dev/stdout): before any change
+        what = not_a_file(path)
+        if what:
+            raise UsageError(f"cannot write {path}: it is {what}, not a file", value=str(path),
+                             hint="kimi-deploy replaces files atomically and would replace it: choose another path "
+                                  "(or remove what is there); nothing was changed")
     staged: list[tuple[str, Path]] = []
     path = None
     try:

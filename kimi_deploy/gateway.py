@@ -280,18 +280,21 @@ class Gateway:
         """``GET /workers``.
 
         Raises:
-            UnreachableError: no answer (exit 3). GatewayError: a non-200 answer (401: wrong key).
+            UnreachableError: no answer (exit 3). GatewayError: a non-200 answer (401: wrong key), or an answer
+                that is not smg's ``{"workers": [{...}, ...]}`` (a worker, or another server, at that address).
         """
         status, body = self._call("GET", "/workers")
+        not_smg = (f"is {self.base_url} SGLang's gateway (smg)? a worker or another server has no worker list: "
+                   "give the gateway's address (the profile's [gateway] bind/port)")
         if status != 200:
             raise GatewayError(f"the gateway answered GET /workers with {status}", value=_shown(body),
-                               hint="401: give the profile's API key (the gateway uses the workers' key)")
+                               hint="give the profile's API key (the gateway uses the workers' key)"
+                                    if status in (401, 403) else not_smg)
         try:
             return parse_workers(body)
         except ValueError as exc:
             raise GatewayError(f"the gateway's GET /workers answer is not smg's worker list: {exc}",
-                               value=_shown(body), hint="is [gateway] port the gateway's (smg "
-                               "1.13.0), not another service?") from None
+                               value=_shown(body), hint=not_smg) from None
 
     def find(self, url: str) -> Worker | None:
         """The listed worker whose URL is ``url`` (trailing ``/`` ignored), or None."""

@@ -168,9 +168,10 @@ def load_manifest(layout: HostLayout, service: str) -> Manifest | None:
                               f"and reinstall with --force ({exc.error_count()} problems)") from None
 
 
-def valid_service_name(name: str, option: str = "--name") -> str:
+def valid_service_name(name: str, option: str = "--name", *, installed: bool = True) -> str:
     """``name`` when it is a valid service name (the profile's ``[service] name`` rule,
     :func:`kimi_deploy.profile.check_service_name`), so it can name files under ``/etc/kimi-deploy``.
+    ``installed``: the name picks an installed service (the fix lists them), else it names a new one (``init``).
 
     Raises:
         UsageError: not a valid name (``../x``, ``a/b``, ``x.service``); exit 2.
@@ -178,9 +179,10 @@ def valid_service_name(name: str, option: str = "--name") -> str:
     try:
         return check_service_name(name)
     except ValueError as exc:
-        raise UsageError(f"{option}: not a service name: {exc}", value=name,
-                         hint=f"give {option} the [service] name of an installed profile (letters, digits and "
-                              "_.:-, no '/'); `ls /etc/kimi-deploy/*.manifest.json` lists them") from None
+        hint = (f"give {option} the [service] name of an installed profile (letters, digits and _.:-, no '/'); "
+                "`ls /etc/kimi-deploy/*.manifest.json` lists them") if installed else \
+            f"give {option} a new service name of letters, digits and _.:- (e.g. kimi-two)"
+        raise UsageError(f"{option}: not a service name: {exc}", value=name, hint=hint) from None
 
 
 def installed_services(layout: HostLayout) -> list[str]:

@@ -156,8 +156,12 @@ def build_launch(profile: Profile, sglang_version: str | Version = versions.DEFA
     key = cache_key(str(version), components)
     cache_dir = f"{profile.cache_root}/{key}"
     base_env = [("HF_HUB_OFFLINE", "1"), ("PYTHONUNBUFFERED", "1")]
-    full_env = base_env + options.cache_env(cache_dir) + env + list(profile.environment.items())
-    check_exposure(args, profile, dict(full_env))
+    # one line per variable: an [environment] entry that overrides a default (HF_HUB_OFFLINE = "0") takes its
+    # place instead of following it as a second assignment in the env file and the printed `env A=1 ... A=0`
+    merged = dict(base_env + options.cache_env(cache_dir) + env)
+    merged.update(profile.environment)
+    full_env = list(merged.items())
+    check_exposure(args, profile, merged)
     argv = (svc.python, "-m", "sglang.launch_server", *args)
     return LaunchSpec(argv=argv, env=tuple(full_env), sglang_version=str(version), cache_dir=cache_dir,
                       secrets_config=secrets_config(profile) if rank == 0 else None, warnings=tuple(warnings))

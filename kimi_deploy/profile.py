@@ -1110,19 +1110,54 @@ def parse_profile(data: dict[str, Any], *, source: str = "profile") -> Profile:
     return profile
 
 
+#: Byte-order marks an editor may put first (Notepad's "UTF-8 with BOM" and "Unicode"): TOML is UTF-8 without one.
+_BOMS = ((b"\xef\xbb\xbf", "a UTF-8 byte-order mark (BOM)"), (b"\xff\xfe", "a UTF-16 byte-order mark (UTF-16 text)"),
+         (b"\xfe\xff", "a UTF-16 byte-order mark (UTF-16 text)"))
+
+
+def _profile_text(data: bytes, path: Path) -> str:
+    """``data`` as text: UTF-8 without a byte-order mark, as TOML 1.0 requires.
+
+    Raises:
+        ProfileError: a BOM first (tomllib's own words were "Invalid statement (at line 1, column 1)"), or bytes
+            that are not UTF-8, with the line and column of the first (exit 2).
+    """
+    for bom, what in _BOMS:
+        if data.startswith(bom):
+            fix = (f"save it as UTF-8 without BOM (`sed -i '1s/^\\xEF\\xBB\\xBF//' {path}`)" if len(bom) == 3 else
+                   f"save it as UTF-8 (`iconv -f UTF-16 -t UTF-8 {path} > {path}.utf8`, then move it over {path})")
+            raise ProfileError(f"{path} starts with {what}; a TOML profile is UTF-8 without one", value=str(path),
+                               hint=fix)
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        column = exc.start - (data.rfind(b"\n", 0, exc.start) + 1) + 1
+        raise ProfileError(f"{path} is not UTF-8 text: byte 0x{data[exc.start]:02x} at line {line}, column {column}",
+                           value=str(path),
+                           hint=f"save it as UTF-8 (from Latin-1: `iconv -f LATIN1 -t UTF-8 {path} > {path}.utf8`, "
+                                f"then move it over {path})") from None
+
+
 def load_profile(path: Path) -> Profile:
     """Read and validate a TOML profile file.
 
     Raises:
-        ProfileError: the file is missing, unreadable, not TOML, or not a valid profile (exit 2).
+        ProfileError: the file is missing, a directory, unreadable, not UTF-8 (or with a byte-order mark),
+            not TOML, or not a valid profile (exit 2).
     """
     try:
-        text = path.read_text(encoding="utf-8")
+        raw = path.read_bytes()
     except FileNotFoundError:
         raise ProfileError("profile file not found", value=str(path),
                            hint="give the path of a TOML profile, or create one with `kimi-deploy init`") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ProfileError(f"cannot read the profile: {exc}", value=str(path)) from None
+    except IsADirectoryError:
+        raise ProfileError("the profile is a directory", value=str(path),
+                           hint="give the path of the TOML file inside it, e.g. /etc/kimi-deploy/kimi-k25.toml") from None
+    except OSError as exc:
+        raise ProfileError(f"cannot read the profile: {exc.strerror or exc}", value=str(path),
+                           hint="run as a user that can read it (profiles under /etc/kimi-deploy are root's)") from None
+    text = _profile_text(raw, path)
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:

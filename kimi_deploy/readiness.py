@@ -55,7 +55,7 @@ def phase_of(line: str | None) -> str | None:
 
 @dataclasses.dataclass(frozen=True)
 class Probe:
-    """One readiness probe: ``ready`` when both endpoints answered 200.
+    """One readiness probe: ``ready`` when both endpoints answered 200 and ``/model_info`` with a JSON object.
 
     ``stage`` is the endpoint that decided (``/health_generate`` or ``/model_info``),
     ``http_status`` its status (None: no answer), ``detail`` a short reason.
@@ -111,16 +111,19 @@ def request_capped(client: httpx.Client, method: str, path: str, *, read_body: b
 
 
 def probe_ready(base_url: str, api_key: str | None = None, *, timeout: float = 10.0) -> Probe:
-    """``GET /health_generate`` then ``GET /model_info`` (statuses only, no body read); never raises
-    (errors become ``detail``)."""
+    """``GET /health_generate`` (its status), then ``GET /model_info`` (200 with a JSON object: a web server
+    answering every path with 200 is not a ready SGLang); never raises (errors become ``detail``)."""
     with httpx.Client(base_url=base_url, timeout=timeout, headers=_auth(api_key), trust_env=False) as client:
         for stage in ("/health_generate", "/model_info"):
             try:
-                status, _ = request_capped(client, "GET", stage, read_body=False)
+                status, info = request_capped(client, "GET", stage, read_body=stage == "/model_info")
             except httpx.HTTPError as exc:
                 return Probe(False, stage, None, f"no answer: {type(exc).__name__}")
             if status != 200:
                 return Probe(False, stage, status, f"HTTP {status}")
+    if not isinstance(info, dict):
+        return Probe(False, "/model_info", 200, "HTTP 200 but no JSON object (SGLang's model info): another "
+                                                "server on this port?")
     return Probe(True, "/model_info", 200, "ready")
 
 

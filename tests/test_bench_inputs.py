@@ -89,6 +89,12 @@ BAD_OPTIONS = [
     (["--concurrency", "2,2"], "--concurrency names a point more than once (2)"),
     (["--concurrency", "0"], "--concurrency must be >= 1"),
     (["--concurrency", "1.5"], "--concurrency takes an integer"),
+    # a typo'd count (extra zeros: --concurrency 100000000) once serialized 4e8 request bodies, 22 GB, and
+    # was killed by the OOM killer; just past each cap here (the library test below has the huge ones)
+    (["--concurrency", "1,16385"], "--concurrency must be >= 1 and <= 16384"),
+    (["--num-prompts", "100001"], "--num-prompts must be >= 1 and <= 100000"),
+    (["--warmup", "100001"], "--warmup must be >= 0 and <= 100000"),
+    (["--runs", "101"], "--runs must be >= 1 and <= 100"),
     (["--num-prompts", "0"], "--num-prompts must be >= 1"),
     (["--max-tokens", "0"], "--max-tokens must be >= 1"),
     (["--runs", "0"], "--runs must be >= 1"),
@@ -112,7 +118,10 @@ def test_the_library_config_applies_the_same_validators():
 
     for kwargs, message in [({"slo": {"e2e": math.nan}}, "finite"), ({"request_rates": (math.inf,)}, "finite"),
                             ({"temperature": math.nan}, "finite"), ({"concurrency": (2, 2)}, "more than once"),
-                            ({"warmup": -1}, ">= 0"), ({"request_timeout": 0.0}, "> 0")]:
+                            ({"warmup": -1}, ">= 0"), ({"request_timeout": 0.0}, "> 0"),
+                            ({"concurrency": (10**8,)}, "<= 16384"), ({"num_prompts": 10**9}, "<= 100000"),
+                            ({"request_rates": (2.0,), "max_in_flight": 10**8}, "<= 16384"),
+                            ({"warmup": 10**6}, "<= 100000"), ({"runs": 1000}, "<= 100")]:
         with pytest.raises(UsageError, match=message):
             BenchConfig(base_url="http://127.0.0.1:1", **kwargs)
     assert BenchConfig(base_url="http://x", slo={"ttft": 200}).slo == {"ttft": 200.0}
@@ -196,3 +205,51 @@ def test_https_against_a_silent_port_is_given_up_after_the_request_timeout(silen
     assert res.exit_code == ExitCode.UNREACHABLE, res.output
     assert "no connection within 0.5 s (TCP connect + TLS handshake)" in res.stderr, res.stderr
     assert silent.sent() == ["?"]  # one connection, a ClientHello and no HTTP request
+
+
+# --- a dataset saved by another editor (new-operator trial) ------------------------------------------------------
+
+def test_a_dataset_with_a_bom_loads_and_one_not_utf8_is_refused_with_its_line(tmp_path):
+    """A BOM was "line 1 is not JSON (Unexpected UTF-8 BOM ...)"; Latin-1 bytes were replaced by U+FFFD and sent."""
+    from kimi_deploy.bench.dataset import load_dataset
+
+    line = '{"messages": [{"role": "user", "content": "caf\u00e9"}]}\n'
+    bom = tmp_path / "bom.jsonl"
+    bom.write_bytes(b"\xef\xbb\xbf" + line.encode())
+    assert load_dataset(bom).conversations == (({"role": "user", "content": "caf\u00e9"},),)
+    latin = tmp_path / "latin.jsonl"
+    latin.write_bytes(line.encode() + line.encode("latin-1"))
+    with pytest.raises(UsageError, match="not UTF-8 text: byte 0xe9 on line 2") as err:
+        load_dataset(latin)
+    assert "iconv" in err.value.hint
+
+
+# --- no model name, and /v1/models says why (new-operator trial: every case read "pass --model") ------------------
+
+MODEL_LISTS = {
+    "a redirect": (302, b"", "bench follows no redirect"),
+    "an empty list": (200, b'{"object": "list", "data": []}', "the server lists no model"),
+    "a web page": (200, b"<html>Welcome to nginx!</html>", "is --base-url the server itself"),
+}
+
+
+@pytest.mark.parametrize(("status", "answer", "fix"), MODEL_LISTS.values(), ids=MODEL_LISTS.keys())
+def test_no_model_name_says_what_the_model_list_was(cli_runner, status, answer, fix):
+    from loopback import Loopback, QuietHandler
+
+    class Models(QuietHandler):
+        def do_GET(self):  # noqa: N802
+            if self.path == "/v1/models":
+                self.send_response(status)
+                if status == 302:
+                    self.send_header("Location", "http://127.0.0.1:1/v1/models")
+                self.send_header("Content-Length", str(len(answer)))
+                self.end_headers()
+                self.wfile.write(answer)
+            else:
+                self._send(404, b"{}")
+
+    with Loopback(Models) as server:
+        res = bench(cli_runner, server.url)
+    assert res.exit_code == ExitCode.USAGE and "no --model given" in res.stderr, res.output
+    assert fix in res.stderr, res.stderr

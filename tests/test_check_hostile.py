@@ -242,6 +242,84 @@ def test_a_broken_model_list_is_invalid_response(tmp_path, hostile):
     assert (rows["health.models"]["status"], rows["health.models"]["kind"]) == ("fail", "invalid_response")
 
 
+def test_a_server_listing_no_model_fails_instead_of_skipping_to_exit_0(tmp_path, hostile):
+    """New-operator trial: /health 200 and an empty /v1/models list made every check that needs a model skip,
+    and the run ended "1 pass, 48 skip, exit 0 (OK)": a green nightly check of a server that serves nothing."""
+    url = hostile(body(b"{}"), gets={"/v1/models": body(b'{"object": "list", "data": []}')})
+    result = run_cli(["check", "--base-url", url, "--timeout", "10", "--json", str(tmp_path / "r.json")])
+    assert result.exit_code == ExitCode.FAILED, result.output
+    rows = {c["id"]: c for c in json.loads((tmp_path / "r.json").read_text())["checks"]}
+    assert (rows["health.models"]["status"], rows["health.models"]["kind"]) == ("fail", "config_mismatch")
+    assert "lists no model" in rows["health.models"]["detail"] and "--model NAME" in rows["health.models"]["detail"]
+
+
+def test_a_redirect_is_followed_by_nothing_and_the_row_says_where_it_points(tmp_path, hostile):
+    """New-operator trial: a server answering 302 to another port had its GETs followed (health.live passed and
+    the report's server was the redirect target's: "server version synthetic") while every POST failed with a
+    bare "HTTP 302 Found" and the 401/404 fix. Now nothing is followed; each row names the Location and the fix."""
+    seen: list[str] = []
+
+    class Target(QuietHandler):
+        def do_GET(self):  # noqa: N802
+            seen.append(self.path)
+            self._send(200, {"version": "target", "object": "list", "data": [{"id": "m"}]})
+
+        do_POST = do_GET
+
+    with Loopback(Target) as target:
+        def moved(handler, _streaming):
+            handler.send_response(302)
+            handler.send_header("Location", f"{target.url}{handler.path}")
+            handler.send_header("Content-Length", "0")
+            handler.end_headers()
+
+        url = hostile(moved, gets={p: moved for p in ("/health", "/ready", "/v1/models", "/health_generate",
+                                                      "/server_info", "/model_info", "/get_server_info")})
+        result = run_cli(["check", "--base-url", url, "--model", "m", "--only", "health.*,contract.plain.*",
+                          "--timeout", "10", "--json", str(tmp_path / "r.json")])
+        bare = run_cli(["check", "--base-url", url, "--only", "health.ready", "--json", "-"])  # no --model
+    assert "redirect to" in json.loads(bare.stdout)["checks"][0]["detail"], bare.stdout
+    assert result.exit_code == ExitCode.FAILED, result.output
+    doc = json.loads((tmp_path / "r.json").read_text())
+    assert seen == [] and doc["server"].get("version") != "target"
+    rows = {c["id"]: c for c in doc["checks"]}
+    for check_id in ("health.live", "health.ready", "health.models", "contract.plain.nonstream",
+                     "contract.plain.stream"):
+        row = rows[check_id]
+        assert (row["status"], row["kind"]) == ("fail", "http_error"), row
+        assert f"redirect to {target.url}/" in row["detail"] and "follows no redirect" in row["detail"], row
+
+
+@pytest.mark.parametrize(("workers", "message"), [
+    (body(b"<html>Welcome to nginx!</html>", "text/html"), "answer is not smg's worker list"),
+    (body(b'[{"url": "http://x"}]'), "answer is not smg's worker list"),
+    (body(b'{"workers": [{"url": "http://x", "load": "high"}]}'), "answer is not smg's worker list"),
+    (lambda handler, _s: send(handler, 404, b'{"detail": "Not Found"}'), "answered GET /workers with 404"),
+], ids=["html", "a list", "a load that is no number", "404"])
+def test_each_worker_against_something_that_is_not_the_gateway_says_so(tmp_path, hostile, workers, message):
+    """New-operator trial: --each-worker against a worker or a web server was a JSONDecodeError traceback (HTML
+    200), or exit 1 with the fix "401: give the profile's API key" for a 404."""
+    url = hostile(body(b"{}"), gets={"/workers": workers})
+    result = run_cli(["check", "--base-url", url, "--each-worker", "--json", str(tmp_path / "r.json")])
+    assert result.exit_code == ExitCode.FAILED, result.output
+    assert message in result.stderr and "SGLang's gateway (smg)?" in result.stderr, result.stderr
+    assert "Traceback" not in result.output
+
+
+def test_a_web_page_at_health_generate_is_no_generation(tmp_path, hostile):
+    """New-operator trial: a server answering an HTML 200 to every path passed health.ready with "GET
+    /health_generate: HTTP 200 (1-token generation)". SGLang answers an empty body; the chat completion decides."""
+    page = body(b"<html><body>Welcome to nginx!</body></html>", "text/html")
+    url = hostile(page, gets={"/health_generate": page})
+    _, _, rows = run_check(tmp_path, url, "health.ready")
+    assert rows["health.ready"]["status"] == "fail" and "1-token generation" not in rows["health.ready"]["detail"]
+    assert rows["health.ready"]["kind"] == "invalid_response", rows["health.ready"]
+    url = hostile(page, gets={p: page for p in ("/health", "/ready", "/v1/models")})  # and health.live too
+    _, _, rows = run_check(tmp_path, url, "health.live")
+    assert (rows["health.live"]["status"], rows["health.live"]["kind"]) == ("fail", "invalid_response")
+    assert "GET /health: HTTP 200 OK, an HTML page" in rows["health.live"]["detail"], rows["health.live"]
+
+
 def test_a_connection_closed_before_any_answer_is_still_unreachable(tmp_path):
     listener = socket.socket()
     listener.bind(("127.0.0.1", 0))

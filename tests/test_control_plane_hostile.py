@@ -77,10 +77,18 @@ def test_a_plain_server_info_is_read_and_the_request_asks_for_identity():
 
 
 @pytest.mark.parametrize("answer", ANSWERS.values(), ids=ANSWERS.keys())
-def test_health_probes_read_the_status_only(answer):
-    with _server(answer) as server:
+def test_health_generate_is_read_for_its_status_and_model_info_must_be_an_object(answer):
+    """SGLang's /health_generate body is empty, so its status alone counts, whatever the body; /model_info must
+    be a JSON object read within the caps (a gzip, oversized, deep or non-JSON one is not SGLang's)."""
+    def model_info_ok(h):
+        send(h, 200, b'{"model_path": "/models/kimi"}') if h.path == "/model_info" else answer(h)
+
+    with _server(model_info_ok) as server:
         probe = probe_ready(server.url)
-    assert probe.ready and probe.detail == "ready"  # SGLang's /health_generate body is empty: the status counts
+    assert probe.ready and probe.detail == "ready"
+    with _server(lambda h: send(h, 200, b"") if h.path == "/health_generate" else answer(h)) as server:
+        probe = probe_ready(server.url)
+    assert not probe.ready and probe.stage == "/model_info" and "no JSON object" in probe.detail
 
 
 WORKERS = {

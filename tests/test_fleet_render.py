@@ -204,6 +204,7 @@ def test_install_puts_each_hosts_part_in_place_and_a_second_run_plans_nothing(tm
 
 
 def test_install_of_a_fleet_needs_to_know_the_host(tmp_path):
+    (tmp_path / "r").mkdir()
     result = run_cli(["install", "--profile", str(write_profile(tmp_path, PROFILE)), "--root", str(tmp_path / "r"),
                       "--host", "10.0.0.99", "--no-enable"])
     assert result.exit_code == 2 and "use one of 10.0.0.11, 10.0.0.12, 10.0.0.10" in result.stderr

@@ -243,6 +243,85 @@ def test_a_read_only_file_system_is_a_storage_error_not_bad_input(cli_runner, tm
     assert "read-only" in result.stderr
 
 
+def test_install_into_a_root_that_does_not_exist_is_refused_and_makes_no_tree(cli_runner, tmp_path, profiles):
+    """New-operator trial: `install --root /tmp/typo` made the whole tree (units, env file, a new API key)."""
+    v1, _ = profiles
+    typo = tmp_path / "rooot"
+    for extra in ((), ("--dry-run",)):
+        result = cli_runner.invoke(cli, install_args(v1, typo, *extra))
+        assert result.exit_code == ExitCode.USAGE, result.output
+        assert f"--root: the directory {typo} does not exist" in result.stderr and "mkdir -p" in result.stderr
+    assert not typo.exists()
+
+
+NOT_FILES = {
+    "check --json": ["check", "--base-url", "http://127.0.0.1:9", "--json", "{target}"],
+    "check --prom": ["check", "--base-url", "http://127.0.0.1:9", "--prom", "{target}"],
+    "bench --csv": ["bench", "--base-url", "http://127.0.0.1:9", "--csv", "{target}"],
+    "init --force": ["init", "{target}", "--force"],
+}
+
+
+@pytest.mark.parametrize("link", [False, True], ids=["fifo", "a link to a fifo"])
+@pytest.mark.parametrize("args", NOT_FILES.values(), ids=NOT_FILES.keys())
+def test_an_output_that_is_a_pipe_or_device_is_refused_and_left_as_it_is(cli_runner, tmp_path, args, link):
+    """New-operator trial, run as root: `check --json /dev/stdout` and `bench --csv /dev/null` renamed a temporary
+    file over the host's /dev/stdout and /dev/null, leaving regular files there. Shown here with a FIFO of the
+    test's own (never a real device): it must still be a FIFO afterwards, and the verb exit 2 before any work."""
+    import stat
+
+    fifo = tmp_path / "out.fifo"
+    os.mkfifo(fifo)
+    target = fifo
+    if link:
+        target = tmp_path / "stdout"
+        target.symlink_to(fifo)
+    result = cli_runner.invoke(cli, [a.format(target=target) for a in args])
+    assert result.exit_code == ExitCode.USAGE, result.output
+    assert "is a pipe (FIFO), not a file" in result.stderr and "fix:" in result.stderr, result.stderr
+    assert stat.S_ISFIFO(os.lstat(fifo).st_mode) and (not link or target.is_symlink())
+
+
+def test_the_atomic_writer_never_renames_over_a_pipe(tmp_path):
+    import stat
+
+    fifo, other = tmp_path / "p", tmp_path / "ok.txt"
+    os.mkfifo(fifo)
+    with pytest.raises(fsio.UsageError, match="is a pipe"):
+        fsio.write_many_atomic({other: "x", fifo: "y"})
+    assert stat.S_ISFIFO(os.lstat(fifo).st_mode) and not other.exists()  # nothing was changed
+    assert leftovers(tmp_path) == []
+
+
+READ_ONLY_OUTPUTS = {
+    "init": (["init", "{ro}/k.toml"], "PATH"),
+    "render --out": (["render", "--preset", "kimi-k25-rtx-pro-6000-x8", "--out", "{ro}/out"], "--out"),
+    "check --json": (["check", "--base-url", "http://127.0.0.1:9", "--json", "{ro}/r.json"], "--json"),
+    "bench --csv": (["bench", "--base-url", "http://127.0.0.1:9", "--csv", "{ro}/r.csv"], "--csv"),
+}
+
+
+@pytest.mark.parametrize(("args", "option"), READ_ONLY_OUTPUTS.values(), ids=READ_ONLY_OUTPUTS.keys())
+def test_an_output_on_a_read_only_mount_is_exit_8_remount_not_a_permission_problem(tmp_path, args, option):
+    """New-operator trial: on a read-only mount every output path was refused as "not writable by this user",
+    exit 2, fix "write into a directory this user can write to" (wrong as root: no permission fixes it).
+    A real read-only tmpfs in a mount namespace of its own (``unshare -rm``)."""
+    import subprocess
+    import sys
+
+    if not shutil.which("unshare") or subprocess.run(["unshare", "-rm", "true"], capture_output=True).returncode:
+        pytest.skip("needs unshare -rm (user and mount namespaces)")
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    argv = [a.format(ro=ro) for a in args]
+    run = subprocess.run(["unshare", "-rm", "sh", "-c", f'mount -t tmpfs -o ro tmpfs "{ro}" && exec "$@"', "sh",
+                          sys.executable, "-m", "kimi_deploy", *argv], capture_output=True, text=True, timeout=120,
+                         env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)})
+    assert run.returncode == ExitCode.STORAGE, run.stderr
+    assert f"{option}: the directory {ro} is on a read-only file system" in run.stderr and "remount" in run.stderr
+    assert "Traceback" not in run.stderr
+
+
 def test_stale_temp_files_of_a_killed_run_are_cleaned_by_install_and_by_purge(cli_runner, root, profiles):
     v1, _ = profiles
     assert cli_runner.invoke(cli, install_args(v1, root)).exit_code == 0

@@ -114,6 +114,40 @@ def test_missing_profile_file(tmp_path):
     assert "profile file not found" in result.stderr and "kimi-deploy init" in result.stderr
 
 
+ENCODINGS = {  # how a profile saved by another editor arrives (new-operator trial: no fix line, Python's words)
+    "utf-8 with BOM": (b"\xef\xbb\xbf" + MINIMAL.encode(), "starts with a UTF-8 byte-order mark (BOM)",
+                       "save it as UTF-8 without BOM"),
+    "utf-16": (MINIMAL.encode("utf-16"), "starts with a UTF-16 byte-order mark", "iconv -f UTF-16 -t UTF-8"),
+    "latin-1": (MINIMAL.replace('name = "kimi-k25"', 'name = "kimi-k25"\ndescription = "caf\xe9"').encode("latin-1"),
+                "is not UTF-8 text: byte 0xe9 at line 3, column 19", "iconv -f LATIN1 -t UTF-8"),
+}
+
+
+@pytest.mark.parametrize("verb", [["render"], ["check", "--base-url", "http://127.0.0.1:9"]], ids=["render", "check"])
+@pytest.mark.parametrize(("data", "message", "fix"), ENCODINGS.values(), ids=ENCODINGS.keys())
+def test_a_profile_in_another_encoding_names_it_and_the_fix(tmp_path, verb, data, message, fix):
+    profile = tmp_path / "p.toml"
+    profile.write_bytes(data)
+    result = run_cli([*verb, "--profile", str(profile)])
+    assert result.exit_code == 2, result.output
+    fix_line = next(line for line in result.stderr.splitlines() if line.strip().startswith("fix: "))
+    assert message in result.stderr and fix in fix_line, result.stderr
+    assert "codec" not in result.stderr and "Invalid statement" not in result.stderr
+
+
+def test_crlf_line_endings_are_fine(tmp_path):
+    profile = tmp_path / "p.toml"
+    profile.write_bytes(MINIMAL.replace("\n", "\r\n").encode())
+    assert run_cli(["render", "--profile", str(profile), "--print-command"]).exit_code == 0
+
+
+@pytest.mark.parametrize("verb", [["render"], ["check"], ["install", "--dry-run"]])
+def test_a_directory_given_as_the_profile_says_so_with_a_fix(tmp_path, verb):
+    result = run_cli([*verb, "--profile", str(tmp_path)])
+    assert result.exit_code == 2, result.output
+    assert "the profile is a directory" in result.stderr and "fix: give the path of the TOML file" in result.stderr
+
+
 def test_unknown_preset_suggests_the_close_one():
     result = run_cli(["render", "--preset", "kimi-k25-rtx-pro-6000"])
     assert result.exit_code == 2

@@ -183,6 +183,7 @@ def test_systemctl_puts_unit_names_after_a_double_dash():
 
 def test_install_plan_commands_name_units_after_a_double_dash(tmp_path):
     profile = write_profile(tmp_path, MINIMAL)
+    (tmp_path / "root").mkdir()
     result = run_cli(["install", "--profile", str(profile), "--root", str(tmp_path / "root"), "--dry-run",
                       "--json"])
     assert result.exit_code == 0, result.stderr

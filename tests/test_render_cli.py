@@ -234,7 +234,10 @@ def test_init_name_derives_the_key_file_from_the_service(tmp_path):
     assert profile.service.name == "kimi-two"
     assert profile.sglang.api_key_file == "/etc/kimi-deploy/kimi-two.api-key"
     assert "# cache_dir = \"/var/cache/kimi-two\"" in path.read_text()
-    assert run_cli(["init", str(tmp_path / "x.toml"), "--name", "../x"]).exit_code == 2
+    bad = run_cli(["init", str(tmp_path / "x.toml"), "--name", "../x"])
+    assert bad.exit_code == 2
+    # init names a new service: the fix must not send a new operator to the installed ones' manifests
+    assert "a new service name" in bad.stderr and "manifest.json" not in bad.stderr, bad.stderr
 
 
 def test_a_renamed_service_with_the_old_key_file_name_is_warned_about(tmp_path):
@@ -247,3 +250,17 @@ def test_a_renamed_service_with_the_old_key_file_name_is_warned_about(tmp_path):
         in result.stderr and '"/etc/kimi-deploy/kimi-two.api-key"' in result.stderr
     # the preset itself, and a key file outside /etc/kimi-deploy, say nothing
     assert "warning" not in run_cli(["render", "--preset", PRESET, "--print-command"]).stderr
+
+
+def test_an_environment_entry_overriding_a_default_is_written_once(tmp_path):
+    """New-operator trial: [environment] HF_HUB_OFFLINE = "0" left HF_HUB_OFFLINE=1 and =0 in the env file and
+    `env HF_HUB_OFFLINE=1 ... HF_HUB_OFFLINE=0` in the printed command (the last won, but a reader sees both)."""
+
+    profile = write_profile(tmp_path, MINIMAL + '\n[environment]\nHF_HUB_OFFLINE = "0"\nNCCL_DEBUG = "INFO"\n')
+    out = tmp_path / "out"
+    assert run_cli(["render", "--profile", str(profile), "--out", str(out)]).exit_code == 0
+    env_lines = [line for line in (out / "kimi-k25.env").read_text().splitlines() if "=" in line and line[0] != "#"]
+    assert [line for line in env_lines if line.startswith("HF_HUB_OFFLINE=")] == ["HF_HUB_OFFLINE=0"]
+    assert env_lines[0] == "HF_HUB_OFFLINE=0" and env_lines[-1] == "NCCL_DEBUG=INFO"  # in place; new ones last
+    printed = run_cli(["render", "--profile", str(profile), "--print-command"]).stdout
+    assert printed.count("HF_HUB_OFFLINE=") == 1 and "HF_HUB_OFFLINE=0" in printed

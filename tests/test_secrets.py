@@ -260,3 +260,36 @@ def test_bench_errors_quote_no_key():
     assert run.returncode == ExitCode.USAGE and "no --model given" in run.stderr, run.stderr
     assert MASK in run.stderr
     _no_key_in([], run.stdout, run.stderr)
+
+
+# --- a key an HTTP header cannot carry (new-operator trial: a traceback in both verbs) ---
+
+BAD_KEYS = {"a UTF-8 BOM (Notepad)": ("\ufeff" + KEY, "starts with a UTF-8 byte-order mark"),
+            "an accented letter": (KEY + "é", "holds U+00E9 at character 31"),
+            "a tab": ("sk-two\twords", "holds U+0009 at character 7")}
+
+
+@pytest.mark.parametrize("verb", ["check", "bench"])
+@pytest.mark.parametrize(("key", "message"), BAD_KEYS.values(), ids=BAD_KEYS.keys())
+def test_a_key_no_http_header_can_carry_is_refused_with_a_fix(verb, key, message, tmp_path):
+    """Was ``UnicodeEncodeError`` from httpx (check) or the bench client's header encoder, exit 1."""
+    seen: list[str] = []
+
+    class Any(QuietHandler):
+        def do_GET(self):  # noqa: N802
+            seen.append(self.path)
+            self._send(200, {"object": "list", "data": [{"id": "m"}]})
+
+        do_POST = do_GET
+
+    extra = ("--only", "health.live") if verb == "check" else ("--concurrency", "1", "--num-prompts", "1",
+                                                               "--no-progress")
+    with Loopback(Any) as server:
+        run = kimi(verb, "--base-url", server.url, "--api-key-file", str(_key_file(tmp_path, key)), *extra)
+        from_env = kimi("bench", "--base-url", server.url, "--concurrency", "1", "--num-prompts", "1",
+                        "--no-progress", env={"KIMI_DEPLOY_API_KEY": key})
+    assert run.returncode == ExitCode.USAGE and from_env.returncode == ExitCode.USAGE, (run.stderr, from_env.stderr)
+    assert message in run.stderr and "fix:" in run.stderr and "Traceback" not in run.stderr + from_env.stderr
+    assert "$KIMI_DEPLOY_API_KEY" in from_env.stderr
+    assert seen == []
+    _no_key_in([], run.stdout, run.stderr, from_env.stdout, from_env.stderr, key=key.lstrip("\ufeff"))

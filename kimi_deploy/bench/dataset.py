@@ -56,7 +56,7 @@ def load_dataset(path: Path | None = None) -> Dataset:
     """Load ``path`` (default: the kit's prompts) and check every line.
 
     Raises:
-        UsageError: the file is missing or unreadable, a line is not JSON or has no valid
+        UsageError: the file is missing or unreadable, not UTF-8, a line is not JSON or has no valid
             ``messages`` list (the message names the line), or the file holds no prompt.
     """
     source = Path(path) if path is not None else paths.bench_prompts_file()
@@ -65,8 +65,14 @@ def load_dataset(path: Path | None = None) -> Dataset:
     except OSError as exc:
         raise UsageError("cannot read the dataset", value=str(source),
                          hint="pass --dataset FILE.jsonl with one {\"messages\": [...]} object per line") from exc
+    try:  # a leading BOM (an editor's "UTF-8 with BOM") is dropped, as RFC 8259 allows a JSON reader to
+        text = raw.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:  # was decoded with "replace": prompts silently sent with U+FFFD in them
+        line = raw.count(b"\n", 0, exc.start) + 1
+        raise UsageError(f"the dataset is not UTF-8 text: byte 0x{raw[exc.start]:02x} on line {line}",
+                         value=f"{source}:{line}", hint="save it as UTF-8 (e.g. `iconv -f LATIN1 -t UTF-8 FILE`)") from None
     conversations = []
-    for number, line in enumerate(raw.decode("utf-8", "replace").splitlines(), 1):
+    for number, line in enumerate(text.splitlines(), 1):
         if not line.strip():
             continue
         conversations.append(_parse_line(line, number, source))

@@ -87,18 +87,22 @@ class BenchConfig:
         if not self.concurrency and not self.request_rates:
             raise UsageError("no point to measure", hint="give --concurrency 1,8,32 or --request-rate 2,4,8")
         if self.concurrency:
-            params.number_list(self.concurrency, option="--concurrency", kind=int, minimum=1, example="1,8,32,64")
+            params.number_list(self.concurrency, option="--concurrency", kind=int, minimum=1,
+                               maximum=params.MAX_CONCURRENCY, example="1,8,32,64")
         if self.request_rates:
             object.__setattr__(self, "request_rates", params.number_list(
                 self.request_rates, option="--request-rate", minimum=0, open_min=True, example="2,4,8"))
         if self.max_in_flight is not None:
-            params.number(self.max_in_flight, option="--concurrency", kind=int, minimum=1, example="64")
-        for option, value in (("--runs", self.runs), ("--num-prompts", self.num_prompts),
-                              ("--max-tokens", self.max_tokens)):
+            params.number(self.max_in_flight, option="--concurrency", kind=int, minimum=1,
+                          maximum=params.MAX_CONCURRENCY, example="64")
+        for option, value, maximum in (("--runs", self.runs, params.MAX_RUNS),
+                                       ("--num-prompts", self.num_prompts, params.MAX_REQUESTS),
+                                       ("--max-tokens", self.max_tokens, None)):
             if value is not None:
-                params.number(value, option=option, kind=int, minimum=1, example="8")
+                params.number(value, option=option, kind=int, minimum=1, maximum=maximum, example="8")
         if self.warmup is not None:
-            params.number(self.warmup, option="--warmup", kind=int, minimum=0, example="8")
+            params.number(self.warmup, option="--warmup", kind=int, minimum=0, maximum=params.MAX_REQUESTS,
+                          example="8")
         params.number(self.temperature, option="--temperature", minimum=0, example="0")
         params.number(self.request_timeout, option="--request-timeout", minimum=0, open_min=True, example="600")
         for option, value in (("--max-body-bytes", self.max_body_bytes), ("--max-line-bytes", self.max_line_bytes)):
@@ -275,8 +279,18 @@ async def _resolve_model(client: StreamClient, model: str | None) -> str:
     try:
         return body["data"][0]["id"]
     except (KeyError, IndexError, TypeError):
+        if 300 <= status < 400:
+            hint = ("the server redirects and bench follows no redirect (it could lead to another server): give the "
+                    "server's own address as --base-url")
+        elif status == 200 and isinstance(body, dict) and body.get("data") == []:
+            hint = "the server lists no model: check its launch, or pass --model NAME if it serves one unlisted"
+        elif status == 200:
+            hint = ("that is no OpenAI model list: is --base-url the server itself (not a web server or proxy page)? "
+                    "else pass --model with the served model name")
+        else:
+            hint = "check --base-url, or pass --model with the served model name"
         raise UsageError("no --model given and /v1/models names none", value=f"http {status}: {str(body)[:200]}",
-                         hint="pass --model with the served model name") from None
+                         hint=hint) from None
 
 
 async def run_bench_async(cfg: BenchConfig, dataset: Dataset, progress: ProgressSink | None = None,

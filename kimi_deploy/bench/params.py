@@ -21,6 +21,17 @@ from kimi_deploy.errors import UsageError
 SLO_KEYS = ("ttft", "tpot", "e2e")
 SLO_EXAMPLE = "--slo ttft=2000,tpot=50,e2e=30000"
 
+#: The most requests one closed-loop point keeps in flight (``--concurrency``, open loop's cap). Each holds a
+#: connection of its own, and Linux's default ephemeral port range (``net.ipv4.ip_local_port_range`` 32768-60999)
+#: gives one client 28232 connections to one server; the default ``--num-prompts`` is 4 x this.
+MAX_CONCURRENCY = 16384
+#: The most requests one run or warm-up sends (``--num-prompts``, ``--warmup``): every request body is serialized
+#: before the run starts. ``--concurrency 100000000`` (a typo) once meant 4e8 bodies: 22 GB before the first
+#: request, killed by the OOM killer.
+MAX_REQUESTS = 100_000
+#: The most measured runs per point (``--runs``).
+MAX_RUNS = 100
+
 
 def _range_text(minimum: float | None, open_min: bool, maximum: float | None) -> str:
     parts = []
@@ -64,7 +75,7 @@ def number(value: Any, *, option: str, kind: type = float, minimum: float | None
 
 
 def number_list(value: Any, *, option: str, kind: type = float, minimum: float | None = None,
-                open_min: bool = False, example: str = "") -> tuple:
+                open_min: bool = False, maximum: float | None = None, example: str = "") -> tuple:
     """Comma-separated numbers (text) or a sequence, each checked by :func:`number`; no empty item, no repeat.
 
     Raises:
@@ -76,8 +87,8 @@ def number_list(value: Any, *, option: str, kind: type = float, minimum: float |
         raise UsageError(f"{option} is empty", value=value, hint=fix)
     if isinstance(value, str) and any(not item.strip() for item in items):
         raise UsageError(f"{option} has an empty item", value=value, hint=f"{fix} (no empty items, no trailing comma)")
-    out = tuple(number(item, option=option, kind=kind, minimum=minimum, open_min=open_min, example=example)
-                for item in items)
+    out = tuple(number(item, option=option, kind=kind, minimum=minimum, open_min=open_min, maximum=maximum,
+                       example=example) for item in items)
     repeated = sorted({v for v in out if out.count(v) > 1})
     if repeated:
         raise UsageError(f"{option} names a point more than once ({', '.join(f'{v:g}' for v in repeated)})",
@@ -119,4 +130,4 @@ def slo(value: Any) -> dict[str, float]:
     return out
 
 
-__all__ = ["number", "number_list", "slo", "SLO_KEYS"]
+__all__ = ["number", "number_list", "slo", "SLO_KEYS", "MAX_CONCURRENCY", "MAX_REQUESTS", "MAX_RUNS"]

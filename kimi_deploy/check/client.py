@@ -218,7 +218,9 @@ class Clients:
         headers = {"Accept-Encoding": "identity"}
         if api_key:
             headers["Authorization"] = f"Bearer {api_key}"
-        http_client = httpx.Client(base_url=root, headers=headers, timeout=timeout, follow_redirects=True,
+        # no redirect is followed: the openai client's POSTs follow none either, so a GET that did would read
+        # /health and /server_info of another server (another port, another host) than the one checked
+        http_client = httpx.Client(base_url=root, headers=headers, timeout=timeout, follow_redirects=False,
                                    transport=RecordingTransport(deadline, limits))
         recorder = RecordingTransport(deadline, limits)
         generation = httpx.Timeout(timeout * GENERATION_TIMEOUT_FACTOR, connect=timeout)
@@ -243,13 +245,16 @@ class Clients:
         self.openai.close()
 
     def get_json(self, path: str) -> tuple[int, Any]:
-        """GET ``path``; returns (status, parsed JSON or the text when not JSON).
+        """GET ``path``; returns (status, parsed JSON or the text when not JSON; for a redirect, which is not
+        followed, :func:`redirect_text`).
 
         Raises:
             httpx.TransportError: connection, timeout, or an answer refused unread (:class:`ResponseRefused`);
                 callers map it with :func:`transport_finding`.
         """
         response = self.http.get(path, timeout=self.deadline.bound(self.timeout))
+        if response.is_redirect:  # followed by nothing: the body is the redirect's, where it points is the news
+            return response.status_code, redirect_text(response)
         try:
             return response.status_code, response.json()
         except (json.JSONDecodeError, ValueError, RecursionError):  # not JSON, not UTF-8, or nested too deep
@@ -271,6 +276,26 @@ def status_label(status: int) -> str:
 def status_kind(status: int) -> str:
     """The failure kind of an unexpected HTTP status: ``server_error`` for 5xx (and above), else ``http_error``."""
     return "server_error" if status >= 500 else "http_error"
+
+
+#: The fix for a 3xx: the check follows no redirect (:meth:`Clients.open`).
+REDIRECT_FIX = ("the check follows no redirect (a redirect can lead to another server than the one checked): give "
+                "the server's own address as --base-url")
+
+
+def redirect_text(response: httpx.Response) -> str:
+    """``redirect to LOCATION`` (``redirect without a Location header``): the evidence of a 3xx answer."""
+    location = response.headers.get("location")
+    return f"redirect to {location}" if location else "redirect without a Location header"
+
+
+def redirect_finding(what: str, status: int, evidence: str) -> Finding | None:
+    """``http_error`` for a 3xx answer to ``what`` (``None`` for any other status): the detail says where it
+    points (``evidence``, :func:`redirect_text`) and :data:`REDIRECT_FIX`."""
+    if not 300 <= status < 400:
+        return None
+    return Finding("http_error", f"{what} answered {status_label(status)}, {evidence}; fix: {REDIRECT_FIX}",
+                   clip(evidence))
 
 
 #: The fix for a 401/403: where the check gets its key.
@@ -298,6 +323,9 @@ def status_finding(what: str, status: int, body: object, *, key_sent: bool) -> F
     if note:
         return Finding("http_error", f"{what} answered {status_label(status)}: {note}; fix: {AUTH_FIX}",
                        clip(f"HTTP {status}: {note}"))
+    redirect = redirect_finding(what, status, str(body))
+    if redirect is not None:
+        return redirect
     return Finding(status_kind(status), f"{what} answered {status_label(status)}", clip_body(body))
 
 
@@ -385,6 +413,11 @@ def openai_finding(exc: Exception, *, streaming: bool, raw: str = "") -> Finding
         missing = no_tool_parser_finding(exc.status_code, body)
         if missing is not None:
             return missing
+        if exc.response is not None:
+            redirect = redirect_finding(f"{exc.request.method} {exc.request.url.path}" if exc.request is not None
+                                        else "the request", exc.status_code, redirect_text(exc.response))
+            if redirect is not None:
+                return redirect
         return Finding(status_kind(exc.status_code), status_label(exc.status_code), clip_body(body))
     if isinstance(exc, openai.APIError) and streaming:
         return Finding("error_frame", f"the stream carried an error ({type(exc).__name__}: {exc.message})",

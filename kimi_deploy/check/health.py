@@ -36,37 +36,56 @@ LIVE_PATHS = ("/health", "/ready", "/v1/models")
 
 
 def health_live(ctx: Context) -> Outcome:
-    """``/health`` (SGLang, vLLM, LiteLLM), else ``/ready``, else ``/v1/models`` answers 2xx.
+    """``/health`` (SGLang, vLLM, LiteLLM), else ``/ready``, else ``/v1/models`` answers 2xx (an HTML page does
+    not count: :func:`web_page`).
 
-    A 5xx or 401/403 stops at that endpoint; when none answers 2xx, the detail and the evidence
+    A 5xx, a 401/403 or a redirect (3xx, not followed) stops at that endpoint; when none answers 2xx, the detail and the evidence
     name every endpoint tried with its status (``GET /health 404, GET /ready 404, ...``), then the
     last body, whitespace-collapsed.
     """
     tried: list[tuple[str, int]] = []
+    pages = 0
     for path in LIVE_PATHS:
         try:
             status, body = ctx.clients.get_json(path)
         except httpx.TransportError as exc:
             return _fail(transport_failure(exc, f"GET {path}"))
+        if 200 <= status < 300 and web_page(body):  # a catch-all web server answers every path with a page
+            pages += 1
+            tried.append((path, status))
+            continue
         if 200 <= status < 300:
             return _ok(f"GET {path}: HTTP {status}")
         found = _status_finding(ctx, path, status, body)
-        if status >= 500 or status in (401, 403):
+        if status >= 500 or status in (401, 403) or 300 <= status < 400:  # a redirect: where it points is the news
             return _fail(found)
         tried.append((path, status))
-    labels = "; ".join(f"GET {p}: {status_label(st)}" for p, st in tried)
-    detail = f"no health endpoint answered 2xx ({labels}): not an SGLang or OpenAI-compatible server?"
+    labels = "; ".join(f"GET {p}: {status_label(st)}{', an HTML page' if 200 <= st < 300 else ''}"
+                       for p, st in tried)
+    answered = "2xx with anything but a web page" if pages else "2xx"
+    detail = f"no health endpoint answered {answered} ({labels}): not an SGLang or OpenAI-compatible server?"
     codes = ", ".join(f"GET {p} {st}" for p, st in tried)
-    return _fail(Finding(found.kind, detail, clip(f"{codes}; last body: {clip_body(body)}")))
+    kind = "invalid_response" if pages else found.kind
+    return _fail(Finding(kind, detail, clip(f"{codes}; last body: {clip_body(body)}")))
+
+
+def web_page(body: object) -> bool:
+    """Whether a 2xx ``body`` (:meth:`Clients.get_json`'s) is markup, HTML or XML: a catch-all web server's page
+    (nginx's welcome page), never SGLang's health answers (an empty body; ``/v1/models`` is JSON)."""
+    return isinstance(body, str) and body.lstrip().startswith("<")
 
 
 def health_ready(ctx: Context) -> Outcome:
-    """A real 1-token generation: SGLang ``/health_generate``; elsewhere a 1-token chat completion."""
+    """A real 1-token generation: SGLang ``/health_generate``; elsewhere a 1-token chat completion.
+
+    A 2xx ``/health_generate`` whose body is markup (an nginx welcome page; SGLang 0.5.23 answers an empty body,
+    ``http_server.py`` ``health_generate``) is no generation: the chat completion decides instead.
+    """
     try:
         status, body = ctx.clients.get_json("/health_generate")
     except httpx.TransportError as exc:
         return _fail(transport_failure(exc, "GET /health_generate"))
-    if 200 <= status < 300:
+    if 200 <= status < 300 and not web_page(body):  # any other body: the status decides
         return _ok(f"GET /health_generate: HTTP {status} (1-token generation)")
     if status >= 500:
         return _fail(_status_finding(ctx, "/health_generate", status, body))
@@ -99,7 +118,7 @@ def no_model(ctx: Context) -> Outcome:
         return _skip("no model name: give --model, or the server lists none")
     status, body = answer
     found = status_finding("GET /v1/models", status, body, key_sent=bool(ctx.clients.api_key))
-    if auth_note(status, bool(ctx.clients.api_key)) is None:
+    if auth_note(status, bool(ctx.clients.api_key)) is None and not 300 <= status < 400:  # a redirect says where
         found = Finding("http_error", f"no model to send chat completions to: GET /v1/models answered "
                         f"{status_label(status)}, so this is not an OpenAI-compatible server; fix: check --base-url, "
                         "or pass --model NAME if the server serves chat completions without a model list",
@@ -108,7 +127,8 @@ def no_model(ctx: Context) -> Outcome:
 
 
 def health_models(ctx: Context) -> Outcome:
-    """``/v1/models`` lists the expected served model name."""
+    """``/v1/models`` lists the expected served model name; with none expected, it lists at least one
+    (an empty list is ``fail``/``config_mismatch``: the checks that need a model would all skip)."""
     try:
         status, body = ctx.clients.get_json("/v1/models")
     except httpx.TransportError as exc:
@@ -119,6 +139,11 @@ def health_models(ctx: Context) -> Outcome:
         return _fail(Finding("invalid_response", "GET /v1/models did not return an OpenAI model list",
                              clip_body(body)))
     ids = [m.get("id") for m in body["data"] if isinstance(m, dict)]
+    if not ids and not ctx.expected_model:  # nothing served: every check that needs a model would skip, exit 0
+        return _fail(Finding("config_mismatch", "GET /v1/models lists no model: the server serves nothing, so no "
+                             "chat completion can be checked; fix: check the server's launch (--model-path, "
+                             "--served-model-name), or pass --model NAME if it serves one it does not list",
+                             clip_body(body)))
     if not ctx.expected_model:
         return _skip(f"no expected model name (give --model or --profile); served: {', '.join(map(str, ids))}")
     if ctx.expected_model in ids:

@@ -19,6 +19,7 @@ from kimi_deploy.check.outcome import Outcome, transport_failure, unreadable
 from kimi_deploy.check.reports import redact_report
 from kimi_deploy.check.results import CheckOptions, CheckReport, CheckResult, clip, fix_for
 from kimi_deploy.apikey import guard_transport, read_key_file
+from kimi_deploy.baseurl import check_base_url
 from kimi_deploy.errors import UsageError
 from kimi_deploy.limits import Limits
 from kimi_deploy.profile import Profile, load_profile
@@ -111,7 +112,8 @@ def run_checks(options: CheckOptions, progress: Progress | None = None, *,
     never the end of the run: one catch per check (:func:`_run_one`), the traceback at debug level.
 
     Raises:
-        UsageError / ProfileError: no base URL, a bad profile, an unreadable key file,
+        UsageError / ProfileError: no base URL or one :func:`kimi_deploy.baseurl.check_base_url` refuses, a bad
+            profile, an unreadable key file,
             an ``only``/``skip`` glob that matches nothing, a key bound for plain http to a host that
             is not local without ``options.insecure`` (exit 2).
     """
@@ -119,9 +121,7 @@ def run_checks(options: CheckOptions, progress: Progress | None = None, *,
     base_url = options.base_url or (profile.base_url if profile else None)
     if not base_url:
         raise UsageError("no server to check", hint="pass --base-url http://HOST:PORT or --profile FILE")
-    if not base_url.startswith(("http://", "https://")):
-        raise UsageError("the base URL must start with http:// or https://", value=base_url,
-                         hint="e.g. --base-url http://127.0.0.1:30000")
+    base_url = check_base_url(base_url)
     api_key = options.api_key
     if api_key is None and profile is not None and profile.sglang.api_key_file:
         api_key = read_key_file(profile.sglang.api_key_file)

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import click
 
-from kimi_deploy.apikey import ARGV_REFUSAL, ENV_VAR, guard_transport, read_key_file
+from kimi_deploy.apikey import ARGV_REFUSAL, ENV_VAR, check_key, guard_transport, read_key_file
+from kimi_deploy.baseurl import check_base_url
 from kimi_deploy.bench import params
 from kimi_deploy.errors import ExitCode, KimiDeployError, UsageError
 from kimi_deploy.fsio import check_output_paths, write_atomic
@@ -35,16 +36,17 @@ class Checked(click.ParamType):
 
 
 def _num(option: str, kind: type = float, *, minimum: float | None = None, open_min: bool = False,
-         example: str = "") -> Checked:
+         maximum: float | None = None, example: str = "") -> Checked:
     return Checked("integer" if kind is int else "number",
                    lambda v: params.number(v, option=option, kind=kind, minimum=minimum, open_min=open_min,
-                                           example=example))
+                                           maximum=maximum, example=example))
 
 
-def _list(option: str, kind: type, *, minimum: float, open_min: bool = False, example: str) -> Checked:
+def _list(option: str, kind: type, *, minimum: float, open_min: bool = False, maximum: float | None = None,
+          example: str) -> Checked:
     return Checked(f"{kind.__name__} list",
                    lambda v: params.number_list(v, option=option, kind=kind, minimum=minimum, open_min=open_min,
-                                                example=example))
+                                                maximum=maximum, example=example))
 
 
 SLO = Checked("slo", params.slo)
@@ -100,7 +102,8 @@ def _api_key(path: Path | None, argv_value: str | None) -> str | None:
                          hint=f"put the key in a file (mode 0600) and pass --api-key-file FILE, or export {ENV_VAR}")
     if path is not None:
         return read_key_file(path)
-    return os.environ.get(ENV_VAR, "").strip() or None
+    key = os.environ.get(ENV_VAR, "").strip() or None
+    return check_key(key, f"${ENV_VAR}", value=f"${ENV_VAR}") if key else None
 
 
 def _redacted(exc: KimiDeployError, api_key: str | None) -> KimiDeployError:
@@ -121,18 +124,18 @@ def _redacted(exc: KimiDeployError, api_key: str | None) -> KimiDeployError:
 @click.option("--base-url", metavar="URL", help="Server root, e.g. http://127.0.0.1:30000 (a /v1 suffix is fine).")
 @click.option("--model", metavar="NAME", help="Served model name (default: the first of /v1/models).")
 @click.option("--concurrency", default="1,2,4,8,16,32,64", metavar="N,N,...",
-              type=_list("--concurrency", int, minimum=1, example="1,8,32,64"),
+              type=_list("--concurrency", int, minimum=1, maximum=params.MAX_CONCURRENCY, example="1,8,32,64"),
               help="Closed-loop points; with --request-rate: one cap on requests in flight.")
 @click.option("--request-rate", metavar="R,R,...",
               type=_list("--request-rate", float, minimum=0, open_min=True, example="2,4,8"), help="Open-loop Poisson arrivals (requests/s) instead.")
-@click.option("--num-prompts", type=_num("--num-prompts", int, minimum=1, example="64"), default=None, metavar="N",
+@click.option("--num-prompts", type=_num("--num-prompts", int, minimum=1, maximum=params.MAX_REQUESTS, example="64"), default=None, metavar="N",
               help="Measured requests per run [default: max(32, 4 x concurrency); 200 open loop].")
 @click.option("--max-tokens", type=_num("--max-tokens", int, minimum=1, example="256"), default=256, metavar="M", help="max_tokens of every request.")
 @click.option("--temperature", type=_num("--temperature", minimum=0, example="0"), default=0.0, help="temperature of every request.")
 @click.option("--ignore-eos", is_flag=True, help="Send ignore_eos (SGLang): every answer runs to max_tokens.")
-@click.option("--warmup", type=_num("--warmup", int, minimum=0, example="8"), default=None, metavar="N",
+@click.option("--warmup", type=_num("--warmup", int, minimum=0, maximum=params.MAX_REQUESTS, example="8"), default=None, metavar="N",
               help="Requests before each point, not measured [default: the concurrency].")
-@click.option("--runs", type=_num("--runs", int, minimum=1, example="3"), default=1, metavar="K",
+@click.option("--runs", type=_num("--runs", int, minimum=1, maximum=params.MAX_RUNS, example="3"), default=1, metavar="K",
               help="Measured runs per point (cache flushed before each).")
 @click.option("--dataset", type=click.Path(path_type=Path, dir_okay=False), metavar="FILE.jsonl",
               help="JSONL of {\"messages\": [...]} [default: the kit's natural prompts].")
@@ -143,7 +146,7 @@ def _redacted(exc: KimiDeployError, api_key: str | None) -> KimiDeployError:
               help="Seed of prompt order and Poisson arrivals.")
 @click.option("--slo", type=SLO, metavar="ttft=MS,tpot=MS,e2e=MS", help="SLOs for goodput (milliseconds).")
 @click.option("--label", metavar="NAME", help="Name of this configuration in compare tables and plots.")
-@click.option("--profile", "profile_path", type=click.Path(path_type=Path, dir_okay=False), metavar="FILE",
+@click.option("--profile", "profile_path", type=click.Path(path_type=Path), metavar="FILE",
               help="Deployment profile to record (its sha256) in the result.")
 @json_path_option("Write the result JSON to PATH ('-': stdout).")
 @click.option("--csv", "csv_path", type=click.Path(path_type=Path, dir_okay=False), metavar="PATH",
@@ -189,6 +192,7 @@ def bench_cmd(ctx, base_url, model, concurrency, request_rate, num_prompts, max_
 
     if not base_url:
         raise UsageError("--base-url is required", hint="e.g. kimi-deploy bench --base-url http://127.0.0.1:30000")
+    base_url = check_base_url(base_url)
     api_key = _api_key(api_key_file, api_key_argv)
     guard_transport(base_url, api_key, insecure=insecure)
     to_stdout = json_path == "-"

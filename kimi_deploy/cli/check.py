@@ -71,7 +71,7 @@ def _globs(values: tuple[str, ...]) -> list[str]:
 @click.option("--model", metavar="NAME", help="Served model name (default: the profile's, else the first listed).")
 @click.option("--api-key-file", type=click.Path(path_type=Path, dir_okay=False), metavar="FILE",
               help="File holding the API key (default: the profile's api_key_file).")
-@click.option("--profile", "profile_path", type=click.Path(path_type=Path, dir_okay=False), metavar="FILE",
+@click.option("--profile", "profile_path", type=click.Path(path_type=Path), metavar="FILE",
               help="Deployment profile: base URL, model, key and the expected parsers/speculative/TP.")
 @click.option("--only", multiple=True, metavar="IDS", help="Run only checks matching these globs "
               "(repeat or comma-separate: 'health.*,config.*').")

@@ -47,6 +47,9 @@ def install_cmd(profile_path, preset, root, sglang_version, dry_run, force, no_e
                 host, as_json):
     """Install the rendered units, env file and profile on the host (plan, diff, apply)."""
     profile = resolve_profile(profile_path, preset)
+    if not root.is_dir():  # a typo'd --root would otherwise become a fresh tree of units, env file and key
+        raise UsageError(f"--root: the directory {root} does not exist", value=str(root),
+                         hint=f"create it first (mkdir -p {root}) if that tree is meant; install makes none")
     layout = HostLayout(root)
     if profile.hosts():
         from kimi_deploy.fleet import pick_host

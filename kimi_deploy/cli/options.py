@@ -18,7 +18,7 @@ def profile_options(func):
     """``--profile FILE`` / ``--preset NAME`` (mutually exclusive)."""
     func = click.option("--preset", "preset", metavar="NAME",
                         help="Use a built-in preset (see `kimi-deploy presets`).")(func)
-    func = click.option("--profile", "profile_path", type=click.Path(path_type=Path, dir_okay=False),
+    func = click.option("--profile", "profile_path", type=click.Path(path_type=Path),
                         metavar="FILE", help="Deployment profile (TOML).")(func)
     return func
 

@@ -163,7 +163,7 @@ def init_cmd(path: Path, preset: str, name: str | None, force: bool):
     check_output_paths({"PATH": path})  # the rule of every output path: its directory must exist
     chosen = get_preset(preset)
     if name:
-        valid_service_name(name, "--name")
+        valid_service_name(name, "--name", installed=False)
         data = copy.deepcopy(chosen.data)
         data["service"]["name"] = name
         if data["sglang"].get("api_key_file"):
