@@ -250,7 +250,9 @@ class Gateway:
 
     def __init__(self, base_url: str, api_key: str | None, *, timeout: float = 10.0,
                  sleep: Callable[[float], None] = time.sleep, monotonic: Callable[[], float] = time.monotonic):
-        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        from kimi_deploy.readiness import auth_headers
+
+        headers = auth_headers(api_key)
         self.base_url = base_url.rstrip("/")
         self.api_key = api_key
         self._client = httpx.Client(base_url=self.base_url, headers=headers, timeout=timeout, trust_env=False)

@@ -67,7 +67,9 @@ class Probe:
     detail: str
 
 
-def _auth(api_key: str | None) -> dict[str, str]:
+def auth_headers(api_key: str | None) -> dict[str, str]:
+    """``Authorization: Bearer KEY`` for SGLang and smg (``{}`` without a key): the one spelling of the kit's
+    control-plane clients (readiness, status, restart's idle wait, the gateway client)."""
     return {"Authorization": f"Bearer {api_key}"} if api_key else {}
 
 
@@ -113,7 +115,7 @@ def request_capped(client: httpx.Client, method: str, path: str, *, read_body: b
 def probe_ready(base_url: str, api_key: str | None = None, *, timeout: float = 10.0) -> Probe:
     """``GET /health_generate`` (its status), then ``GET /model_info`` (200 with a JSON object: a web server
     answering every path with 200 is not a ready SGLang); never raises (errors become ``detail``)."""
-    with httpx.Client(base_url=base_url, timeout=timeout, headers=_auth(api_key), trust_env=False) as client:
+    with httpx.Client(base_url=base_url, timeout=timeout, headers=auth_headers(api_key), trust_env=False) as client:
         for stage in ("/health_generate", "/model_info"):
             try:
                 status, info = request_capped(client, "GET", stage, read_body=stage == "/model_info")
@@ -131,7 +133,7 @@ def get_json(base_url: str, path: str, api_key: str | None = None, *, timeout: f
     """``GET path`` as a JSON object, or ``None`` when the server does not answer 200 with an object
     (also: an answer :func:`request_capped` refuses, or JSON nested too deep to parse)."""
     try:
-        with httpx.Client(timeout=timeout, headers=_auth(api_key), trust_env=False) as client:
+        with httpx.Client(timeout=timeout, headers=auth_headers(api_key), trust_env=False) as client:
             status, data = request_capped(client, "GET", base_url + path)
     except httpx.HTTPError:
         return None

@@ -90,10 +90,10 @@ def wait_idle(url: str, api_key: str | None, *, timeout: float, poll: float, clo
     import httpx
 
     from kimi_deploy.gateway import DrainTimeout
-    from kimi_deploy.readiness import _auth, request_capped
+    from kimi_deploy.readiness import auth_headers, request_capped
 
     deadline = clock() + timeout
-    with httpx.Client(base_url=url, timeout=max(poll, 10.0), headers=_auth(api_key), trust_env=False) as client:
+    with httpx.Client(base_url=url, timeout=max(poll, 10.0), headers=auth_headers(api_key), trust_env=False) as client:
         while True:
             try:
                 status, body = request_capped(client, "GET", "/v1/loads", params={"include": "core"})
@@ -301,7 +301,7 @@ def _restart_drained(profile: Profile, layout: HostLayout, drain: Drain, *, on_e
         KimiDeployError: the restart itself failed (systemctl, exit 5); the replica is out of rotation and the
             message says so (its exit code is the failure's).
     """
-    from kimi_deploy.gateway import DrainTimeout
+    from kimi_deploy.gateway import DrainTimeout, gateway_unit
 
     say = on_event or (lambda _m: None)
     say(f"removing {drain.url} from the gateway (smg stops sending it requests, then drops it)")
@@ -313,7 +313,7 @@ def _restart_drained(profile: Profile, layout: HostLayout, drain: Drain, *, on_e
                          f"once its in-flight requests ended, {again}") from None
     except KimiDeployError as exc:
         raise _annotated(exc, f"; nothing was restarted and {drain.url} was not taken out of the gateway's rotation",
-                         exc.hint or f"check the gateway unit ({profile.service.name}-gateway.service) on "
+                         exc.hint or f"check the gateway unit ({gateway_unit(profile)}) on "
                                      f"{profile.gateway.host if profile.gateway else 'the gateway host'}") from None
     say(f"waiting for the requests still running on {drain.url} to end (at most {drain.idle_timeout:g} s)")
     try:
