@@ -9,7 +9,7 @@ compare a running server's arguments with the rendered ones (:func:`kimi_deploy.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 
 def flag_groups(args: Sequence[str]) -> list[tuple[str, ...]]:
@@ -34,3 +34,11 @@ def split_equals(group: tuple[str, ...]) -> tuple[str, ...]:
         flag, _, value = group[0].partition("=")
         return (flag, value)
     return group
+
+
+def expansions(name: str, flags: Iterable[str]) -> list[str]:
+    """The ``flags`` argparse could read ``name`` as: ``[name]`` when it is one of them, else every flag it is a
+    prefix of (SGLang's parser has ``allow_abbrev``: ``--hos`` is ``--host``; several hits are ambiguous there,
+    which argparse refuses). Empty: ``name`` sets none of them."""
+    flags = list(flags)
+    return [name] if name in flags else [flag for flag in flags if flag.startswith(name)]

@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from packaging.version import Version
 
 from kimi_deploy import options, paths, versions
-from kimi_deploy.argv import flag_groups, split_equals
+from kimi_deploy.argv import expansions, flag_groups, split_equals
 from kimi_deploy.errors import ProfileError, UnsupportedVersionError
 from kimi_deploy.profile import NIC_ENV, Profile, is_loopback, url_host
 
@@ -291,7 +291,7 @@ GRPC_ENV = "SGLANG_GRPC_PORT"
 
 def _is_grpc_flag(name: str) -> bool:
     """``name`` or an abbreviation argparse would expand to one of :data:`GRPC_FLAGS` (``allow_abbrev``)."""
-    return name.startswith(("--grpc-", "--smg-g")) and any(flag.startswith(name) for flag in GRPC_FLAGS)
+    return name.startswith(("--grpc-", "--smg-g")) and bool(expansions(name, GRPC_FLAGS))
 
 
 def check_exposure(server_args: list[str] | tuple[str, ...], profile: Profile,

@@ -36,6 +36,7 @@ import tomli_w
 from pydantic import (BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, create_model,
                       field_validator)
 
+from kimi_deploy.argv import expansions
 from kimi_deploy.errors import ProfileError
 from kimi_deploy.options import CACHE_ENV, OPTIONS, Option, owned_env, owned_flags, secret_flags
 from kimi_deploy.paths import service_api_key_file, service_cache_dir
@@ -967,9 +968,7 @@ def extra_args_problems(extra_args: list[str] | tuple[str, ...]) -> list[str]:
         if arg == "--":
             problems.append("sglang.extra_args: '--' would end SGLang's option parsing; remove it")
         elif name.startswith("--"):
-            hits = [flag for flag in owned if flag.startswith(name)]
-            if name in owned:
-                hits = [name]
+            hits = expansions(name, owned)
             if not hits:
                 continue
             keys = sorted({owned[flag] for flag in hits})
