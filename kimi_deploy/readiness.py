@@ -69,7 +69,7 @@ class Probe:
 
 def auth_headers(api_key: str | None) -> dict[str, str]:
     """``Authorization: Bearer KEY`` for SGLang and smg (``{}`` without a key): the one spelling of the kit's
-    control-plane clients (readiness, status, restart's idle wait, the gateway client)."""
+    clients (readiness, status, restart's idle wait, the gateway client, check's HTTP client)."""
     return {"Authorization": f"Bearer {api_key}"} if api_key else {}
 
 

@@ -29,6 +29,7 @@ import openai
 from kimi_deploy.check.results import clip, clip_body
 from kimi_deploy.check.validate import Finding
 from kimi_deploy.limits import LimitExceeded, Limits, human
+from kimi_deploy.readiness import IDENTITY, auth_headers
 from kimi_deploy.sse import Framer
 
 #: The failure kind of an answer the check refused to read (too large, or encoded): the kind of every
@@ -215,9 +216,7 @@ class Clients:
         root = base_url.rstrip("/")
         if root.endswith("/v1"):
             root = root[:-3]
-        headers = {"Accept-Encoding": "identity"}
-        if api_key:
-            headers["Authorization"] = f"Bearer {api_key}"
+        headers = {**IDENTITY, **auth_headers(api_key)}
         # no redirect is followed: the openai client's POSTs follow none either, so a GET that did would read
         # /health and /server_info of another server (another port, another host) than the one checked
         http_client = httpx.Client(base_url=root, headers=headers, timeout=timeout, follow_redirects=False,
