@@ -82,6 +82,23 @@ def test_option_check_errors_are_json_on_stdout_in_any_order(args):
     assert "error:" in result.stderr
 
 
+@pytest.mark.parametrize("args", [
+    ["check", "--base-url", "http://127.0.0.1:9", "--deadline", "nan"],
+    ["check", "--base-url", "http://127.0.0.1:9", "--timeout", "inf"],
+    ["restart", "--preset", "kimi-k25-rtx-pro-6000-x8", "--wait", "--timeout", "nan"],
+    ["restart", "--preset", "kimi-k25-rtx-pro-6000-x8", "--wait", "--poll-interval", "0"],
+    ["restart", "--preset", "kimi-k25-rtx-pro-6000-x8", "--wait", "--drain-timeout", "nan"],
+])
+def test_a_duration_that_is_no_number_of_seconds_is_refused_before_anything_runs(args):
+    """nan passes click's FloatRange (every comparison with it is false) and inf one without a max: a
+    deadline of now + nan is never reached, so a bounded wait (check's --deadline, restart's readiness and
+    drain waits) would be unbounded. One option type (cli.options.Seconds) refuses both."""
+    result = run_cli(args)
+    assert result.exit_code == ExitCode.USAGE, result.output
+    assert "Traceback" not in result.output and ("not a number of seconds" in result.stderr
+                                                 or "not in the range" in result.stderr), result.stderr
+
+
 def test_option_check_errors_stay_text_with_json_to_a_file(tmp_path):
     result = run_cli(["bench", "--concurrency", "0", "--json", str(tmp_path / "r.json")])
     assert result.exit_code == ExitCode.USAGE

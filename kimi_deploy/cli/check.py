@@ -12,7 +12,7 @@ import click
 
 from kimi_deploy.apikey import read_key_file as read_api_key
 from kimi_deploy.errors import UsageError
-from kimi_deploy.cli.options import json_path_option, limit_options
+from kimi_deploy.cli.options import Seconds, json_path_option, limit_options
 from kimi_deploy.printable import printable
 
 if TYPE_CHECKING:  # the check library (openai, httpx, rich) loads when the verb runs, not for its --help
@@ -81,11 +81,11 @@ def _globs(values: tuple[str, ...]) -> list[str]:
               help="Write a JUnit XML report (a file; only --json takes '-').")
 @click.option("--prom", "prom_path", type=click.Path(path_type=Path, dir_okay=False), metavar="PATH",
               help="Write a Prometheus textfile for node_exporter's textfile collector (a file, not '-').")
-@click.option("--timeout", type=click.FloatRange(min=0.1), default=30.0, show_default=True, metavar="S",
+@click.option("--timeout", type=Seconds(min=0.1), default=30.0, show_default=True, metavar="S",
               help="Seconds per HTTP request (chat completions may take 6x this to generate).")
 @click.option("--repeat", type=click.IntRange(min=0), default=2, show_default=True, metavar="N",
               help="Retries when a call was due and the model answered in prose (then: warn model_declined).")
-@click.option("--deadline", type=click.FloatRange(min=1), default=DEFAULT_DEADLINE_S, show_default=True, metavar="S",
+@click.option("--deadline", type=Seconds(min=1), default=DEFAULT_DEADLINE_S, show_default=True, metavar="S",
               help="Seconds the whole run may take; checks not done by then fail as 'timeout' (not attempted). "
                    "Keep it under the nightly unit's TimeoutStartSec=.")
 @click.option("--insecure", is_flag=True,

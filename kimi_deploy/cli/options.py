@@ -93,6 +93,20 @@ def json_path_option(help: str):  # noqa: A002
     return click.option("--json", "json_path", metavar="PATH", callback=_note_json, help=help)
 
 
+class Seconds(click.FloatRange):
+    """A duration option in seconds: :class:`click.FloatRange` that also refuses ``nan`` and ``inf``, which pass
+    its range check (every comparison with nan is false; ``inf`` with no ``max``), and would make a bounded wait
+    unbounded (a deadline of ``now + nan`` is never reached)."""
+
+    name = "seconds"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        seconds = super().convert(value, param, ctx)
+        if seconds != seconds or seconds in (float("inf"), float("-inf")):
+            self.fail(f"{value!r} is not a number of seconds; give one, e.g. 300", param, ctx)
+        return seconds
+
+
 class ByteSize(click.ParamType):
     """A byte count: ``16777216``, or with a binary suffix ``64K``/``16M``/``1G`` (also ``KiB``/``MiB``/``GiB``);
     at least :data:`kimi_deploy.limits.MIN_CAP_BYTES`."""

@@ -4,26 +4,19 @@ from __future__ import annotations
 
 import click
 
-from kimi_deploy.cli.options import echo_json, json_flag, profile_options, resolve_profile
+from kimi_deploy.cli.options import Seconds, echo_json, json_flag, profile_options, resolve_profile
 from kimi_deploy.ranks import PREFLIGHT_TIMEOUT_SEC
 
 #: Longest --timeout accepted (a day): a rendezvous that waits longer waits for nothing.
 MAX_TIMEOUT_SEC = 86400.0
 
 
-def _finite(_ctx: click.Context, _param: click.Parameter, value: float) -> float:
-    """Refuse nan, which passes click's range check (every comparison with nan is false)."""
-    if value != value:
-        raise click.BadParameter("not a number; give seconds, e.g. 300")
-    return value
-
-
 @click.command("preflight")
 @profile_options
 @click.option("--host", "node", required=True, metavar="NAME",
               help="This host as [fleet] replicas lists it (the rank units pass their own).")
-@click.option("--timeout", type=click.FloatRange(min=0.1, max=MAX_TIMEOUT_SEC), default=float(PREFLIGHT_TIMEOUT_SEC),
-              show_default=True, callback=_finite, metavar="SECONDS",
+@click.option("--timeout", type=Seconds(min=0.1, max=MAX_TIMEOUT_SEC), default=float(PREFLIGHT_TIMEOUT_SEC),
+              show_default=True, metavar="SECONDS",
               help="How long to wait for the other ranks (every rank must start within it).")
 @click.option("--python", "python", metavar="PATH",
               help="SGLang's interpreter, which has torch (default: [service] python of the profile).")

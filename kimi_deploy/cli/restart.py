@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from kimi_deploy.cli.options import echo_json, json_flag, profile_options, resolve_installed, root_option
+from kimi_deploy.cli.options import Seconds, echo_json, json_flag, profile_options, resolve_installed, root_option
 from kimi_deploy.paths import HostLayout
 from kimi_deploy.printable import markup, printable
 
@@ -28,18 +28,18 @@ def _line(label: str, state: WaitState) -> str:
 @click.option("--name", default=None, metavar="NAME", help="Installed service (default: the only one).")
 @click.option("--wait", is_flag=True, help="Wait until /health_generate and /model_info answer, then run the "
               "fast checks (health, config).")
-@click.option("--timeout", type=float, default=None, metavar="S",
+@click.option("--timeout", type=Seconds(min=0, min_open=True), default=None, metavar="S",
               help="Seconds to wait for readiness (default: the unit's TimeoutStartSec=).")
 @click.option("--rollback-on-failure", is_flag=True,
               help="If the new version is not ready in time or fails the checks, restore the previous installed "
                    "files, reload, restart and verify them.")
-@click.option("--poll-interval", type=float, default=5.0, show_default=True, metavar="S",
-              help="Seconds between readiness probes.")
+@click.option("--poll-interval", type=Seconds(min=0, min_open=True, max=3600), default=5.0, show_default=True,
+              metavar="S", help="Seconds between readiness probes.")
 @click.option("--host", "host", default=None, metavar="NAME",
               help="Which node of the profile this is (default: found by this machine's addresses). With [gateway] "
                    "its replica is removed from the gateway first and added back once ready and checked; on a rank "
                    ">= 1 of a multi-node group --wait is refused (it serves no HTTP).")
-@click.option("--drain-timeout", type=click.FloatRange(min=0, max=86400), default=600.0, show_default=True,
+@click.option("--drain-timeout", type=Seconds(min=0, max=86400), default=600.0, show_default=True,
               metavar="S", help="With [gateway]: seconds to wait, once the gateway dropped the replica, for the "
                                 "requests still running on it (its /v1/loads) before restarting; past it nothing "
                                 "is restarted (exit 9).")
