@@ -143,12 +143,6 @@ def test_files_page_names_every_rendered_file():
         assert f"`{generic}`" in text or f"`{generic.rsplit('/', 1)[-1]}`" in text, name
 
 
-def test_files_page_names_every_cache_variable_in_order():
-    caches = section(page("files.md"), "## Caches")
-    assert [v.name for v in options.CACHE_ENV] == [
-        n for n in re.findall(r"`([A-Z_]+)`", caches) if n in {v.name for v in options.CACHE_ENV}]
-
-
 def test_monitoring_page_lists_the_check_metrics_the_textfile_has():
     textfile = (REPO / "tests" / "golden" / "check" / "check.prom").read_text()
     written = re.findall(r"^# TYPE (\S+) ", textfile, re.M)
