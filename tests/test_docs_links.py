@@ -17,8 +17,8 @@ import pytest
 
 REPO = Path(__file__).resolve().parent.parent
 DOCS = REPO / "docs"
-#: Where code may mention a docs/ path: the package, unit templates, scripts, benchmarks, golden files.
-CODE_TREES = ("kimi_deploy", "systemd", "scripts", "benchmarks", "tests/golden")
+#: Where code may mention a docs/ path: the package, unit templates, scripts, benchmarks, patches, golden files.
+CODE_TREES = ("kimi_deploy", "systemd", "scripts", "benchmarks", "patches", "tests/golden")
 DOC_REF = re.compile(r"\bdocs/([\w./-]+\.md)(?:#([\w-]+))?")
 MD_LINK = re.compile(r"\]\(([^)\s]+)\)")
 
