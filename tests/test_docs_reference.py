@@ -143,6 +143,17 @@ def test_files_page_names_every_rendered_file():
         assert f"`{generic}`" in text or f"`{generic.rsplit('/', 1)[-1]}`" in text, name
 
 
+def test_files_page_names_the_host_paths_the_kit_uses():
+    """The installed-files section names each host path :mod:`kimi_deploy.paths` builds for a service."""
+    from kimi_deploy import paths
+
+    text = section(page("files.md"), "## Installed files")
+    for build in (paths.service_env_file, paths.service_profile_copy, paths.service_api_key_file,
+                  paths.service_state_dir, paths.service_cache_dir, paths.service_runtime_dir):
+        assert build("NAME") in text, build.__name__
+    assert f"{paths.SYSTEMD_DIR}/NAME.service" in text and str(paths.patch_state_dir()) in text
+
+
 def test_monitoring_page_lists_the_check_metrics_the_textfile_has():
     textfile = (REPO / "tests" / "golden" / "check" / "check.prom").read_text()
     written = re.findall(r"^# TYPE (\S+) ", textfile, re.M)
