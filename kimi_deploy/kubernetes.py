@@ -157,7 +157,7 @@ def problems(profile: Profile) -> list[str]:
     k8s = profile.kubernetes
     if k8s is None:
         return ["kubernetes: the profile has no [kubernetes] table; add one with at least "
-                "image = \"lmsysorg/sglang:v0.5.23-cu130\" and check_image (production.md, Kubernetes)"]
+                "image = \"lmsysorg/sglang:v0.5.23-cu130\" and check_image (docs/runbook.md#kubernetes)"]
     s, svc = profile.sglang, profile.service
     out: list[str] = []
     name = object_name(profile)

@@ -177,7 +177,7 @@ def prometheus_config(profile: Profile, header: str) -> str:
             "# Prometheus scrape jobs and rule file for this deployment: merge scrape_configs and rule_files into\n"
             "# your prometheus.yml. No credentials: SGLang serves /metrics without the API key, so keep the\n"
             "# server port (and node_exporter's, smg's --prometheus-port) reachable only from a trusted network\n"
-            "# (production.md section 12).\n" + to_yaml(doc))
+            "# (docs/runbook.md#monitoring).\n" + to_yaml(doc))
 
 
 # ---------------------------------------------------------------- rules
@@ -196,7 +196,7 @@ class Alert:
 
     @property
     def anchor(self) -> str:
-        """GitHub's anchor of the production.md heading ``#### `Name```: the name in lower case."""
+        """GitHub's anchor of the alert runbook's heading ``### `Name``` (docs/runbook.md): the name in lower case."""
         return self.name.lower()
 
 
@@ -243,7 +243,7 @@ def check_selector(st: Settings, extra: str = "") -> str:
 
 
 def alerts(st: Settings) -> list[Alert]:
-    """Every alert of the deployment, in the order production.md's runbook lists them."""
+    """Every alert of the deployment, in the order the alert runbook (docs/runbook.md#alert-runbook) lists them."""
     j, c = _sel(st.job), check_selector(st)
     out = [
         Alert("KimiServerDown", f"up{j} == 0", "2m", "page",
@@ -347,7 +347,7 @@ def rules_doc(profile: Profile) -> dict[str, Any]:
 
 def rules_text(profile: Profile, header: str) -> str:
     """The rule file (``promtool check rules`` accepts it)."""
-    return (f"{header}\n# Recording and alert rules; each alert's runbook_url points into production.md section 12.\n"
+    return (f"{header}\n# Recording and alert rules; each alert's runbook_url points into docs/runbook.md#alert-runbook.\n"
             + to_yaml(rules_doc(profile)))
 
 

@@ -194,6 +194,11 @@ RESERVED_LABELS = frozenset({"job", "instance", "severity", "service", "alertnam
 JOB_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.:-]{0,127}")
 #: A runbook base URL or path: no spaces, quotes, ``#`` (the kit appends ``#anchor``) or template braces.
 RUNBOOK = re.compile(r"[A-Za-z0-9_@+=:,./~%?&;-]{1,2000}")
+#: ``[monitoring] runbook_url``'s default: the runbook's path in the repository (alerts link to its anchors).
+RUNBOOK_DEFAULT = "docs/runbook.md"
+#: The default the first installed profiles had, before the runbook moved to docs/: :meth:`Profile.digest` hashes
+#: :data:`RUNBOOK_DEFAULT` as this, so the runbook's move changes no profile's digest and no rendered header.
+RUNBOOK_DEFAULT_DIGESTED = "production.md"
 
 
 def check_scrape_target(value: str) -> str:
@@ -262,7 +267,7 @@ class Monitoring(_Section):
     spec_accept_length_min: float | None = Field(None, ge=1, le=64, allow_inf_nan=False,
                                                  description="mean accepted tokens per step below which "
                                                              "speculative decoding has collapsed (default 1.5)")
-    runbook_url: str = Field("production.md", description="where production.md is read; alerts link to anchors")
+    runbook_url: str = Field(RUNBOOK_DEFAULT, description="where docs/runbook.md is read; alerts link to its anchors")
 
     @field_validator("job", "check_job", "gateway_job")
     @classmethod
@@ -652,12 +657,14 @@ class Profile(BaseModel):
         use them keeps the digest recorded by earlier installs (no false drift) and the golden files theirs:
         the tables of :data:`DIGEST_OMITS_UNSET` while absent, and every ``[sglang]`` row outside
         :data:`DIGEST_SGLANG_KEYS` while it equals its default (a row added to the option table needs no edit
-        here).
+        here). A default that moved is hashed as its first value (:data:`RUNBOOK_DEFAULT_DIGESTED`).
         """
         data = self.model_dump(mode="json")
         for table in DIGEST_OMITS_UNSET:
             if data.get(table) is None:
                 data.pop(table, None)
+        if data["monitoring"]["runbook_url"] == RUNBOOK_DEFAULT:
+            data["monitoring"]["runbook_url"] = RUNBOOK_DEFAULT_DIGESTED
         for option in OPTIONS:
             default = option.default() if isinstance(option.default, type) else option.default
             if option.key not in DIGEST_SGLANG_KEYS and data["sglang"].get(option.key) == default:
