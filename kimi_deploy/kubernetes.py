@@ -24,8 +24,10 @@ What is rendered (``<n>`` is ``[kubernetes] name``, default ``[service] name``):
   names one), ``check-cronjob.yaml``: ``kimi-deploy check`` on ``check_schedule`` writing
   ``check-report.json`` (and ``.xml``) to that claim; with ``[gateway]`` ``check --each-worker`` through the
   gateway's Service, every leader smg lists checked directly, into ``check-workers.json``.
-- ``namespace.yaml`` with Pod Security admission labels (``restricted``; ``privileged`` only with
-  ``rdma = true``, which puts the SGLang pods on the host network, said in a comment).
+- ``namespace.yaml`` with Pod Security admission labels at ``[kubernetes] pod_security`` (default ``restricted``,
+  which every rendered pod meets: the weights come from ``model_volume``, a PVC or an image volume).
+  ``privileged`` must be set explicitly and is refused unless needed: for a ``hostPath`` model volume or
+  ``cache_host_path``, or ``rdma = true`` (hostNetwork); the reason is a comment in the file.
 
 The API key is never in a rendered file, an env variable or argv of SGLang: the operator creates the
 Secret (``kubectl create secret generic <secret> --from-file=api-key=FILE``), it is mounted as a file,
@@ -156,8 +158,8 @@ def problems(profile: Profile) -> list[str]:
     """Cross-table rules of ``render --target kubernetes``: one ``key: problem; fix`` line each (empty: fine)."""
     k8s = profile.kubernetes
     if k8s is None:
-        return ["kubernetes: the profile has no [kubernetes] table; add one with at least "
-                "image = \"lmsysorg/sglang:v0.5.23-cu130\" and check_image (production.md, Kubernetes)"]
+        return [f"kubernetes: the profile has no [kubernetes] table, which says what the cluster runs; add at "
+                f"least:\n{MINIMAL_TABLE}\n(`kimi-deploy init --kubernetes` writes it commented, every key)"]
     s, svc = profile.sglang, profile.service
     out: list[str] = []
     name = object_name(profile)
@@ -182,11 +184,17 @@ def problems(profile: Profile) -> list[str]:
         if path and not (path + "/").startswith(k8s.model_mount + "/"):
             out.append(f"sglang.{key}: {path} is not under kubernetes.model_mount = {k8s.model_mount}, the only "
                        "model folder mounted in the pod; set model_mount to a folder holding it")
-    if k8s.model_volume == "pvc" and not k8s.model_claim:
-        out.append("kubernetes.model_claim: model_volume = \"pvc\" needs the claim's name; set model_claim")
-    if k8s.model_volume == "hostPath" and k8s.model_claim:
-        out.append("kubernetes.model_claim: set, but model_volume = \"hostPath\"; set model_volume = \"pvc\" "
-                   "or remove model_claim")
+    if k8s.model_volume is None:
+        out.append("kubernetes.model_volume: not set: where do the pods find the weights? set model_volume = "
+                   f"{{ persistentVolumeClaim = {{ claimName = \"{name}-weights\" }} }} (a claim you create "
+                   "holding the model folder; Pod Security restricted admits it), or an image volume, or a "
+                   "hostPath with pod_security = \"privileged\"")
+    for need in privileged_needs(k8s):
+        if k8s.pod_security != "privileged":
+            out.append(f"kubernetes.pod_security: {k8s.pod_security!r}, but {need}, which Pod Security "
+                       f"baseline and restricted both refuse: every server pod would be rejected at admission; "
+                       "set pod_security = \"privileged\" to accept that (the namespace then admits any pod), "
+                       "or drop the setting")
     if not k8s.check_image:
         out.append(f"kubernetes.check_image: the nightly check CronJob needs an image with kimi-deploy "
                    f"{__version__} installed; set check_image = \"REGISTRY/kimi-deploy:{__version__}\"")
@@ -194,6 +202,26 @@ def problems(profile: Profile) -> list[str]:
         out.append("kubernetes.gateway_image: [gateway] is set but no image with the pinned smg; set "
                    "gateway_image = \"REGISTRY/smg:1.13.0\"")
     return out
+
+
+def privileged_needs(k8s: Kubernetes) -> list[str]:
+    """What in ``[kubernetes]`` only Pod Security ``privileged`` admits, one phrase each (empty: the pods meet
+    ``restricted``). Sources: kubernetes/pod-security-admission ``policy/check_hostPathVolumes.go`` and
+    ``check_hostNamespaces.go`` (baseline: no hostPath volume, no hostNetwork)."""
+    out = []
+    if k8s.model_volume is not None and k8s.model_volume.hostPath is not None:
+        out.append(f"model_volume is a hostPath ({k8s.model_volume.hostPath.path})")
+    if k8s.cache_host_path:
+        out.append(f"cache_host_path = {k8s.cache_host_path} is a hostPath volume")
+    if k8s.rdma:
+        out.append("rdma = true puts the server pods on the host network (hostNetwork)")
+    return out
+
+
+#: The smallest ``[kubernetes]`` table that renders (the missing-table refusal shows it).
+MINIMAL_TABLE = ('[kubernetes]\nimage = "lmsysorg/sglang:v0.5.23-cu130"\n'
+                 f'check_image = "registry.example.com/kimi-deploy:{__version__}"\n'
+                 'model_volume = { persistentVolumeClaim = { claimName = "kimi-k25-weights" } }')
 
 
 #: ``app.kubernetes.io/name`` of each component: the application that runs in it.
@@ -239,10 +267,8 @@ def _server_pod(profile: Profile, launch: LaunchSpec, shape: FleetShape, name: s
     if group:
         nic = shape.nic if k8s.rdma else k8s.nic
         env += [{"name": "NCCL_SOCKET_IFNAME", "value": nic}, {"name": "GLOO_SOCKET_IFNAME", "value": nic}]
-    models: dict[str, Any] = (
-        {"name": "models", "hostPath": {"path": k8s.model_host_path or k8s.model_mount, "type": "Directory"}}
-        if k8s.model_volume == "hostPath" else
-        {"name": "models", "persistentVolumeClaim": {"claimName": k8s.model_claim, "readOnly": True}})
+    assert k8s.model_volume is not None
+    models: dict[str, Any] = {"name": "models", **k8s.model_volume.volume()}
     volumes: list[dict[str, Any]] = [
         {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": k8s.shm_size}},
         models,
@@ -508,7 +534,7 @@ def render(profile: Profile, sglang_version: str | None = None) -> Manifests:
         warnings.append(f"kubernetes.image {k8s.image}: its tag does not name SGLang {launch.sglang_version}, the "
                         "version the flags are rendered for; check the image's SGLang version")
     warnings += patch_warnings(profile, launch)
-    pod_security = "privileged" if k8s.rdma else "restricted"
+    pod_security = k8s.pod_security
     namespace = {"apiVersion": "v1", "kind": "Namespace",
                  "metadata": {"name": k8s.namespace, "labels": {
                      f"pod-security.kubernetes.io/{mode}": pod_security for mode in ("enforce", "audit", "warn")}}}
@@ -528,10 +554,22 @@ def render(profile: Profile, sglang_version: str | None = None) -> Manifests:
             "check --insecure: the check sends the API key over plain http to a Service inside the cluster (SGLang "
             "and smg serve plain http); keep that traffic off shared networks (NetworkPolicy, or mTLS in a mesh)."]
     if k8s.rdma:
-        reason = ("hostNetwork: true because [kubernetes] rdma = true: RDMA NICs are not in the pod network; "
-                  "the pods then share the node's network namespace and ports")
-        notes["server-leaderworkerset.yaml"] = [reason]
-        notes["namespace.yaml"] = [f"Pod Security level privileged because {reason}"]
+        notes["server-leaderworkerset.yaml"] = [
+            "hostNetwork: true because [kubernetes] rdma = true: RDMA NICs are not in the pod network; the pods "
+            "then share the node's network namespace and ports"]
+    needs = privileged_needs(k8s)
+    if pod_security == "privileged":
+        notes["namespace.yaml"] = [
+            "Pod Security level privileged, set by [kubernetes] pod_security: "
+            + ("; ".join(needs) if needs else "nothing rendered needs it (every pod meets restricted)")
+            + "; baseline and restricted refuse that, so this namespace admits any pod: keep other workloads out"]
+        if not needs:
+            warnings.append("kubernetes.pod_security: privileged, but every rendered pod meets restricted; "
+                            "pod_security = \"restricted\" (the default) admits them and refuses less careful pods")
+    else:
+        notes["namespace.yaml"] = [
+            f"Pod Security level {pod_security}: every pod rendered here meets restricted (non-root, seccomp "
+            "RuntimeDefault, no privilege escalation, capabilities dropped, no host namespaces or hostPath)"]
     files: dict[str, str] = {}
     for file in FILE_ORDER:
         if file in documents:

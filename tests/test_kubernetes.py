@@ -63,6 +63,7 @@ nodes = ["10.0.0.12"]
 [kubernetes]
 image = "lmsysorg/sglang:v0.5.23-cu130"
 check_image = "registry.example.com/kimi-deploy:0.1.0"
+model_volume = {{ persistentVolumeClaim = {{ claimName = "kimi-k25-weights" }} }}
 node_selector = {{ "node.kubernetes.io/instance-type" = "rtx-pro-6000-x8" }}
 """
 
@@ -102,8 +103,7 @@ policy = "cache_aware"
 image = "lmsysorg/sglang:v0.5.23-cu130"
 gateway_image = "registry.example.com/smg:1.13.0"
 check_image = "registry.example.com/kimi-deploy:0.1.0"
-model_volume = "pvc"
-model_claim = "kimi-k25-weights"
+model_volume = {{ image = {{ reference = "registry.example.com/kimi-k25-weights:2026-01" }} }}
 shm_size = "32Gi"
 check_schedule = "30 2 * * *"
 """
@@ -208,7 +208,8 @@ def test_shape_probes_and_serving_options_leader_only(tmp_path):
         shm = [v for v in pod["volumes"] if v["name"] == "dshm"][0]["emptyDir"]
         assert shm == {"medium": "Memory", "sizeLimit": "32Gi"}
         models = [v for v in pod["volumes"] if v["name"] == "models"][0]
-        assert models["persistentVolumeClaim"] == {"claimName": "kimi-k25-weights", "readOnly": True}
+        assert models["image"] == {"reference": "registry.example.com/kimi-k25-weights:2026-01",
+                                   "pullPolicy": "IfNotPresent"}
 
 
 def test_gateway_discovers_leaders_in_its_namespace_only(tmp_path):
@@ -307,7 +308,21 @@ BAD = {
     "gpus-the-node-cannot-give": (("kubernetes", {"node_gpus": "4"}), "service.gpu_count", "node_gpus = 4"),
     "loopback-host": (("sglang", {"host": '"127.0.0.1"'}), "sglang.host", "0.0.0.0"),
     "model-outside-mount": (("kubernetes", {"model_mount": '"/weights"'}), "sglang.model_path", "model_mount"),
-    "pvc-without-claim": (("kubernetes", {"model_volume": '"pvc"'}), "kubernetes.model_claim", "needs the claim"),
+    "old-pvc-form": (("kubernetes", {"model_volume": '"pvc"', "model_claim": '"w"'}), "kubernetes",
+                     'model_volume = { persistentVolumeClaim = { claimName = "w" } }'),
+    "no-model-volume": (("kubernetes", {"model_volume": None}), "kubernetes.model_volume",
+                        'persistentVolumeClaim = { claimName = "kimi-k25-weights" }'),
+    "two-model-volumes": (("kubernetes", {"model_volume": '{ persistentVolumeClaim = { claimName = "w" }, '
+                                          'hostPath = { path = "/models" } }'}),
+                          "kubernetes.model_volume", "exactly one of"),
+    "claim-misspelt": (("kubernetes", {"model_volume": '{ persistentVolumeClaim = { claim = "w" } }'}),
+                       "kubernetes.model_volume.persistentVolumeClaim.claim", "did you mean claimName"),
+    "hostpath-under-restricted": (("kubernetes", {"model_volume": '{ hostPath = { path = "/models" } }'}),
+                                  "kubernetes.pod_security", 'set pod_security = "privileged"'),
+    "cache-hostpath-under-baseline": (("kubernetes", {"cache_host_path": '"/var/cache/k"',
+                                                      "pod_security": '"baseline"'}),
+                                      "kubernetes.pod_security", "cache_host_path = /var/cache/k is a hostPath"),
+    "rdma-under-restricted": (("kubernetes", {"rdma": "true"}), "kubernetes.pod_security", "hostNetwork"),
     "no-check-image": (("kubernetes", {"check_image": None}), "kubernetes.check_image", "set check_image"),
     "bad-shm-size": (("kubernetes", {"shm_size": '"64G"'}), "kubernetes.shm_size", "quantity"),
     "bad-schedule": (("kubernetes", {"check_schedule": '"nightly"'}), "kubernetes.check_schedule", "cron"),
@@ -358,11 +373,12 @@ def test_no_kubernetes_table_is_exit_2(tmp_path):
     result = run_cli(["render", "--target", "kubernetes", "--profile", str(write_profile(tmp_path, text)),
                       "--out", str(tmp_path / "out")])
     assert result.exit_code == 2 and "no [kubernetes] table" in result.stderr
+    assert kubernetes.MINIMAL_TABLE in result.stderr and "init --kubernetes" in result.stderr
     assert not (tmp_path / "out").exists()
 
 
 def test_rdma_uses_the_host_network_with_the_reason_said(tmp_path):
-    text = _with(profile_text("two-node-groups-gateway"), "kubernetes", rdma="true",
+    text = _with(profile_text("two-node-groups-gateway"), "kubernetes", rdma="true", pod_security='"privileged"',
                  cache_host_path='"/var/cache/kimi-k25"')
     out = rendered(tmp_path, text)
     lws_text = (out / "server-leaderworkerset.yaml").read_text()
@@ -377,6 +393,7 @@ def test_rdma_uses_the_host_network_with_the_reason_said(tmp_path):
         assert validate_document(document) == [], document["kind"]
     namespace = yaml.safe_load((out / "namespace.yaml").read_text())
     assert namespace["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "privileged"
+    assert "rdma = true puts the server pods on the host network" in (out / "namespace.yaml").read_text()
 
 
 def test_json_names_the_files_and_the_shape(tmp_path):
@@ -405,7 +422,7 @@ def _strings(data) -> set[str]:
     return {data} if isinstance(data, str) else set()
 
 
-K8S_STRING_FIELDS = ["image", "python", "namespace", "name", "model_host_path", "model_mount", "shm_size", "nic",
+K8S_STRING_FIELDS = ["image", "python", "namespace", "name", "model_mount", "shm_size", "nic",
                      "secret_name", "gateway_image", "gateway_python", "check_image", "check_schedule", "check_report_claim"]
 
 
