@@ -18,8 +18,14 @@ What is rendered (``<n>`` is ``[kubernetes] name``, default ``[service] name``):
 - ``server-service.yaml``: a ClusterIP Service ``<n>-leader`` in front of the leaders (LWS itself
   creates the headless Service ``<n>`` the ranks find each other by).
 - with ``[gateway]``: ``gateway-rbac.yaml`` (ServiceAccount, Role allowing pods get/list/watch in the
-  namespace, RoleBinding), ``gateway-deployment.yaml`` (smg with label-selector discovery of the leader
-  pods in this namespace only) and ``gateway-service.yaml``.
+  namespace, RoleBinding), ``gateway-deployment.yaml`` (``gateway_replicas`` smg pods, default 2, spread over
+  nodes, with label-selector discovery of the leader pods in this namespace only; readiness on smg's
+  ``/readiness``, 503 until a worker is healthy and while smg drains), ``gateway-pdb.yaml`` (at most one gateway
+  pod evicted at a time) and ``gateway-service.yaml``.
+- Resources: the SGLang pods are Guaranteed QoS (CPU and memory requests = limits: ``[kubernetes] cpu`` and
+  ``memory``, default 64 and 512Gi, plus the GPUs; the secrets init container too); the gateway requests
+  ``gateway_cpu``/``gateway_memory`` with the memory as its limit; the check is bounded at 2Gi like its unit's
+  ``MemoryMax=2G``.
 - ``check-configmap.yaml`` (the profile, for the check), ``check-pvc.yaml`` (unless ``check_report_claim``
   names one), ``check-cronjob.yaml``: ``kimi-deploy check`` on ``check_schedule`` writing
   ``check-report.json`` (and ``.xml``) to that claim; with ``[gateway]`` ``check --each-worker`` through the
@@ -79,13 +85,30 @@ ROLE_LABEL = "kimi-deploy.io/role"
 SGLANG_HEALTH_TIMEOUT_S = 20
 READINESS_TIMEOUT_S = 30
 STARTUP_PERIOD_S = 10
+#: Resources of the check's pod. The memory limit is the check unit's ``MemoryMax=2G`` (systemd reads ``G`` as
+#: 1024^3, so 2Gi is the same bound; systemd/check.service.j2: a run against SGLang peaks at 71 MB RSS, a hostile
+#: 16 MiB JSON body at 1.46 GiB). The request is what a normal run needs, with room.
+CHECK_RESOURCES = {"requests": {"cpu": "250m", "memory": "256Mi"}, "limits": {"memory": "2Gi"}}
+#: Resources of the init container that writes SGLang's secrets YAML (one small Python process); equal requests
+#: and limits so it does not lower the server pod's Guaranteed QoS (an init container counts).
+INIT_RESOURCES = {"requests": {"cpu": "100m", "memory": "128Mi"}, "limits": {"cpu": "100m", "memory": "128Mi"}}
+#: smg's probe endpoints (lightseekorg/smg model_gateway/src/server.rs public routes, health.rs): ``/readiness``
+#: is 503 until a worker is healthy and while smg drains; ``/liveness`` is 200 while the process serves.
+GATEWAY_READINESS_PATH = "/readiness"
+GATEWAY_LIVENESS_PATH = "/liveness"
 #: Longest ``[kubernetes] name``: CronJob names are at most 52 characters and the kit appends ``-check``;
 #: LWS pod names append ``-<group>-<index>``.
 MAX_NAME = 40
 #: Order ``kustomization.yaml`` lists the files in (the order ``kubectl apply -k`` creates them).
 FILE_ORDER = ("namespace.yaml", "gateway-rbac.yaml", "check-configmap.yaml", "check-pvc.yaml",
-              "server-leaderworkerset.yaml", "server-service.yaml", "gateway-deployment.yaml",
+              "server-leaderworkerset.yaml", "server-service.yaml", "gateway-deployment.yaml", "gateway-pdb.yaml",
               "gateway-service.yaml", "check-cronjob.yaml")
+
+
+def quantity_bytes(quantity: str) -> int:
+    """Bytes of a memory quantity as the profile allows them (``512Gi``: binary suffixes Ki..Ti)."""
+    units = {"Ki": 1 << 10, "Mi": 1 << 20, "Gi": 1 << 30, "Ti": 1 << 40}
+    return int(quantity[:-2]) * units[quantity[-2:]]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -184,6 +207,10 @@ def problems(profile: Profile) -> list[str]:
         if path and not (path + "/").startswith(k8s.model_mount + "/"):
             out.append(f"sglang.{key}: {path} is not under kubernetes.model_mount = {k8s.model_mount}, the only "
                        "model folder mounted in the pod; set model_mount to a folder holding it")
+    if quantity_bytes(k8s.shm_size) >= quantity_bytes(k8s.memory):
+        out.append(f"kubernetes.shm_size: {k8s.shm_size} of /dev/shm is not below memory = {k8s.memory}: a "
+                   "memory-backed emptyDir counts against the pod's memory limit, so SGLang would be OOM-killed "
+                   "before it loaded; raise memory (to what the node's Allocatable holds) or lower shm_size")
     if k8s.model_volume is None:
         out.append("kubernetes.model_volume: not set: where do the pods find the weights? set model_volume = "
                    f"{{ persistentVolumeClaim = {{ claimName = \"{name}-weights\" }} }} (a claim you create "
@@ -288,7 +315,10 @@ def _server_pod(profile: Profile, launch: LaunchSpec, shape: FleetShape, name: s
         "command": [k8s.python, "-m", "sglang.launch_server"],
         "args": container_args(profile, launch, shape, leader=leader),
         "env": env,
-        "resources": {"limits": {GPU_RESOURCE: svc.gpu_count}},
+        # Guaranteed QoS: requests = limits for CPU and memory (and the GPUs), so the kubelet evicts these pods
+        # last under node memory pressure (Kubernetes "Pod Quality of Service Classes")
+        "resources": {kind: {"cpu": k8s.cpu, "memory": k8s.memory, GPU_RESOURCE: svc.gpu_count}
+                      for kind in ("requests", "limits")},
         "volumeMounts": mounts,
         "securityContext": ctr_sec,
     }
@@ -313,6 +343,7 @@ def _server_pod(profile: Profile, launch: LaunchSpec, shape: FleetShape, name: s
                             f"{SECRET_DIR}/{API_KEY_CREDENTIAL}", launch.secrets_config],
                 "volumeMounts": [{"name": "api-key", "mountPath": SECRET_DIR, "readOnly": True},
                                  {"name": "run-secrets", "mountPath": run_dir}],
+                "resources": INIT_RESOURCES,
                 "securityContext": ctr_sec,
             }]
     spec.update({
@@ -393,7 +424,14 @@ def _gateway(profile: Profile, name: str) -> dict[str, list[dict[str, Any]]]:
     args = gateway_args(profile, name)
     container: dict[str, Any] = {"name": "smg", "image": k8s.gateway_image,
                                  "ports": [{"name": "http", "containerPort": gw.port, "protocol": "TCP"}],
-                                 "readinessProbe": {"tcpSocket": {"port": "http"}, "periodSeconds": 10},
+                                 "readinessProbe": {"httpGet": {"path": GATEWAY_READINESS_PATH, "port": "http"},
+                                                    "periodSeconds": 10, "timeoutSeconds": 5,
+                                                    "failureThreshold": 3},
+                                 "livenessProbe": {"httpGet": {"path": GATEWAY_LIVENESS_PATH, "port": "http"},
+                                                   "periodSeconds": 20, "timeoutSeconds": 5,
+                                                   "failureThreshold": 6},
+                                 "resources": {"requests": {"cpu": k8s.gateway_cpu, "memory": k8s.gateway_memory},
+                                               "limits": {"memory": k8s.gateway_memory}},
                                  "env": [{"name": "HOME", "value": "/tmp"}, {"name": "HF_HUB_OFFLINE", "value": "1"}],
                                  "volumeMounts": [{"name": "tmp", "mountPath": "/tmp"}],
                                  "securityContext": ctr_sec}
@@ -412,13 +450,24 @@ def _gateway(profile: Profile, name: str) -> dict[str, list[dict[str, Any]]]:
     deployment = {
         "apiVersion": "apps/v1", "kind": "Deployment",
         "metadata": {"name": account, "namespace": ns, "labels": labels},
-        "spec": {"replicas": 1, "selector": {"matchLabels": _selector(name, "gateway")},
+        "spec": {"replicas": k8s.gateway_replicas, "selector": {"matchLabels": _selector(name, "gateway")},
                  "template": {"metadata": {"labels": labels},
                               "spec": {"serviceAccountName": account, "securityContext": pod_sec,
+                                       # replicas on different nodes where the cluster has them
+                                       "affinity": {"podAntiAffinity": {
+                                           "preferredDuringSchedulingIgnoredDuringExecution": [{
+                                               "weight": 100, "podAffinityTerm": {
+                                                   "topologyKey": "kubernetes.io/hostname",
+                                                   "labelSelector": {"matchLabels": _selector(name, "gateway")}}}]}},
                                        "containers": [container], "volumes": volumes}}},
     }
+    # a node drain evicts at most one gateway pod at a time; with one replica it still lets the drain finish
+    pdb = {"apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
+           "metadata": {"name": account, "namespace": ns, "labels": labels},
+           "spec": {"maxUnavailable": 1, "selector": {"matchLabels": _selector(name, "gateway")}}}
     service = _service(name, ns, "gateway", gw.port, _selector(name, "gateway"), labels)
-    return {"gateway-rbac.yaml": rbac, "gateway-deployment.yaml": [deployment], "gateway-service.yaml": [service]}
+    return {"gateway-rbac.yaml": rbac, "gateway-deployment.yaml": [deployment], "gateway-pdb.yaml": [pdb],
+            "gateway-service.yaml": [service]}
 
 
 def _check(profile: Profile, name: str) -> dict[str, list[dict[str, Any]]]:
@@ -464,6 +513,7 @@ def _check(profile: Profile, name: str) -> dict[str, list[dict[str, Any]]]:
                               "securityContext": pod_sec,
                               "containers": [{"name": "check", "image": k8s.check_image, "command": command,
                                               "env": [{"name": "HOME", "value": "/tmp"}],
+                                              "resources": CHECK_RESOURCES,
                                               "volumeMounts": mounts, "securityContext": ctr_sec}],
                               "volumes": volumes}}}}},
     }

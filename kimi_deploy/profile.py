@@ -403,6 +403,8 @@ IMAGE = re.compile(r"(?P<repo>[a-z0-9][a-z0-9._/:-]*?)(?::(?P<tag>[A-Za-z0-9_][A
                    r"(?:@(?P<digest>sha256:[0-9a-f]{64}))?")
 #: A Kubernetes resource quantity as the kit writes them (``64Gi``, ``500Mi``; apimachinery ``resource.Quantity``).
 QUANTITY = re.compile(r"[1-9][0-9]{0,6}(Ki|Mi|Gi|Ti)")
+#: A CPU quantity: whole cores (``64``) or millicores (``500m``).
+CPU_QUANTITY = re.compile(r"[1-9][0-9]{0,3}|[1-9][0-9]{0,6}m")
 #: A command name found on PATH (no ``/``; not starting with ``-`` or ``.``).
 COMMAND_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.+-]{0,254}")
 #: A five-field cron schedule (CronJob ``spec.schedule``): digits, ``*``, ``,``, ``-``, ``/`` per field.
@@ -558,7 +560,10 @@ class Kubernetes(_Section):
                                   "hostPath volumes or rdma (hostNetwork) need it, set explicitly")
     model_mount: str = Field("/models", description="where the weights are mounted (read-only) in the pod; "
                                                    "must hold [sglang] model_path")
-    shm_size: str = Field("64Gi", description="size limit of /dev/shm (memory-backed emptyDir)")
+    shm_size: str = Field("64Gi", description="size limit of /dev/shm (memory-backed emptyDir, counted in memory)")
+    cpu: str = Field("64", description="CPU request = limit of each SGLang pod (Guaranteed QoS)")
+    memory: str = Field("512Gi", description="memory request = limit of each SGLang pod (Guaranteed QoS); "
+                                             "holds /dev/shm, the ranks' host memory and the weights' page cache")
     cache_host_path: str | None = Field(None, description="node folder for the compile caches (kept across pod "
                                                           "restarts; owned by run_as_user); default: an emptyDir")
     nic: str = Field("eth0", description="the pod's data NIC (NCCL/GLOO_SOCKET_IFNAME) for multi-node groups")
@@ -567,6 +572,10 @@ class Kubernetes(_Section):
     run_as_user: int = Field(1000, ge=1, le=2**31 - 1, description="non-root UID of every container")
     rdma: bool = Field(False, description="hostNetwork for RDMA NICs (the only reason the pods leave the pod network)")
     gateway_image: str | None = Field(None, description="image with the pinned smg (needed with [gateway])")
+    gateway_replicas: int = Field(2, ge=1, le=16, description="gateway pods (a PodDisruptionBudget keeps all but "
+                                                              "one through a drain)")
+    gateway_cpu: str = Field("1", description="CPU request of each gateway pod")
+    gateway_memory: str = Field("2Gi", description="memory request = limit of each gateway pod")
     gateway_python: str = Field("python3", description="the interpreter smg is installed in inside gateway_image "
                                                        "(a name on PATH or a path)")
     check_image: str | None = Field(None, description="image with the pinned kimi-deploy for the nightly check CronJob")
@@ -616,7 +625,14 @@ class Kubernetes(_Section):
     def _paths(cls, v: str | None) -> str | None:
         return None if v is None else check_abs_path(v)
 
-    @field_validator("shm_size")
+    @field_validator("cpu", "gateway_cpu")
+    @classmethod
+    def _cpu(cls, v: str) -> str:
+        if not CPU_QUANTITY.fullmatch(v):
+            raise ValueError(f"cpu {v!r} is not a CPU quantity such as \"64\" (cores) or \"500m\" (millicores)")
+        return v
+
+    @field_validator("shm_size", "memory", "gateway_memory")
     @classmethod
     def _quantity(cls, v: str) -> str:
         if not QUANTITY.fullmatch(v):

@@ -142,3 +142,20 @@ def substitute_lws(args: list[str], *, leader_address: str, group_size: int, wor
             arg = arg.replace(var, value)
         out.append(arg)
     return out
+
+
+def qos_class(spec: dict[str, Any]) -> str:
+    """The pod's QoS class as the kubelet computes it (kubernetes ``pkg/apis/core/helper/qos/qos.go``
+    ``ComputePodQOS``, containers and init containers, CPU and memory only): ``Guaranteed`` when every container
+    sets CPU and memory limits and its requests (defaulted to the limits when unset) equal them; ``BestEffort``
+    when no container requests or limits either; else ``Burstable``. Quantities are compared as written."""
+    containers = [*spec.get("initContainers", ()), *spec["containers"]]
+    any_set, guaranteed = False, True
+    for container in containers:
+        resources = container.get("resources") or {}
+        limits = {k: v for k, v in (resources.get("limits") or {}).items() if k in ("cpu", "memory")}
+        requests = {**limits, **{k: v for k, v in (resources.get("requests") or {}).items() if k in ("cpu", "memory")}}
+        any_set = any_set or bool(limits or requests)
+        if set(limits) != {"cpu", "memory"} or requests != limits:
+            guaranteed = False
+    return "Guaranteed" if guaranteed else ("Burstable" if any_set else "BestEffort")

@@ -620,3 +620,88 @@ def test_out_that_is_a_file_is_exit_2_and_the_file_is_kept(tmp_path):
     result = run_cli(["render", "--target", "kubernetes", "--profile", str(profile), "--out", str(out)])
     assert result.exit_code == 2 and "--out" in result.stderr and "is a file" in result.stderr, result.stderr
     assert out.read_text() == "mine\n" and "Traceback" not in result.stderr
+
+
+def _pod_templates(files) -> dict[str, dict]:
+    """``Kind/name[.template]`` -> PodTemplateSpec of every pod the rendered objects create."""
+    import pod_security
+
+    return {where: template for text in files.values() for doc in yaml.safe_load_all(text) if doc
+            for where, template in pod_security.pod_templates(doc)}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_server_is_guaranteed_and_every_container_has_a_memory_bound(case):
+    """The 8-GPU pods are the last evicted under node memory pressure (Guaranteed), and no container of any
+    rendered pod can grow without bound (the check's bound is its unit's MemoryMax=2G)."""
+    from kube_helpers import qos_class
+
+    manifests = kubernetes.render(parse_profile(tomllib.loads(profile_text(case))))
+    templates = _pod_templates(manifests.files)
+    for where, template in templates.items():
+        spec = template["spec"]
+        for container in [*spec.get("initContainers", ()), *spec["containers"]]:
+            assert container["resources"]["limits"]["memory"], (where, container["name"])
+        if where.startswith("LeaderWorkerSet"):
+            assert qos_class(spec) == "Guaranteed", where
+            sglang = spec["containers"][0]["resources"]
+            assert sglang["requests"] == sglang["limits"] == {"cpu": "64", "memory": "512Gi", "nvidia.com/gpu": 8}
+    (check,) = [t for w, t in templates.items() if w.startswith("CronJob")]
+    assert check["spec"]["containers"][0]["resources"]["limits"]["memory"] == "2Gi"
+    unit = (Path(kubernetes.__file__).parent.parent / "systemd" / "check.service.j2").read_text()
+    assert "\nMemoryMax=2G\n" in unit  # the same bound: systemd reads G as 1024^3
+
+
+def test_gateway_has_two_replicas_a_disruption_budget_and_an_http_readiness_probe():
+    manifests = kubernetes.render(parse_profile(tomllib.loads(profile_text("two-node-groups-gateway"))))
+    deployment = yaml.safe_load(manifests.files["gateway-deployment.yaml"])
+    pdb = yaml.safe_load(manifests.files["gateway-pdb.yaml"])
+    assert deployment["spec"]["replicas"] == 2
+    assert pdb["kind"] == "PodDisruptionBudget" and pdb["spec"]["maxUnavailable"] == 1
+    assert pdb["spec"]["selector"] == deployment["spec"]["selector"]
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    assert container["readinessProbe"]["httpGet"] == {"path": "/readiness", "port": "http"}
+    assert container["livenessProbe"]["httpGet"] == {"path": "/liveness", "port": "http"}
+    assert container["resources"]["limits"] == {"memory": "2Gi"}
+    assert list(manifests.files).index("gateway-pdb.yaml") > list(manifests.files).index("gateway-deployment.yaml")
+    assert validate_document(pdb) == []
+
+
+def test_the_gateway_probe_paths_are_smgs_own(smg_path):
+    """smg 1.13.0 itself: /readiness is 503 while no worker is healthy (so the Service sends nothing to a gateway
+    with no replica to route to), /liveness 200 while the process serves."""
+    import subprocess
+    import time
+
+    import httpx
+    from loopback import free_port
+
+    port, metrics, dead = free_port(), free_port(), free_port()
+    process = subprocess.Popen([smg_path, "launch", "--host", "127.0.0.1", "--port", str(port),
+                                "--worker-urls", f"http://127.0.0.1:{dead}", "--disable-tokenizer-autoload",
+                                "--prometheus-host", "127.0.0.1", "--prometheus-port", str(metrics)],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        answers: dict[str, int] = {}
+        for _ in range(600):  # bounded: smg listens within seconds
+            try:
+                answers = {path: httpx.get(f"http://127.0.0.1:{port}{path}", timeout=5).status_code
+                           for path in (kubernetes.GATEWAY_READINESS_PATH, kubernetes.GATEWAY_LIVENESS_PATH)}
+                break
+            except httpx.TransportError:
+                assert process.poll() is None, process.stderr.read()
+                time.sleep(0.1)
+        assert answers == {"/readiness": 503, "/liveness": 200}
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
+
+
+def test_shm_at_or_above_the_memory_limit_is_refused():
+    from kimi_deploy.errors import ProfileError
+
+    text = _with(profile_text("single-host-replicas"), "kubernetes", shm_size='"512Gi"')
+    with pytest.raises(ProfileError) as raised:
+        kubernetes.render(parse_profile(tomllib.loads(text)))
+    assert any("kubernetes.shm_size" in p and "counts against the pod's memory limit" in p
+               for p in raised.value.problems)
