@@ -156,9 +156,13 @@ def _each_worker(options: CheckOptions, json_path, junit_path, prom_path) -> int
     from kimi_deploy.check.workers import check_each_worker
     from kimi_deploy.fsio import write_atomic
 
-    if junit_path or prom_path:
-        raise UsageError("--junit and --prom write one server's report; --each-worker writes --json only",
-                         hint="drop --junit/--prom, or run `check --base-url WORKER` per worker for them")
+    import time
+
+    if junit_path:
+        raise UsageError("--junit writes one server's report; --each-worker writes --json and --prom (one series "
+                         "set per worker, labelled worker=URL)",
+                         hint="drop --junit, or run `check --base-url WORKER` per worker for it")
+    started = time.time()
     base_url, api_key, profile_path, profile = options.base_url, options.api_key, options.profile, None
     if profile_path:
         from kimi_deploy.gateway import gateway_url
@@ -170,14 +174,19 @@ def _each_worker(options: CheckOptions, json_path, junit_path, prom_path) -> int
         if api_key is None and profile.sglang.api_key_file:
             api_key = read_api_key(profile.sglang.api_key_file)
     to_stdout = json_path == "-"
-    if json_path and not to_stdout:
-        reports.check_output_paths(json_path=Path(json_path))
+    if (json_path and not to_stdout) or prom_path:
+        reports.check_output_paths(json_path=Path(json_path) if json_path and not to_stdout else None,
+                                   prom_path=prom_path)
     fleet = check_each_worker(dataclasses.replace(options, base_url=None, api_key=api_key, profile=profile), base_url)
     import json as _json
 
     text = _json.dumps(fleet.to_json(), indent=2, ensure_ascii=False) + "\n"
     if json_path and not to_stdout:
         write_atomic(Path(json_path), text)
+    if prom_path:
+        write_atomic(Path(prom_path), reports.workers_to_prometheus(
+            fleet.reports, service=profile.service.name if profile else None, exit_code=int(fleet.exit_code),
+            started_at=started))
     out = sys.stderr if to_stdout else sys.stdout
     for url, report in fleet.reports:
         failed = [r.id for r in report.results if r.status == "fail"]

@@ -7,6 +7,7 @@ from pathlib import Path
 import click
 
 from kimi_deploy import paths, render as render_lib
+from kimi_deploy.monitoring import scrape_notes
 from kimi_deploy.cli.options import echo_json, json_flag, profile_options, resolve_profile
 from kimi_deploy.errors import UsageError
 from kimi_deploy.fsio import (check_output_dir, check_output_paths, create_output_dir, write_atomic,
@@ -51,7 +52,9 @@ def render_cmd(profile_path, preset, sglang_version, python, out_dir, print_comm
         from kimi_deploy.fleet import host_files
 
         hosts = host_files(profile, rendered.launch.sglang_version)
-    for warning in (*rendered.launch.warnings, *naming_warnings(profile)):
+    # what the scrape configuration could not know (kimi_deploy.monitoring.scrape_notes), when it is rendered
+    scrape = scrape_notes(profile) if rendered.monitoring else []
+    for warning in (*rendered.launch.warnings, *naming_warnings(profile), *scrape):
         click.echo(f"warning: {warning}", err=True)
     if out_dir:
         create_output_dir(out_dir)
@@ -69,7 +72,7 @@ def render_cmd(profile_path, preset, sglang_version, python, out_dir, print_comm
                       for host, files in hosts.items() for name in files},
             "monitoring": {name: str(out_dir / render_lib.MONITORING_DIR / name) if out_dir else None
                            for name in rendered.monitoring},
-            "warnings": list(rendered.launch.warnings),
+            "warnings": [*rendered.launch.warnings, *scrape],
         })
         return
     if print_command:
