@@ -30,6 +30,11 @@ What is rendered (``<n>`` is ``[kubernetes] name``, default ``[service] name``):
   names one), ``check-cronjob.yaml``: ``kimi-deploy check`` on ``check_schedule`` writing
   ``check-report.json`` (and ``.xml``) to that claim; with ``[gateway]`` ``check --each-worker`` through the
   gateway's Service, every leader smg lists checked directly, into ``check-workers.json``.
+- with ``scrape = "prometheus-operator"`` (the default): ``monitoring-podmonitor.yaml`` (the leaders' ``/metrics``),
+  ``monitoring-servicemonitor.yaml`` (smg's metrics port, with ``[gateway]``) and ``monitoring-rules.yaml`` (a
+  PrometheusRule with the systemd target's recording and alert rules), labelled with ``monitor_labels``;
+  ``scrape = "annotations"``: ``prometheus.io/*`` annotations on the leader and gateway pods instead. The check
+  writes ``--prom`` and, with ``pushgateway``, pushes it (``check --pushgateway``) under its Prometheus job.
 - ``namespace.yaml`` with Pod Security admission labels at ``[kubernetes] pod_security`` (default ``restricted``,
   which every rendered pod meets: the weights come from ``model_volume``, a PVC or an image volume).
   ``privileged`` must be set explicitly and is refused unless needed: for a ``hostPath`` model volume or
@@ -53,7 +58,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from kimi_deploy import __version__, gateway, options, versions
+from kimi_deploy import __version__, gateway, monitoring, options, versions
 from kimi_deploy.argv import flag_groups, split_equals
 from kimi_deploy.errors import ProfileError
 from kimi_deploy.launch import API_KEY_CREDENTIAL, HOST_SECRETS_SCRIPT, LaunchSpec, build_launch, rank_args
@@ -102,7 +107,12 @@ MAX_NAME = 40
 #: Order ``kustomization.yaml`` lists the files in (the order ``kubectl apply -k`` creates them).
 FILE_ORDER = ("namespace.yaml", "gateway-rbac.yaml", "check-configmap.yaml", "check-pvc.yaml",
               "server-leaderworkerset.yaml", "server-service.yaml", "gateway-deployment.yaml", "gateway-pdb.yaml",
-              "gateway-service.yaml", "check-cronjob.yaml")
+              "gateway-service.yaml", "check-cronjob.yaml", "monitoring-podmonitor.yaml",
+              "monitoring-servicemonitor.yaml", "monitoring-rules.yaml")
+#: apiVersion of the Prometheus Operator's PodMonitor, ServiceMonitor and PrometheusRule (tests/data/crds, 0.93.0).
+MONITORING_API = "monitoring.coreos.com/v1"
+#: Where the check writes its Prometheus text in its pod (pushed from there with ``[kubernetes] pushgateway``).
+CHECK_PROM = "/reports/check.prom"
 
 
 def quantity_bytes(quantity: str) -> int:
@@ -211,6 +221,10 @@ def problems(profile: Profile) -> list[str]:
         out.append(f"kubernetes.shm_size: {k8s.shm_size} of /dev/shm is not below memory = {k8s.memory}: a "
                    "memory-backed emptyDir counts against the pod's memory limit, so SGLang would be OOM-killed "
                    "before it loaded; raise memory (to what the node's Allocatable holds) or lower shm_size")
+    if k8s.scrape != "none" and not s.enable_metrics:
+        out.append(f"kubernetes.scrape: {k8s.scrape!r}, but [sglang] enable_metrics is off, so SGLang serves no "
+                   "/metrics and every server target would be down; set [sglang] enable_metrics = true, or "
+                   "scrape = \"none\"")
     if k8s.model_volume is None:
         out.append("kubernetes.model_volume: not set: where do the pods find the weights? set model_volume = "
                    f"{{ persistentVolumeClaim = {{ claimName = \"{name}-weights\" }} }} (a claim you create "
@@ -359,7 +373,64 @@ def _server_pod(profile: Profile, launch: LaunchSpec, shape: FleetShape, name: s
         spec["hostNetwork"] = True
         spec["dnsPolicy"] = "ClusterFirstWithHostNet"
     role = "leader" if leader else "worker"
-    return {"metadata": {"labels": _labels(name, "server", launch.sglang_version, role)}, "spec": spec}
+    metadata: dict[str, Any] = {"labels": _labels(name, "server", launch.sglang_version, role)}
+    if leader:
+        metadata.update(_scrape_annotations(k8s, s.port))
+    return {"metadata": metadata, "spec": spec}
+
+
+def _scrape_annotations(k8s: Kubernetes, port: int) -> dict[str, Any]:
+    """``{"annotations": {prometheus.io/scrape, port, path}}`` with ``scrape = "annotations"`` (the convention of
+    Prometheus' own kubernetes example configuration and many charts), else ``{}``."""
+    if k8s.scrape != "annotations":
+        return {}
+    return {"annotations": {"prometheus.io/scrape": "true", "prometheus.io/port": str(port),
+                            "prometheus.io/path": "/metrics"}}
+
+
+def _monitoring(profile: Profile, name: str, version: str) -> dict[str, list[dict[str, Any]]]:
+    """monitoring-podmonitor.yaml (the leaders' /metrics), monitoring-servicemonitor.yaml (smg's, with
+    ``[gateway]``), monitoring-rules.yaml (the systemd target's recording and alert rules as a PrometheusRule).
+
+    The scrape objects set ``job`` to the jobs the rules select ([monitoring] job / gateway_job, default
+    ``<service>`` / ``<service>-gateway``) and the ``service`` and [monitoring] labels, as the systemd target's
+    static_configs do. The check's series reach Prometheus through ``[kubernetes] pushgateway`` under its job.
+    """
+    k8s = profile.kubernetes
+    assert k8s is not None
+    st = monitoring.settings(profile)
+    if profile.gateway is not None:
+        st = dataclasses.replace(st, gateway=f"{name}-gateway", gateway_job=profile.monitoring.gateway_job
+                                 or f"{profile.service.name}-gateway")
+    extra = {"service": st.service, **st.labels}
+
+    def relabel(job: str) -> list[dict[str, Any]]:
+        return [{"action": "replace", "targetLabel": key, "replacement": value}
+                for key, value in {"job": job, **extra}.items()]
+
+    def meta(component: str, version: str, suffix: str) -> dict[str, Any]:
+        return {"name": f"{name}-{suffix}", "namespace": k8s.namespace,
+                "labels": {**_labels(name, component, version), **k8s.monitor_labels}}
+
+    interval = f"{st.scrape_interval_s}s"
+    out: dict[str, list[dict[str, Any]]] = {
+        "monitoring-podmonitor.yaml": [{
+            "apiVersion": MONITORING_API, "kind": "PodMonitor", "metadata": meta("server", version, "server"),
+            "spec": {"selector": {"matchLabels": _selector(name, "server", "leader")},
+                     "podMetricsEndpoints": [{"port": "http", "path": "/metrics", "interval": interval,
+                                              "relabelings": relabel(st.job)}]}}],
+        "monitoring-rules.yaml": [{
+            "apiVersion": MONITORING_API, "kind": "PrometheusRule", "metadata": meta("check", __version__, "rules"),
+            "spec": monitoring.rules_doc(profile, st)}],
+    }
+    if profile.gateway is not None and st.gateway_job:
+        out["monitoring-servicemonitor.yaml"] = [{
+            "apiVersion": MONITORING_API, "kind": "ServiceMonitor",
+            "metadata": meta("gateway", profile.gateway.version, "gateway"),
+            "spec": {"selector": {"matchLabels": _selector(name, "gateway")},
+                     "endpoints": [{"port": "metrics", "path": "/metrics", "interval": interval,
+                                    "relabelings": relabel(st.gateway_job)}]}}]
+    return out
 
 
 def _leaderworkerset(profile: Profile, launch: LaunchSpec, shape: FleetShape, name: str) -> dict[str, Any]:
@@ -398,7 +469,10 @@ def gateway_args(profile: Profile, name: str) -> list[str]:
             "--service-discovery", "--selector",
             *(f"{key}={value}" for key, value in _selector(name, "server", "leader").items()),
             "--service-discovery-port", str(s.port), "--service-discovery-namespace", k8s.namespace,
-            "--prometheus-host", gw.prometheus_host, "--prometheus-port", str(gw.prometheus_port),
+            # scraped in the cluster: smg's metrics on the pod's address (the pod network; a NetworkPolicy limits
+            # who reaches it), else as the profile says
+            "--prometheus-host", "0.0.0.0" if k8s.scrape != "none" else gw.prometheus_host,
+            "--prometheus-port", str(gw.prometheus_port),
             # the workers' model path is not in this pod: never fetch a tokenizer from a hub
             "--disable-tokenizer-autoload"]
 
@@ -422,8 +496,10 @@ def _gateway(profile: Profile, name: str) -> dict[str, list[dict[str, Any]]]:
          "subjects": [{"kind": "ServiceAccount", "name": account, "namespace": ns}]},
     ]
     args = gateway_args(profile, name)
-    container: dict[str, Any] = {"name": "smg", "image": k8s.gateway_image,
-                                 "ports": [{"name": "http", "containerPort": gw.port, "protocol": "TCP"}],
+    ports = [{"name": "http", "containerPort": gw.port, "protocol": "TCP"}]
+    if k8s.scrape != "none":
+        ports.append({"name": "metrics", "containerPort": gw.prometheus_port, "protocol": "TCP"})
+    container: dict[str, Any] = {"name": "smg", "image": k8s.gateway_image, "ports": ports,
                                  "readinessProbe": {"httpGet": {"path": GATEWAY_READINESS_PATH, "port": "http"},
                                                     "periodSeconds": 10, "timeoutSeconds": 5,
                                                     "failureThreshold": 3},
@@ -451,7 +527,7 @@ def _gateway(profile: Profile, name: str) -> dict[str, list[dict[str, Any]]]:
         "apiVersion": "apps/v1", "kind": "Deployment",
         "metadata": {"name": account, "namespace": ns, "labels": labels},
         "spec": {"replicas": k8s.gateway_replicas, "selector": {"matchLabels": _selector(name, "gateway")},
-                 "template": {"metadata": {"labels": labels},
+                 "template": {"metadata": {"labels": labels, **_scrape_annotations(k8s, gw.prometheus_port)},
                               "spec": {"serviceAccountName": account, "securityContext": pod_sec,
                                        # replicas on different nodes where the cluster has them
                                        "affinity": {"podAntiAffinity": {
@@ -466,6 +542,9 @@ def _gateway(profile: Profile, name: str) -> dict[str, list[dict[str, Any]]]:
            "metadata": {"name": account, "namespace": ns, "labels": labels},
            "spec": {"maxUnavailable": 1, "selector": {"matchLabels": _selector(name, "gateway")}}}
     service = _service(name, ns, "gateway", gw.port, _selector(name, "gateway"), labels)
+    if k8s.scrape == "prometheus-operator":
+        service["spec"]["ports"].append({"name": "metrics", "port": gw.prometheus_port, "targetPort": "metrics",
+                                         "protocol": "TCP"})
     return {"gateway-rbac.yaml": rbac, "gateway-deployment.yaml": [deployment], "gateway-pdb.yaml": [pdb],
             "gateway-service.yaml": [service]}
 
@@ -498,6 +577,10 @@ def _check(profile: Profile, name: str) -> dict[str, list[dict[str, Any]]]:
         command += ["--each-worker", "--json", f"{REPORT_DIR}/check-workers.json"]
     else:
         command += ["--json", f"{REPORT_DIR}/check-report.json", "--junit", f"{REPORT_DIR}/check-report.xml"]
+    command += ["--prom", CHECK_PROM]
+    if k8s.pushgateway:
+        # a Job has no node_exporter textfile directory: the result becomes a metric through the Pushgateway
+        command += ["--pushgateway", k8s.pushgateway]
     pod_sec, ctr_sec = _security(k8s)
     config = {"apiVersion": "v1", "kind": "ConfigMap",
               "metadata": {"name": f"{name}-profile", "namespace": ns, "labels": labels},
@@ -598,6 +681,12 @@ def render(profile: Profile, sglang_version: str | None = None) -> Manifests:
     if profile.gateway is not None:
         documents.update(_gateway(profile, name))
     documents.update(_check(profile, name))
+    if k8s.scrape == "prometheus-operator":
+        documents.update(_monitoring(profile, name, launch.sglang_version))
+    if k8s.scrape != "none" and not k8s.pushgateway:
+        warnings.append("kubernetes.pushgateway: not set, so the nightly check's result is a file on its claim and "
+                        "a Job's status, which no alert reads; set pushgateway = \"http://HOST:9091\" (a "
+                        "Prometheus Pushgateway your Prometheus scrapes with honor_labels: true)")
     notes: dict[str, list[str]] = {}
     if profile.sglang.api_key_file:
         notes["check-cronjob.yaml"] = [

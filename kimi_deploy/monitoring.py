@@ -378,9 +378,10 @@ def alerts(st: Settings) -> list[Alert]:
     return out
 
 
-def rules_doc(profile: Profile) -> dict[str, Any]:
-    """The rule file as a mapping (two groups: recording, alerts)."""
-    st = settings(profile)
+def rules_doc(profile: Profile, st: Settings | None = None) -> dict[str, Any]:
+    """The rule file as a mapping (two groups: recording, alerts); ``st`` overrides :func:`settings` (the
+    Kubernetes target knows its gateway job where the systemd render may not)."""
+    st = st or settings(profile)
     alert_rules = []
     for a in alerts(st):
         rule: dict[str, Any] = {"alert": a.name, "expr": a.expr}

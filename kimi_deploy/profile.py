@@ -580,6 +580,14 @@ class Kubernetes(_Section):
                                                        "(a name on PATH or a path)")
     check_image: str | None = Field(None, description="image with the pinned kimi-deploy for the nightly check CronJob")
     check_schedule: str = Field("0 3 * * *", description="cron schedule of the nightly check (cluster time zone)")
+    scrape: Literal["prometheus-operator", "annotations", "none"] = Field(
+        "prometheus-operator", description="how a cluster Prometheus finds the metrics: PodMonitor, ServiceMonitor "
+                                           "and PrometheusRule objects, prometheus.io/* pod annotations, or nothing")
+    monitor_labels: dict[str, str] = Field(default_factory=dict, description="labels on the PodMonitor, "
+                                           "ServiceMonitor and PrometheusRule (what your Prometheus selects, e.g. "
+                                           "release = \"kube-prometheus-stack\")")
+    pushgateway: str | None = Field(None, description="http(s)://HOST:PORT of a Prometheus Pushgateway the nightly "
+                                                      "check pushes its result to (the metric its alerts read)")
     check_report_claim: str | None = Field(None, description="PVC the check writes check-report.json to "
                                                              "(default: a 1Gi claim <name>-check-reports is rendered)")
 
@@ -651,7 +659,15 @@ class Kubernetes(_Section):
     def _cron(cls, v: str) -> str:
         return check_cron(v)
 
-    @field_validator("node_selector")
+    @field_validator("pushgateway")
+    @classmethod
+    def _pushgateway(cls, v: str | None) -> str | None:
+        if v is not None and not re.fullmatch(r"https?://[A-Za-z0-9._\[\]:-]+(:[0-9]{1,5})?/?", v):
+            raise ValueError(f"pushgateway {v!r} is not http(s)://HOST:PORT, e.g. "
+                             "\"http://prometheus-pushgateway.monitoring.svc:9091\"")
+        return v
+
+    @field_validator("node_selector", "monitor_labels")
     @classmethod
     def _selector(cls, v: dict[str, str]) -> dict[str, str]:
         for key, value in v.items():

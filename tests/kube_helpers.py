@@ -91,10 +91,40 @@ def core_errors(document: dict[str, Any]) -> list[str]:
     return []
 
 
+#: Prometheus Operator CRDs (tests/data/crds/README.md: prometheus-operator 0.93.0 at 6adcebc5), by kind.
+OPERATOR_CRDS = {"PodMonitor": "monitoring.coreos.com_podmonitors.yaml",
+                 "ServiceMonitor": "monitoring.coreos.com_servicemonitors.yaml",
+                 "PrometheusRule": "monitoring.coreos.com_prometheusrules.yaml"}
+CRD_DIR = Path(__file__).parent / "data" / "crds"
+
+
+@functools.lru_cache(maxsize=None)
+def _crd_schema(path: str, version: str) -> dict[str, Any]:
+    crd = yaml.safe_load(Path(path).read_text())
+    (served,) = [v for v in crd["spec"]["versions"] if v["name"] == version]
+    schema = copy.deepcopy(served["schema"]["openAPIV3Schema"])
+    schema["properties"]["metadata"] = {"type": "object", "additionalProperties": False, "properties": {
+        "name": {"type": "string"}, "namespace": {"type": "string"},
+        "labels": {"type": "object", "additionalProperties": {"type": "string"}}}}
+    return _close_objects(schema)
+
+
+def operator_errors(document: dict[str, Any]) -> list[str]:
+    """JSON-schema errors of a Prometheus Operator object against its CRD (closed as for LWS; empty: valid)."""
+    import jsonschema
+
+    assert document["apiVersion"] == "monitoring.coreos.com/v1", document["apiVersion"]
+    schema = _crd_schema(str(CRD_DIR / OPERATOR_CRDS[document["kind"]]), "v1")
+    validator = jsonschema.Draft4Validator(schema)
+    return sorted(f"{'/'.join(map(str, e.absolute_path))}: {e.message}" for e in validator.iter_errors(document))
+
+
 def validate_document(document: dict[str, Any]) -> list[str]:
     """Errors of one rendered document by its kind (Kustomization is checked by kubectl instead)."""
     if document["kind"] == "LeaderWorkerSet":
         return lws_errors(document)
+    if document["kind"] in OPERATOR_CRDS:
+        return operator_errors(document)
     if document["kind"] == "Kustomization":
         return []
     return core_errors(document)

@@ -106,6 +106,8 @@ check_image = "registry.example.com/kimi-deploy:0.1.0"
 model_volume = {{ image = {{ reference = "registry.example.com/kimi-k25-weights:2026-01" }} }}
 shm_size = "32Gi"
 check_schedule = "30 2 * * *"
+pushgateway = "http://prometheus-pushgateway.monitoring.svc:9091"
+monitor_labels = {{ release = "kube-prometheus-stack" }}
 """
 
 CASES = {"single-host-replicas": SINGLE, "two-node-groups-gateway": GROUPS}
