@@ -191,8 +191,9 @@ def problems(profile: Profile) -> list[str]:
     """Cross-table rules of ``render --target kubernetes``: one ``key: problem; fix`` line each (empty: fine)."""
     k8s = profile.kubernetes
     if k8s is None:
+        table = "".join(f"\n      {line}" for line in MINIMAL_TABLE.splitlines())
         return [f"kubernetes: the profile has no [kubernetes] table, which says what the cluster runs; add at "
-                f"least:\n{MINIMAL_TABLE}\n(`kimi-deploy init --kubernetes` writes it commented, every key)"]
+                f"least:{table}\n    (`kimi-deploy init --kubernetes` writes it with every key commented)"]
     s, svc = profile.sglang, profile.service
     out: list[str] = []
     name = object_name(profile)

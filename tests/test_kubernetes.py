@@ -375,8 +375,13 @@ def test_no_kubernetes_table_is_exit_2(tmp_path):
     result = run_cli(["render", "--target", "kubernetes", "--profile", str(write_profile(tmp_path, text)),
                       "--out", str(tmp_path / "out")])
     assert result.exit_code == 2 and "no [kubernetes] table" in result.stderr
-    assert kubernetes.MINIMAL_TABLE in result.stderr and "init --kubernetes" in result.stderr
+    assert all(f"      {line}\n" in result.stderr for line in kubernetes.MINIMAL_TABLE.splitlines())
+    assert "init --kubernetes" in result.stderr
+    # the minimal form, pasted as shown, renders
+    pasted = text + "\n" + kubernetes.MINIMAL_TABLE + "\n"
     assert not (tmp_path / "out").exists()
+    assert run_cli(["render", "--target", "kubernetes", "--profile", str(write_profile(tmp_path, pasted)),
+                    "--out", str(tmp_path / "pasted")]).exit_code == 0
 
 
 def test_rdma_uses_the_host_network_with_the_reason_said(tmp_path):

@@ -151,8 +151,15 @@ def presets_cmd(as_json):
 @click.option("--name", metavar="NAME", help="Service name (default: the preset's); the API key file is named "
               "after it (/etc/kimi-deploy/NAME.api-key).")
 @click.option("--force", is_flag=True, help="Overwrite an existing file.")
-def init_cmd(path: Path, preset: str, name: str | None, force: bool):
-    """Write a commented deployment profile to PATH to start from."""
+@click.option("--fleet", is_flag=True, help="Add [fleet] (two example copies of the model) and [gateway], "
+              "every key commented.")
+@click.option("--kubernetes", is_flag=True, help="Add [kubernetes] for `render --target kubernetes`, every key "
+              "commented.")
+def init_cmd(path: Path, preset: str, name: str | None, force: bool, fleet: bool, kubernetes: bool):
+    """Write a commented deployment profile to PATH to start from.
+
+    --fleet and --kubernetes add those tables (both: copies of the model in a cluster behind the gateway).
+    """
     import copy
 
     import jinja2
@@ -177,10 +184,15 @@ def init_cmd(path: Path, preset: str, name: str | None, force: bool):
                              trim_blocks=True, lstrip_blocks=True)
     from kimi_deploy.options import OPTIONS, init_example
 
+    from kimi_deploy import __version__
+
     text = env.get_template("profile.toml.j2").render(preset=chosen, toml=toml_value, options=OPTIONS,
-                                                      example=init_example)
+                                                      example=init_example, fleet=fleet, kubernetes=kubernetes,
+                                                      version=__version__)
     write_atomic(path, text)
-    click.echo(f"wrote {path} (from preset {chosen.name}); edit it, then `kimi-deploy render --profile {path}`")
+    target = " --target kubernetes" if kubernetes else ""
+    click.echo(f"wrote {path} (from preset {chosen.name}); edit it, then "
+               f"`kimi-deploy render{target} --profile {path}`")
 
 
 COMMANDS = [render_cmd, presets_cmd, init_cmd]
