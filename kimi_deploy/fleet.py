@@ -31,7 +31,9 @@ def gateway_files(profile: Profile, header: str) -> dict[str, str]:
     check_command = (
         f"{svc.kimi_deploy} check --profile {paths.service_profile_copy(svc.name)} --each-worker"
         + (f" --api-key-file %d/{launch.API_KEY_CREDENTIAL}" if profile.sglang.api_key_file else "")
-        + f" --json {paths.gateway_check_report(svc.name)}")
+        + f" --json {paths.gateway_check_report(svc.name)}"
+        # one series set per worker (label worker=URL): the check alerts fire per replica
+        + f" --prom {paths.gateway_check_textfile(svc.name)}")
     context = {"header": header, "svc": svc, "s": profile.sglang, "gw": profile.gateway,
                "workers": profile.worker_urls(), "api_key_credential": launch.API_KEY_CREDENTIAL,
                "exec_start": gateway.exec_start(gateway.gateway_argv(profile)), "check_command": check_command,
