@@ -309,3 +309,39 @@ def test_an_id_is_canonical_only_as_a_whole(call_id):
     msg = Message(None, None, [ToolCall(call_id, "get_weather", '{"city": "A"}')], "tool_calls")
     kinds = {f.kind for f in check_message(msg, Expectation(tools=(WEATHER,), call="one", kimi_ids=True))}
     assert kinds == {"noncanonical_id"}
+
+
+# --- each family's id form (issue 29): SGLang 0.5.23's kimi_k3 path mints NAME:N, kimi_k2 functions.NAME:N ---
+
+@pytest.mark.parametrize(("parser", "call_id", "kinds"), [
+    ("kimi_k3", "get_weather:0", set()),             # K3's own form is not flagged
+    ("kimi_k3", "get_weather:12", set()),
+    ("kimi_k3", "functions.get_weather:0", {"noncanonical_id"}),  # K2's form is not K3's
+    ("kimi_k3", "call_0123456789abcdef01234567", {"noncanonical_id"}),
+    ("kimi_k2", "functions.get_weather:0", set()),
+    ("kimi_k2", "get_weather:0", {"noncanonical_id"}),  # and K3's is not K2's
+    ("qwen25", "call_0123456789abcdef01234567", set()),  # parsers without a Kimi rule: no id rule
+])
+def test_ids_are_judged_by_the_servers_parser(parser, call_id, kinds):
+    msg = Message(None, None, [ToolCall(call_id, "get_weather", '{"city": "A"}')], "tool_calls")
+    findings = check_message(msg, Expectation(tools=(WEATHER,), call="one", id_parser=parser))
+    assert {f.kind for f in findings} == kinds
+    if kinds:
+        form = "NAME:N" if parser == "kimi_k3" else "functions.NAME:N"
+        assert findings[0].detail == f"{parser} server returned id {call_id!r}, not {form}"
+
+
+def test_the_run_takes_the_id_rule_from_the_tool_call_parser():
+    import copy
+
+    from kimi_deploy.check.context import Context
+    from kimi_deploy.presets import get_preset
+    from kimi_deploy.profile import parse_profile
+
+    def ctx(parser):
+        data = copy.deepcopy(get_preset("kimi-k26-rtx-pro-6000-x8").data)
+        data["sglang"]["tool_call_parser"] = parser
+        return Context(clients=None, profile=parse_profile(data), model=None, expected_model=None, repeat=1)
+
+    assert ctx("kimi_k3").id_parser == "kimi_k3" and ctx("kimi_k2").id_parser == "kimi_k2"
+    assert ctx("qwen25").id_parser is None
