@@ -211,7 +211,7 @@ def drift(new: Release, old: Release | None = None, rows: tuple[Option, ...] = A
                  and set(a["flags"]) & set(before)]
         report["against"] = {
             "release": old.version, "python": old.python, "table": drift(old, rows=rows)["table"],
-            "added": len(added), "removed": gone, "newly_deprecated": newly,
+            "added": [a["flags"][0] for a in added], "removed": gone, "newly_deprecated": newly,
             "added_for_kimi": [{"flag": a["flags"][0], "help": a["help"]} for a in added if kimi_relevant(a)],
         }
     return report
@@ -246,7 +246,8 @@ def markdown(report: dict[str, Any]) -> str:
     if "against" in report:
         a = report["against"]
         out += ["", f"## SGLang {a['release']} -> {report['release']}", "",
-                f"- flags added: {a['added']}; removed: {', '.join(f'`{f}`' for f in a['removed']) or 'none'}",
+                f"- flags added ({len(a['added'])}): {', '.join(f'`{f}`' for f in a['added']) or 'none'}",
+                f"- flags removed: {', '.join(f'`{f}`' for f in a['removed']) or 'none'}",
                 f"- newly deprecated: {', '.join(f'`{f}`' for f in a['newly_deprecated']) or 'none'}",
                 "- added and relevant for Kimi deployments:" if a["added_for_kimi"] else
                 "- added and relevant for Kimi deployments: none"]

@@ -345,3 +345,27 @@ def test_the_run_takes_the_id_rule_from_the_tool_call_parser():
 
     assert ctx("kimi_k3").id_parser == "kimi_k3" and ctx("kimi_k2").id_parser == "kimi_k2"
     assert ctx("qwen25").id_parser is None
+
+
+@pytest.mark.sglang
+def test_the_id_forms_are_the_ones_sglangs_serving_layer_mints(sglang_python):
+    """SGLang 0.5.23's own OpenAIServingChat._process_tool_call_id, per parser: what it mints passes the rule
+    of its family and fails the other family's."""
+    import json
+    import subprocess
+
+    from kimi_deploy.tool_ids import ID_FORMATS
+
+    code = ("import json, types\n"
+            "from sglang.srt.entrypoints.openai.serving_chat import OpenAIServingChat\n"
+            "from sglang.srt.function_call.core_types import ToolCallItem\n"
+            "item = ToolCallItem(tool_index=1, name='get_weather', parameters='{}')\n"
+            "print(json.dumps({p: OpenAIServingChat._process_tool_call_id(types.SimpleNamespace(tool_call_parser=p),"
+            " item, 2) for p in ('kimi_k2', 'kimi_k3')}))\n")
+    done = subprocess.run([sglang_python, "-c", code], capture_output=True, text=True, timeout=600,
+                          env={"HF_HUB_OFFLINE": "1", "PATH": "/usr/bin:/bin"})
+    assert done.returncode == 0, done.stderr[-2000:]
+    minted = json.loads(done.stdout.strip().splitlines()[-1])
+    assert minted == {"kimi_k2": "functions.get_weather:3", "kimi_k3": "get_weather:3"}
+    assert ID_FORMATS["kimi_k2"].matches(minted["kimi_k2"]) and not ID_FORMATS["kimi_k2"].matches(minted["kimi_k3"])
+    assert ID_FORMATS["kimi_k3"].matches(minted["kimi_k3"]) and not ID_FORMATS["kimi_k3"].matches(minted["kimi_k2"])

@@ -71,6 +71,7 @@ def test_each_kind_of_drift_is_named_with_sglangs_own_facts():
     assert ("fusion", "--fusion-backend") not in table and ("fusion", "--enable-fusion") not in table  # old spelling
     against = report["against"]
     assert against["removed"] == ["--cuda-graph-max-bs", "--enable-old-thing", "--tensor-parallel-size"]
+    assert against["added"] == ["--cuda-graph-max-bs-decode", "--speculative-moe-runner"]
     assert against["newly_deprecated"] == ["--enable-dp-attention"]
     assert [a["flag"] for a in against["added_for_kimi"]] == ["--cuda-graph-max-bs-decode", "--speculative-moe-runner"]
     assert drift_mod.needs_update(report)
