@@ -153,9 +153,25 @@ def test_doctor_model_check_knows_the_published_shard_layout(tmp_path):
     assert c.status == "pass" and c.evidence.endswith("Kimi K2.6's published layout")
     other = inspect_model_dir(make_model_dir(tmp_path / "other", 63, width=6))  # complete, but not K2.6's files
     c = checks.check_model("model", other, "model_path", k26)
-    assert c.status == "fail"
+    assert c.status == "warn"
     assert "Kimi K2.6 publishes 64 shards (model-00001-of-000064.safetensors .. model-00064-of-000064.safetensors)" \
         in c.evidence and "not in the published layout: model-00001-of-000063.safetensors" in c.evidence
     assert "hf download moonshotai/Kimi-K2.6" in c.hint
     unknown = checks.check_model("model", other, "model_path", MODELS["k2.7-code"])
     assert unknown.status == "pass" and "published shard layout is unknown" in unknown.evidence
+
+
+def test_doctor_compares_the_layout_only_of_a_directory_named_after_the_model(tmp_path):
+    """A local copy served under the model's name is checked for completeness, not against the published layout;
+    the weights-vs-memory check still knows the model by its served name."""
+    def facts(model_path):
+        data = copy.deepcopy(get_preset("kimi-k26-rtx-pro-6000-x8").data)
+        data["sglang"]["model_path"] = str(model_path)
+        return Facts(profile=parse_profile(data), gpus=gpus(), model=inspect_model_dir(model_path))
+
+    local = facts(make_model_dir(tmp_path / "house-copy", 3))
+    assert local.known_model_dir is None and local.known_model.key == "k2.6"
+    assert {c.name: c.status for c in checks.evaluate(local)}["model"] == "pass"
+    named = facts(make_model_dir(tmp_path / "moonshotai" / "Kimi-K2.6", 3))
+    model = {c.name: c for c in checks.evaluate(named)}["model"]
+    assert model.status == "warn" and "Kimi K2.6 publishes 64 shards" in model.evidence

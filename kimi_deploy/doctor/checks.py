@@ -82,8 +82,16 @@ class Facts:
 
     @property
     def known_model(self) -> ModelFacts | None:
-        """The profile's model in the kit's model table (:func:`kimi_deploy.catalog.models.identify`)."""
+        """The profile's model in the kit's model table, by its model path or served name
+        (:func:`kimi_deploy.catalog.models.identify`): whose weights the GPUs must hold."""
         return identify(self.profile.sglang.model_path, self.profile.sglang.served_model_name)
+
+    @property
+    def known_model_dir(self) -> ModelFacts | None:
+        """The table's model whose repository the model directory is named after (``/models/moonshotai/
+        Kimi-K2.6``): only then is the directory compared with the published shard layout (a local copy
+        served under the model's name may be a re-sharded or re-quantised one)."""
+        return identify(self.profile.sglang.model_path)
 
 
 def _gib(n: int) -> str:
@@ -279,9 +287,10 @@ def check_topology(f: Facts) -> Check:
 
 
 def check_model(name: str, m: ModelDir | None, field: str, known: ModelFacts | None = None) -> Check | None:
-    """The model directory is complete; with ``known`` (the profile's model in the kit's table), its shards
-    are also the ones the model publishes (:class:`kimi_deploy.catalog.models.ShardLayout`): a download of
-    another revision or a half-copied index names other files."""
+    """The model directory is complete (fail otherwise); with ``known`` (the table's model the directory is
+    named after) its shards are the ones the model publishes (:class:`kimi_deploy.catalog.models.ShardLayout`;
+    warn otherwise: another revision, a re-sharded copy, or an index copied from elsewhere; SGLang loads what
+    the index names)."""
     if m is None:
         return None
     fix = (f"point [sglang] {field} at the downloaded model directory, or finish the download "
@@ -304,7 +313,7 @@ def check_model(name: str, m: ModelDir | None, field: str, known: ModelFacts | N
             f"not in the published layout: {', '.join(extra[:2])}{' ...' if len(extra) > 2 else ''}" if extra else "",
             f"published but not in the index: {', '.join(absent[:2])}{' ...' if len(absent) > 2 else ''}"
             if absent else "") if part)
-        return failed(name, f"{evidence}; {known.name} publishes {known.shards.count} shards "
+        return warned(name, f"{evidence}; {known.name} publishes {known.shards.count} shards "
                             f"({expected[0]} .. {expected[-1]}): {detail}",
                       f"download {known.repo} again into {m.path} (`hf download {known.repo} --local-dir {m.path}`), "
                       f"or point [sglang] {field} at a complete copy")
@@ -629,7 +638,7 @@ def evaluate(f: Facts) -> list[Check]:
     checks = [
         check_gpu_devices(f), check_compute_capability(f), check_gpu_memory(f), check_driver(f),
         check_torch_arch(f), check_topology(f),
-        check_model("model", f.model, "model_path", f.known_model),
+        check_model("model", f.model, "model_path", f.known_model_dir),
         check_model("draft_model", f.draft_model, "speculative_draft_model_path"),
         check_sglang(f), check_patches(f), *check_gates(f), check_flags(f),
         check_allreduce_paths(f), check_p2p_disable(f), check_acs(f), check_iommu(f), check_uvm_hmm(f), check_p2p(f),
