@@ -6,7 +6,8 @@ check units (exactly what one host gets without ``[fleet]``); the gateway host g
 (:mod:`kimi_deploy.gateway`) and its nightly ``check --each-worker`` units; a host that is both gets both. ``render --out DIR`` writes them to
 ``DIR/<host>/``; ``install --host NAME`` (or the host found by its own addresses, :func:`pick_host`)
 installs that host's part. The kit never connects to another host: the operator copies the folders with
-the tool they already use (production.md: a loop over ssh, Ansible with ``serial: 1``).
+the tool they already use (docs/runbook.md#replicas-behind-a-gateway: a loop over ssh, Ansible with
+``serial: 1``).
 """
 
 from __future__ import annotations
@@ -30,7 +31,9 @@ def gateway_files(profile: Profile, header: str) -> dict[str, str]:
     check_command = (
         f"{svc.kimi_deploy} check --profile {paths.service_profile_copy(svc.name)} --each-worker"
         + (f" --api-key-file %d/{launch.API_KEY_CREDENTIAL}" if profile.sglang.api_key_file else "")
-        + f" --json {paths.gateway_check_report(svc.name)}")
+        + f" --json {paths.gateway_check_report(svc.name)}"
+        # one series set per worker (label worker=URL): the check alerts fire per replica
+        + f" --prom {paths.gateway_check_textfile(svc.name)}")
     context = {"header": header, "svc": svc, "s": profile.sglang, "gw": profile.gateway,
                "workers": profile.worker_urls(), "api_key_credential": launch.API_KEY_CREDENTIAL,
                "exec_start": gateway.exec_start(gateway.gateway_argv(profile)), "check_command": check_command,
@@ -62,7 +65,7 @@ def host_files(profile: Profile, sglang_version: str | None = None) -> dict[str,
     hosts = profile.hosts()
     if not hosts:
         raise UsageError("the profile has no [fleet] or [gateway]: it describes one host",
-                         hint="render without per-host folders, or add [fleet] (production.md)")
+                         hint="render without per-host folders, or add [fleet] (docs/runbook.md#replicas-behind-a-gateway)")
     from kimi_deploy.ranks import render_ranks
 
     rendered = render(profile, sglang_version)

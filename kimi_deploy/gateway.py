@@ -3,8 +3,8 @@ smg's own ``--help``, and its worker API (list, remove, add) for drain-and-resta
 
 The gateway is PyPI ``smg`` (1.13.0 here; the successor of ``sglang-router`` 0.3.2): a Rust router inside a
 Python wheel, started as ``smg launch ...``; ``smg.cli.main(argv)`` runs it in-process (smg 1.13.0
-``smg/cli.py``). Facts measured against smg 1.13.0 on loopback (production.md, section "Replicas behind the
-gateway"):
+``smg/cli.py``). Facts measured against smg 1.13.0 on loopback (docs/design.md#the-gateway-unit and
+docs/design.md#rolling-restarts-behind-the-gateway-measured):
 
 - ``--api-key K``: requests without ``Authorization: Bearer K`` are answered 401 (``/v1/models`` and
   ``/health`` stay open), and the key is forwarded to the workers; smg has no file or environment variable
@@ -76,7 +76,7 @@ def gateway_args(profile: Profile) -> list[str]:
     """
     gw = profile.gateway
     if gw is None:
-        raise UsageError("the profile has no [gateway]", hint="add a [gateway] table (production.md)")
+        raise UsageError("the profile has no [gateway]", hint="add a [gateway] table (docs/runbook.md#replicas-behind-a-gateway)")
     return ["launch", "--host", gw.bind, "--port", str(gw.port), "--policy", gw.policy,
             "--worker-urls", *profile.worker_urls(),
             "--prometheus-host", gw.prometheus_host, "--prometheus-port", str(gw.prometheus_port),
@@ -369,7 +369,7 @@ def gateway_url(profile: Profile) -> str:
 
     gw = profile.gateway
     if gw is None:
-        raise UsageError("the profile has no [gateway]", hint="add a [gateway] table (production.md)")
+        raise UsageError("the profile has no [gateway]", hint="add a [gateway] table (docs/runbook.md#replicas-behind-a-gateway)")
     host = gw.host if gw.bind in ("0.0.0.0", "::") else gw.bind
     return f"http://{url_host(host)}:{gw.port}"
 
@@ -437,7 +437,7 @@ def validate_smg(profile: Profile, smg: str | None = None) -> GatewayValidation:
     from kimi_deploy import proc
 
     if profile.gateway is None:
-        raise UsageError("the profile has no [gateway]", hint="add a [gateway] table (production.md)")
+        raise UsageError("the profile has no [gateway]", hint="add a [gateway] table (docs/runbook.md#replicas-behind-a-gateway)")
     from kimi_deploy.errors import ExternalCommandError
 
     smg = smg or profile.gateway.smg

@@ -639,7 +639,7 @@ def plan_install_from(profile: Profile, facts: HostFacts, files: Mapping[str, by
     if profile.hosts() and facts.key is not None and not facts.key.exists:
         raise UsageError("the API key file is missing; every host of a fleet must hold the same key",
                          value=facts.key.host_path, hint="copy the key file (0600, root) from the first host to this "
-                         "one before installing, or create it once and copy it to every host (production.md)")
+                         "one before installing, or create it once and copy it to every host (docs/runbook.md#replicas-behind-a-gateway)")
     key_step = _api_key_step(facts, notes)
     if key_step:
         steps.append(key_step)

@@ -18,14 +18,27 @@ What is rendered (``<n>`` is ``[kubernetes] name``, default ``[service] name``):
 - ``server-service.yaml``: a ClusterIP Service ``<n>-leader`` in front of the leaders (LWS itself
   creates the headless Service ``<n>`` the ranks find each other by).
 - with ``[gateway]``: ``gateway-rbac.yaml`` (ServiceAccount, Role allowing pods get/list/watch in the
-  namespace, RoleBinding), ``gateway-deployment.yaml`` (smg with label-selector discovery of the leader
-  pods in this namespace only) and ``gateway-service.yaml``.
+  namespace, RoleBinding), ``gateway-deployment.yaml`` (``gateway_replicas`` smg pods, default 2, spread over
+  nodes, with label-selector discovery of the leader pods in this namespace only; readiness on smg's
+  ``/readiness``, 503 until a worker is healthy and while smg drains), ``gateway-pdb.yaml`` (at most one gateway
+  pod evicted at a time) and ``gateway-service.yaml``.
+- Resources: the SGLang pods are Guaranteed QoS (CPU and memory requests = limits: ``[kubernetes] cpu`` and
+  ``memory``, default 64 and 512Gi, plus the GPUs; the secrets init container too); the gateway requests
+  ``gateway_cpu``/``gateway_memory`` with the memory as its limit; the check is bounded at 2Gi like its unit's
+  ``MemoryMax=2G``.
 - ``check-configmap.yaml`` (the profile, for the check), ``check-pvc.yaml`` (unless ``check_report_claim``
   names one), ``check-cronjob.yaml``: ``kimi-deploy check`` on ``check_schedule`` writing
   ``check-report.json`` (and ``.xml``) to that claim; with ``[gateway]`` ``check --each-worker`` through the
   gateway's Service, every leader smg lists checked directly, into ``check-workers.json``.
-- ``namespace.yaml`` with Pod Security admission labels (``restricted``; ``privileged`` only with
-  ``rdma = true``, which puts the SGLang pods on the host network, said in a comment).
+- with ``scrape = "prometheus-operator"`` (the default): ``monitoring-podmonitor.yaml`` (the leaders' ``/metrics``),
+  ``monitoring-servicemonitor.yaml`` (smg's metrics port, with ``[gateway]``) and ``monitoring-rules.yaml`` (a
+  PrometheusRule with the systemd target's recording and alert rules), labelled with ``monitor_labels``;
+  ``scrape = "annotations"``: ``prometheus.io/*`` annotations on the leader and gateway pods instead. The check
+  writes ``--prom`` and, with ``pushgateway``, pushes it (``check --pushgateway``) under its Prometheus job.
+- ``namespace.yaml`` with Pod Security admission labels at ``[kubernetes] pod_security`` (default ``restricted``,
+  which every rendered pod meets: the weights come from ``model_volume``, a PVC or an image volume).
+  ``privileged`` must be set explicitly and is refused unless needed: for a ``hostPath`` model volume or
+  ``cache_host_path``, or ``rdma = true`` (hostNetwork); the reason is a comment in the file.
 
 The API key is never in a rendered file, an env variable or argv of SGLang: the operator creates the
 Secret (``kubectl create secret generic <secret> --from-file=api-key=FILE``), it is mounted as a file,
@@ -45,7 +58,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from kimi_deploy import __version__, gateway, options, versions
+from kimi_deploy import __version__, gateway, monitoring, options, versions
 from kimi_deploy.argv import flag_groups, split_equals
 from kimi_deploy.errors import ProfileError
 from kimi_deploy.launch import API_KEY_CREDENTIAL, HOST_SECRETS_SCRIPT, LaunchSpec, build_launch, rank_args
@@ -77,13 +90,35 @@ ROLE_LABEL = "kimi-deploy.io/role"
 SGLANG_HEALTH_TIMEOUT_S = 20
 READINESS_TIMEOUT_S = 30
 STARTUP_PERIOD_S = 10
+#: Resources of the check's pod. The memory limit is the check unit's ``MemoryMax=2G`` (systemd reads ``G`` as
+#: 1024^3, so 2Gi is the same bound; systemd/check.service.j2: a run against SGLang peaks at 71 MB RSS, a hostile
+#: 16 MiB JSON body at 1.46 GiB). The request is what a normal run needs, with room.
+CHECK_RESOURCES = {"requests": {"cpu": "250m", "memory": "256Mi"}, "limits": {"memory": "2Gi"}}
+#: Resources of the init container that writes SGLang's secrets YAML (one small Python process); equal requests
+#: and limits so it does not lower the server pod's Guaranteed QoS (an init container counts).
+INIT_RESOURCES = {"requests": {"cpu": "100m", "memory": "128Mi"}, "limits": {"cpu": "100m", "memory": "128Mi"}}
+#: smg's probe endpoints (lightseekorg/smg model_gateway/src/server.rs public routes, health.rs): ``/readiness``
+#: is 503 until a worker is healthy and while smg drains; ``/liveness`` is 200 while the process serves.
+GATEWAY_READINESS_PATH = "/readiness"
+GATEWAY_LIVENESS_PATH = "/liveness"
 #: Longest ``[kubernetes] name``: CronJob names are at most 52 characters and the kit appends ``-check``;
 #: LWS pod names append ``-<group>-<index>``.
 MAX_NAME = 40
 #: Order ``kustomization.yaml`` lists the files in (the order ``kubectl apply -k`` creates them).
 FILE_ORDER = ("namespace.yaml", "gateway-rbac.yaml", "check-configmap.yaml", "check-pvc.yaml",
-              "server-leaderworkerset.yaml", "server-service.yaml", "gateway-deployment.yaml",
-              "gateway-service.yaml", "check-cronjob.yaml")
+              "server-leaderworkerset.yaml", "server-service.yaml", "gateway-deployment.yaml", "gateway-pdb.yaml",
+              "gateway-service.yaml", "check-cronjob.yaml", "monitoring-podmonitor.yaml",
+              "monitoring-servicemonitor.yaml", "monitoring-rules.yaml")
+#: apiVersion of the Prometheus Operator's PodMonitor, ServiceMonitor and PrometheusRule (tests/data/crds, 0.93.0).
+MONITORING_API = "monitoring.coreos.com/v1"
+#: Where the check writes its Prometheus text in its pod (pushed from there with ``[kubernetes] pushgateway``).
+CHECK_PROM = "/reports/check.prom"
+
+
+def quantity_bytes(quantity: str) -> int:
+    """Bytes of a memory quantity as the profile allows them (``512Gi``: binary suffixes Ki..Ti)."""
+    units = {"Ki": 1 << 10, "Mi": 1 << 20, "Gi": 1 << 30, "Ti": 1 << 40}
+    return int(quantity[:-2]) * units[quantity[-2:]]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -156,8 +191,9 @@ def problems(profile: Profile) -> list[str]:
     """Cross-table rules of ``render --target kubernetes``: one ``key: problem; fix`` line each (empty: fine)."""
     k8s = profile.kubernetes
     if k8s is None:
-        return ["kubernetes: the profile has no [kubernetes] table; add one with at least "
-                "image = \"lmsysorg/sglang:v0.5.23-cu130\" and check_image (production.md, Kubernetes)"]
+        table = "".join(f"\n      {line}" for line in MINIMAL_TABLE.splitlines())
+        return [f"kubernetes: the profile has no [kubernetes] table, which says what the cluster runs; add at "
+                f"least:{table}\n    (`kimi-deploy init --kubernetes` writes it with every key commented; docs/runbook.md#kubernetes)"]
     s, svc = profile.sglang, profile.service
     out: list[str] = []
     name = object_name(profile)
@@ -182,11 +218,25 @@ def problems(profile: Profile) -> list[str]:
         if path and not (path + "/").startswith(k8s.model_mount + "/"):
             out.append(f"sglang.{key}: {path} is not under kubernetes.model_mount = {k8s.model_mount}, the only "
                        "model folder mounted in the pod; set model_mount to a folder holding it")
-    if k8s.model_volume == "pvc" and not k8s.model_claim:
-        out.append("kubernetes.model_claim: model_volume = \"pvc\" needs the claim's name; set model_claim")
-    if k8s.model_volume == "hostPath" and k8s.model_claim:
-        out.append("kubernetes.model_claim: set, but model_volume = \"hostPath\"; set model_volume = \"pvc\" "
-                   "or remove model_claim")
+    if quantity_bytes(k8s.shm_size) >= quantity_bytes(k8s.memory):
+        out.append(f"kubernetes.shm_size: {k8s.shm_size} of /dev/shm is not below memory = {k8s.memory}: a "
+                   "memory-backed emptyDir counts against the pod's memory limit, so SGLang would be OOM-killed "
+                   "before it loaded; raise memory (to what the node's Allocatable holds) or lower shm_size")
+    if k8s.scrape != "none" and not s.enable_metrics:
+        out.append(f"kubernetes.scrape: {k8s.scrape!r}, but [sglang] enable_metrics is off, so SGLang serves no "
+                   "/metrics and every server target would be down; set [sglang] enable_metrics = true, or "
+                   "scrape = \"none\"")
+    if k8s.model_volume is None:
+        out.append("kubernetes.model_volume: not set: where do the pods find the weights? set model_volume = "
+                   f"{{ persistentVolumeClaim = {{ claimName = \"{name}-weights\" }} }} (a claim you create "
+                   "holding the model folder; Pod Security restricted admits it), or an image volume, or a "
+                   "hostPath with pod_security = \"privileged\"")
+    for need in privileged_needs(k8s):
+        if k8s.pod_security != "privileged":
+            out.append(f"kubernetes.pod_security: {k8s.pod_security!r}, but {need}, which Pod Security "
+                       f"baseline and restricted both refuse: every server pod would be rejected at admission; "
+                       "set pod_security = \"privileged\" to accept that (the namespace then admits any pod), "
+                       "or drop the setting")
     if not k8s.check_image:
         out.append(f"kubernetes.check_image: the nightly check CronJob needs an image with kimi-deploy "
                    f"{__version__} installed; set check_image = \"REGISTRY/kimi-deploy:{__version__}\"")
@@ -194,6 +244,26 @@ def problems(profile: Profile) -> list[str]:
         out.append("kubernetes.gateway_image: [gateway] is set but no image with the pinned smg; set "
                    "gateway_image = \"REGISTRY/smg:1.13.0\"")
     return out
+
+
+def privileged_needs(k8s: Kubernetes) -> list[str]:
+    """What in ``[kubernetes]`` only Pod Security ``privileged`` admits, one phrase each (empty: the pods meet
+    ``restricted``). Sources: kubernetes/pod-security-admission ``policy/check_hostPathVolumes.go`` and
+    ``check_hostNamespaces.go`` (baseline: no hostPath volume, no hostNetwork)."""
+    out = []
+    if k8s.model_volume is not None and k8s.model_volume.hostPath is not None:
+        out.append(f"model_volume is a hostPath ({k8s.model_volume.hostPath.path})")
+    if k8s.cache_host_path:
+        out.append(f"cache_host_path = {k8s.cache_host_path} is a hostPath volume")
+    if k8s.rdma:
+        out.append("rdma = true puts the server pods on the host network (hostNetwork)")
+    return out
+
+
+#: The smallest ``[kubernetes]`` table that renders (the missing-table refusal shows it).
+MINIMAL_TABLE = ('[kubernetes]\nimage = "lmsysorg/sglang:v0.5.23-cu130"\n'
+                 f'check_image = "registry.example.com/kimi-deploy:{__version__}"\n'
+                 'model_volume = { persistentVolumeClaim = { claimName = "kimi-k25-weights" } }')
 
 
 #: ``app.kubernetes.io/name`` of each component: the application that runs in it.
@@ -239,10 +309,8 @@ def _server_pod(profile: Profile, launch: LaunchSpec, shape: FleetShape, name: s
     if group:
         nic = shape.nic if k8s.rdma else k8s.nic
         env += [{"name": "NCCL_SOCKET_IFNAME", "value": nic}, {"name": "GLOO_SOCKET_IFNAME", "value": nic}]
-    models: dict[str, Any] = (
-        {"name": "models", "hostPath": {"path": k8s.model_host_path or k8s.model_mount, "type": "Directory"}}
-        if k8s.model_volume == "hostPath" else
-        {"name": "models", "persistentVolumeClaim": {"claimName": k8s.model_claim, "readOnly": True}})
+    assert k8s.model_volume is not None
+    models: dict[str, Any] = {"name": "models", **k8s.model_volume.volume()}
     volumes: list[dict[str, Any]] = [
         {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": k8s.shm_size}},
         models,
@@ -262,7 +330,10 @@ def _server_pod(profile: Profile, launch: LaunchSpec, shape: FleetShape, name: s
         "command": [k8s.python, "-m", "sglang.launch_server"],
         "args": container_args(profile, launch, shape, leader=leader),
         "env": env,
-        "resources": {"limits": {GPU_RESOURCE: svc.gpu_count}},
+        # Guaranteed QoS: requests = limits for CPU and memory (and the GPUs), so the kubelet evicts these pods
+        # last under node memory pressure (Kubernetes "Pod Quality of Service Classes")
+        "resources": {kind: {"cpu": k8s.cpu, "memory": k8s.memory, GPU_RESOURCE: svc.gpu_count}
+                      for kind in ("requests", "limits")},
         "volumeMounts": mounts,
         "securityContext": ctr_sec,
     }
@@ -287,6 +358,7 @@ def _server_pod(profile: Profile, launch: LaunchSpec, shape: FleetShape, name: s
                             f"{SECRET_DIR}/{API_KEY_CREDENTIAL}", launch.secrets_config],
                 "volumeMounts": [{"name": "api-key", "mountPath": SECRET_DIR, "readOnly": True},
                                  {"name": "run-secrets", "mountPath": run_dir}],
+                "resources": INIT_RESOURCES,
                 "securityContext": ctr_sec,
             }]
     spec.update({
@@ -302,7 +374,64 @@ def _server_pod(profile: Profile, launch: LaunchSpec, shape: FleetShape, name: s
         spec["hostNetwork"] = True
         spec["dnsPolicy"] = "ClusterFirstWithHostNet"
     role = "leader" if leader else "worker"
-    return {"metadata": {"labels": _labels(name, "server", launch.sglang_version, role)}, "spec": spec}
+    metadata: dict[str, Any] = {"labels": _labels(name, "server", launch.sglang_version, role)}
+    if leader:
+        metadata.update(_scrape_annotations(k8s, s.port))
+    return {"metadata": metadata, "spec": spec}
+
+
+def _scrape_annotations(k8s: Kubernetes, port: int) -> dict[str, Any]:
+    """``{"annotations": {prometheus.io/scrape, port, path}}`` with ``scrape = "annotations"`` (the convention of
+    Prometheus' own kubernetes example configuration and many charts), else ``{}``."""
+    if k8s.scrape != "annotations":
+        return {}
+    return {"annotations": {"prometheus.io/scrape": "true", "prometheus.io/port": str(port),
+                            "prometheus.io/path": "/metrics"}}
+
+
+def _monitoring(profile: Profile, name: str, version: str) -> dict[str, list[dict[str, Any]]]:
+    """monitoring-podmonitor.yaml (the leaders' /metrics), monitoring-servicemonitor.yaml (smg's, with
+    ``[gateway]``), monitoring-rules.yaml (the systemd target's recording and alert rules as a PrometheusRule).
+
+    The scrape objects set ``job`` to the jobs the rules select ([monitoring] job / gateway_job, default
+    ``<service>`` / ``<service>-gateway``) and the ``service`` and [monitoring] labels, as the systemd target's
+    static_configs do. The check's series reach Prometheus through ``[kubernetes] pushgateway`` under its job.
+    """
+    k8s = profile.kubernetes
+    assert k8s is not None
+    st = monitoring.settings(profile)
+    if profile.gateway is not None:
+        st = dataclasses.replace(st, gateway=f"{name}-gateway", gateway_job=profile.monitoring.gateway_job
+                                 or f"{profile.service.name}-gateway")
+    extra = {"service": st.service, **st.labels}
+
+    def relabel(job: str) -> list[dict[str, Any]]:
+        return [{"action": "replace", "targetLabel": key, "replacement": value}
+                for key, value in {"job": job, **extra}.items()]
+
+    def meta(component: str, version: str, suffix: str) -> dict[str, Any]:
+        return {"name": f"{name}-{suffix}", "namespace": k8s.namespace,
+                "labels": {**_labels(name, component, version), **k8s.monitor_labels}}
+
+    interval = f"{st.scrape_interval_s}s"
+    out: dict[str, list[dict[str, Any]]] = {
+        "monitoring-podmonitor.yaml": [{
+            "apiVersion": MONITORING_API, "kind": "PodMonitor", "metadata": meta("server", version, "server"),
+            "spec": {"selector": {"matchLabels": _selector(name, "server", "leader")},
+                     "podMetricsEndpoints": [{"port": "http", "path": "/metrics", "interval": interval,
+                                              "relabelings": relabel(st.job)}]}}],
+        "monitoring-rules.yaml": [{
+            "apiVersion": MONITORING_API, "kind": "PrometheusRule", "metadata": meta("check", __version__, "rules"),
+            "spec": monitoring.rules_doc(profile, st)}],
+    }
+    if profile.gateway is not None and st.gateway_job:
+        out["monitoring-servicemonitor.yaml"] = [{
+            "apiVersion": MONITORING_API, "kind": "ServiceMonitor",
+            "metadata": meta("gateway", profile.gateway.version, "gateway"),
+            "spec": {"selector": {"matchLabels": _selector(name, "gateway")},
+                     "endpoints": [{"port": "metrics", "path": "/metrics", "interval": interval,
+                                    "relabelings": relabel(st.gateway_job)}]}}]
+    return out
 
 
 def _leaderworkerset(profile: Profile, launch: LaunchSpec, shape: FleetShape, name: str) -> dict[str, Any]:
@@ -341,7 +470,10 @@ def gateway_args(profile: Profile, name: str) -> list[str]:
             "--service-discovery", "--selector",
             *(f"{key}={value}" for key, value in _selector(name, "server", "leader").items()),
             "--service-discovery-port", str(s.port), "--service-discovery-namespace", k8s.namespace,
-            "--prometheus-host", gw.prometheus_host, "--prometheus-port", str(gw.prometheus_port),
+            # scraped in the cluster: smg's metrics on the pod's address (the pod network; a NetworkPolicy limits
+            # who reaches it), else as the profile says
+            "--prometheus-host", "0.0.0.0" if k8s.scrape != "none" else gw.prometheus_host,
+            "--prometheus-port", str(gw.prometheus_port),
             # the workers' model path is not in this pod: never fetch a tokenizer from a hub
             "--disable-tokenizer-autoload"]
 
@@ -365,9 +497,18 @@ def _gateway(profile: Profile, name: str) -> dict[str, list[dict[str, Any]]]:
          "subjects": [{"kind": "ServiceAccount", "name": account, "namespace": ns}]},
     ]
     args = gateway_args(profile, name)
-    container: dict[str, Any] = {"name": "smg", "image": k8s.gateway_image,
-                                 "ports": [{"name": "http", "containerPort": gw.port, "protocol": "TCP"}],
-                                 "readinessProbe": {"tcpSocket": {"port": "http"}, "periodSeconds": 10},
+    ports = [{"name": "http", "containerPort": gw.port, "protocol": "TCP"}]
+    if k8s.scrape != "none":
+        ports.append({"name": "metrics", "containerPort": gw.prometheus_port, "protocol": "TCP"})
+    container: dict[str, Any] = {"name": "smg", "image": k8s.gateway_image, "ports": ports,
+                                 "readinessProbe": {"httpGet": {"path": GATEWAY_READINESS_PATH, "port": "http"},
+                                                    "periodSeconds": 10, "timeoutSeconds": 5,
+                                                    "failureThreshold": 3},
+                                 "livenessProbe": {"httpGet": {"path": GATEWAY_LIVENESS_PATH, "port": "http"},
+                                                   "periodSeconds": 20, "timeoutSeconds": 5,
+                                                   "failureThreshold": 6},
+                                 "resources": {"requests": {"cpu": k8s.gateway_cpu, "memory": k8s.gateway_memory},
+                                               "limits": {"memory": k8s.gateway_memory}},
                                  "env": [{"name": "HOME", "value": "/tmp"}, {"name": "HF_HUB_OFFLINE", "value": "1"}],
                                  "volumeMounts": [{"name": "tmp", "mountPath": "/tmp"}],
                                  "securityContext": ctr_sec}
@@ -386,13 +527,27 @@ def _gateway(profile: Profile, name: str) -> dict[str, list[dict[str, Any]]]:
     deployment = {
         "apiVersion": "apps/v1", "kind": "Deployment",
         "metadata": {"name": account, "namespace": ns, "labels": labels},
-        "spec": {"replicas": 1, "selector": {"matchLabels": _selector(name, "gateway")},
-                 "template": {"metadata": {"labels": labels},
+        "spec": {"replicas": k8s.gateway_replicas, "selector": {"matchLabels": _selector(name, "gateway")},
+                 "template": {"metadata": {"labels": labels, **_scrape_annotations(k8s, gw.prometheus_port)},
                               "spec": {"serviceAccountName": account, "securityContext": pod_sec,
+                                       # replicas on different nodes where the cluster has them
+                                       "affinity": {"podAntiAffinity": {
+                                           "preferredDuringSchedulingIgnoredDuringExecution": [{
+                                               "weight": 100, "podAffinityTerm": {
+                                                   "topologyKey": "kubernetes.io/hostname",
+                                                   "labelSelector": {"matchLabels": _selector(name, "gateway")}}}]}},
                                        "containers": [container], "volumes": volumes}}},
     }
+    # a node drain evicts at most one gateway pod at a time; with one replica it still lets the drain finish
+    pdb = {"apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
+           "metadata": {"name": account, "namespace": ns, "labels": labels},
+           "spec": {"maxUnavailable": 1, "selector": {"matchLabels": _selector(name, "gateway")}}}
     service = _service(name, ns, "gateway", gw.port, _selector(name, "gateway"), labels)
-    return {"gateway-rbac.yaml": rbac, "gateway-deployment.yaml": [deployment], "gateway-service.yaml": [service]}
+    if k8s.scrape == "prometheus-operator":
+        service["spec"]["ports"].append({"name": "metrics", "port": gw.prometheus_port, "targetPort": "metrics",
+                                         "protocol": "TCP"})
+    return {"gateway-rbac.yaml": rbac, "gateway-deployment.yaml": [deployment], "gateway-pdb.yaml": [pdb],
+            "gateway-service.yaml": [service]}
 
 
 def _check(profile: Profile, name: str) -> dict[str, list[dict[str, Any]]]:
@@ -423,6 +578,10 @@ def _check(profile: Profile, name: str) -> dict[str, list[dict[str, Any]]]:
         command += ["--each-worker", "--json", f"{REPORT_DIR}/check-workers.json"]
     else:
         command += ["--json", f"{REPORT_DIR}/check-report.json", "--junit", f"{REPORT_DIR}/check-report.xml"]
+    command += ["--prom", CHECK_PROM]
+    if k8s.pushgateway:
+        # a Job has no node_exporter textfile directory: the result becomes a metric through the Pushgateway
+        command += ["--pushgateway", k8s.pushgateway]
     pod_sec, ctr_sec = _security(k8s)
     config = {"apiVersion": "v1", "kind": "ConfigMap",
               "metadata": {"name": f"{name}-profile", "namespace": ns, "labels": labels},
@@ -438,6 +597,7 @@ def _check(profile: Profile, name: str) -> dict[str, list[dict[str, Any]]]:
                               "securityContext": pod_sec,
                               "containers": [{"name": "check", "image": k8s.check_image, "command": command,
                                               "env": [{"name": "HOME", "value": "/tmp"}],
+                                              "resources": CHECK_RESOURCES,
                                               "volumeMounts": mounts, "securityContext": ctr_sec}],
                               "volumes": volumes}}}}},
     }
@@ -508,7 +668,7 @@ def render(profile: Profile, sglang_version: str | None = None) -> Manifests:
         warnings.append(f"kubernetes.image {k8s.image}: its tag does not name SGLang {launch.sglang_version}, the "
                         "version the flags are rendered for; check the image's SGLang version")
     warnings += patch_warnings(profile, launch)
-    pod_security = "privileged" if k8s.rdma else "restricted"
+    pod_security = k8s.pod_security
     namespace = {"apiVersion": "v1", "kind": "Namespace",
                  "metadata": {"name": k8s.namespace, "labels": {
                      f"pod-security.kubernetes.io/{mode}": pod_security for mode in ("enforce", "audit", "warn")}}}
@@ -522,16 +682,34 @@ def render(profile: Profile, sglang_version: str | None = None) -> Manifests:
     if profile.gateway is not None:
         documents.update(_gateway(profile, name))
     documents.update(_check(profile, name))
+    if k8s.scrape == "prometheus-operator":
+        documents.update(_monitoring(profile, name, launch.sglang_version))
+    if k8s.scrape != "none" and not k8s.pushgateway:
+        warnings.append("kubernetes.pushgateway: not set, so the nightly check's result is a file on its claim and "
+                        "a Job's status, which no alert reads; set pushgateway = \"http://HOST:9091\" (a "
+                        "Prometheus Pushgateway your Prometheus scrapes with honor_labels: true)")
     notes: dict[str, list[str]] = {}
     if profile.sglang.api_key_file:
         notes["check-cronjob.yaml"] = [
             "check --insecure: the check sends the API key over plain http to a Service inside the cluster (SGLang "
             "and smg serve plain http); keep that traffic off shared networks (NetworkPolicy, or mTLS in a mesh)."]
     if k8s.rdma:
-        reason = ("hostNetwork: true because [kubernetes] rdma = true: RDMA NICs are not in the pod network; "
-                  "the pods then share the node's network namespace and ports")
-        notes["server-leaderworkerset.yaml"] = [reason]
-        notes["namespace.yaml"] = [f"Pod Security level privileged because {reason}"]
+        notes["server-leaderworkerset.yaml"] = [
+            "hostNetwork: true because [kubernetes] rdma = true: RDMA NICs are not in the pod network; the pods "
+            "then share the node's network namespace and ports"]
+    needs = privileged_needs(k8s)
+    if pod_security == "privileged":
+        notes["namespace.yaml"] = [
+            "Pod Security level privileged, set by [kubernetes] pod_security: "
+            + ("; ".join(needs) if needs else "nothing rendered needs it (every pod meets restricted)")
+            + "; baseline and restricted refuse that, so this namespace admits any pod: keep other workloads out"]
+        if not needs:
+            warnings.append("kubernetes.pod_security: privileged, but every rendered pod meets restricted; "
+                            "pod_security = \"restricted\" (the default) admits them and refuses less careful pods")
+    else:
+        notes["namespace.yaml"] = [
+            f"Pod Security level {pod_security}: every pod rendered here meets restricted (non-root, seccomp "
+            "RuntimeDefault, no privilege escalation, capabilities dropped, no host namespaces or hostPath)"]
     files: dict[str, str] = {}
     for file in FILE_ORDER:
         if file in documents:

@@ -1,7 +1,7 @@
 """Byte caps on what ``check`` and ``bench`` read from a server (issue #11): every body, every SSE line.
 
-A hostile or broken server must not cost the kit more memory than these caps (production.md,
-"Limits on what check and bench read"). Both verbs take ``--max-body-bytes`` and
+A hostile or broken server must not cost the kit more memory than these caps (docs/reference/limits.md,
+measured in docs/design.md#limits-measurements). Both verbs take ``--max-body-bytes`` and
 ``--max-line-bytes`` to raise them.
 
 - :data:`DEFAULT_MAX_BODY_BYTES` (16 MiB) bounds one HTTP body that is kept or parsed: every body

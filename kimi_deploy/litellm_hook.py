@@ -214,7 +214,7 @@ def proxy_config(models: dict[str, Upstream], *, master_key_env: str | None = "L
         model's ``/v1/messages`` requests to the server's ``/v1/responses``, which Exo lacks.
     """
     q = json.dumps
-    lines = ["# LiteLLM proxy in front of Kimi K2.x servers the kit cannot patch (production.md,",
+    lines = ["# LiteLLM proxy in front of Kimi K2.x servers the kit cannot patch (docs/runbook.md,",
              "# \"Servers the kit cannot patch\"). Rendered by kimi_deploy.litellm_hook.proxy_config.",
              "model_list:"]
     for name, up in models.items():

@@ -22,7 +22,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from kimi_deploy import paths
-from kimi_deploy.profile import Profile
+from kimi_deploy.profile import Profile, host_key, is_loopback, url_host
 
 #: Default running-request limit of SGLang with EAGLE/EAGLE3 and no --max-running-requests (options.py comment).
 EAGLE_RUNNING_DEFAULT = 48
@@ -40,7 +40,7 @@ class Settings:
     job: str
     targets: tuple[str, ...]
     check_job: str
-    node_exporter: str
+    node_exporters: tuple[str, ...]
     gateway: str | None
     gateway_job: str | None
     scrape_interval_s: int
@@ -59,6 +59,50 @@ def _base_target(profile: Profile) -> str:
     return profile.base_url.removeprefix("http://")
 
 
+def _port_of(target: str) -> int:
+    return int(target.rsplit(":", 1)[1])
+
+
+def check_hosts(profile: Profile) -> tuple[str, ...]:
+    """The hosts whose nightly check writes a textfile: rank 0 of each replica (the server check) and the gateway's
+    host (``check --each-worker --prom``); ``()`` without ``[fleet]``/``[gateway]`` (the one local host)."""
+    hosts = [nodes[0] for nodes in profile.replicas]
+    if profile.gateway is not None:
+        hosts.append(profile.gateway.host)
+    seen: dict[str, str] = {}
+    for host in hosts:
+        seen.setdefault(host_key(host), host)
+    return tuple(seen.values())
+
+
+def _gateway_target(profile: Profile) -> tuple[str | None, str | None]:
+    """(``HOST:PORT`` of smg's metrics for a Prometheus on another host, or None; a note when it cannot be known).
+
+    ``[monitoring] gateway`` wins. Else from ``[gateway]``: smg's ``--prometheus-host`` on a wildcard listens on
+    every address of the gateway host, so ``<gateway host>:<prometheus_port>``; on one address, that one; on
+    loopback (the default) nothing outside the gateway host can scrape it, and the render says so instead of
+    writing a loopback target that would be another host's."""
+    m, gw = profile.monitoring, profile.gateway
+    if m.gateway or gw is None:
+        return m.gateway, None
+    bind = gw.prometheus_host
+    if bind in ("0.0.0.0", "::"):
+        return f"{url_host(gw.host)}:{gw.prometheus_port}", None
+    if not is_loopback(bind):
+        return f"{url_host(bind)}:{gw.prometheus_port}", None
+    return None, (f"monitoring.gateway: smg's metrics listen on {bind}:{gw.prometheus_port} of the gateway host "
+                  f"{gw.host} only ([gateway] prometheus_host), which a Prometheus on another host cannot scrape, so "
+                  "no gateway job is rendered; set [gateway] prometheus_host = \"0.0.0.0\" (and keep the port "
+                  "on a trusted network), or [monitoring] gateway = \"HOST:PORT\" with the address your "
+                  "Prometheus reaches it at")
+
+
+def scrape_notes(profile: Profile) -> list[str]:
+    """What the rendered scrape configuration could not know, one ``key: problem; fix`` line each (render warns
+    them and writes them into prometheus.yml)."""
+    return [note for note in (_gateway_target(profile)[1],) if note]
+
+
 def settings(profile: Profile) -> Settings:
     """Resolve ``[monitoring]``: default job names from the service name, the target from host/port, the
     running limit from ``max_running_requests`` (48 with EAGLE, SGLang's pick), the accept-length floor
@@ -71,10 +115,17 @@ def settings(profile: Profile) -> Settings:
     if spec_min is None and s.speculative_algorithm is not None:
         spec_min = SPEC_ACCEPT_MIN_DEFAULT
     slo = {k: v for k, v in m.slo.model_dump().items() if v is not None}
+    # a fleet: every replica's rank 0 (the only rank serving HTTP and the group's metrics) at its node's address,
+    # and node_exporter (at [monitoring] node_exporter's port) on every host that writes a check textfile
+    servers = tuple(f"{url_host(nodes[0])}:{s.port}" for nodes in profile.replicas)
+    hosts = check_hosts(profile)
+    exporters = (tuple(f"{url_host(h)}:{_port_of(m.node_exporter)}" for h in hosts)
+                 if hosts and is_loopback(m.node_exporter.rsplit(":", 1)[0].strip("[]")) else (m.node_exporter,))
+    gateway, _ = _gateway_target(profile)
     return Settings(
-        service=name, job=m.job or name, targets=tuple(m.targets) or (_base_target(profile),),
-        check_job=m.check_job or f"{name}-check", node_exporter=m.node_exporter, gateway=m.gateway,
-        gateway_job=(m.gateway_job or f"{name}-gateway") if m.gateway else None,
+        service=name, job=m.job or name, targets=tuple(m.targets) or servers or (_base_target(profile),),
+        check_job=m.check_job or f"{name}-check", node_exporters=exporters, gateway=gateway,
+        gateway_job=(m.gateway_job or f"{name}-gateway") if gateway else None,
         scrape_interval_s=m.scrape_interval_s, labels=dict(m.labels), slo_ms=slo,
         slo_for_minutes=m.slo_for_minutes, check_max_age_hours=m.check_max_age_hours, running_limit=running,
         aborted_ratio=m.aborted_ratio, spec_accept_length_min=spec_min, runbook_url=m.runbook_url,
@@ -141,7 +192,7 @@ def scrape_configs(st: Settings) -> list[dict[str, Any]]:
         # the textfile's own service label (check --profile writes it) wins over the target's, which fills it
         # in for a textfile written without a profile
         "honor_labels": True,
-        "static_configs": [{"targets": [st.node_exporter], "labels": {"service": st.service, **labels}}],
+        "static_configs": [{"targets": list(st.node_exporters), "labels": {"service": st.service, **labels}}],
         # node_exporter's own series belong to the host's node job; keep only this service's check textfile
         # (another service's on the same node_exporter is its own check job's)
         "metric_relabel_configs": [
@@ -177,7 +228,8 @@ def prometheus_config(profile: Profile, header: str) -> str:
             "# Prometheus scrape jobs and rule file for this deployment: merge scrape_configs and rule_files into\n"
             "# your prometheus.yml. No credentials: SGLang serves /metrics without the API key, so keep the\n"
             "# server port (and node_exporter's, smg's --prometheus-port) reachable only from a trusted network\n"
-            "# (production.md section 12).\n" + to_yaml(doc))
+            "# (docs/runbook.md#monitoring).\n"
+            + "".join(f"# NOTE {note}\n" for note in scrape_notes(profile)) + to_yaml(doc))
 
 
 # ---------------------------------------------------------------- rules
@@ -196,7 +248,7 @@ class Alert:
 
     @property
     def anchor(self) -> str:
-        """GitHub's anchor of the production.md heading ``#### `Name```: the name in lower case."""
+        """GitHub's anchor of the alert runbook's heading ``### `Name``` (docs/runbook.md): the name in lower case."""
         return self.name.lower()
 
 
@@ -243,7 +295,7 @@ def check_selector(st: Settings, extra: str = "") -> str:
 
 
 def alerts(st: Settings) -> list[Alert]:
-    """Every alert of the deployment, in the order production.md's runbook lists them."""
+    """Every alert of the deployment, in the order the alert runbook (docs/runbook.md#alert-runbook) lists them."""
     j, c = _sel(st.job), check_selector(st)
     out = [
         Alert("KimiServerDown", f"up{j} == 0", "2m", "page",
@@ -326,9 +378,10 @@ def alerts(st: Settings) -> list[Alert]:
     return out
 
 
-def rules_doc(profile: Profile) -> dict[str, Any]:
-    """The rule file as a mapping (two groups: recording, alerts)."""
-    st = settings(profile)
+def rules_doc(profile: Profile, st: Settings | None = None) -> dict[str, Any]:
+    """The rule file as a mapping (two groups: recording, alerts); ``st`` overrides :func:`settings` (the
+    Kubernetes target knows its gateway job where the systemd render may not)."""
+    st = st or settings(profile)
     alert_rules = []
     for a in alerts(st):
         rule: dict[str, Any] = {"alert": a.name, "expr": a.expr}
@@ -347,7 +400,7 @@ def rules_doc(profile: Profile) -> dict[str, Any]:
 
 def rules_text(profile: Profile, header: str) -> str:
     """The rule file (``promtool check rules`` accepts it)."""
-    return (f"{header}\n# Recording and alert rules; each alert's runbook_url points into production.md section 12.\n"
+    return (f"{header}\n# Recording and alert rules; each alert's runbook_url points into docs/runbook.md#alert-runbook.\n"
             + to_yaml(rules_doc(profile)))
 
 

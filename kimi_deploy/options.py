@@ -6,7 +6,7 @@ Each :class:`Option` row of :data:`OPTIONS` drives every place an SGLang option 
 - the launch builder (:func:`kimi_deploy.launch.build_launch` emits the rows in table order);
 - the version rules (:data:`kimi_deploy.versions.RULES` are the rows' :class:`Spelling` entries);
 - ``init``'s commented profile (``templates/profile.toml.j2`` loops over the rows);
-- production.md's option table (:func:`markdown_table`; a test keeps the document equal to it);
+- the option table of docs/reference/profile.md (:func:`markdown_table`; a test keeps the page equal to it);
 - the flags ``extra_args`` may not set (:func:`owned_flags`) and the variables ``[environment]`` may not
   set (:func:`owned_env` and :data:`CACHE_ENV`, which also drives the launch's cache variables);
 - what ``status`` redacts and ignores in SGLang's merged command (:func:`secret_flags`, :func:`merged_flags`);
@@ -15,8 +15,8 @@ Each :class:`Option` row of :data:`OPTIONS` drives every place an SGLang option 
 - which rank of a multi-node group carries a row (:class:`Scope`, :meth:`Option.on_rank`).
 
 Adding an option is one row here plus a value in ``tests/test_options_table.py``'s ``VALUES``; then
-``KIMI_DEPLOY_UPDATE_GOLDEN=1 python -m pytest tests/test_options_table.py`` rewrites production.md's copy of
-the table. A row left at its default changes no rendered file (the profile digest leaves it out:
+``KIMI_DEPLOY_UPDATE_GOLDEN=1 python -m pytest tests/test_options_table.py`` (or ``scripts/gen-reference``) rewrites
+docs/reference/profile.md's copy of the table. A row left at its default changes no rendered file (the profile digest leaves it out:
 :data:`kimi_deploy.profile.DIGEST_SGLANG_KEYS`). Flag names, aliases and defaults are SGLang 0.5.23's
 (``sglang/srt/server_args.py``, ``ServerArgs`` and ``add_cli_args``); release boundaries are from SGLang's
 changelog as summarised in ``shared/notes/sglang-0.5.23.md``.
@@ -33,7 +33,7 @@ from kimi_deploy.values import MAX_ITEMS, AbsPath, ArgValue, Host, Token
 
 class Scope(enum.StrEnum):
     """Where a row takes effect once a deployment has more than one process or host (its value is the
-    text production.md's table shows).
+    text docs/reference/profile.md's option table shows).
 
     - ``EVERY_RANK`` ("every rank"): every SGLang process of a replica; each node of a multi-node group
       renders it identically (model, parallelism, kernels, caches).
@@ -243,7 +243,7 @@ OPTIONS: tuple[Option, ...] = (
     Option("enable_metrics", bool, False, "--enable-metrics: Prometheus /metrics on the server port", "switch",
            Scope.EVERY_RANK, _flag("--enable-metrics"),
            comment=("Prometheus metrics (sglang:*) at /metrics on the server port; no API key is needed to read "
-                    "them, so bind host/port to a trusted network ([monitoring] and production.md section 12).",)),
+                    "them, so bind host/port to a trusted network ([monitoring] and docs/runbook.md#monitoring).",)),
     Option("api_key_file", AbsPath | None, None, "file holding the API key (--api-key, via a credential)",
            "secrets-config", Scope.SERVING_RANK,
            _flag("--config", source="sglang server_args.py: YAML file of options merged before the command line"),
@@ -362,7 +362,7 @@ def _spelled(s: Spelling) -> str:
 
 
 def markdown_table() -> str:
-    """production.md's option table (GitHub markdown, one line per row, ending in a newline)."""
+    """docs/reference/profile.md's option table (GitHub markdown, one line per row, ending in a newline)."""
     lines = ["| profile key (`[sglang]`) | SGLang spelling: releases | applies on | source |",
              "|---|---|---|---|"]
     for o in ALL_OPTIONS:

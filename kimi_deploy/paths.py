@@ -89,6 +89,12 @@ def gateway_service(service: str) -> str:
     return f"{service}-gateway"
 
 
+def gateway_check_textfile(service: str) -> str:
+    """``/var/lib/<service>-gateway/check.prom``: the Prometheus textfile of the gateway host's nightly
+    ``check --each-worker`` (one series set per worker, label ``worker``), for node_exporter's textfile collector."""
+    return f"{service_state_dir(gateway_service(service))}/check.prom"
+
+
 def gateway_check_report(service: str) -> str:
     """``/var/lib/<service>-gateway/check-workers.json``: the gateway host's nightly ``check --each-worker`` report
     (its check unit's ``StateDirectory=<service>-gateway``)."""

@@ -125,7 +125,7 @@ except Exception as exc:
              "choose another [fleet] dist_init_port")
     fail("store", "rank 0 at %s did not answer within %g s: %s" % (where, timeout, text),
          "start rank 0's unit on %s; check that it listens (`ss -ltn 'sport = :%d'` there) and that its "
-         "firewall lets TCP port %d in from %s (production.md lists the ports)" % (rank0, port, port, node),
+         "firewall lets TCP port %d in from %s (docs/runbook.md#firewall-between-the-nodes lists the ports)" % (rank0, port, port, node),
          timed_out=True)
 passed("store")
 # 4. join
@@ -164,7 +164,7 @@ except Exception as exc:
              "that has one" % (nic, node))
     fail("gloo", "gloo could not connect every rank over %s within %g s: %s" % (nic, timeout, text),
          "a peer failed (read its preflight message), its %s is on another network, or a firewall blocks "
-         "TCP between the nodes' data addresses (gloo and NCCL use ephemeral ports; production.md)" % nic,
+         "TCP between the nodes' data addresses (gloo and NCCL use ephemeral ports; docs/runbook.md#firewall-between-the-nodes)" % nic,
          timed_out="imeout" in text)
 passed("gloo")
 store.set(key("done", rank), node)

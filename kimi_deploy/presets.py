@@ -166,7 +166,7 @@ PRESETS: dict[str, Preset] = {
             data=_REFERENCE_DATA,
             measure="needs the opt-in patches sm120-flashinfer-allreduce-fusion and sm120-torch-symm-mem "
                     "(experimental); measure at TP8 against an NCCL-only baseline and against "
-                    f"{PCIE_IPC} (production.md section 4): upstream closed the same fusion gates after a "
+                    f"{PCIE_IPC} (docs/runbook.md#measuring-an-all-reduce-change): upstream closed the same fusion gates after a "
                     "TP4 PCIe regression, the only positive figure is TP2",
         ),
         Preset(

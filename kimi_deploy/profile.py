@@ -34,7 +34,7 @@ from typing import Any, Literal
 
 import tomli_w
 from pydantic import (BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, create_model,
-                      field_validator)
+                      field_validator, model_validator)
 
 from kimi_deploy.argv import expansions
 from kimi_deploy.errors import ProfileError
@@ -194,6 +194,11 @@ RESERVED_LABELS = frozenset({"job", "instance", "severity", "service", "alertnam
 JOB_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.:-]{0,127}")
 #: A runbook base URL or path: no spaces, quotes, ``#`` (the kit appends ``#anchor``) or template braces.
 RUNBOOK = re.compile(r"[A-Za-z0-9_@+=:,./~%?&;-]{1,2000}")
+#: ``[monitoring] runbook_url``'s default: the runbook's path in the repository (alerts link to its anchors).
+RUNBOOK_DEFAULT = "docs/runbook.md"
+#: The default the first installed profiles had, before the runbook moved to docs/: :meth:`Profile.digest` hashes
+#: :data:`RUNBOOK_DEFAULT` as this, so the runbook's move changes no profile's digest and no rendered header.
+RUNBOOK_DEFAULT_DIGESTED = "production.md"
 
 
 def check_scrape_target(value: str) -> str:
@@ -262,7 +267,7 @@ class Monitoring(_Section):
     spec_accept_length_min: float | None = Field(None, ge=1, le=64, allow_inf_nan=False,
                                                  description="mean accepted tokens per step below which "
                                                              "speculative decoding has collapsed (default 1.5)")
-    runbook_url: str = Field("production.md", description="where production.md is read; alerts link to anchors")
+    runbook_url: str = Field(RUNBOOK_DEFAULT, description="where docs/runbook.md is read; alerts link to its anchors")
 
     @field_validator("job", "check_job", "gateway_job")
     @classmethod
@@ -403,6 +408,8 @@ IMAGE = re.compile(r"(?P<repo>[a-z0-9][a-z0-9._/:-]*?)(?::(?P<tag>[A-Za-z0-9_][A
                    r"(?:@(?P<digest>sha256:[0-9a-f]{64}))?")
 #: A Kubernetes resource quantity as the kit writes them (``64Gi``, ``500Mi``; apimachinery ``resource.Quantity``).
 QUANTITY = re.compile(r"[1-9][0-9]{0,6}(Ki|Mi|Gi|Ti)")
+#: A CPU quantity: whole cores (``64``) or millicores (``500m``).
+CPU_QUANTITY = re.compile(r"[1-9][0-9]{0,3}|[1-9][0-9]{0,6}m")
 #: A command name found on PATH (no ``/``; not starting with ``-`` or ``.``).
 COMMAND_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.+-]{0,254}")
 #: A five-field cron schedule (CronJob ``spec.schedule``): digits, ``*``, ``,``, ``-``, ``/`` per field.
@@ -456,6 +463,87 @@ def check_image(v: str) -> str:
     return v
 
 
+#: Pod Security Standards levels a namespace can enforce (``pod-security.kubernetes.io/enforce``).
+POD_SECURITY_LEVELS = ("restricted", "baseline", "privileged")
+
+
+class ClaimSource(_Section):
+    """``model_volume.persistentVolumeClaim``: a PersistentVolumeClaim (Kubernetes ``PersistentVolumeClaimVolumeSource``;
+    mounted read-only)."""
+
+    claimName: str = Field(..., description="the claim holding the weights (created by the operator)")
+
+    @field_validator("claimName")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        return check_dns_label(v, "claimName")
+
+
+class ImageSource(_Section):
+    """``model_volume.image``: an OCI image (artifact) holding the weights (Kubernetes ``ImageVolumeSource``,
+    beta since 1.33, read-only by design)."""
+
+    reference: str = Field(..., description="the image with the weights, pinned by tag or digest")
+    pullPolicy: Literal["Always", "IfNotPresent", "Never"] = Field("IfNotPresent", description="image pull policy")
+
+    @field_validator("reference")
+    @classmethod
+    def _ref(cls, v: str) -> str:
+        return check_image(v)
+
+
+class HostPathSource(_Section):
+    """``model_volume.hostPath``: a folder of the node (Kubernetes ``HostPathVolumeSource``, type Directory).
+    Forbidden by Pod Security ``baseline`` and ``restricted``: needs ``pod_security = "privileged"``."""
+
+    path: str = Field(..., description="the node's model folder")
+
+    @field_validator("path")
+    @classmethod
+    def _path(cls, v: str) -> str:
+        return check_abs_path(v)
+
+
+#: The old ``[kubernetes]`` keys of the model volume and the form that replaced them (a refusal names it).
+OLD_MODEL_VOLUME_KEYS = ("model_claim", "model_host_path")
+
+
+class ModelVolume(_Section):
+    """``[kubernetes] model_volume``: where the weights come from, as exactly one Kubernetes volume source under
+    its Kubernetes field name, e.g. ``model_volume = { persistentVolumeClaim = { claimName = "kimi-k25-weights" } }``.
+
+    ``persistentVolumeClaim`` and ``image`` are volume types Pod Security ``restricted`` allows (kubernetes/
+    pod-security-admission ``policy/check_restrictedVolumes.go``); ``hostPath`` is forbidden from ``baseline`` up.
+    """
+
+    persistentVolumeClaim: ClaimSource | None = None
+    image: ImageSource | None = None
+    hostPath: HostPathSource | None = None
+
+    @model_validator(mode="after")
+    def _one(self) -> "ModelVolume":
+        set_ = [k for k in ("persistentVolumeClaim", "image", "hostPath") if getattr(self, k) is not None]
+        if len(set_) != 1:
+            raise ValueError(f"model_volume needs exactly one of persistentVolumeClaim, image, hostPath (got "
+                             f"{', '.join(set_) or 'none'}); e.g. model_volume = {{ persistentVolumeClaim = "
+                             "{ claimName = \"kimi-k25-weights\" } }")
+        return self
+
+    @property
+    def kind(self) -> str:
+        """The source's Kubernetes field name (``persistentVolumeClaim``, ``image`` or ``hostPath``)."""
+        return next(k for k in ("persistentVolumeClaim", "image", "hostPath") if getattr(self, k) is not None)
+
+    def volume(self) -> dict[str, Any]:
+        """The pod ``volumes[]`` entry's source (without ``name``)."""
+        if self.persistentVolumeClaim is not None:
+            return {"persistentVolumeClaim": {"claimName": self.persistentVolumeClaim.claimName, "readOnly": True}}
+        if self.image is not None:
+            return {"image": {"reference": self.image.reference, "pullPolicy": self.image.pullPolicy}}
+        assert self.hostPath is not None
+        return {"hostPath": {"path": self.hostPath.path, "type": "Directory"}}
+
+
 class Kubernetes(_Section):
     """``[kubernetes]``: how ``render --target kubernetes`` turns the profile into LeaderWorkerSet manifests.
 
@@ -470,12 +558,17 @@ class Kubernetes(_Section):
     name: str | None = Field(None, description="object name prefix (default: [service] name, if a DNS label)")
     node_gpus: int = Field(8, ge=1, le=64, description="GPUs each node of the node type has (nvidia.com/gpu)")
     node_selector: dict[str, str] = Field(default_factory=dict, description="nodeSelector of the SGLang pods")
-    model_volume: Literal["hostPath", "pvc"] = Field("hostPath", description="where the weights come from")
-    model_host_path: str | None = Field(None, description="hostPath: the node's model folder (default model_mount)")
-    model_claim: str | None = Field(None, description="pvc: the PersistentVolumeClaim holding the weights")
+    model_volume: ModelVolume | None = Field(None, description="where the weights come from: one Kubernetes volume "
+                                                               "source (persistentVolumeClaim, image or hostPath)")
+    pod_security: Literal["restricted", "baseline", "privileged"] = Field(
+        "restricted", description="Pod Security level the rendered namespace enforces; privileged only when "
+                                  "hostPath volumes or rdma (hostNetwork) need it, set explicitly")
     model_mount: str = Field("/models", description="where the weights are mounted (read-only) in the pod; "
                                                    "must hold [sglang] model_path")
-    shm_size: str = Field("64Gi", description="size limit of /dev/shm (memory-backed emptyDir)")
+    shm_size: str = Field("64Gi", description="size limit of /dev/shm (memory-backed emptyDir, counted in memory)")
+    cpu: str = Field("64", description="CPU request = limit of each SGLang pod (Guaranteed QoS)")
+    memory: str = Field("512Gi", description="memory request = limit of each SGLang pod (Guaranteed QoS); "
+                                             "holds /dev/shm, the ranks' host memory and the weights' page cache")
     cache_host_path: str | None = Field(None, description="node folder for the compile caches (kept across pod "
                                                           "restarts; owned by run_as_user); default: an emptyDir")
     nic: str = Field("eth0", description="the pod's data NIC (NCCL/GLOO_SOCKET_IFNAME) for multi-node groups")
@@ -484,10 +577,22 @@ class Kubernetes(_Section):
     run_as_user: int = Field(1000, ge=1, le=2**31 - 1, description="non-root UID of every container")
     rdma: bool = Field(False, description="hostNetwork for RDMA NICs (the only reason the pods leave the pod network)")
     gateway_image: str | None = Field(None, description="image with the pinned smg (needed with [gateway])")
+    gateway_replicas: int = Field(2, ge=1, le=16, description="gateway pods (a PodDisruptionBudget keeps all but "
+                                                              "one through a drain)")
+    gateway_cpu: str = Field("1", description="CPU request of each gateway pod")
+    gateway_memory: str = Field("2Gi", description="memory request = limit of each gateway pod")
     gateway_python: str = Field("python3", description="the interpreter smg is installed in inside gateway_image "
                                                        "(a name on PATH or a path)")
     check_image: str | None = Field(None, description="image with the pinned kimi-deploy for the nightly check CronJob")
     check_schedule: str = Field("0 3 * * *", description="cron schedule of the nightly check (cluster time zone)")
+    scrape: Literal["prometheus-operator", "annotations", "none"] = Field(
+        "prometheus-operator", description="how a cluster Prometheus finds the metrics: PodMonitor, ServiceMonitor "
+                                           "and PrometheusRule objects, prometheus.io/* pod annotations, or nothing")
+    monitor_labels: dict[str, str] = Field(default_factory=dict, description="labels on the PodMonitor, "
+                                           "ServiceMonitor and PrometheusRule (what your Prometheus selects, e.g. "
+                                           "release = \"kube-prometheus-stack\")")
+    pushgateway: str | None = Field(None, description="http(s)://HOST:PORT of a Prometheus Pushgateway the nightly "
+                                                      "check pushes its result to (the metric its alerts read)")
     check_report_claim: str | None = Field(None, description="PVC the check writes check-report.json to "
                                                              "(default: a 1Gi claim <name>-check-reports is rendered)")
 
@@ -496,7 +601,22 @@ class Kubernetes(_Section):
     def _image(cls, v: str | None) -> str | None:
         return None if v is None else check_image(v)
 
-    @field_validator("namespace", "name", "secret_name", "model_claim", "check_report_claim")
+    @model_validator(mode="before")
+    @classmethod
+    def _old_keys(cls, data: Any) -> Any:
+        """The kit's first form (``model_volume = "pvc"`` + ``model_claim``, ``"hostPath"`` +
+        ``model_host_path``) is refused with the table that replaced it."""
+        if isinstance(data, dict) and (isinstance(data.get("model_volume"), str)
+                                       or any(k in data for k in OLD_MODEL_VOLUME_KEYS)):
+            claim, path = data.get("model_claim") or "CLAIM", data.get("model_host_path") or "/models"
+            raise ValueError(
+                "model_volume is now one Kubernetes volume source, and model_claim / model_host_path are gone; "
+                f"write model_volume = {{ persistentVolumeClaim = {{ claimName = \"{claim}\" }} }} (admitted by "
+                f"Pod Security restricted), or model_volume = {{ hostPath = {{ path = \"{path}\" }} }} with "
+                "pod_security = \"privileged\"")
+        return data
+
+    @field_validator("namespace", "name", "secret_name", "check_report_claim")
     @classmethod
     def _names(cls, v: str | None) -> str | None:
         return None if v is None else check_dns_label(v)
@@ -513,12 +633,19 @@ class Kubernetes(_Section):
                              "digits and _.+-, not starting with - or .), e.g. python3 or /opt/venv/bin/python")
         return v
 
-    @field_validator("model_host_path", "model_mount", "cache_host_path")
+    @field_validator("model_mount", "cache_host_path")
     @classmethod
     def _paths(cls, v: str | None) -> str | None:
         return None if v is None else check_abs_path(v)
 
-    @field_validator("shm_size")
+    @field_validator("cpu", "gateway_cpu")
+    @classmethod
+    def _cpu(cls, v: str) -> str:
+        if not CPU_QUANTITY.fullmatch(v):
+            raise ValueError(f"cpu {v!r} is not a CPU quantity such as \"64\" (cores) or \"500m\" (millicores)")
+        return v
+
+    @field_validator("shm_size", "memory", "gateway_memory")
     @classmethod
     def _quantity(cls, v: str) -> str:
         if not QUANTITY.fullmatch(v):
@@ -537,7 +664,15 @@ class Kubernetes(_Section):
     def _cron(cls, v: str) -> str:
         return check_cron(v)
 
-    @field_validator("node_selector")
+    @field_validator("pushgateway")
+    @classmethod
+    def _pushgateway(cls, v: str | None) -> str | None:
+        if v is not None and not re.fullmatch(r"https?://[A-Za-z0-9._\[\]:-]+(:[0-9]{1,5})?/?", v):
+            raise ValueError(f"pushgateway {v!r} is not http(s)://HOST:PORT, e.g. "
+                             "\"http://prometheus-pushgateway.monitoring.svc:9091\"")
+        return v
+
+    @field_validator("node_selector", "monitor_labels")
     @classmethod
     def _selector(cls, v: dict[str, str]) -> dict[str, str]:
         for key, value in v.items():
@@ -652,12 +787,14 @@ class Profile(BaseModel):
         use them keeps the digest recorded by earlier installs (no false drift) and the golden files theirs:
         the tables of :data:`DIGEST_OMITS_UNSET` while absent, and every ``[sglang]`` row outside
         :data:`DIGEST_SGLANG_KEYS` while it equals its default (a row added to the option table needs no edit
-        here).
+        here). A default that moved is hashed as its first value (:data:`RUNBOOK_DEFAULT_DIGESTED`).
         """
         data = self.model_dump(mode="json")
         for table in DIGEST_OMITS_UNSET:
             if data.get(table) is None:
                 data.pop(table, None)
+        if data["monitoring"]["runbook_url"] == RUNBOOK_DEFAULT:
+            data["monitoring"]["runbook_url"] = RUNBOOK_DEFAULT_DIGESTED
         for option in OPTIONS:
             default = option.default() if isinstance(option.default, type) else option.default
             if option.key not in DIGEST_SGLANG_KEYS and data["sglang"].get(option.key) == default:
@@ -1172,6 +1309,11 @@ def toml_value(value: Any) -> str:
     return tomli_w.dumps({"v": value}).removeprefix("v = ").rstrip("\n")
 
 
+def _without_none(table: dict[str, Any]) -> dict[str, Any]:
+    """``table`` without ``None`` values, nested tables too (TOML has no null)."""
+    return {k: _without_none(v) if isinstance(v, dict) else v for k, v in table.items() if v is not None}
+
+
 def dump_profile(profile: Profile) -> str:
     """The profile as canonical TOML: every value after defaults, unset (``None``) ones left out.
 
@@ -1190,5 +1332,5 @@ def dump_profile(profile: Profile) -> str:
     if data["gateway"] is not None:
         tables["gateway"] = data["gateway"]
     if data.get("kubernetes") is not None:
-        tables["kubernetes"] = {k: v for k, v in data["kubernetes"].items() if v is not None}
+        tables["kubernetes"] = _without_none(data["kubernetes"])
     return tomli_w.dumps(tables)

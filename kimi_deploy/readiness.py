@@ -80,7 +80,7 @@ IDENTITY = {"Accept-Encoding": "identity"}
 def request_capped(client: httpx.Client, method: str, path: str, *, read_body: bool = True,
                    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES, **kw: Any) -> tuple[int, Any]:
     """``(status, body)`` of one request of the kit's control-plane clients (status, restart, the gateway's
-    worker API), read as ``check`` reads a server (production.md, "Limits on what check and bench read").
+    worker API), read as ``check`` reads a server (docs/reference/limits.md).
 
     ``body``: the parsed JSON (any JSON type), ``None`` when not asked (``read_body`` False: the status
     alone counts) or when the body is not JSON (also nested too deep for the parser), or a

@@ -1,4 +1,4 @@
-"""A GPU host's layout inside a test container, as production.md §0 sets one up.
+"""A GPU host's layout inside a test container, as docs/runbook.md#put-kimi-deploy-on-the-host sets one up.
 
 Inside the container (tests/systemd_container.py), outside /home and /root as ``ProtectHome=yes``
 requires:
@@ -7,7 +7,7 @@ requires:
 |---|---|
 | ``/opt/kimi-deploy/bin/kimi-deploy`` | the kit (this checkout, read-only at ``/opt/kimi-deploy/src``) in its own venv ``/opt/kimi-deploy/venv`` |
 | ``/opt/sglang/.venv/bin/python`` | the SGLang 0.5.23 test environment (``KIMI_DEPLOY_SGLANG_PYTHON``): its site-packages under a throwaway overlay, so ``kimi-deploy patch apply`` can write while the shared environment stays read-only |
-| ``/opt/smg/.venv/bin/smg`` | with ``smg=``: the pinned gateway (smg 1.13.0, ``KIMI_DEPLOY_SMG``), production.md §13's path: its site-packages bound read-only |
+| ``/opt/smg/.venv/bin/smg`` | with ``smg=``: the pinned gateway (smg 1.13.0, ``KIMI_DEPLOY_SMG``), docs/runbook.md#replicas-behind-a-gateway's path: its site-packages bound read-only |
 | ``/models/Kimi-K2.5`` | a model folder with the scripted Kimi tokenizer (tests/replay/kimi_tokenizer.py), read-only |
 | ``/out`` | a writable host folder to bring files out |
 
@@ -146,7 +146,7 @@ PYTHONPATH = "{STANDIN}"
 """
 
 
-#: The operator's PATH inside: the kit's bin folder first (production.md §0 links it into /usr/local/bin,
+#: The operator's PATH inside: the kit's bin folder first (docs/runbook.md#put-kimi-deploy-on-the-host links it into /usr/local/bin,
 #: which is the host's read-only /usr here).
 PATH = f"/opt/kimi-deploy/bin:{OPERATOR_ENV['PATH']}"
 
@@ -284,11 +284,11 @@ def exposure(analyze_output: str) -> str:
 
 
 def documented_exposure(repo_root: Path, hardening: str | None) -> str:
-    """The exposure production.md's table in §2 states for the server unit at ``hardening``, or for the
+    """The exposure the design record's table (docs/design.md#the-server-unit-line-by-line) states for the server unit at ``hardening``, or for the
     nightly check unit (``kimi-deploy-check@<name>.service``) when ``hardening`` is None."""
-    text = (repo_root / "production.md").read_text()
+    text = (repo_root / "docs" / "design.md").read_text()
     row = (r"`kimi-deploy-check@<name>\.service`[^|]*" if hardening is None
            else rf'server, `hardening = "{re.escape(hardening)}"` ')
     m = re.search(rf"^\| {row}\| (\d+\.\d)\b", text, re.M)
-    assert m, f"production.md §2 has no exposure row for {hardening or 'the check unit'}"
+    assert m, f"docs/design.md has no exposure row for {hardening or 'the check unit'}"
     return m.group(1)

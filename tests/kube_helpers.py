@@ -91,10 +91,40 @@ def core_errors(document: dict[str, Any]) -> list[str]:
     return []
 
 
+#: Prometheus Operator CRDs (tests/data/crds/README.md: prometheus-operator 0.93.0 at 6adcebc5), by kind.
+OPERATOR_CRDS = {"PodMonitor": "monitoring.coreos.com_podmonitors.yaml",
+                 "ServiceMonitor": "monitoring.coreos.com_servicemonitors.yaml",
+                 "PrometheusRule": "monitoring.coreos.com_prometheusrules.yaml"}
+CRD_DIR = Path(__file__).parent / "data" / "crds"
+
+
+@functools.lru_cache(maxsize=None)
+def _crd_schema(path: str, version: str) -> dict[str, Any]:
+    crd = yaml.safe_load(Path(path).read_text())
+    (served,) = [v for v in crd["spec"]["versions"] if v["name"] == version]
+    schema = copy.deepcopy(served["schema"]["openAPIV3Schema"])
+    schema["properties"]["metadata"] = {"type": "object", "additionalProperties": False, "properties": {
+        "name": {"type": "string"}, "namespace": {"type": "string"},
+        "labels": {"type": "object", "additionalProperties": {"type": "string"}}}}
+    return _close_objects(schema)
+
+
+def operator_errors(document: dict[str, Any]) -> list[str]:
+    """JSON-schema errors of a Prometheus Operator object against its CRD (closed as for LWS; empty: valid)."""
+    import jsonschema
+
+    assert document["apiVersion"] == "monitoring.coreos.com/v1", document["apiVersion"]
+    schema = _crd_schema(str(CRD_DIR / OPERATOR_CRDS[document["kind"]]), "v1")
+    validator = jsonschema.Draft4Validator(schema)
+    return sorted(f"{'/'.join(map(str, e.absolute_path))}: {e.message}" for e in validator.iter_errors(document))
+
+
 def validate_document(document: dict[str, Any]) -> list[str]:
     """Errors of one rendered document by its kind (Kustomization is checked by kubectl instead)."""
     if document["kind"] == "LeaderWorkerSet":
         return lws_errors(document)
+    if document["kind"] in OPERATOR_CRDS:
+        return operator_errors(document)
     if document["kind"] == "Kustomization":
         return []
     return core_errors(document)
@@ -142,3 +172,20 @@ def substitute_lws(args: list[str], *, leader_address: str, group_size: int, wor
             arg = arg.replace(var, value)
         out.append(arg)
     return out
+
+
+def qos_class(spec: dict[str, Any]) -> str:
+    """The pod's QoS class as the kubelet computes it (kubernetes ``pkg/apis/core/helper/qos/qos.go``
+    ``ComputePodQOS``, containers and init containers, CPU and memory only): ``Guaranteed`` when every container
+    sets CPU and memory limits and its requests (defaulted to the limits when unset) equal them; ``BestEffort``
+    when no container requests or limits either; else ``Burstable``. Quantities are compared as written."""
+    containers = [*spec.get("initContainers", ()), *spec["containers"]]
+    any_set, guaranteed = False, True
+    for container in containers:
+        resources = container.get("resources") or {}
+        limits = {k: v for k, v in (resources.get("limits") or {}).items() if k in ("cpu", "memory")}
+        requests = {**limits, **{k: v for k, v in (resources.get("requests") or {}).items() if k in ("cpu", "memory")}}
+        any_set = any_set or bool(limits or requests)
+        if set(limits) != {"cpu", "memory"} or requests != limits:
+            guaranteed = False
+    return "Guaranteed" if guaranteed else ("Burstable" if any_set else "BestEffort")

@@ -2,7 +2,7 @@
 
 Small sizes; the figures are held only to what causality guarantees on any machine, however loaded:
 no latency below the server's own delays, no throughput above what it can send. How close they come
-to the truth is a measurement of speed, benchmarks/calibrate.py's job (production.md §10).
+to the truth is a measurement of speed, benchmarks/calibrate.py's job (docs/design.md#benchmark-calibration).
 Truth for TTFT 60 ms, a 4-token chunk every 10 ms, 32 tokens: 8 chunks, E2E 60 + 7 x 10 = 130 ms,
 TPOT 70 / 31 = 2.258 ms, 4 tokens per chunk.
 """

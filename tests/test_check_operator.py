@@ -48,12 +48,12 @@ def synthetic():
 
 @pytest.fixture
 def synthetic_eos():
-    """benchmarks/synthetic_server.py as production.md §9 runs it for a check in seconds: answers that
+    """benchmarks/synthetic_server.py as docs/runbook.md#reading-a-failed-check runs it for a check in seconds: answers that
     end after 16 tokens, as a model's do."""
     yield from _serve("--eos-tokens", str(EOS_TOKENS))
 
 
-#: The synthetic server's ``--eos-tokens`` in the run production.md §9 describes.
+#: The synthetic server's ``--eos-tokens`` in the run docs/design.md#what-each-case-costs describes.
 EOS_TOKENS = 16
 
 
@@ -125,7 +125,7 @@ def test_synthetic_server_eos_tokens_keeps_ignore_eos_requests_whole(synthetic_e
 
 
 def test_whole_suite_asks_for_a_bounded_number_of_tokens():
-    """Every contract case's max_tokens: sized to the case (production.md §9), none at the old 4096/8192."""
+    """Every contract case's max_tokens: sized to the case (docs/reference/check-ids.md), none at the old 4096/8192."""
     sizes = {c.name: c.max_tokens for c in CASES}
     assert {n: s for n, s in sizes.items() if not n.startswith("arguments.")} == \
         {n: REPLY_TOKENS for n in sizes if not n.startswith("arguments.")}

@@ -226,7 +226,7 @@ def test_library_interface_for_restart(replay):
 
 
 #: parser.tool_calls.<case> -> kind, where SGLang 0.5.23 as released breaks the attribution rule
-#: (production.md section 4): every other parser.* case passes on it, every case on the patched tree.
+#: (docs/design.md#the-patch-series): every other parser.* case passes on it, every case on the patched tree.
 PARSER_FAILS_UNPATCHED = {
     "notes.item2_sanitised_id": "tool_call_dropped",
     "notes.item3_no_separators": "markup_leak",

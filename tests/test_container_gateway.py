@@ -1,8 +1,8 @@
 """Container tier, group 3: the gateway unit starts in front of two replicas under a real systemd 252.
 
-Issue 17, scenario 7. One boot (tests/systemd_container.py) laid out as production.md §0 and §13 set a
-host up (tests/container_host.py), with the real pinned gateway (smg 1.13.0, ``KIMI_DEPLOY_SMG``) at
-``/opt/smg/.venv``. The operator follows §13's runbook: one API key file, ``validate --gateway``, each
+Issue 17, scenario 7. One boot (tests/systemd_container.py) laid out as docs/runbook.md (its install step and
+"Replicas behind a gateway") sets a host up (tests/container_host.py), with the real pinned gateway (smg 1.13.0, ``KIMI_DEPLOY_SMG``) at
+``/opt/smg/.venv``. The operator follows that runbook: one API key file, ``validate --gateway``, each
 host's part installed with ``kimi-deploy install``, the replicas started with ``restart --wait``, the
 gateway unit with ``systemctl start``.
 
@@ -24,7 +24,7 @@ The tests run in file order against that host:
 - ``/workers`` lists both replicas, ready and healthy;
 - the gateway host's nightly check unit runs ``check --each-worker`` against both;
 - ``kimi-deploy status`` on the gateway host reports the gateway unit, that check and the gateway's view;
-- ``systemd-analyze security`` of the running gateway unit is the exposure production.md §13 states;
+- ``systemd-analyze security`` of the running gateway unit is the exposure docs/design.md#the-gateway-unit states;
 - with one replica unit stopped, chat completions through the gateway still answer 200 (smg retried
   the ones it sent there).
 """
@@ -53,7 +53,7 @@ GATEWAY = f"http://{GATEWAY_HOST}:{GATEWAY_PORT}"
 
 
 def fleet_profile() -> str:
-    """The fleet's profile (production.md §13): the replicas' [sglang] on every address, the gateway on loopback.
+    """The fleet's profile (docs/runbook.md#replicas-behind-a-gateway): the replicas' [sglang] on every address, the gateway on loopback.
 
     ``round_robin``: every replica gets requests, so a stopped one is really sent traffic (the default
     ``cache_aware`` may send a short prompt to one worker only)."""
@@ -204,14 +204,14 @@ def test_status_shows_the_gateways_view(host):
 
 
 def documented_gateway_exposure(repo_root) -> str:
-    """The gateway unit's exposure production.md §13 states ("What the gateway unit does, and why")."""
-    text = (repo_root / "production.md").read_text()
+    """The gateway unit's exposure docs/design.md#the-gateway-unit states."""
+    text = (repo_root / "docs" / "design.md").read_text()
     m = re.search(r"`systemd-analyze security[^`]*` \(systemd 252\): \*\*(\d+\.\d)\*\*", text)
-    assert m, "production.md states no exposure for the gateway unit"
+    assert m, "docs/design.md states no exposure for the gateway unit"
     return m.group(1)
 
 
-def test_running_gateway_unit_has_the_exposure_production_md_states(host, repo_root):
+def test_running_gateway_unit_has_the_exposure_the_design_record_states(host, repo_root):
     out = host.sh(f"systemd-analyze security {GATEWAY_UNIT} --no-pager").stdout
     assert exposure(out) == documented_gateway_exposure(repo_root)
 

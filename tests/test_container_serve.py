@@ -4,8 +4,8 @@ One boot (tests/systemd_container.py) laid out as a GPU host (tests/container_ho
 applies the patch series, installs the profile and runs ``kimi-deploy restart --wait``, then the
 tests below run in file order against that one host (issue 17, scenarios 1, 2, 5 and 6):
 
-1. the hardened unit (``hardening = "standard"``) starts and serves, sandboxed as production.md says,
-   with the exposure production.md states;
+1. the hardened unit (``hardening = "standard"``) starts and serves, sandboxed as the design record says,
+   with the exposure it states (docs/design.md#the-server-unit-line-by-line);
 2. the API key arrives only through the credential;
 5. the nightly timer is listed and armed, runs its check unit itself (a missed run, ``Persistent=true``),
    the check unit writes the reports, and fails when the server is down;
@@ -62,7 +62,7 @@ def test_restart_wait_starts_the_hardened_unit_and_it_serves(host, repo_root):
     assert "launch    matches the profile" in status.stdout and "patches   applied" in status.stdout
 
 
-def test_running_unit_has_the_exposure_production_md_states(host, repo_root):
+def test_running_unit_has_the_exposure_the_design_record_states(host, repo_root):
     out = host.sh(f"systemd-analyze security {NAME}.service --no-pager").stdout
     assert exposure(out) == documented_exposure(repo_root, "standard")
 
@@ -125,7 +125,7 @@ def test_nightly_timer_is_listed_and_its_check_unit_reports(host, repo_root):
     assert {"health.ready", "config.tool_call_parser", "contract.tool_auto.stream"} <= ids
     assert "<testsuite" in host.sh(f"cat {state}/check-report.xml").stdout
     assert f'kimi_deploy_check_exit_code{{service="{NAME}"}} 0' in host.sh(f"cat {state}/check.prom").stdout
-    # its sandbox is the one production.md §2 rates (systemd-analyze of the loaded unit, as it ran)
+    # its sandbox is the one docs/design.md#the-server-unit-line-by-line rates (systemd-analyze of the loaded unit, as it ran)
     analyzed = host.sh(f"systemd-analyze security kimi-deploy-check@{NAME}.service --no-pager").stdout
     assert exposure(analyzed) == documented_exposure(repo_root, None)
     # the reports belong to the service user (the unit runs as User=sglang)
@@ -168,7 +168,7 @@ def test_nightly_timer_itself_runs_the_check(host):
 
 def test_nightly_check_unit_fails_when_the_server_is_down(host):
     """With the server stopped the check unit fails (exit 3), so ``systemctl --failed`` and an operator's
-    ``OnFailure=`` handler (production.md §9; here a drop-in naming an alert unit) see it."""
+    ``OnFailure=`` handler (docs/runbook.md#the-nightly-check; here a drop-in naming an alert unit) see it."""
     check = f"kimi-deploy-check@{NAME}.service"
     dropin = f"/etc/systemd/system/{check}.d"
     host.write("/etc/systemd/system/kimi-test-alert@.service",

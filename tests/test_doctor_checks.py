@@ -252,7 +252,7 @@ def test_gated_features_on_sm120_without_their_patches():
     # one command for both: `apply` applies exactly one set, so it names both opt-ins
     want = f"`kimi-deploy patch apply --python {PY} --with {FUSION},{SYMM}`"
     assert fusion.hint.startswith(want) and symm.hint.startswith(want)
-    assert "production.md section 4" in fusion.hint
+    assert "docs/runbook.md#measuring-an-all-reduce-change" in fusion.hint
     assert fusion.hint.endswith("or remove [sglang] flashinfer_allreduce_fusion_backend")
     # only one missing: the command keeps the applied opt-in
     c = by_name(facts(gates=gates(), patches=series_status(applied=DEFAULT_IDS + [SYMM],

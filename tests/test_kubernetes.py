@@ -63,6 +63,7 @@ nodes = ["10.0.0.12"]
 [kubernetes]
 image = "lmsysorg/sglang:v0.5.23-cu130"
 check_image = "registry.example.com/kimi-deploy:0.1.0"
+model_volume = {{ persistentVolumeClaim = {{ claimName = "kimi-k25-weights" }} }}
 node_selector = {{ "node.kubernetes.io/instance-type" = "rtx-pro-6000-x8" }}
 """
 
@@ -102,10 +103,11 @@ policy = "cache_aware"
 image = "lmsysorg/sglang:v0.5.23-cu130"
 gateway_image = "registry.example.com/smg:1.13.0"
 check_image = "registry.example.com/kimi-deploy:0.1.0"
-model_volume = "pvc"
-model_claim = "kimi-k25-weights"
+model_volume = {{ image = {{ reference = "registry.example.com/kimi-k25-weights:2026-01" }} }}
 shm_size = "32Gi"
 check_schedule = "30 2 * * *"
+pushgateway = "http://prometheus-pushgateway.monitoring.svc:9091"
+monitor_labels = {{ release = "kube-prometheus-stack" }}
 """
 
 CASES = {"single-host-replicas": SINGLE, "two-node-groups-gateway": GROUPS}
@@ -208,7 +210,8 @@ def test_shape_probes_and_serving_options_leader_only(tmp_path):
         shm = [v for v in pod["volumes"] if v["name"] == "dshm"][0]["emptyDir"]
         assert shm == {"medium": "Memory", "sizeLimit": "32Gi"}
         models = [v for v in pod["volumes"] if v["name"] == "models"][0]
-        assert models["persistentVolumeClaim"] == {"claimName": "kimi-k25-weights", "readOnly": True}
+        assert models["image"] == {"reference": "registry.example.com/kimi-k25-weights:2026-01",
+                                   "pullPolicy": "IfNotPresent"}
 
 
 def test_gateway_discovers_leaders_in_its_namespace_only(tmp_path):
@@ -307,7 +310,21 @@ BAD = {
     "gpus-the-node-cannot-give": (("kubernetes", {"node_gpus": "4"}), "service.gpu_count", "node_gpus = 4"),
     "loopback-host": (("sglang", {"host": '"127.0.0.1"'}), "sglang.host", "0.0.0.0"),
     "model-outside-mount": (("kubernetes", {"model_mount": '"/weights"'}), "sglang.model_path", "model_mount"),
-    "pvc-without-claim": (("kubernetes", {"model_volume": '"pvc"'}), "kubernetes.model_claim", "needs the claim"),
+    "old-pvc-form": (("kubernetes", {"model_volume": '"pvc"', "model_claim": '"w"'}), "kubernetes",
+                     'model_volume = { persistentVolumeClaim = { claimName = "w" } }'),
+    "no-model-volume": (("kubernetes", {"model_volume": None}), "kubernetes.model_volume",
+                        'persistentVolumeClaim = { claimName = "kimi-k25-weights" }'),
+    "two-model-volumes": (("kubernetes", {"model_volume": '{ persistentVolumeClaim = { claimName = "w" }, '
+                                          'hostPath = { path = "/models" } }'}),
+                          "kubernetes.model_volume", "exactly one of"),
+    "claim-misspelt": (("kubernetes", {"model_volume": '{ persistentVolumeClaim = { claim = "w" } }'}),
+                       "kubernetes.model_volume.persistentVolumeClaim.claim", "did you mean claimName"),
+    "hostpath-under-restricted": (("kubernetes", {"model_volume": '{ hostPath = { path = "/models" } }'}),
+                                  "kubernetes.pod_security", 'set pod_security = "privileged"'),
+    "cache-hostpath-under-baseline": (("kubernetes", {"cache_host_path": '"/var/cache/k"',
+                                                      "pod_security": '"baseline"'}),
+                                      "kubernetes.pod_security", "cache_host_path = /var/cache/k is a hostPath"),
+    "rdma-under-restricted": (("kubernetes", {"rdma": "true"}), "kubernetes.pod_security", "hostNetwork"),
     "no-check-image": (("kubernetes", {"check_image": None}), "kubernetes.check_image", "set check_image"),
     "bad-shm-size": (("kubernetes", {"shm_size": '"64G"'}), "kubernetes.shm_size", "quantity"),
     "bad-schedule": (("kubernetes", {"check_schedule": '"nightly"'}), "kubernetes.check_schedule", "cron"),
@@ -358,11 +375,17 @@ def test_no_kubernetes_table_is_exit_2(tmp_path):
     result = run_cli(["render", "--target", "kubernetes", "--profile", str(write_profile(tmp_path, text)),
                       "--out", str(tmp_path / "out")])
     assert result.exit_code == 2 and "no [kubernetes] table" in result.stderr
+    assert all(f"      {line}\n" in result.stderr for line in kubernetes.MINIMAL_TABLE.splitlines())
+    assert "init --kubernetes" in result.stderr
+    # the minimal form, pasted as shown, renders
+    pasted = text + "\n" + kubernetes.MINIMAL_TABLE + "\n"
     assert not (tmp_path / "out").exists()
+    assert run_cli(["render", "--target", "kubernetes", "--profile", str(write_profile(tmp_path, pasted)),
+                    "--out", str(tmp_path / "pasted")]).exit_code == 0
 
 
 def test_rdma_uses_the_host_network_with_the_reason_said(tmp_path):
-    text = _with(profile_text("two-node-groups-gateway"), "kubernetes", rdma="true",
+    text = _with(profile_text("two-node-groups-gateway"), "kubernetes", rdma="true", pod_security='"privileged"',
                  cache_host_path='"/var/cache/kimi-k25"')
     out = rendered(tmp_path, text)
     lws_text = (out / "server-leaderworkerset.yaml").read_text()
@@ -377,6 +400,7 @@ def test_rdma_uses_the_host_network_with_the_reason_said(tmp_path):
         assert validate_document(document) == [], document["kind"]
     namespace = yaml.safe_load((out / "namespace.yaml").read_text())
     assert namespace["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "privileged"
+    assert "rdma = true puts the server pods on the host network" in (out / "namespace.yaml").read_text()
 
 
 def test_json_names_the_files_and_the_shape(tmp_path):
@@ -405,7 +429,7 @@ def _strings(data) -> set[str]:
     return {data} if isinstance(data, str) else set()
 
 
-K8S_STRING_FIELDS = ["image", "python", "namespace", "name", "model_host_path", "model_mount", "shm_size", "nic",
+K8S_STRING_FIELDS = ["image", "python", "namespace", "name", "model_mount", "shm_size", "nic",
                      "secret_name", "gateway_image", "gateway_python", "check_image", "check_schedule", "check_report_claim"]
 
 
@@ -603,3 +627,88 @@ def test_out_that_is_a_file_is_exit_2_and_the_file_is_kept(tmp_path):
     result = run_cli(["render", "--target", "kubernetes", "--profile", str(profile), "--out", str(out)])
     assert result.exit_code == 2 and "--out" in result.stderr and "is a file" in result.stderr, result.stderr
     assert out.read_text() == "mine\n" and "Traceback" not in result.stderr
+
+
+def _pod_templates(files) -> dict[str, dict]:
+    """``Kind/name[.template]`` -> PodTemplateSpec of every pod the rendered objects create."""
+    import pod_security
+
+    return {where: template for text in files.values() for doc in yaml.safe_load_all(text) if doc
+            for where, template in pod_security.pod_templates(doc)}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_server_is_guaranteed_and_every_container_has_a_memory_bound(case):
+    """The 8-GPU pods are the last evicted under node memory pressure (Guaranteed), and no container of any
+    rendered pod can grow without bound (the check's bound is its unit's MemoryMax=2G)."""
+    from kube_helpers import qos_class
+
+    manifests = kubernetes.render(parse_profile(tomllib.loads(profile_text(case))))
+    templates = _pod_templates(manifests.files)
+    for where, template in templates.items():
+        spec = template["spec"]
+        for container in [*spec.get("initContainers", ()), *spec["containers"]]:
+            assert container["resources"]["limits"]["memory"], (where, container["name"])
+        if where.startswith("LeaderWorkerSet"):
+            assert qos_class(spec) == "Guaranteed", where
+            sglang = spec["containers"][0]["resources"]
+            assert sglang["requests"] == sglang["limits"] == {"cpu": "64", "memory": "512Gi", "nvidia.com/gpu": 8}
+    (check,) = [t for w, t in templates.items() if w.startswith("CronJob")]
+    assert check["spec"]["containers"][0]["resources"]["limits"]["memory"] == "2Gi"
+    unit = (Path(kubernetes.__file__).parent.parent / "systemd" / "check.service.j2").read_text()
+    assert "\nMemoryMax=2G\n" in unit  # the same bound: systemd reads G as 1024^3
+
+
+def test_gateway_has_two_replicas_a_disruption_budget_and_an_http_readiness_probe():
+    manifests = kubernetes.render(parse_profile(tomllib.loads(profile_text("two-node-groups-gateway"))))
+    deployment = yaml.safe_load(manifests.files["gateway-deployment.yaml"])
+    pdb = yaml.safe_load(manifests.files["gateway-pdb.yaml"])
+    assert deployment["spec"]["replicas"] == 2
+    assert pdb["kind"] == "PodDisruptionBudget" and pdb["spec"]["maxUnavailable"] == 1
+    assert pdb["spec"]["selector"] == deployment["spec"]["selector"]
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    assert container["readinessProbe"]["httpGet"] == {"path": "/readiness", "port": "http"}
+    assert container["livenessProbe"]["httpGet"] == {"path": "/liveness", "port": "http"}
+    assert container["resources"]["limits"] == {"memory": "2Gi"}
+    assert list(manifests.files).index("gateway-pdb.yaml") > list(manifests.files).index("gateway-deployment.yaml")
+    assert validate_document(pdb) == []
+
+
+def test_the_gateway_probe_paths_are_smgs_own(smg_path):
+    """smg 1.13.0 itself: /readiness is 503 while no worker is healthy (so the Service sends nothing to a gateway
+    with no replica to route to), /liveness 200 while the process serves."""
+    import subprocess
+    import time
+
+    import httpx
+    from loopback import free_port
+
+    port, metrics, dead = free_port(), free_port(), free_port()
+    process = subprocess.Popen([smg_path, "launch", "--host", "127.0.0.1", "--port", str(port),
+                                "--worker-urls", f"http://127.0.0.1:{dead}", "--disable-tokenizer-autoload",
+                                "--prometheus-host", "127.0.0.1", "--prometheus-port", str(metrics)],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        answers: dict[str, int] = {}
+        for _ in range(600):  # bounded: smg listens within seconds
+            try:
+                answers = {path: httpx.get(f"http://127.0.0.1:{port}{path}", timeout=5).status_code
+                           for path in (kubernetes.GATEWAY_READINESS_PATH, kubernetes.GATEWAY_LIVENESS_PATH)}
+                break
+            except httpx.TransportError:
+                assert process.poll() is None, process.stderr.read()
+                time.sleep(0.1)
+        assert answers == {"/readiness": 503, "/liveness": 200}
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
+
+
+def test_shm_at_or_above_the_memory_limit_is_refused():
+    from kimi_deploy.errors import ProfileError
+
+    text = _with(profile_text("single-host-replicas"), "kubernetes", shm_size='"512Gi"')
+    with pytest.raises(ProfileError) as raised:
+        kubernetes.render(parse_profile(tomllib.loads(text)))
+    assert any("kubernetes.shm_size" in p and "counts against the pod's memory limit" in p
+               for p in raised.value.problems)

@@ -228,13 +228,13 @@ def example_config() -> str:
 
 
 def test_the_example_proxy_config_matches_its_golden_file():
-    """The config production.md shows ("Servers the kit cannot patch"); KIMI_DEPLOY_UPDATE_GOLDEN=1 rewrites it."""
+    """The config docs/runbook.md shows ("Servers the kit cannot patch"); KIMI_DEPLOY_UPDATE_GOLDEN=1 rewrites it."""
     text = example_config()
     if os.environ.get("KIMI_DEPLOY_UPDATE_GOLDEN"):
         GOLDEN.parent.mkdir(parents=True, exist_ok=True)
         GOLDEN.write_text(text)
     assert GOLDEN.read_text() == text
-    assert text in (REPO / "production.md").read_text()
+    assert text in (REPO / "docs" / "runbook.md").read_text()
 
 
 # --- the real LiteLLM proxy ----------------------------------------------------------------------------------

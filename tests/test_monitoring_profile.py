@@ -44,7 +44,7 @@ CASES = [
     ("limit-above-max", MINIMAL + "max_running_requests = 16\n\n[monitoring]\nrunning_limit = 32\n",
      ["monitoring.running_limit: 32 is above sglang.max_running_requests = 16"]),
     ("gateway-job-alone", MON + 'gateway_job = "gw"\n', ["gateway_job: set without monitoring.gateway"]),
-    ("runbook-hash", MON + 'runbook_url = "https://x/production.md#a"\n', ["monitoring.runbook_url", "'#'"]),
+    ("runbook-hash", MON + 'runbook_url = "https://x/docs/runbook.md#a"\n', ["monitoring.runbook_url", "'#'"]),
     ("stale-hours", MON + "check_max_age_hours = 0\n", ["monitoring.check_max_age_hours"]),
 ]
 

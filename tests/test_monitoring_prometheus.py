@@ -205,7 +205,7 @@ def test_real_prometheus_scrapes_and_records(prometheus_run):
 
     firing = poll("KimiToolCallContractBroken firing", markup_leak_firing, deadline, log)
     assert firing[0]["labels"]["kind"] == "markup_leak"
-    assert firing[0]["annotations"]["runbook_url"] == "production.md#kimitoolcallcontractbroken"
+    assert firing[0]["annotations"]["runbook_url"] == "docs/runbook.md#kimitoolcallcontractbroken"
     rules = api(base, "/api/v1/rules")["data"]["groups"]
     assert all(r["health"] == "ok" for g in rules for r in g["rules"]), rules
     empty = []

@@ -223,14 +223,14 @@ def test_no_speculative_decoding_no_accept_length_alert():
 
 
 def test_every_alert_links_to_its_runbook_entry(repo_root):
-    """Each alert's runbook_url anchor is a heading of production.md (GitHub's anchor of ``#### `Name```)."""
+    """Each alert's runbook_url anchor is a heading of docs/runbook.md (GitHub's anchor of ``### `Name```)."""
     import re
 
-    headings = {m.group(1).lower() for m in re.finditer(r"^#### `(\w+)`$", (repo_root / "production.md").read_text(),
+    headings = {m.group(1).lower() for m in re.finditer(r"^#{3,4} `(\w+)`$", (repo_root / "docs" / "runbook.md").read_text(),
                                                           re.M)}
     profile = preset_profile(**GATEWAY)
     for a in alerts(settings(profile)):
-        assert a.anchor in headings, f"production.md has no '#### `{a.name}`' runbook entry"
+        assert a.anchor in headings, f"docs/runbook.md has no '### `{a.name}`' runbook entry"
 
 
 @pytest.mark.parametrize("monitoring", [{}, GATEWAY], ids=["preset", "gateway-labels-e2e"])

@@ -1,11 +1,12 @@
 """The one table of SGLang options (issue 12) drives the profile model, the launch, the version rules,
-init's profile and production.md; its flags are SGLang 0.5.23's own."""
+init's profile and docs/reference/profile.md; its flags are SGLang 0.5.23's own."""
 
 from __future__ import annotations
 
 import json
 import os
 import re
+import runpy
 import subprocess
 import tomllib
 
@@ -76,9 +77,9 @@ def test_status_redacts_and_ignores_what_the_secret_rows_say():
     assert status.IGNORED_OPTIONS == ("--config", "--api-key", "--admin-api-key") == options.merged_flags()
 
 
-def test_production_md_names_every_cache_variable(repo_root):
-    text = (repo_root / "production.md").read_text()
-    caches = text[text.index("### Caches"):]
+def test_the_files_reference_names_every_cache_variable(repo_root):
+    text = (repo_root / "docs" / "reference" / "files.md").read_text()
+    caches = text[text.index("## Caches"):]
     caches = caches[:caches.index("\n## ")]
     assert [v.name for v in options.CACHE_ENV] == [
         n for n in re.findall(r"`([A-Z_]+)`", caches) if n in {v.name for v in options.CACHE_ENV}]
@@ -91,7 +92,7 @@ def test_version_rules_are_the_rows_spellings():
 
 def test_fleet_rows_are_not_sglang_keys_and_say_where_they_come_from():
     """--nnodes, --node-rank, --dist-init-addr, --dist-timeout come from [fleet] on every rank: no [sglang] field,
-    a set_from naming the [fleet] key, owned (extra_args refuses them), and in production.md's table."""
+    a set_from naming the [fleet] key, owned (extra_args refuses them), and in docs/reference/profile.md's table."""
     for option in options.FLEET_OPTIONS:
         assert option.key not in SGLang.model_fields
         assert option.set_from and option.set_from.startswith("[fleet]"), option.key
@@ -126,18 +127,15 @@ def test_every_row_reaches_the_launch_in_its_spelling(option):
         assert rule.spelling not in bare.server_args
 
 
-def test_production_md_carries_the_table(repo_root):
-    """production.md's option table is :func:`options.markdown_table`'s; after adding a row, rewrite it with
-    ``KIMI_DEPLOY_UPDATE_GOLDEN=1 python -m pytest tests/test_options_table.py`` (the golden files' command)."""
-    path = repo_root / "production.md"
-    text = path.read_text()
+def test_the_profile_reference_carries_the_table(repo_root):
+    """docs/reference/profile.md's option table is :func:`options.markdown_table`'s; after adding a row, rewrite it
+    with ``KIMI_DEPLOY_UPDATE_GOLDEN=1 python -m pytest tests/test_options_table.py`` (the golden files' command),
+    which runs ``scripts/gen-reference``'s rewrite of the page's generated blocks."""
+    path = repo_root / "docs" / "reference" / "profile.md"
     if os.environ.get("KIMI_DEPLOY_UPDATE_GOLDEN") == "1":
-        header = options.markdown_table().splitlines(keepends=True)[0]
-        start = text.index(header)
-        end = text.index("\n\n", start) + 1
-        path.write_text(text[:start] + options.markdown_table() + text[end:])
-        text = path.read_text()
-    assert options.markdown_table() in text
+        path.write_text(runpy.run_path(str(repo_root / "scripts" / "gen-reference"), run_name="gen_reference")
+                        ["regenerate"](path.read_text()))
+    assert options.markdown_table() in path.read_text()
 
 
 def test_init_profile_lists_every_row(tmp_path):
@@ -225,7 +223,7 @@ def test_a_row_added_to_the_table_leaves_every_digest_alone_until_set():
     """Installed manifests and the golden files record the profile digest: a row outside the frozen first
     keys (``pp_size``, ``max_prefill_tokens``: rows added later) is left out of it while at its default, so
     adding a row is one row, not a row plus a digest exception; setting the row changes the digest."""
-    from kimi_deploy.profile import DIGEST_SGLANG_KEYS
+    from kimi_deploy.profile import DIGEST_SGLANG_KEYS, RUNBOOK_DEFAULT_DIGESTED
 
     assert DIGEST_SGLANG_KEYS <= {o.key for o in options.OPTIONS}
     later = [o for o in options.OPTIONS if o.key not in DIGEST_SGLANG_KEYS]
@@ -233,6 +231,7 @@ def test_a_row_added_to_the_table_leaves_every_digest_alone_until_set():
     base = {"service": {"name": "k", "gpu_count": 8}, "sglang": {"model_path": "/m", "tp_size": 8}}
     plain = parse_profile(base)
     data = plain.model_dump(mode="json")
+    data["monitoring"]["runbook_url"] = RUNBOOK_DEFAULT_DIGESTED  # a moved default is hashed as its first value
     for o in later:
         del data["sglang"][o.key]
     import hashlib

@@ -1,6 +1,6 @@
 """The attribution rule of the kimi-k2-tool-call-ids patch, on a corpus run through SGLang's own parser.
 
-The rule (production.md section 4, the series manifest): 1. an id that names a tool of the
+The rule (docs/design.md#the-patch-series, the series manifest): 1. an id that names a tool of the
 request resolves to that tool only (forms with a separator before separator-less ones; two tools
 matching one form is no match); 2. an id that names no tool of the request is dropped; 3. an id
 that carries no name is attributed only when the arguments are a JSON object valid against exactly

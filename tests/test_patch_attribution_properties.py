@@ -9,7 +9,7 @@ sharing argument keys, ids in every named form, client-minted ids, words posing 
 the last call cut off by the end of the output. Each output runs through SGLang's own parser in the patched 0.5.23 copy
 (tests/patch_scripts/kimi_worker.py), non-streaming and in three chunkings.
 
-The oracle is the rule as production.md section 4 writes it, not the patch's code:
+The oracle is the rule as docs/design.md#the-patch-series writes it, not the patch's code:
 
 1. an id that names a tool (functions.NAME:N, NAME:N; then functions.NAME, functions_NAME or
    NAME, with the name or its ``[A-Za-z0-9_-]`` spelling, followed by one of ``: _ . -`` and
@@ -304,7 +304,7 @@ def test_the_patched_parser_attributes_by_the_rule(parse, case, seed):
 
 
 def test_the_oracle_reads_the_rule_as_written():
-    """The oracle itself, on the examples production.md section 4 gives."""
+    """The oracle itself, on the examples docs/design.md#the-patch-series gives."""
     names = ["get_weather", "get_weather_2"]
     assert named_tool("functions_get_weather_20", names) == (True, "get_weather")
     assert named_tool("functionsget_weather_20", names) == (True, "get_weather_2")

@@ -266,7 +266,8 @@ FULL = {
     "gateway": {"host": "10.0.0.9"},
     "kubernetes": {"image": "lmsysorg/sglang:v0.5.23-cu130", "gateway_image": "example/smg:1.13.0",
                    "check_image": "example/kimi-deploy:1", "node_selector": {"pool": "gpu"},
-                   "cache_host_path": "/var/cache/kimi", "model_mount": "/models"},
+                   "cache_host_path": "/var/cache/kimi", "model_mount": "/models", "pod_security": "privileged",
+                   "model_volume": {"persistentVolumeClaim": {"claimName": "weights"}}},
     "monitoring": {"labels": {"team": "ml"}, "targets": ["10.0.0.1:30000"], "gateway": "10.0.0.9:29000"},
 }
 FULL["sglang"] = {**FULL["sglang"], "tp_size": 8, "pp_size": 2}

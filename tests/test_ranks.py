@@ -30,7 +30,7 @@ GOLDEN = Path(__file__).parent / "golden" / "fleet" / "two-rank-group"
 UPDATE = os.environ.get("KIMI_DEPLOY_UPDATE_GOLDEN") == "1"
 TRUE = shutil.which("true") or "/bin/true"
 
-#: A two-rank group with every serving option set: PP across the nodes (production.md: over Ethernet).
+#: A two-rank group with every serving option set: PP across the nodes (docs/runbook.md#multi-node-groups: over Ethernet).
 TWO_RANKS = {
     "service": {"name": "kimi-k25", "python": "/opt/sglang/.venv/bin/python", "gpu_count": 8},
     "sglang": {"model_path": "/models/moonshotai/Kimi-K2.5", "served_model_name": "moonshotai/Kimi-K2.5",

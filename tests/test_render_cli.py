@@ -10,6 +10,8 @@ import sys
 import tomllib
 from pathlib import Path
 
+import pytest
+
 from helpers import MINIMAL, run_cli, write_profile
 
 from kimi_deploy.presets import PRESETS, get_preset
@@ -264,3 +266,73 @@ def test_an_environment_entry_overriding_a_default_is_written_once(tmp_path):
     assert env_lines[0] == "HF_HUB_OFFLINE=0" and env_lines[-1] == "NCCL_DEBUG=INFO"  # in place; new ones last
     printed = run_cli(["render", "--profile", str(profile), "--print-command"]).stdout
     assert printed.count("HF_HUB_OFFLINE=") == 1 and "HF_HUB_OFFLINE=0" in printed
+
+
+@pytest.mark.parametrize("flags", [["--kubernetes"], ["--fleet", "--kubernetes"]])
+def test_init_kubernetes_goes_to_kubectl_kustomize_with_no_hand_written_toml(tmp_path, flags):
+    """A new operator's path: init --kubernetes, render --target kubernetes, kubectl kustomize: every object
+    validates offline (core kinds, LWS and Prometheus Operator CRDs), every pod meets the Pod Security level its
+    namespace enforces, the server is Guaranteed QoS."""
+    import pod_security
+    from kube_helpers import kustomize, qos_class, validate_document
+
+    path = tmp_path / "kimi.toml"
+    result = run_cli(["init", str(path), *flags])
+    assert result.exit_code == 0, result.stderr
+    assert "render --target kubernetes" in result.stdout
+    out = tmp_path / "manifests"
+    result = run_cli(["render", "--target", "kubernetes", "--profile", str(path), "--out", str(out)])
+    assert result.exit_code == 0, result.stderr
+    documents = kustomize(out)
+    kinds = [d["kind"] for d in documents]
+    assert {"Namespace", "LeaderWorkerSet", "CronJob", "PodMonitor", "PrometheusRule"} <= set(kinds)
+    assert ("Deployment" in kinds) == ("--fleet" in flags)
+    (namespace,) = [d for d in documents if d["kind"] == "Namespace"]
+    level = namespace["metadata"]["labels"]["pod-security.kubernetes.io/enforce"]
+    assert level == "restricted"
+    for document in documents:
+        assert validate_document(document) == [], document["kind"]
+        for where, template in pod_security.pod_templates(document):
+            assert pod_security.violations(level, template["spec"]) == [], where
+            if document["kind"] == "LeaderWorkerSet":
+                assert qos_class(template["spec"]) == "Guaranteed"
+    (lws,) = [d for d in documents if d["kind"] == "LeaderWorkerSet"]
+    assert lws["spec"]["replicas"] == (2 if "--fleet" in flags else 1)
+
+
+def test_init_fleet_renders_host_folders_and_a_scrape_config_of_its_addresses(tmp_path):
+    import yaml
+
+    path = tmp_path / "kimi.toml"
+    assert run_cli(["init", str(path), "--fleet"]).exit_code == 0
+    out = tmp_path / "out"
+    result = run_cli(["render", "--profile", str(path), "--out", str(out)])
+    assert result.exit_code == 0 and "warning: monitoring" not in result.stderr, result.stderr
+    assert {p.name for p in out.iterdir() if p.is_dir()} == {"10.0.0.11", "10.0.0.12", "10.0.0.10", "monitoring"}
+    config = yaml.safe_load((out / "monitoring" / "prometheus.yml").read_text())
+    targets = {j["job_name"]: j["static_configs"][0]["targets"] for j in config["scrape_configs"]}
+    assert targets == {"kimi-k25": ["10.0.0.11:30000", "10.0.0.12:30000"],
+                       "kimi-k25-check": ["10.0.0.11:9100", "10.0.0.12:9100", "10.0.0.10:9100"],
+                       "kimi-k25-gateway": ["10.0.0.10:29000"]}
+
+
+@pytest.mark.parametrize("flags", [[], ["--fleet"], ["--kubernetes"], ["--fleet", "--kubernetes"]])
+def test_init_every_commented_key_of_every_table_still_validates_and_renders(tmp_path, flags):
+    """Uncommenting every `# key = value` line of init --fleet/--kubernetes (each in its own table) gives a profile
+    that validates and renders: the documented keys and values are not stale."""
+    from kimi_deploy import kubernetes as kubernetes_target
+    from kimi_deploy.profile import parse_profile
+
+    path = tmp_path / "kimi.toml"
+    assert run_cli(["init", str(path), *flags]).exit_code == 0
+    text = path.read_text()
+    lines = [re.sub(r"\s+# .*$", "", line[2:]) if re.match(r"^# [a-z_]+ = ", line) else line
+             for line in text.splitlines()]
+    profile = parse_profile(tomllib.loads("\n".join(lines)))
+    if "--kubernetes" in flags:
+        assert profile.kubernetes.monitor_labels == {"release": "kube-prometheus-stack"}
+        kubernetes_target.render(profile)
+    if "--fleet" in flags:
+        assert profile.gateway.policy == "cache_aware" and profile.copies == 2
+    if not flags:
+        assert "init --fleet" in text and "init --kubernetes" in text

@@ -31,7 +31,7 @@ def test_launch_server_takes_host_port_and_key_from_the_config_yaml(sglang_pytho
     model = build_model(sglang_python, tmp_path / "model")
     port = _free_port()
     config = tmp_path / "secrets.yaml"
-    # the kit writes api-key this way (JSON-quoted: production.md "The API key"); host and port too here
+    # the kit writes api-key this way (JSON-quoted: docs/runbook.md#render-and-review); host and port too here
     config.write_text(f'host: "127.0.0.1"\nport: {port}\napi-key: "{KEY.replace(chr(34), chr(92) + chr(34))}"\n')
     env = {**os.environ, "PYTHONPATH": str(STANDIN), "HF_HUB_OFFLINE": "1"}
     server = subprocess.Popen([sglang_python, "-m", "sglang.launch_server", "--model-path", str(model),

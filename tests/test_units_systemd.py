@@ -77,7 +77,7 @@ def test_check_unit_exposure(tmp_path):
 
 
 def test_check_unit_memory_is_bounded(tmp_path):
-    """The nightly check runs with a hard memory bound, swap included (production.md: how the bound was
+    """The nightly check runs with a hard memory bound, swap included (docs/design.md#memory-bound-of-the-nightly-check: how the bound was
     measured); `systemd-analyze verify` (above) accepts both directives."""
     unit = (_render(tmp_path, "standard") / "kimi-deploy-check@kimi-k25.service").read_text()
     service = unit.split("[Service]", 1)[1]

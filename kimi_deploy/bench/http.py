@@ -2,7 +2,7 @@
 
 Why not aiohttp or httpx: at 256 streams on 2 cores both spend more CPU per streamed chunk
 (a ``StreamReader``, a future and a wake-up per read) than the whole budget of a faithful
-measurement; measured with ``benchmarks/calibrate.py`` (production.md, "Benchmark"). Here a
+measurement; measured with ``benchmarks/calibrate.py`` (docs/design.md#benchmark-calibration). Here a
 read costs one ``data_received`` call that timestamps the bytes on arrival, feeds them to the
 response parser and hands the decoded body to the request's sink synchronously, and a request
 is written with one ``transport.write`` right after its send time is taken.

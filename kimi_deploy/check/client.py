@@ -33,7 +33,7 @@ from kimi_deploy.readiness import IDENTITY, auth_headers
 from kimi_deploy.sse import Framer
 
 #: The failure kind of an answer the check refused to read (too large, or encoded): the kind of every
-#: answer the check cannot use (production.md "Reading a failed check").
+#: answer the check cannot use (docs/reference/failure-kinds.md).
 REFUSED_KIND = "invalid_response"
 
 #: Contract requests may wait this many times ``--timeout`` for the answer: a non-streamed answer

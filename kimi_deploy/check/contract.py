@@ -81,7 +81,7 @@ ID_STYLES: tuple[tuple[str, str], ...] = (
 #: ``max_tokens`` of a case whose answer is a sentence or one or two calls: room for Kimi K2.x's
 #: reasoning block (on by default; a few hundred tokens on these one-line prompts) plus the answer
 #: (under 100 tokens). A server that always generates ``max_tokens`` (benchmarks/synthetic_server.py,
-#: SGLang with ``ignore_eos``) costs this many tokens per request, not 4096. production.md §9.
+#: SGLang with ``ignore_eos``) costs this many tokens per request, not 4096. docs/reference/check-ids.md#what-each-case-asks-the-server-to-generate.
 REPLY_TOKENS = 512
 
 

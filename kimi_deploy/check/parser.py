@@ -3,7 +3,7 @@
 Independent of what the model chooses to say: raw Kimi K2.x outputs from a corpus shipped with the
 kit (``kimi_deploy/check/data/parser_corpus.json``: the public reports of
 ../shared/notes/tool-call-failures.md and the attribution rule of the ``kimi-k2-tool-call-ids``
-patch, production.md section 4) are POSTed to SGLang's own parsers:
+patch, docs/design.md#the-patch-series) are POSTed to SGLang's own parsers:
 
 - ``parser.tool_calls.<case>``: ``POST /parse_function_call`` ``{"text", "tools",
   "tool_call_parser"}`` with the server's own ``tool_call_parser`` (``/model_info``); SGLang 0.5.23

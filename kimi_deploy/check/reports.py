@@ -160,6 +160,44 @@ def _label(value: str) -> str:
     return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
 
 
+#: (HELP text, TYPE) of each metric family of the check textfile, in the order the file lists them.
+PROM_FAMILIES = {
+    "kimi_deploy_check_status": "Result of each check in the last run: 0 pass, 1 warn, 2 fail, 3 skip.",
+    "kimi_deploy_check_failures": "Checks of the last run that failed (or warned) with each kind.",
+    "kimi_deploy_check_last_run_timestamp_seconds": "Unix time the last check run started.",
+    "kimi_deploy_check_exit_code": "Exit code of the last run: 0 ok, 1 a check failed, 3 unreachable, 130 interrupted.",
+    "kimi_deploy_check_duration_seconds": "Wall time of the last run.",
+}
+
+
+def _samples(report: CheckReport, labels: dict[str, str]) -> dict[str, list[str]]:
+    """Family name -> sample lines of one report, every series carrying ``labels`` first."""
+    def series(name: str, **more: str) -> str:
+        spelled = ",".join(f'{k}="{_label(v)}"' for k, v in {**labels, **more}.items())
+        return f"{name}{{{spelled}}}" if spelled else name
+
+    return {
+        "kimi_deploy_check_status": [f"{series('kimi_deploy_check_status', check=r.id, kind=r.kind or '')} "
+                                     f"{STATUS_VALUE[r.status]}" for r in report.results],
+        "kimi_deploy_check_failures": [f"{series('kimi_deploy_check_failures', kind=kind)} {n}"
+                                       for kind, n in report.failures_by_kind().items()],
+        "kimi_deploy_check_last_run_timestamp_seconds": [
+            f"{series('kimi_deploy_check_last_run_timestamp_seconds')} {report.started_at.timestamp():.3f}"],
+        "kimi_deploy_check_exit_code": [f"{series('kimi_deploy_check_exit_code')} {int(report.exit_code)}"],
+        "kimi_deploy_check_duration_seconds": [
+            f"{series('kimi_deploy_check_duration_seconds')} {report.duration_s:.3f}"],
+    }
+
+
+def _exposition(parts: list[dict[str, list[str]]]) -> str:
+    lines: list[str] = []
+    for name, help_text in PROM_FAMILIES.items():
+        lines += [f"# HELP {name} {help_text}", f"# TYPE {name} gauge"]
+        for part in parts:
+            lines += part.get(name, [])
+    return "\n".join(lines) + "\n"
+
+
 def to_prometheus(report: CheckReport) -> str:
     """Prometheus text exposition format (version 0.0.4) for node_exporter's textfile collector.
 
@@ -167,35 +205,24 @@ def to_prometheus(report: CheckReport) -> str:
     one the text is as it always was, with no ``service`` label (not ``"unknown"``: the scrape job that
     reads the file then gives it its own ``service`` target label, and no made-up service shows in alerts).
     """
-    first = {"service": report.service} if report.service else {}
+    return _exposition([_samples(report, {"service": report.service} if report.service else {})])
 
-    def series(name: str, **labels: str) -> str:
-        spelled = ",".join(f'{k}="{_label(v)}"' for k, v in {**first, **labels}.items())
-        return f"{name}{{{spelled}}}" if spelled else name
 
-    lines = [
-        "# HELP kimi_deploy_check_status Result of each check in the last run: 0 pass, 1 warn, 2 fail, 3 skip.",
-        "# TYPE kimi_deploy_check_status gauge",
-    ]
-    for r in report.results:
-        lines.append(f"{series('kimi_deploy_check_status', check=r.id, kind=r.kind or '')} {STATUS_VALUE[r.status]}")
-    lines += ["# HELP kimi_deploy_check_failures Checks of the last run that failed (or warned) with each kind.",
-              "# TYPE kimi_deploy_check_failures gauge"]
-    for kind, n in report.failures_by_kind().items():
-        lines.append(f"{series('kimi_deploy_check_failures', kind=kind)} {n}")
-    lines += [
-        "# HELP kimi_deploy_check_last_run_timestamp_seconds Unix time the last check run started.",
-        "# TYPE kimi_deploy_check_last_run_timestamp_seconds gauge",
-        f"{series('kimi_deploy_check_last_run_timestamp_seconds')} {report.started_at.timestamp():.3f}",
-        "# HELP kimi_deploy_check_exit_code Exit code of the last run: 0 ok, 1 a check failed, 3 unreachable, "
-        "130 interrupted.",
-        "# TYPE kimi_deploy_check_exit_code gauge",
-        f"{series('kimi_deploy_check_exit_code')} {int(report.exit_code)}",
-        "# HELP kimi_deploy_check_duration_seconds Wall time of the last run.",
-        "# TYPE kimi_deploy_check_duration_seconds gauge",
-        f"{series('kimi_deploy_check_duration_seconds')} {report.duration_s:.3f}",
-    ]
-    return "\n".join(lines) + "\n"
+def workers_to_prometheus(reports: list[tuple[str, CheckReport]], *, service: str | None, exit_code: int,
+                          started_at: float) -> str:
+    """The textfile of ``check --each-worker``: every worker's series as :func:`to_prometheus` writes them, with
+    ``worker="<url>"`` after ``service``, so each alert on them fires per replica. A gateway that listed no worker
+    has no worker series: then one ``kimi_deploy_check_exit_code`` (``exit_code``) and last-run time without
+    ``worker`` say that the run failed. ``started_at``: Unix time of the run."""
+    first = {"service": service} if service else {}
+    parts = [_samples(report, {**first, "worker": url}) for url, report in reports]
+    if not reports:
+        spelled = ",".join(f'{k}="{_label(v)}"' for k, v in first.items())
+        suffix = f"{{{spelled}}}" if spelled else ""
+        parts.append({"kimi_deploy_check_exit_code": [f"kimi_deploy_check_exit_code{suffix} {exit_code}"],
+                      "kimi_deploy_check_last_run_timestamp_seconds": [
+                          f"kimi_deploy_check_last_run_timestamp_seconds{suffix} {started_at:.3f}"]})
+    return _exposition(parts)
 
 
 def check_output_paths(*, json_path: Path | None = None, junit_path: Path | None = None,

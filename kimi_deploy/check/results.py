@@ -23,7 +23,7 @@ Status = Literal["pass", "warn", "fail", "skip"]
 STATUSES: tuple[str, ...] = ("pass", "warn", "fail", "skip")
 
 #: The fixed vocabulary of failure kinds (issue #5); ``model_declined`` is the one warn kind.
-#: Documented in production.md ("Reading a failed check"); part of the JSON schema.
+#: Documented in docs/reference/failure-kinds.md; part of the JSON schema.
 FAILURE_KINDS: tuple[str, ...] = (
     "unreachable",             # no TCP/HTTP answer at all
     "http_error",              # an unexpected HTTP status below 500 (404 on a route, 401, 2xx where 4xx was due)
@@ -52,7 +52,7 @@ FAILURE_KINDS: tuple[str, ...] = (
 WARN_KINDS: tuple[str, ...] = ("model_declined",)
 ALL_KINDS: tuple[str, ...] = FAILURE_KINDS + WARN_KINDS
 
-#: What to do about each kind: the "what to do" column of production.md §9 ("Reading a failed check"),
+#: What to do about each kind: the "what to do" column of docs/reference/failure-kinds.md,
 #: as one line. ``{python}`` is the profile's SGLang interpreter and ``{name}`` its service name
 #: (placeholders when the run had no profile); :func:`fix_for` fills them in.
 FIXES: dict[str, str] = {
@@ -107,7 +107,7 @@ FIXES: dict[str, str] = {
 #: The fix of a ``model_declined`` answer cut at ``max_tokens`` (its detail says "until max_tokens").
 CUT_AT_MAX_TOKENS_FIX = ("the answer ran to max_tokens before any call or text: a server that always generates max_tokens "
                          "(ignore_eos, benchmarks/synthetic_server.py) cannot show calls; on a real model the "
-                         "reasoning outgrew the case's budget (production.md §9)")
+                         "reasoning outgrew the case's budget (docs/reference/check-ids.md#what-each-case-asks-the-server-to-generate)")
 
 
 #: The fix of a ``config_mismatch`` from a server that refused tools for want of a parser (its detail says

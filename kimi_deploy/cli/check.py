@@ -93,12 +93,17 @@ def _globs(values: tuple[str, ...]) -> list[str]:
                    "on the path could read the key); a warning goes to stderr.")
 @limit_options
 @click.option("--list", "list_only", is_flag=True, help="Print the check ids and exit.")
+@click.option("--pushgateway", "pushgateway", metavar="URL",
+              help="Also push the Prometheus text (as --prom writes it) to this Prometheus Pushgateway, group "
+                   "job=<[monitoring] check_job>/service=<name> (a check run as a Kubernetes Job has no textfile "
+                   "directory). A push that fails is reported on stderr and turns exit 0 into 1.")
 @click.option("--each-worker", is_flag=True,
               help="--base-url (or the profile's [gateway]) is SGLang's gateway: run the checks (default: health "
                    "and contract tiers) against every worker it lists, one report each; exit status of the worst.")
 @click.pass_context
 def check_cmd(ctx, base_url, model, api_key_file, profile_path, only, skip, json_path, junit_path, prom_path,
-              timeout, repeat, deadline, insecure, max_body_bytes, max_line_bytes, list_only, each_worker):
+              timeout, repeat, deadline, insecure, max_body_bytes, max_line_bytes, list_only, pushgateway,
+              each_worker):
     """Check a running OpenAI-compatible server: health, configuration, API contract.
 
     Exit status: 0 no failure (warnings allowed), 1 a check failed, 2 usage or profile
@@ -130,8 +135,11 @@ def check_cmd(ctx, base_url, model, api_key_file, profile_path, only, skip, json
     options = CheckOptions(base_url=base_url, model=model, api_key=api_key, profile=profile_path,
                            only=_globs(only), skip=_globs(skip), timeout=timeout, repeat=repeat, deadline=deadline,
                            insecure=insecure, max_body_bytes=max_body_bytes, max_line_bytes=max_line_bytes)
+    if pushgateway and not pushgateway.startswith(("http://", "https://")):
+        raise UsageError(f"--pushgateway {pushgateway!r} is not an http(s) URL",
+                         hint="e.g. --pushgateway http://pushgateway.monitoring.svc:9091")
     if each_worker:
-        ctx.exit(int(_each_worker(options, json_path, junit_path, prom_path)))
+        ctx.exit(int(_each_worker(options, json_path, junit_path, prom_path, pushgateway)))
     previous = signal.signal(signal.SIGTERM, _on_sigterm)  # stop like Ctrl-C: report what ran
     try:
         if sys.stderr.isatty() and not to_stdout:
@@ -146,19 +154,47 @@ def check_cmd(ctx, base_url, model, api_key_file, profile_path, only, skip, json
                                          if not sys.stdout.isatty() else None))
     if to_stdout:
         click.echo(reports.to_json_text(report), nl=False)
-    ctx.exit(int(report.exit_code))
+    code = int(report.exit_code)
+    if pushgateway:
+        code = _push(pushgateway, profile_path, reports.to_prometheus(report), report.service, code)
+    ctx.exit(code)
 
 
-def _each_worker(options: CheckOptions, json_path, junit_path, prom_path) -> int:
+def _push(url: str, profile_source, text: str, service: str | None, code: int) -> int:
+    """Push ``text`` (:mod:`kimi_deploy.check.pushgateway`) as the profile's check job; the exit code after it."""
+    from kimi_deploy.check.pushgateway import PushError, push
+
+    job = "kimi-deploy-check"
+    if profile_source is not None:
+        from kimi_deploy.profile import Profile, load_profile
+
+        profile = profile_source if isinstance(profile_source, Profile) else load_profile(Path(profile_source))
+        job = profile.monitoring.check_job or f"{profile.service.name}-check"
+        service = service or profile.service.name
+    try:
+        where = push(url, job, service, text)
+    except PushError as exc:
+        click.echo(f"error: the check's result did not reach the Pushgateway, so no alert can read it: {exc}; "
+                   "fix: check --pushgateway and that the Pushgateway runs", err=True)
+        return code or 1
+    click.echo(f"pushed to {where}", err=True)
+    return code
+
+
+def _each_worker(options: CheckOptions, json_path, junit_path, prom_path, pushgateway=None) -> int:
     """``check --each-worker``: one report per worker of the gateway (:mod:`kimi_deploy.check.workers`);
     ``options`` as for one server, its ``base_url`` (or the profile's ``[gateway]``) naming the gateway."""
     from kimi_deploy.check import reports
     from kimi_deploy.check.workers import check_each_worker
     from kimi_deploy.fsio import write_atomic
 
-    if junit_path or prom_path:
-        raise UsageError("--junit and --prom write one server's report; --each-worker writes --json only",
-                         hint="drop --junit/--prom, or run `check --base-url WORKER` per worker for them")
+    import time
+
+    if junit_path:
+        raise UsageError("--junit writes one server's report; --each-worker writes --json and --prom (one series "
+                         "set per worker, labelled worker=URL)",
+                         hint="drop --junit, or run `check --base-url WORKER` per worker for it")
+    started = time.time()
     base_url, api_key, profile_path, profile = options.base_url, options.api_key, options.profile, None
     if profile_path:
         from kimi_deploy.gateway import gateway_url
@@ -170,14 +206,19 @@ def _each_worker(options: CheckOptions, json_path, junit_path, prom_path) -> int
         if api_key is None and profile.sglang.api_key_file:
             api_key = read_api_key(profile.sglang.api_key_file)
     to_stdout = json_path == "-"
-    if json_path and not to_stdout:
-        reports.check_output_paths(json_path=Path(json_path))
+    if (json_path and not to_stdout) or prom_path:
+        reports.check_output_paths(json_path=Path(json_path) if json_path and not to_stdout else None,
+                                   prom_path=prom_path)
     fleet = check_each_worker(dataclasses.replace(options, base_url=None, api_key=api_key, profile=profile), base_url)
     import json as _json
 
     text = _json.dumps(fleet.to_json(), indent=2, ensure_ascii=False) + "\n"
     if json_path and not to_stdout:
         write_atomic(Path(json_path), text)
+    prom_text = reports.workers_to_prometheus(fleet.reports, service=profile.service.name if profile else None,
+                                              exit_code=int(fleet.exit_code), started_at=started)
+    if prom_path:
+        write_atomic(Path(prom_path), prom_text)
     out = sys.stderr if to_stdout else sys.stdout
     for url, report in fleet.reports:
         failed = [r.id for r in report.results if r.status == "fail"]
@@ -187,6 +228,9 @@ def _each_worker(options: CheckOptions, json_path, junit_path, prom_path) -> int
         print(f"{printable(base_url)}: the gateway lists no worker", file=out)
     if to_stdout:
         click.echo(text, nl=False)
+    if pushgateway:
+        return _push(pushgateway, profile, prom_text, profile.service.name if profile else None,
+                     int(fleet.exit_code))
     return fleet.exit_code
 
 

@@ -7,6 +7,7 @@ from pathlib import Path
 import click
 
 from kimi_deploy import paths, render as render_lib
+from kimi_deploy.monitoring import scrape_notes
 from kimi_deploy.cli.options import echo_json, json_flag, profile_options, resolve_profile
 from kimi_deploy.errors import UsageError
 from kimi_deploy.fsio import (check_output_dir, check_output_paths, create_output_dir, write_atomic,
@@ -51,7 +52,9 @@ def render_cmd(profile_path, preset, sglang_version, python, out_dir, print_comm
         from kimi_deploy.fleet import host_files
 
         hosts = host_files(profile, rendered.launch.sglang_version)
-    for warning in (*rendered.launch.warnings, *naming_warnings(profile)):
+    # what the scrape configuration could not know (kimi_deploy.monitoring.scrape_notes), when it is rendered
+    scrape = scrape_notes(profile) if rendered.monitoring else []
+    for warning in (*rendered.launch.warnings, *naming_warnings(profile), *scrape):
         click.echo(f"warning: {warning}", err=True)
     if out_dir:
         create_output_dir(out_dir)
@@ -69,7 +72,7 @@ def render_cmd(profile_path, preset, sglang_version, python, out_dir, print_comm
                       for host, files in hosts.items() for name in files},
             "monitoring": {name: str(out_dir / render_lib.MONITORING_DIR / name) if out_dir else None
                            for name in rendered.monitoring},
-            "warnings": list(rendered.launch.warnings),
+            "warnings": [*rendered.launch.warnings, *scrape],
         })
         return
     if print_command:
@@ -172,8 +175,16 @@ def _model_line(m) -> str:
 @click.option("--name", metavar="NAME", help="Service name (default: the preset's); the API key file is named "
               "after it (/etc/kimi-deploy/NAME.api-key).")
 @click.option("--force", is_flag=True, help="Overwrite an existing file.")
-def init_cmd(path: Path, preset: str | None, model: str | None, name: str | None, force: bool):
-    """Write a commented deployment profile to PATH to start from."""
+@click.option("--fleet", is_flag=True, help="Add [fleet] (two example copies of the model) and [gateway], "
+              "every key commented.")
+@click.option("--kubernetes", is_flag=True, help="Add [kubernetes] for `render --target kubernetes`, every key "
+              "commented.")
+def init_cmd(path: Path, preset: str | None, model: str | None, name: str | None, force: bool, fleet: bool,
+             kubernetes: bool):
+    """Write a commented deployment profile to PATH to start from.
+
+    --fleet and --kubernetes add those tables (both: copies of the model in a cluster behind the gateway).
+    """
     import copy
 
     import jinja2
@@ -201,10 +212,15 @@ def init_cmd(path: Path, preset: str | None, model: str | None, name: str | None
                              trim_blocks=True, lstrip_blocks=True)
     from kimi_deploy.options import OPTIONS, init_example
 
+    from kimi_deploy import __version__
+
     text = env.get_template("profile.toml.j2").render(preset=chosen, toml=toml_value, options=OPTIONS,
-                                                      example=init_example)
+                                                      example=init_example, fleet=fleet, kubernetes=kubernetes,
+                                                      version=__version__)
     write_atomic(path, text)
-    click.echo(f"wrote {path} (from preset {chosen.name}); edit it, then `kimi-deploy render --profile {path}`")
+    target = " --target kubernetes" if kubernetes else ""
+    click.echo(f"wrote {path} (from preset {chosen.name}); edit it, then "
+               f"`kimi-deploy render{target} --profile {path}`")
 
 
 COMMANDS = [render_cmd, presets_cmd, init_cmd]

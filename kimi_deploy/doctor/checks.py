@@ -361,7 +361,7 @@ def _gate_fix(f: Facts, hit: GateHit, missing: list[str]) -> str:
         else f"{hit.flag} from [sglang] extra_args"
     apply_fix = f.patches.remedy(missing) if f.patches else \
         f"`kimi-deploy patch apply --python {f.profile.service.python} --with {','.join(missing)}`"
-    return (f"{apply_fix} (opt-in: then measure it with `kimi-deploy bench`, production.md section 4), "
+    return (f"{apply_fix} (opt-in: then measure it with `kimi-deploy bench`, docs/runbook.md#measuring-an-all-reduce-change), "
             f"or remove {where}")
 
 
@@ -408,7 +408,7 @@ def check_gates(f: Facts) -> list[Check]:
                                    f"gate on {', '.join(gate.patched_compute_capability)} only, so SGLang {v} "
                                    f"{outcome} ({gate.symptom})",
                              f"remove {where}; on this GPU use NCCL or SGLANG_ENABLE_PCIE_IPC_ALLREDUCE=1 "
-                             "([sglang] enable_pcie_ipc_allreduce = true) and measure it (production.md section 4)"))
+                             "([sglang] enable_pcie_ipc_allreduce = true) and measure it (docs/runbook.md#measuring-an-all-reduce-change)"))
             continue
         if state.get(pid) == "applied":
             out.append(passed(name, f"{hit.flag} on compute capability {', '.join(caps)}: patch {pid} applied"))
@@ -528,7 +528,7 @@ def check_allreduce_paths(f: Facts) -> Check:
                                        "srt/distributed/parallel_state.py): PCIe IPC would be silently unused",
                       "ask for one of them: remove [sglang] flashinfer_allreduce_fusion_backend (preset "
                       "kimi-k25-rtx-pro-6000-x8-pcie-ipc) or enable_pcie_ipc_allreduce, and measure each against "
-                      "an NCCL-only baseline (production.md section 4)")
+                      "an NCCL-only baseline (docs/runbook.md#measuring-an-all-reduce-change)")
     return passed(name, evidence)
 
 
