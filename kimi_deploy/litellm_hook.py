@@ -12,6 +12,13 @@ tool result's ``tool_call_id`` follows its call (repeated or empty ids matched b
 Everything else in the request is left as it came. Anthropic clients (``/v1/messages``) are covered too:
 the hook also sees the chat completion LiteLLM makes of their request (:class:`KimiCanonicalToolIds`).
 
+The rewrite is K2's: a model behind a ``kimi_k3`` server (Kimi K3) mints ``NAME:N`` without ``functions.``
+(:data:`kimi_deploy.tool_ids.ID_FORMATS`), and its history passes unchanged. Which form a request's model
+has is decided per request (:func:`tool_call_parser_of`), so one proxy serves K2.5 and K3 side by side:
+:func:`proxy_config` writes ``model_info: {kimi_deploy_tool_call_parser: kimi_k3}`` for a K3 upstream
+(:attr:`Upstream.tool_call_parser`); a model without it whose name is a known model of the kit's table
+(``moonshotai/Kimi-K3``) takes that model's parser; anything else is K2 (what the hook was written for).
+
 LiteLLM proxy config (``litellm --config config.yaml``; :func:`proxy_config` renders a whole one)::
 
     litellm_settings:
@@ -30,7 +37,8 @@ import json
 import logging
 from typing import Any
 
-from kimi_deploy.tool_ids import kimi_k2_canonical_history_ids
+from kimi_deploy.catalog.models import identify
+from kimi_deploy.tool_ids import id_format, kimi_k2_canonical_history_ids
 
 try:  # the proxy's environment has litellm; the kit's does not
     from litellm.integrations.custom_logger import CustomLogger as _Base
@@ -44,6 +52,44 @@ log = logging.getLogger(__name__)
 #: ``acompletion``).
 CHAT_CALL_TYPES = frozenset({"completion", "acompletion"})
 
+#: The ``model_info`` key (LiteLLM proxy config, per model) naming the tool-call parser of the server behind.
+PARSER_KEY = "kimi_deploy_tool_call_parser"
+#: The parser a request's model has when nothing says otherwise: the hook exists for Kimi K2.x servers.
+DEFAULT_PARSER = "kimi_k2"
+
+
+def _parser_in(model_info: Any) -> str | None:
+    parser = model_info.get(PARSER_KEY) if isinstance(model_info, dict) else None
+    return parser if isinstance(parser, str) and parser else None
+
+
+def _router_model_info(model: str) -> Any:
+    """The ``model_info`` the running proxy's router holds for client-facing model ``model`` (LiteLLM 1.108.7
+    ``litellm.proxy.proxy_server.llm_router.model_list``); ``None`` outside a proxy or when not found."""
+    try:
+        from litellm.proxy import proxy_server  # only inside the proxy; imported per request, cached by Python
+    except Exception:  # noqa: BLE001 - no litellm (the kit's own environment), or a proxy that fails to import
+        return None
+    for deployment in getattr(getattr(proxy_server, "llm_router", None), "model_list", None) or ():
+        if isinstance(deployment, dict) and deployment.get("model_name") == model:
+            return deployment.get("model_info")
+    return None
+
+
+def tool_call_parser_of(data: dict[str, Any]) -> str:
+    """The tool-call parser of the server that answers ``data`` (a chat completion request as LiteLLM hands
+    it to a hook), which decides its ids' form. In order: ``data["model_info"]`` (LiteLLM stamps the chosen
+    deployment's into the deployment hook's kwargs), the proxy router's ``model_info`` for ``data["model"]``
+    (the pre-call hook, before a deployment is chosen), the kit's model table by the model's name
+    (``moonshotai/Kimi-K3``, ``openai/moonshotai/Kimi-K3``), else :data:`DEFAULT_PARSER`."""
+    parser = _parser_in(data.get("model_info"))
+    model = data.get("model")
+    if parser is None and isinstance(model, str):
+        parser = _parser_in(_router_model_info(model))
+        if parser is None:
+            known = identify(model)
+            parser = known.tool_call_parser if known else None
+    return parser or DEFAULT_PARSER
 
 
 def canonicalize_request(data: dict[str, Any]) -> dict[str, Any]:
@@ -51,10 +97,14 @@ def canonicalize_request(data: dict[str, Any]) -> dict[str, Any]:
     history ids canonical; the same dict, with only ``messages`` replaced when an id changed.
 
     A body whose history is not in the shape the rule reads (:func:`well_formed`: the proxy hands the hook
-    the client's JSON unvalidated) is returned untouched: the server answers it as it would have.
+    the client's JSON unvalidated) is returned untouched: the server answers it as it would have. So is the
+    request of a model whose ids are not K2's (:func:`tool_call_parser_of`: a K3 model's ``NAME:N``).
     """
     messages = data.get("messages") if isinstance(data, dict) else None
     if not well_formed(messages):
+        return data
+    ids = id_format(tool_call_parser_of(data))
+    if ids is not None and not ids.canonicalise:
         return data
     rewritten = kimi_k2_canonical_history_ids(messages)
     if rewritten != messages:
@@ -139,11 +189,13 @@ CALLBACK = "kimi_deploy.litellm_hook.proxy_handler_instance"
 @dataclasses.dataclass(frozen=True)
 class Upstream:
     """One server behind the proxy: its OpenAI base URL (``http://host:8000/v1``), the model name it
-    serves (``moonshotai/Kimi-K2.5``), and the environment variable holding its API key (``None``: none)."""
+    serves (``moonshotai/Kimi-K2.5``), the environment variable holding its API key (``None``: none), and its
+    ``--tool-call-parser`` (decides the ids' form: ``kimi_k3`` ids pass the hook unchanged)."""
 
     base_url: str
     model: str
     api_key_env: str | None = None
+    tool_call_parser: str = DEFAULT_PARSER
 
 
 def proxy_config(models: dict[str, Upstream], *, master_key_env: str | None = "LITELLM_MASTER_KEY") -> str:
@@ -171,6 +223,8 @@ def proxy_config(models: dict[str, Upstream], *, master_key_env: str | None = "L
                   f"      model: {q('openai/' + up.model)}",
                   f"      api_base: {q(up.base_url)}",
                   f"      api_key: {q('os.environ/' + up.api_key_env) if up.api_key_env else q('none')}"]
+        if up.tool_call_parser != DEFAULT_PARSER:  # the hook passes this model's ids as they come
+            lines += ["    model_info:", f"      {PARSER_KEY}: {q(up.tool_call_parser)}"]
     lines += ["litellm_settings:",
               f"  callbacks: {q(CALLBACK)}",
               "  drop_params: false",

@@ -14,6 +14,12 @@ all-reduces on FlashInfer's PCIe IPC kernels, everything larger on NCCL, no sour
 nothing here was measured on GPUs. Fusion is left out on purpose: once a fusion backend is set,
 FlashInfer's all-reduce takes every all-reduce up to 2048 tokens before PCIe IPC is considered
 (``GroupCoordinator.all_reduce`` in ``srt/distributed/parallel_state.py``).
+
+The other Kimi models on the same host (``kimi-k26-...``, ``kimi-k27-code-...``, ``kimi-k2-thinking-...``)
+are the PCIe IPC deployment with that model's facts from :data:`kimi_deploy.catalog.models.MODELS` (model
+path, served name, parsers, the draft model or none): no preset copies a model fact, and
+:data:`MODEL_PRESETS` says which preset ``init --model`` starts from. K3 has none: its weights do not fit
+8 x 96 GB (:func:`kimi_deploy.catalog.models.weights_fit`).
 """
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ import copy
 import dataclasses
 from typing import Any
 
+from kimi_deploy.catalog.models import MODELS, ModelFacts, REFERENCE_GPUS, get_model, weights_fit
 from kimi_deploy.errors import UsageError
 from kimi_deploy.paths import service_api_key_file
 from kimi_deploy.profile import Profile, parse_profile
@@ -32,7 +39,8 @@ class Preset:
     """A named profile: ``data`` has the shape of a profile TOML document.
 
     ``differs``: how it differs from the reference preset (empty for the reference itself);
-    ``measure``: what an operator must measure before trusting it (``kimi-deploy presets`` prints both).
+    ``measure``: what an operator must measure before trusting it (``kimi-deploy presets`` prints both);
+    ``model``: the key of the model it deploys in :data:`kimi_deploy.catalog.models.MODELS`.
     """
 
     name: str
@@ -40,6 +48,7 @@ class Preset:
     data: dict[str, Any]
     differs: str = ""
     measure: str = ""
+    model: str | None = None
 
     def profile(self) -> Profile:
         """The preset validated as a :class:`Profile`."""
@@ -48,6 +57,40 @@ class Preset:
 
 REFERENCE = "kimi-k25-rtx-pro-6000-x8"
 PCIE_IPC = "kimi-k25-rtx-pro-6000-x8-pcie-ipc"
+K26 = "kimi-k26-rtx-pro-6000-x8"
+K27_CODE = "kimi-k27-code-rtx-pro-6000-x8"
+K2_THINKING = "kimi-k2-thinking-rtx-pro-6000-x8"
+
+#: Where the presets expect a model's weights: ``/models/<Hugging Face repository>``.
+MODELS_DIR = "/models"
+
+_K25 = MODELS["k2.5"]
+
+
+def model_keys(model: ModelFacts) -> dict[str, Any]:
+    """The ``[sglang]`` keys a model's facts decide: weights and draft under :data:`MODELS_DIR`, the served
+    name (its repository), both parsers, and EAGLE-3 (steps 3, topk 1, draft tokens 4: the SGLang
+    cookbook's Kimi recipe, with spec v2) only where the model has a draft."""
+    keys: dict[str, Any] = {
+        "model_path": f"{MODELS_DIR}/{model.repo}",
+        "served_model_name": model.repo,
+        "tool_call_parser": model.tool_call_parser,
+        "reasoning_parser": model.reasoning_parser,
+    }
+    if model.draft_model:
+        keys.update({
+            "speculative_algorithm": "EAGLE3",
+            "speculative_draft_model_path": f"{MODELS_DIR}/{model.draft_model}",
+            "speculative_num_steps": 3,
+            "speculative_eagle_topk": 1,
+            "speculative_num_draft_tokens": 4,
+            "enable_spec_v2": True,
+        })
+    return keys
+
+
+_SPECULATIVE = ("speculative_algorithm", "speculative_draft_model_path", "speculative_num_steps",
+                "speculative_eagle_topk", "speculative_num_draft_tokens", "enable_spec_v2")
 
 _REFERENCE_DATA: dict[str, Any] = {
     "service": {
@@ -62,20 +105,13 @@ _REFERENCE_DATA: dict[str, Any] = {
         "timeout_start_sec": 1200,
     },
     "sglang": {
-        "model_path": "/models/moonshotai/Kimi-K2.5",
-        "served_model_name": "moonshotai/Kimi-K2.5",
+        "model_path": model_keys(_K25)["model_path"],
+        "served_model_name": model_keys(_K25)["served_model_name"],
         "host": "0.0.0.0",
         "port": 30000,
         "tp_size": 8,
         "trust_remote_code": True,
-        "tool_call_parser": "kimi_k2",
-        "reasoning_parser": "kimi_k2",
-        "speculative_algorithm": "EAGLE3",
-        "speculative_draft_model_path": "/models/lightseekorg/kimi-k2.5-eagle3-mla",
-        "speculative_num_steps": 3,
-        "speculative_eagle_topk": 1,
-        "speculative_num_draft_tokens": 4,
-        "enable_spec_v2": True,
+        **{k: v for k, v in model_keys(_K25).items() if k not in ("model_path", "served_model_name")},
         "flashinfer_allreduce_fusion_backend": "auto",
         "enable_torch_symm_mem": True,
         "enable_metrics": True,
@@ -98,6 +134,26 @@ def _pcie_ipc_data() -> dict[str, Any]:
     sglang["enable_pcie_ipc_allreduce"] = True
     data["service"]["description"] = "SGLang serving moonshotai Kimi K2.5 INT4 (TP8, EAGLE-3, PCIe IPC all-reduce)"
     return data
+
+
+def _model_data(model: ModelFacts, name: str) -> dict[str, Any]:
+    """``model`` on the reference host over upstream's PCIe IPC all-reduce (:data:`PCIE_IPC`'s settings, no
+    source patch), with the model's own keys (:func:`model_keys`) and service name ``name``."""
+    data = _pcie_ipc_data()
+    sglang = data["sglang"]
+    for key in _SPECULATIVE:
+        sglang.pop(key, None)
+    sglang.update(model_keys(model))
+    sglang["api_key_file"] = service_api_key_file(name)
+    quant = f" {model.quantisation}" if model.quantisation else ""
+    draft = "EAGLE-3, " if model.draft_model else ""
+    data["service"].update(name=name, description=f"SGLang serving {model.repo}{quant} (TP8, {draft}PCIe IPC "
+                                                  "all-reduce)")
+    return data
+
+
+def _no_draft(model: ModelFacts) -> str:
+    return f"no EAGLE-3 ({model.sources['draft_model']})"
 
 
 PRESETS: dict[str, Preset] = {
@@ -125,8 +181,75 @@ PRESETS: dict[str, Preset] = {
                     "and TTFT on long prompts (should stay level with NCCL) against an NCCL-only baseline; "
                     "`doctor` first: peer-memory writes ignore NCCL_P2P_DISABLE and hang on ACS/IOMMU hosts",
         ),
+        Preset(
+            name=K26,
+            summary="Kimi K2.6 INT4 on 8x RTX PRO 6000 Blackwell: TP8, PCIe IPC all-reduce, kimi_k2 parsers, "
+                    "no draft model, 0.0.0.0:30000",
+            data=_model_data(MODELS["k2.6"], "kimi-k26"),
+            differs=f"vs {PCIE_IPC}: model moonshotai/Kimi-K2.6 (K2.5's architecture); "
+                    + _no_draft(MODELS["k2.6"]),
+            measure="TPOT and output tok/s against an NCCL-only baseline, as for the PCIe IPC preset; no draft "
+                    "means no speculative speed-up: compare with K2.5 + EAGLE-3 before switching a workload",
+            model="k2.6",
+        ),
+        Preset(
+            name=K27_CODE,
+            summary="Kimi K2.7-Code on 8x RTX PRO 6000 Blackwell: TP8, PCIe IPC all-reduce, kimi_k2 parsers, "
+                    "thinking only, no draft model, 0.0.0.0:30000",
+            data=_model_data(MODELS["k2.7-code"], "kimi-k27-code"),
+            differs=f"vs {PCIE_IPC}: model moonshotai/Kimi-K2.7-Code (thinking only: "
+                    'chat_template_kwargs {"thinking": false} does not turn it off); ' + _no_draft(MODELS["k2.7-code"]),
+            measure="its weight size, quantisation and context are not in the kit's sources: run `kimi-deploy "
+                    "doctor` with the weights downloaded (gpu.memory compares the shards with the GPUs) and "
+                    "`kimi-deploy check` after the first start (it reads the server's parsers from /model_info)",
+            model="k2.7-code",
+        ),
+        Preset(
+            name=K2_THINKING,
+            summary="Kimi K2-Thinking INT4 on 8x RTX PRO 6000 Blackwell: TP8, PCIe IPC all-reduce, kimi_k2 "
+                    "parsers, thinking only, no draft model, 0.0.0.0:30000",
+            data=_model_data(MODELS["k2-thinking"], "kimi-k2-thinking"),
+            differs=f"vs {PCIE_IPC}: model moonshotai/Kimi-K2-Thinking (thinking only, text only); "
+                    + _no_draft(MODELS["k2-thinking"]),
+            measure=f"{weights_fit(MODELS['k2-thinking'], REFERENCE_GPUS).evidence()}: Moonshot sizes it as TP8 "
+                    "on 8xH200 for 256k context, which leaves about three times this host's KV cache room; measure "
+                    "the context and concurrency that fit (doctor's gpu.memory, then max_total_num_tokens in "
+                    "SGLang's start-up log) before promising 256k",
+            model="k2-thinking",
+        ),
     )
 }
+for _name in (REFERENCE, PCIE_IPC):
+    PRESETS[_name] = dataclasses.replace(PRESETS[_name], model=_K25.key)
+
+#: The preset ``init --model KEY`` starts from: each catalog model's first preset (K2.5: the reference).
+MODEL_PRESETS: dict[str, str] = {}
+for _preset in PRESETS.values():
+    if _preset.model:
+        MODEL_PRESETS.setdefault(_preset.model, _preset.name)
+
+
+def preset_for_model(key: str) -> Preset:
+    """The reference-host preset of catalog model ``key`` (``init --model``).
+
+    Raises:
+        UsageError: an unknown model (the keys there are), or one whose weights do not fit the reference host
+            (the numbers from :func:`kimi_deploy.catalog.models.weights_fit` and what would fit; exit 2).
+    """
+    try:
+        model = get_model(key)
+    except KeyError:
+        raise UsageError("no such model", value=key,
+                         hint=f"models: {', '.join(MODELS)} (`kimi-deploy presets` shows their presets)") from None
+    if model.key in MODEL_PRESETS:
+        return PRESETS[MODEL_PRESETS[model.key]]
+    fit = weights_fit(model, REFERENCE_GPUS)
+    if fit.fits is False:
+        raise UsageError(f"{model.name} does not fit the reference host", value=fit.evidence(),
+                         hint=f"{fit.what_fits()}; the kit has no preset for it")
+    raise UsageError(f"no preset for {model.name}", value=key,
+                     hint=f"start from --preset {PCIE_IPC} and set model_path and the parsers "
+                          f"({model.tool_call_parser}/{model.reasoning_parser})")
 
 
 def get_preset(name: str) -> Preset:

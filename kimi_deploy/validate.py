@@ -23,6 +23,12 @@ the same path as SGLang 0.5.23's ``prepare_server_args`` (``sglang/srt/server_ar
    (``sglang/srt/arg_groups/serving_hook.py``): model- and GPU-independent, it is
    where e.g. ``--enable-flashinfer-allreduce-fusion`` is reported as deprecated.
 
+Before SGLang's parser, the model itself (:func:`check_model`): a model of the kit's table
+(:mod:`kimi_deploy.catalog.models`) whose published weights do not fit the replica's GPUs (tp_size x
+pp_size GPUs of the reference host's 96 GB: validate sees no GPU; ``doctor``'s gpu.memory checks the real
+ones) is an error with the numbers and what would fit (Kimi K3 on 8 x 96 GB); parsers other than the
+model's are warnings.
+
 Full resolution (``ServerArgs.resolve_once``) is not run: it reads the model's
 ``config.json`` (or asks the Hugging Face hub), inspects GPUs and their memory, so it
 only works on the serving host with the weights in place, and fails on a CI machine.
@@ -44,6 +50,7 @@ from pathlib import Path
 from typing import Any
 
 from kimi_deploy import target, versions
+from kimi_deploy.catalog.models import REFERENCE_GPU, identify, parser_mismatches, weights_fit
 from kimi_deploy.launch import LaunchSpec, build_launch
 from kimi_deploy.profile import Profile
 from kimi_deploy.ranks import Rank, group_ranks, rank_launch
@@ -249,6 +256,43 @@ class RankValidation:
 
 
 @dataclasses.dataclass(frozen=True)
+class ModelCheck:
+    """The model table's verdict on the model a profile deploys (:func:`check_model`).
+
+    ``model``: its key in the table (``None``: not a model the kit knows; nothing checked); ``errors``: its
+    weights do not fit; ``warnings``: parsers other than the model's; ``notes``: what was assumed.
+    """
+
+    model: str | None
+    errors: tuple[str, ...] = ()
+    warnings: tuple[str, ...] = ()
+    notes: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"model": self.model, "errors": list(self.errors), "warnings": list(self.warnings),
+                "notes": list(self.notes)}
+
+
+def check_model(profile: Profile) -> ModelCheck:
+    """Check ``profile``'s model against the kit's model table: weights vs the GPU memory of one replica
+    (``tp_size`` x ``pp_size`` GPUs of the reference host's kind, :data:`kimi_deploy.catalog.models.REFERENCE_GPU`)
+    with :func:`kimi_deploy.catalog.models.weights_fit`'s headroom, and the parsers. The model is known by
+    its ``model_path``/``served_model_name`` (:func:`kimi_deploy.catalog.models.identify`)."""
+    s = profile.sglang
+    model = identify(s.model_path, s.served_model_name)
+    if model is None:
+        return ModelCheck(None, notes=(f"{s.model_path} is not a model of the kit's table: weights and parsers "
+                                       "not checked (doctor's gpu.memory measures the shards)",))
+    gpus = s.tp_size * (s.pp_size or 1)
+    fit = weights_fit(model, gpus, REFERENCE_GPU)
+    errors = (f"{fit.evidence()}; what would fit: {fit.what_fits()}",) if fit.fits is False else ()
+    notes = (f"{model.name}: {fit.evidence()} (assumed {REFERENCE_GPU.memory_bytes // 10**9} GB per GPU, the "
+             "reference host's; `kimi-deploy doctor` checks the real GPUs)",) if fit.fits else ()
+    return ModelCheck(model.key, errors=errors,
+                      warnings=tuple(parser_mismatches(model, s.tool_call_parser, s.reasoning_parser)), notes=notes)
+
+
+@dataclasses.dataclass(frozen=True)
 class ProfileValidation:
     """:func:`validate_profile`'s result: the launch rendered for the detected version and its check.
 
@@ -261,14 +305,16 @@ class ProfileValidation:
     launch: LaunchSpec
     validation: Validation
     ranks: tuple[RankValidation, ...] = ()
+    model: ModelCheck = ModelCheck(None)
 
     @property
     def ok(self) -> bool:
-        return self.validation.ok and all(r.validation.ok for r in self.ranks)
+        return self.validation.ok and all(r.validation.ok for r in self.ranks) and not self.model.errors
 
     def to_dict(self) -> dict[str, Any]:
         data = self.validation.to_dict()
         data["ok"] = self.ok
+        data["model"] = self.model.to_dict()
         data["sglang_location"] = self.info.sglang_location
         data["render_warnings"] = list(self.launch.warnings)
         if self.ranks:
@@ -284,6 +330,8 @@ def validate_profile(profile: Profile, python: str | Path | None = None) -> Prof
         profile: a validated profile.
         python: SGLang's interpreter (default ``[service] python``).
 
+    The model table's check (:func:`check_model`) goes with it: ``ok`` needs the model's weights to fit.
+
     Raises:
         UsageError: interpreter missing, SGLang not installed there, or a version kimi-deploy
             does not know (0.5.x only).
@@ -291,6 +339,7 @@ def validate_profile(profile: Profile, python: str | Path | None = None) -> Prof
         ExternalCommandError: the target interpreter failed.
     """
     python = str(python or profile.service.python)
+    model = check_model(profile)
     info = target.probe(python)
     version, _ = target.require_sglang(info)
     parsed = versions.parse_version(version)
@@ -303,8 +352,8 @@ def validate_profile(profile: Profile, python: str | Path | None = None) -> Prof
             sglang_version=version)))
     if checked:
         return ProfileValidation(info=info, launch=checked[0].launch, validation=checked[0].validation,
-                                 ranks=tuple(checked))
+                                 ranks=tuple(checked), model=model)
     launch = build_launch(profile, parsed, components=info.components())
     result = validate_server_args(python, launch.server_args, secrets_config=launch.secrets_config,
                                   env=check_env(launch), sglang_version=version)
-    return ProfileValidation(info=info, launch=launch, validation=result)
+    return ProfileValidation(info=info, launch=launch, validation=result, model=model)

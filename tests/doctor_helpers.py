@@ -19,12 +19,13 @@ def write_safetensors(path: Path, nbytes: int = 32, *, truncate: int = 0) -> Non
 
 
 def make_model_dir(root: Path, shards: int = 3, *, missing: int | None = None, truncated: int | None = None,
-                   config: bool = True) -> Path:
-    """A sharded model directory with ``model.safetensors.index.json`` naming ``shards`` files."""
+                   config: bool = True, width: int = 5) -> Path:
+    """A sharded model directory with ``model.safetensors.index.json`` naming ``shards`` files
+    (``model-00001-of-{shards:0{width}d}.safetensors``: Moonshot publishes a six-digit total)."""
     root.mkdir(parents=True, exist_ok=True)
     if config:
         (root / "config.json").write_text(json.dumps({"architectures": ["DeepseekV3ForCausalLM"]}))
-    names = [f"model-{i + 1:05d}-of-{shards:05d}.safetensors" for i in range(shards)]
+    names = [f"model-{i + 1:05d}-of-{shards:0{width}d}.safetensors" for i in range(shards)]
     weight_map = {f"layer.{i}.w": name for i, name in enumerate(names)}
     (root / "model.safetensors.index.json").write_text(json.dumps({"metadata": {}, "weight_map": weight_map}))
     for i, name in enumerate(names):

@@ -309,3 +309,63 @@ def test_an_id_is_canonical_only_as_a_whole(call_id):
     msg = Message(None, None, [ToolCall(call_id, "get_weather", '{"city": "A"}')], "tool_calls")
     kinds = {f.kind for f in check_message(msg, Expectation(tools=(WEATHER,), call="one", kimi_ids=True))}
     assert kinds == {"noncanonical_id"}
+
+
+# --- each family's id form (issue 29): SGLang 0.5.23's kimi_k3 path mints NAME:N, kimi_k2 functions.NAME:N ---
+
+@pytest.mark.parametrize(("parser", "call_id", "kinds"), [
+    ("kimi_k3", "get_weather:0", set()),             # K3's own form is not flagged
+    ("kimi_k3", "get_weather:12", set()),
+    ("kimi_k3", "functions.get_weather:0", {"noncanonical_id"}),  # K2's form is not K3's
+    ("kimi_k3", "call_0123456789abcdef01234567", {"noncanonical_id"}),
+    ("kimi_k2", "functions.get_weather:0", set()),
+    ("kimi_k2", "get_weather:0", {"noncanonical_id"}),  # and K3's is not K2's
+    ("qwen25", "call_0123456789abcdef01234567", set()),  # parsers without a Kimi rule: no id rule
+])
+def test_ids_are_judged_by_the_servers_parser(parser, call_id, kinds):
+    msg = Message(None, None, [ToolCall(call_id, "get_weather", '{"city": "A"}')], "tool_calls")
+    findings = check_message(msg, Expectation(tools=(WEATHER,), call="one", id_parser=parser))
+    assert {f.kind for f in findings} == kinds
+    if kinds:
+        form = "NAME:N" if parser == "kimi_k3" else "functions.NAME:N"
+        assert findings[0].detail == f"{parser} server returned id {call_id!r}, not {form}"
+
+
+def test_the_run_takes_the_id_rule_from_the_tool_call_parser():
+    import copy
+
+    from kimi_deploy.check.context import Context
+    from kimi_deploy.presets import get_preset
+    from kimi_deploy.profile import parse_profile
+
+    def ctx(parser):
+        data = copy.deepcopy(get_preset("kimi-k26-rtx-pro-6000-x8").data)
+        data["sglang"]["tool_call_parser"] = parser
+        return Context(clients=None, profile=parse_profile(data), model=None, expected_model=None, repeat=1)
+
+    assert ctx("kimi_k3").id_parser == "kimi_k3" and ctx("kimi_k2").id_parser == "kimi_k2"
+    assert ctx("qwen25").id_parser is None
+
+
+@pytest.mark.sglang
+def test_the_id_forms_are_the_ones_sglangs_serving_layer_mints(sglang_python):
+    """SGLang 0.5.23's own OpenAIServingChat._process_tool_call_id, per parser: what it mints passes the rule
+    of its family and fails the other family's."""
+    import json
+    import subprocess
+
+    from kimi_deploy.tool_ids import ID_FORMATS
+
+    code = ("import json, types\n"
+            "from sglang.srt.entrypoints.openai.serving_chat import OpenAIServingChat\n"
+            "from sglang.srt.function_call.core_types import ToolCallItem\n"
+            "item = ToolCallItem(tool_index=1, name='get_weather', parameters='{}')\n"
+            "print(json.dumps({p: OpenAIServingChat._process_tool_call_id(types.SimpleNamespace(tool_call_parser=p),"
+            " item, 2) for p in ('kimi_k2', 'kimi_k3')}))\n")
+    done = subprocess.run([sglang_python, "-c", code], capture_output=True, text=True, timeout=600,
+                          env={"HF_HUB_OFFLINE": "1", "PATH": "/usr/bin:/bin"})
+    assert done.returncode == 0, done.stderr[-2000:]
+    minted = json.loads(done.stdout.strip().splitlines()[-1])
+    assert minted == {"kimi_k2": "functions.get_weather:3", "kimi_k3": "get_weather:3"}
+    assert ID_FORMATS["kimi_k2"].matches(minted["kimi_k2"]) and not ID_FORMATS["kimi_k2"].matches(minted["kimi_k3"])
+    assert ID_FORMATS["kimi_k3"].matches(minted["kimi_k3"]) and not ID_FORMATS["kimi_k3"].matches(minted["kimi_k2"])

@@ -541,3 +541,76 @@ def test_through_the_real_proxy_an_anthropic_history_reaches_the_server_canonica
     assert ids == ["functions.get_weather:0", "functions.mcp.get-time:1"], hooked["messages"]
     assert [c["id"] for m in plain["messages"] for c in m.get("tool_calls") or []][0].startswith("toolu_")
     assert hooked == litellm_hook.canonicalize_request(copy.deepcopy(plain))
+
+
+# --- each family's id form: K3 ids pass unchanged, K2 ids are still canonicalised (issue 29) -----------------
+
+K3_SERVED = "moonshotai/Kimi-K3"
+#: What SGLang 0.5.23's kimi_k3 path mints (serving_chat._process_tool_call_id: f"{name}:{index}").
+K3_HISTORY = _history("get_weather:0", "get_time:1")
+
+
+def test_proxy_config_marks_a_k3_upstream_and_leaves_k2_ones_as_before():
+    text = litellm_hook.proxy_config({
+        "kimi-k25": litellm_hook.Upstream("http://10.0.0.5:8000/v1", SERVED),
+        "kimi-k3": litellm_hook.Upstream("http://10.0.0.6:8000/v1", K3_SERVED, tool_call_parser="kimi_k3")})
+    assert '      model: "openai/moonshotai/Kimi-K3"\n      api_base: "http://10.0.0.6:8000/v1"\n' \
+           '      api_key: "none"\n    model_info:\n      kimi_deploy_tool_call_parser: "kimi_k3"\n' in text
+    assert text.count("model_info:") == 1  # the K2.5 entry is rendered exactly as before (golden file above)
+
+
+@pytest.mark.parametrize("data", [
+    {"model": "anything", "model_info": {"kimi_deploy_tool_call_parser": "kimi_k3"}},  # the deployment hook
+    {"model": K3_SERVED}, {"model": "openai/moonshotai/Kimi-K3"}, {"model": "kimi-k3"},  # known by name
+], ids=["model_info", "served name", "litellm model", "short name"])
+def test_k3_ids_pass_the_hook_unchanged(data):
+    import asyncio
+
+    body = {**data, "messages": copy.deepcopy(K3_HISTORY)}
+    for hook in (lambda d: litellm_hook.proxy_handler_instance.async_pre_call_hook(None, None, d, "acompletion"),
+                 lambda d: litellm_hook.proxy_handler_instance.async_pre_call_deployment_hook(d, "acompletion")):
+        out = asyncio.run(hook(copy.deepcopy(body)))
+        assert out == body
+
+
+def test_k2_ids_are_still_canonicalised_next_to_k3():
+    k2 = litellm_hook.canonicalize_request({"model": SERVED, "messages": _history("functions_get_weather_0")})
+    assert k2["messages"][2]["tool_calls"][0]["id"] == "functions.get_weather:0"
+    # K3's own form sent to a K2 model is K2's business: canonicalised as any foreign id
+    k2_from_k3 = litellm_hook.canonicalize_request({"model": "kimi", "messages": copy.deepcopy(K3_HISTORY)})
+    assert [c["id"] for c in k2_from_k3["messages"][2]["tool_calls"]] == ["functions.get_weather:0",
+                                                                          "functions.get_time:1"]
+
+
+@pytest.fixture(scope="module")
+def mixed_proxy(litellm_python, recorder, tmp_path_factory):
+    """One proxy with the hook: ``kimi-k25`` (a K2.5 server) and ``k3-prod`` (a K3 server under a name the kit's
+    table does not know: only its ``model_info`` says kimi_k3), both the :class:`Recorder`."""
+    config = litellm_hook.proxy_config({
+        "kimi-k25": litellm_hook.Upstream(recorder.url + "/v1", SERVED),
+        "k3-prod": litellm_hook.Upstream(recorder.url + "/v1", K3_SERVED.replace("Kimi-K3", "house-model"),
+                                         tool_call_parser="kimi_k3")})
+    proxy = Proxy(litellm_python, config, tmp_path_factory.mktemp("litellm-mixed"), {})
+    try:
+        yield proxy.wait()
+    finally:
+        proxy.stop()
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["nonstream", "stream"])
+def test_a_mixed_k25_and_k3_proxy_rewrites_per_model(mixed_proxy, recorder, stream):
+    """Through the real LiteLLM proxy: the K3 model's history reaches its server with its NAME:N ids as sent,
+    the K2.5 model's sanitised ids reach its server canonical, in the same proxy."""
+    sent = {}
+    for model, messages in (("k3-prod", K3_HISTORY), ("kimi-k25", _history("functions_get_weather_0",
+                                                                            "functions_get_time_1"))):
+        before = len(recorder.bodies)
+        code, _ = _post(mixed_proxy, "/v1/chat/completions", {"model": model, "messages": messages,
+                                                              "max_tokens": 7, "stream": stream})
+        assert code == 200
+        (_, body), = recorder.bodies[before:]
+        sent[model] = ([c["id"] for m in body["messages"] for c in m.get("tool_calls") or []],
+                       [m["tool_call_id"] for m in body["messages"] if m["role"] == "tool"])
+    assert sent["k3-prod"] == (["get_weather:0", "get_time:1"], ["get_weather:0", "get_time:1"])
+    assert sent["kimi-k25"] == (["functions.get_weather:0", "functions.get_time:1"],
+                                ["functions.get_weather:0", "functions.get_time:1"])

@@ -1,5 +1,5 @@
 """Golden files of everything `render` writes for the presets: the reference at 0.5.23 and at 0.5.12 (old
-spellings), the PCIe IPC one at 0.5.23.
+spellings), the PCIe IPC one and the other Kimi models' presets (K2.6, K2.7-Code, K2-Thinking) at 0.5.23.
 
 Regenerate after an intended change with exactly:
 
@@ -28,7 +28,10 @@ def _tree(directory: Path) -> dict[str, str]:
 
 
 @pytest.mark.parametrize(("preset", "version"), [(PRESET, "0.5.23"), (PRESET, "0.5.12"),
-                                                  ("kimi-k25-rtx-pro-6000-x8-pcie-ipc", "0.5.23")])
+                                                  ("kimi-k25-rtx-pro-6000-x8-pcie-ipc", "0.5.23"),
+                                                  ("kimi-k26-rtx-pro-6000-x8", "0.5.23"),
+                                                  ("kimi-k27-code-rtx-pro-6000-x8", "0.5.23"),
+                                                  ("kimi-k2-thinking-rtx-pro-6000-x8", "0.5.23")])
 def test_preset_render_matches_golden(tmp_path, preset, version):
     out = tmp_path / "out"
     result = run_cli(["render", "--preset", preset, "--sglang-version", version, "--out", str(out)])

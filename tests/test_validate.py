@@ -137,3 +137,32 @@ def test_render_python_and_version_exclusive(cli_runner, sglang_python):
                                      "--sglang-version", "0.5.23"])
     assert result.exit_code == 2
     assert "mutually exclusive" in result.stderr
+
+
+@pytest.mark.parametrize("preset", ["kimi-k26-rtx-pro-6000-x8", "kimi-k27-code-rtx-pro-6000-x8",
+                                    "kimi-k2-thinking-rtx-pro-6000-x8", "kimi-k25-rtx-pro-6000-x8-pcie-ipc"])
+def test_the_other_kimi_presets_pass_sglangs_parser(sglang_python, preset):
+    result = validate_profile(get_preset(preset).profile(), sglang_python)
+    assert result.ok, (result.validation.errors, result.model.errors)
+    assert result.validation.stages == STAGES and result.validation.warnings == ()
+    assert result.model.model == get_preset(preset).model and result.model.warnings == ()
+
+
+def test_cli_validate_refuses_k3_on_the_reference_host_with_the_numbers(cli_runner, sglang_python, tmp_path):
+    """SGLang 0.5.23 knows kimi_k3 and accepts the command; the model table refuses what the GPUs cannot hold."""
+    data = copy.deepcopy(get_preset("kimi-k26-rtx-pro-6000-x8").data)
+    data["sglang"].update(model_path="/models/moonshotai/Kimi-K3", served_model_name="moonshotai/Kimi-K3",
+                          tool_call_parser="kimi_k3", reasoning_parser="kimi_k3")
+    profile = tmp_path / "k3.toml"
+    profile.write_text("\n".join(
+        [f"[{sec}]\n" + "\n".join(f"{k} = {json.dumps(v)}" for k, v in data[sec].items())
+         for sec in ("service", "sglang", "environment")]) + "\n")
+    result = cli_runner.invoke(cli, ["validate", "--profile", str(profile), "--python", sglang_python])
+    assert result.exit_code == 1, result.output
+    assert "ok: SGLang 0.5.23" in result.stdout  # SGLang's own parser accepts kimi_k3
+    assert ("model: FAILED: Kimi K3 weights ~1.68 TB (MXFP4) vs GPU memory 8 x 96 GB RTX PRO 6000 Blackwell = "
+            "~768 GB: 219%") in result.stdout
+    assert "what would fit: at least 24 x RTX PRO 6000 Blackwell" in result.stdout
+    report = json.loads(cli_runner.invoke(cli, ["validate", "--profile", str(profile), "--python", sglang_python,
+                                                "--json"]).stdout)
+    assert report["ok"] is False and report["errors"] == [] and report["model"]["model"] == "k3"

@@ -10,6 +10,7 @@ import httpx
 from kimi_deploy.check.client import REFUSED_KIND, Clients, ResponseRefused
 from kimi_deploy.check.validate import Finding
 from kimi_deploy.profile import Profile
+from kimi_deploy.tool_ids import id_format
 
 
 @dataclasses.dataclass
@@ -133,6 +134,8 @@ class Context:
         return self._parser("reasoning_parser")
 
     @property
-    def kimi_ids(self) -> bool:
-        """Ids must be canonical ``functions.NAME:N`` (the kimi_k2 tool-call parser mints them)."""
-        return self.tool_call_parser == "kimi_k2"
+    def id_parser(self) -> str | None:
+        """The tool-call parser whose id form the answers must have (``kimi_k2``: ``functions.NAME:N``,
+        ``kimi_k3``: ``NAME:N``; :data:`kimi_deploy.tool_ids.ID_FORMATS`), ``None`` when it has none."""
+        parser = self.tool_call_parser
+        return parser if id_format(parser) else None

@@ -226,7 +226,7 @@ def _expectation(ctx: Context, case: Case, history_ids: tuple[str, ...] = ()) ->
     if thinking == "server":
         thinking = True if ctx.reasoning_parser else None
     return Expectation(tools=case.tools, call=case.call, choice=case.tool_choice, named=case.named,
-                       thinking=thinking, kimi_ids=ctx.kimi_ids, history_ids=history_ids)
+                       thinking=thinking, id_parser=ctx.id_parser, history_ids=history_ids)
 
 
 def _history_ids(messages: tuple[dict[str, Any], ...] | list[dict[str, Any]]) -> tuple[str, ...]:
@@ -282,7 +282,7 @@ def run_multi_turn(ctx: Context, mode: str) -> Outcome:
     messages: list[dict[str, Any]] = [_user("What is the weather in Paris, France?")]
     notes = []
     for n, call in enumerate(("one", "any", "one"), start=1):
-        exp = Expectation(tools=case.tools, call=call, choice="auto", kimi_ids=ctx.kimi_ids,  # type: ignore[arg-type]
+        exp = Expectation(tools=case.tools, call=call, choice="auto", id_parser=ctx.id_parser,  # type: ignore[arg-type]
                           history_ids=_history_ids(messages))
         answer = _with_retries(ctx, lambda: _request(ctx, case, messages, stream=stream, exp=exp))
         if answer.findings:  # fail, or warn (the model declined)

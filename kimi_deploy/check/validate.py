@@ -11,8 +11,9 @@ whitespace; reasoning is not content) nor calls is ``empty_answer``, or ``model_
 when it ran until ``max_tokens`` (the case's budget, not the server, but never a pass);
 each call names a requested tool and its ``arguments`` string parses to a JSON object valid
 against that tool's ``parameters`` schema (JSON Schema, checked with ``jsonschema``); ids
-unique across the conversation and, on a ``kimi_k2`` server, canonical ``functions.NAME:N``
-(SGLang 0.5.23 ``serving_chat._process_tool_call_id``); reasoning present with thinking on
+unique across the conversation and in the form the server's parser mints (:mod:`kimi_deploy.tool_ids`):
+``functions.NAME:N`` on ``kimi_k2``, ``NAME:N`` on ``kimi_k3`` (SGLang 0.5.23
+``serving_chat._process_tool_call_id``); reasoning present with thinking on
 (``reasoning_content`` as SGLang names it, or ``reasoning`` as vLLM does) and absent with
 thinking off.
 """
@@ -21,16 +22,16 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import re
 from typing import Any, Literal
 
 import jsonschema
 
 from kimi_deploy.check import leaks
 from kimi_deploy.check.results import clip
+from kimi_deploy.tool_ids import ID_FORMATS, id_format
 
-#: Kimi's canonical id (tool-call-failures.md): functions.NAME:N, N a conversation-wide counter.
-CANONICAL_KIMI_ID = re.compile(r"functions\.[A-Za-z0-9_.-]+:[0-9]+")  # fullmatch: no trailing newline
+#: Kimi K2's canonical id (tool-call-failures.md): functions.NAME:N, N a conversation-wide counter.
+CANONICAL_KIMI_ID = ID_FORMATS["kimi_k2"].pattern  # fullmatch: no trailing newline
 
 #: Most telling kind first: a check reports the first finding in this order.
 PRIORITY: tuple[str, ...] = (
@@ -165,7 +166,9 @@ class Expectation:
         choice: the request's ``tool_choice`` (for messages only).
         named: the one function name allowed (named ``tool_choice``).
         thinking: ``True`` reasoning required, ``False`` reasoning forbidden, ``None`` not checked.
-        kimi_ids: ids must be canonical ``functions.NAME:N``.
+        id_parser: the server's tool-call parser: ids must be in the form it mints
+            (:func:`kimi_deploy.tool_ids.id_format`; no rule for parsers without one).
+        kimi_ids: shorthand for ``id_parser="kimi_k2"`` (ids ``functions.NAME:N``).
         history_ids: ids already used in the conversation.
     """
 
@@ -176,6 +179,7 @@ class Expectation:
     thinking: bool | None = None
     kimi_ids: bool = False
     history_ids: tuple[str, ...] = ()
+    id_parser: str | None = None
 
 
 def tool_schemas(tools: tuple[dict[str, Any], ...] | list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
@@ -281,6 +285,7 @@ def check_message(msg: Message, exp: Expectation) -> list[Finding]:
             out.append(Finding("tool_choice_violation", f"tool_choice names {exp.named}, the call is {call.name}",
                                clip(call.name)))
     seen = set(exp.history_ids)
+    ids = id_format(exp.id_parser or ("kimi_k2" if exp.kimi_ids else None))
     for call in calls:
         if not call.id:
             out.append(Finding("stream_shape", f"call {call.name} has no id", ""))
@@ -289,8 +294,8 @@ def check_message(msg: Message, exp: Expectation) -> list[Finding]:
             out.append(Finding("duplicate_id", f"id {call.id!r} is already used in this conversation",
                                clip(call.id)))
         seen.add(call.id)
-        if exp.kimi_ids and not CANONICAL_KIMI_ID.fullmatch(call.id):
-            out.append(Finding("noncanonical_id", f"kimi_k2 server returned id {call.id!r}, not functions.NAME:N",
+        if ids and not ids.matches(call.id):
+            out.append(Finding("noncanonical_id", f"{ids.parser} server returned id {call.id!r}, not {ids.form}",
                                clip(call.id)))
     if exp.thinking is True and not (msg.reasoning or "").strip():
         out.append(Finding("missing_reasoning", "thinking is on but the message has no reasoning_content/reasoning",

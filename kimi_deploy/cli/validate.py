@@ -22,7 +22,8 @@ from kimi_deploy.errors import ExitCode
 def validate_cmd(ctx, profile_path, preset, python, gateway, smg, as_json):
     """Render for the installed SGLang version and parse the command with SGLang's own argparse.
 
-    Exit 0: SGLang accepts every flag (warnings allowed); 1: it rejects one.
+    Exit 0: SGLang accepts every flag (warnings allowed); 1: it rejects one, or the profile's model is one of the
+    kit's model table whose weights do not fit its GPUs (Kimi K3 on 8 x 96 GB), with the numbers.
     """
     profile = resolve_profile(profile_path, preset)
     if gateway:
@@ -52,7 +53,17 @@ def validate_cmd(ctx, profile_path, preset, python, gateway, smg, as_json):
         if result.ranks:
             click.echo(f"note: the other replicas' ranks differ only in --dist-init-addr "
                        f"({len(result.ranks)} rank(s) of replica 0 checked)")
-        if not result.ok:
+        m = result.model
+        for error in m.errors:
+            click.echo(f"model: FAILED: {error}")
+        for warning in m.warnings:
+            click.echo(f"model: warning: {warning}")
+        for note in m.notes:
+            click.echo(f"model: note: {note}")
+        if m.errors:
+            click.echo("fix: deploy this model on GPUs that hold it (a [fleet] of hosts, or larger GPUs), or "
+                       "choose a model that fits (`kimi-deploy presets`)")
+        elif not result.ok:
             click.echo("fix: correct the flag in the profile ([sglang] or extra_args) and run validate again")
     if not result.ok:
         ctx.exit(int(ExitCode.FAILED))

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from kimi_deploy.catalog.models import WEIGHTS_SHARE, Gpu as CatalogGpu, ModelFacts, identify, what_fits
 from kimi_deploy.doctor.cuda import SOURCE as DRIVER_SOURCE, judge_driver
 from kimi_deploy.doctor.fabric import AcsReport, IommuMode, P2pMatrix
 from kimi_deploy.doctor.host import DiskSpace, FileDrift, PortProbe, hostport
@@ -33,7 +34,7 @@ GIB = 1024**3
 DISK_WARN_BYTES = 50 * GIB
 #: Weights above this share of the GPU memory of the TP group leave little room for the KV
 #: cache, CUDA graphs and the draft model (SGLang's --mem-fraction-static defaults near 0.8-0.9).
-WEIGHTS_WARN_SHARE = 0.85
+WEIGHTS_WARN_SHARE = WEIGHTS_SHARE
 #: Compute capability the reference GPU reports (RTX PRO 6000 Blackwell, SM120), checked in
 #: torch's arch list when nvidia-smi gave nothing.
 REFERENCE_CAPABILITY = "12.0"
@@ -78,6 +79,19 @@ class Facts:
     def tp_gpus(self) -> tuple[Gpu, ...]:
         """The GPUs the server uses: the first ``tp_size`` (CUDA_VISIBLE_DEVICES unset)."""
         return self.gpus[: self.profile.sglang.tp_size]
+
+    @property
+    def known_model(self) -> ModelFacts | None:
+        """The profile's model in the kit's model table, by its model path or served name
+        (:func:`kimi_deploy.catalog.models.identify`): whose weights the GPUs must hold."""
+        return identify(self.profile.sglang.model_path, self.profile.sglang.served_model_name)
+
+    @property
+    def known_model_dir(self) -> ModelFacts | None:
+        """The table's model whose repository the model directory is named after (``/models/moonshotai/
+        Kimi-K2.6``): only then is the directory compared with the published shard layout (a local copy
+        served under the model's name may be a re-sharded or re-quantised one)."""
+        return identify(self.profile.sglang.model_path)
 
 
 def _gib(n: int) -> str:
@@ -145,13 +159,22 @@ def check_gpu_memory(f: Facts) -> Check:
     evidence = f"{len(group)} x {least} MiB = {_gib(total)}"
     weights = (f.model.weights_bytes if f.model and f.model.exists else 0) + \
         (f.draft_model.weights_bytes if f.draft_model and f.draft_model.exists else 0)
+    known = f.known_model
+    published = ""
+    if not (f.model and f.model.exists and f.model.weights_bytes) and known and known.weights_bytes:
+        # not downloaded (K3's 1.68 TB rarely is before someone asks whether it fits): the published size
+        weights += known.weights_bytes
+        published = f"; {known.name}'s published {known.weights_text()}, no downloaded shards measured"
     if not weights:
         return passed(name, evidence + " (model size unknown)")
     share = weights / total
-    evidence += f"; weights {_gib(weights)} ({share:.0%})"
+    evidence += f"; weights {_gib(weights)} ({share:.0%}){published}"
     if share >= 1:
-        return failed(name, evidence, "the weights do not fit in the TP group's memory: raise tp_size or use a "
-                                      "smaller quantisation")
+        fix = "the weights do not fit in the TP group's memory: raise tp_size or use a smaller quantisation"
+        if known:
+            fix = (f"{known.name} does not fit {len(group)} x {least} MiB: "
+                   + what_fits(known, CatalogGpu(group[0].name, least * 1024**2, "nvidia-smi memory.total")))
+        return failed(name, evidence, fix)
     if share > WEIGHTS_WARN_SHARE:
         return warned(name, evidence, "little memory is left for the KV cache and CUDA graphs; expect a short "
                                       "context or out-of-memory at start; lower --mem-fraction-static headroom "
@@ -263,7 +286,11 @@ def check_topology(f: Facts) -> Check:
     return passed(name, evidence + f"; profile sets NCCL_P2P_LEVEL={set_level}")
 
 
-def check_model(name: str, m: ModelDir | None, field: str) -> Check | None:
+def check_model(name: str, m: ModelDir | None, field: str, known: ModelFacts | None = None) -> Check | None:
+    """The model directory is complete (fail otherwise); with ``known`` (the table's model the directory is
+    named after) its shards are the ones the model publishes (:class:`kimi_deploy.catalog.models.ShardLayout`;
+    warn otherwise: another revision, a re-sharded copy, or an index copied from elsewhere; SGLang loads what
+    the index names)."""
     if m is None:
         return None
     fix = (f"point [sglang] {field} at the downloaded model directory, or finish the download "
@@ -272,7 +299,25 @@ def check_model(name: str, m: ModelDir | None, field: str) -> Check | None:
         return failed(name, f"{m.path} does not exist", fix)
     if m.problems:
         return failed(name, f"{m.path}: {'; '.join(m.problems)}", fix)
-    return passed(name, f"{m.path}: config.json, {len(m.shards)} shards, {_gib(m.weights_bytes)}")
+    evidence = f"{m.path}: config.json, {len(m.shards)} shards, {_gib(m.weights_bytes)}"
+    if known is None:
+        return passed(name, evidence)
+    if known.shards is None:
+        return passed(name, evidence + f" ({known.name}'s published shard layout is unknown to the kit: checked "
+                                       "against its own index)")
+    expected = known.shards.names()
+    if tuple(m.shards) != expected:
+        extra = sorted(set(m.shards) - set(expected))
+        absent = sorted(set(expected) - set(m.shards))
+        detail = "; ".join(part for part in (
+            f"not in the published layout: {', '.join(extra[:2])}{' ...' if len(extra) > 2 else ''}" if extra else "",
+            f"published but not in the index: {', '.join(absent[:2])}{' ...' if len(absent) > 2 else ''}"
+            if absent else "") if part)
+        return warned(name, f"{evidence}; {known.name} publishes {known.shards.count} shards "
+                            f"({expected[0]} .. {expected[-1]}): {detail}",
+                      f"download {known.repo} again into {m.path} (`hf download {known.repo} --local-dir {m.path}`), "
+                      f"or point [sglang] {field} at a complete copy")
+    return passed(name, evidence + f", {known.name}'s published layout")
 
 
 def check_sglang(f: Facts) -> Check:
@@ -593,7 +638,7 @@ def evaluate(f: Facts) -> list[Check]:
     checks = [
         check_gpu_devices(f), check_compute_capability(f), check_gpu_memory(f), check_driver(f),
         check_torch_arch(f), check_topology(f),
-        check_model("model", f.model, "model_path"),
+        check_model("model", f.model, "model_path", f.known_model_dir),
         check_model("draft_model", f.draft_model, "speculative_draft_model_path"),
         check_sglang(f), check_patches(f), *check_gates(f), check_flags(f),
         check_allreduce_paths(f), check_p2p_disable(f), check_acs(f), check_iommu(f), check_uvm_hmm(f), check_p2p(f),

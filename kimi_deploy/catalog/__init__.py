@@ -1,0 +1,1 @@
+"""What the kit knows about the models it deploys: one table of facts per model, each with its source."""
