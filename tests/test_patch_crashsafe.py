@@ -64,7 +64,7 @@ class Installation:
 
     def kit(self, *args: str, kill_at: int | None = None, trace: Path | None = None,
             env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
-        full = dict(os.environ, KIMI_DEPLOY_STATE_DIR=str(self.state), **(env or {}))
+        full = {**os.environ, "KIMI_DEPLOY_STATE_DIR": str(self.state), **(env or {})}
         for name, value in ((fsio.FAULT_KILL_ENV, kill_at), (fsio.FAULT_TRACE_ENV, trace)):
             full.pop(name, None)
             if value is not None:
@@ -446,8 +446,9 @@ def test_gnu_patch_in_trouble_is_not_a_patch_that_does_not_apply(tmp_path):
 
     (tmp_path / "tree").mkdir()
     diff = SERIES.diff_path(SERIES.get("kimi-k2-tool-call-ids"))
+    (tmp_path / "a-file").write_text("not a folder\n")
     with pytest.raises(ExternalCommandError) as raised:
-        engine._run_patch(tmp_path / "tree", diff, dry_run=True, tmpdir=tmp_path / "missing" / "folder")
+        engine._run_patch(tmp_path / "tree", diff, dry_run=True, tmpdir=tmp_path / "a-file")
     assert raised.value.exit_code == ExitCode.EXTERNAL
     assert "serious trouble" in raised.value.message
     assert "Can't create temporary file" in raised.value.stderr + raised.value.stdout
@@ -469,3 +470,15 @@ def test_a_staging_folder_a_killed_run_left_is_removed_by_the_next_command(insta
     other.mkdir()
     assert patching.status(inst.python).state == "applied"
     assert not left.exists() and other.is_dir()
+
+
+def test_two_state_directories_on_one_sglang_are_serialised(installation, tmp_path):
+    """Each state directory has its own lock file, but both write the same site-packages: a run with another
+    ``--state-dir`` waits for the installation's own lock (its ``sglang`` folder) and fails clearly (exit 7)."""
+    inst = installation
+    with fsio.exclusive_lock(inst.site / "sglang", what="test"):
+        busy = inst.kit("apply", env={fsio.LOCK_WAIT_ENV: "0", "KIMI_DEPLOY_STATE_DIR": str(tmp_path / "other")})
+        assert busy.returncode == ExitCode.LOCKED, busy.stderr
+        assert f"another kimi-deploy patch run on {inst.site / 'sglang'} is running" in busy.stderr
+    assert inst.record_ids() is None and not (tmp_path / "other" / "patches" / f"{inst.store.key}.json").exists()
+    assert sorted(os.listdir(inst.site / "sglang")) == sorted(os.listdir(site_packages_of(inst.python) / "sglang"))

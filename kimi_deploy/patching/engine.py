@@ -368,7 +368,8 @@ def _now() -> str:
 
 @contextlib.contextmanager
 def _locked(inst: _Install, store: StateStore, *, read_only: bool = False) -> Iterator[bool]:
-    """Hold the installation's ``patch`` lock for the block; yields whether it is held.
+    """Hold the installation's ``patch`` locks for the block: a ``flock(2)`` on its ``sglang`` folder (every
+    state directory's runs on it), then on ``<key>.lock`` in the state directory; yields whether both are held.
 
     ``read_only`` (``status``, ``verify``): a user who cannot create the lock file (the
     service user running ``verify``) goes on without it (yields ``False``); it can read but
@@ -382,9 +383,12 @@ def _locked(inst: _Install, store: StateStore, *, read_only: bool = False) -> It
     if read_only and not store.directory.is_dir():
         yield False
         return
-    with fsio.exclusive_lock(store.lock_path, what=f"patch run on {inst.location}",
-                             unavailable_ok=read_only) as held:
-        yield held is not None
+    what = f"patch run on {inst.location}"
+    # The installation's own folder first: runs with different state directories (--state-dir,
+    # $KIMI_DEPLOY_STATE_DIR) on one SGLang each have their own lock file, but write the same site-packages.
+    with fsio.exclusive_lock(inst.location, what=what, unavailable_ok=read_only) as tree, \
+            fsio.exclusive_lock(store.lock_path, what=what, unavailable_ok=read_only) as held:
+        yield tree is not None and held is not None
 
 
 def _recover(inst: _Install, store: StateStore) -> str:
