@@ -156,7 +156,8 @@ def exclusive_lock(path: Path, *, what: str, wait_s: float | None = None,
                    unavailable_ok: bool = False,
                    clock: Callable[[], float] = time.monotonic,
                    sleep: Callable[[float], None] = time.sleep) -> Iterator[Path | None]:
-    """Hold an exclusive ``flock(2)`` on the file ``path`` (created 0644 with its parents) for the block.
+    """Hold an exclusive ``flock(2)`` on the file ``path`` (created 0644 with its parents) for the block; an
+    existing directory is locked as it is (opened read-only, nothing created or written in it).
 
     The kernel releases the lock when the holder exits, however it dies, so a killed run
     never leaves a stale lock; the file itself stays (it holds the last holder's pid, for
@@ -177,9 +178,13 @@ def exclusive_lock(path: Path, *, what: str, wait_s: float | None = None,
     """
     if wait_s is None:
         wait_s = lock_wait_s()
+    directory = path.is_dir()
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        if directory:
+            fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        else:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
     except OSError as exc:
         if unavailable_ok and exc.errno in _UNAVAILABLE:
             yield None
@@ -201,9 +206,10 @@ def exclusive_lock(path: Path, *, what: str, wait_s: float | None = None,
                         hint="let it finish, then run this command again; nothing was changed (the lock goes "
                              "away with the process that holds it, even when it is killed)") from None
                 sleep(_LOCK_POLL_S)
-        with contextlib.suppress(OSError):
-            os.ftruncate(fd, 0)
-            os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        if not directory:
+            with contextlib.suppress(OSError):
+                os.ftruncate(fd, 0)
+                os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
         yield path
     finally:
         os.close(fd)  # closing the last descriptor releases the flock

@@ -4,6 +4,14 @@ The kill harness runs the kit as a subprocess with ``KIMI_DEPLOY_FAULT_KILL_AT=N
 SIGKILL just before the N-th mutating file operation), for EVERY N of an apply, a switch of sets and a
 revert, then runs the next ``patch`` command and asserts the installation is in a recorded, verified
 state: either exactly what it was before, or exactly the result of the interrupted command.
+
+Between two kills the harness puts back the bytes of every file in the folders a patch command writes into
+and of the installation's state entries (:meth:`Installation.snapshot`), checks that every path the fault trace
+of each run (the full one and every killed one) names lies inside that snapshot, and that no other file of the
+``sglang`` tree changed (size, mtime, inode): the comparison cannot pass or fail by leaving out a file. The scenarios run while two other installations are patched and killed at random
+instants (:class:`Neighbours`): one with a state directory of its own, one sharing this installation's (as every
+installation on a host shares the default ``/var/lib/kimi-deploy``), with stale staging folders of killed runs
+planted in ``$TMPDIR`` and in the shared state directory: none of it may change an outcome here.
 """
 
 from __future__ import annotations
@@ -11,10 +19,12 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -32,6 +42,14 @@ DETECTOR = "sglang/srt/function_call/kimik2_detector.py"
 SERIES = patching.require_series("0.5.23")
 #: every file any patch of the series touches (relative to site-packages)
 SERIES_FILES = sorted({f for spec in SERIES.patch for f in SERIES.files_of(spec)})
+NEIGHBOUR = Path(__file__).resolve().parent / "patch_neighbour.py"
+
+
+def trace_paths(trace: Path) -> set[Path]:
+    """Every path a fault trace names (``N OP PATH`` lines of kimi_deploy/fsio.py), empty when there is none."""
+    if not trace.exists():
+        return set()
+    return {Path(line.split(" ", 2)[2]) for line in trace.read_text().splitlines() if line.count(" ") >= 2}
 
 
 class Installation:
@@ -46,13 +64,16 @@ class Installation:
 
     def kit(self, *args: str, kill_at: int | None = None, trace: Path | None = None,
             env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
-        full = dict(os.environ, KIMI_DEPLOY_STATE_DIR=str(self.state), **(env or {}))
+        full = {**os.environ, "KIMI_DEPLOY_STATE_DIR": str(self.state), **(env or {})}
         for name, value in ((fsio.FAULT_KILL_ENV, kill_at), (fsio.FAULT_TRACE_ENV, trace)):
             full.pop(name, None)
             if value is not None:
                 full[name] = str(value)
-        return subprocess.run([sys.executable, "-m", "kimi_deploy", "patch", *args, "--python", self.python],
+        done = subprocess.run([sys.executable, "-m", "kimi_deploy", "patch", *args, "--python", self.python],
                               env=full, capture_output=True, text=True, timeout=300)
+        if trace is not None:
+            self.check_traced(trace)
+        return done
 
     def files(self) -> dict[str, str | None]:
         """sha256 of every file the series can touch."""
@@ -66,27 +87,84 @@ class Installation:
         record = self.store.load()
         return None if record is None else record.ids
 
-    def snapshot(self) -> tuple[dict[str, bytes], dict[str, bytes]]:
-        site = {rel: (self.site / rel).read_bytes() for rel in SERIES_FILES}
-        state = {str(p.relative_to(self.state)): p.read_bytes() for p in self.state.rglob("*") if p.is_file()}
-        return site, state
+    def owned(self, path: Path) -> bool:
+        """Whether ``path`` is this installation's: in its site-packages, or its entries of the state directory
+        (``<key>.*``, ``.<key>.*``: the state directory may be shared with other installations)."""
+        if path.is_relative_to(self.site):
+            return True
+        if path.is_relative_to(self.store.directory) and path != self.store.directory:
+            top = path.relative_to(self.store.directory).parts[0]
+            return top.startswith((f"{self.store.key}.", f".{self.store.key}."))
+        return False
 
-    def restore(self, snap: tuple[dict[str, bytes], dict[str, bytes]]) -> None:
-        site, state = snap
-        for rel, data in site.items():
-            (self.site / rel).write_bytes(data)
-        for leftover in self.litter():
-            leftover.unlink()
-        shutil.rmtree(self.state, ignore_errors=True)
-        for rel, data in state.items():
-            (self.state / rel).parent.mkdir(parents=True, exist_ok=True)
-            (self.state / rel).write_bytes(data)
+    def folders(self) -> list[Path]:
+        """The site-packages folders a patch command may write into: each series file's folder and its
+        ``__pycache__`` (stale bytecode is removed there)."""
+        out = {(self.site / rel).parent for rel in SERIES_FILES}
+        return sorted(out | {f / "__pycache__" for f in out})
+
+    def in_scope(self, path: Path) -> bool:
+        """Whether :meth:`snapshot` holds ``path``: a file of :meth:`folders` or one of this installation's state
+        entries (the state directory itself, created once, is not a change)."""
+        return path == self.store.directory or path.parent in self.folders() or (
+            path.is_relative_to(self.store.directory) and self.owned(path))
+
+    def check_traced(self, trace: Path) -> None:
+        """Every path the traced command wrote is one :meth:`snapshot` covers: the comparison cannot pass or fail
+        by leaving out a file the command touches."""
+        for path in trace_paths(trace):
+            assert self.in_scope(path), f"the patch command wrote {path}, outside what the snapshot covers"
+
+    def snapshot(self) -> tuple[dict[str, bytes], dict[str, tuple[int, int, int]]]:
+        """(the bytes of every file in :meth:`folders` and of this installation's state entries; the size, mtime
+        and inode of every other file of the ``sglang`` tree, which no patch command may change)."""
+        saved = {}
+        for folder in self.folders():
+            for entry in folder.iterdir() if folder.is_dir() else ():
+                if entry.is_file() or entry.is_symlink():
+                    saved[str(entry)] = entry.read_bytes() if entry.is_file() else b"link:" + os.fsencode(
+                        os.readlink(entry))
+        for entry in self.store.directory.iterdir() if self.store.directory.is_dir() else ():
+            if self.owned(entry) and entry != self.store.lock_path:  # the lock's bytes: its last holder's pid
+                for path in [entry, *sorted(entry.rglob("*"))]:
+                    saved[str(path)] = path.read_bytes() if path.is_file() else b"dir"
+        scope = set(self.folders())
+        rest = {}
+        for path in (self.site / "sglang").rglob("*"):
+            if path.parent not in scope and path.is_file():
+                st = path.stat()
+                rest[str(path)] = (st.st_size, st.st_mtime_ns, st.st_ino)
+        return saved, rest
+
+    def restore(self, snap: tuple[dict[str, bytes], dict[str, tuple[int, int, int]]]) -> None:
+        """Put back exactly the snapshot: a file that differs is removed and written anew (never in place: a
+        killed run can leave a hard link to it), a file or folder that was not there is removed; then the
+        snapshot taken again must equal it."""
+        saved, _ = snap
+        now, _ = self.snapshot()
+        for name in sorted(set(now) - set(saved), reverse=True):  # children before their folders
+            path = Path(name)
+            shutil.rmtree(path) if path.is_dir() and not path.is_symlink() else path.unlink()
+        for name, data in saved.items():
+            path = Path(name)
+            if data == b"dir":
+                path.mkdir(parents=True, exist_ok=True)
+            elif now.get(name) != data:
+                path.parent.mkdir(parents=True, exist_ok=True)
+                if path.exists() or path.is_symlink():
+                    path.unlink()
+                if data.startswith(b"link:"):
+                    path.symlink_to(os.fsdecode(data[5:]))
+                else:
+                    path.write_bytes(data)
+        assert self.snapshot() == snap
 
     def litter(self) -> list[Path]:
-        """Temporary and backup files of an interrupted atomic write, in site-packages or the state dir."""
+        """Temporary and backup files of an interrupted atomic write, and staging folders, of this installation."""
         dirs = {(self.site / rel).parent for rel in SERIES_FILES}
         found = [p for d in dirs for p in d.glob(".*") if p.suffix in (".tmp", ".bak")]
-        return found + [p for p in self.state.rglob(".*") if p.suffix in (".tmp", ".bak")]
+        state = [p for p in self.store.directory.rglob(".*") if self.owned(p)] if self.store.directory.is_dir() else []
+        return found + [p for p in state if p.suffix in (".tmp", ".bak") or ".stage." in p.name]
 
     def assert_consistent(self) -> None:
         """No journal, no litter; the record (if any) matches the files and its saved originals."""
@@ -104,12 +182,47 @@ class Installation:
             assert hashlib.sha256(self.store.original(rel)).hexdigest() == rec.before, rel
 
 
+class Neighbours:
+    """Other installations patched and killed at random instants while a test runs (tests/patch_neighbour.py):
+    one with a state directory of its own, one sharing ``shared_state``; stale staging folders of killed runs
+    (the old ``$TMPDIR/kimi-deploy-patch-*`` and a staging folder of another installation's key) planted too."""
+
+    def __init__(self, sglang_python: str, directory: Path, shared_state: Path) -> None:
+        self.stop = directory / "stop"
+        stale = Path(tempfile.mkdtemp(prefix="kimi-deploy-patch-"))
+        (stale / "sglang/srt/entrypoints/openai").mkdir(parents=True)
+        (stale / "sglang/srt/entrypoints/openai/serving_chat.py").write_text("# a killed run's staged file\n")
+        self.stale = [stale, shared_state / "patches" / ".0000000000000000.stage.killed00"]
+        (self.stale[1] / "tree").mkdir(parents=True)
+        self.procs = [subprocess.Popen(
+            [sys.executable, str(NEIGHBOUR), sglang_python, str(directory / name), str(state), str(seed),
+             str(self.stop)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+            for name, state, seed in (("own", directory / "own-state", 1), ("shared", shared_state, 2))]
+
+    def finish(self) -> list[str]:
+        """Stop them; each one's report (the runs it made, and any that ended in a traceback)."""
+        self.stop.touch()
+        reports = [p.communicate(timeout=600)[0] for p in self.procs]
+        shutil.rmtree(self.stale[0], ignore_errors=True)
+        return reports
+
+
 @pytest.fixture
 def installation(sglang_python, tmp_path, monkeypatch) -> Installation:
     monkeypatch.setenv("KIMI_DEPLOY_STATE_DIR", str(tmp_path / "state"))
     for name in (fsio.FAULT_KILL_ENV, fsio.FAULT_TRACE_ENV, fsio.LOCK_WAIT_ENV):
         monkeypatch.delenv(name, raising=False)
     return Installation(make_target(sglang_python, tmp_path / "venv"), tmp_path / "state")
+
+
+@pytest.fixture
+def neighbours(sglang_python, installation, tmp_path):
+    """:class:`Neighbours` around the test; it fails when a neighbour crashed or never ran."""
+    around = Neighbours(sglang_python, tmp_path / "neighbours", installation.state)
+    yield around
+    for report in around.finish():
+        assert "Traceback" not in report, report
+        assert "runs " in report and "runs 0\n" not in report, report
 
 
 def invoke(cli_runner, *args):
@@ -126,8 +239,8 @@ SCENARIOS = {
 
 
 @pytest.mark.parametrize("scenario", list(SCENARIOS))
-def test_sigkill_at_every_file_operation_then_the_next_command_recovers(installation, cli_runner, scenario,
-                                                                        tmp_path):
+def test_sigkill_at_every_file_operation_then_the_next_command_recovers(installation, neighbours, cli_runner,
+                                                                        scenario, tmp_path):
     inst = installation
     before_with, command, after_ids = SCENARIOS[scenario]
     if before_with is not None:
@@ -150,8 +263,11 @@ def test_sigkill_at_every_file_operation_then_the_next_command_recovers(installa
     outcomes = []
     for n in range(1, len(ops) + 1):
         inst.restore(start)
-        killed = inst.kit(*command, kill_at=n)
+        killed_trace = tmp_path / f"trace-{n}"
+        killed = inst.kit(*command, kill_at=n, trace=killed_trace)
         assert killed.returncode == -signal.SIGKILL, (n, killed.stderr)
+        # the same operations in the same order up to the kill: the run is deterministic
+        assert _normal(killed_trace.read_text().splitlines()) == _normal(ops[:n]), n
         # the next command: in turn status, verify, or the interrupted command run again
         rerun = n % 3 == 2
         nxt = invoke(cli_runner, *(command if rerun else [("status", "verify")[n % 3]]), "--python", inst.python)
@@ -173,6 +289,12 @@ def test_sigkill_at_every_file_operation_then_the_next_command_recovers(installa
     assert committed is not None, "no write-ahead journal"
     assert any(str(inst.site) in line for line in ops[committed:])  # site-packages changes after the journal
     assert "finished" in outcomes and "untouched" in outcomes
+
+
+def _normal(ops: list[str]) -> list[str]:
+    """Trace lines with what differs by design between two runs made alike: the pid in ``.NAME.PID.bak`` hard
+    links (:func:`kimi_deploy.fsio._swap_in`) and the random part of a staging folder's name."""
+    return [re.sub(r"\.stage\.[^/]+", ".stage.*", re.sub(r"\.[0-9]+\.bak$", ".PID.bak", line)) for line in ops]
 
 
 def _killed_after_journal(inst: Installation, tmp_path: Path, *command: str) -> None:
@@ -299,3 +421,64 @@ def test_status_exit_code_follows_verify_and_revert_names_no_deleted_record(inst
     assert reverted.exit_code == 0, reverted.output
     assert "record deleted" in reverted.stdout
     assert str(inst.store.record_path) not in reverted.stdout and not inst.store.record_path.exists()
+
+
+def test_nothing_in_a_shared_temporary_folder_changes_an_apply(installation, tmp_path):
+    """The CI failure of issue 31: GNU patch writes its temporary files in ``$TMPDIR``, which every installation on
+    the machine shares; when it could not (there: a disk another installation's killed runs were filling), the
+    kit said ``patch ... does not apply`` with a reinstall fix (exit 4). The kit now stages, and lets GNU patch
+    write, only under the installation's own state directory: an unusable ``$TMPDIR`` changes nothing."""
+    inst = installation
+    not_a_folder = tmp_path / "tmpdir-is-a-file"
+    not_a_folder.write_text("a file where the temporary folder should be\n")
+    done = inst.kit("apply", env={"TMPDIR": str(not_a_folder)})
+    assert done.returncode == 0, done.stderr
+    assert inst.record_ids() == DEFAULTS
+    inst.assert_consistent()
+    assert list(inst.store.directory.glob(f".{inst.store.key}.stage.*")) == []  # the staging folder is gone
+
+
+def test_gnu_patch_in_trouble_is_not_a_patch_that_does_not_apply(tmp_path):
+    """GNU patch's exit status 2 (serious trouble: its temporary file, the disk, an unreadable diff) is an
+    external command failure (exit 5) with GNU patch's words, never the drift verdict (exit 4, "reinstall")."""
+    from kimi_deploy.errors import ExternalCommandError
+    from kimi_deploy.patching import engine
+
+    (tmp_path / "tree").mkdir()
+    diff = SERIES.diff_path(SERIES.get("kimi-k2-tool-call-ids"))
+    (tmp_path / "a-file").write_text("not a folder\n")
+    with pytest.raises(ExternalCommandError) as raised:
+        engine._run_patch(tmp_path / "tree", diff, dry_run=True, tmpdir=tmp_path / "a-file")
+    assert raised.value.exit_code == ExitCode.EXTERNAL
+    assert "serious trouble" in raised.value.message
+    assert "Can't create temporary file" in raised.value.stderr + raised.value.stdout
+    # a diff that does not apply is still the verdict it was: exit 1 from GNU patch, no exception
+    (tmp_path / "tree" / "sglang/srt/function_call").mkdir(parents=True)
+    (tmp_path / "tree" / DETECTOR).write_text("not SGLang's detector\n")
+    assert engine._run_patch(tmp_path / "tree", diff, dry_run=True, tmpdir=tmp_path).returncode == 1
+
+
+def test_a_staging_folder_a_killed_run_left_is_removed_by_the_next_command(installation, tmp_path):
+    """A run killed while it stages (from outside: no fault point there) leaves ``.<key>.stage.*``; the next
+    command of that installation removes it under the lock; another installation's is left alone."""
+    inst = installation
+    patching.apply(inst.python)
+    left = inst.store.directory / f".{inst.store.key}.stage.killed01"
+    (left / "tree" / "sglang").mkdir(parents=True)
+    (left / "tree" / "sglang" / "x.py").write_text("staged\n")
+    other = inst.store.directory / ".0123456789abcdef.stage.killed02"
+    other.mkdir()
+    assert patching.status(inst.python).state == "applied"
+    assert not left.exists() and other.is_dir()
+
+
+def test_two_state_directories_on_one_sglang_are_serialised(installation, tmp_path):
+    """Each state directory has its own lock file, but both write the same site-packages: a run with another
+    ``--state-dir`` waits for the installation's own lock (its ``sglang`` folder) and fails clearly (exit 7)."""
+    inst = installation
+    with fsio.exclusive_lock(inst.site / "sglang", what="test"):
+        busy = inst.kit("apply", env={fsio.LOCK_WAIT_ENV: "0", "KIMI_DEPLOY_STATE_DIR": str(tmp_path / "other")})
+        assert busy.returncode == ExitCode.LOCKED, busy.stderr
+        assert f"another kimi-deploy patch run on {inst.site / 'sglang'} is running" in busy.stderr
+    assert inst.record_ids() is None and not (tmp_path / "other" / "patches" / f"{inst.store.key}.json").exists()
+    assert sorted(os.listdir(inst.site / "sglang")) == sorted(os.listdir(site_packages_of(inst.python) / "sglang"))

@@ -40,7 +40,6 @@ import glob
 import os
 import re
 import shlex
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Literal
@@ -243,13 +242,34 @@ def _patch_program() -> str:
     return program
 
 
-def _run_patch(directory: Path, diff: Path, *, dry_run: bool, reverse: bool = False) -> proc.Completed:
+#: GNU patch's exit status for "serious trouble" (patch(1), DIAGNOSTICS): it could not read the diff, create
+#: its temporary files, or write; 1 means some hunks did not apply.
+PATCH_TROUBLE = 2
+
+
+def _run_patch(directory: Path, diff: Path, *, dry_run: bool, reverse: bool = False,
+               tmpdir: Path | None = None) -> proc.Completed:
+    """GNU patch on ``directory``; its temporary files go to ``tmpdir`` (default: ``$TMPDIR``).
+
+    Raises:
+        ExternalCommandError: GNU patch is missing, or it reported serious trouble (exit status 2): a failure of
+            the host (disk, temporary files, the diff unreadable), never an answer about whether the diff applies.
+    """
     argv = [_patch_program(), *PATCH_OPTIONS, "-d", str(directory), "-i", str(diff)]
     if reverse:
         argv.insert(2, "--reverse")
     if dry_run:
         argv.insert(2, "--dry-run")
-    return proc.run(argv, check=False, extra_env={"LC_ALL": "C"}, hint=PATCH_HINT)
+    extra = {"LC_ALL": "C", **({"TMPDIR": str(tmpdir)} if tmpdir is not None else {})}
+    done = proc.run(argv, check=False, extra_env=extra, hint=PATCH_HINT)
+    if done.returncode == PATCH_TROUBLE or done.returncode < 0:
+        raise ExternalCommandError(
+            "GNU patch failed (serious trouble, not a hunk that does not apply)" if done.returncode > 0 else
+            f"GNU patch was killed by signal {-done.returncode}", command=done.shown, returncode=done.returncode,
+            stdout=done.stdout, stderr=done.stderr,
+            hint="its output above says why (a full disk, an unwritable temporary folder, an unreadable diff); fix "
+                 "that and run the same command again: nothing was changed")
+    return done
 
 
 def _why(done: proc.Completed) -> str:
@@ -268,27 +288,38 @@ def _inexact(done: proc.Completed) -> str:
 
 
 def _stage_and_apply(series: Series, selection: list[PatchSpec], bases: dict[str, bytes],
-                     python: str) -> dict[str, bytes]:
-    """Apply ``selection`` to copies of ``bases`` in a temporary folder; return the patched bytes.
+                     python: str, store: StateStore) -> dict[str, bytes]:
+    """Apply ``selection`` to copies of ``bases`` in a staging folder; return the patched bytes.
 
     A patch must apply exactly: every hunk at the line its diff names (GNU patch would place a
     hunk at an offset when the same context occurs elsewhere, e.g. in a partly patched file:
     a table row inserted twice), so the result is the one the diff describes.
 
+    The staging folder is the installation's own (:meth:`StateStore.stage`, GNU patch's temporary files
+    inside it), never a shared one such as ``/tmp``: what another installation's runs leave there cannot change
+    this one's outcome, and a folder a killed run left behind is removed by the next command
+    (:meth:`StateStore.remove_litter`). Call only under the installation's lock.
+
     Raises:
         RefusedError: a patch does not apply to the files, or only at an offset (nothing outside
-            the temporary folder was touched).
+            the staging folder was touched).
+        ExternalCommandError: GNU patch reported serious trouble (:func:`_run_patch`).
+        UsageError / StorageError: the staging folder cannot be written.
     """
-    with tempfile.TemporaryDirectory(prefix="kimi-deploy-patch-") as tmp:
-        stage = Path(tmp)
+    with store.stage() as stage:
         for relpath, data in bases.items():
-            dest = stage / relpath
-            dest.parent.mkdir(parents=True, exist_ok=True)
-            dest.write_bytes(data)
+            dest = stage / "tree" / relpath
+            try:
+                dest.parent.mkdir(parents=True, exist_ok=True)
+                dest.write_bytes(data)
+            except OSError as exc:
+                raise fsio.os_failure(exc, "cannot stage the files to patch", value=str(dest),
+                                      hint="run as a user that can write the state directory (usually root); "
+                                           "nothing was changed") from exc
         for spec in selection:
             diff = series.diff_path(spec)
             for dry in (True, False):
-                done = _run_patch(stage, diff, dry_run=dry)
+                done = _run_patch(stage / "tree", diff, dry_run=dry, tmpdir=stage)
                 why = _why(done) if not done.ok else _inexact(done)
                 if why:
                     raise RefusedError(
@@ -298,7 +329,7 @@ def _stage_and_apply(series: Series, selection: list[PatchSpec], bases: dict[str
                         hint="the files differ from the release the series was written for: reinstall the same "
                              f"SGLang release (`{reinstall_command(python, series.sglang_version)}`) and apply "
                              "again, or leave this patch out with --only")
-        return {relpath: (stage / relpath).read_bytes() for relpath in bases}
+        return {relpath: (stage / "tree" / relpath).read_bytes() for relpath in bases}
 
 
 def _remove_bytecode(site_packages: Path, relpaths: list[str]) -> list[str]:
@@ -337,7 +368,8 @@ def _now() -> str:
 
 @contextlib.contextmanager
 def _locked(inst: _Install, store: StateStore, *, read_only: bool = False) -> Iterator[bool]:
-    """Hold the installation's ``patch`` lock for the block; yields whether it is held.
+    """Hold the installation's ``patch`` locks for the block: a ``flock(2)`` on its ``sglang`` folder (every
+    state directory's runs on it), then on ``<key>.lock`` in the state directory; yields whether both are held.
 
     ``read_only`` (``status``, ``verify``): a user who cannot create the lock file (the
     service user running ``verify``) goes on without it (yields ``False``); it can read but
@@ -351,9 +383,12 @@ def _locked(inst: _Install, store: StateStore, *, read_only: bool = False) -> It
     if read_only and not store.directory.is_dir():
         yield False
         return
-    with fsio.exclusive_lock(store.lock_path, what=f"patch run on {inst.location}",
-                             unavailable_ok=read_only) as held:
-        yield held is not None
+    what = f"patch run on {inst.location}"
+    # The installation's own folder first: runs with different state directories (--state-dir,
+    # $KIMI_DEPLOY_STATE_DIR) on one SGLang each have their own lock file, but write the same site-packages.
+    with fsio.exclusive_lock(inst.location, what=what, unavailable_ok=read_only) as tree, \
+            fsio.exclusive_lock(store.lock_path, what=what, unavailable_ok=read_only) as held:
+        yield tree is not None and held is not None
 
 
 def _recover(inst: _Install, store: StateStore) -> str:
@@ -716,7 +751,7 @@ def _apply(inst: _Install, store: StateStore, series: Series, selection: list[Pa
     if record and record.ids == ids and all(
             sha256_file(inst.site_packages / r) == f.after for r, f in record.files.items()):
         return result(False, f"already applied: {', '.join(ids)} (nothing to do)", [])
-    patched = _stage_and_apply(series, selection, bases, inst.python)
+    patched = _stage_and_apply(series, selection, bases, inst.python, store)
     writes = {r: data for r, data in patched.items()
               if sha256_file(inst.site_packages / r) != sha256_bytes(data)}
     if dry_run:

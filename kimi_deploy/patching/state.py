@@ -7,6 +7,8 @@ site-packages; the record must survive to notice it)::
     <state_dir>/patches/<key>.orig/         the original bytes of every touched file, by path
     <state_dir>/patches/<key>.journal.json  the write-ahead journal of a change in progress (Journal)
     <state_dir>/patches/<key>.lock          the lock every ``patch`` verb on this installation holds
+    <state_dir>/patches/.<key>.stage.XXXXXXXX/  where ``apply`` tries the patches (removed after; a killed
+                                            run's is removed by the next command, under the lock)
 
 ``<key>`` is the first 16 hex digits of sha256(real path of the ``sglang`` package),
 so two virtual environments on one host never share a record. ``<state_dir>`` is
@@ -17,8 +19,11 @@ or ``--state-dir``).
 from __future__ import annotations
 
 import base64
+import contextlib
 import hashlib
 import json
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Literal
 
@@ -230,9 +235,32 @@ class StateStore:
     def drop_journal(self) -> None:
         fsio.remove(self.journal_path)
 
+    @contextlib.contextmanager
+    def stage(self) -> Iterator[Path]:
+        """A new empty staging folder ``<directory>/.<key>.stage.XXXXXXXX`` for the block, removed after it.
+
+        It lives beside this installation's record, not in a folder every installation shares (``/tmp``), so
+        nothing another installation's runs leave behind can meet this one's; a folder a killed run left is
+        deleted by :meth:`remove_litter`. Call only under the installation's lock.
+
+        Raises:
+            UsageError / StorageError: the folder cannot be created or removed.
+        """
+        fsio.mkdir(self.directory)
+        try:
+            folder = Path(tempfile.mkdtemp(prefix=f".{self.key}.stage.", dir=self.directory))
+        except OSError as exc:
+            raise fsio.os_failure(exc, "cannot create the patch staging folder", value=str(self.directory),
+                                  hint="run as a user that can write the state directory (usually root)") from exc
+        try:
+            yield folder
+        finally:
+            fsio.remove_tree(folder)
+
     def remove_litter(self) -> None:
-        """Delete the temporary files a killed atomic write of this installation's record, journal or
-        originals left (``.<key>.json.XXXX.tmp``, ``.<key>.json.PID.bak``, the same under ``.orig/``).
+        """Delete what a killed run of this installation left in the state directory: temporary files of an
+        atomic write of the record, journal or originals (``.<key>.json.XXXX.tmp``, ``.<key>.json.PID.bak``, the
+        same under ``.orig/``) and staging folders (``.<key>.stage.XXXXXXXX``, :meth:`stage`).
         Call only under the installation's lock."""
         leftovers = list(self.directory.glob(f".{self.key}.*")) if self.directory.is_dir() else []
         if self.originals_dir.is_dir():
@@ -240,6 +268,9 @@ class StateStore:
         for leftover in leftovers:
             if leftover.suffix in (".tmp", ".bak") and leftover.is_file():
                 fsio.remove(leftover)
+            elif leftover.name.startswith(f".{self.key}.stage.") and leftover.is_dir() \
+                    and not leftover.is_symlink():
+                fsio.remove_tree(leftover)
 
     def forget(self) -> None:
         """Delete the record and the original copies."""
