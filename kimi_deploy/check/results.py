@@ -167,6 +167,18 @@ class CheckOptions:
             without it such a run is refused (:func:`kimi_deploy.apikey.guard_transport`).
         max_body_bytes / max_line_bytes: byte caps on every answer's body and on one SSE line or
             event (:mod:`kimi_deploy.limits`); past one the check fails with the evidence.
+        quality: put the ``quality.*`` tier into a run without ``only`` (``--sample``/``--dataset`` set it).
+        sample: requests of ``quality.accuracy`` (``None``: the profile's ``[quality] sample``, else
+            :data:`kimi_deploy.check.quality.accuracy.DEFAULT_SAMPLE`).
+        dataset: a JSONL of chat-completion request bodies (K2VV's format); ``None``: the kit's own samples.
+        quality_concurrency: requests of ``quality.accuracy`` in flight at once (``None``: the profile's, else 4).
+        quality_deadline: seconds ``quality.accuracy`` may take (``None``: the profile's, else 600); requests
+            not sent by then are left out of the sample, and the report says how many were sent.
+        min_schema_accuracy: the verdict's threshold, a fraction (``None``: the profile's, else K2VV's SGLang
+            figure, :data:`kimi_deploy.check.quality.accuracy.DEFAULT_MIN_SCHEMA_ACCURACY`).
+        model_dir: the model's directory on this host (``generation_config.json``, tokenizer, chat template)
+            for the pre-flight checks (``None``: the profile's ``model_path`` when it is a directory here).
+        sglang_python: SGLang's interpreter for the prompt-token count (``None``: the profile's).
     """
 
     base_url: str | None = None
@@ -181,6 +193,14 @@ class CheckOptions:
     insecure: bool = False
     max_body_bytes: int | None = DEFAULT_MAX_BODY_BYTES
     max_line_bytes: int | None = DEFAULT_MAX_LINE_BYTES
+    quality: bool = False
+    sample: int | None = None
+    dataset: Any = None
+    quality_concurrency: int | None = None
+    quality_deadline: float | None = None
+    min_schema_accuracy: float | None = None
+    model_dir: Any = None
+    sglang_python: str | None = None
 
 
 @dataclasses.dataclass

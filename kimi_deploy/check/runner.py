@@ -13,6 +13,7 @@ from pathlib import Path
 import httpx
 
 from kimi_deploy.check import contract, health, parser, registry
+from kimi_deploy.check.quality import tier as quality
 from kimi_deploy.check.client import Clients, Deadline
 from kimi_deploy.check.context import Context
 from kimi_deploy.check.outcome import Outcome, transport_failure, unreadable
@@ -126,7 +127,7 @@ def run_checks(options: CheckOptions, progress: Progress | None = None, *,
     if api_key is None and profile is not None and profile.sglang.api_key_file:
         api_key = read_key_file(profile.sglang.api_key_file)
     guard_key(base_url, api_key, profile, insecure=options.insecure)  # before anything is sent
-    ids = registry.select(options.only, options.skip)
+    ids = registry.select(options.only, options.skip, quality=options.quality)
     expected = options.model or (profile.sglang.served_model_name or profile.sglang.model_path if profile else None)
     report = CheckReport(base_url=base_url, model=expected, started_at=_dt.datetime.now(_dt.timezone.utc),
                          profile=profile_path, service=profile.service.name if profile else None)
@@ -213,7 +214,7 @@ def _load_facts(ctx: Context, report: CheckReport, ids: list[str]) -> None:
             "reasoning_parser": ctx.server_value("reasoning_parser"),
             "served_model_name": ctx.server_value("served_model_name"),
         }.items() if v is not None}
-        if ctx.model is None and any(registry.tier(i) == "contract" for i in ids):
+        if ctx.model is None and any(registry.tier(i) in ("contract", "quality") for i in ids):
             ctx.model = ctx.served_model()
             report.model = ctx.model
     except Exception:  # noqa: BLE001 - a hostile answer to a fact must not cost the run its reports
@@ -245,6 +246,8 @@ def _dispatch(ctx: Context, check_id: str, cache: dict) -> Outcome | None:
         outcome = parser.run(ctx, check_id, cache)
     elif ctx.model is None:
         outcome = health.no_model(ctx)
+    elif registry.tier(check_id) == "quality":
+        outcome = quality.run(ctx, check_id, cache)
     else:
         outcome = contract.run(ctx, check_id, cache)
     return outcome

@@ -111,7 +111,7 @@ def check_cmd(ctx, base_url, model, api_key_file, profile_path, only, skip, json
     from kimi_deploy.check import CheckOptions, registry, reports, run_checks
 
     if list_only:
-        for check_id in registry.select(_globs(only), _globs(skip)):
+        for check_id in registry.select(_globs(only), _globs(skip), quality=True):
             click.echo(check_id)
         return
     if not base_url and not profile_path:
