@@ -319,6 +319,24 @@ MAX_REPLICAS = 256
 MAX_NODES = 64
 
 
+class Quality(_Section):
+    """``[quality]``: the ``quality`` tier of ``kimi-deploy check`` (:mod:`kimi_deploy.check.quality`).
+
+    ``min_schema_accuracy`` defaults to K2VV's published schema accuracy of SGLang serving K2-Thinking (95.52 %,
+    2025-11-15, temperature 1.0; ../shared/notes/upstream-2026-12.md): a deployment of the kit is held to at least
+    the reference SGLang figure. ``nightly``: the nightly check unit runs the tier with ``sample`` requests.
+    """
+
+    nightly: bool = Field(False, description="the nightly check unit runs the quality tier")
+    sample: int = Field(200, ge=1, le=100_000, description="requests of quality.accuracy")
+    concurrency: int = Field(4, ge=1, le=256, description="quality.accuracy requests in flight at once")
+    deadline_s: float = Field(600.0, gt=0, le=86_400, allow_inf_nan=False,
+                              description="seconds quality.accuracy may take")
+    min_schema_accuracy: float = Field(0.9552, ge=0, le=1, allow_inf_nan=False,
+                                       description="verdict threshold (fraction); K2VV's SGLang figure")
+    dataset: str | None = Field(None, description="JSONL of request bodies (K2VV's format); none: the kit's samples")
+
+
 class Replica(_Section):
     """One ``[[fleet.replicas]]`` entry: the nodes of one full copy of the model, in rank order.
 
@@ -571,6 +589,7 @@ class Profile(BaseModel):
     sglang: SGLang
     environment: dict[str, str] = Field(default_factory=dict, max_length=MAX_ITEMS)
     monitoring: Monitoring = Field(default_factory=Monitoring)
+    quality: Quality = Field(default_factory=Quality)
     fleet: Fleet | None = None
     gateway: Gateway | None = None
     kubernetes: Kubernetes | None = None

@@ -40,7 +40,11 @@ def _resolve(root: dict, ref: str) -> dict:
 
 
 FORMATS = {"email": "ops@example.com", "date": "2026-12-02", "date-time": "2026-12-02T03:04:05Z",
-           "ipv4": "10.0.0.7", "ipv6": "::1", "uuid": "3f2b8c1e-9d4a-4c7e-8b1f-2a6d5e9c0b7a"}
+           "ipv4": "10.0.0.7", "ipv6": "::1", "regex": "^x+$", "uuid": "3f2b8c1e-9d4a-4c7e-8b1f-2a6d5e9c0b7a"}
+
+
+#: Strings for the patterns of the kit's samples.
+PATTERNS = {"^[A-Z]{3}$": "EUR"}
 
 
 def valid_value(schema: Any, root: dict | None = None) -> Any:
@@ -74,6 +78,8 @@ def valid_value(schema: Any, root: dict | None = None) -> Any:
     if kind == "string":
         if "format" in schema:
             return FORMATS[schema["format"]]
+        if "pattern" in schema:
+            return PATTERNS[schema["pattern"]]
         return "x" * max(1, schema.get("minLength", 1))
     if kind == "integer":
         return int(schema.get("minimum", 1))

@@ -195,7 +195,37 @@ def to_prometheus(report: CheckReport) -> str:
         "# TYPE kimi_deploy_check_duration_seconds gauge",
         f"{series('kimi_deploy_check_duration_seconds')} {report.duration_s:.3f}",
     ]
+    lines += _quality_series(report, series)
     return "\n".join(lines) + "\n"
+
+
+#: The quality tier's gauges: (name, HELP, the accuracy object's value). Written only when quality.accuracy ran
+#: and measured something (a run without the tier leaves them out, and Prometheus keeps the last sample's series
+#: stale rather than zero: an alert never reads an absent measurement as 0 % accuracy).
+QUALITY_GAUGES: tuple[tuple[str, str, str], ...] = (
+    ("kimi_deploy_check_schema_accuracy_ratio", "Schema accuracy of the last quality.accuracy sample (K2VV: valid "
+                                                "arguments / finish_reason tool_calls answers).", "estimate"),
+    ("kimi_deploy_check_schema_accuracy_lower_ratio", "Lower bound of its 95 % interval (Wilson score, continuity "
+                                                      "corrected).", "lower"),
+    ("kimi_deploy_check_schema_accuracy_upper_ratio", "Upper bound of its 95 % interval.", "upper"),
+    ("kimi_deploy_check_schema_accuracy_threshold_ratio", "The profile's [quality] min_schema_accuracy.",
+     "threshold"),
+    ("kimi_deploy_check_tool_call_answers", "Answers of the sample that ended with finish_reason tool_calls.",
+     "tool_call_answers"),
+    ("kimi_deploy_check_quality_requests", "Requests of the last quality.accuracy sample that were sent.", "sent"),
+)
+
+
+def _quality_series(report: CheckReport, series) -> list[str]:
+    """The :data:`QUALITY_GAUGES` lines of ``report`` (none without a measured accuracy)."""
+    acc = (report.quality or {}).get("accuracy")
+    if not acc or not acc.get("tool_call_answers"):
+        return []
+    values = {**acc["schema_accuracy"], **acc}
+    lines = []
+    for name, text, key in QUALITY_GAUGES:
+        lines += [f"# HELP {name} {text}", f"# TYPE {name} gauge", f"{series(name)} {float(values[key]):.6g}"]
+    return lines
 
 
 def check_output_paths(*, json_path: Path | None = None, junit_path: Path | None = None,

@@ -14,6 +14,7 @@ import httpx
 
 from kimi_deploy.check import contract, health, parser, registry
 from kimi_deploy.check.quality import tier as quality
+from kimi_deploy.check.quality.settings import resolve as quality_settings
 from kimi_deploy.check.client import Clients, Deadline
 from kimi_deploy.check.context import Context
 from kimi_deploy.check.outcome import Outcome, transport_failure, unreadable
@@ -128,6 +129,8 @@ def run_checks(options: CheckOptions, progress: Progress | None = None, *,
         api_key = read_key_file(profile.sglang.api_key_file)
     guard_key(base_url, api_key, profile, insecure=options.insecure)  # before anything is sent
     ids = registry.select(options.only, options.skip, quality=options.quality)
+    settings = quality_settings(options, profile)
+    quality.prepare(ids, settings)  # a dataset that cannot be read is exit 2 before anything is sent
     expected = options.model or (profile.sglang.served_model_name or profile.sglang.model_path if profile else None)
     report = CheckReport(base_url=base_url, model=expected, started_at=_dt.datetime.now(_dt.timezone.utc),
                          profile=profile_path, service=profile.service.name if profile else None)
@@ -150,9 +153,9 @@ def run_checks(options: CheckOptions, progress: Progress | None = None, *,
         if progress is not None:
             progress(check_id, len(finished), len(ids), result)
 
+    ctx = Context(clients=clients, profile=profile, model=expected, expected_model=expected,
+                  repeat=options.repeat, quality=settings)
     try:
-        ctx = Context(clients=clients, profile=profile, model=expected, expected_model=expected,
-                      repeat=options.repeat)
         for check_id in health_ids:
             run_one(check_id, {})
         silent = _no_answer(report.results)
@@ -176,6 +179,8 @@ def run_checks(options: CheckOptions, progress: Progress | None = None, *,
         report.not_run = [i for i in ids if i not in finished and i not in {r.id for r in report.results}]
     finally:
         clients.close()
+        if ctx.quality_results:
+            report.quality = dict(ctx.quality_results)
         report.duration_s = clock() - t0
         _add_fixes(report, profile)
         redact_report(report, [api_key])  # no key in any report or table (kimi_deploy.redact)

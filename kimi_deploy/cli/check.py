@@ -91,6 +91,24 @@ def _globs(values: tuple[str, ...]) -> list[str]:
 @click.option("--insecure", is_flag=True,
               help="Send the API key over plain http to a host that is not this one (refused without it: anyone "
                    "on the path could read the key); a warning goes to stderr.")
+@click.option("--sample", type=click.IntRange(min=1, max=100_000), metavar="N",
+              help="Run the quality tier; quality.accuracy sends N requests (default: the profile's [quality] "
+                   "sample, else 200).")
+@click.option("--dataset", type=click.Path(path_type=Path, dir_okay=False), metavar="FILE",
+              help="Run the quality tier on this JSONL of chat-completion request bodies (K2VV's format; default: "
+                   "the kit's agentic samples).")
+@click.option("--quality-concurrency", type=click.IntRange(min=1, max=256), metavar="N",
+              help="quality.accuracy requests in flight at once (default: the profile's, else 4).")
+@click.option("--quality-deadline", type=Seconds(min=1), metavar="S",
+              help="Seconds quality.accuracy may take (default: the profile's, else 600; capped by --deadline).")
+@click.option("--min-schema-accuracy", type=click.FloatRange(0, 1), metavar="F",
+              help="quality.accuracy fails when the 95 % interval of schema accuracy lies below F (a fraction; "
+                   "default: the profile's, else 0.9552, K2VV's SGLang figure).")
+@click.option("--model-dir", type=click.Path(path_type=Path, file_okay=False), metavar="DIR",
+              help="The model's directory on this host (generation_config.json, tokenizer, chat template) for the "
+                   "quality pre-flight (default: the profile's model_path when it is a directory).")
+@click.option("--sglang-python", metavar="PATH",
+              help="SGLang's interpreter, to count prompt tokens with the model's tokenizer (default: the profile's).")
 @limit_options
 @click.option("--list", "list_only", is_flag=True, help="Print the check ids and exit.")
 @click.option("--each-worker", is_flag=True,
@@ -98,8 +116,10 @@ def _globs(values: tuple[str, ...]) -> list[str]:
                    "and contract tiers) against every worker it lists, one report each; exit status of the worst.")
 @click.pass_context
 def check_cmd(ctx, base_url, model, api_key_file, profile_path, only, skip, json_path, junit_path, prom_path,
-              timeout, repeat, deadline, insecure, max_body_bytes, max_line_bytes, list_only, each_worker):
-    """Check a running OpenAI-compatible server: health, configuration, API contract.
+              timeout, repeat, deadline, insecure, sample, dataset, quality_concurrency, quality_deadline,
+              min_schema_accuracy, model_dir, sglang_python, max_body_bytes, max_line_bytes, list_only, each_worker):
+    """Check a running OpenAI-compatible server: health, configuration, API contract; tool-call quality with
+    --sample/--dataset or --only 'quality.*'.
 
     Exit status: 0 no failure (warnings allowed), 1 a check failed, 2 usage or profile
     error, or a key bound for plain http to another host without --insecure (nothing sent,
@@ -129,7 +149,10 @@ def check_cmd(ctx, base_url, model, api_key_file, profile_path, only, skip, json
     api_key = read_api_key(api_key_file) if api_key_file else None
     options = CheckOptions(base_url=base_url, model=model, api_key=api_key, profile=profile_path,
                            only=_globs(only), skip=_globs(skip), timeout=timeout, repeat=repeat, deadline=deadline,
-                           insecure=insecure, max_body_bytes=max_body_bytes, max_line_bytes=max_line_bytes)
+                           insecure=insecure, max_body_bytes=max_body_bytes, max_line_bytes=max_line_bytes,
+                           quality=sample is not None or dataset is not None, sample=sample, dataset=dataset,
+                           quality_concurrency=quality_concurrency, quality_deadline=quality_deadline,
+                           min_schema_accuracy=min_schema_accuracy, model_dir=model_dir, sglang_python=sglang_python)
     if each_worker:
         ctx.exit(int(_each_worker(options, json_path, junit_path, prom_path)))
     previous = signal.signal(signal.SIGTERM, _on_sigterm)  # stop like Ctrl-C: report what ran
