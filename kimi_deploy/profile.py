@@ -324,10 +324,11 @@ class Quality(_Section):
 
     ``min_schema_accuracy`` defaults to K2VV's published schema accuracy of SGLang serving K2-Thinking (95.52 %,
     2025-11-15, temperature 1.0; ../shared/notes/upstream-2026-12.md): a deployment of the kit is held to at least
-    the reference SGLang figure. ``nightly``: the nightly check unit runs the tier with ``sample`` requests.
+    the reference SGLang figure. ``nightly``: the nightly check unit runs the tier with ``sample`` requests (on as soon
+    as the table exists; a profile without ``[quality]`` keeps the nightly unit as it was, and its digest).
     """
 
-    nightly: bool = Field(False, description="the nightly check unit runs the quality tier")
+    nightly: bool = Field(True, description="the nightly check unit runs the quality tier (on with the table)")
     sample: int = Field(200, ge=1, le=100_000, description="requests of quality.accuracy")
     concurrency: int = Field(4, ge=1, le=256, description="quality.accuracy requests in flight at once")
     deadline_s: float = Field(600.0, gt=0, le=86_400, allow_inf_nan=False,
@@ -575,7 +576,7 @@ SGLang.__doc__ = "``[sglang]``: SGLang server arguments under their own names (r
 
 class Profile(BaseModel):
     """A whole deployment profile: ``[service]``, ``[sglang]``, ``[environment]``, ``[monitoring]``, and the
-    optional ``[fleet]`` and ``[gateway]``."""
+    optional ``[fleet]``, ``[gateway]``, ``[kubernetes]`` and ``[quality]``."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
@@ -589,7 +590,7 @@ class Profile(BaseModel):
     sglang: SGLang
     environment: dict[str, str] = Field(default_factory=dict, max_length=MAX_ITEMS)
     monitoring: Monitoring = Field(default_factory=Monitoring)
-    quality: Quality = Field(default_factory=Quality)
+    quality: Quality | None = None
     fleet: Fleet | None = None
     gateway: Gateway | None = None
     kubernetes: Kubernetes | None = None
@@ -691,7 +692,7 @@ def url_host(host: str) -> str:
 
 
 #: Top-level tables that :meth:`Profile.digest` leaves out while absent (added after the first installs).
-DIGEST_OMITS_UNSET: tuple[str, ...] = ("fleet", "gateway", "kubernetes")
+DIGEST_OMITS_UNSET: tuple[str, ...] = ("fleet", "gateway", "kubernetes", "quality")
 
 #: The ``[sglang]`` keys of the first installed profiles: always part of :meth:`Profile.digest`. Frozen: a row
 #: added to :data:`kimi_deploy.options.OPTIONS` later (``pp_size``, ``max_prefill_tokens``, ...) is not listed
@@ -1210,4 +1211,6 @@ def dump_profile(profile: Profile) -> str:
         tables["gateway"] = data["gateway"]
     if data.get("kubernetes") is not None:
         tables["kubernetes"] = {k: v for k, v in data["kubernetes"].items() if v is not None}
+    if data.get("quality") is not None:
+        tables["quality"] = {k: v for k, v in data["quality"].items() if v is not None}
     return tomli_w.dumps(tables)

@@ -11,8 +11,8 @@ from typing import TYPE_CHECKING
 import click
 
 from kimi_deploy.apikey import read_key_file as read_api_key
-from kimi_deploy.errors import UsageError
-from kimi_deploy.cli.options import Seconds, json_path_option, limit_options
+from kimi_deploy.errors import ExitCode, UsageError
+from kimi_deploy.cli.options import Seconds, json_flag, json_path_option, limit_options
 from kimi_deploy.printable import printable
 
 if TYPE_CHECKING:  # the check library (openai, httpx, rich) loads when the verb runs, not for its --help
@@ -65,7 +65,7 @@ def _globs(values: tuple[str, ...]) -> list[str]:
     return [part.strip() for value in values for part in value.split(",") if part.strip()]
 
 
-@click.command("check")
+@click.group("check", invoke_without_command=True)
 @click.option("--base-url", metavar="URL", help="Server root, e.g. http://127.0.0.1:30000 (default: the profile's "
               "host and port).")
 @click.option("--model", metavar="NAME", help="Served model name (default: the profile's, else the first listed).")
@@ -126,6 +126,8 @@ def check_cmd(ctx, base_url, model, api_key_file, profile_path, only, skip, json
     nothing written), 3 the server did not answer at all, 130 interrupted (Ctrl-C or SIGTERM:
     the reports hold the checks that finished, marked interrupted).
     """
+    if ctx.invoked_subcommand is not None:  # `check compare A.json B.json`
+        return
     from rich.console import Console
 
     from kimi_deploy.check import CheckOptions, registry, reports, run_checks
@@ -211,6 +213,31 @@ def _each_worker(options: CheckOptions, json_path, junit_path, prom_path) -> int
     if to_stdout:
         click.echo(text, nl=False)
     return fleet.exit_code
+
+
+@check_cmd.command("compare")
+@click.argument("reports", nargs=2, type=click.Path(path_type=Path, dir_okay=False))
+@click.option("--alpha", type=click.FloatRange(0, 1, min_open=True, max_open=True), default=0.05,
+              show_default=True, help="Significance level of the two-proportion test.")
+@json_flag("Print the comparison as JSON.")
+@click.pass_context
+def compare_cmd(ctx, reports, alpha, as_json):
+    """Compare two check reports' schema accuracy (A before, B after): is the change beyond sampling noise?
+
+    Both reports come from `kimi-deploy check --sample N --json PATH`. Exit status: 0 within noise or a
+    rise, 1 a drop beyond sampling noise (two-proportion z test), 2 a file that is no such report.
+    """
+    import json
+
+    from kimi_deploy.check.quality.compare import compare
+
+    result = compare(Path(reports[0]), Path(reports[1]), alpha)
+    if as_json:
+        click.echo(json.dumps(result.to_dict(), indent=2, allow_nan=False))
+    else:
+        for line in result.lines():
+            click.echo(line)
+    ctx.exit(int(ExitCode.FAILED if result.verdict == "drop" else ExitCode.OK))
 
 
 COMMANDS = [check_cmd]

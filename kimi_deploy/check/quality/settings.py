@@ -39,7 +39,7 @@ def resolve(options: Any, profile: Profile | None) -> QualitySettings:
     ``model_dir`` falls back to the profile's ``model_path`` when that is a directory on this host (a hub id
     such as ``moonshotai/Kimi-K2.5`` is not), ``sglang_python`` to the profile's ``[service] python``.
     """
-    q = profile.quality if profile is not None else None
+    q = profile.quality if profile is not None else None  # None: no [quality] table
 
     def pick(value: Any, name: str, default: Any) -> Any:
         if value is not None:
