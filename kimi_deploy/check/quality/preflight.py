@@ -16,8 +16,9 @@
   defaults (vLLM, proxies).
 - ``prompt_tokens``: ``usage.prompt_tokens`` of known requests (one plain, one with a tool declaration) equals the
   count of the model's own tokenizer and chat template, computed in SGLang's interpreter the way SGLang 0.5.23's
-  serving_chat.py renders a request (tools as ``[tool.function.model_dump()]`` through SGLang's own request model,
-  wrapped as ``{"function": ...}`` if the template refuses them), through :func:`kimi_deploy.target.run_script`;
+  serving_chat.py renders a request (tools as ``[tool.model_dump()]`` through SGLang's own request model, the
+  OpenAI wrapper included; the flat ``function`` objects if the template refuses those), through
+  :func:`kimi_deploy.target.run_script`;
   an off-by-N count fails with ``prompt_tokens_mismatch``. Skipped with the reason when the model's files or the
   interpreter are not on this host.
 """
@@ -74,9 +75,9 @@ for body in bodies:
     if body.get("tools") and body.get("tool_choice") != "none":
         if ChatCompletionRequest is not None:
             req = ChatCompletionRequest(model="m", **body)
-            tools = [item.function.model_dump() for item in req.tools]
+            tools = [item.model_dump() for item in req.tools]
         else:
-            tools = [t["function"] for t in body["tools"]]
+            tools = [dict(t) for t in body["tools"]]
     kwargs = body.get("chat_template_kwargs") or {}
     def render(tools):
         ids = tok.apply_chat_template(body["messages"], tokenize=True, add_generation_prompt=True, tools=tools,
@@ -84,8 +85,8 @@ for body in bodies:
         return ids["input_ids"] if hasattr(ids, "keys") else ids
     try:
         ids = render(tools)
-    except Exception:
-        ids = render([t if "function" in t else {"function": t} for t in tools] if tools else None)
+    except Exception:  # as serving_chat.py: some templates want the flat function-only form
+        ids = render([t["function"] if "function" in t else t for t in tools] if tools else None)
     counts.append(len(ids))
 print(json.dumps({"counts": counts}))
 """
