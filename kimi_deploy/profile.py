@@ -335,7 +335,13 @@ class Quality(_Section):
                               description="seconds quality.accuracy may take")
     min_schema_accuracy: float = Field(0.9552, ge=0, le=1, allow_inf_nan=False,
                                        description="verdict threshold (fraction); K2VV's SGLang figure")
-    dataset: str | None = Field(None, description="JSONL of request bodies (K2VV's format); none: the kit's samples")
+    dataset: str | None = Field(None, description="JSONL of request bodies (K2VV's format), an absolute path; none: "
+                                "the kit's samples")
+
+    @field_validator("dataset")
+    @classmethod
+    def _dataset(cls, v: str | None) -> str | None:
+        return None if v is None else check_abs_path(v)  # the nightly unit runs from no particular directory
 
 
 class Replica(_Section):

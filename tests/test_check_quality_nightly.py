@@ -161,3 +161,22 @@ def test_measured_budget_of_the_tier_against_a_loopback_server(capsys):
         print(f"\nquality tier against loopback: {len(server.requests)} requests in {elapsed:.1f} s")
     assert len(server.requests) == 5 + 60 + 200 - 3  # thinking x2, sampling/prompt-tokens send nothing (skipped)
     assert elapsed < render_mod.QUALITY_FIXED_S
+
+
+def test_a_relative_dataset_in_the_profile_is_refused():
+    from kimi_deploy.errors import ProfileError
+
+    with pytest.raises(ProfileError) as info:
+        _profile({"dataset": "samples.jsonl"})
+    assert any("quality.dataset" in p and "absolute" in p for p in info.value.problems)
+
+
+def test_cli_refuses_bad_quality_options_before_sending_anything(tmp_path):
+    with QualityServer() as server:
+        for args, words in ((["--sample", "0"], "--sample"), (["--dataset", str(tmp_path / "none.jsonl")],
+                                                              "cannot read the dataset"),
+                            (["--min-schema-accuracy", "1.5"], "--min-schema-accuracy"),
+                            (["--quality-deadline", "nan"], "--quality-deadline")):
+            result = run_cli(["check", "--base-url", server.url, *args])
+            assert result.exit_code == 2 and words in result.stderr, (args, result.stderr)
+    assert server.requests == []
