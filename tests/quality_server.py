@@ -13,7 +13,8 @@ It answers like SGLang with the ``kimi_k2`` parsers (``/model_info``, ``/server_
 - ``thinking``: ``"honour"`` (reasoning with ``chat_template_kwargs.thinking`` true or absent, none with false),
   ``"always"`` (reasoning whatever the switch says), ``"never"`` (no reasoning even when asked);
 - ``server_info``: extra ``/server_info`` fields (``sampling_defaults``, ``preferred_sampling_params``);
-- ``prompt_tokens``: ``function(request body) -> int`` for ``usage.prompt_tokens`` (default: 10).
+- ``prompt_tokens``: ``function(request body) -> int`` for ``usage.prompt_tokens`` (default: 10);
+- ``error_every``: every k-th chat request is answered HTTP 500.
 """
 
 from __future__ import annotations
@@ -104,10 +105,12 @@ class QualityServer:
 
     def __init__(self, *, invalid_rate: float = 0.0, seed: int = 0, mutate: dict[str, Callable] | None = None,
                  thinking: str = "honour", server_info: dict | None = None,
-                 prompt_tokens: Callable[[dict], int] | None = None, model_info: bool = True) -> None:
+                 prompt_tokens: Callable[[dict], int] | None = None, model_info: bool = True,
+                 error_every: int = 0) -> None:
         self.invalid_rate, self.seed, self.mutate = invalid_rate, seed, mutate or {}
         self.thinking, self.extra_info, self.model_info = thinking, server_info or {}, model_info
         self.prompt_tokens = prompt_tokens or (lambda body: 10)
+        self.error_every = error_every  # every k-th chat request gets HTTP 500 (0: none)
         self.lock = threading.Lock()
         self.calls = 0          # tool-call answers given so far
         self.invalid = 0        # of which broken on purpose
@@ -183,6 +186,10 @@ class QualityServer:
                 body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))))
                 with server.lock:
                     server.requests.append(body)
+                    count = len(server.requests)
+                if server.error_every and count % server.error_every == 0:
+                    self._send(500, {"object": "error", "message": "scripted failure", "code": 500})
+                    return
                 if not isinstance(body.get("messages"), list):
                     self._send(400, {"object": "error", "message": "messages must be a list", "code": 400})
                     return

@@ -176,3 +176,15 @@ def test_an_unreadable_dataset_is_exit_2_before_anything_is_sent(tmp_path):
         with pytest.raises(UsageError):
             run_checks(CheckOptions(base_url=server.url, only=["quality.accuracy"], dataset=bad))
     assert server.requests == []
+
+
+@pytest.mark.parametrize("every, status, kind", [(2, "fail", "server_error"), (25, "pass", None)])
+def test_requests_without_an_answer_are_error_classes_and_fail_the_check_past_10_percent(every, status, kind):
+    with QualityServer(error_every=every) as server:
+        report = _accuracy_run(server, 100, concurrency=1)
+    acc, row = report.quality["accuracy"], report.results[0]
+    assert acc["errors"] == 100 // every and acc["error_classes"] == {"server_error": 100 // every}
+    assert acc["answered"] == acc["tool_call_answers"] == acc["valid"] == 100 - 100 // every
+    assert (row.status, row.kind) == (status, kind), row.detail
+    if status == "pass":
+        assert "errors: server_error 4" in row.detail

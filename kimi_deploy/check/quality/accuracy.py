@@ -22,6 +22,7 @@ Bounded: ``concurrency`` requests in flight (each worker thread has its own clie
 from __future__ import annotations
 
 import collections
+import dataclasses
 import inspect
 import json
 import logging
@@ -56,16 +57,25 @@ _OPENAI_KEYS = frozenset(inspect.signature(openai.resources.chat.completions.Com
 MAX_ERROR_SHARE = 0.10
 
 
+@dataclasses.dataclass(frozen=True)
 class Sample:
-    """One request's outcome: ``finish_reason`` (``None`` without an answer), ``valid`` (``True``/``False`` for a
-    tool-call answer, ``None`` otherwise), ``kind`` (its error class, ``None`` when fine), ``detail``."""
+    """One request's outcome: ``finish_reason`` as the answer gave it (``None`` without one, or when the answer
+    carried none), ``valid`` (``True``/``False`` for a tool-call answer, ``None`` otherwise), ``kind`` (its error
+    class, ``None`` when fine), ``detail``, ``evidence``; ``answered``: the request got an answer a client can
+    read (False: an HTTP error, a timeout, an unreadable body: the request is left out of the accuracy)."""
 
-    __slots__ = ("index", "finish_reason", "valid", "kind", "detail", "evidence")
+    index: int
+    finish_reason: str | None
+    valid: bool | None
+    kind: str | None = None
+    detail: str = ""
+    evidence: str = ""
+    answered: bool = True
 
-    def __init__(self, index: int, finish_reason: str | None, valid: bool | None, kind: str | None = None,
-                 detail: str = "", evidence: str = "") -> None:
-        self.index, self.finish_reason, self.valid = index, finish_reason, valid
-        self.kind, self.detail, self.evidence = kind, detail, evidence
+
+def failed(index: int, finding: Finding) -> Sample:
+    """The sample of a request that got no usable answer."""
+    return Sample(index, None, None, finding.kind, finding.detail, finding.evidence, answered=False)
 
 
 def classify(index: int, msg: Message, tools: list[dict[str, Any]]) -> Sample:
@@ -107,16 +117,14 @@ def send(clients: Clients, model: str, body: dict[str, Any], index: int) -> Samp
             data = completion.model_dump(warnings=False) if hasattr(completion, "model_dump") else completion
             problem = completion_problem(data, clip(clients.recorder.last_text))
             if problem is not None:
-                return Sample(index, None, None, problem.kind, problem.detail, problem.evidence)
+                return failed(index, problem)
             return classify(index, message_from_completion(data), tools)
         for _chunk in clients.chat(**kwargs):
             pass
     except openai.OpenAIError as exc:
-        f = openai_failure(exc, what, streaming=stream, raw=clients.recorder.last_text)
-        return Sample(index, None, None, f.kind, f.detail, f.evidence)
+        return failed(index, openai_failure(exc, what, streaming=stream, raw=clients.recorder.last_text))
     except (ValueError, TypeError, RecursionError) as exc:
-        f = unreadable(exc, what, clients.recorder.last_body)
-        return Sample(index, None, None, f.kind, f.detail, f.evidence)
+        return failed(index, unreadable(exc, what, clients.recorder.last_body))
     sse = stream_v.parse_sse(clients.recorder.last_text)
     problem: Finding | None = None
     if sse.errors:
@@ -124,7 +132,7 @@ def send(clients: Clients, model: str, body: dict[str, Any], index: int) -> Samp
                           clip(json.dumps(sse.errors[0])))
     problem = problem or stream_problem(sse.frames, clip(clients.recorder.last_text))
     if problem is not None:
-        return Sample(index, None, None, problem.kind, problem.detail, problem.evidence)
+        return failed(index, problem)
     return classify(index, stream_v.assemble(sse.frames), tools)
 
 
@@ -146,11 +154,13 @@ def measure(ctx: Context, settings: QualitySettings) -> tuple[dict[str, Any], li
     queue = iter(enumerate(bodies))
     samples: list[Sample] = []
 
+    stop = threading.Event()  # set on an interrupt: no worker takes another request
+
     def worker() -> None:
         clients = Clients.open(ctx.clients.root, ctx.clients.api_key, ctx.clients.timeout, deadline,
                                ctx.clients.limits)
         try:
-            while not deadline.passed():
+            while not deadline.passed() and not stop.is_set():
                 with lock:
                     item = next(queue, None)
                 if item is None:
@@ -160,8 +170,7 @@ def measure(ctx: Context, settings: QualitySettings) -> tuple[dict[str, Any], li
                     sample = send(clients, ctx.model or "", body, index)
                 except Exception as exc:  # noqa: BLE001 - one request's surprise is that request's error class
                     log.debug("quality request %d raised", index, exc_info=True)
-                    f = unreadable(exc, "POST /v1/chat/completions", clients.recorder.last_body)
-                    sample = Sample(index, None, None, f.kind, f.detail, f.evidence)
+                    sample = failed(index, unreadable(exc, "POST /v1/chat/completions", clients.recorder.last_body))
                 with lock:
                     samples.append(sample)
         finally:
@@ -169,8 +178,12 @@ def measure(ctx: Context, settings: QualitySettings) -> tuple[dict[str, Any], li
 
     workers = max(1, min(settings.concurrency, len(bodies)))
     with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="quality") as pool:
-        for future in [pool.submit(worker) for _ in range(workers)]:
-            future.result()
+        try:
+            for future in [pool.submit(worker) for _ in range(workers)]:
+                future.result()
+        except BaseException:  # Ctrl-C/SIGTERM (the runner reports what finished): the requests in flight end
+            stop.set()
+            raise
     samples.sort(key=lambda s: s.index)
     out = summary(samples, planned=len(bodies), threshold=settings.min_schema_accuracy)
     out.update({"dataset": data.describe(), "concurrency": workers, "deadline_s": round(seconds, 3),
@@ -180,7 +193,7 @@ def measure(ctx: Context, settings: QualitySettings) -> tuple[dict[str, Any], li
 
 def summary(samples: list[Sample], *, planned: int, threshold: float) -> dict[str, Any]:
     """The report's ``accuracy`` object for ``samples`` (shape in report.schema.json, ``$defs/accuracy``)."""
-    answered = [s for s in samples if s.finish_reason is not None or s.valid is not None]
+    answered = [s for s in samples if s.answered]
     calls = [s for s in samples if s.valid is not None]
     p = Proportion(sum(1 for s in calls if s.valid), len(calls))
     lo, hi = p.interval
@@ -213,7 +226,7 @@ def outcome(acc: dict[str, Any], samples: list[Sample]) -> Outcome:
     if sent == 0:
         return Outcome.failed(Finding("timeout", f"no request was sent before the tier's deadline "
                                                  f"({acc['deadline_s']:g} s)", "not attempted"))
-    failures = [s for s in samples if s.finish_reason is None and s.valid is None and s.kind]
+    failures = [s for s in samples if not s.answered]
     if errors and errors > MAX_ERROR_SHARE * sent:
         kind, n = collections.Counter(s.kind for s in failures).most_common(1)[0]
         example = next(s for s in failures if s.kind == kind)
