@@ -4,8 +4,9 @@ K2 Vendor Verifier (``tool_calls_eval.py``, MoonshotAI/K2-Vendor-Verifier): each
 sent as it is (the run's model); an answer whose ``finish_reason`` is ``tool_calls`` is a *tool-call answer*, and
 it is *valid* when every call names a tool of the request and its ``arguments`` parse to a JSON value that
 ``jsonschema`` validates against that tool's ``parameters``. Schema accuracy = valid / tool-call answers (K2VV's
-``successful_tool_call_count / finish_tool_calls``). As in K2VV, formats are not checked here (``jsonschema``
-does not by default), so the figure compares with K2VV's published ones; the schema corpus
+``successful_tool_call_count / finish_tool_calls``); a call forced by a named ``tool_choice`` that ends with
+``stop`` counts as a tool-call answer (OpenAI's API and vLLM end it so). As in K2VV, formats are not checked here
+(``jsonschema`` does not by default), so the figure compares with K2VV's published ones; the schema corpus
 (:mod:`.conformance`) checks formats.
 
 Reported: requests planned/sent/answered, the count per ``finish_reason``, the tool-call answers, the valid ones,
@@ -78,9 +79,11 @@ def failed(index: int, finding: Finding) -> Sample:
     return Sample(index, None, None, finding.kind, finding.detail, finding.evidence, answered=False)
 
 
-def classify(index: int, msg: Message, tools: list[dict[str, Any]]) -> Sample:
-    """Judge one answer (K2VV's rule, module docstring)."""
-    if msg.finish_reason == "tool_calls":
+def classify(index: int, msg: Message, tools: list[dict[str, Any]], named: bool = False) -> Sample:
+    """Judge one answer (K2VV's rule, module docstring). ``named``: the request's ``tool_choice`` names a function,
+    whose forced call may end with ``finish_reason`` ``stop`` (OpenAI's own API does, and vLLM 0.33.0 follows it:
+    :mod:`kimi_deploy.check.validate`): such an answer with calls is a tool-call answer too."""
+    if msg.finish_reason == "tool_calls" or (named and msg.finish_reason == "stop" and msg.tool_calls):
         if not msg.tool_calls:
             return Sample(index, msg.finish_reason, False, "finish_reason_mismatch",
                           "finish_reason is tool_calls but tool_calls is empty", clip(msg.content or ""))
@@ -111,6 +114,7 @@ def send(clients: Clients, model: str, body: dict[str, Any], index: int) -> Samp
         kwargs["extra_body"] = extra
     what = "POST /v1/chat/completions" + (" (stream)" if stream else "")
     tools = body.get("tools") or []
+    named = isinstance(body.get("tool_choice"), dict)
     try:
         if not stream:
             completion = clients.chat(**kwargs)
@@ -118,7 +122,7 @@ def send(clients: Clients, model: str, body: dict[str, Any], index: int) -> Samp
             problem = completion_problem(data, clip(clients.recorder.last_text))
             if problem is not None:
                 return failed(index, problem)
-            return classify(index, message_from_completion(data), tools)
+            return classify(index, message_from_completion(data), tools, named)
         for _chunk in clients.chat(**kwargs):
             pass
     except openai.OpenAIError as exc:
@@ -133,7 +137,7 @@ def send(clients: Clients, model: str, body: dict[str, Any], index: int) -> Samp
     problem = problem or stream_problem(sse.frames, clip(clients.recorder.last_text))
     if problem is not None:
         return failed(index, problem)
-    return classify(index, stream_v.assemble(sse.frames), tools)
+    return classify(index, stream_v.assemble(sse.frames), tools, named)
 
 
 def measure(ctx: Context, settings: QualitySettings) -> tuple[dict[str, Any], list[Sample]]:

@@ -71,7 +71,8 @@ class Proportion:
         if not self.n:
             return "no sample (0/0)"
         lo, hi = self.interval
-        return f"{100 * self.successes / self.n:.2f} % (95 % CI {100 * lo:.2f}-{100 * hi:.2f} %, {self.successes}/{self.n})"
+        return (f"{100 * self.successes / self.n:.2f} % (95 % CI {100 * lo:.2f}-{100 * hi:.2f} %, "
+                f"{self.successes}/{self.n})")
 
 
 def below_threshold(p: Proportion, threshold: float) -> bool:
