@@ -3,8 +3,9 @@
 Both files are ``kimi-deploy.check/1`` reports with a ``quality.accuracy`` measurement (``check --sample N
 --json PATH``). The test is the pooled two-proportion z test
 (:func:`kimi_deploy.check.quality.stats.two_proportion_test`) of valid / tool-call answers, two-sided at 5 %; a
-significant drop is a failure (exit 1), anything else is not (exit 0). Also reported: each run's accuracy with its 95 % interval, whether the two samples came from the same
-dataset (its sha256) and the checks that passed in A and fail in B.
+significant drop is a failure (exit 1), anything else is not (exit 0). Also reported: each run's accuracy with its
+95 % interval, whether the two samples came from the same dataset (its sha256) and the checks that passed in A and
+fail in B.
 """
 
 from __future__ import annotations
