@@ -85,9 +85,14 @@ def test_vllm_replay_with_a_known_invalid_rate(vllm_python, tmp_path):
 
 
 @pytest.mark.sglang
-def test_schema_corpus_has_no_false_alarm_on_sglangs_serving_layer(replay):
+def test_schema_corpus_and_thinking_switch_have_no_false_alarm_on_sglangs_serving_layer(replay):
+    """SGLang's kimi_k2 parsers, its json_schema constraint for forced calls, its reasoning parser honouring
+    chat_template_kwargs.thinking; the sampling checks skip (no model files here) and say why."""
     report = run_checks(CheckOptions(base_url=replay["unpatched"].url(), api_key=SGLANG_API_KEY,
-                                     only=["quality.schema.*"], deadline=600, timeout=60))
-    bad = {r.id: (r.kind, r.detail) for r in report.results if r.status != "pass"}
+                                     only=["quality.schema.*", "quality.preflight.*"], deadline=600, timeout=60))
+    rows = {r.id: r for r in report.results}
+    bad = {i: (r.kind, r.detail) for i, r in rows.items() if r.status not in ("pass", "skip")}
     assert not bad
-    assert len(report.results) == 4 * len(corpus.SHAPES)
+    assert sum(i.startswith("quality.schema.") for i in rows) == 4 * len(corpus.SHAPES)
+    assert rows["quality.preflight.thinking_on"].status == rows["quality.preflight.thinking_off"].status == "pass"
+    assert "--model-dir" in rows["quality.preflight.sampling.thinking"].detail
