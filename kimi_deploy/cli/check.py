@@ -118,8 +118,10 @@ def _globs(values: tuple[str, ...]) -> list[str]:
 def check_cmd(ctx, base_url, model, api_key_file, profile_path, only, skip, json_path, junit_path, prom_path,
               timeout, repeat, deadline, insecure, sample, dataset, quality_concurrency, quality_deadline,
               min_schema_accuracy, model_dir, sglang_python, max_body_bytes, max_line_bytes, list_only, each_worker):
-    """Check a running OpenAI-compatible server: health, configuration, API contract; tool-call quality with
-    --sample/--dataset or --only 'quality.*'.
+    """Check a running OpenAI-compatible server: health, configuration, API contract.
+
+    Tool-call quality (schema corpus, accuracy with its 95 % interval, Kimi pre-flight) with --sample/--dataset
+    or --only 'quality.*'; `check compare A.json B.json` says whether accuracy changed beyond sampling noise.
 
     Exit status: 0 no failure (warnings allowed), 1 a check failed, 2 usage or profile
     error, or a key bound for plain http to another host without --insecure (nothing sent,
