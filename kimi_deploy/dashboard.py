@@ -59,6 +59,12 @@ def panel_queries(st: Settings, speculative: bool) -> list[tuple[str, str, list[
             (f"(time() - kimi_deploy_check_last_run_timestamp_seconds{c}) / 3600", "{{instance}}")]),
         ("Nightly check", "Exit code of the last check", [(f"kimi_deploy_check_exit_code{c}", "{{instance}}")]),
     ]
+    if st.quality:
+        panels.append(("Nightly check", "Tool-call schema accuracy with its 95 % interval (K2VV's measure)", [
+            (f"kimi_deploy_check_schema_accuracy_ratio{c}", "accuracy"),
+            (f"kimi_deploy_check_schema_accuracy_lower_ratio{c}", "95 % interval, lower"),
+            (f"kimi_deploy_check_schema_accuracy_upper_ratio{c}", "95 % interval, upper"),
+            (f"kimi_deploy_check_schema_accuracy_threshold_ratio{c}", "threshold")]))
     if st.gateway_job:
         g = _sel(st.gateway_job)
         panels += [
@@ -73,7 +79,8 @@ def panel_queries(st: Settings, speculative: bool) -> list[tuple[str, str, list[
 
 _UNITS = {"TTFT": "s", "ITL (inter-token latency)": "s", "E2E request latency": "s",
           "Token usage (KV cache)": "percentunit", "Requests and aborts (per second)": "reqps",
-          "Hours since the last check": "h"}
+          "Hours since the last check": "h",
+          "Tool-call schema accuracy with its 95 % interval (K2VV's measure)": "percentunit"}
 _STATS = {"Last check result per check id (0 pass, 1 warn, 2 fail, 3 skip)", "Exit code of the last check",
           "Hours since the last check"}
 
@@ -99,7 +106,7 @@ def build(profile: Profile) -> dm.Dashboard:
             board = board.with_row(gd.Row(row_title))
             row = row_title
         panel = (gstat.Panel() if title in _STATS else gts.Panel()).title(title).datasource(DATASOURCE)
-        panel = panel.span(24 if title.startswith("Last check") else 8).height(8)
+        panel = panel.span(24 if title.startswith(("Last check", "Tool-call schema")) else 8).height(8)
         if title in _UNITS:
             panel = panel.unit(_UNITS[title])
         limit = slo_s.get(title)

@@ -53,6 +53,8 @@ class Settings:
     spec_accept_length_min: float | None
     runbook_url: str
     start_minutes: int
+    #: The nightly check runs the quality tier (``[quality] nightly``): its recording rule, alert and panel exist.
+    quality: bool = False
 
 
 def _base_target(profile: Profile) -> str:
@@ -130,6 +132,7 @@ def settings(profile: Profile) -> Settings:
         slo_for_minutes=m.slo_for_minutes, check_max_age_hours=m.check_max_age_hours, running_limit=running,
         aborted_ratio=m.aborted_ratio, spec_accept_length_min=spec_min, runbook_url=m.runbook_url,
         start_minutes=-(-profile.service.timeout_start_sec // 60),
+        quality=profile.quality is not None and profile.quality.nightly,
     )
 
 
@@ -280,7 +283,17 @@ def recording_rules(st: Settings) -> list[dict[str, str]]:
     if st.spec_accept_length_min is not None:
         rules.append({"record": "instance:sglang_spec_accept_length:avg",
                       "expr": f"avg by (job, instance) (sglang:spec_accept_length{j})"})
+    if st.quality:
+        rules.append({"record": SCHEMA_ACCURACY_BEST_LOWER,
+                      "expr": f"max_over_time(kimi_deploy_check_schema_accuracy_lower_ratio{check_selector(st)}"
+                              f"[{QUALITY_WINDOW}])"})
     return rules
+
+
+#: How far back the schema-accuracy alert looks for a better run.
+QUALITY_WINDOW = "7d"
+#: The best lower bound of the schema accuracy's 95 % interval over :data:`QUALITY_WINDOW` (recording rule).
+SCHEMA_ACCURACY_BEST_LOWER = f"service:kimi_deploy_check_schema_accuracy_lower_ratio:max_over_time{QUALITY_WINDOW}"
 
 
 def _ms(value: float) -> str:
@@ -325,6 +338,18 @@ def alerts(st: Settings) -> list[Alert]:
               "The nightly check found the API contract broken ({{ $labels.kind }}): clients get raw tool-call "
               "markup, dropped or wrong tool calls. Every request of that shape fails until it is fixed."),
     ]
+    if st.quality:
+        # a drop beyond the interval: this run's whole 95 % interval lies under the lower bound of a run of the
+        # last week, so the two intervals do not overlap (a conservative test: noise alone does not fire it)
+        out.append(Alert(
+            "KimiSchemaAccuracyDropped",
+            f"kimi_deploy_check_schema_accuracy_upper_ratio{c} < on (job, instance, service) "
+            f"{SCHEMA_ACCURACY_BEST_LOWER}{c}", "0m", "ticket",
+            "Tool-call schema accuracy dropped to {{ $value | humanizePercentage }} (upper bound of its 95 % "
+            "interval)",
+            f"The nightly quality sample's schema accuracy is below the range of a run of the last {QUALITY_WINDOW}: "
+            "the upper bound of its 95 % interval is under that run's lower bound, a drop beyond sampling noise. "
+            "Compare the two JSON reports with `kimi-deploy check compare`."))
     names = {"ttft": ("KimiTTFTOverSLO", "time_to_first_token_seconds", "time to first token"),
              "tpot": ("KimiITLOverSLO", "inter_token_latency_seconds", "inter-token latency"),
              "e2e": ("KimiE2EOverSLO", "e2e_request_latency_seconds", "end-to-end latency")}

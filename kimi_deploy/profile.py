@@ -324,6 +324,31 @@ MAX_REPLICAS = 256
 MAX_NODES = 64
 
 
+class Quality(_Section):
+    """``[quality]``: the ``quality`` tier of ``kimi-deploy check`` (:mod:`kimi_deploy.check.quality`).
+
+    ``min_schema_accuracy`` defaults to K2VV's published schema accuracy of SGLang serving K2-Thinking (95.52 %,
+    2025-11-15, temperature 1.0; ../shared/notes/upstream-2026-12.md): a deployment of the kit is held to at least
+    the reference SGLang figure. ``nightly``: the nightly check unit runs the tier with ``sample`` requests (on as soon
+    as the table exists; a profile without ``[quality]`` keeps the nightly unit as it was, and its digest).
+    """
+
+    nightly: bool = Field(True, description="the nightly check unit runs the quality tier (on with the table)")
+    sample: int = Field(200, ge=1, le=100_000, description="requests of quality.accuracy")
+    concurrency: int = Field(4, ge=1, le=256, description="quality.accuracy requests in flight at once")
+    deadline_s: float = Field(600.0, gt=0, le=86_400, allow_inf_nan=False,
+                              description="seconds quality.accuracy may take")
+    min_schema_accuracy: float = Field(0.9552, ge=0, le=1, allow_inf_nan=False,
+                                       description="verdict threshold (fraction); K2VV's SGLang figure")
+    dataset: str | None = Field(None, description="JSONL of request bodies (K2VV's format), an absolute path; none: "
+                                "the kit's samples")
+
+    @field_validator("dataset")
+    @classmethod
+    def _dataset(cls, v: str | None) -> str | None:
+        return None if v is None else check_abs_path(v)  # the nightly unit runs from no particular directory
+
+
 class Replica(_Section):
     """One ``[[fleet.replicas]]`` entry: the nodes of one full copy of the model, in rank order.
 
@@ -692,7 +717,7 @@ SGLang.__doc__ = "``[sglang]``: SGLang server arguments under their own names (r
 
 class Profile(BaseModel):
     """A whole deployment profile: ``[service]``, ``[sglang]``, ``[environment]``, ``[monitoring]``, and the
-    optional ``[fleet]`` and ``[gateway]``."""
+    optional ``[fleet]``, ``[gateway]``, ``[kubernetes]`` and ``[quality]``."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
@@ -706,6 +731,7 @@ class Profile(BaseModel):
     sglang: SGLang
     environment: dict[str, str] = Field(default_factory=dict, max_length=MAX_ITEMS)
     monitoring: Monitoring = Field(default_factory=Monitoring)
+    quality: Quality | None = None
     fleet: Fleet | None = None
     gateway: Gateway | None = None
     kubernetes: Kubernetes | None = None
@@ -809,7 +835,7 @@ def url_host(host: str) -> str:
 
 
 #: Top-level tables that :meth:`Profile.digest` leaves out while absent (added after the first installs).
-DIGEST_OMITS_UNSET: tuple[str, ...] = ("fleet", "gateway", "kubernetes")
+DIGEST_OMITS_UNSET: tuple[str, ...] = ("fleet", "gateway", "kubernetes", "quality")
 
 #: The ``[sglang]`` keys of the first installed profiles: always part of :meth:`Profile.digest`. Frozen: a row
 #: added to :data:`kimi_deploy.options.OPTIONS` later (``pp_size``, ``max_prefill_tokens``, ...) is not listed
@@ -1333,4 +1359,6 @@ def dump_profile(profile: Profile) -> str:
         tables["gateway"] = data["gateway"]
     if data.get("kubernetes") is not None:
         tables["kubernetes"] = _without_none(data["kubernetes"])
+    if data.get("quality") is not None:
+        tables["quality"] = _without_none(data["quality"])
     return tomli_w.dumps(tables)

@@ -108,6 +108,25 @@ def _exec_start(launch: LaunchSpec) -> str:
     return " \\\n".join(lines)
 
 
+#: The nightly check's time budget, seconds. The fast tiers run under check's default ``--deadline`` (720:
+#: kimi_deploy/cli/check.py DEFAULT_DEADLINE_S); with ``[quality] nightly`` the pre-flight and the schema corpus
+#: (5 + 60 requests, one at a time) get :data:`QUALITY_FIXED_S` more and ``quality.accuracy`` its own
+#: ``[quality] deadline_s``; ``TimeoutStartSec=`` leaves :data:`CHECK_SLACK_S` past the deadline for start-up, the
+#: last request and the reports. Measured figures: docs/incoming/i27.md.
+CHECK_DEADLINE_S = 720
+QUALITY_FIXED_S = 600
+CHECK_SLACK_S = 180
+
+
+def check_budget(profile: Profile) -> tuple[float | None, int]:
+    """``(--deadline for the nightly command or None for check's default, TimeoutStartSec=)`` of the check unit:
+    ``(None, 900)`` without the quality tier; with it, ``720 + 600 + [quality] deadline_s`` and that plus 180."""
+    if profile.quality is None or not profile.quality.nightly:
+        return None, CHECK_DEADLINE_S + CHECK_SLACK_S
+    deadline = CHECK_DEADLINE_S + QUALITY_FIXED_S + profile.quality.deadline_s
+    return deadline, int(-(-(deadline + CHECK_SLACK_S) // 1))
+
+
 def render(profile: Profile, sglang_version: str | None = None, *,
            components: Mapping[str, str] | None = None, profile_path: str | None = None,
            rank: Rank | None = None) -> Rendered:
@@ -143,9 +162,11 @@ def render(profile: Profile, sglang_version: str | None = None, *,
     read_write_paths = [] if inside else [profile.cache_root]
     profile_host_path = profile_path or paths.service_profile_copy(svc.name)
     state = paths.service_state_dir(svc.name)
+    deadline, check_timeout = check_budget(profile)
     check_command = (
         f"{svc.kimi_deploy} check --profile {profile_host_path}"
         + (f" --api-key-file %d/{API_KEY_CREDENTIAL}" if s.api_key_file else "")
+        + (f" --sample {profile.quality.sample} --deadline {deadline:g}" if deadline is not None else "")
         + f" --json {paths.service_check_report(svc.name)} --junit {state}/check-report.xml --prom {state}/check.prom"
     )
     context = {
@@ -163,6 +184,8 @@ def render(profile: Profile, sglang_version: str | None = None, *,
         "read_write_paths": read_write_paths,
         "cache_key": launch.cache_dir.rsplit("/", 1)[-1],
         "check_command": check_command,
+        "check_timeout": check_timeout,
+        "check_deadline": deadline,
         "check_unit": check_unit(svc.name),
         "rank": rank,
         "preflight_command": preflight_command(profile, rank, profile_host_path) if rank is not None else None,

@@ -12,7 +12,8 @@ Modules: :mod:`.registry` (ids, selection), :mod:`.outcome` (the verdict every c
 :mod:`.health` (health and config tiers),
 :mod:`.contract` (chat-completion cases), :mod:`.validate` / :mod:`.leaks` / :mod:`.stream`
 (response validators), :mod:`.reports` (table, JSON, JUnit, Prometheus textfile),
-:mod:`.runner` (:func:`run_checks`).
+:mod:`.runner` (:func:`run_checks`), :mod:`.quality` (the ``quality.*`` tier: schema corpus, accuracy with
+its interval, Kimi pre-flight; off unless asked for).
 """
 
 from kimi_deploy.check.results import (

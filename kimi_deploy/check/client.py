@@ -207,6 +207,9 @@ class Clients:
     openai: openai.OpenAI
     recorder: RecordingTransport
     deadline: Deadline
+    #: The byte caps every answer is read under (kept so that more clients can be opened alike: the quality tier's
+    #: concurrent requests each need their own recorder).
+    limits: Limits = dataclasses.field(default_factory=Limits)
 
     @classmethod
     def open(cls, base_url: str, api_key: str | None, timeout: float, deadline: Deadline | None = None,
@@ -227,7 +230,7 @@ class Clients:
                            http_client=httpx.Client(transport=recorder, headers={"Accept-Encoding": "identity"},
                                                     timeout=generation))
         return cls(root=root, api_key=api_key, timeout=timeout, http=http_client, openai=oa, recorder=recorder,
-                   deadline=deadline)
+                   deadline=deadline, limits=limits)
 
     def chat(self, **kwargs: Any) -> Any:
         """``openai.chat.completions.create(**kwargs)`` with the generation timeout capped by the deadline.

@@ -41,6 +41,10 @@ class Context:
     server_kind: str | None = None
     #: Its version where it says (SGLang ``/server_info`` ``version``, vLLM ``/version``).
     server_version: str | None = None
+    #: The quality tier's settings (:class:`kimi_deploy.check.quality.settings.QualitySettings`; ``None``: defaults).
+    quality: Any = None
+    #: What the quality tier measured, for the report's ``quality`` object (``{"accuracy": {...}}``).
+    quality_results: dict[str, Any] = dataclasses.field(default_factory=dict)
     _cache: dict[str, Any] = dataclasses.field(default_factory=dict, repr=False)
 
     def load_facts(self) -> None:

@@ -186,12 +186,17 @@ def _samples(report: CheckReport, labels: dict[str, str]) -> dict[str, list[str]
         "kimi_deploy_check_exit_code": [f"{series('kimi_deploy_check_exit_code')} {int(report.exit_code)}"],
         "kimi_deploy_check_duration_seconds": [
             f"{series('kimi_deploy_check_duration_seconds')} {report.duration_s:.3f}"],
+        **_quality_series(report, series),
     }
 
 
 def _exposition(parts: list[dict[str, list[str]]]) -> str:
+    """Every family of :data:`PROM_FAMILIES` (HELP and TYPE even without a sample), then each of
+    :data:`QUALITY_GAUGES` that some part has samples of."""
     lines: list[str] = []
-    for name, help_text in PROM_FAMILIES.items():
+    families = [*PROM_FAMILIES.items(), *((name, text) for name, text, _ in QUALITY_GAUGES
+                                          if any(part.get(name) for part in parts))]
+    for name, help_text in families:
         lines += [f"# HELP {name} {help_text}", f"# TYPE {name} gauge"]
         for part in parts:
             lines += part.get(name, [])
@@ -223,6 +228,33 @@ def workers_to_prometheus(reports: list[tuple[str, CheckReport]], *, service: st
                       "kimi_deploy_check_last_run_timestamp_seconds": [
                           f"kimi_deploy_check_last_run_timestamp_seconds{suffix} {started_at:.3f}"]})
     return _exposition(parts)
+
+
+#: The quality tier's gauges: (name, HELP, the accuracy object's value). Written only when quality.accuracy ran
+#: and measured something (a run without the tier leaves them out, and Prometheus keeps the last sample's series
+#: stale rather than zero: an alert never reads an absent measurement as 0 % accuracy).
+QUALITY_GAUGES: tuple[tuple[str, str, str], ...] = (
+    ("kimi_deploy_check_schema_accuracy_ratio", "Schema accuracy of the last quality.accuracy sample (K2VV: valid "
+                                                "arguments / finish_reason tool_calls answers).", "estimate"),
+    ("kimi_deploy_check_schema_accuracy_lower_ratio", "Lower bound of its 95 % interval (Wilson score, continuity "
+                                                      "corrected).", "lower"),
+    ("kimi_deploy_check_schema_accuracy_upper_ratio", "Upper bound of its 95 % interval.", "upper"),
+    ("kimi_deploy_check_schema_accuracy_threshold_ratio", "The profile's [quality] min_schema_accuracy.",
+     "threshold"),
+    ("kimi_deploy_check_tool_call_answers", "Answers of the sample that ended with finish_reason tool_calls.",
+     "tool_call_answers"),
+    ("kimi_deploy_check_quality_requests", "Requests of the last quality.accuracy sample that were sent.", "sent"),
+)
+
+
+def _quality_series(report: CheckReport, series) -> dict[str, list[str]]:
+    """Family name -> the sample line of each of :data:`QUALITY_GAUGES` of ``report`` (none without a measured
+    accuracy)."""
+    acc = (report.quality or {}).get("accuracy")
+    if not acc or not acc.get("tool_call_answers"):
+        return {}
+    values = {**acc["schema_accuracy"], **acc}
+    return {name: [f"{series(name)} {float(values[key]):.6g}"] for name, _, key in QUALITY_GAUGES}
 
 
 def check_output_paths(*, json_path: Path | None = None, junit_path: Path | None = None,

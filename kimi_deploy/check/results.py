@@ -48,6 +48,10 @@ FAILURE_KINDS: tuple[str, ...] = (
     "stream_shape",            # [DONE] missing, finish_reason repeated, index gaps, id/name resent, args differ
     "config_mismatch",         # a running setting differs from the profile (parsers, speculative, TP, model name)
     "timeout",                 # no answer within --timeout seconds, or the run's --deadline passed
+    "schema_accuracy_low",     # quality.accuracy: the 95 % interval of schema accuracy lies below the threshold
+    "thinking_switch",         # chat_template_kwargs.thinking true/false not honoured (quality.preflight.thinking_*)
+    "sampling_defaults",       # the server's default sampling differs from the model's recommended values
+    "prompt_tokens_mismatch",  # usage.prompt_tokens differs from the model's own tokenizer and chat template
 )
 WARN_KINDS: tuple[str, ...] = ("model_declined",)
 ALL_KINDS: tuple[str, ...] = FAILURE_KINDS + WARN_KINDS
@@ -102,6 +106,20 @@ FIXES: dict[str, str] = {
                        "--profile P --print-command` with /server_info's launch_command; `kimi-deploy install`, "
                        "then `kimi-deploy restart --wait`",
     "model_declined": "model variance, not a server fault; if frequent, check the system prompt and chat template",
+    "schema_accuracy_low": "compare with the last good report (`kimi-deploy check compare OLD.json NEW.json`); "
+                           "read the error classes: invalid_arguments/unknown_tool point at the parser "
+                           "(`kimi-deploy patch status --python {python}`), schema_violation at the model, its "
+                           "sampling or the chat template; a change since the last upgrade: roll it back",
+    "thinking_switch": "the server ignores chat_template_kwargs.thinking: launch with --reasoning-parser kimi_k2 "
+                       "and the model's own chat template (no --chat-template override), then `kimi-deploy "
+                       "restart --wait`; behind a proxy, check that it forwards chat_template_kwargs",
+    "sampling_defaults": "serve the model's recommended defaults (temperature 1.0 thinking / 0.6 instant, top_p "
+                         "0.95): SGLang --sampling-defaults model with the model's generation_config.json, no "
+                         "--preferred-sampling-params overriding them; clients in instant mode send temperature 0.6",
+    "prompt_tokens_mismatch": "the server renders prompts differently from the model's chat template (a "
+                              "--chat-template override, an old tokenizer, tool declarations rendered "
+                              "differently): serve the model's own tokenizer and template, then `kimi-deploy "
+                              "restart --wait`",
 }
 
 #: The fix of a ``model_declined`` answer cut at ``max_tokens`` (its detail says "until max_tokens").
@@ -167,6 +185,18 @@ class CheckOptions:
             without it such a run is refused (:func:`kimi_deploy.apikey.guard_transport`).
         max_body_bytes / max_line_bytes: byte caps on every answer's body and on one SSE line or
             event (:mod:`kimi_deploy.limits`); past one the check fails with the evidence.
+        quality: put the ``quality.*`` tier into a run without ``only`` (``--sample``/``--dataset`` set it).
+        sample: requests of ``quality.accuracy`` (``None``: the profile's ``[quality] sample``, else
+            :data:`kimi_deploy.check.quality.accuracy.DEFAULT_SAMPLE`).
+        dataset: a JSONL of chat-completion request bodies (K2VV's format); ``None``: the kit's own samples.
+        quality_concurrency: requests of ``quality.accuracy`` in flight at once (``None``: the profile's, else 4).
+        quality_deadline: seconds ``quality.accuracy`` may take (``None``: the profile's, else 600); requests
+            not sent by then are left out of the sample, and the report says how many were sent.
+        min_schema_accuracy: the verdict's threshold, a fraction (``None``: the profile's, else K2VV's SGLang
+            figure, :data:`kimi_deploy.check.quality.accuracy.DEFAULT_MIN_SCHEMA_ACCURACY`).
+        model_dir: the model's directory on this host (``generation_config.json``, tokenizer, chat template)
+            for the pre-flight checks (``None``: the profile's ``model_path`` when it is a directory here).
+        sglang_python: SGLang's interpreter for the prompt-token count (``None``: the profile's).
     """
 
     base_url: str | None = None
@@ -181,6 +211,14 @@ class CheckOptions:
     insecure: bool = False
     max_body_bytes: int | None = DEFAULT_MAX_BODY_BYTES
     max_line_bytes: int | None = DEFAULT_MAX_LINE_BYTES
+    quality: bool = False
+    sample: int | None = None
+    dataset: Any = None
+    quality_concurrency: int | None = None
+    quality_deadline: float | None = None
+    min_schema_accuracy: float | None = None
+    model_dir: Any = None
+    sglang_python: str | None = None
 
 
 @dataclasses.dataclass
@@ -241,6 +279,9 @@ class CheckReport:
     answered: bool = True
     interrupted: str | None = None
     not_run: list[str] = dataclasses.field(default_factory=list)
+    #: What the quality tier measured (``{"accuracy": {...}}``, report.schema.json ``$defs/accuracy``); ``None``
+    #: when it did not run.
+    quality: dict[str, Any] | None = None
 
     @property
     def unreachable(self) -> bool:
@@ -293,4 +334,5 @@ class CheckReport:
             "failures_by_kind": self.failures_by_kind(),
             "checks": [r.to_dict() for r in self.results],
             "interrupted": {"signal": self.interrupted, "not_run": list(self.not_run)} if self.interrupted else None,
+            **({"quality": self.quality} if self.quality else {}),
         }

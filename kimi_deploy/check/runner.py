@@ -13,6 +13,8 @@ from pathlib import Path
 import httpx
 
 from kimi_deploy.check import contract, health, parser, registry
+from kimi_deploy.check.quality import tier as quality
+from kimi_deploy.check.quality.settings import resolve as quality_settings
 from kimi_deploy.check.client import Clients, Deadline
 from kimi_deploy.check.context import Context
 from kimi_deploy.check.outcome import Outcome, transport_failure, unreadable
@@ -126,7 +128,9 @@ def run_checks(options: CheckOptions, progress: Progress | None = None, *,
     if api_key is None and profile is not None and profile.sglang.api_key_file:
         api_key = read_key_file(profile.sglang.api_key_file)
     guard_key(base_url, api_key, profile, insecure=options.insecure)  # before anything is sent
-    ids = registry.select(options.only, options.skip)
+    ids = registry.select(options.only, options.skip, quality=options.quality)
+    settings = quality_settings(options, profile)
+    quality.prepare(ids, settings)  # a dataset that cannot be read is exit 2 before anything is sent
     expected = options.model or (profile.sglang.served_model_name or profile.sglang.model_path if profile else None)
     report = CheckReport(base_url=base_url, model=expected, started_at=_dt.datetime.now(_dt.timezone.utc),
                          profile=profile_path, service=profile.service.name if profile else None)
@@ -149,9 +153,9 @@ def run_checks(options: CheckOptions, progress: Progress | None = None, *,
         if progress is not None:
             progress(check_id, len(finished), len(ids), result)
 
+    ctx = Context(clients=clients, profile=profile, model=expected, expected_model=expected,
+                  repeat=options.repeat, quality=settings)
     try:
-        ctx = Context(clients=clients, profile=profile, model=expected, expected_model=expected,
-                      repeat=options.repeat)
         for check_id in health_ids:
             run_one(check_id, {})
         silent = _no_answer(report.results)
@@ -175,6 +179,8 @@ def run_checks(options: CheckOptions, progress: Progress | None = None, *,
         report.not_run = [i for i in ids if i not in finished and i not in {r.id for r in report.results}]
     finally:
         clients.close()
+        if ctx.quality_results:
+            report.quality = dict(ctx.quality_results)
         report.duration_s = clock() - t0
         _add_fixes(report, profile)
         redact_report(report, [api_key])  # no key in any report or table (kimi_deploy.redact)
@@ -213,7 +219,7 @@ def _load_facts(ctx: Context, report: CheckReport, ids: list[str]) -> None:
             "reasoning_parser": ctx.server_value("reasoning_parser"),
             "served_model_name": ctx.server_value("served_model_name"),
         }.items() if v is not None}
-        if ctx.model is None and any(registry.tier(i) == "contract" for i in ids):
+        if ctx.model is None and any(registry.tier(i) in ("contract", "quality") for i in ids):
             ctx.model = ctx.served_model()
             report.model = ctx.model
     except Exception:  # noqa: BLE001 - a hostile answer to a fact must not cost the run its reports
@@ -245,6 +251,8 @@ def _dispatch(ctx: Context, check_id: str, cache: dict) -> Outcome | None:
         outcome = parser.run(ctx, check_id, cache)
     elif ctx.model is None:
         outcome = health.no_model(ctx)
+    elif registry.tier(check_id) == "quality":
+        outcome = quality.run(ctx, check_id, cache)
     else:
         outcome = contract.run(ctx, check_id, cache)
     return outcome

@@ -11,8 +11,8 @@ from typing import TYPE_CHECKING
 import click
 
 from kimi_deploy.apikey import read_key_file as read_api_key
-from kimi_deploy.errors import UsageError
-from kimi_deploy.cli.options import Seconds, json_path_option, limit_options
+from kimi_deploy.errors import ExitCode, UsageError
+from kimi_deploy.cli.options import Seconds, json_flag, json_path_option, limit_options
 from kimi_deploy.printable import printable
 
 if TYPE_CHECKING:  # the check library (openai, httpx, rich) loads when the verb runs, not for its --help
@@ -65,7 +65,7 @@ def _globs(values: tuple[str, ...]) -> list[str]:
     return [part.strip() for value in values for part in value.split(",") if part.strip()]
 
 
-@click.command("check")
+@click.group("check", invoke_without_command=True)
 @click.option("--base-url", metavar="URL", help="Server root, e.g. http://127.0.0.1:30000 (default: the profile's "
               "host and port).")
 @click.option("--model", metavar="NAME", help="Served model name (default: the profile's, else the first listed).")
@@ -91,6 +91,24 @@ def _globs(values: tuple[str, ...]) -> list[str]:
 @click.option("--insecure", is_flag=True,
               help="Send the API key over plain http to a host that is not this one (refused without it: anyone "
                    "on the path could read the key); a warning goes to stderr.")
+@click.option("--sample", type=click.IntRange(min=1, max=100_000), metavar="N",
+              help="Run the quality tier; quality.accuracy sends N requests (default: the profile's [quality] "
+                   "sample, else 200).")
+@click.option("--dataset", type=click.Path(path_type=Path, dir_okay=False), metavar="FILE",
+              help="Run the quality tier on this JSONL of chat-completion request bodies (K2VV's format; default: "
+                   "the kit's agentic samples).")
+@click.option("--quality-concurrency", type=click.IntRange(min=1, max=256), metavar="N",
+              help="quality.accuracy requests in flight at once (default: the profile's, else 4).")
+@click.option("--quality-deadline", type=Seconds(min=1), metavar="S",
+              help="Seconds quality.accuracy may take (default: the profile's, else 600; capped by --deadline).")
+@click.option("--min-schema-accuracy", type=click.FloatRange(0, 1), metavar="F",
+              help="quality.accuracy fails when the 95 % interval of schema accuracy lies below F (a fraction; "
+                   "default: the profile's, else 0.9552, K2VV's SGLang figure).")
+@click.option("--model-dir", type=click.Path(path_type=Path, file_okay=False), metavar="DIR",
+              help="The model's directory on this host (generation_config.json, tokenizer, chat template) for the "
+                   "quality pre-flight (default: the profile's model_path when it is a directory).")
+@click.option("--sglang-python", metavar="PATH",
+              help="SGLang's interpreter, to count prompt tokens with the model's tokenizer (default: the profile's).")
 @limit_options
 @click.option("--list", "list_only", is_flag=True, help="Print the check ids and exit.")
 @click.option("--pushgateway", "pushgateway", metavar="URL",
@@ -102,21 +120,27 @@ def _globs(values: tuple[str, ...]) -> list[str]:
                    "and contract tiers) against every worker it lists, one report each; exit status of the worst.")
 @click.pass_context
 def check_cmd(ctx, base_url, model, api_key_file, profile_path, only, skip, json_path, junit_path, prom_path,
-              timeout, repeat, deadline, insecure, max_body_bytes, max_line_bytes, list_only, pushgateway,
+              timeout, repeat, deadline, insecure, sample, dataset, quality_concurrency, quality_deadline,
+              min_schema_accuracy, model_dir, sglang_python, max_body_bytes, max_line_bytes, list_only, pushgateway,
               each_worker):
     """Check a running OpenAI-compatible server: health, configuration, API contract.
+
+    Tool-call quality (schema corpus, accuracy with its 95 % interval, Kimi pre-flight) with --sample/--dataset
+    or --only 'quality.*'; `check compare A.json B.json` says whether accuracy changed beyond sampling noise.
 
     Exit status: 0 no failure (warnings allowed), 1 a check failed, 2 usage or profile
     error, or a key bound for plain http to another host without --insecure (nothing sent,
     nothing written), 3 the server did not answer at all, 130 interrupted (Ctrl-C or SIGTERM:
     the reports hold the checks that finished, marked interrupted).
     """
+    if ctx.invoked_subcommand is not None:  # `check compare A.json B.json`
+        return
     from rich.console import Console
 
     from kimi_deploy.check import CheckOptions, registry, reports, run_checks
 
     if list_only:
-        for check_id in registry.select(_globs(only), _globs(skip)):
+        for check_id in registry.select(_globs(only), _globs(skip), quality=True):
             click.echo(check_id)
         return
     if not base_url and not profile_path:
@@ -134,7 +158,10 @@ def check_cmd(ctx, base_url, model, api_key_file, profile_path, only, skip, json
     api_key = read_api_key(api_key_file) if api_key_file else None
     options = CheckOptions(base_url=base_url, model=model, api_key=api_key, profile=profile_path,
                            only=_globs(only), skip=_globs(skip), timeout=timeout, repeat=repeat, deadline=deadline,
-                           insecure=insecure, max_body_bytes=max_body_bytes, max_line_bytes=max_line_bytes)
+                           insecure=insecure, max_body_bytes=max_body_bytes, max_line_bytes=max_line_bytes,
+                           quality=sample is not None or dataset is not None, sample=sample, dataset=dataset,
+                           quality_concurrency=quality_concurrency, quality_deadline=quality_deadline,
+                           min_schema_accuracy=min_schema_accuracy, model_dir=model_dir, sglang_python=sglang_python)
     if pushgateway and not pushgateway.startswith(("http://", "https://")):
         raise UsageError(f"--pushgateway {pushgateway!r} is not an http(s) URL",
                          hint="e.g. --pushgateway http://pushgateway.monitoring.svc:9091")
@@ -232,6 +259,31 @@ def _each_worker(options: CheckOptions, json_path, junit_path, prom_path, pushga
         return _push(pushgateway, profile, prom_text, profile.service.name if profile else None,
                      int(fleet.exit_code))
     return fleet.exit_code
+
+
+@check_cmd.command("compare")
+@click.argument("reports", nargs=2, type=click.Path(path_type=Path, dir_okay=False))
+@click.option("--alpha", type=click.FloatRange(0, 1, min_open=True, max_open=True), default=0.05,
+              show_default=True, help="Significance level of the two-proportion test.")
+@json_flag("Print the comparison as JSON.")
+@click.pass_context
+def compare_cmd(ctx, reports, alpha, as_json):
+    """Compare two check reports' schema accuracy (A before, B after): is the change beyond sampling noise?
+
+    Both reports come from `kimi-deploy check --sample N --json PATH`. Exit status: 0 within noise or a
+    rise, 1 a drop beyond sampling noise (two-proportion z test), 2 a file that is no such report.
+    """
+    import json
+
+    from kimi_deploy.check.quality.compare import compare
+
+    result = compare(Path(reports[0]), Path(reports[1]), alpha)
+    if as_json:
+        click.echo(json.dumps(result.to_dict(), indent=2, allow_nan=False))
+    else:
+        for line in result.lines():
+            click.echo(line)
+    ctx.exit(int(ExitCode.FAILED if result.verdict == "drop" else ExitCode.OK))
 
 
 COMMANDS = [check_cmd]

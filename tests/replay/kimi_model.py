@@ -13,13 +13,20 @@ matter to a server (moonshotai Kimi K2.x, ../shared/notes/tool-call-failures.md)
 - with thinking on (the template pre-fills ``<think>``) the output starts inside reasoning and
   closes it with ``</think>``; with thinking off (``<think></think>`` pre-filled) there is none;
 - under a grammar constraint (``tool_choice`` required or named) it must call a tool; without one,
-  a ``json_schema`` constraint makes it write SGLang's JSON-array form instead.
+  a ``json_schema`` constraint makes it write SGLang's JSON-array form instead;
+- with ``KIMI_REPLAY_INVALID_RATE`` (a fraction) and ``KIMI_REPLAY_SEED`` in the environment (the servers'
+  ``--invalid-args-rate``/``--seed``), the i-th answer with a call (i counted by the process from 0) drops the
+  first required property of its first call's arguments when ``random.Random(f"{seed}:{i}").random() < rate``:
+  schema-invalid arguments at a known, seeded rate (the quality tier's tests).
 """
 
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
+import os
+import random
 import re
 import uuid
 
@@ -110,6 +117,28 @@ def _planned_calls(user: str, tools: list[dict], forced: bool) -> list[tuple[str
     return []
 
 
+_ANSWERS_WITH_CALLS = itertools.count()
+#: How many answers were broken on purpose (read by nothing but a debugger; the tests count on their side).
+BROKEN = []
+
+
+def _maybe_break(calls: list[tuple[str, dict]], tools: list[dict]) -> list[tuple[str, dict]]:
+    """``calls`` with the first call's first required property dropped, at the seeded rate (module docstring)."""
+    rate = float(os.environ.get("KIMI_REPLAY_INVALID_RATE") or 0)
+    if not calls or rate <= 0:
+        return calls
+    i = next(_ANSWERS_WITH_CALLS)
+    if random.Random(f"{os.environ.get('KIMI_REPLAY_SEED', '0')}:{i}").random() >= rate:
+        return calls
+    name, args = calls[0]
+    schema = next((t.get("parameters") or {} for t in tools if t.get("name") == name), {})
+    required = [k for k in schema.get("required") or [] if k in args]
+    if not required:
+        return calls
+    BROKEN.append(i)
+    return [(name, {k: v for k, v in args.items() if k != required[0]}), *calls[1:]]
+
+
 def respond(prompt: str, sampling_params: dict | None = None) -> str:
     """Raw completion text (markers included) for a rendered Kimi-style ``prompt``.
 
@@ -138,7 +167,7 @@ def respond(prompt: str, sampling_params: dict | None = None) -> str:
         answer = "Here is what I found: " + "; ".join(r.strip() for r in results) + "."
         calls: list[tuple[str, dict]] = []
     else:
-        calls = _planned_calls(user, tools, forced)
+        calls = _maybe_break(_planned_calls(user, tools, forced), tools)
         if calls:
             reasoning = f"The user asks for something {calls[0][0]} can answer; I will call it."
             answer = ""

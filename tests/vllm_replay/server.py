@@ -55,7 +55,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--served-model-name", default=SERVED_MODEL_NAME)
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=0)
-    return p.parse_args(argv)
+    p.add_argument("--invalid-args-rate", type=float, default=0.0,
+                   help="break this fraction of answers with a call (kimi_model._maybe_break), seeded by --seed")
+    p.add_argument("--seed", type=int, default=0)
+    opts = p.parse_args(argv)
+    # in the environment, so that an engine process started later (vLLM's engine core) breaks answers alike
+    os.environ["KIMI_REPLAY_INVALID_RATE"] = str(opts.invalid_args_rate)
+    os.environ["KIMI_REPLAY_SEED"] = str(opts.seed)
+    return opts
 
 
 def serve_argv(opts: argparse.Namespace, model_dir: Path) -> list[str]:

@@ -1,0 +1,262 @@
+"""``quality.accuracy``: statistical tool-call accuracy over N requests, the way K2VV measures vendors.
+
+K2 Vendor Verifier (``tool_calls_eval.py``, MoonshotAI/K2-Vendor-Verifier): each request body of the dataset is
+sent as it is (the run's model); an answer whose ``finish_reason`` is ``tool_calls`` is a *tool-call answer*, and
+it is *valid* when every call names a tool of the request and its ``arguments`` parse to a JSON value that
+``jsonschema`` validates against that tool's ``parameters``. Schema accuracy = valid / tool-call answers (K2VV's
+``successful_tool_call_count / finish_tool_calls``); a call forced by a named ``tool_choice`` that ends with
+``stop`` counts as a tool-call answer (OpenAI's API and vLLM end it so). As in K2VV, formats are not checked here
+(``jsonschema`` does not by default), so the figure compares with K2VV's published ones; the schema corpus
+(:mod:`.conformance`) checks formats.
+
+Reported: requests planned/sent/answered, the count per ``finish_reason``, the tool-call answers, the valid ones,
+the schema accuracy with its 95 % interval (:func:`kimi_deploy.check.quality.stats.wilson_interval`), the error
+classes (the kit's failure kinds: ``schema_violation``, ``invalid_arguments``, ``unknown_tool``,
+``finish_reason_mismatch`` among tool-call answers; ``markup_leak`` for an answer with call markup in its text;
+``http_error``, ``server_error``, ``timeout`` ... for requests without an answer) and the verdict against the
+threshold (:func:`kimi_deploy.check.quality.stats.below_threshold`).
+
+Bounded: ``concurrency`` requests in flight (each worker thread has its own clients), and the tier's own deadline
+(``deadline_s``, capped by the run's ``--deadline``): requests not sent by then are left out of the sample.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import inspect
+import json
+import logging
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import openai
+
+from kimi_deploy.check import leaks
+from kimi_deploy.check import stream as stream_v
+from kimi_deploy.check.client import Clients, Deadline
+from kimi_deploy.check.context import Context
+from kimi_deploy.check.outcome import Outcome, openai_failure, unreadable
+from kimi_deploy.check.quality import dataset as ds
+from kimi_deploy.check.quality.settings import QualitySettings
+from kimi_deploy.check.quality.stats import Proportion, below_threshold
+from kimi_deploy.check.results import clip
+from kimi_deploy.check.validate import (Finding, Message, check_arguments, completion_problem,
+                                        message_from_completion, stream_problem, tool_schemas)
+
+log = logging.getLogger(__name__)
+
+CHECK_ID = "quality.accuracy"
+
+#: Keys of a request body the ``openai`` client takes as arguments; the others go in ``extra_body``.
+_OPENAI_KEYS = frozenset(inspect.signature(openai.resources.chat.completions.Completions.create).parameters) \
+    - {"self", "extra_headers", "extra_query", "extra_body", "timeout", "model"}
+
+#: Share of sent requests that may fail without an answer before the verdict is that failure, not the accuracy.
+MAX_ERROR_SHARE = 0.10
+
+
+@dataclasses.dataclass(frozen=True)
+class Sample:
+    """One request's outcome: ``finish_reason`` as the answer gave it (``None`` without one, or when the answer
+    carried none), ``valid`` (``True``/``False`` for a tool-call answer, ``None`` otherwise), ``kind`` (its error
+    class, ``None`` when fine), ``detail``, ``evidence``; ``answered``: the request got an answer a client can
+    read (False: an HTTP error, a timeout, an unreadable body: the request is left out of the accuracy)."""
+
+    index: int
+    finish_reason: str | None
+    valid: bool | None
+    kind: str | None = None
+    detail: str = ""
+    evidence: str = ""
+    answered: bool = True
+
+
+def failed(index: int, finding: Finding) -> Sample:
+    """The sample of a request that got no usable answer."""
+    return Sample(index, None, None, finding.kind, finding.detail, finding.evidence, answered=False)
+
+
+def classify(index: int, msg: Message, tools: list[dict[str, Any]], named: bool = False) -> Sample:
+    """Judge one answer (K2VV's rule, module docstring). ``named``: the request's ``tool_choice`` names a function,
+    whose forced call may end with ``finish_reason`` ``stop`` (OpenAI's own API does, and vLLM 0.33.0 follows it:
+    :mod:`kimi_deploy.check.validate`): such an answer with calls is a tool-call answer too."""
+    if msg.finish_reason == "tool_calls" or (named and msg.finish_reason == "stop" and msg.tool_calls):
+        if not msg.tool_calls:
+            return Sample(index, msg.finish_reason, False, "finish_reason_mismatch",
+                          "finish_reason is tool_calls but tool_calls is empty", clip(msg.content or ""))
+        schemas = tool_schemas(tools)
+        for call in msg.tool_calls:
+            found = check_arguments(call, schemas)
+            if found:
+                return Sample(index, msg.finish_reason, False, found[0].kind, found[0].detail, found[0].evidence)
+        return Sample(index, msg.finish_reason, True)
+    leak = leaks.scan_message(msg.content, msg.reasoning)
+    if leak:
+        return Sample(index, msg.finish_reason, None, "markup_leak",
+                      f"{leak[0].family} {leak[0].marker!r} in {leak[0].field}: a call returned as text",
+                      clip(msg.content or msg.reasoning or ""))
+    if msg.tool_calls:
+        return Sample(index, msg.finish_reason, None, "finish_reason_mismatch",
+                      f"{len(msg.tool_calls)} tool call(s) but finish_reason is {msg.finish_reason!r}")
+    return Sample(index, msg.finish_reason, None)
+
+
+def send(clients: Clients, model: str, body: dict[str, Any], index: int) -> Sample:
+    """Send ``body`` (a dataset request) with ``clients`` and judge the answer."""
+    stream = bool(body.get("stream"))
+    kwargs = {k: v for k, v in body.items() if k in _OPENAI_KEYS}
+    extra = {k: v for k, v in body.items() if k not in _OPENAI_KEYS and k != "model"}
+    kwargs["model"] = model
+    if extra:
+        kwargs["extra_body"] = extra
+    what = "POST /v1/chat/completions" + (" (stream)" if stream else "")
+    tools = body.get("tools") or []
+    named = isinstance(body.get("tool_choice"), dict)
+    try:
+        if not stream:
+            completion = clients.chat(**kwargs)
+            data = completion.model_dump(warnings=False) if hasattr(completion, "model_dump") else completion
+            problem = completion_problem(data, clip(clients.recorder.last_text))
+            if problem is not None:
+                return failed(index, problem)
+            return classify(index, message_from_completion(data), tools, named)
+        for _chunk in clients.chat(**kwargs):
+            pass
+    except openai.OpenAIError as exc:
+        return failed(index, openai_failure(exc, what, streaming=stream, raw=clients.recorder.last_text))
+    except (ValueError, TypeError, RecursionError) as exc:
+        return failed(index, unreadable(exc, what, clients.recorder.last_body))
+    sse = stream_v.parse_sse(clients.recorder.last_text)
+    problem: Finding | None = None
+    if sse.errors:
+        problem = Finding("error_frame", f"the stream carried an error frame: {clip(json.dumps(sse.errors[0]))}",
+                          clip(json.dumps(sse.errors[0])))
+    problem = problem or stream_problem(sse.frames, clip(clients.recorder.last_text))
+    if problem is not None:
+        return failed(index, problem)
+    return classify(index, stream_v.assemble(sse.frames), tools, named)
+
+
+def measure(ctx: Context, settings: QualitySettings) -> tuple[dict[str, Any], list[Sample]]:
+    """Send ``settings.sample`` requests of the dataset, ``settings.concurrency`` at a time, until done or the
+    tier's deadline; returns the report's ``accuracy`` object (see :func:`summary`) and the samples.
+
+    Raises:
+        UsageError: the dataset cannot be read (:func:`kimi_deploy.check.quality.dataset.load`).
+    """
+    data = ds.load(settings.dataset)
+    bodies = data.sample(settings.sample)
+    run_left = ctx.clients.deadline.left()
+    seconds = settings.deadline_s if run_left is None else max(0.0, min(settings.deadline_s, run_left))
+    deadline = Deadline(seconds, ctx.clients.deadline.clock)
+    clock = ctx.clients.deadline.clock
+    started = clock()
+    lock = threading.Lock()
+    queue = iter(enumerate(bodies))
+    samples: list[Sample] = []
+
+    stop = threading.Event()  # set on an interrupt: no worker takes another request
+
+    def worker() -> None:
+        clients = Clients.open(ctx.clients.root, ctx.clients.api_key, ctx.clients.timeout, deadline,
+                               ctx.clients.limits)
+        try:
+            while not deadline.passed() and not stop.is_set():
+                with lock:
+                    item = next(queue, None)
+                if item is None:
+                    return
+                index, body = item
+                try:
+                    sample = send(clients, ctx.model or "", body, index)
+                except Exception as exc:  # noqa: BLE001 - one request's surprise is that request's error class
+                    log.debug("quality request %d raised", index, exc_info=True)
+                    sample = failed(index, unreadable(exc, "POST /v1/chat/completions", clients.recorder.last_body))
+                with lock:
+                    samples.append(sample)
+        finally:
+            clients.close()
+
+    workers = max(1, min(settings.concurrency, len(bodies)))
+    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="quality") as pool:
+        try:
+            for future in [pool.submit(worker) for _ in range(workers)]:
+                future.result()
+        except BaseException:  # Ctrl-C/SIGTERM (the runner reports what finished): the requests in flight end
+            stop.set()
+            raise
+    samples.sort(key=lambda s: s.index)
+    out = summary(samples, planned=len(bodies), threshold=settings.min_schema_accuracy)
+    out.update({"dataset": data.describe(), "concurrency": workers, "deadline_s": round(seconds, 3),
+                "duration_s": round(clock() - started, 3)})
+    return out, samples
+
+
+def summary(samples: list[Sample], *, planned: int, threshold: float) -> dict[str, Any]:
+    """The report's ``accuracy`` object for ``samples`` (shape in report.schema.json, ``$defs/accuracy``)."""
+    answered = [s for s in samples if s.answered]
+    calls = [s for s in samples if s.valid is not None]
+    p = Proportion(sum(1 for s in calls if s.valid), len(calls))
+    lo, hi = p.interval
+    finish = collections.Counter(s.finish_reason or "none" for s in answered)
+    classes = collections.Counter(s.kind for s in samples if s.kind)
+    verdict = "no_sample" if not p.n else "fail" if below_threshold(p, threshold) else "pass"
+    return {
+        "requests": planned, "sent": len(samples), "answered": len(answered),
+        "errors": len(samples) - len(answered),
+        "finish_reasons": dict(sorted(finish.items())),
+        "tool_call_answers": p.n, "valid": p.successes,
+        "schema_accuracy": {"estimate": p.estimate, "lower": lo if p.n else None, "upper": hi if p.n else None,
+                            "confidence": 0.95, "method": "wilson-score-cc"},
+        "threshold": threshold, "verdict": verdict,
+        "error_classes": dict(sorted(classes.items())),
+    }
+
+
+def outcome(acc: dict[str, Any], samples: list[Sample]) -> Outcome:
+    """The check's verdict on :func:`measure`'s result.
+
+    ``fail`` with the most frequent error kind when more than :data:`MAX_ERROR_SHARE` of the sent requests got
+    no answer (or all did); ``tool_call_dropped`` when no answer ended with ``tool_calls`` (nothing to measure);
+    ``schema_accuracy_low`` when the interval lies below the threshold; else ``pass``.
+    """
+    p = Proportion(acc["valid"], acc["tool_call_answers"])
+    sent, errors = acc["sent"], acc["errors"]
+    threshold = acc["threshold"]
+    cut = f"; {sent} of {acc['requests']} sent before the tier's deadline" if sent < acc["requests"] else ""
+    if sent == 0:
+        return Outcome.failed(Finding("timeout", f"no request was sent before the tier's deadline "
+                                                 f"({acc['deadline_s']:g} s)", "not attempted"))
+    failures = [s for s in samples if not s.answered]
+    if errors and errors > MAX_ERROR_SHARE * sent:
+        kind, n = collections.Counter(s.kind for s in failures).most_common(1)[0]
+        example = next(s for s in failures if s.kind == kind)
+        return Outcome.failed(Finding(kind, f"{errors} of {sent} requests got no usable answer ({n} {kind}: "
+                                            f"{example.detail}){cut}", example.evidence))
+    if not p.n:
+        return Outcome.failed(Finding("tool_call_dropped", f"none of the {acc['answered']} answers ended with "
+                                                           f"finish_reason tool_calls (finish reasons: "
+                                                           f"{acc['finish_reasons']}): no schema accuracy to "
+                                                           f"measure{cut}", clip(acc["error_classes"])))
+    classes = ", ".join(f"{k} {n}" for k, n in acc["error_classes"].items())
+    text = (f"schema accuracy {p.text()} of finish_reason tool_calls answers; {acc['answered']} of "
+            f"{sent} requests answered; threshold {100 * threshold:.2f} %" + (f"; errors: {classes}" if classes
+                                                                               else "") + cut)
+    if acc["verdict"] == "fail":
+        bad = next((s for s in samples if s.valid is False), None)
+        return Outcome.failed(Finding("schema_accuracy_low", f"{text}: the whole 95 % interval is below the "
+                                                             "threshold", bad.evidence if bad else ""))
+    return Outcome.passed(text)
+
+
+def run(ctx: Context) -> Outcome:
+    """Run ``quality.accuracy``; its measurement goes into ``ctx.quality_results["accuracy"]`` for the report."""
+    settings = ctx.quality or QualitySettings()
+    started = time.monotonic()
+    acc, samples = measure(ctx, settings)
+    log.debug("quality.accuracy: %d requests in %.1f s", acc["sent"], time.monotonic() - started)
+    ctx.quality_results["accuracy"] = acc
+    return outcome(acc, samples)

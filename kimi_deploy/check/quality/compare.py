@@ -1,0 +1,126 @@
+"""``kimi-deploy check compare A.json B.json``: is B's schema accuracy different from A's beyond sampling noise?
+
+Both files are ``kimi-deploy.check/1`` reports with a ``quality.accuracy`` measurement (``check --sample N
+--json PATH``). The test is the pooled two-proportion z test
+(:func:`kimi_deploy.check.quality.stats.two_proportion_test`) of valid / tool-call answers, two-sided at 5 %; a
+significant drop is a failure (exit 1), anything else is not (exit 0). Also reported: each run's accuracy with its
+95 % interval, whether the two samples came from the same dataset (its sha256) and the checks that passed in A and
+fail in B.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any
+
+from kimi_deploy.check.quality.stats import Comparison, Proportion, two_proportion_test
+from kimi_deploy.check.results import REPORT_SCHEMA
+from kimi_deploy.errors import UsageError
+from kimi_deploy.limits import parse_json
+from kimi_deploy.printable import printable
+
+#: A report file larger than this is refused unread (a check report of the largest run is under 1 MiB).
+MAX_REPORT_BYTES = 64 * 1024 * 1024
+
+
+@dataclasses.dataclass(frozen=True)
+class ReportAccuracy:
+    """What ``compare`` reads of one report: its path, start time, accuracy counts, dataset digest, check rows."""
+
+    path: str
+    started_at: str
+    proportion: Proportion
+    dataset_sha256: str | None
+    statuses: dict[str, str]
+
+
+def load(path: Path) -> ReportAccuracy:
+    """Read one report.
+
+    Raises:
+        UsageError: unreadable, not JSON, not a ``kimi-deploy.check/1`` report, or one without a
+            ``quality.accuracy`` measurement (exit 2).
+    """
+    hint = "pass two reports written by `kimi-deploy check --sample N --json PATH` (the quality tier's accuracy)"
+    try:
+        if path.stat().st_size > MAX_REPORT_BYTES:
+            raise UsageError(f"{path} is larger than {MAX_REPORT_BYTES // 2**20} MiB: not a check report",
+                             value=str(path), hint=hint)
+        doc = parse_json(path.read_bytes().decode("utf-8-sig"))
+    except OSError as exc:
+        raise UsageError(f"cannot read {path} ({exc.strerror or exc})", value=str(path), hint=hint) from None
+    except ValueError as exc:
+        raise UsageError(f"{path} is not a JSON report ({printable(str(exc))[:120]})", value=str(path),
+                         hint=hint) from None
+    if not isinstance(doc, dict) or doc.get("schema") != REPORT_SCHEMA:
+        raise UsageError(f"{path} is not a {REPORT_SCHEMA} report", value=str(path), hint=hint)
+    acc = (doc.get("quality") or {}).get("accuracy") if isinstance(doc.get("quality"), dict) else None
+    try:
+        valid, n = int(acc["valid"]), int(acc["tool_call_answers"])
+        if not 0 <= valid <= n:
+            raise ValueError(f"valid {valid} of {n}")
+    except (TypeError, KeyError, ValueError) as exc:
+        raise UsageError(f"{path} holds no quality.accuracy measurement ({printable(str(exc))[:80]})",
+                         value=str(path), hint=hint) from None
+    rows = doc.get("checks") if isinstance(doc.get("checks"), list) else []
+    statuses = {str(r.get("id")): str(r.get("status")) for r in rows if isinstance(r, dict)}
+    dataset = acc.get("dataset") if isinstance(acc.get("dataset"), dict) else {}
+    return ReportAccuracy(str(path), str(doc.get("started_at", "")), Proportion(valid, n),
+                          dataset.get("sha256") if isinstance(dataset.get("sha256"), str) else None, statuses)
+
+
+@dataclasses.dataclass(frozen=True)
+class CompareResult:
+    """A (before) against B (after): the test, whether the datasets match, the checks newly failing."""
+
+    a: ReportAccuracy
+    b: ReportAccuracy
+    test: Comparison
+    same_dataset: bool | None
+    newly_failing: list[str]
+
+    @property
+    def verdict(self) -> str:
+        """``drop`` (significant, B lower), ``rise`` (significant, B higher), ``within_noise``."""
+        if not self.test.significant:
+            return "within_noise"
+        return "drop" if self.test.drop else "rise"
+
+    def to_dict(self) -> dict[str, Any]:
+        def side(r: ReportAccuracy) -> dict[str, Any]:
+            p = r.proportion
+            return {"path": printable(r.path), "started_at": printable(r.started_at), "valid": p.successes,
+                    "tool_call_answers": p.n, "estimate": p.estimate, "lower": p.lower, "upper": p.upper}
+
+        return {"a": side(self.a), "b": side(self.b), "difference": self.test.difference, "z": self.test.z,
+                "p_value": self.test.p_value, "alpha": self.test.alpha, "verdict": self.verdict,
+                "same_dataset": self.same_dataset, "newly_failing": self.newly_failing}
+
+    def lines(self) -> list[str]:
+        out = [f"A {printable(self.a.path)}: {self.a.proportion.text()}",
+               f"B {printable(self.b.path)}: {self.b.proportion.text()}"]
+        diff = self.test.difference
+        change = f"{100 * diff:+.2f} points" if diff is not None else "no difference to compute"
+        words = {"drop": "a drop beyond sampling noise", "rise": "a rise beyond sampling noise",
+                 "within_noise": "within sampling noise"}[self.verdict]
+        out.append(f"B - A: {change}; two-proportion z test z = {self.test.z:.2f}, p = {self.test.p_value:.3g}: "
+                   f"{words} (alpha {self.test.alpha:g})")
+        if self.same_dataset is False:
+            out.append("note: the two samples come from different datasets (sha256 differs): the comparison mixes "
+                       "a change of server with a change of requests")
+        if self.newly_failing:
+            out.append("checks passing in A and failing in B: " + ", ".join(printable(i) for i in self.newly_failing))
+        return out
+
+
+def compare(a_path: Path, b_path: Path, alpha: float = 0.05) -> CompareResult:
+    """Compare the reports at ``a_path`` (before) and ``b_path`` (after).
+
+    Raises:
+        UsageError: either file is not a report with an accuracy measurement (:func:`load`).
+    """
+    a, b = load(a_path), load(b_path)
+    same = None if a.dataset_sha256 is None or b.dataset_sha256 is None else a.dataset_sha256 == b.dataset_sha256
+    newly = sorted(i for i, s in b.statuses.items() if s == "fail" and a.statuses.get(i) == "pass")
+    return CompareResult(a, b, two_proportion_test(a.proportion, b.proportion, alpha), same, newly)

@@ -1,0 +1,39 @@
+"""The ``quality.*`` check ids and their dispatch.
+
+Ids: ``quality.schema.<shape>.<choice>.<mode>`` (:mod:`.conformance`), ``quality.preflight.*`` (:mod:`.preflight`),
+``quality.accuracy`` (:mod:`.accuracy`): the cheap pre-flight first, the sample last. The tier is off unless asked for
+(``--only 'quality.*'``, or ``--sample``/``--dataset``): :func:`kimi_deploy.check.registry.select` leaves it out
+of a default run, which stays the fast health/config/parser/contract suite.
+"""
+
+from __future__ import annotations
+
+from kimi_deploy.check.context import Context
+from kimi_deploy.check.outcome import Outcome
+from kimi_deploy.check.quality import accuracy, conformance, preflight
+from kimi_deploy.check.quality import dataset as ds
+from kimi_deploy.check.quality.settings import QualitySettings
+
+
+def check_ids() -> list[str]:
+    """Every quality check id, in run order."""
+    return preflight.check_ids() + conformance.check_ids() + [accuracy.CHECK_ID]
+
+
+def prepare(ids: list[str], settings: QualitySettings) -> None:
+    """Read the dataset now when ``quality.accuracy`` is among ``ids``.
+
+    Raises:
+        UsageError: the dataset cannot be read (exit 2, before any request).
+    """
+    if accuracy.CHECK_ID in ids:
+        ds.load(settings.dataset)
+
+
+def run(ctx: Context, check_id: str, cache: dict) -> Outcome:
+    """Run the quality check ``check_id`` (one of :func:`check_ids`)."""
+    if check_id == accuracy.CHECK_ID:
+        return accuracy.run(ctx)
+    if check_id.startswith("quality.preflight."):
+        return preflight.run(ctx, check_id)
+    return conformance.run(ctx, check_id, cache)

@@ -1,0 +1,230 @@
+"""A scripted OpenAI-compatible server for the quality tier's tests (real HTTP over loopback).
+
+It answers like SGLang with the ``kimi_k2`` parsers (``/model_info``, ``/server_info``, ``/v1/models``,
+``/v1/chat/completions`` streamed and not, canonical ``functions.NAME:N`` ids) and follows a few rules:
+
+- a user message "Call the tool `NAME` with exactly these arguments: {JSON}" (the schema corpus) is answered
+  with that call and those arguments; any other request offering tools gets a call of the first tool the
+  request forces or offers, with arguments made valid against its schema by :func:`valid_value`;
+- ``invalid_rate``/``seed``: the i-th tool-call answer (i counted by the server from 0) carries arguments that
+  break the schema (a required property dropped) when ``random.Random(f"{seed}:{i}").random() < invalid_rate``,
+  so a run of N requests has a known, seeded number of invalid answers whatever order they arrive in;
+- ``mutate``: ``{tool name: function(args) -> args}`` applied to the directed arguments (a broken shape);
+- ``thinking``: ``"honour"`` (reasoning with ``chat_template_kwargs.thinking`` true or absent, none with false),
+  ``"always"`` (reasoning whatever the switch says), ``"never"`` (no reasoning even when asked);
+- ``server_info``: extra ``/server_info`` fields (``sampling_defaults``, ``preferred_sampling_params``);
+- ``prompt_tokens``: ``function(request body) -> int`` for ``usage.prompt_tokens`` (default: 10);
+- ``error_every``: every k-th chat request is answered HTTP 500.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import re
+import threading
+from collections.abc import Callable
+from http.server import BaseHTTPRequestHandler
+from typing import Any
+
+from loopback import Loopback, QuietHandler
+
+DIRECTIVE = re.compile(r"[Cc]all the tool `?([A-Za-z0-9_.-]+)`? with exactly these arguments:\s*(\{.*\})\s*$", re.S)
+MODEL = "moonshotai/Kimi-K2.5"
+
+
+def _resolve(root: dict, ref: str) -> dict:
+    node: Any = root
+    for part in ref.lstrip("#/").split("/"):
+        node = node[part]
+    return node
+
+
+FORMATS = {"email": "ops@example.com", "date": "2026-12-02", "date-time": "2026-12-02T03:04:05Z",
+           "ipv4": "10.0.0.7", "ipv6": "::1", "regex": "^x+$", "uuid": "3f2b8c1e-9d4a-4c7e-8b1f-2a6d5e9c0b7a"}
+
+
+#: Strings for the patterns of the kit's samples.
+PATTERNS = {"^[A-Z]{3}$": "EUR"}
+
+
+def valid_value(schema: Any, root: dict | None = None) -> Any:
+    """A small value valid against ``schema`` (the subset of JSON Schema the tests' tools use)."""
+    root = root if root is not None else schema
+    if not isinstance(schema, dict):
+        return None
+    if "$ref" in schema:
+        return valid_value(_resolve(root, schema["$ref"]), root)
+    if "const" in schema:
+        return schema["const"]
+    if "enum" in schema:
+        return schema["enum"][0]
+    for key in ("anyOf", "oneOf"):
+        if key in schema:
+            return valid_value(schema[key][0], root)
+    if "allOf" in schema:
+        out: dict = {}
+        for part in schema["allOf"]:
+            out.update(valid_value(part, root) or {})
+        return out
+    kind = schema.get("type")
+    if isinstance(kind, list):
+        kind = kind[0]
+    if kind == "object" or "properties" in schema:
+        props = schema.get("properties", {})
+        return {k: valid_value(props.get(k, {"type": "string"}), root) for k in schema.get("required", [])}
+    if kind == "array":
+        return [valid_value(schema.get("items", {"type": "string"}), root)
+                for _ in range(schema.get("minItems", 1))]
+    if kind == "string":
+        if "format" in schema:
+            return FORMATS[schema["format"]]
+        if "pattern" in schema:
+            return PATTERNS[schema["pattern"]]
+        return "x" * max(1, schema.get("minLength", 1))
+    if kind == "integer":
+        return int(schema.get("minimum", 1))
+    if kind == "number":
+        return float(schema.get("minimum", 1.5))
+    if kind == "boolean":
+        return True
+    if kind == "null":
+        return None
+    return "x"
+
+
+def broken(args: dict, schema: dict) -> dict:
+    """``args`` with the schema's first required property dropped (invalid by construction)."""
+    required = schema.get("required") or []
+    assert required, f"an invalid answer needs a schema with a required property: {schema}"
+    return {k: v for k, v in args.items() if k != required[0]}
+
+
+class QualityServer:
+    """The scripted server; ``url`` once started (a context manager)."""
+
+    def __init__(self, *, invalid_rate: float = 0.0, seed: int = 0, mutate: dict[str, Callable] | None = None,
+                 thinking: str = "honour", server_info: dict | None = None,
+                 prompt_tokens: Callable[[dict], int] | None = None, model_info: bool = True,
+                 error_every: int = 0) -> None:
+        self.invalid_rate, self.seed, self.mutate = invalid_rate, seed, mutate or {}
+        self.thinking, self.extra_info, self.model_info = thinking, server_info or {}, model_info
+        self.prompt_tokens = prompt_tokens or (lambda body: 10)
+        self.error_every = error_every  # every k-th chat request gets HTTP 500 (0: none)
+        self.lock = threading.Lock()
+        self.calls = 0          # tool-call answers given so far
+        self.invalid = 0        # of which broken on purpose
+        self.requests: list[dict] = []
+        self.loop = Loopback(self._handler(), start=False)
+        self.url = self.loop.url
+
+    def __enter__(self) -> "QualityServer":
+        self.loop.__enter__()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.loop.close()
+
+    def _next_broken(self) -> bool:
+        with self.lock:
+            i = self.calls
+            self.calls += 1
+            bad = random.Random(f"{self.seed}:{i}").random() < self.invalid_rate
+            self.invalid += bad
+            return bad
+
+    def answer(self, body: dict) -> dict:
+        """The assistant message parts for ``body``: content, reasoning, calls [(name, arguments JSON)]."""
+        messages = body.get("messages") or []
+        tools = [t.get("function", t) for t in body.get("tools") or []]
+        user = next((m.get("content") for m in reversed(messages) if m.get("role") == "user"), "") or ""
+        kwargs = body.get("chat_template_kwargs") or {}
+        on = kwargs.get("thinking", True) is not False
+        reasoning = {"honour": on, "always": True, "never": False}[self.thinking]
+        choice = body.get("tool_choice")
+        calls: list[tuple[str, str]] = []
+        m = DIRECTIVE.search(user if isinstance(user, str) else "")
+        if tools and choice != "none":
+            if m and m.group(1) in {t["name"] for t in tools}:
+                name, args = m.group(1), json.loads(m.group(2))
+                args = self.mutate.get(name, lambda a: a)(args)
+                calls = [(name, json.dumps(args, ensure_ascii=False))]
+            else:
+                tool = tools[0]
+                if isinstance(choice, dict):
+                    tool = next(t for t in tools if t["name"] == choice["function"]["name"])
+                schema = tool.get("parameters") or {"type": "object"}
+                args = valid_value(schema)
+                if self._next_broken():
+                    args = broken(args, schema)
+                calls = [(tool["name"], json.dumps(args, ensure_ascii=False))]
+        content = None if calls else "Yes."
+        return {"content": content, "reasoning": "Let me think about it." if reasoning else None, "calls": calls}
+
+    def _handler(self) -> type[BaseHTTPRequestHandler]:
+        server = self
+
+        class Handler(QuietHandler):
+            protocol_version = "HTTP/1.1"
+
+            def do_GET(self) -> None:  # noqa: N802
+                if self.path == "/v1/models":
+                    self._send(200, {"object": "list", "data": [{"id": MODEL, "object": "model",
+                                                                 "owned_by": "sglang"}]})
+                elif self.path in ("/health", "/health_generate", "/ready"):
+                    self._send(200, b"", "text/plain")
+                elif self.path == "/model_info" and server.model_info:
+                    self._send(200, {"model_path": "/models/kimi", "tool_call_parser": "kimi_k2",
+                                     "reasoning_parser": "kimi_k2", "served_model_name": MODEL})
+                elif self.path == "/server_info" and server.model_info:
+                    self._send(200, {"version": "0.5.23", "tool_call_parser": "kimi_k2",
+                                     "reasoning_parser": "kimi_k2", **server.extra_info})
+                else:
+                    self._send(404, {"detail": "Not Found"})
+
+            def do_POST(self) -> None:  # noqa: N802
+                body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))))
+                with server.lock:
+                    server.requests.append(body)
+                    count = len(server.requests)
+                if server.error_every and count % server.error_every == 0:
+                    self._send(500, {"object": "error", "message": "scripted failure", "code": 500})
+                    return
+                if not isinstance(body.get("messages"), list):
+                    self._send(400, {"object": "error", "message": "messages must be a list", "code": 400})
+                    return
+                a = server.answer(body)
+                usage = {"prompt_tokens": server.prompt_tokens(body), "completion_tokens": 12, "total_tokens": 0}
+                finish = "tool_calls" if a["calls"] else "stop"
+                calls = [{"id": f"functions.{n}:{k}", "type": "function", "function": {"name": n, "arguments": args}}
+                         for k, (n, args) in enumerate(a["calls"])]
+                if not body.get("stream"):
+                    msg = {"role": "assistant", "content": a["content"], "reasoning_content": a["reasoning"],
+                           "tool_calls": calls or None}
+                    self._send(200, {"id": "cmpl-1", "object": "chat.completion", "created": 1, "model": MODEL,
+                                     "choices": [{"index": 0, "message": msg, "finish_reason": finish}],
+                                     "usage": usage})
+                    return
+                frames = [{"role": "assistant", "content": ""}]
+                if a["reasoning"]:
+                    frames.append({"reasoning_content": a["reasoning"]})
+                if a["content"]:
+                    frames.append({"content": a["content"]})
+                for k, call in enumerate(calls):
+                    args = call["function"]["arguments"]
+                    frames.append({"tool_calls": [{"index": k, "id": call["id"], "type": "function",
+                                                   "function": {"name": call["function"]["name"], "arguments": ""}}]})
+                    for i in range(0, len(args), 7):
+                        frames.append({"tool_calls": [{"index": k, "function": {"arguments": args[i:i + 7]}}]})
+                chunks = [{"id": "cmpl-1", "object": "chat.completion.chunk", "created": 1, "model": MODEL,
+                           "choices": [{"index": 0, "delta": d, "finish_reason": None}]} for d in frames]
+                chunks.append({"id": "cmpl-1", "object": "chat.completion.chunk", "created": 1, "model": MODEL,
+                               "choices": [{"index": 0, "delta": {}, "finish_reason": finish}], "usage": usage})
+                data = "".join(f"data: {json.dumps(c)}\n\n" for c in chunks) + "data: [DONE]\n\n"
+                self.send_response(200)
+                self.send_header("Content-Type", "text/event-stream")
+                self.send_header("Content-Length", str(len(data.encode())))
+                self.end_headers()
+                self.wfile.write(data.encode())
+
+        return Handler
