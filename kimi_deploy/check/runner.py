@@ -154,7 +154,7 @@ def run_checks(options: CheckOptions, progress: Progress | None = None, *,
                       repeat=options.repeat)
         for check_id in health_ids:
             run_one(check_id, {})
-        silent = _no_answer(report.results)
+        silent = None if clients.answered else _no_answer(report.results)  # a byte back is an answer
         gate = (silent.id, silent.kind, silent.detail) if silent else None if health_ids else _probe(clients)
         if gate is not None:
             what, kind, detail = gate
@@ -229,6 +229,8 @@ def _run_one(ctx: Context, check_id: str, cache: dict, deadline: Deadline, t0: f
     ctx.clients.recorder.last_body = bytearray()  # the evidence of a failure is this check's answer, not older
     try:
         outcome = _dispatch(ctx, check_id, cache)
+    except httpx.TransportError as exc:  # cut off mid-stream (the deadline, a broken chunk): openai does not wrap it
+        outcome = Outcome.failed(transport_failure(exc, f"a request of {check_id}"))
     except Exception as exc:  # noqa: BLE001 - the one catch per check (issue #11): a verdict, never a lost report
         log.debug("check %s raised", check_id, exc_info=True)
         outcome = Outcome.failed(unreadable(exc, body=ctx.clients.recorder.last_body))
@@ -258,7 +260,8 @@ def _probe(clients: Clients) -> tuple[str, str, str] | None:
         clients.get_json("/v1/models")
     except httpx.TransportError as exc:
         finding = transport_failure(exc, what)
-        return (what, finding.kind, finding.detail) if finding.kind in NO_ANSWER_KINDS else None
+        silent = finding.kind in NO_ANSWER_KINDS and not clients.answered  # a byte back is an answer
+        return (what, finding.kind, finding.detail) if silent else None
     except Exception:  # noqa: BLE001 - it answered, unreadably (JSON nested too deep): the checks will say so
         log.debug("%s answered unreadably", what, exc_info=True)
     return None
