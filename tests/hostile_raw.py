@@ -20,6 +20,10 @@ from collections.abc import Callable
 from typing import Any, BinaryIO
 
 
+#: One interim answer (RFC 9110 15.2.1): httpcore reads it and waits for the final one.
+CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
+
+
 class Out:
     """The client's side of one connection: :meth:`write` sends and flushes."""
 

@@ -15,7 +15,7 @@ import time
 import httpx
 
 from helpers import run_cli
-from hostile_raw import RawServer, forever, ordinary
+from hostile_raw import CONTINUE, RawServer, forever, ordinary
 from kimi_deploy.check import CheckOptions, run_checks
 from kimi_deploy.check.client import Clients, Deadline
 from kimi_deploy.check.stream import assemble, check_shape, parse_sse, root_cause
@@ -23,7 +23,7 @@ from kimi_deploy.errors import ExitCode
 
 #: Far below the 120 s the hostile servers keep a request alive, far above what the bounded runs take.
 GENEROUS_S = 60.0
-CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
+
 
 
 def _check(tmp_path, url: str, *args: str) -> tuple[int, dict, float]:

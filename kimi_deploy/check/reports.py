@@ -32,7 +32,7 @@ from kimi_deploy.check.results import CheckReport, CheckResult, clip
 from kimi_deploy.printable import markup, printable
 from kimi_deploy.errors import UsageError
 from kimi_deploy.fsio import check_output_paths as fsio_check_output_paths, write_many_atomic
-from kimi_deploy.redact import Redactor
+from kimi_deploy.redact import Redactor, url as redact_url
 
 #: Value of kimi_deploy_check_status per status (documented in the HELP line).
 STATUS_VALUE = {"pass": 0, "warn": 1, "fail": 2, "skip": 3}
@@ -47,7 +47,7 @@ def redact_report(report: CheckReport, secrets: Iterable[str | None] = ()) -> Ch
     JUnit and Prometheus files and the table hold no key, whatever the server echoed into evidence.
     """
     r = Redactor(secrets)
-    report.base_url = r.text(report.base_url)
+    report.base_url = redact_url(report.base_url, secrets)
     report.model = r.text(report.model) if report.model else report.model
     report.profile = r.text(report.profile) if report.profile else report.profile
     report.server = r.value(report.server)

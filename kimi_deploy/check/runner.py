@@ -92,7 +92,7 @@ def guard_key(base_url: str, api_key: str | None, profile: Profile | None, *, in
 
 
 def run_checks(options: CheckOptions, progress: Progress | None = None, *,
-               clock: Callable[[], float] = time.monotonic) -> CheckReport:
+               clock: Callable[[], float] = time.monotonic, deadline: Deadline | None = None) -> CheckReport:
     """Run the checks ``options`` select against one OpenAI-compatible server.
 
     Order: ``health.*``, ``config.*``, ``parser.*``, ``contract.*`` (see :mod:`kimi_deploy.check.registry`);
@@ -107,7 +107,8 @@ def run_checks(options: CheckOptions, progress: Progress | None = None, *,
     ``progress`` (optional) hears of every check as it starts and ends (:data:`Progress`).
     Interrupted (``KeyboardInterrupt``; :class:`Interrupted` names another signal), it returns the
     checks that finished, with :attr:`CheckReport.interrupted` and ``not_run`` set (exit 130).
-    ``clock`` (seconds, monotonic) times the run, its checks and the deadline.
+    ``clock`` (seconds, monotonic) times the run, its checks and the deadline; ``deadline``: one shared with
+    other runs (``check --each-worker``: one for the whole fleet) instead of ``options.deadline``.
     Whatever a check raises (an answer nobody foresaw) is that check's ``fail``/``invalid_response`` row,
     never the end of the run: one catch per check (:func:`_run_one`), the traceback at debug level.
 
@@ -131,7 +132,7 @@ def run_checks(options: CheckOptions, progress: Progress | None = None, *,
     report = CheckReport(base_url=base_url, model=expected, started_at=_dt.datetime.now(_dt.timezone.utc),
                          profile=profile_path, service=profile.service.name if profile else None)
     t0 = clock()
-    deadline = Deadline(options.deadline, clock)
+    deadline = deadline or Deadline(options.deadline, clock)
     clients = Clients.open(base_url, api_key, options.timeout, deadline,
                            Limits(options.max_body_bytes, options.max_line_bytes))
     health_ids = [i for i in ids if registry.tier(i) == "health"]

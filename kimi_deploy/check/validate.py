@@ -254,7 +254,7 @@ def check_message(msg: Message, exp: Expectation) -> list[Finding]:
             out.append(Finding("tool_call_dropped", "a tool call was due, the model generated "
                                f"{msg.completion_tokens if msg.completion_tokens is not None else 'some'} tokens, "
                                f"but the client got no call (finish_reason {msg.finish_reason!r}, "
-                               f"content {content[:40]!r})",
+                               f"content {clip(content, 40)!r})",
                                clip(msg.content or f"finish_reason={msg.finish_reason}; completion_tokens="
                                                    f"{msg.completion_tokens}; no tool_calls, empty content")))
         else:

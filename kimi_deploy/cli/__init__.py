@@ -144,6 +144,11 @@ def cli(ctx: click.Context, debug: bool, verbose: bool) -> None:
         format="%(message)s" if not debug else "%(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
+    if debug or verbose:  # --debug prints response headers: no key in any line
+        from kimi_deploy.redact import LogRedactor  # local: --help and --version load no module but the CLI's
+
+        for handler in logging.getLogger().handlers:
+            handler.setFormatter(LogRedactor(handler.formatter._fmt if handler.formatter else None))
 
 
 def main() -> None:

@@ -151,7 +151,10 @@ def check_cmd(ctx, base_url, model, api_key_file, profile_path, only, skip, json
 
 def _each_worker(options: CheckOptions, json_path, junit_path, prom_path) -> int:
     """``check --each-worker``: one report per worker of the gateway (:mod:`kimi_deploy.check.workers`);
-    ``options`` as for one server, its ``base_url`` (or the profile's ``[gateway]``) naming the gateway."""
+    ``options`` as for one server, its ``base_url`` (or the profile's ``[gateway]``) naming the gateway.
+
+    Once the run starts its JSON report is written whatever happens: a worker refused or failing, the gateway
+    not answering, the deadline, Ctrl-C or SIGTERM (exit 130, like a plain check)."""
     from kimi_deploy.check import reports
     from kimi_deploy.check.workers import check_each_worker
     from kimi_deploy.fsio import write_atomic
@@ -172,19 +175,32 @@ def _each_worker(options: CheckOptions, json_path, junit_path, prom_path) -> int
     to_stdout = json_path == "-"
     if json_path and not to_stdout:
         reports.check_output_paths(json_path=Path(json_path))
-    fleet = check_each_worker(dataclasses.replace(options, base_url=None, api_key=api_key, profile=profile), base_url)
+    previous = signal.signal(signal.SIGTERM, _on_sigterm)  # stop like Ctrl-C: report what ran
+    try:
+        fleet = check_each_worker(dataclasses.replace(options, base_url=None, api_key=api_key, profile=profile),
+                                  base_url)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
     import json as _json
 
     text = _json.dumps(fleet.to_json(), indent=2, ensure_ascii=False) + "\n"
     if json_path and not to_stdout:
         write_atomic(Path(json_path), text)
     out = sys.stderr if to_stdout else sys.stdout
-    for url, report in fleet.reports:
-        failed = [r.id for r in report.results if r.status == "fail"]
-        print(f"{printable(url)}: exit {int(report.exit_code)}, {len(report.results)} checks, "
+    for run in fleet.runs:
+        if run.report is None:
+            print(f"{fleet.shown(run.url)}: exit {int(run.exit_code)}, not checked: {fleet.said(run.error)}", file=out)
+            continue
+        failed = [r.id for r in run.report.results if r.status == "fail"]
+        print(f"{fleet.shown(run.url)}: exit {int(run.exit_code)}, {len(run.report.results)} checks, "
               f"{len(failed)} failed{': ' + ', '.join(failed[:5]) if failed else ''}", file=out)
-    if not fleet.reports:
-        print(f"{printable(base_url)}: the gateway lists no worker", file=out)
+    if fleet.error:
+        print(f"{fleet.shown(fleet.gateway)}: {fleet.said(fleet.error)}", file=sys.stderr)
+    elif not fleet.runs and not fleet.interrupted:
+        print(f"{fleet.shown(fleet.gateway)}: the gateway lists no worker", file=out)
+    if fleet.interrupted:
+        print(f"interrupted by {fleet.interrupted}: a partial report, {len(fleet.not_run)} worker(s) not checked",
+              file=out)
     if to_stdout:
         click.echo(text, nl=False)
     return fleet.exit_code
