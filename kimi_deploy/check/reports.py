@@ -191,6 +191,10 @@ def to_prometheus(report: CheckReport) -> str:
         "130 interrupted.",
         "# TYPE kimi_deploy_check_exit_code gauge",
         f"{series('kimi_deploy_check_exit_code')} {int(report.exit_code)}",
+        "# HELP kimi_deploy_check_interrupted 1 when a signal stopped the last run before it finished (exit 130; "
+        "the report is partial), else 0.",
+        "# TYPE kimi_deploy_check_interrupted gauge",
+        f"{series('kimi_deploy_check_interrupted')} {1 if report.interrupted else 0}",
         "# HELP kimi_deploy_check_duration_seconds Wall time of the last run.",
         "# TYPE kimi_deploy_check_duration_seconds gauge",
         f"{series('kimi_deploy_check_duration_seconds')} {report.duration_s:.3f}",
