@@ -79,7 +79,7 @@ _REFERENCE_DATA: dict[str, Any] = {
         "flashinfer_allreduce_fusion_backend": "auto",
         "enable_torch_symm_mem": True,
         "enable_metrics": True,
-        "api_key_file": service_api_key_file("kimi-k25"),
+        "api_key_file": service_api_key_file("{name}"),  # named after [service] name, whatever it becomes
     },
     "environment": {
         "NCCL_IB_DISABLE": "1",

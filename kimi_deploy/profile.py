@@ -34,7 +34,7 @@ from typing import Any, Literal
 
 import tomli_w
 from pydantic import (BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, create_model,
-                      field_validator)
+                      field_validator, model_validator)
 
 from kimi_deploy.argv import expansions
 from kimi_deploy.errors import ProfileError
@@ -555,11 +555,32 @@ SGLang: type[_Section] = create_model(  # type: ignore[call-overload]
 SGLang.__doc__ = "``[sglang]``: SGLang server arguments under their own names (rows of ``options.OPTIONS``)."
 
 
+#: The placeholder a path default may hold for ``[service] name`` (:meth:`Profile._derive_paths`).
+NAME_FIELD = "{name}"
+
+
 class Profile(BaseModel):
     """A whole deployment profile: ``[service]``, ``[sglang]``, ``[environment]``, ``[monitoring]``, and the
     optional ``[fleet]`` and ``[gateway]``."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _derive_paths(cls, data: Any) -> Any:
+        """``[sglang] api_key_file`` may name its file after the service: :data:`NAME_FIELD` (``{name}``) is
+        ``[service] name``. ``init`` writes ``/etc/kimi-deploy/{name}.api-key``, so renaming the service renames
+        the key file (issue #30 item 5); an explicit path stays what it says."""
+        if not isinstance(data, dict) or not isinstance(data.get("sglang"), dict):
+            return data
+        key_file = data["sglang"].get("api_key_file")
+        if not isinstance(key_file, str) or NAME_FIELD not in key_file:
+            return data
+        service = data.get("service") if isinstance(data.get("service"), dict) else {}
+        name = service.get("name", Service.model_fields["name"].default)
+        if not isinstance(name, str):
+            return data  # the name's own error says what is wrong
+        return {**data, "sglang": {**data["sglang"], "api_key_file": key_file.replace(NAME_FIELD, name)}}
 
     @field_validator("environment", mode="before")
     @classmethod

@@ -139,16 +139,20 @@ def run_checks(options: CheckOptions, progress: Progress | None = None, *,
     rest = [i for i in ids if i not in health_ids]
 
     finished: list[str] = []  # ids run to the end, including parser.* ids the tier's skip row stands for
+    absorbed: list[str] = []  # parser.* ids the tier's one skip row stands for: no row of their own
 
     def run_one(check_id: str, cache: dict) -> None:
+        # progress counts rows of the report (done = rows so far, total = rows it will have), not ids
         if progress is not None:
-            progress(check_id, len(finished), len(ids), None)
+            progress(check_id, len(report.results), len(ids) - len(absorbed), None)
         result = _run_one(ctx, check_id, cache, deadline, t0)
         if result is not None:  # None: a parser.* id on a server where the tier already said why it skips
             report.results.append(result)
+        else:
+            absorbed.append(check_id)
         finished.append(check_id)
         if progress is not None:
-            progress(check_id, len(finished), len(ids), result)
+            progress(check_id, len(report.results), len(ids) - len(absorbed), result)
 
     try:
         ctx = Context(clients=clients, profile=profile, model=expected, expected_model=expected,
@@ -164,7 +168,7 @@ def run_checks(options: CheckOptions, progress: Progress | None = None, *,
                                                        "more was sent", f"not attempted: the server did not answer {what}")
                                for i in rest]
             if progress is not None and rest:
-                progress(rest[-1], len(report.results), len(ids), report.results[-1])
+                progress(rest[-1], len(report.results), len(report.results), report.results[-1])
             return report
         if not deadline.passed():
             _load_facts(ctx, report, ids)
