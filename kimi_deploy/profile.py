@@ -1180,10 +1180,13 @@ def load_profile(path: Path) -> Profile:
     text = _profile_text(raw, path)
     try:
         data = tomllib.loads(text)
+        return parse_profile(data, source=str(path))
     except tomllib.TOMLDecodeError as exc:
         raise ProfileError(f"{path} is not valid TOML: {exc}", value=str(path),
                            hint="fix the TOML syntax at the line and column shown") from None
-    return parse_profile(data, source=str(path))
+    except RecursionError:  # an array or table nested hundreds deep: no profile value is
+        raise ProfileError(f"{path} nests arrays or tables too deep to read", value=str(path),
+                           hint="a profile's values nest at most a few levels: remove the nesting") from None
 
 
 def toml_value(value: Any) -> str:

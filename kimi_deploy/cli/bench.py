@@ -201,7 +201,7 @@ def bench_cmd(ctx, base_url, model, concurrency, request_rate, num_prompts, max_
     body_extra = {}
     if extra_body:
         try:
-            body_extra = parse_json(extra_body)
+            body_extra = parse_json(extra_body, parse_constant=_no_constant)  # NaN/Infinity: no JSON a server reads
         except ValueError:
             body_extra = None
         if not isinstance(body_extra, dict):
@@ -269,6 +269,12 @@ def bench_cmd(ctx, base_url, model, concurrency, request_rate, num_prompts, max_
                    "  fix: read the error kinds above; check the server (`kimi-deploy check`) and --request-timeout",
                    err=True)
         ctx.exit(int(ExitCode.FAILED))
+
+
+def _no_constant(name: str) -> None:
+    """``json.loads``'s hook for ``NaN``/``Infinity``/``-Infinity``: refused, as strict JSON has none (the bench
+    ran the whole sweep, then its report could not be written: a traceback)."""
+    raise ValueError(f"{name} is not JSON")
 
 
 @bench_cmd.command("compare")

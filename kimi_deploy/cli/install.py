@@ -81,6 +81,9 @@ def uninstall_cmd(ctx, root, name, dry_run, force, purge, show_diff, as_json):
     """Stop, disable and remove what kimi-deploy installed (only unmodified files; never foreign ones).
 
     Nothing installed: says so and exits 0."""
+    if not root.is_dir():  # as install: a typo'd --root is no host tree, not "nothing installed" (exit 0)
+        raise UsageError(f"--root: the directory {root} does not exist", value=str(root),
+                         hint="give the tree install used (default /)")
     layout = HostLayout(root)
     service = install_lib.pick_service(layout, name, purge)
     verbose = bool(ctx.find_root().params.get("verbose"))

@@ -1,0 +1,56 @@
+"""The smaller items of issue #30 (items 6 and 12), each at the edge a user meets: exit 2 with a fix, never a
+traceback or a silent default."""
+
+from __future__ import annotations
+
+import pytest
+
+from helpers import MINIMAL, run_cli, write_profile
+from kimi_deploy.errors import ExitCode
+
+
+@pytest.mark.parametrize("char", ["\uffff", "\ufdd0", "\U0010fffe"])
+def test_unicode_noncharacters_are_refused_in_a_profile(tmp_path, char):
+    path = write_profile(tmp_path, MINIMAL.replace('python = "/opt/sglang/.venv/bin/python"',
+                                                   f'python = "/opt/sglang{char}/bin/python"'))
+    result = run_cli(["render", "--profile", str(path), "--print-command"])
+    assert result.exit_code == ExitCode.USAGE and "noncharacter" in result.stderr
+
+
+def test_a_toml_array_nested_600_deep_is_a_profile_error(tmp_path):
+    path = write_profile(tmp_path, MINIMAL + "extra_args = " + "[" * 600 + "]" * 600 + "\n")
+    result = run_cli(["render", "--profile", str(path), "--print-command"])
+    assert result.exit_code == ExitCode.USAGE and "too deep" in result.stderr
+
+
+def test_bench_extra_body_with_nan_is_refused_before_the_sweep():
+    result = run_cli(["bench", "--base-url", "http://127.0.0.1:9", "--extra-body", '{"a": NaN}', "--no-progress"])
+    assert result.exit_code == ExitCode.USAGE and "--extra-body must be a JSON object" in result.stderr
+
+
+def test_a_key_file_is_read_with_a_size_cap(tmp_path):
+    result = run_cli(["check", "--base-url", "http://127.0.0.1:9", "--api-key-file", "/dev/zero"])
+    assert result.exit_code == ExitCode.USAGE and "over 4096 bytes" in result.stderr
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--only", ""], "--only names no patch id"),
+    (["--only", "kimi-k2-tool-call-ids", "--with", "x"], "do not combine"),
+])
+def test_patch_only_empty_or_with_with_is_refused(tmp_path, args, message):
+    result = run_cli(["patch", "apply", "--python", "/nonexistent/python", "--dry-run", *args])
+    assert result.exit_code == ExitCode.USAGE and message in result.stderr, result.stderr
+
+
+def test_uninstall_of_a_root_that_does_not_exist_is_refused(tmp_path):
+    result = run_cli(["uninstall", "--root", str(tmp_path / "nonexistent")])
+    assert result.exit_code == ExitCode.USAGE and "does not exist" in result.stderr
+
+
+def test_a_misspelt_verb_gets_a_did_you_mean():
+    from click.testing import CliRunner
+
+    from kimi_deploy.cli import cli
+
+    result = CliRunner().invoke(cli, ["rendr"])
+    assert result.exit_code == ExitCode.USAGE and "Did you mean 'render'?" in result.output
