@@ -54,3 +54,11 @@ def test_a_misspelt_verb_gets_a_did_you_mean():
 
     result = CliRunner().invoke(cli, ["rendr"])
     assert result.exit_code == ExitCode.USAGE and "Did you mean 'render'?" in result.output
+
+
+def test_a_control_plane_cap_names_no_flag_the_verb_lacks():
+    from kimi_deploy.limits import LimitExceeded
+
+    text = str(LimitExceeded("the body", 16 << 20, None, (16 << 20) + 1))
+    assert "--max-body-bytes" not in text and "16 MiB" in text
+    assert "--max-body-bytes" in str(LimitExceeded("the body", 1024, "--max-body-bytes", 2000))
