@@ -62,3 +62,10 @@ def test_a_control_plane_cap_names_no_flag_the_verb_lacks():
     text = str(LimitExceeded("the body", 16 << 20, None, (16 << 20) + 1))
     assert "--max-body-bytes" not in text and "16 MiB" in text
     assert "--max-body-bytes" in str(LimitExceeded("the body", 1024, "--max-body-bytes", 2000))
+
+
+def test_the_gateway_hosts_check_unit_fits_its_daily_timer_with_100_replicas():
+    from kimi_deploy.fleet import fleet_check_deadline_s
+
+    assert fleet_check_deadline_s(2) == 1440
+    assert fleet_check_deadline_s(100) + 180 < 24 * 3600
