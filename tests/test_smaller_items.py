@@ -69,3 +69,12 @@ def test_the_gateway_hosts_check_unit_fits_its_daily_timer_with_100_replicas():
 
     assert fleet_check_deadline_s(2) == 1440
     assert fleet_check_deadline_s(100) + 180 < 24 * 3600
+
+
+@pytest.mark.parametrize("args", [["check", "--base-url", "http://127.0.0.1:9", "--junit"],
+                                  ["check", "--base-url", "http://127.0.0.1:9", "--prom"],
+                                  ["bench", "--base-url", "http://127.0.0.1:9", "--no-progress", "--csv"]])
+def test_an_output_path_that_is_a_directory_gets_the_kits_words(tmp_path, args):
+    result = run_cli([*args, str(tmp_path)])
+    assert result.exit_code == ExitCode.USAGE and "is a directory" in result.stderr
+    assert "Invalid value" not in result.stderr  # click's own wording

@@ -149,7 +149,7 @@ def _redacted(exc: KimiDeployError, api_key: str | None) -> KimiDeployError:
 @click.option("--profile", "profile_path", type=click.Path(path_type=Path), metavar="FILE",
               help="Deployment profile to record (its sha256) in the result.")
 @json_path_option("Write the result JSON to PATH ('-': stdout).")
-@click.option("--csv", "csv_path", type=click.Path(path_type=Path, dir_okay=False), metavar="PATH",
+@click.option("--csv", "csv_path", type=click.Path(path_type=Path), metavar="PATH",
               help="Write one CSV row per point to PATH.")
 @click.option("--request-timeout", type=_num("--request-timeout", minimum=0, open_min=True, example="600"),
               default=600.0, metavar="S",
@@ -279,7 +279,7 @@ def _no_constant(name: str) -> None:
 
 @bench_cmd.command("compare")
 @click.argument("results", nargs=-1, required=True, type=click.Path(path_type=Path, dir_okay=False))
-@click.option("--plot", "plot_path", type=click.Path(path_type=Path, dir_okay=False), default=None, metavar="PATH",
+@click.option("--plot", "plot_path", type=click.Path(path_type=Path), default=None, metavar="PATH",
               help="Also write a PNG plot (output tok/s and TPOT p50 against concurrency) to PATH.")
 @click.option("--no-fail-on-alarm", "alarms_warn", is_flag=True,
               help="Print ALARM lines but exit 0 (default: exit 1 when any ALARM is printed, so a CI gate on the "

@@ -77,9 +77,9 @@ def _globs(values: tuple[str, ...]) -> list[str]:
               "(repeat or comma-separate: 'health.*,config.*').")
 @click.option("--skip", multiple=True, metavar="IDS", help="Leave out checks matching these globs.")
 @json_path_option("Write the JSON report (kimi-deploy.check/1); '-' = stdout.")
-@click.option("--junit", "junit_path", type=click.Path(path_type=Path, dir_okay=False), metavar="PATH",
+@click.option("--junit", "junit_path", type=click.Path(path_type=Path), metavar="PATH",
               help="Write a JUnit XML report (a file; only --json takes '-').")
-@click.option("--prom", "prom_path", type=click.Path(path_type=Path, dir_okay=False), metavar="PATH",
+@click.option("--prom", "prom_path", type=click.Path(path_type=Path), metavar="PATH",
               help="Write a Prometheus textfile for node_exporter's textfile collector (a file, not '-').")
 @click.option("--timeout", type=Seconds(min=0.1), default=30.0, show_default=True, metavar="S",
               help="Seconds per HTTP request (chat completions may take 6x this to generate).")
