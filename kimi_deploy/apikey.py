@@ -15,6 +15,11 @@ from pathlib import Path
 
 from kimi_deploy.errors import UsageError
 from kimi_deploy.paths import HostLayout
+from kimi_deploy.redact import remember
+
+#: The most a key file may hold, in bytes: a key is 43 characters (``install``) to a few hundred (a vendor
+#: token); 4 KiB leaves room for either and stops a device or a log file at once (issue #30 item 12).
+MAX_KEY_FILE_BYTES = 4096
 
 
 def read_key_file(path: str | Path) -> str:
@@ -24,7 +29,13 @@ def read_key_file(path: str | Path) -> str:
         UsageError: unreadable, empty, or not a key an HTTP header can carry (exit 2).
     """
     try:
-        key = Path(path).read_text(encoding="utf-8").strip()
+        with open(path, "rb") as fh:
+            data = fh.read(MAX_KEY_FILE_BYTES + 1)  # bounded: /dev/zero or a log file is no key
+        if len(data) > MAX_KEY_FILE_BYTES:
+            raise UsageError(f"the API key file is over {MAX_KEY_FILE_BYTES} bytes: not a key file", value=str(path),
+                             hint="point --api-key-file (or the profile's api_key_file) at the file holding only "
+                                  "the key (`install` writes one: 43 characters)")
+        key = data.decode("utf-8").strip()
     except (OSError, UnicodeDecodeError) as exc:
         why = exc.strerror if isinstance(exc, OSError) else "not UTF-8 text"
         raise UsageError(f"cannot read the API key file: {why}", value=str(path),
@@ -32,7 +43,9 @@ def read_key_file(path: str | Path) -> str:
                               "its systemd credential)") from None
     if not key:
         raise UsageError("the API key file is empty", value=str(path), hint="write the key into the file")
-    return check_key(key, f"the API key file {path}", value=str(path))
+    key = check_key(key, f"the API key file {path}", value=str(path))
+    remember(key)  # masked in every --debug log line from now on (kimi_deploy.redact.LogRedactor)
+    return key
 
 
 def check_key(key: str, source: str, *, value: str) -> str:

@@ -15,6 +15,8 @@ and a fix (exit 2, before anything is sent or written):
 
 from __future__ import annotations
 
+import ipaddress
+import re
 from urllib.parse import urlsplit
 
 from kimi_deploy.errors import UsageError
@@ -24,6 +26,24 @@ ENDPOINTS = ("/v1/chat/completions", "/v1/completions", "/v1/models", "/chat/com
              "/models", "/health", "/health_generate", "/server_info", "/model_info")
 
 _EXAMPLE = "e.g. --base-url http://127.0.0.1:30000 (IPv6: http://[::1]:30000)"
+
+
+#: A host name: letters, digits, dots, dashes and underscores (RFC 1123 names; underscores occur in
+#: container and Kubernetes names). ``%zz`` or ``a b`` is none: httpx refused them with a traceback, or the
+#: run called the server unreachable (issue #30 item 12).
+_NAME = re.compile(r"[A-Za-z0-9._-]+")
+
+
+def _host_ok(host: str, *, bracketed: bool) -> bool:
+    """Whether ``host`` (``urlsplit().hostname``) is a host name or an IP address; in brackets an IPv6 one,
+    with an optional ``%zone``."""
+    if bracketed:
+        try:
+            ipaddress.IPv6Address(host.split("%", 1)[0])
+        except ValueError:
+            return False
+        return True
+    return bool(_NAME.fullmatch(host))
 
 
 def check_base_url(url: str, *, option: str = "--base-url") -> str:
@@ -43,6 +63,9 @@ def check_base_url(url: str, *, option: str = "--base-url") -> str:
         raise UsageError(f"{option} must start with http:// or https://", value=url, hint=_EXAMPLE)
     if not host:
         raise UsageError(f"{option} has no host", value=url, hint=_EXAMPLE)
+    if not _host_ok(host, bracketed="[" in parts.netloc):
+        raise UsageError(f"{option} has a host that is neither a name nor an IP address ({host!r})", value=url,
+                         hint=_EXAMPLE)
     if port == 0:
         raise UsageError(f"{option} has port 0, which no server listens on", value=url, hint=_EXAMPLE)
     if parts.username is not None or parts.password is not None:

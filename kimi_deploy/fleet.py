@@ -19,6 +19,21 @@ from kimi_deploy.errors import UsageError
 from kimi_deploy.profile import Profile, host_key
 
 
+#: Seconds of ``check --each-worker``'s one ``--deadline`` per listed worker: a plain check's default (720 s).
+CHECK_DEADLINE_PER_WORKER_S = 720
+#: The most the gateway host's nightly run may take, whatever the number of workers: 6 h, well inside its daily
+#: timer (100 replicas once made ``TimeoutStartSec=`` 25 h, longer than the day between two runs).
+CHECK_DEADLINE_MAX_S = 6 * 3600
+#: ``TimeoutStartSec=`` past the deadline: start-up, the last request and the report (as the one-host unit's 900).
+CHECK_SLACK_S = 180
+
+
+def fleet_check_deadline_s(workers: int) -> int:
+    """The gateway host's ``check --each-worker --deadline``: 720 s per worker, at most 6 h (one deadline for
+    the whole run since issue #30; workers past it get rows not attempted, the report is still written)."""
+    return min(CHECK_DEADLINE_PER_WORKER_S * max(workers, 1), CHECK_DEADLINE_MAX_S)
+
+
 def gateway_files(profile: Profile, header: str) -> dict[str, str]:
     """File name -> text of the gateway host's part: ``<name>-gateway.service`` (empty without ``[gateway]``)."""
     if profile.gateway is None:
@@ -28,8 +43,10 @@ def gateway_files(profile: Profile, header: str) -> dict[str, str]:
 
     svc = profile.service
     unit = check_unit(paths.gateway_service(svc.name))
+    deadline_s = fleet_check_deadline_s(len(profile.worker_urls()))
     check_command = (
         f"{svc.kimi_deploy} check --profile {paths.service_profile_copy(svc.name)} --each-worker"
+        f" --deadline {deadline_s}"
         + (f" --api-key-file %d/{launch.API_KEY_CREDENTIAL}" if profile.sglang.api_key_file else "")
         + f" --json {paths.gateway_check_report(svc.name)}"
         # one series set per worker (label worker=URL): the check alerts fire per replica
@@ -37,7 +54,8 @@ def gateway_files(profile: Profile, header: str) -> dict[str, str]:
     context = {"header": header, "svc": svc, "s": profile.sglang, "gw": profile.gateway,
                "workers": profile.worker_urls(), "api_key_credential": launch.API_KEY_CREDENTIAL,
                "exec_start": gateway.exec_start(gateway.gateway_argv(profile)), "check_command": check_command,
-               "check_unit": unit}
+               "check_unit": unit, "check_deadline_s": deadline_s,
+               "check_timeout_s": deadline_s + CHECK_SLACK_S}
     env = _environment()
     return {gateway.gateway_unit(profile): env.get_template("gateway.service.j2").render(context),
             f"{unit}.service": env.get_template("check.service.j2").render(context),

@@ -32,6 +32,7 @@ from typing import Any
 import httpx
 
 from kimi_deploy import paths
+from kimi_deploy.redact import redact_text, url as redact_url
 from kimi_deploy.errors import ExitCode, KimiDeployError, UnreachableError, UsageError
 from kimi_deploy.launch import API_KEY_CREDENTIAL
 from kimi_deploy.limits import Refused
@@ -406,8 +407,10 @@ def gateway_view(profile: Profile, api_key: str | None, *, timeout: float = 10.0
         return {"url": url, "workers": [], "error": exc.message,
                 "problems": [f"the gateway at {url} cannot be read ({exc.message}); fix: systemctl status "
                              f"{gateway_unit(profile)} on {profile.gateway.host}"]}
-    return {"url": url, "workers": [w.to_dict() for w in workers], "error": None,
-            "problems": view_problems(profile.worker_urls(), workers)}
+    # the gateway's own words, written by status: a listed URL may carry credentials or echo the key
+    return {"url": url, "workers": [{**w.to_dict(), "url": redact_url(w.url, [api_key])} for w in workers],
+            "error": None, "problems": [redact_text(p, [api_key]) for p in view_problems(profile.worker_urls(),
+                                                                                          workers)]}
 
 
 @dataclasses.dataclass(frozen=True)

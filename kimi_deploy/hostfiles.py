@@ -51,6 +51,26 @@ def service_lock(layout: HostLayout, service: str, *, wait: float | None = None)
         yield
 
 
+@contextlib.contextmanager
+def shared_lock(layout: HostLayout, *, wait: float | None = None) -> Iterator[None]:
+    """Hold the host's lock on what services share (:meth:`HostLayout.shared_lock_file`) for the ``with`` block.
+
+    The service lock (:func:`service_lock`) keeps two runs of ONE service apart; two services' installs could
+    still both plan port 30000 free, or both create one missing API key file, and both apply (the second key
+    replacing the first). ``install`` and ``uninstall`` take this lock, after their service lock (one order
+    everywhere: no deadlock), to plan again and apply: the second one plans with the first one's manifest in
+    place and is refused (a port) or shares (the key file it no longer creates).
+
+    Raises:
+        LockedError: another install or uninstall still holds it after ``wait`` seconds; exit 7.
+    """
+    wait_s = fsio.LOCK_WAIT_S if wait is None else wait
+    with fsio.exclusive_lock(layout.shared_lock_file(),
+                             what="install or uninstall of a service on this host (ports, key files and folders "
+                                  "they may share)", wait_s=wait_s):
+        yield
+
+
 def sha256(data: bytes) -> str:
     """Hex sha256 of ``data`` (64 chars)."""
     return hashlib.sha256(data).hexdigest()

@@ -40,7 +40,8 @@ from kimi_deploy.fsio import write_atomic, write_many_atomic
 from kimi_deploy.hostfiles import (Claims, FileRecord, Intent, Manifest, Ownership, classify, installed_services,
                                    last_uninstalled_manifest, listeners, leftover_services, load_intent, load_manifest,
                                    other_services_claims, profile_toml, read_bytes, restore_backup, sha256,
-                                   service_lock, stale_files, valid_service_name, write_backup)
+                                   service_lock, shared_lock as hostfiles_shared_lock, stale_files, valid_service_name,
+                                   write_backup)
 from kimi_deploy.paths import HostLayout
 from kimi_deploy.profile import Profile, naming_warnings
 from kimi_deploy.render import CHECK_UNIT, check_unit, file_header, render
@@ -1163,3 +1164,5 @@ def format_plan(plan: Plan, *, diffs: bool = True) -> str:
 
 #: The per-service lock ``install``/``uninstall``/``restart`` hold (:func:`kimi_deploy.hostfiles.service_lock`).
 locked = service_lock
+#: The host's lock on what services share, taken after :data:`locked` (:func:`kimi_deploy.hostfiles.shared_lock`).
+shared_lock = hostfiles_shared_lock

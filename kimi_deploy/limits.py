@@ -59,15 +59,20 @@ class LimitExceeded(Refused):
     """What the server sent ran past a cap; nothing more of it is read.
 
     ``what``: the thing capped (``an SSE line``, ``the body``); ``limit``: the cap in bytes;
-    ``flag``: the option that raises it; ``seen``: bytes read of it when it was refused (at least
-    ``limit + 1``, or a declared ``Content-Length``).
+    ``flag``: the option that raises it (``None`` in verbs that have none: status, restart, the gateway's
+    client, whose caps are fixed); ``seen``: bytes read of it when it was refused (at least ``limit + 1``, or a
+    declared ``Content-Length``).
     """
 
-    def __init__(self, what: str, limit: int, flag: str, seen: int) -> None:
+    def __init__(self, what: str, limit: int, flag: str | None, seen: int) -> None:
         self.what = what
         self.limit = limit
         self.flag = flag
         self.seen = seen
+        if flag is None:  # no flag to name: a verb must not suggest one it does not have
+            super().__init__(f"{what} exceeded the {human(limit)} the kit reads of a control-plane answer; refused "
+                             f"after {seen} bytes (no SGLang answer is that large: is this SGLang?)")
+            return
         super().__init__(f"{what} exceeded {flag} {limit} ({human(limit)}); refused after {seen} bytes "
                          f"(raise it with {flag} N)")
 

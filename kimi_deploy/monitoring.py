@@ -22,12 +22,16 @@ from collections.abc import Mapping
 from typing import Any
 
 from kimi_deploy import paths
+from kimi_deploy.errors import ExitCode
 from kimi_deploy.profile import Profile, host_key, is_loopback, url_host
 
 #: Default running-request limit of SGLang with EAGLE/EAGLE3 and no --max-running-requests (options.py comment).
 EAGLE_RUNNING_DEFAULT = 48
 #: Default ``spec_accept_length_min``: below it, most steps accept only the verified token itself.
 SPEC_ACCEPT_MIN_DEFAULT = 1.5
+#: The check's exit status when a signal stopped it (``kimi_deploy.errors.ExitCode.INTERRUPTED``): its own
+#: warning (KimiNightlyCheckInterrupted), never the failure page.
+INTERRUPTED_EXIT = int(ExitCode.INTERRUPTED)
 #: Window of every rate and quantile in the rules.
 WINDOW = "5m"
 
@@ -320,10 +324,20 @@ def alerts(st: Settings) -> list[Alert]:
               "SGLang server {{ $labels.instance }} answers but its scheduler reports nothing",
               f"/metrics answers but the scheduler has reported no gauge for longer than the unit's start timeout "
               f"({st.start_minutes} min): the model never finished loading."),
-        Alert("KimiNightlyCheckFailed", f"kimi_deploy_check_exit_code{c} != 0", "0m", "page",
-              "The last kimi-deploy check failed (exit {{ $value }})",
-              "Exit 1: a check failed; exit 3: the server was unreachable. The JSON report in "
+        Alert("KimiNightlyCheckFailed",
+              f"kimi_deploy_check_exit_code{c} != 0 and kimi_deploy_check_exit_code{c} != {INTERRUPTED_EXIT}",
+              "0m", "page", "The last kimi-deploy check failed (exit {{ $value }})",
+              "Exit 1: a check failed; exit 2: the check could not run as configured (a profile, key file or URL "
+              "it refused; on a gateway host also a worker URL or key rule); exit 3: the server did not answer; "
+              "any other code: the check itself crashed (journalctl -u the check unit). Exit 130 (interrupted) is "
+              "KimiNightlyCheckInterrupted, not this alert. The JSON report in "
               f"{paths.service_check_report(st.service)} names each failing check and its evidence."),
+        Alert("KimiNightlyCheckInterrupted", f"kimi_deploy_check_interrupted{c} == 1", "0m", "warning",
+              "The last kimi-deploy check was interrupted before it finished",
+              "A signal stopped the run (systemctl stop, a shutdown, or the unit's TimeoutStartSec=): exit 130. "
+              "The report holds the checks that finished and lists the others under interrupted.not_run; no "
+              "finished check failed, or KimiNightlyCheckFailed would say so next run. Once: a stop or reboot. "
+              "Every night: the run outlasts TimeoutStartSec= (lower --deadline or raise the timeout)."),
         Alert("KimiNightlyCheckStale",
               f"time() - kimi_deploy_check_last_run_timestamp_seconds{c} > {st.check_max_age_hours * 3600}",
               "0m", "ticket", f"The last kimi-deploy check ran more than {st.check_max_age_hours} h ago",

@@ -246,6 +246,12 @@ class HostLayout:
         last holder, nothing else)."""
         return self.config_dir / f".{service}.lock"
 
+    def shared_lock_file(self) -> Path:
+        """``/etc/kimi-deploy/.shared@kimi-deploy.lock``: held by every ``install``/``uninstall`` while it plans
+        again and applies (:func:`kimi_deploy.hostfiles.shared_lock`), for what services share: ports, an API
+        key file, folders. ``@`` is in no service name, so no service's lock is this file."""
+        return self.config_dir / ".shared@kimi-deploy.lock"
+
     def service_backup_dir(self, service: str) -> Path:
         """``/etc/kimi-deploy/backup/<service>``: one timestamped folder per install that replaced files."""
         return self.backup_dir / service

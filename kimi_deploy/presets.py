@@ -115,7 +115,7 @@ _REFERENCE_DATA: dict[str, Any] = {
         "flashinfer_allreduce_fusion_backend": "auto",
         "enable_torch_symm_mem": True,
         "enable_metrics": True,
-        "api_key_file": service_api_key_file("kimi-k25"),
+        "api_key_file": service_api_key_file("{name}"),  # named after [service] name, whatever it becomes
     },
     "environment": {
         "NCCL_IB_DISABLE": "1",
@@ -144,7 +144,7 @@ def _model_data(model: ModelFacts, name: str) -> dict[str, Any]:
     for key in _SPECULATIVE:
         sglang.pop(key, None)
     sglang.update(model_keys(model))
-    sglang["api_key_file"] = service_api_key_file(name)
+    sglang["api_key_file"] = service_api_key_file("{name}")  # follows [service] name, as the reference's
     quant = f" {model.quantisation}" if model.quantisation else ""
     draft = "EAGLE-3, " if model.draft_model else ""
     data["service"].update(name=name, description=f"SGLang serving {model.repo}{quant} (TP8, {draft}PCIe IPC "

@@ -715,11 +715,32 @@ SGLang: type[_Section] = create_model(  # type: ignore[call-overload]
 SGLang.__doc__ = "``[sglang]``: SGLang server arguments under their own names (rows of ``options.OPTIONS``)."
 
 
+#: The placeholder a path default may hold for ``[service] name`` (:meth:`Profile._derive_paths`).
+NAME_FIELD = "{name}"
+
+
 class Profile(BaseModel):
     """A whole deployment profile: ``[service]``, ``[sglang]``, ``[environment]``, ``[monitoring]``, and the
     optional ``[fleet]``, ``[gateway]``, ``[kubernetes]`` and ``[quality]``."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _derive_paths(cls, data: Any) -> Any:
+        """``[sglang] api_key_file`` may name its file after the service: :data:`NAME_FIELD` (``{name}``) is
+        ``[service] name``. ``init`` writes ``/etc/kimi-deploy/{name}.api-key``, so renaming the service renames
+        the key file (issue #30 item 5); an explicit path stays what it says."""
+        if not isinstance(data, dict) or not isinstance(data.get("sglang"), dict):
+            return data
+        key_file = data["sglang"].get("api_key_file")
+        if not isinstance(key_file, str) or NAME_FIELD not in key_file:
+            return data
+        service = data.get("service") if isinstance(data.get("service"), dict) else {}
+        name = service.get("name", Service.model_fields["name"].default)
+        if not isinstance(name, str):
+            return data  # the name's own error says what is wrong
+        return {**data, "sglang": {**data["sglang"], "api_key_file": key_file.replace(NAME_FIELD, name)}}
 
     @field_validator("environment", mode="before")
     @classmethod
@@ -1322,10 +1343,13 @@ def load_profile(path: Path) -> Profile:
     text = _profile_text(raw, path)
     try:
         data = tomllib.loads(text)
+        return parse_profile(data, source=str(path))
     except tomllib.TOMLDecodeError as exc:
         raise ProfileError(f"{path} is not valid TOML: {exc}", value=str(path),
                            hint="fix the TOML syntax at the line and column shown") from None
-    return parse_profile(data, source=str(path))
+    except RecursionError:  # an array or table nested hundreds deep: no profile value is
+        raise ProfileError(f"{path} nests arrays or tables too deep to read", value=str(path),
+                           hint="a profile's values nest at most a few levels: remove the nesting") from None
 
 
 def toml_value(value: Any) -> str:

@@ -100,12 +100,12 @@ def request_capped(client: httpx.Client, method: str, path: str, *, read_body: b
             return response.status_code, Refused(f"Content-Encoding {encoding} was not asked for; not decoded")
         declared = response.headers.get("content-length", "")
         if declared.isdigit() and int(declared) > max_body_bytes:
-            return response.status_code, LimitExceeded("the body", max_body_bytes, "--max-body-bytes", int(declared))
+            return response.status_code, LimitExceeded("the body", max_body_bytes, None, int(declared))
         body = bytearray()
         for piece in response.iter_raw():
             body += piece
             if len(body) > max_body_bytes:
-                return response.status_code, LimitExceeded("the body", max_body_bytes, "--max-body-bytes", len(body))
+                return response.status_code, LimitExceeded("the body", max_body_bytes, None, len(body))
     try:
         return response.status_code, parse_json(body)
     except ValueError:

@@ -29,8 +29,14 @@ numbers, ``None``; dict keys too):
    replaced in every string, in each of the forms it can take in text (:func:`forms`): as is,
    shell-quoted (``shlex.quote``), JSON-string-escaped, percent-encoded, base64 (standard and
    URL-safe, with and without padding; base64 of a longer text that merely contains the key, such
-   as HTTP Basic ``user:key``, is not covered: the kit never sends one). A string that ends with ``…`` (a clipped evidence line) and whose clipped
-   tail is the first 4 or more characters of a form is cut there too, so a half key never stays.
+   as HTTP Basic ``user:key``, is not covered: the kit never sends one) and Python's ``repr``.
+   Then what a cut left of a key, wherever the cut is and however it was quoted afterwards (issue #30: a
+   clip rendered with ``!r`` ends in ``…'``, not ``…``): a run of :data:`PARTIAL_CHARS` or more characters
+   that begins or ends a form is masked anywhere in the text, and a run of :data:`MIN_SECRET_CHARS` or
+   more right before or after an ellipsis ``…`` (the clip marker) is masked too.
+4. **URLs** (:func:`url`, applied by the verbs to the URLs they write: a worker URL a gateway lists, a
+   ``--base-url``): the password of ``user:password@`` and the value of every query parameter whose name is
+   key-like are masked.
 
 Secrets shorter than :data:`MIN_SECRET_CHARS` are still redacted exactly, but not by prefix.
 Pure functions; never raise for any JSON-like input.
@@ -40,6 +46,7 @@ from __future__ import annotations
 
 import base64
 import json
+import logging
 import re
 import shlex
 from collections.abc import Iterable
@@ -58,6 +65,13 @@ COMMAND_WORDS = frozenset({"command", "cmdline", "argv"})
 
 #: A clipped tail is cut only when it shows at least this many characters of a secret (rule 3).
 MIN_SECRET_CHARS = 4
+
+#: A run of this many characters that begins or ends a secret is masked wherever it stands (rule 3): 8
+#: characters of a random key (43 base64 characters for an install-made one) do not occur by chance.
+PARTIAL_CHARS = 8
+
+#: The clip marker (:func:`kimi_deploy.check.results.clip`).
+ELLIPSIS = "…"
 
 _CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])")
 _SPLIT = re.compile(r"[^a-z0-9]+")
@@ -90,7 +104,7 @@ def forms(secret: str) -> list[str]:
     b64 = base64.b64encode(raw).decode()
     b64u = base64.urlsafe_b64encode(raw).decode()
     found = {secret, shlex.quote(secret), json.dumps(secret)[1:-1], json.dumps(secret, ensure_ascii=False)[1:-1],
-             quote(secret, safe=""), b64, b64.rstrip("="), b64u, b64u.rstrip("=")}
+             quote(secret, safe=""), b64, b64.rstrip("="), b64u, b64u.rstrip("="), repr(secret)[1:-1]}
     return sorted((f for f in found if f), key=lambda f: (-len(f), f))
 
 
@@ -102,17 +116,47 @@ class Redactor:
         self._prefixes = [f for f in self.forms if len(f) > MIN_SECRET_CHARS]
 
     def text(self, s: str) -> str:
-        """``s`` with every form of every secret replaced by :data:`MASK` (rule 3)."""
+        """``s`` with every form of every secret, and what a cut left of one, replaced by :data:`MASK`
+        (rule 3)."""
         for f in self.forms:
             if f in s:
                 s = s.replace(f, MASK)
-        if s.endswith("…") and self._prefixes:
-            body = s[:-1]
-            for f in self._prefixes:
-                for n in range(len(f) - 1, MIN_SECRET_CHARS - 1, -1):
-                    if body.endswith(f[:n]):
-                        return body[:-n] + MASK + "…"
+        for f in self._prefixes:
+            s = self._partial(s, f)
         return s
+
+    @staticmethod
+    def _partial(s: str, f: str) -> str:
+        """``s`` with the runs that begin or end ``f`` masked: :data:`PARTIAL_CHARS` long anywhere, or
+        :data:`MIN_SECRET_CHARS` long against an :data:`ELLIPSIS`."""
+        if f[:MIN_SECRET_CHARS] not in s and f[-MIN_SECRET_CHARS:] not in s:
+            return s  # no run of f to look at (the common case, found in C)
+        out: list[str] = []
+        i, n = 0, len(s)
+        tail = f[-PARTIAL_CHARS:]
+        while i < n:
+            # the longest start of f at i (a cut at the end), or the longest end of f ending at a cut
+            m = 0
+            if s[i] == f[0]:
+                while i + m < n and m < len(f) and s[i + m] == f[m]:
+                    m += 1
+                at_cut = i + m == n or s[i + m] == ELLIPSIS
+                if not (m >= PARTIAL_CHARS and len(f) > PARTIAL_CHARS or m >= MIN_SECRET_CHARS and at_cut):
+                    m = 0
+            if not m and (i == 0 or s[i - 1] == ELLIPSIS):  # after a cut at the start: an end of f
+                for k in range(min(len(f) - 1, n - i), MIN_SECRET_CHARS - 1, -1):
+                    if f.endswith(s[i:i + k]):
+                        m = k
+                        break
+            if not m and tail[0] == s[i] and s.startswith(tail, i):  # the end of f, anywhere
+                m = PARTIAL_CHARS
+            if m:
+                out.append(MASK)
+                i += m
+            else:
+                out.append(s[i])
+                i += 1
+        return "".join(out)
 
     def command(self, s: str) -> str:
         """A command line string with the value of every secret option masked (rule 2), then rule 3."""
@@ -184,6 +228,49 @@ def redact(data: Any, secrets: Iterable[str | None] = ()) -> Any:
     return Redactor(secrets).value(data)
 
 
+def url(text: str, secrets: Iterable[str | None] = ()) -> str:
+    """A URL to write (rule 4): the password of ``user:password@`` and the values of key-like query parameters
+    masked, then rule 3 for ``secrets``. Text that is not a URL comes back with rule 3 only; never raises."""
+    from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+    try:
+        parts = urlsplit(text)
+        netloc = parts.netloc
+        if "@" in netloc:
+            userinfo, _, host = netloc.rpartition("@")
+            user, colon, _password = userinfo.partition(":")
+            netloc = f"{user}:{MASK}@{host}" if colon else f"{MASK}@{host}"
+        query = parts.query
+        if query:
+            pairs = parse_qsl(query, keep_blank_values=True)
+            if any(is_secret_name(k) for k, _ in pairs):
+                query = urlencode([(k, MASK if is_secret_name(k) else v) for k, v in pairs], safe="<>")
+        text = urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
+    except ValueError:
+        pass
+    return Redactor(secrets).text(text)
+
+
 def redact_text(text: str, secrets: Iterable[str | None] = ()) -> str:
     """``text`` (a line for the terminal, an error value) with every form of each secret masked (rule 3)."""
     return Redactor(secrets).text(text)
+
+
+#: The keys this process has read (:func:`remember`): :class:`LogRedactor` masks them in every log line.
+KNOWN: set[str] = set()
+
+
+def remember(secret: str | None) -> None:
+    """Add ``secret`` (a key the process read) to :data:`KNOWN`, for :class:`LogRedactor`."""
+    if secret:
+        KNOWN.add(secret)
+
+
+class LogRedactor(logging.Formatter):
+    """A log formatter whose every line (message, traceback included) has each :data:`KNOWN` key masked
+    (rule 3): ``--debug`` shows httpcore's and openai's debug lines, which print the response headers a server
+    sent, and a server can echo the bearer key in one."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        text = super().format(record)
+        return Redactor(KNOWN).text(text) if KNOWN else text

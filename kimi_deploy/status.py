@@ -434,7 +434,9 @@ def status_from(profile: Profile, manifest: Manifest, facts: StatusFacts) -> Sta
     check = facts.last_check
     if check and check.get("exit_code") not in (None, 0):
         counts = ", ".join(f"{n} {k}" for k, n in sorted((check.get("counts") or {}).items()))
-        problems.append(problem("the last nightly check failed",
+        interrupted = check.get("exit_code") == ExitCode.INTERRUPTED  # its own state: stopped, not failed
+        problems.append(problem("the last nightly check was interrupted before it finished (a partial report)"
+                                if interrupted else "the last nightly check failed",
                                 f"exit {check['exit_code']} at {check['modified_at']}" + (f": {counts}" if counts else "")
                                 + f"; report {report_hp}",
                                 f"read the failed results in the report, or rerun now with "

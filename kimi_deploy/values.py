@@ -66,6 +66,13 @@ def _show(value: str, limit: int = 80) -> str:
     return text if len(text) <= limit else text[:limit - 4] + "...'"
 
 
+def is_noncharacter(ch: str) -> bool:
+    """Whether ``ch`` is one of Unicode's 66 noncharacters (U+FDD0..U+FDEF, and U+xFFFE/U+xFFFF of every plane;
+    Unicode 15 §23.7): never valid in interchanged text, refused by systemd's unit parser and by kubectl."""
+    cp = ord(ch)
+    return 0xFDD0 <= cp <= 0xFDEF or cp & 0xFFFE == 0xFFFE
+
+
 def check_text(value: Any, what: str = "value") -> Any:
     """``value`` unchanged when every string in it (a str, or the items/keys/values of a list/dict) is clean.
 
@@ -79,6 +86,10 @@ def check_text(value: Any, what: str = "value") -> Any:
         if len(value) > MAX_TEXT:
             raise ValueError(f"{what} is {len(value)} characters long; at most {MAX_TEXT} are accepted")
         for i, ch in enumerate(value):
+            if is_noncharacter(ch):
+                raise ValueError(
+                    f"{what} {_show(value)} contains U+{ord(ch):04X}, a Unicode noncharacter, at position {i}; "
+                    "systemd refuses a unit holding one and kubectl a ConfigMap; remove it")
             if unicodedata.category(ch) in FORBIDDEN_CATEGORIES:
                 name = unicodedata.name(ch, "control character")
                 raise ValueError(

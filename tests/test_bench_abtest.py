@@ -95,13 +95,28 @@ def test_compare_cli_prints_verdicts_alarms_and_json(tmp_path, cli_runner):
         paths.append(tmp_path / f"{r['label']}.json")
         paths[-1].write_text(json.dumps(r))
     res = cli_runner.invoke(cli, ["bench", "compare", *map(str, paths)])
-    assert res.exit_code == 0, res.output
+    assert res.exit_code == 1, res.output  # an ALARM printed is in the exit status (issue #30 item 2)
     out = " ".join(res.output.split())
+    assert "exit 1: 1 ALARM(s)" in out
     assert "beyond noise? (per point and metric" in out and "Mann-Whitney U = 0" in out
     assert "pcie-ipc c=1: TPOT p50 -35.1% better beyond noise" in out
     assert "pcie-ipc c=16: TPOT p50" in out and "not distinguishable" in out
     assert "ALARM: correctness alarm: fused at c=1" in out
     assert "KV capacity (tokens): nccl 443,000, pcie-ipc 431,000, fused ?" in out
-    data = json.loads(cli_runner.invoke(cli, ["bench", "compare", *map(str, paths), "--json"]).stdout)
+    as_json = cli_runner.invoke(cli, ["bench", "compare", *map(str, paths), "--json"])
+    assert as_json.exit_code == 1
+    data = json.loads(as_json.stdout)
     assert data["ab"]["kv_tokens"]["nccl"] == 443_000 and len(data["ab"]["alarms"]) == 1
     assert data["ab"]["points"][0]["metrics"][0]["verdict"] == "better beyond noise"
+
+
+def test_compare_alarms_exit_1_unless_demoted_and_no_alarm_exits_0(tmp_path, cli_runner):
+    paths = []
+    for r in (NCCL, result("fused", [point(1, [13.0, 13.1, 13.2], accept=[2.71, 2.75, 2.70])])):
+        paths.append(tmp_path / f"{r['label']}.json")
+        paths[-1].write_text(json.dumps(r))
+    demoted = cli_runner.invoke(cli, ["bench", "compare", *map(str, paths), "--no-fail-on-alarm"])
+    assert demoted.exit_code == 0 and "ALARM: correctness alarm" in demoted.output
+    (tmp_path / "ipc.json").write_text(json.dumps(IPC))
+    quiet = cli_runner.invoke(cli, ["bench", "compare", str(paths[0]), str(tmp_path / "ipc.json")])
+    assert quiet.exit_code == 0 and "ALARM" not in quiet.output

@@ -158,6 +158,16 @@ def test_an_endless_head_is_a_bad_response():
     assert rec.error.startswith("disconnected: bad response: headers over 65536 bytes"), rec.error
 
 
+@pytest.mark.parametrize("head", [b"HTTP/1.1 200 OK\r\nx-pad: " + b"p" * (1 << 20),
+                                  b"HTTP/1.1 200 " + b"O" * (1 << 20)], ids=["a header value", "the status line"])
+def test_a_head_line_that_never_ends_is_refused_at_the_head_bound(head):
+    """One header value (or reason phrase) without its line end: httptools holds it and never calls on_header,
+    so the 64 KiB bound never fired and bench read until --request-timeout (359 MiB at 60 s; issue #30
+    item 11). The server closes after 1 MiB: before, that was "connection lost", never the bound."""
+    rec = run(one_request([head], close=True))
+    assert rec.error.startswith("disconnected: bad response: headers over 65536 bytes"), rec.error
+
+
 def test_chunk_times_are_bounded_and_the_metrics_stay_exact(monkeypatch):
     monkeypatch.setattr(metrics, "MAX_CHUNK_TIMES", 8)
     body = b"".join(chunk(delta(content="t")) for _ in range(30)) + chunk(USAGE) + chunk(DONE) + END

@@ -113,7 +113,7 @@ def _run(url: str):
 
 
 @pytest.mark.parametrize("model_info, parse, needle", [
-    (None, None, "no /model_info (not SGLang)"),                                     # vLLM, Exo, LiteLLM
+    (None, None, "not SGLang (no /model_info or /server_info)"),                                   # vLLM, Exo, LiteLLM
     ({"tool_call_parser": None, "reasoning_parser": None}, None, "tool_call_parser None, not kimi_k2"),
     ({"tool_call_parser": "qwen25", "reasoning_parser": None}, None, "tool_call_parser 'qwen25'"),
     (KIMI, None, "POST /parse_function_call answered HTTP 404"),                    # no such endpoint

@@ -245,7 +245,9 @@ def test_init_name_derives_the_key_file_from_the_service(tmp_path):
 def test_a_renamed_service_with_the_old_key_file_name_is_warned_about(tmp_path):
     path = tmp_path / "p.toml"
     assert run_cli(["init", str(path)]).exit_code == 0
-    path.write_text(path.read_text().replace('name = "kimi-k25"', 'name = "kimi-two"', 1))
+    # init writes {name} (the key file follows a rename); an explicit path named after another service warns
+    text = path.read_text().replace("/etc/kimi-deploy/{name}.api-key", "/etc/kimi-deploy/kimi-k25.api-key")
+    path.write_text(text.replace('name = "kimi-k25"', 'name = "kimi-two"', 1))
     result = run_cli(["render", "--profile", str(path), "--print-command"])
     assert result.exit_code == 0
     assert "warning: [sglang] api_key_file /etc/kimi-deploy/kimi-k25.api-key is named after service 'kimi-k25'" \

@@ -179,9 +179,10 @@ def test_a_worker_the_profile_names_gets_the_key_a_url_only_a_gateway_lists_does
         guard_key("http://192.0.2.1:30000", KEY, None, insecure=False)
 
 
-def test_each_worker_refuses_before_asking_any_worker_when_one_would_get_the_key_in_clear(tmp_path):
+def test_each_worker_never_sends_the_key_in_clear_to_a_worker_only_the_gateway_lists(tmp_path):
     """A gateway (hostile, or listing a host the profile does not name) lists a local worker, then a remote
-    plain-http one: the run is refused (exit 2) before the local worker is asked anything, not half-way."""
+    plain-http one: the remote one is refused (exit 2, never contacted), the local one is still checked and the
+    report says both (issue #30 item 8: a refused worker is that worker's failure, not the run's end)."""
     asked: list[str] = []
 
     class Worker(QuietHandler):
@@ -202,10 +203,14 @@ def test_each_worker_refuses_before_asking_any_worker_when_one_would_get_the_key
 
         with Loopback(Gw) as gateway:
             run = kimi("check", "--base-url", gateway.url, "--each-worker", "--api-key-file",
-                       str(_key_file(tmp_path)), "--only", "health.live", "--timeout", "2")
+                       str(_key_file(tmp_path)), "--only", "health.live", "--timeout", "2", "--json", "-")
     assert run.returncode == ExitCode.USAGE, run.stderr
-    assert "lists http://192.0.2.1:30000, which is not in the profile's [fleet] replicas" in run.stderr
-    assert "in clear text over plain http" in run.stderr and asked == [], (run.stderr, asked)
+    doc = json.loads(run.stdout)
+    refused = doc["workers"][1]
+    assert refused["report"] is None and refused["exit_code"] == ExitCode.USAGE
+    assert "lists http://192.0.2.1:30000, which is not in the profile's [fleet] replicas" in refused["error"]
+    assert "in clear text over plain http" in refused["error"]
+    assert asked and doc["workers"][0]["exit_code"] == ExitCode.OK, (run.stderr, asked)
 
 
 def _netns() -> tuple[str, ...]:

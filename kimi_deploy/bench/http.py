@@ -43,7 +43,9 @@ from kimi_deploy.limits import Refused
 PARSER = f"httptools {httptools.__version__} (llhttp)"
 
 #: Bytes of header names and values one response may carry: 64 KiB (llhttp sets no limit of its own;
-#: SGLang's heads are a few hundred bytes).
+#: SGLang's heads are a few hundred bytes). Also the bound on what is read before a head is complete (plus
+#: 1 KiB for the status line and line ends), so a header that never ends costs 64 KiB, not the whole
+#: ``--request-timeout`` of bytes (359 MiB at 60 s before, issue #30 item 11).
 MAX_HEAD_BYTES = 64 << 10
 
 
@@ -77,6 +79,8 @@ class Connection(asyncio.Protocol):
         self.keep_alive = True
         self.got_bytes = False
         self.head_bytes = 0
+        self.head_done = False   # the parser saw the end of the head (on_headers_complete)
+        self.read_bytes = 0      # bytes fed to the parser for this response
         self.used = 0
 
     @property
@@ -95,8 +99,8 @@ class Connection(asyncio.Protocol):
         self.parser = httptools.HttpResponseParser(self)
         self.headers = {}
         self.body = []
-        self.head = self.complete = self.eof_body = self.got_bytes = False
-        self.head_bytes = 0
+        self.head = self.complete = self.eof_body = self.got_bytes = self.head_done = False
+        self.head_bytes = self.read_bytes = 0
         self.used += 1
         self.transport.write(data)  # type: ignore[union-attr]
 
@@ -115,7 +119,7 @@ class Connection(asyncio.Protocol):
         if self.complete:  # a second response in the same read: nobody asked for it
             self.keep_alive = False
             return
-        self.head = True
+        self.head = self.head_done = True
         self.keep_alive = self.parser.should_keep_alive()  # type: ignore[union-attr]
         h = self.headers
         self.eof_body = "content-length" not in h and "chunked" not in h.get("transfer-encoding", "").lower()
@@ -150,7 +154,10 @@ class Connection(asyncio.Protocol):
         except httptools.HttpParserError as exc:
             self._fail(f"bad response: {exc}", now)
             return
-        if self.head_bytes > MAX_HEAD_BYTES:
+        self.read_bytes += len(data)
+        # a head that never ends (one header value or status line without its line end) is held by the parser
+        # and never reaches on_header: bound the bytes read before the head is complete, not only the headers
+        if self.head_bytes > MAX_HEAD_BYTES or (not self.head_done and self.read_bytes > MAX_HEAD_BYTES + 1024):
             self._fail(f"bad response: headers over {MAX_HEAD_BYTES} bytes", now)
             return
         try:

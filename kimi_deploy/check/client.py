@@ -23,12 +23,14 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+import httpcore
 import httpx
 import openai
 
 from kimi_deploy.check.results import clip, clip_body
 from kimi_deploy.check.validate import Finding
 from kimi_deploy.limits import LimitExceeded, Limits, human
+from kimi_deploy.printable import printable
 from kimi_deploy.readiness import IDENTITY, auth_headers
 from kimi_deploy.sse import Framer
 
@@ -52,7 +54,9 @@ class Deadline:
     ``bound(seconds)`` caps a per-request timeout by the time left; :meth:`check` raises
     ``httpx.ReadTimeout`` once the deadline has passed, so a body that trickles in byte by byte
     (each read within the read timeout) still ends at the deadline. ``clock`` (seconds, monotonic)
-    is the run's time source: tests pass one they move themselves.
+    is the run's time source: tests pass one they move themselves. The socket layer enforces it too
+    (:class:`Watch`): every read and write of every request waits at most the time left, whatever the
+    server sends (an endless run of ``100 Continue`` heads never reaches the body).
     """
 
     def __init__(self, seconds: float | None, clock: Callable[[], float] = time.monotonic) -> None:
@@ -78,8 +82,169 @@ class Deadline:
                                     request=request)
 
 
+#: How many of an answer's first bytes :class:`Watch` keeps for the evidence of an answer it cut off.
+HEAD_BYTES = 64
+
+
+class Overdue(httpcore.ReadTimeout):
+    """The request in flight ran past its own time (its read timeout, as one wall-clock bound) or the run's
+    deadline, however the server paced its bytes. ``message``: which bound and how much had arrived;
+    ``evidence``: the first bytes that arrived (or that none did); ``received``: bytes of the answer read by
+    then (0: the server sent nothing)."""
+
+    def __init__(self, message: str, evidence: str, received: int) -> None:
+        super().__init__(message)
+        self.message = message
+        self.evidence = evidence
+        self.received = received
+
+
+class Watch:
+    """The wall-clock bounds of the request in flight, enforced on every socket read and write.
+
+    A request may take at most its read timeout in all (``--timeout``, ``x``:data:`GENERATION_TIMEOUT_FACTOR`
+    for chat completions), and nothing may run past the run's ``deadline``: a server that keeps a
+    request alive with bytes that are never an answer (``HTTP/1.1 100 Continue`` heads, a body one byte
+    per second, a head that never ends) is cut off there with :class:`Overdue`. It also counts what the
+    server sent: ``received`` for the request in flight (its first :data:`HEAD_BYTES` in ``head``), and
+    ``answered`` whether any request of the run got a byte back, which is what "the server answered" means.
+    """
+
+    def __init__(self, deadline: Deadline) -> None:
+        self.deadline = deadline
+        self.request_s: float | None = None
+        self.request_at: float | None = None
+        self.received = 0
+        self.head = bytearray()
+        self.answered = False
+
+    def begin(self, seconds: float | None) -> None:
+        """A request starts: it may take ``seconds`` in all (``None``: only the deadline bounds it)."""
+        self.request_s = seconds
+        self.request_at = None if seconds is None else self.deadline.clock() + seconds
+        self.received = 0
+        self.head = bytearray()
+
+    def _overdue(self) -> Overdue:
+        got = f"; {self.received} bytes had come back, no complete answer" if self.received else "; nothing came back"
+        evidence = (f"first bytes: {printable(bytes(self.head).decode('utf-8', 'replace'))}" if self.received
+                    else "no byte of an answer")
+        if self.deadline.passed():
+            return Overdue(f"the run's deadline (--deadline {self.deadline.seconds:g} s) passed during the request"
+                           f"{got}", evidence, self.received)
+        return Overdue(f"the request ran past its time of {self.request_s:g} s (--timeout; 6x for chat "
+                       f"completions){got}", evidence, self.received)
+
+    def bound(self, timeout: float | None) -> float:
+        """``timeout`` capped by the time left to the request and to the run. Raises :class:`Overdue` when
+        none is left."""
+        now = self.deadline.clock()
+        ends = [t for t in (self.request_at, self.deadline.at) if t is not None]
+        if not ends:
+            return timeout  # type: ignore[return-value]
+        left = min(ends) - now
+        if left <= 0:
+            raise self._overdue()
+        return left if timeout is None else min(timeout, left)
+
+    def saw(self, data: bytes) -> None:
+        self.received += len(data)
+        self.answered = self.answered or bool(data)
+        if len(self.head) < HEAD_BYTES:
+            self.head.extend(data[:HEAD_BYTES - len(self.head)])
+
+    def timed_out(self, exc: httpcore.TimeoutException) -> httpcore.TimeoutException:
+        """:class:`Overdue` for a socket timeout the bounds caused, ``exc`` for one of the read timeout."""
+        try:
+            self.bound(None)
+        except Overdue as overdue:
+            return overdue
+        return exc
+
+
+class _BoundedStream(httpcore.NetworkStream):
+    """One connection whose every read and write waits at most :meth:`Watch.bound`."""
+
+    def __init__(self, inner: httpcore.NetworkStream, watch: Watch) -> None:
+        self._inner = inner
+        self._watch = watch
+
+    def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
+        try:
+            data = self._inner.read(max_bytes, self._watch.bound(timeout))
+        except httpcore.TimeoutException as exc:
+            raise self._watch.timed_out(exc) from None
+        self._watch.saw(data)
+        return data
+
+    def write(self, buffer: bytes, timeout: float | None = None) -> None:
+        try:
+            self._inner.write(buffer, self._watch.bound(timeout))
+        except httpcore.TimeoutException as exc:
+            raise self._watch.timed_out(exc) from None
+
+    def close(self) -> None:
+        self._inner.close()
+
+    def start_tls(self, ssl_context, server_hostname=None, timeout=None) -> httpcore.NetworkStream:
+        return _BoundedStream(self._inner.start_tls(ssl_context, server_hostname, self._watch.bound(timeout)),
+                              self._watch)
+
+    def get_extra_info(self, info: str) -> Any:
+        return self._inner.get_extra_info(info)
+
+
+class _BoundedBackend(httpcore.NetworkBackend):
+    """httpcore's own sync sockets, each wrapped in :class:`_BoundedStream` (connecting is bounded too)."""
+
+    def __init__(self, watch: Watch) -> None:
+        self._inner = httpcore.SyncBackend()
+        self._watch = watch
+
+    def connect_tcp(self, host, port, timeout=None, local_address=None, socket_options=None):
+        return _BoundedStream(self._inner.connect_tcp(host, port, self._watch.bound(timeout), local_address,
+                                                      socket_options), self._watch)
+
+    def connect_unix_socket(self, path, timeout=None, socket_options=None):
+        return _BoundedStream(self._inner.connect_unix_socket(path, self._watch.bound(timeout), socket_options),
+                              self._watch)
+
+    def sleep(self, seconds: float) -> None:
+        self._inner.sleep(seconds)
+
+
+def bounded_transport(watch: Watch) -> httpx.HTTPTransport:
+    """An ``httpx.HTTPTransport`` (HTTP/1.1, TLS verified, no proxy) whose sockets obey ``watch``.
+
+    httpx 0.28 takes no network backend, so its connection pool is replaced by an equal one built with
+    :class:`_BoundedBackend` (``tests/test_check_deadline.py`` fails if httpx stops using ``_pool``).
+    """
+    transport = httpx.HTTPTransport()
+    transport._pool.close()
+    transport._pool = httpcore.ConnectionPool(ssl_context=httpx.create_ssl_context(), http1=True, http2=False,
+                                              network_backend=_BoundedBackend(watch))
+    return transport
+
+
+def overdue_of(exc: BaseException | None) -> Overdue | None:
+    """The :class:`Overdue` behind ``exc`` (httpx and openai wrap it), else ``None``."""
+    seen = 0
+    while exc is not None and seen < 8:
+        if isinstance(exc, Overdue):
+            return exc
+        exc = exc.__cause__ or exc.__context__
+        seen += 1
+    return None
+
+
+#: httpcore's message when a connection closed before a whole status line (``httpcore/_sync/http11.py``): no
+#: answer when nothing came, an answer that is not HTTP/1.x when bytes did (:attr:`Watch.received`).
+NOT_HTTP = "without sending a response"
+
+
 class ResponseRefused(httpx.TransportError, openai.APIError):
-    """An answer the check stopped reading (too large, or in an encoding it did not ask for).
+    """An answer the check stopped reading (too large, or in an encoding it did not ask for) or cannot read
+    as HTTP/1.x at all.
 
     Caught as ``httpx.TransportError`` around ``httpx`` calls and as ``openai.OpenAIError`` around
     ``openai`` ones (``openai`` wraps it in ``APIConnectionError`` when raised while sending).
@@ -151,15 +316,26 @@ class RecordingTransport(httpx.BaseTransport):
     :class:`ResponseRefused` (the connection is closed; :attr:`last_body` holds at most the body cap).
     """
 
-    def __init__(self, deadline: Deadline | None = None, limits: Limits = Limits()) -> None:
-        self._inner = httpx.HTTPTransport()
+    def __init__(self, deadline: Deadline | None = None, limits: Limits = Limits(), watch: Watch | None = None) -> None:
         self._deadline = deadline or Deadline(None)
+        self.watch = watch or Watch(self._deadline)
+        self._inner = bounded_transport(self.watch)
         self._limits = limits
         self.last_body = bytearray()
 
     def handle_request(self, request: httpx.Request) -> httpx.Response:
         request.headers["Accept-Encoding"] = "identity"
-        response = self._inner.handle_request(request)
+        self.watch.begin((request.extensions.get("timeout") or {}).get("read"))
+        try:
+            response = self._inner.handle_request(request)
+        except httpx.RemoteProtocolError as exc:
+            if self.watch.received and NOT_HTTP in str(exc):  # bytes came, never an HTTP/1.x status line
+                head = printable(bytes(self.watch.head).decode("utf-8", "replace"))
+                raise ResponseRefused(
+                    f"the answer to {_what(request)} is not HTTP/1.x: {self.watch.received} bytes came back and "
+                    "the connection closed without a status line (an HTTP/0.9-style answer, or another protocol "
+                    "on this port)", clip(f"first bytes: {head}"), request) from None
+            raise
         self.last_body = bytearray()
         encoding = response.headers.get("content-encoding", "").strip().lower()
         if encoding not in ("", "identity"):
@@ -222,15 +398,21 @@ class Clients:
         headers = {**IDENTITY, **auth_headers(api_key)}
         # no redirect is followed: the openai client's POSTs follow none either, so a GET that did would read
         # /health and /server_info of another server (another port, another host) than the one checked
+        watch = Watch(deadline)  # one request at a time in a run: one watch for both clients
         http_client = httpx.Client(base_url=root, headers=headers, timeout=timeout, follow_redirects=False,
-                                   transport=RecordingTransport(deadline, limits))
-        recorder = RecordingTransport(deadline, limits)
+                                   transport=RecordingTransport(deadline, limits, watch))
+        recorder = RecordingTransport(deadline, limits, watch)
         generation = httpx.Timeout(timeout * GENERATION_TIMEOUT_FACTOR, connect=timeout)
         oa = openai.OpenAI(base_url=f"{root}/v1", api_key=api_key or "EMPTY", timeout=generation, max_retries=0,
                            http_client=httpx.Client(transport=recorder, headers={"Accept-Encoding": "identity"},
                                                     timeout=generation))
         return cls(root=root, api_key=api_key, timeout=timeout, http=http_client, openai=oa, recorder=recorder,
                    deadline=deadline, limits=limits)
+
+    @property
+    def answered(self) -> bool:
+        """Whether the server sent any byte back to any request of the run (:attr:`Watch.answered`)."""
+        return self.recorder.watch.answered
 
     def chat(self, **kwargs: Any) -> Any:
         """``openai.chat.completions.create(**kwargs)`` with the generation timeout capped by the deadline.
@@ -353,6 +535,9 @@ def transport_finding(exc: Exception, what: str) -> Finding:
     if refused is not None:
         return refused
     if isinstance(exc, httpx.TimeoutException):
+        overdue = overdue_of(exc)
+        if overdue is not None:
+            return Finding("timeout", f"{what}: {overdue.message}", clip(overdue.evidence))
         return Finding("timeout", f"{what}: no answer in time ({type(exc).__name__})", clip(exc))
     return Finding("unreachable", f"{what}: {type(exc).__name__}", clip(exc))
 
@@ -403,6 +588,9 @@ def openai_finding(exc: Exception, *, streaming: bool, raw: str = "") -> Finding
     if refused is not None:
         return refused
     if isinstance(exc, openai.APITimeoutError):
+        overdue = overdue_of(exc)
+        if overdue is not None:
+            return Finding("timeout", overdue.message, clip(overdue.evidence))
         return Finding("timeout", f"no answer within the timeout ({type(exc).__name__})", clip(exc))
     if isinstance(exc, openai.APIConnectionError):
         return Finding("unreachable", f"connection failed: {exc}", clip(exc.__cause__ or exc))

@@ -36,6 +36,7 @@ import httpx
 from kimi_deploy.check import leaks
 from kimi_deploy.check.client import status_finding
 from kimi_deploy.check.context import Context
+from kimi_deploy.check.health import unreadable_config
 from kimi_deploy.check.outcome import Outcome, transport_failure
 from kimi_deploy.check.results import clip, clip_body
 from kimi_deploy.check.validate import Finding
@@ -99,8 +100,11 @@ def _probe(ctx: Context) -> Outcome | None:
             return Outcome.failed(status_finding(f"GET {path}", status, "", key_sent=bool(ctx.clients.api_key)))
         if ctx.facts_refused:
             return Outcome.failed(ctx.facts_refused)
-        return Outcome.skipped("the server has no /model_info (not SGLang): its parsers cannot be named, and "
-                               "/parse_function_call and /separate_reasoning are SGLang's")
+        if ctx.identify() == "sglang":  # one notion of "what server is this" (Context.identify), in its words
+            return Outcome.skipped("the server is SGLang (/server_info answered) but has no /model_info, which names "
+                                   "its parsers: the parser corpus cannot pick them")
+        return Outcome.skipped(unreadable_config(ctx, "parsers") + "; /parse_function_call and "
+                               "/separate_reasoning are SGLang's")
     tcp = ctx.server_value("tool_call_parser")
     if tcp != PARSER:
         return Outcome.skipped(f"the server runs tool_call_parser {tcp!r}, not {PARSER} (/model_info): the parser "

@@ -32,7 +32,7 @@ from kimi_deploy.check.results import CheckReport, CheckResult, clip
 from kimi_deploy.printable import markup, printable
 from kimi_deploy.errors import UsageError
 from kimi_deploy.fsio import check_output_paths as fsio_check_output_paths, write_many_atomic
-from kimi_deploy.redact import Redactor
+from kimi_deploy.redact import Redactor, url as redact_url
 
 #: Value of kimi_deploy_check_status per status (documented in the HELP line).
 STATUS_VALUE = {"pass": 0, "warn": 1, "fail": 2, "skip": 3}
@@ -47,7 +47,7 @@ def redact_report(report: CheckReport, secrets: Iterable[str | None] = ()) -> Ch
     JUnit and Prometheus files and the table hold no key, whatever the server echoed into evidence.
     """
     r = Redactor(secrets)
-    report.base_url = r.text(report.base_url)
+    report.base_url = redact_url(report.base_url, secrets)
     report.model = r.text(report.model) if report.model else report.model
     report.profile = r.text(report.profile) if report.profile else report.profile
     report.server = r.value(report.server)
@@ -166,6 +166,8 @@ PROM_FAMILIES = {
     "kimi_deploy_check_failures": "Checks of the last run that failed (or warned) with each kind.",
     "kimi_deploy_check_last_run_timestamp_seconds": "Unix time the last check run started.",
     "kimi_deploy_check_exit_code": "Exit code of the last run: 0 ok, 1 a check failed, 3 unreachable, 130 interrupted.",
+    "kimi_deploy_check_interrupted": "1 when a signal stopped the last run before it finished (exit 130; the report "
+                                     "is partial), else 0.",
     "kimi_deploy_check_duration_seconds": "Wall time of the last run.",
 }
 
@@ -184,6 +186,8 @@ def _samples(report: CheckReport, labels: dict[str, str]) -> dict[str, list[str]
         "kimi_deploy_check_last_run_timestamp_seconds": [
             f"{series('kimi_deploy_check_last_run_timestamp_seconds')} {report.started_at.timestamp():.3f}"],
         "kimi_deploy_check_exit_code": [f"{series('kimi_deploy_check_exit_code')} {int(report.exit_code)}"],
+        "kimi_deploy_check_interrupted": [
+            f"{series('kimi_deploy_check_interrupted')} {1 if report.interrupted else 0}"],
         "kimi_deploy_check_duration_seconds": [
             f"{series('kimi_deploy_check_duration_seconds')} {report.duration_s:.3f}"],
         **_quality_series(report, series),

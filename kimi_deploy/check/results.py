@@ -136,10 +136,22 @@ NO_TOOL_PARSER_FIX = ("restart the server with a Kimi tool-call parser: vLLM `--
                       "llama.cpp: `--jinja`")
 
 
+#: The parts of the ``http_error`` fix, each for the answer its detail names (a fix hints only at the status it
+#: explains: a 2xx row got the 401/403 and 404 hints too, issue #30 item 4).
+HTTP_ERROR_FIXES: tuple[tuple[tuple[str, ...], str], ...] = (
+    (("2xx",), "the server does not validate requests (report it upstream)"),
+    (("HTTP 401", "HTTP 403"), "pass --api-key-file FILE"),
+    (("HTTP 404",), "check --base-url and --model"),
+)
+
+
 def fix_for(kind: str | None, *, python: str | None = None, name: str | None = None, detail: str = "") -> str:
     """The one-line fix for ``kind`` (:data:`FIXES`), with the profile's interpreter and service name
-    filled in (``<SGLang python>``/``<name>`` without a profile); ``""`` for no kind or an unknown one."""
+    filled in (``<SGLang python>``/``<name>`` without a profile); ``""`` for no kind or an unknown one.
+    ``http_error``: only the part for the status ``detail`` names (:data:`HTTP_ERROR_FIXES`), else all."""
     text = FIXES.get(kind or "", "")
+    if kind == "http_error":
+        text = next((fix for marks, fix in HTTP_ERROR_FIXES if any(m in detail for m in marks)), text)
     if kind == "model_declined" and "until max_tokens" in detail:
         text = CUT_AT_MAX_TOKENS_FIX
     if kind == "config_mismatch" and "without a tool-call parser" in detail:
@@ -150,11 +162,22 @@ def fix_for(kind: str | None, *, python: str | None = None, name: str | None = N
 #: Evidence is cut to this many characters (one table line).
 EVIDENCE_CHARS = 120
 
+#: A cut moves back to the last space when one is this close to the limit, so a word is not cut in two.
+WORD_CHARS = 20
+
+
 def clip(text: Any, limit: int = EVIDENCE_CHARS) -> str:
     """``text`` as one printable line (:func:`printable`: ``\\n``, ``\\x00``, ``\\ud800``), cut to ``limit``
-    characters with an ellipsis."""
+    characters with an ellipsis; the cut falls after the last whole word when a space is within
+    :data:`WORD_CHARS` characters of it (a long token is still cut where the limit falls)."""
     s = printable(str(text))
-    return s if len(s) <= limit else s[: limit - 1] + "…"
+    if len(s) <= limit:
+        return s
+    cut = s[: limit - 1]
+    space = cut.rfind(" ")
+    if s[limit - 1] != " " and space >= limit - 1 - WORD_CHARS:
+        cut = cut[:space]
+    return cut + "…"
 
 
 def clip_body(body: Any, limit: int = EVIDENCE_CHARS) -> str:

@@ -94,7 +94,7 @@ def guard_key(base_url: str, api_key: str | None, profile: Profile | None, *, in
 
 
 def run_checks(options: CheckOptions, progress: Progress | None = None, *,
-               clock: Callable[[], float] = time.monotonic) -> CheckReport:
+               clock: Callable[[], float] = time.monotonic, deadline: Deadline | None = None) -> CheckReport:
     """Run the checks ``options`` select against one OpenAI-compatible server.
 
     Order: ``health.*``, ``config.*``, ``parser.*``, ``contract.*`` (see :mod:`kimi_deploy.check.registry`);
@@ -109,7 +109,8 @@ def run_checks(options: CheckOptions, progress: Progress | None = None, *,
     ``progress`` (optional) hears of every check as it starts and ends (:data:`Progress`).
     Interrupted (``KeyboardInterrupt``; :class:`Interrupted` names another signal), it returns the
     checks that finished, with :attr:`CheckReport.interrupted` and ``not_run`` set (exit 130).
-    ``clock`` (seconds, monotonic) times the run, its checks and the deadline.
+    ``clock`` (seconds, monotonic) times the run, its checks and the deadline; ``deadline``: one shared with
+    other runs (``check --each-worker``: one for the whole fleet) instead of ``options.deadline``.
     Whatever a check raises (an answer nobody foresaw) is that check's ``fail``/``invalid_response`` row,
     never the end of the run: one catch per check (:func:`_run_one`), the traceback at debug level.
 
@@ -135,30 +136,34 @@ def run_checks(options: CheckOptions, progress: Progress | None = None, *,
     report = CheckReport(base_url=base_url, model=expected, started_at=_dt.datetime.now(_dt.timezone.utc),
                          profile=profile_path, service=profile.service.name if profile else None)
     t0 = clock()
-    deadline = Deadline(options.deadline, clock)
+    deadline = deadline or Deadline(options.deadline, clock)
     clients = Clients.open(base_url, api_key, options.timeout, deadline,
                            Limits(options.max_body_bytes, options.max_line_bytes))
     health_ids = [i for i in ids if registry.tier(i) == "health"]
     rest = [i for i in ids if i not in health_ids]
 
     finished: list[str] = []  # ids run to the end, including parser.* ids the tier's skip row stands for
+    absorbed: list[str] = []  # parser.* ids the tier's one skip row stands for: no row of their own
 
     def run_one(check_id: str, cache: dict) -> None:
+        # progress counts rows of the report (done = rows so far, total = rows it will have), not ids
         if progress is not None:
-            progress(check_id, len(finished), len(ids), None)
+            progress(check_id, len(report.results), len(ids) - len(absorbed), None)
         result = _run_one(ctx, check_id, cache, deadline, t0)
         if result is not None:  # None: a parser.* id on a server where the tier already said why it skips
             report.results.append(result)
+        else:
+            absorbed.append(check_id)
         finished.append(check_id)
         if progress is not None:
-            progress(check_id, len(finished), len(ids), result)
+            progress(check_id, len(report.results), len(ids) - len(absorbed), result)
 
     ctx = Context(clients=clients, profile=profile, model=expected, expected_model=expected,
                   repeat=options.repeat, quality=settings)
     try:
         for check_id in health_ids:
             run_one(check_id, {})
-        silent = _no_answer(report.results)
+        silent = None if clients.answered else _no_answer(report.results)  # a byte back is an answer
         gate = (silent.id, silent.kind, silent.detail) if silent else None if health_ids else _probe(clients)
         if gate is not None:
             what, kind, detail = gate
@@ -167,7 +172,7 @@ def run_checks(options: CheckOptions, progress: Progress | None = None, *,
                                                        "more was sent", f"not attempted: the server did not answer {what}")
                                for i in rest]
             if progress is not None and rest:
-                progress(rest[-1], len(report.results), len(ids), report.results[-1])
+                progress(rest[-1], len(report.results), len(report.results), report.results[-1])
             return report
         if not deadline.passed():
             _load_facts(ctx, report, ids)
@@ -235,6 +240,8 @@ def _run_one(ctx: Context, check_id: str, cache: dict, deadline: Deadline, t0: f
     ctx.clients.recorder.last_body = bytearray()  # the evidence of a failure is this check's answer, not older
     try:
         outcome = _dispatch(ctx, check_id, cache)
+    except httpx.TransportError as exc:  # cut off mid-stream (the deadline, a broken chunk): openai does not wrap it
+        outcome = Outcome.failed(transport_failure(exc, f"a request of {check_id}"))
     except Exception as exc:  # noqa: BLE001 - the one catch per check (issue #11): a verdict, never a lost report
         log.debug("check %s raised", check_id, exc_info=True)
         outcome = Outcome.failed(unreadable(exc, body=ctx.clients.recorder.last_body))
@@ -266,7 +273,8 @@ def _probe(clients: Clients) -> tuple[str, str, str] | None:
         clients.get_json("/v1/models")
     except httpx.TransportError as exc:
         finding = transport_failure(exc, what)
-        return (what, finding.kind, finding.detail) if finding.kind in NO_ANSWER_KINDS else None
+        silent = finding.kind in NO_ANSWER_KINDS and not clients.answered  # a byte back is an answer
+        return (what, finding.kind, finding.detail) if silent else None
     except Exception:  # noqa: BLE001 - it answered, unreadably (JSON nested too deep): the checks will say so
         log.debug("%s answered unreadably", what, exc_info=True)
     return None

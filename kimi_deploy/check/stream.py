@@ -21,6 +21,11 @@ from kimi_deploy.check.validate import PRIORITY, Finding, Message, ToolCall
 from kimi_deploy.sse import frame_all
 
 
+#: At most this many items of a list (tool-call indices, consequences of a root cause) are written into one
+#: detail: a stream of 50,000 calls must not make a detail of megabytes (issue #30).
+SHOWN = 10
+
+
 @dataclasses.dataclass
 class SSE:
     """A parsed event stream: ``frames`` (JSON objects in order), ``done`` (``[DONE]`` seen),
@@ -69,6 +74,7 @@ def assemble(frames: list[dict[str, Any]], choice_index: int = 0) -> Message:
     """The message a client builds from ``chat.completion.chunk`` frames (one choice)."""
     content, reasoning = [], []
     calls: dict[int, ToolCall] = {}
+    pieces: dict[int, list[str]] = {}  # arguments joined once at the end: appending to a str is quadratic
     finish = None
     tokens = None
     for frame in frames:
@@ -91,9 +97,11 @@ def assemble(frames: list[dict[str, Any]], choice_index: int = 0) -> Message:
                 call.id = call.id or tc.get("id")
                 call.name = call.name or fn.get("name")
                 if fn.get("arguments"):
-                    call.arguments = (call.arguments or "") + fn["arguments"]
+                    pieces.setdefault(idx, []).append(fn["arguments"])
             if choice.get("finish_reason"):
                 finish = choice["finish_reason"]
+    for idx, parts in pieces.items():
+        calls[idx].arguments = "".join(parts)  # a piece that is not a string: TypeError, an unreadable answer
     return Message(content="".join(content) if content else None,
                    reasoning="".join(reasoning) if reasoning else None,
                    tool_calls=[calls[k] for k in sorted(calls)], finish_reason=finish,
@@ -128,7 +136,8 @@ def check_shape(sse: SSE, nonstream: Message | None = None) -> list[Finding]:
     finishes: dict[int, int] = {}
     seen_id: dict[tuple[int, int], str] = {}
     seen_name: dict[tuple[int, int], str] = {}
-    indices: dict[int, list[int]] = {}
+    indices: dict[int, list[int]] = {}  # first-seen order; membership in ``known``: linear in the calls
+    known: dict[int, set[int]] = {}
     for frame in sse.frames:
         for choice in frame.get("choices") or []:
             ci = choice.get("index", 0)
@@ -140,8 +149,9 @@ def check_shape(sse: SSE, nonstream: Message | None = None) -> list[Finding]:
                     out.append(Finding("stream_shape", f"tool_call delta index {idx!r} is not an integer",
                                        clip(json.dumps(tc)), cause=True))
                     continue
-                order = indices.setdefault(ci, [])
-                if idx not in order:
+                order, got = indices.setdefault(ci, []), known.setdefault(ci, set())
+                if idx not in got:
+                    got.add(idx)
                     order.append(idx)
                 fn = tc.get("function") or {}
                 for key, value, seen in (("id", tc.get("id"), seen_id), ("name", fn.get("name"), seen_name)):
@@ -158,13 +168,14 @@ def check_shape(sse: SSE, nonstream: Message | None = None) -> list[Finding]:
             out.append(Finding("stream_shape", f"choice {ci} got {n} finish_reason values (expected exactly one)"))
     for ci, order in indices.items():
         if order != list(range(len(order))):
-            out.append(Finding("stream_shape", f"tool_call indices of choice {ci} are {order}, "
-                               "not dense from 0 in order", clip(order), cause=True))
-        for idx in order:
-            if (ci, idx) not in seen_id:
-                out.append(Finding("stream_shape", f"tool call {idx} never got an id", cause=True))
-            if (ci, idx) not in seen_name:
-                out.append(Finding("stream_shape", f"tool call {idx} never got a function name", cause=True))
+            shown = ", ".join(map(str, order[:SHOWN])) + (f", ... ({len(order)} in all)" if len(order) > SHOWN else "")
+            out.append(Finding("stream_shape", f"tool_call indices of choice {ci} are [{shown}], "
+                               "not dense from 0 in order", clip(shown), cause=True))
+        for key, seen in (("an id", seen_id), ("a function name", seen_name)):
+            missing = [idx for idx in order if (ci, idx) not in seen]
+            if missing:
+                more = f" (and {len(missing) - 1} more calls)" if len(missing) > 1 else ""
+                out.append(Finding("stream_shape", f"tool call {missing[0]} never got {key}{more}", cause=True))
     if nonstream is not None and not sse.errors:
         streamed = assemble(sse.frames)
         a = [(c.name, c.arguments) for c in streamed.tool_calls]
@@ -193,6 +204,8 @@ def root_cause(findings: list[Finding]) -> list[Finding]:
     top, rest = causes[0], [f for f in findings if not f.cause]
     rest.sort(key=lambda f: PRIORITY.index(f.kind) if f.kind in PRIORITY else len(PRIORITY))
     if rest:
-        caused = "; ".join(dict.fromkeys(f"{f.kind}: {f.detail}" for f in rest))
+        distinct = list(dict.fromkeys(f"{f.kind}: {f.detail}" for f in rest))
+        caused = "; ".join(distinct[:SHOWN]) + (f"; and {len(distinct) - SHOWN} more" if len(distinct) > SHOWN
+                                                 else "")
         top = dataclasses.replace(top, detail=f"{top.detail}; as a result: {caused}")
     return [top, *causes[1:]]

@@ -9,74 +9,189 @@ is checked too.
 from __future__ import annotations
 
 import dataclasses
+import time
+from collections.abc import Callable
 from typing import Any
 
+import httpx
+
+from kimi_deploy.check.client import Clients, Deadline
+from kimi_deploy.check.outcome import transport_failure
 from kimi_deploy.check.results import CheckOptions, CheckReport
-from kimi_deploy.errors import ExitCode
+from kimi_deploy.check.runner import _resolve_profile, guard_key, run_checks
+from kimi_deploy.baseurl import check_base_url
+from kimi_deploy.errors import ExitCode, KimiDeployError, UsageError
+from kimi_deploy.gateway import parse_workers
+from kimi_deploy.limits import Limits
+from kimi_deploy.printable import printable
+from kimi_deploy.redact import redact_text, url as redact_url
 
 #: ``schema`` of the JSON document :meth:`FleetReport.to_json` returns.
 SCHEMA = "kimi-deploy.check-workers/1"
 #: Checks run on each worker when ``--only`` is not given: the health tier, then the API contract.
 DEFAULT_ONLY = ("health.*", "contract.*")
+#: The order in which one worker's exit status outranks another's for the run's (:attr:`FleetReport.exit_code`).
+WORST_FIRST = (ExitCode.INTERRUPTED, ExitCode.USAGE, ExitCode.UNREACHABLE, ExitCode.FAILED)
+
+
+@dataclasses.dataclass
+class WorkerRun:
+    """One listed worker: its check report, or why the check refused to contact it (``error``, exit
+    ``error_code``: the URL or key rule a plain ``check --base-url URL`` would refuse it by, exit 2)."""
+
+    url: str
+    report: CheckReport | None = None
+    error: str | None = None
+    error_code: ExitCode = ExitCode.USAGE
+
+    @property
+    def exit_code(self) -> ExitCode:
+        return self.report.exit_code if self.report is not None else self.error_code
 
 
 @dataclasses.dataclass
 class FleetReport:
-    """One :class:`CheckReport` per worker URL the gateway at ``gateway`` listed, in its order."""
+    """One :class:`WorkerRun` per worker URL the gateway at ``gateway`` listed, in its order.
+
+    ``error``: the gateway's listing failed (``error_code``: 3 no answer, 1 not smg's list); ``interrupted``
+    names the signal that stopped the run (``not_run``: the listed workers not checked); ``secrets``: the key
+    the run sent, masked (with URL credentials) in every URL written (:func:`kimi_deploy.redact.url`).
+    """
 
     gateway: str
-    reports: list[tuple[str, CheckReport]]
+    runs: list[WorkerRun] = dataclasses.field(default_factory=list)
+    error: str | None = None
+    error_code: ExitCode = ExitCode.FAILED
+    interrupted: str | None = None
+    not_run: list[str] = dataclasses.field(default_factory=list)
+    secrets: tuple[str, ...] = ()
+
+    @property
+    def reports(self) -> list[tuple[str, CheckReport]]:
+        """``(url, report)`` of every worker that was checked."""
+        return [(run.url, run.report) for run in self.runs if run.report is not None]
 
     @property
     def exit_code(self) -> ExitCode:
-        """The worst worker's: interrupted, else unreachable (3), else failed (1), else 0; no worker: failed."""
-        codes = [report.exit_code for _, report in self.reports]
+        """Interrupted (130), else the worst of the workers' and the listing's (:data:`WORST_FIRST`); no worker
+        listed: failed."""
+        if self.interrupted:
+            return ExitCode.INTERRUPTED
+        codes = [run.exit_code for run in self.runs] + ([self.error_code] if self.error else [])
         if not codes:
             return ExitCode.FAILED
-        for worst in (ExitCode.INTERRUPTED, ExitCode.UNREACHABLE, ExitCode.FAILED):
+        for worst in WORST_FIRST:
             if worst in codes:
                 return worst
         return max(codes)
 
+    def shown(self, url: str) -> str:
+        """``url`` as every output writes it: credentials and the key masked, control bytes escaped."""
+        return printable(redact_url(url, self.secrets))
+
+    def said(self, text: str) -> str:
+        """A message to write (a refusal quoting a listed URL): the key masked, control bytes escaped."""
+        return printable(redact_text(text, self.secrets))
+
     def to_json(self) -> dict[str, Any]:
-        """``{"schema", "gateway", "exit_code", "workers": [{"url", "exit_code", "checks", "failed", "report"}]}``;
-        ``report`` is that worker's kimi-deploy.check/1 document, ``failed`` its failed check ids."""
-        return {"schema": SCHEMA, "gateway": self.gateway, "exit_code": int(self.exit_code),
-                "workers": [{"url": url, "exit_code": int(report.exit_code), "checks": len(report.results),
-                             "failed": [r.id for r in report.results if r.status == "fail"],
-                             "report": report.to_json()} for url, report in self.reports]}
+        """``{"schema", "gateway", "exit_code", "error", "interrupted", "workers": [{"url", "exit_code", "checks",
+        "failed", "error", "report"}]}``; ``report`` is that worker's kimi-deploy.check/1 document (``null`` for a
+        worker the check refused to contact: ``error`` says why), ``failed`` its failed check ids."""
+        return {"schema": SCHEMA, "gateway": self.shown(self.gateway), "exit_code": int(self.exit_code),
+                "error": self.said(self.error) if self.error else None,
+                "interrupted": {"signal": self.interrupted, "not_run": [self.shown(u) for u in self.not_run]}
+                if self.interrupted else None,
+                "workers": [{"url": self.shown(run.url), "exit_code": int(run.exit_code),
+                             "checks": len(run.report.results) if run.report else 0,
+                             "failed": [r.id for r in run.report.results if r.status == "fail"] if run.report else [],
+                             "error": self.said(run.error) if run.error else None,
+                             "report": run.report.to_json() if run.report else None} for run in self.runs]}
 
 
-def check_each_worker(options: CheckOptions, gateway_url: str, progress=None) -> FleetReport:
+def _refusal(exc: KimiDeployError) -> str:
+    return exc.message + (f" ({exc.value})" if exc.value else "") + (f"; fix: {exc.hint}" if exc.hint else "")
+
+
+def list_workers(clients: Clients, fleet: FleetReport) -> list[str]:
+    """The worker URLs smg's ``GET /workers`` lists, read through the check's own bounded client (the run's
+    deadline, the byte caps); a failure is ``fleet.error`` (3: no answer, 1: not smg's list) and ``[]``."""
+    not_smg = (f"is {fleet.gateway} SGLang's gateway (smg)? a worker or another server has no worker list: give the "
+               "gateway's address (the profile's [gateway] bind/port)")
+    try:
+        status, body = clients.get_json("/workers")
+    except httpx.TransportError as exc:
+        finding = transport_failure(exc, "GET /workers")
+        fleet.error, fleet.error_code = f"the gateway at {fleet.gateway} did not answer: {finding.detail}; fix: is the " \
+            "gateway unit (<service>-gateway.service) running on the gateway host, and [gateway] host/port right?", \
+            ExitCode.UNREACHABLE if finding.kind in ("unreachable", "timeout") else ExitCode.FAILED
+        return []
+    if status != 200:
+        hint = "give the profile's API key (the gateway uses the workers' key)" if status in (401, 403) else not_smg
+        fleet.error = f"the gateway answered GET /workers with {status}; fix: {hint}"
+        return []
+    try:
+        return [w.url for w in parse_workers(body if not isinstance(body, str) else None)]
+    except ValueError as exc:
+        fleet.error = f"the gateway's GET /workers answer is not smg's worker list: {exc}; fix: {not_smg}"
+        return []
+
+
+def check_each_worker(options: CheckOptions, gateway_url: str, progress=None, *,
+                      clock: Callable[[], float] = time.monotonic) -> FleetReport:
     """Run :func:`kimi_deploy.check.run_checks` with ``options`` against each worker the gateway lists.
 
     ``options.base_url`` is replaced by each worker's URL; without ``options.only`` :data:`DEFAULT_ONLY` runs.
+    ``options.deadline`` bounds the whole run, listing and every worker together (one :class:`Deadline`):
+    workers reached after it get a report whose checks are all not attempted.
 
-    Workers ``options.profile`` (a loaded profile) declares in ``[fleet]`` get the key over plain http as the
-    gateway does; a listed worker it does not declare is refused before any worker is checked, unless
-    ``options.insecure``.
+    Every address is held to a plain check's rules: the gateway's and each worker's URL
+    (:func:`kimi_deploy.baseurl.check_base_url`: a ``grpc://`` worker smg lists, a path) and the key's
+    transport (:func:`kimi_deploy.check.runner.guard_key`: workers ``options.profile`` declares in ``[fleet]``
+    get the key over plain http as the gateway does). A worker refused by either is that worker's failure
+    (exit 2, not contacted); the others are still checked. Interrupted (Ctrl-C, or SIGTERM through the CLI's
+    handler), it returns what ran, ``interrupted`` set. Every outcome is a report: nothing here loses one.
 
     Raises:
-        UnreachableError: the gateway did not answer (exit 3). GatewayError: it refused the listing (exit 1).
-        UsageError: a listed worker the profile does not name would get the key over plain http from another
-            host (:func:`kimi_deploy.check.runner.guard_key`; exit 2, before any worker is asked).
+        UsageError: the gateway's own URL breaks a rule, or the key would go to it in clear text (exit 2,
+            nothing sent).
     """
-    from kimi_deploy.check import run_checks
-    from kimi_deploy.check.runner import _resolve_profile, guard_key
-    from kimi_deploy.errors import UsageError
-    from kimi_deploy.gateway import Gateway
-
-    with Gateway(gateway_url, options.api_key, timeout=options.timeout) as gw:
-        urls = [w.url for w in gw.workers()]
+    gateway = check_base_url(gateway_url)
     profile = _resolve_profile(options.profile)[0]
-    for url in urls:  # every worker before the first request: a refused one must not cut the run short
-        try:
-            guard_key(url, options.api_key, profile, insecure=options.insecure, note=False)
-        except UsageError:
-            raise UsageError(f"the gateway lists {url}, which is not in the profile's [fleet] replicas: refusing "
-                             "to send it the API key in clear text over plain http", value=url,
-                             hint="remove it from the gateway (DELETE /workers/ID) or list it in [fleet] replicas; "
-                                  "--insecure sends the key anyway") from None
+    guard_key(gateway, options.api_key, profile, insecure=options.insecure)
+    fleet = FleetReport(gateway=gateway, secrets=(options.api_key,) if options.api_key else ())
+    deadline = Deadline(options.deadline, clock)
     only = tuple(options.only) or DEFAULT_ONLY
-    reports = [(url, run_checks(dataclasses.replace(options, base_url=url, only=only), progress)) for url in urls]
-    return FleetReport(gateway=gateway_url, reports=reports)
+    urls: list[str] = []
+    done = 0
+    try:
+        clients = Clients.open(gateway, options.api_key, options.timeout, deadline,
+                               Limits(options.max_body_bytes, options.max_line_bytes))
+        try:
+            urls = list_workers(clients, fleet)
+        finally:
+            clients.close()
+        for url in urls:
+            try:
+                url = check_base_url(url, option="the gateway's worker URL")
+                guard_key(url, options.api_key, profile, insecure=options.insecure, note=False)
+            except UsageError as exc:
+                if "plain http" in exc.message:
+                    exc = UsageError(f"the gateway lists {url}, which is not in the profile's [fleet] replicas: "
+                                     "refusing to send it the API key in clear text over plain http", value=None,
+                                     hint="remove it from the gateway (DELETE /workers/ID) or list it in [fleet] "
+                                          "replicas; --insecure sends the key anyway")
+                fleet.runs.append(WorkerRun(url, error=_refusal(exc)))
+                done += 1
+                continue
+            report = run_checks(dataclasses.replace(options, base_url=url, only=only, profile=profile), progress,
+                                clock=clock, deadline=deadline)
+            fleet.runs.append(WorkerRun(url, report))
+            done += 1
+            if report.interrupted:
+                fleet.interrupted = report.interrupted
+                break
+    except KeyboardInterrupt as exc:  # between workers, or while listing them
+        fleet.interrupted = getattr(exc, "signal", "SIGINT")
+    if fleet.interrupted:
+        fleet.not_run = urls[done:]
+    return fleet

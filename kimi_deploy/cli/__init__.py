@@ -87,6 +87,19 @@ class KimiGroup(click.Group):
                 self.add_command(command)
         return self.commands.get(cmd_name)
 
+    def resolve_command(self, ctx: click.Context, args: list[str]):
+        """Click's, plus "did you mean" for a verb that is not one (``rendr`` -> ``render``)."""
+        try:
+            return super().resolve_command(ctx, args)
+        except click.UsageError as exc:
+            import difflib  # stdlib, only on this error path
+
+            name = args[0] if args else ""
+            close = difflib.get_close_matches(name, self.list_commands(ctx), n=1, cutoff=0.6)
+            if close and exc.message.startswith("No such command"):
+                exc.message = f"{exc.message} Did you mean '{close[0]}'?"
+            raise
+
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         """Click's command list, from :data:`VERBS` for the verbs not loaded (same text, same truncation)."""
         rows = [(name, self.commands.get(name) or click.Command(name, help=VERBS[name][1]))
@@ -144,6 +157,11 @@ def cli(ctx: click.Context, debug: bool, verbose: bool) -> None:
         format="%(message)s" if not debug else "%(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
+    if debug or verbose:  # --debug prints response headers: no key in any line
+        from kimi_deploy.redact import LogRedactor  # local: --help and --version load no module but the CLI's
+
+        for handler in logging.getLogger().handlers:
+            handler.setFormatter(LogRedactor(handler.formatter._fmt if handler.formatter else None))
 
 
 def main() -> None:

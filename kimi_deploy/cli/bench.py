@@ -149,7 +149,7 @@ def _redacted(exc: KimiDeployError, api_key: str | None) -> KimiDeployError:
 @click.option("--profile", "profile_path", type=click.Path(path_type=Path), metavar="FILE",
               help="Deployment profile to record (its sha256) in the result.")
 @json_path_option("Write the result JSON to PATH ('-': stdout).")
-@click.option("--csv", "csv_path", type=click.Path(path_type=Path, dir_okay=False), metavar="PATH",
+@click.option("--csv", "csv_path", type=click.Path(path_type=Path), metavar="PATH",
               help="Write one CSV row per point to PATH.")
 @click.option("--request-timeout", type=_num("--request-timeout", minimum=0, open_min=True, example="600"),
               default=600.0, metavar="S",
@@ -201,7 +201,7 @@ def bench_cmd(ctx, base_url, model, concurrency, request_rate, num_prompts, max_
     body_extra = {}
     if extra_body:
         try:
-            body_extra = parse_json(extra_body)
+            body_extra = parse_json(extra_body, parse_constant=_no_constant)  # NaN/Infinity: no JSON a server reads
         except ValueError:
             body_extra = None
         if not isinstance(body_extra, dict):
@@ -271,14 +271,27 @@ def bench_cmd(ctx, base_url, model, concurrency, request_rate, num_prompts, max_
         ctx.exit(int(ExitCode.FAILED))
 
 
+def _no_constant(name: str) -> None:
+    """``json.loads``'s hook for ``NaN``/``Infinity``/``-Infinity``: refused, as strict JSON has none (the bench
+    ran the whole sweep, then its report could not be written: a traceback)."""
+    raise ValueError(f"{name} is not JSON")
+
+
 @bench_cmd.command("compare")
 @click.argument("results", nargs=-1, required=True, type=click.Path(path_type=Path, dir_okay=False))
-@click.option("--plot", "plot_path", type=click.Path(path_type=Path, dir_okay=False), default=None, metavar="PATH",
+@click.option("--plot", "plot_path", type=click.Path(path_type=Path), default=None, metavar="PATH",
               help="Also write a PNG plot (output tok/s and TPOT p50 against concurrency) to PATH.")
+@click.option("--no-fail-on-alarm", "alarms_warn", is_flag=True,
+              help="Print ALARM lines but exit 0 (default: exit 1 when any ALARM is printed, so a CI gate on the "
+                   "exit status stops a change the comparison flags).")
 @json_flag("Print the comparison as JSON.")
-def compare_cmd(results, plot_path, as_json):
+@click.pass_context
+def compare_cmd(ctx, results, plot_path, as_json, alarms_warn):
     """Compare results (the first is the baseline): ratios per point; with --runs >= 3, whether each
-    difference is beyond run-to-run noise; speculative accept-length alarms; KV capacity; --plot PATH."""
+    difference is beyond run-to-run noise; speculative accept-length alarms; KV capacity; --plot PATH.
+
+    Exit status: 0, or 1 when an ALARM was printed (a correctness alarm: the speculative accept length dropped;
+    --no-fail-on-alarm demotes it to exit 0), 2 bad input."""
     import dataclasses
 
     from rich.console import Console
@@ -318,6 +331,10 @@ def compare_cmd(results, plot_path, as_json):
         console.print(f"[yellow]warning:[/] {markup(line)}")
     if cmp.plot and not as_json:
         console.print(f"wrote {markup(cmp.plot)}")
+    if verdicts.alarms and not alarms_warn:  # every verdict printed is in the exit status
+        console.print(f"exit 1: {len(verdicts.alarms)} ALARM(s) (--no-fail-on-alarm to exit 0 anyway)",
+                      highlight=False)
+        ctx.exit(int(ExitCode.FAILED))
 
 
 COMMANDS = [bench_cmd]

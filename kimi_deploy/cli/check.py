@@ -77,9 +77,9 @@ def _globs(values: tuple[str, ...]) -> list[str]:
               "(repeat or comma-separate: 'health.*,config.*').")
 @click.option("--skip", multiple=True, metavar="IDS", help="Leave out checks matching these globs.")
 @json_path_option("Write the JSON report (kimi-deploy.check/1); '-' = stdout.")
-@click.option("--junit", "junit_path", type=click.Path(path_type=Path, dir_okay=False), metavar="PATH",
+@click.option("--junit", "junit_path", type=click.Path(path_type=Path), metavar="PATH",
               help="Write a JUnit XML report (a file; only --json takes '-').")
-@click.option("--prom", "prom_path", type=click.Path(path_type=Path, dir_okay=False), metavar="PATH",
+@click.option("--prom", "prom_path", type=click.Path(path_type=Path), metavar="PATH",
               help="Write a Prometheus textfile for node_exporter's textfile collector (a file, not '-').")
 @click.option("--timeout", type=Seconds(min=0.1), default=30.0, show_default=True, metavar="S",
               help="Seconds per HTTP request (chat completions may take 6x this to generate).")
@@ -210,7 +210,10 @@ def _push(url: str, profile_source, text: str, service: str | None, code: int) -
 
 def _each_worker(options: CheckOptions, json_path, junit_path, prom_path, pushgateway=None) -> int:
     """``check --each-worker``: one report per worker of the gateway (:mod:`kimi_deploy.check.workers`);
-    ``options`` as for one server, its ``base_url`` (or the profile's ``[gateway]``) naming the gateway."""
+    ``options`` as for one server, its ``base_url`` (or the profile's ``[gateway]``) naming the gateway.
+
+    Once the run starts its JSON report is written whatever happens: a worker refused or failing, the gateway
+    not answering, the deadline, Ctrl-C or SIGTERM (exit 130, like a plain check)."""
     from kimi_deploy.check import reports
     from kimi_deploy.check.workers import check_each_worker
     from kimi_deploy.fsio import write_atomic
@@ -236,7 +239,12 @@ def _each_worker(options: CheckOptions, json_path, junit_path, prom_path, pushga
     if (json_path and not to_stdout) or prom_path:
         reports.check_output_paths(json_path=Path(json_path) if json_path and not to_stdout else None,
                                    prom_path=prom_path)
-    fleet = check_each_worker(dataclasses.replace(options, base_url=None, api_key=api_key, profile=profile), base_url)
+    previous = signal.signal(signal.SIGTERM, _on_sigterm)  # stop like Ctrl-C: report what ran
+    try:
+        fleet = check_each_worker(dataclasses.replace(options, base_url=None, api_key=api_key, profile=profile),
+                                  base_url)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
     import json as _json
 
     text = _json.dumps(fleet.to_json(), indent=2, ensure_ascii=False) + "\n"
@@ -247,12 +255,20 @@ def _each_worker(options: CheckOptions, json_path, junit_path, prom_path, pushga
     if prom_path:
         write_atomic(Path(prom_path), prom_text)
     out = sys.stderr if to_stdout else sys.stdout
-    for url, report in fleet.reports:
-        failed = [r.id for r in report.results if r.status == "fail"]
-        print(f"{printable(url)}: exit {int(report.exit_code)}, {len(report.results)} checks, "
+    for run in fleet.runs:
+        if run.report is None:
+            print(f"{fleet.shown(run.url)}: exit {int(run.exit_code)}, not checked: {fleet.said(run.error)}", file=out)
+            continue
+        failed = [r.id for r in run.report.results if r.status == "fail"]
+        print(f"{fleet.shown(run.url)}: exit {int(run.exit_code)}, {len(run.report.results)} checks, "
               f"{len(failed)} failed{': ' + ', '.join(failed[:5]) if failed else ''}", file=out)
-    if not fleet.reports:
-        print(f"{printable(base_url)}: the gateway lists no worker", file=out)
+    if fleet.error:
+        print(f"{fleet.shown(fleet.gateway)}: {fleet.said(fleet.error)}", file=sys.stderr)
+    elif not fleet.runs and not fleet.interrupted:
+        print(f"{fleet.shown(fleet.gateway)}: the gateway lists no worker", file=out)
+    if fleet.interrupted:
+        print(f"interrupted by {fleet.interrupted}: a partial report, {len(fleet.not_run)} worker(s) not checked",
+              file=out)
     if to_stdout:
         click.echo(text, nl=False)
     if pushgateway:

@@ -81,6 +81,9 @@ def uninstall_cmd(ctx, root, name, dry_run, force, purge, show_diff, as_json):
     """Stop, disable and remove what kimi-deploy installed (only unmodified files; never foreign ones).
 
     Nothing installed: says so and exits 0."""
+    if not root.is_dir():  # as install: a typo'd --root is no host tree, not "nothing installed" (exit 0)
+        raise UsageError(f"--root: the directory {root} does not exist", value=str(root),
+                         hint="give the tree install used (default /)")
     layout = HostLayout(root)
     service = install_lib.pick_service(layout, name, purge)
     verbose = bool(ctx.find_root().params.get("verbose"))
@@ -95,8 +98,9 @@ def _carry_out(make_plan, *, dry_run: bool, force: bool, as_json: bool, diffs: b
     """Show the plan (``--dry-run``), or refuse it (exit 4) unless forced, else apply it and show the result.
 
     A plan that would change something is made again under the service's lock
-    (:func:`kimi_deploy.install.locked`) and that one is applied: the facts cannot change between
-    planning and applying. A refused or empty plan takes no lock (and leaves no lock file).
+    (:func:`kimi_deploy.install.locked`) and the host's lock on what services share
+    (:func:`kimi_deploy.hostfiles.shared_lock`), and that one is applied: the facts, other services' claims on
+    a port or key file included, cannot change between planning and applying. A refused or empty plan takes no lock (and leaves no lock file).
     """
     plan = make_plan()
     if dry_run:
@@ -117,9 +121,9 @@ def _carry_out(make_plan, *, dry_run: bool, force: bool, as_json: bool, diffs: b
     if plan.is_noop:
         _show(plan, install_lib.apply(plan), as_json, dry_run=False, diffs=diffs)
         return
-    with install_lib.locked(plan.layout, plan.service):
-        plan = make_plan()
-        result = install_lib.apply(plan)
+    with install_lib.locked(plan.layout, plan.service), install_lib.shared_lock(plan.layout):
+        plan = make_plan()  # with every other service's last install in place: a port or key file taken since
+        result = install_lib.apply(plan)  # is in this plan (refused or shared)
     _show(plan, result, as_json, dry_run=False, diffs=diffs)
 
 

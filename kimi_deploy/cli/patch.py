@@ -6,14 +6,22 @@ import click
 
 from kimi_deploy import patching
 from kimi_deploy.cli.options import echo_json, json_flag
-from kimi_deploy.errors import ExitCode
+from kimi_deploy.errors import ExitCode, UsageError
 from kimi_deploy.versions import DEFAULT_SGLANG_VERSION
 
 _STATE_HELP = "kimi-deploy's state directory (default $KIMI_DEPLOY_STATE_DIR or /var/lib/kimi-deploy)."
 
 
-def _ids(value: tuple[str, ...]) -> list[str] | None:
+def _ids(value: tuple[str, ...], option: str = "--only") -> list[str] | None:
+    """The ids of a repeatable, comma-separated option; ``None`` when it was not given.
+
+    Raises:
+        UsageError: it was given but names no id (``--only ''`` applied the whole default set; exit 2).
+    """
     out = [i.strip() for v in value for i in v.split(",") if i.strip()]
+    if value and not out:
+        raise UsageError(f"{option} names no patch id", value=", ".join(map(repr, value)),
+                         hint=f"give ids (`kimi-deploy patch list` shows them), or drop {option} for the default set")
     return out or None
 
 
@@ -151,7 +159,12 @@ def _print_change(result: patching.ChangeResult, as_json: bool) -> None:
 @json_flag("Print the result as JSON.")
 def apply_cmd(python, only, with_, state_dir, dry_run, as_json):
     """Apply the series all-or-nothing (a no-op when already applied); restart SGLang afterwards."""
-    result = patching.apply(python, only=_ids(only), with_=_ids(with_), state_dir=state_dir, dry_run=dry_run)
+    if only and with_:  # --with adds to the default set; with --only it was dropped without a word
+        raise UsageError("--with adds patches to the default set; --only replaces that set, so the two do not "
+                         "combine", value=f"--only {','.join(only)} --with {','.join(with_)}",
+                         hint="list every patch in --only (--only A,B), or drop --only and use --with")
+    result = patching.apply(python, only=_ids(only), with_=_ids(with_, "--with"), state_dir=state_dir,
+                            dry_run=dry_run)
     _print_change(result, as_json)
 
 

@@ -13,7 +13,7 @@ from kimi_deploy.errors import UsageError
 from kimi_deploy.fsio import (check_output_dir, check_output_paths, create_output_dir, write_atomic,
                               write_many_atomic)
 from kimi_deploy.presets import PRESETS, REFERENCE, get_preset, preset_for_model
-from kimi_deploy.profile import default_api_key_file, naming_warnings, toml_value
+from kimi_deploy.profile import naming_warnings, toml_value
 from kimi_deploy.versions import DEFAULT_SGLANG_VERSION
 
 
@@ -203,9 +203,7 @@ def init_cmd(path: Path, preset: str | None, model: str | None, name: str | None
     if name:
         valid_service_name(name, "--name", installed=False)
         data = copy.deepcopy(chosen.data)
-        data["service"]["name"] = name
-        if data["sglang"].get("api_key_file"):
-            data["sglang"]["api_key_file"] = default_api_key_file(name)
+        data["service"]["name"] = name  # the key file follows it: the preset's api_key_file holds {name}
         chosen = Preset(chosen.name, chosen.summary, data, model=chosen.model)
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(paths.kit_templates_dir())),
                              undefined=jinja2.StrictUndefined, keep_trailing_newline=True,

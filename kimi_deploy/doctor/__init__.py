@@ -159,6 +159,16 @@ def gather(profile: Profile, *, python: str | None = None, root: Path = Path("/"
             except KimiDeployError as exc:
                 facts["validation_error"] = exc.message
 
+    if not version:  # no SGLang here: the patch and gate rows come from the profile and the series it renders for
+        try:
+            series = patching.find_series(versions.DEFAULT_SGLANG_VERSION)
+            if series is not None:
+                launch = build_launch(profile, versions.parse_version(versions.DEFAULT_SGLANG_VERSION))
+                facts["gates"] = tuple(series.gates_asked(launch.server_args))
+                facts["gates_version"] = versions.DEFAULT_SGLANG_VERSION
+        except KimiDeployError as exc:
+            facts["gates_error"] = exc.message
+
     s = profile.sglang
     facts["model"] = inspect_model_dir(s.model_path)
     if s.speculative_draft_model_path:

@@ -59,6 +59,8 @@ class Facts:
     patches_error: str | None = None
     gates: tuple[GateHit, ...] = ()
     gates_error: str | None = None
+    #: The series ``gates`` were read from when this host's SGLang version is unknown (the profile's default).
+    gates_version: str | None = None
     model: ModelDir | None = None
     draft_model: ModelDir | None = None
     disk: DiskSpace | None = None
@@ -98,8 +100,9 @@ def _gib(n: int) -> str:
     return f"{n / GIB:.1f} GiB"
 
 
-def _not_checked(name: str, why: str, hint: str) -> Check:
-    return warned(name, f"not checked: {why}", hint)
+def _not_checked(name: str, why: str, hint: str, where: str = "") -> Check:
+    """A WARN row ``not checked[ where]: why`` (``where``: `` on this host (...)`` when only the host lacks it)."""
+    return warned(name, f"not checked{where}: {why}", hint)
 
 
 def check_gpu_devices(f: Facts) -> Check:
@@ -372,7 +375,10 @@ def check_gates(f: Facts) -> list[Check]:
     if not f.gates:
         return []
     caps = sorted({g.compute_cap for g in f.tp_gpus})
-    v = f.target.sglang_version if f.target else "?"
+    v = (f.target.sglang_version if f.target else None) or f.gates_version or "?"
+    # without SGLang here the rows are what the profile asks of the series it renders for: not checked on this host
+    assumed = (f" on this host (no SGLang version known here; from the profile and the SGLang {v} patch series)"
+               if f.gates_version and not (f.target and f.target.sglang_version) else "")
     state = {p.id: p.state for p in f.patches.patches} if f.patches else {}
     gated = [h for h in f.gates if any(h.applies_to(c) for c in caps)]
     # One apply command for every missing patch: `apply` applies exactly one set.
@@ -387,16 +393,18 @@ def check_gates(f: Facts) -> list[Check]:
             out.append(_not_checked(name, f"GPU compute capability unknown ({f.gpu_error or 'no GPU data'}); "
                                           f"{hit.flag} on compute capability {majors} needs patch {pid} "
                                           f"(SGLang {v} {outcome} without it)",
-                                    f"run doctor on the serving host; on such GPUs: {_gate_fix(f, hit, missing)}"))
+                                    f"run doctor on the serving host; on such GPUs: {_gate_fix(f, hit, missing)}",
+                                    assumed))
             continue
         if hit not in gated:
             out.append(passed(name, f"{hit.flag} on compute capability {', '.join(caps)}: not gated "
                                     f"(patch {pid} matters on {majors} only)"))
             continue
         if f.patches is None:
-            out.append(_not_checked(name, f"{hit.flag} on compute capability {', '.join(caps)} needs patch {pid}; "
+            out.append(_not_checked(name, f"{hit.flag} on compute capability {', '.join(caps)} needs patch "
+                                          f"{pid}; "
                                           f"patch state unknown ({f.patches_error or 'not probed'})",
-                                    "fix the sglang.patches check first"))
+                                    "fix the sglang.patches check first", assumed))
             continue
         unopened = [c for c in caps if hit.applies_to(c) and not hit.patch_opens(c)]
         if unopened:
