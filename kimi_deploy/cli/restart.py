@@ -53,8 +53,11 @@ def _line(label: str, state: WaitState) -> str:
 @click.pass_context
 def restart_cmd(ctx, profile_path, preset, root, name, wait, gate, allow_parser_removal, timeout, rollback_on_failure,
                 poll_interval, host, drain_timeout, as_json):
-    """Restart the server; with --wait, show its progress and gate it (exit 6: not ready in time; exit 1: a
-    tier failed, named with its failed checks; exit 10: rolled back and the restored version failed too).
+    """Restart the server; with --wait, show its progress and gate it (exit 6: not ready in time).
+
+    The gate (--gate, default contract) runs ready, fast, parser and contract tiers in turn and stops at the
+    first that fails; the result names that tier and its failed checks (exit 1). With --rollback-on-failure
+    the previous files come back and pass the same gate, or it is exit 10.
 
     Behind a gateway ([gateway] in the profile): the replica leaves the gateway first and comes back only
     after it is ready and the fast checks passed; on failure it stays out (exit 1 or 6; exit 9 when it

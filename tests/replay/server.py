@@ -336,7 +336,12 @@ def build_app(opts: argparse.Namespace, model_dir: Path, server_args=None):
 
     from fastapi import Body, HTTPException
 
-    from sglang.srt.entrypoints.openai.chat_encoding_adapters import native_text_parser
+    try:
+        from sglang.srt.entrypoints.openai.chat_encoding_adapters import native_text_parser
+    except ImportError:  # SGLang 0.5.22 has no encoding adapters: its parsers are the only ones
+
+        def native_text_parser(name, **_kw):
+            return None
     from sglang.srt.function_call.function_call_parser import FunctionCallParser
     from sglang.srt.managers.io_struct import ParseFunctionCallReq, SeparateReasoningReqInput
     from sglang.srt.parser.reasoning_parser import ReasoningParser
