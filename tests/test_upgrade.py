@@ -203,3 +203,18 @@ def test_a_model_revision_goes_through_the_same_gate(cli_runner, host, tmp_path,
     assert "[unchanged]" in result.output.splitlines()[1]  # the same SGLang
     assert "gate contract passed" in result.output and engine.started() == [old_env]
     assert "--model-path /models/moonshotai/Kimi-K2.6" in (root / UNIT).read_text()
+
+
+def test_spelling_changes_come_from_the_option_table(tmp_path):
+    from kimi_deploy.host.upgrade import spelling_changes
+
+    profile = load_profile(write_profile(tmp_path / "p.toml", sglang_lines=(
+        'flashinfer_allreduce_fusion_backend = "auto"',)))
+    found = spelling_changes("0.5.13", "0.5.23", profile)
+    changes = {c.feature: (c.old, c.new) for c in found}
+    assert {c.feature for c in found if c.in_profile} == {"flashinfer_allreduce_fusion_backend"}
+    assert changes["enable_spec_v2"] == ("env SGLANG_ENABLE_SPEC_V2", "implicit")
+    assert changes["flashinfer_allreduce_fusion_backend"] == ("--enable-flashinfer-allreduce-fusion",
+                                                              "--flashinfer-allreduce-fusion-backend")
+    assert changes["enable_pcie_ipc_allreduce"] == (None, "env SGLANG_ENABLE_PCIE_IPC_ALLREDUCE")
+    assert spelling_changes("0.5.22", "0.5.23") == []  # the table has no spelling that changed in 0.5.23
