@@ -147,6 +147,11 @@ def test_the_installed_environment_is_never_the_target(cli_runner, host, tmp_pat
     result = _upgrade(cli_runner, root, tmp_path / "state", "--python", old_env)
     assert result.exit_code == ExitCode.REFUSED, result.output + result.stderr
     assert "never changes the running one in place" in result.stderr and snapshot(root) == before
+    missing = _upgrade(cli_runner, root, tmp_path / "state", "--python", str(tmp_path / "no" / "python"))
+    assert missing.exit_code == ExitCode.USAGE and "Traceback" not in missing.stderr, missing.stderr
+    nothing = _upgrade(cli_runner, root, tmp_path / "state")
+    assert nothing.exit_code == ExitCode.USAGE and "nothing to upgrade" in nothing.stderr
+    assert snapshot(root) == before
 
 
 def test_upgrade_to_0_5_23_passes_the_gate_and_leaves_0_5_22_untouched(cli_runner, host, tmp_path, sglang_python,
