@@ -221,7 +221,7 @@ class RestartResult:
     def to_dict(self) -> dict[str, Any]:
         return {"service": self.service, "exit_code": self.exit_code, "ok": self.exit_code == ExitCode.OK,
                 "failed_tier": self.failed_tier, "failed_checks": self.failed_checks,
-                "rolled_back": len(self.attempts) > 1, "attempts": [a.to_dict() for a in self.attempts],
+                "rolled_back": self.rollback is not None, "attempts": [a.to_dict() for a in self.attempts],
                 "rollback": self.rollback.to_dict() if self.rollback else None, "notes": self.notes,
                 "gateway": self.gateway}
 

@@ -257,7 +257,7 @@ class UpgradeResult:
 
     @property
     def rolled_back(self) -> bool:
-        return len(self.restart.attempts) > 1 or self.restart.rollback is not None
+        return self.restart.rollback is not None
 
     def to_dict(self) -> dict[str, Any]:
         return {"plan": self.plan.to_dict(), "exit_code": self.exit_code, "ok": self.exit_code == ExitCode.OK,
