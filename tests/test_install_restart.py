@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from helpers import FakeTime
-from install_fakes import STARTUP_JOURNAL, SHOW_FAILED, FakeServer, sglang_server_args, write_profile
+from install_fakes import STARTUP_JOURNAL, SHOW_AUTO_RESTART, SHOW_FAILED, FakeServer, sglang_server_args, write_profile
 from kimi_deploy.check import registry
 from kimi_deploy.cli import cli
 from kimi_deploy.errors import ExitCode
@@ -109,8 +109,9 @@ def test_wait_ready_needs_model_info_too(fake_systemd):
     assert with_key.ready
 
 
-def test_wait_stops_early_when_the_unit_failed(fake_systemd):
-    fake_systemd.set_show(SHOW_FAILED)
+@pytest.mark.parametrize("show", [SHOW_FAILED, SHOW_AUTO_RESTART], ids=["failed", "auto-restart"])
+def test_wait_stops_early_when_the_unit_failed(fake_systemd, show):
+    fake_systemd.set_show(show)
     fake = FakeTime()
     with FakeServer(ready=lambda n: False) as server:
         result = wait_ready(f"http://127.0.0.1:{server.port}", "kimi-test.service", timeout=30, poll_interval=0.01,
