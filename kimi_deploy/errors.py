@@ -38,6 +38,9 @@ class ExitCode(enum.IntEnum):
     #: checks but the gateway did not take it back, or the gateway took the removal but still listed it
     #: draining after the wait (nothing restarted)
     OUT_OF_ROTATION = 9
+    #: ``restart --rollback-on-failure`` (and ``upgrade``): the new version failed its gate, the previous files
+    #: were restored, and the restored version failed the same gate too: neither version is verified
+    ROLLBACK_FAILED = 10
     #: stopped by Ctrl-C or SIGTERM (128 + SIGINT, the shell's convention); check and bench first
     #: write what finished, marked as interrupted
     INTERRUPTED = 130

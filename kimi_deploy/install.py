@@ -43,7 +43,8 @@ from kimi_deploy.hostfiles import (Claims, FileRecord, Intent, Manifest, Ownersh
                                    service_lock, shared_lock as hostfiles_shared_lock, stale_files, valid_service_name,
                                    write_backup)
 from kimi_deploy.paths import HostLayout
-from kimi_deploy.profile import Profile, naming_warnings
+from kimi_deploy.host import gate as gates
+from kimi_deploy.profile import Profile, naming_warnings, parse_profile
 from kimi_deploy.render import CHECK_UNIT, check_unit, file_header, render
 
 #: Shell of the service user: it never logs in (useradd(8) ``--shell``).
@@ -577,7 +578,8 @@ def desired_files(profile: Profile, sglang_version: str | None = None,
 
 
 def plan_install(profile: Profile, layout: HostLayout, *, sglang_version: str | None = None, force: bool = False,
-                 enable: bool = True, create_user: bool = True, restart: bool = False, host: str | None = None) -> Plan:
+                 enable: bool = True, create_user: bool = True, restart: bool = False, host: str | None = None,
+                 allow_parser_removal: bool = False) -> Plan:
     """Compute what ``kimi-deploy install`` would do for ``profile`` on ``layout``; changes nothing.
 
     Gathers the facts (:func:`gather_install_facts`: reads files, accounts, ``systemctl [--root DIR]
@@ -586,6 +588,8 @@ def plan_install(profile: Profile, layout: HostLayout, *, sglang_version: str | 
     Raises:
         UsageError: ``restart`` with a root other than ``/``; an empty API key file; a bad manifest;
             a path leading out of the --root tree.
+        RefusedError: ``profile`` drops ``--tool-call-parser``/``--reasoning-parser`` that the installed profile
+            has (:func:`kimi_deploy.host.gate.refuse_parser_removal`), unless ``allow_parser_removal`` (exit 4).
         ExternalCommandError: systemctl is missing (pass ``enable=False`` to skip it).
     """
     if restart and not layout.is_host:
@@ -594,7 +598,20 @@ def plan_install(profile: Profile, layout: HostLayout, *, sglang_version: str | 
     files, version = desired_files(profile, sglang_version, host)
     facts = gather_install_facts(profile, layout, files, enable=enable, create_user=create_user)
     return plan_install_from(profile, facts, files, version, force=force, enable=enable, create_user=create_user,
-                             restart=restart)
+                             restart=restart, allow_parser_removal=allow_parser_removal)
+
+
+def _installed_copy(facts: HostFacts, service: str) -> Profile | None:
+    """The installed profile copy among ``facts.files`` (None: absent, or not a profile this kit reads)."""
+    import tomllib
+
+    data = facts.files.get(paths.service_profile_copy(service))
+    if not data:
+        return None
+    try:
+        return parse_profile(tomllib.loads(data.decode("utf-8")), source="the installed profile copy")
+    except (KimiDeployError, ValueError):  # tomllib's TOMLDecodeError and UnicodeDecodeError are ValueErrors
+        return None
 
 
 def units_to_enable(profile: Profile, files: Mapping[str, bytes]) -> list[str]:
@@ -609,13 +626,18 @@ def units_to_enable(profile: Profile, files: Mapping[str, bytes]) -> list[str]:
 
 def plan_install_from(profile: Profile, facts: HostFacts, files: Mapping[str, bytes], version: str, *,
                       force: bool = False, enable: bool = True, create_user: bool = True,
-                      restart: bool = False) -> Plan:
+                      restart: bool = False, allow_parser_removal: bool = False) -> Plan:
     """The install plan for ``profile`` given ``facts`` and the rendered ``files`` (:func:`desired_files`); no I/O.
 
     Raises:
         UsageError: ``restart`` with a root other than ``/``; the API key file is not a regular file, or empty.
+        RefusedError: the installed profile copy sets a parser ``profile`` drops, unless ``allow_parser_removal``
+            (exit 4; ``--force`` does not override it: it is about the server, not a file).
     """
     svc, layout = profile.service, facts.layout
+    if not allow_parser_removal:
+        gates.refuse_parser_removal(_installed_copy(facts, svc.name), profile, what=f"install {svc.name}",
+                                    override="--allow-parser-removal")
     if restart and not layout.is_host:
         raise UsageError("--restart needs the running host, not --root", value=str(layout.root),
                          hint="drop --restart; restart on the host with `kimi-deploy restart --wait`")

@@ -186,7 +186,9 @@ def wait_ready(base_url: str, unit: str, *, api_key: str | None = None, timeout:
     """Poll until the server is ready, the unit failed, or ``timeout`` seconds passed.
 
     Each poll: :func:`probe_ready`, the unit's last journal line (:func:`kimi_deploy.systemd.journal_last_line`)
-    and its ``ActiveState/SubState`` (``systemctl show``); ``failed`` ends the wait early. The phase
+    and its ``ActiveState/SubState`` (``systemctl show``); ``failed``, or ``auto-restart`` (systemd 252 shows a
+    start that failed with ``Restart=on-failure`` as ``activating/auto-restart`` for ``RestartSec=``, never
+    ``failed``), ends the wait early. The phase
     is the latest one a journal line showed (it stays when a line tells nothing).
 
     ``clock`` (seconds, monotonic) and ``sleep`` are where the wait reads the time and waits between
@@ -210,7 +212,7 @@ def wait_ready(base_url: str, unit: str, *, api_key: str | None = None, timeout:
             on_poll(WaitState(elapsed, polls, phase, last_line, probe, state))
         if probe.ready:
             return WaitResult(True, False, False, elapsed, polls, phase, last_line, probe)
-        if state and state.startswith("failed"):
+        if state and (state.startswith("failed") or state.endswith("/auto-restart")):
             return WaitResult(False, False, True, elapsed, polls, phase, last_line, probe)
         if elapsed + poll_interval > timeout:
             return WaitResult(False, True, False, elapsed, polls, phase, last_line, probe)

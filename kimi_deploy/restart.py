@@ -1,13 +1,18 @@
-"""``restart [--wait] [--rollback-on-failure]``: restart the server, wait for readiness, verify, roll back.
+"""``restart [--wait] [--gate TIER] [--rollback-on-failure]``: restart the server, gate it, roll back.
 
-Sequence: ``systemctl restart NAME.service``; with ``wait``, :func:`kimi_deploy.readiness.wait_ready`
-until ready or the deadline (default: the unit's ``TimeoutStartSec=``, ``[service] timeout_start_sec``);
-then the fast tier of ``kimi-deploy check`` (``health.*``, ``config.*`` and ``parser.*``, :func:`run_fast_checks`),
-then the server's own log of this start for the all-reduce path in use (:mod:`kimi_deploy.allreduce`): a path
-the profile asks for that SGLang skipped fails the attempt with the log line as evidence.
+Sequence: a change that drops ``--tool-call-parser``/``--reasoning-parser`` against the previous install is
+refused before anything restarts (:func:`kimi_deploy.host.gate.refuse_parser_removal`, exit 4); then
+``systemctl restart NAME.service``; with ``wait``, the gate (:mod:`kimi_deploy.host.gate`): ready
+(:func:`kimi_deploy.readiness.wait_ready` until ready or the deadline, default the unit's ``TimeoutStartSec=``,
+``[service] timeout_start_sec``) → fast (``health.*``, ``config.*``) → parser (``parser.*``) → contract (tool
+calls, the id round trip, reasoning separation), as far as ``gate`` (default ``contract``), stopping at the
+first tier that fails; then the server's own log of this start for the all-reduce path in use
+(:mod:`kimi_deploy.allreduce`): a path the profile asks for that SGLang skipped fails the attempt with the log
+line as evidence.
 When that fails and ``rollback_on_failure`` is set, the newest install backup is restored
 (:func:`kimi_deploy.hostfiles.restore_backup`), systemd reloaded, the service restarted and
-verified the same way; the result reports both attempts.
+verified with the same gate; the result reports both attempts, the tier that failed and its failed checks.
+A rollback whose restored version fails the gate too is exit 10 (:attr:`ExitCode.ROLLBACK_FAILED`).
 
 Behind SGLang's gateway (``drain``, :class:`Drain`: a replica of a profile with ``[gateway]``), the replica
 is first removed from the gateway (smg's worker API: new requests go to the other replicas; smg 1.13.0 waits a
@@ -30,14 +35,16 @@ from typing import Any
 
 from kimi_deploy import allreduce, apikey, systemd
 from kimi_deploy.errors import ExitCode, KimiDeployError
-from kimi_deploy.hostfiles import Restored, list_backups, restore_backup, service_lock
+from kimi_deploy.host import gate as gates
+from kimi_deploy.hostfiles import BackupSet, Restored, list_backups, restore_backup, service_lock
 from kimi_deploy.paths import HostLayout
 from kimi_deploy.profile import Profile
 from kimi_deploy.readiness import WaitResult, WaitState, wait_ready
 from kimi_deploy.render import check_unit
 
-#: ``kimi-deploy check`` groups run after a restart: quick, and they prove the configuration took.
-FAST_TIER = ("health.*", "config.*", "parser.*")
+#: The gate's fast tier (``kimi-deploy check`` groups): quick, and they prove the configuration took. Read when a
+#: restart runs (tests narrow it); the parser and contract tiers follow it (:mod:`kimi_deploy.host.gate`).
+FAST_TIER = gates.FAST_TIER
 
 
 @dataclasses.dataclass(frozen=True)
@@ -127,7 +134,8 @@ def _busy(body: Any) -> int | None:
 
 def run_fast_checks(profile: Profile, api_key: str | None, timeout: float = 60.0,
                     base_url: str | None = None) -> CheckSummary:
-    """Run the ``health.*``, ``config.*`` and ``parser.*`` checks of ``kimi-deploy check`` against the profile's server.
+    """Run the ``health.*``, ``config.*`` and ``parser.*`` checks of ``kimi-deploy check`` against the profile's server
+    in one run (the gate's fast and parser tiers without stopping between them).
 
     ``timeout``: seconds per HTTP request. The expected values (served model name, parsers,
     speculative settings, ``tp_size``) come from ``profile``.
@@ -139,7 +147,7 @@ def run_fast_checks(profile: Profile, api_key: str | None, timeout: float = 60.0
 
     report = run_checks(CheckOptions(
         base_url=base_url or profile.base_url, model=profile.sglang.served_model_name or profile.sglang.model_path,
-        api_key=api_key, profile=profile, only=list(FAST_TIER), timeout=timeout))
+        api_key=api_key, profile=profile, only=[*FAST_TIER, *gates.PARSER_TIER], timeout=timeout))
     return CheckSummary(int(report.exit_code),
                         [{"id": r.id, "status": r.status, "kind": r.kind, "detail": r.detail} for r in report.results])
 
@@ -149,7 +157,8 @@ class Attempt:
     """One restart and its verification: ``label`` is ``new`` or ``rollback``.
 
     ``exit_code``: OK, TIMEOUT (not ready in time), FAILED (the unit failed or a check failed),
-    or the check report's own code.
+    or the check report's own code. ``gate``: the tiers that ran (None without ``wait``); ``checks``: every
+    check row of those tiers in one summary.
     """
 
     label: str
@@ -159,6 +168,7 @@ class Attempt:
     exit_code: int
     summary: str
     allreduce: dict[str, Any] | None = None
+    gate: gates.GateResult | None = None
 
     @property
     def ok(self) -> bool:
@@ -167,14 +177,16 @@ class Attempt:
     def to_dict(self) -> dict[str, Any]:
         return {"label": self.label, "command": self.command, "ok": self.ok, "exit_code": self.exit_code,
                 "summary": self.summary, "wait": self.wait.to_dict() if self.wait else None,
-                "checks": self.checks.to_dict() if self.checks else None, "allreduce": self.allreduce}
+                "checks": self.checks.to_dict() if self.checks else None, "allreduce": self.allreduce,
+                "gate": self.gate.to_dict() if self.gate else None}
 
 
 @dataclasses.dataclass(frozen=True)
 class RestartResult:
     """Both outcomes: the new version's attempt, and the rollback's (when one ran).
 
-    ``exit_code`` is the new version's: a rolled-back deployment still failed.
+    ``exit_code`` is the new version's (a rolled-back deployment still failed), except that a rollback whose
+    restored version failed the gate too is ROLLBACK_FAILED (10): the service runs neither version verified.
     """
 
     service: str
@@ -187,20 +199,37 @@ class RestartResult:
     @property
     def exit_code(self) -> int:
         code = self.attempts[0].exit_code
+        if len(self.attempts) > 1 and not self.attempts[-1].ok:
+            return int(ExitCode.ROLLBACK_FAILED)
         if code == ExitCode.OK and self.gateway is not None and not self.gateway.get("readded"):
             return int(ExitCode.OUT_OF_ROTATION)
         return code
 
+    @property
+    def failed_tier(self) -> str | None:
+        """The gate tier the new version failed (``ready``, ``fast``, ``parser``, ``contract``), or None."""
+        first = self.attempts[0]
+        if first.gate is not None and first.gate.failed_tier:
+            return first.gate.failed_tier
+        return "allreduce" if not first.ok and first.gate is not None else None
+
+    @property
+    def failed_checks(self) -> list[str]:
+        """The check ids the new version failed in :attr:`failed_tier`."""
+        return self.attempts[0].gate.failed_checks if self.attempts[0].gate else []
+
     def to_dict(self) -> dict[str, Any]:
         return {"service": self.service, "exit_code": self.exit_code, "ok": self.exit_code == ExitCode.OK,
-                "attempts": [a.to_dict() for a in self.attempts],
+                "failed_tier": self.failed_tier, "failed_checks": self.failed_checks,
+                "rolled_back": self.rollback is not None, "attempts": [a.to_dict() for a in self.attempts],
                 "rollback": self.rollback.to_dict() if self.rollback else None, "notes": self.notes,
                 "gateway": self.gateway}
 
 
 def _attempt(label: str, profile: Profile, layout: HostLayout, *, api_key: str | None, wait: bool, timeout: float,
              poll_interval: float, on_poll: Callable[[str, WaitState], None] | None,
-             clock: Callable[[], float], sleep: Callable[[float], None], base_url: str | None = None) -> Attempt:
+             clock: Callable[[], float], sleep: Callable[[float], None], base_url: str | None = None,
+             gate: str = gates.DEFAULT_GATE) -> Attempt:
     unit = f"{profile.service.name}.service"
     done = systemd.systemctl("restart", unit)
     if not wait:
@@ -213,19 +242,25 @@ def _attempt(label: str, profile: Profile, layout: HostLayout, *, api_key: str |
                else f"not ready after {result.elapsed:.0f} s (timeout {timeout:g} s)")
         last = f"; last phase: {result.phase}" if result.phase else ""
         code = ExitCode.FAILED if result.unit_failed else ExitCode.TIMEOUT
-        return Attempt(label, done.command, result, None, int(code), why + last)
-    checks = run_fast_checks(profile, api_key, timeout=min(120.0, max(10.0, timeout)), base_url=base_url)
+        verdict = gates.GateResult(gate, [gates.TierResult("ready", int(code), result.elapsed)])
+        return Attempt(label, done.command, result, None, int(code), why + last,
+                       gate=verdict)
+    verdict = gates.run_gate(gate, profile, api_key, ready_seconds=result.elapsed, base_url=base_url,
+                             timeout=min(120.0, max(10.0, timeout)), fast=FAST_TIER)
+    checks = CheckSummary(verdict.exit_code, verdict.results()) if len(verdict.tiers) > 1 else None
     paths = engaged_paths(profile)
-    if not checks.ok:
-        return Attempt(label, done.command, result, checks, checks.exit_code,
-                       f"ready after {result.elapsed:.0f} s, but the fast checks failed: {', '.join(checks.failed)}",
-                       paths)
+    if not verdict.ok:
+        return Attempt(label, done.command, result, checks, verdict.exit_code,
+                       f"ready after {result.elapsed:.0f} s, but the {verdict.failed_tier} tier failed: "
+                       f"{', '.join(verdict.failed_checks) or 'no check row'}", paths, verdict)
     if paths and paths.get("problems"):
         return Attempt(label, done.command, result, checks, int(ExitCode.FAILED),
-                       f"ready after {result.elapsed:.0f} s, but {paths['problems'][0]}", paths)
+                       f"ready after {result.elapsed:.0f} s, but {paths['problems'][0]}", paths, verdict)
     in_use = f"; all-reduce: {paths['in_use']}" if paths and paths.get("in_use") else ""
+    ran = ", ".join(f"{t.tier} {len(t.results)}" for t in verdict.tiers[1:])
     return Attempt(label, done.command, result, checks, int(ExitCode.OK),
-                   f"ready after {result.elapsed:.0f} s; fast checks passed ({len(checks.results)}){in_use}", paths)
+                   f"ready after {result.elapsed:.0f} s; gate {gate} passed"
+                   + (f" ({ran} checks)" if ran else "") + in_use, paths, verdict)
 
 
 def engaged_paths(profile: Profile) -> dict[str, Any]:
@@ -246,10 +281,14 @@ def restart(profile: Profile, layout: HostLayout, *, wait: bool = False, timeout
             on_poll: Callable[[str, WaitState], None] | None = None,
             on_event: Callable[[str], None] | None = None, clock: Callable[[], float] = time.monotonic,
             sleep: Callable[[float], None] = time.sleep, drain: Drain | None = None,
-            node: str | None = None) -> RestartResult:
-    """Restart ``profile``'s service; with ``wait``, verify it and optionally roll back.
+            node: str | None = None, gate: str = gates.DEFAULT_GATE,
+            allow_parser_removal: bool = False) -> RestartResult:
+    """Restart ``profile``'s service; with ``wait``, gate it and optionally roll back.
 
     Args:
+        gate: the last gate tier to run (:data:`kimi_deploy.host.gate.TIERS`: ready, fast, parser, contract);
+            the rollback is verified with the same gate.
+        allow_parser_removal: restart even when ``profile`` drops a parser the previous install had.
         timeout: seconds to wait for readiness (default ``[service] timeout_start_sec``).
         poll_interval: seconds between probes.
         on_poll: progress callback ``(attempt label, WaitState)`` after each probe.
@@ -262,6 +301,8 @@ def restart(profile: Profile, layout: HostLayout, *, wait: bool = False, timeout
             :func:`kimi_deploy.ranks.local_rank`).
 
     Raises:
+        RefusedError: ``profile`` drops ``--tool-call-parser``/``--reasoning-parser`` that the previous install's
+            profile had (:func:`previous_profile`) and not ``allow_parser_removal`` (exit 4); nothing restarted.
         UsageError: ``wait`` and the profile's API key file is unreadable or empty, or ``wait`` on a rank >= 1
             of a multi-node group (it serves no HTTP: :func:`kimi_deploy.ranks.refuse_http_proof`); checked
             before anything is restarted.
@@ -278,15 +319,36 @@ def restart(profile: Profile, layout: HostLayout, *, wait: bool = False, timeout
         from kimi_deploy.ranks import local_rank, refuse_http_proof
 
         refuse_http_proof(profile, local_rank(profile, node), "restart --wait")
+    gates.tiers_through(gate)  # an unknown gate fails here, before anything restarts
     api_key = apikey.profile_key(profile.sglang.api_key_file, layout) if wait else None
     with service_lock(layout, profile.service.name):
+        if not allow_parser_removal:
+            gates.refuse_parser_removal(previous_profile(layout, profile.service.name), profile,
+                                        what=f"restart {profile.service.name}", override="--allow-parser-removal")
         if drain is None:
             return _restart(profile, layout, api_key=api_key, wait=wait, timeout=timeout,
                             rollback_on_failure=rollback_on_failure, poll_interval=poll_interval, on_poll=on_poll,
-                            on_event=on_event, clock=clock, sleep=sleep)
+                            on_event=on_event, clock=clock, sleep=sleep, gate=gate)
         return _restart_drained(profile, layout, drain, api_key=api_key, timeout=timeout,
                                 rollback_on_failure=rollback_on_failure, poll_interval=poll_interval,
-                                on_poll=on_poll, on_event=on_event, clock=clock, sleep=sleep)
+                                on_poll=on_poll, on_event=on_event, clock=clock, sleep=sleep, gate=gate)
+
+
+def previous_profile(layout: HostLayout, service: str) -> Profile | None:
+    """The profile copy the newest install backup saved (the version before the installed one), or None when
+    there is none or it does not load (an older kit's format: nothing to compare with)."""
+    from kimi_deploy.profile import load_profile
+
+    backup: BackupSet | None = next((b for b in list_backups(layout, service) if b.operation == "install"), None)
+    if backup is None:
+        return None
+    copy_hp = layout.host_path(layout.profile_copy(service))
+    if backup.entries.get(copy_hp) != "replaced":
+        return None
+    try:
+        return load_profile(backup.saved(copy_hp))
+    except KimiDeployError:
+        return None
 
 
 def _restart_drained(profile: Profile, layout: HostLayout, drain: Drain, *, on_event, **kw: Any) -> RestartResult:
@@ -356,13 +418,15 @@ def _annotated(exc: KimiDeployError, state: str, hint: str | None) -> KimiDeploy
 def _restart(profile: Profile, layout: HostLayout, *, api_key: str | None, wait: bool, timeout: float | None,
              rollback_on_failure: bool, poll_interval: float, on_poll: Callable[[str, WaitState], None] | None,
              on_event: Callable[[str], None] | None, clock: Callable[[], float],
-             sleep: Callable[[float], None], base_url: str | None = None) -> RestartResult:
+             sleep: Callable[[float], None], base_url: str | None = None,
+             gate: str = gates.DEFAULT_GATE) -> RestartResult:
     timeout = float(timeout if timeout is not None else profile.service.timeout_start_sec)
     say = on_event or (lambda _m: None)
     svc = profile.service.name
     say(f"restarting {svc}.service")
     first = _attempt("new", profile, layout, api_key=api_key, wait=wait, timeout=timeout,
-                     poll_interval=poll_interval, on_poll=on_poll, clock=clock, sleep=sleep, base_url=base_url)
+                     poll_interval=poll_interval, on_poll=on_poll, clock=clock, sleep=sleep, base_url=base_url,
+                     gate=gate)
     attempts, notes = [first], []
     restored = None
     if first.ok or not rollback_on_failure:
@@ -393,7 +457,10 @@ def _restart(profile: Profile, layout: HostLayout, *, api_key: str | None, wait:
         previous_key = None
     attempts.append(_attempt("rollback", previous, layout, api_key=previous_key, wait=True,
                              timeout=timeout, poll_interval=poll_interval, on_poll=on_poll, clock=clock,
-                             sleep=sleep, base_url=base_url))
+                             sleep=sleep, base_url=base_url, gate=gate))
+    if not attempts[-1].ok:
+        notes.append(f"the restored version failed the {gate} gate too ({attempts[-1].summary}): neither version "
+                     "is verified; see `journalctl -u " + f"{svc}.service` and run `kimi-deploy check`")
     return RestartResult(svc, attempts, restored, notes)
 
 

@@ -149,6 +149,15 @@ def patched_sglang(sglang_python, tmp_path_factory) -> tuple[str, Path]:
     return patched_target(sglang_python, tmp_path_factory.mktemp("patched"), with_=PATCHED_WITH, bytecode=True)
 
 
+@pytest.fixture(scope="session")
+def sglang_0522(sglang_python, tmp_path_factory) -> str:
+    """The python of a throwaway SGLang 0.5.22 environment (the sglang package only, its dependencies from the
+    0.5.23 test environment: tests/patch_helpers.py ``release_target``), built once per session; only read it."""
+    from patch_helpers import release_target
+
+    return release_target(sglang_python, tmp_path_factory.mktemp("sglang-0.5.22") / "venv", "0.5.22")
+
+
 @pytest.fixture
 def cli_runner() -> CliRunner:
     """Click's CliRunner with stderr kept apart from stdout."""

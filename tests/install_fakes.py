@@ -97,6 +97,11 @@ ActiveState=failed
 SubState=failed
 """
 
+#: A start that failed under ``Restart=on-failure``, during ``RestartSec=`` (systemd 252: the unit is never
+#: ``failed`` then; seen in the container tier as "Failed with result 'exit-code'" then "Scheduled restart job").
+SHOW_AUTO_RESTART = SHOW_FAILED.replace("ActiveState=failed", "ActiveState=activating").replace(
+    "SubState=failed", "SubState=auto-restart")
+
 #: What systemd 252's ``systemctl show`` prints (stderr, exit 1) in a container without systemd as PID 1.
 NO_SYSTEMD_STDERR = ("System has not been booted with systemd as init system (PID 1). Can't operate.\n"
                      "Failed to connect to bus: Host is down\n")

@@ -67,3 +67,22 @@ def run_json(python: str, script: str, *args: str, timeout: float = 180) -> dict
                                                 "PATH": "/usr/bin:/bin"})
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def release_target(sglang_python: str, directory: Path, version: str) -> str:
+    """A throwaway environment of another SGLang release in ``directory``; returns its python.
+
+    A venv of the test environment's interpreter whose own site-packages gets ``sglang==version`` alone
+    (``pip install --no-deps --target``: the sglang package only, from the configured index) and a ``.pth``
+    listing the test environment's site-packages for the dependencies, as :func:`make_target` does.
+    """
+    shared = site_packages_of(sglang_python)
+    subprocess.run([sglang_python, "-m", "venv", "--without-pip", str(directory)], check=True)
+    python = str(directory / "bin" / "python")
+    code = "import sysconfig; print(sysconfig.get_paths()['purelib'])"
+    site = Path(subprocess.run([python, "-c", code], capture_output=True, text=True, check=True).stdout.strip())
+    subprocess.run([sglang_python, "-m", "pip", "install", "--quiet", "--no-deps", "--no-compile",
+                    "--disable-pip-version-check", "--target", str(site), f"sglang=={version}"], check=True,
+                   timeout=600)
+    (site / "zz-kimi-deploy-shared-env.pth").write_text(f"{shared}\n")
+    return python

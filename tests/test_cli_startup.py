@@ -78,6 +78,7 @@ NOT_FOR = {
     # the verbs that talk to a server load their client libraries when they run, not for --help
     "status": HEAVY,
     "restart": HEAVY,
+    "upgrade": HEAVY,
     "check": HEAVY,
     "bench": HEAVY,
 }

@@ -8,7 +8,10 @@ One boot laid out as a GPU host (tests/container_host.py); the tests run in file
    message in the journal; ``kimi-deploy patch apply`` and a restart bring it up;
 4. ``kimi-deploy restart --wait`` with a new profile (strict hardening) that serves, then
    ``--rollback-on-failure`` with one that does not (a model path that does not exist): the previous
-   files come back byte for byte and the previous server answers again.
+   files come back byte for byte and the previous server answers again;
+5. (issue 25) ``--rollback-on-failure`` with a version that serves, healthy, with both parsers, behind a proxy
+   that sanitises every returned tool-call id: the default contract gate fails it at the contract tier, names
+   the checks, and the restored version passes the same gate, with no operator action.
 """
 
 from __future__ import annotations
@@ -133,3 +136,24 @@ def test_rollback_on_failure_restores_the_files_byte_for_byte_and_the_old_server
     assert "OSError: Repo id must be in the form 'repo_name' or 'namespace/repo_name': '/models/not-there'" in journal
     status = host.sh("kimi-deploy status", check=False)
     assert status.returncode == 0, status.stdout
+
+
+def test_broken_tool_calls_are_rolled_back_by_the_contract_gate(host):
+    before = _installed(host, _manifest_files(host))
+    text = profile(name=NAME, hardening="strict").replace("restart_sec = 5", SERVING)
+    text = text.replace("[environment]\n", '[environment]\nKIMI_REPLAY_SANITISE_IDS = "1"\n')
+    host.write("/root/sanitising.toml", text)
+    host.sh("kimi-deploy install --profile /root/sanitising.toml")
+    r = host.sh("kimi-deploy restart --wait --rollback-on-failure --timeout 240 --json", check=False, timeout=600)
+    assert r.returncode == 1, r.stdout + r.stderr
+    data = json.loads(r.stdout)
+    assert data["failed_tier"] == "contract" and data["rolled_back"], data["attempts"][0]["summary"]
+    assert {"contract.tool_auto.nonstream", "contract.tool_auto.stream"} <= set(data["failed_checks"])
+    new, back = data["attempts"]
+    assert [t["ok"] for t in new["gate"]["tiers"]] == [True, True, True, False]
+    assert back["ok"] and back["gate"]["gate"] == "contract" and back["gate"]["ok"]
+    assert _installed(host, _manifest_files(host)) == before
+    pid = host.unit(f"{NAME}.service", "MainPID")["MainPID"]
+    environ = host.sh(f"tr '\\0' '\\n' < /proc/{pid}/environ").stdout
+    assert "KIMI_REPLAY_SANITISE_IDS" not in environ  # the restored server, without the proxy
+    assert _answers(host)

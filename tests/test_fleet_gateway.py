@@ -275,9 +275,8 @@ def _restart(fleet, tmp_path, drain_client=None, also=None, **kw):
 
 def test_restart_takes_the_replica_out_of_the_gateway_and_back(fleet, fake_systemd, tmp_path, monkeypatch):
     # The replay server runs SGLang 0.5.23 unpatched, whose parser tier fails by design (test_check_replay);
-    # here the fast tier is health and config, to follow the passing path.
-    monkeypatch.setattr(restart_lib, "FAST_TIER", ("health.*", "config.*"))
-    result, url, events = _restart(fleet, tmp_path)
+    # here the gate stops after the fast tier (health and config), to follow the passing path.
+    result, url, events = _restart(fleet, tmp_path, gate="fast")
     assert result.exit_code == ExitCode.OK, result.to_dict()
     assert ("restarting kimi-k25.service", True) in events  # out of the gateway while it restarts
     assert fake_systemd.verbs() == ["restart kimi-k25.service"]
@@ -287,7 +286,7 @@ def test_restart_takes_the_replica_out_of_the_gateway_and_back(fleet, fake_syste
 
 
 def test_a_replica_that_fails_its_checks_stays_out_of_the_gateway(fleet, fake_systemd, tmp_path):
-    result, url, _ = _restart(fleet, tmp_path)  # the real fast tier: the unpatched parser tier fails
+    result, url, _ = _restart(fleet, tmp_path)  # the default contract gate: the unpatched parser tier fails
     assert result.exit_code == ExitCode.FAILED and result.gateway["readded"] is False
     assert fleet.client.find(url) is None
     assert any("stays out of the gateway's rotation" in note for note in result.notes)
@@ -303,7 +302,7 @@ def test_a_replica_the_gateway_does_not_take_back_is_exit_9(fleet, fake_systemd,
         def add(self, url):
             raise gateway.GatewayError("the gateway refused to add it: 503")
 
-    result, url, _ = _restart(fleet, tmp_path, Refusing())
+    result, url, _ = _restart(fleet, tmp_path, Refusing(), gate="fast")
     assert result.exit_code == ExitCode.OUT_OF_ROTATION == 9 and result.attempts[0].ok
     assert result.gateway["error"] == "the gateway refused to add it: 503" and fleet.client.find(url) is None
     fleet.client.add(url)
@@ -343,7 +342,6 @@ def test_bench_through_the_gateway_while_a_worker_is_killed_and_another_restarte
     retries what it sends there. Every request of both benches completes. (Killed while it streams, a worker
     loses the streams it was serving: smg cannot retry once bytes were relayed, "Stream ended by the worker
     before completion"; measured 1 of 120 failed that way.)"""
-    monkeypatch.setattr(restart_lib, "FAST_TIER", ("health.*", "config.*"))  # as the restart tests above
     restarted, dead = NODES[0], NODES[2]
     old = fleet.servers[restarted]
     pidfile = tmp_path / "replica.pid"
@@ -359,7 +357,7 @@ def test_bench_through_the_gateway_while_a_worker_is_killed_and_another_restarte
             benches.append((_bench(fleet, out), out))
 
     try:
-        result, url, events = _restart(fleet, tmp_path, also=load)
+        result, url, events = _restart(fleet, tmp_path, also=load, gate="fast")  # as the restart tests above
         assert old.wait(timeout=60) is not None  # the unit's restart really stopped the old server
         new_pid = int(pidfile.read_text())
         fleet.respawned.append(new_pid)

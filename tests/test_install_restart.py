@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from helpers import FakeTime
-from install_fakes import STARTUP_JOURNAL, SHOW_FAILED, FakeServer, sglang_server_args, write_profile
+from install_fakes import STARTUP_JOURNAL, SHOW_AUTO_RESTART, SHOW_FAILED, FakeServer, sglang_server_args, write_profile
 from kimi_deploy.check import registry
 from kimi_deploy.cli import cli
 from kimi_deploy.errors import ExitCode
@@ -43,7 +43,7 @@ def _setup(tmp_path, port: int) -> tuple[Path, Path, Path]:
     return root, v1, v2
 
 
-#: What restart runs once the server is ready.
+#: What restart --gate parser runs once the server is ready (the fast tier, then the parser tier).
 FAST_TIER = registry.select(["health.*", "config.*"], []) + registry.select(["parser.*"], [])[:1]
 assert "health.ready" in FAST_TIER and "config.tool_call_parser" in FAST_TIER
 #: The fake answers no POST, so the parser.* tier is its one skip row ("no parser endpoints").
@@ -109,8 +109,9 @@ def test_wait_ready_needs_model_info_too(fake_systemd):
     assert with_key.ready
 
 
-def test_wait_stops_early_when_the_unit_failed(fake_systemd):
-    fake_systemd.set_show(SHOW_FAILED)
+@pytest.mark.parametrize("show", [SHOW_FAILED, SHOW_AUTO_RESTART], ids=["failed", "auto-restart"])
+def test_wait_stops_early_when_the_unit_failed(fake_systemd, show):
+    fake_systemd.set_show(show)
     fake = FakeTime()
     with FakeServer(ready=lambda n: False) as server:
         result = wait_ready(f"http://127.0.0.1:{server.port}", "kimi-test.service", timeout=30, poll_interval=0.01,
@@ -126,7 +127,7 @@ def test_restart_wait_ready_after_n_polls_runs_the_fast_tier(cli_runner, tmp_pat
         _install(root, v1)
         key = (root / "etc/kimi-deploy/kimi-test.api-key").read_text().strip()
         server.api_key = key
-        result = cli_runner.invoke(cli, ["restart", "--root", str(root), "--wait", "--poll-interval", "0.01",
+        result = cli_runner.invoke(cli, ["restart", "--root", str(root), "--wait", "--gate", "parser", "--poll-interval", "0.01",
                                          "--json"], catch_exceptions=False)
     assert result.exit_code == 0, result.output + result.stderr
     data = json.loads(result.output)
@@ -139,7 +140,10 @@ def test_restart_wait_ready_after_n_polls_runs_the_fast_tier(cli_runner, tmp_pat
     # the checks reached this server, with the installed key (no 401), and read its facts
     assert server.unauthorized == []
     assert {"/health", "/v1/models", "/model_info", "/server_info"} <= set(server.paths)
-    assert "fast checks passed (%d)" % len(FAST_TIER) in data["attempts"][0]["summary"]
+    assert "gate parser passed (fast %d, parser 1 checks)" % (len(FAST_TIER) - 1) in data["attempts"][0]["summary"]
+    gate = data["attempts"][0]["gate"]
+    assert [t["tier"] for t in gate["tiers"]] == ["ready", "fast", "parser"] and gate["ok"]
+    assert data["failed_tier"] is None and data["failed_checks"] == [] and not data["rolled_back"]
     assert key not in result.output
 
 
@@ -166,7 +170,7 @@ def test_never_ready_without_rollback_times_out_and_keeps_the_new_files(cli_runn
         _install(root, v1)
         _install(root, v2)
         new_bytes = (root / UNIT).read_bytes()
-        result = cli_runner.invoke(cli, ["restart", "--root", str(root), "--wait", "--timeout", "1.5",
+        result = cli_runner.invoke(cli, ["restart", "--root", str(root), "--wait", "--gate", "parser", "--timeout", "1.5",
                                          "--poll-interval", "0.25"], catch_exceptions=False)
     assert result.exit_code == ExitCode.TIMEOUT
     assert server.health_calls >= 5  # more polls than journal lines: the last phase is the last line's
@@ -193,7 +197,7 @@ def test_never_ready_rolls_back_to_the_previous_bytes(cli_runner, tmp_path, fake
         _install(root, v2)
         assert (root / UNIT).read_bytes() != v1_files[UNIT]
         server.api_key = (root / "etc/kimi-deploy/kimi-test.api-key").read_text().strip()
-        result = cli_runner.invoke(cli, ["restart", "--root", str(root), "--wait", "--rollback-on-failure",
+        result = cli_runner.invoke(cli, ["restart", "--root", str(root), "--wait", "--gate", "parser", "--rollback-on-failure",
                                          "--timeout", "0.5", "--poll-interval", "0.05", "--json"],
                                    catch_exceptions=False)
     assert result.exit_code == ExitCode.TIMEOUT  # the new version failed, even though the rollback worked
@@ -222,17 +226,20 @@ def test_failing_config_tier_rolls_back(cli_runner, tmp_path, fake_systemd):
         v1_unit = (root / UNIT).read_bytes()
         _install(root, v2)
         server.api_key = (root / "etc/kimi-deploy/kimi-test.api-key").read_text().strip()
-        result = cli_runner.invoke(cli, ["restart", "--root", str(root), "--wait", "--rollback-on-failure",
+        result = cli_runner.invoke(cli, ["restart", "--root", str(root), "--wait", "--gate", "parser", "--rollback-on-failure",
                                          "--timeout", "5", "--poll-interval", "0.05"], catch_exceptions=False)
     assert result.exit_code == ExitCode.FAILED, result.output
-    assert re.search(r"new: FAILED: ready after \d+ s, but the fast checks failed: config.tool_call_parser, "
+    assert re.search(r"new: FAILED: ready after \d+ s, but the fast tier failed: config.tool_call_parser, "
                      r"config.reasoning_parser\n", result.output)
+    assert "failed tier: fast: config.tool_call_parser, config.reasoning_parser" in result.output
     assert ("  fail   config.tool_call_parser [config_mismatch]: tool-call parser differs from the profile: "
             "tool_call_parser: running None, profile 'kimi_k2'") in result.output
     assert "  fail   config.reasoning_parser [config_mismatch]: " in result.output
-    assert re.search(r"rollback: ok: ready after \d+ s; fast checks passed \(%d\)" % len(FAST_TIER), result.output)
+    assert re.search(r"rollback: ok: ready after \d+ s; gate parser passed \(fast %d, parser 1 checks\)"
+                     % (len(FAST_TIER) - 1), result.output)
     assert (root / UNIT).read_bytes() == v1_unit
-    assert server.paths.count("/server_info") == 2  # the fast tier ran once per attempt
+    # one check run per tier: the new version stopped at its failed fast tier, the rollback ran fast and parser
+    assert server.paths.count("/server_info") == 3
     assert server.unauthorized == []
 
 
@@ -244,7 +251,7 @@ def test_config_mismatch_in_the_json_result(cli_runner, tmp_path, fake_systemd):
         holder["root"] = root
         _install(root, v2)
         server.api_key = (root / "etc/kimi-deploy/kimi-test.api-key").read_text().strip()
-        result = cli_runner.invoke(cli, ["restart", "--root", str(root), "--wait", "--timeout", "5",
+        result = cli_runner.invoke(cli, ["restart", "--root", str(root), "--wait", "--gate", "parser", "--timeout", "5",
                                          "--poll-interval", "0.05", "--json"], catch_exceptions=False)
     assert result.exit_code == ExitCode.FAILED, result.output
     data = json.loads(result.output)
@@ -254,7 +261,8 @@ def test_config_mismatch_in_the_json_result(cli_runner, tmp_path, fake_systemd):
     assert [(r["id"], r["status"], r["kind"]) for r in failed] == [("config.reasoning_parser", "fail",
                                                                    "config_mismatch")]
     assert "running None, profile 'kimi_k2'" in failed[0]["detail"]
-    assert new["summary"].endswith("but the fast checks failed: config.reasoning_parser")
+    assert new["summary"].endswith("but the fast tier failed: config.reasoning_parser")
+    assert data["failed_tier"] == "fast" and data["failed_checks"] == ["config.reasoning_parser"]
     assert fake_systemd.verbs() == ["restart kimi-test.service"]
 
 
@@ -262,7 +270,7 @@ def test_rollback_of_a_first_install_stops_and_disables(cli_runner, tmp_path, fa
     with FakeServer(ready=lambda n: False) as server:
         root, v1, _ = _setup(tmp_path, server.port)
         _install(root, v1)
-        result = cli_runner.invoke(cli, ["restart", "--root", str(root), "--rollback-on-failure",
+        result = cli_runner.invoke(cli, ["restart", "--root", str(root), "--gate", "parser", "--rollback-on-failure",
                                          "--timeout", "0.3", "--poll-interval", "0.05", "--json"],
                                    catch_exceptions=False)
     assert result.exit_code == ExitCode.TIMEOUT
@@ -290,7 +298,7 @@ def test_unreadable_api_key_is_refused_before_anything_restarts(cli_runner, tmp_
         _install(root, v1)
         key_file = root / "etc/kimi-deploy/kimi-test.api-key"
         key_file.unlink()
-        result = cli_runner.invoke(cli, ["restart", "--root", str(root), "--wait", "--rollback-on-failure",
+        result = cli_runner.invoke(cli, ["restart", "--root", str(root), "--wait", "--gate", "parser", "--rollback-on-failure",
                                          "--poll-interval", "0.01"], catch_exceptions=False)
     assert result.exit_code == 2, result.output + result.stderr
     assert "cannot read the API key file" in result.stderr

@@ -60,8 +60,10 @@ VERBS: dict[str, tuple[str, str]] = {
     "install": ("install", "Install the rendered units, env file and profile on the host (plan, diff, apply)."),
     "uninstall": ("install", "Stop, disable and remove what kimi-deploy installed (only unmodified files; never "
                              "foreign ones)."),
-    "restart": ("restart", "Restart the server; with --wait, show its progress and verify it (exit 6: not ready "
+    "restart": ("restart", "Restart the server; with --wait, show its progress and gate it (exit 6: not ready "
                            "in time)."),
+    "upgrade": ("upgrade", "Move the installed service to a new SGLang environment or model revision, gated; "
+                           "roll back on failure."),
     "status": ("status", "Show the installed service's state; exit 1 when something is wrong (the problems are "
                          "listed)."),
     "check": ("check", "Check a running OpenAI-compatible server: health, configuration, API contract."),

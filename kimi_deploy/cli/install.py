@@ -42,9 +42,12 @@ def _show(plan: install_lib.Plan, result: install_lib.ApplyResult | None, as_jso
 @click.option("--host", "host", default=None, metavar="NAME",
               help="With [fleet]/[gateway]: which host of the profile this is (default: the one whose name or "
                    "address this machine has).")
+@click.option("--allow-parser-removal", is_flag=True, help="Install a profile that drops --tool-call-parser or "
+              "--reasoning-parser the installed one has (refused otherwise, exit 4: the server would serve tool calls "
+              "as plain text).")
 @json_flag("Print the plan and what was done as JSON.")
 def install_cmd(profile_path, preset, root, sglang_version, dry_run, force, no_enable, no_create_user, restart,
-                host, as_json):
+                host, allow_parser_removal, as_json):
     """Install the rendered units, env file and profile on the host (plan, diff, apply)."""
     profile = resolve_profile(profile_path, preset)
     if not root.is_dir():  # a typo'd --root would otherwise become a fresh tree of units, env file and key
@@ -62,7 +65,7 @@ def install_cmd(profile_path, preset, root, sglang_version, dry_run, force, no_e
     def make_plan():
         return install_lib.plan_install(profile, layout, sglang_version=sglang_version, force=force,
                                         enable=not no_enable, create_user=not no_create_user, restart=restart,
-                                        host=host)
+                                        host=host, allow_parser_removal=allow_parser_removal)
 
     _carry_out(make_plan, dry_run=dry_run, force=force, as_json=as_json, diffs=True)
 

@@ -180,6 +180,42 @@ def revert_cmd(python, state_dir, force, dry_run, as_json):
     _print_change(result, as_json)
 
 
+@patch_group.command("port")
+@click.option("--python", "python", default=None, metavar="P",
+              help="Interpreter of the environment holding the OTHER SGLang release (only read).")
+@click.option("--source", "source", type=click.Path(file_okay=False, exists=True), default=None, metavar="DIR",
+              help="Instead of --python: a folder holding that release's sglang/ (an unpacked wheel).")
+@click.option("--series", "series_version", default=None, metavar="V",
+              help="The series to try (default: the newest the kit ships).")
+@json_flag("Print the report as JSON.")
+def port_cmd(python, source, series_version, as_json):
+    """Try every patch of the newest series on another SGLang release; report per patch and hunk.
+
+    For the kit's maintainers porting patches/<version>/: applies, applies at an offset or with fuzz, fails
+    (with the upstream code now at that place), and when a patch's purpose looks already met upstream. Reads
+    the target only."""
+    from pathlib import Path
+
+    from kimi_deploy import target
+    from kimi_deploy.errors import UsageError
+    from kimi_deploy.patching import port
+
+    if (python is None) == (source is None):
+        raise UsageError("give exactly one of --python and --source", hint="--python /opt/sglang-new/bin/python")
+    if python is not None:
+        version, location = target.require_sglang(target.probe(python))
+        site = Path(location).parent
+    else:
+        site = Path(source)
+        version = port.source_version(site)
+    report = port.port_report(site, version, series_version)
+    if as_json:
+        echo_json(report.to_dict())
+    else:
+        click.echo(port.format_report(report), nl=False)
+
+
 COMMANDS = [patch_group]
 
 __all__ = ["COMMANDS", "ExitCode"]
+

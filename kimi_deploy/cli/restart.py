@@ -27,12 +27,18 @@ def _line(label: str, state: WaitState) -> str:
 @root_option
 @click.option("--name", default=None, metavar="NAME", help="Installed service (default: the only one).")
 @click.option("--wait", is_flag=True, help="Wait until /health_generate and /model_info answer, then run the "
-              "fast checks (health, config).")
+              "gate's tiers (see --gate).")
+@click.option("--gate", type=click.Choice(["ready", "fast", "parser", "contract"]), default="contract",
+              show_default=True, help="How far --wait verifies, each tier after the one before: ready; fast "
+              "(health, config checks); parser (the parser.* corpus through the server's own parsers); contract "
+              "(tool calls streamed and not, the id round trip, reasoning separation).")
+@click.option("--allow-parser-removal", is_flag=True, help="Restart even though the installed profile drops "
+              "--tool-call-parser or --reasoning-parser that the previous install had (refused otherwise, exit 4).")
 @click.option("--timeout", type=Seconds(min=0, min_open=True), default=None, metavar="S",
               help="Seconds to wait for readiness (default: the unit's TimeoutStartSec=).")
 @click.option("--rollback-on-failure", is_flag=True,
-              help="If the new version is not ready in time or fails the checks, restore the previous installed "
-                   "files, reload, restart and verify them.")
+              help="If the new version fails any tier of the gate, restore the previous installed files, reload, "
+                   "restart and verify them with the same gate (exit 10 when they fail it too).")
 @click.option("--poll-interval", type=Seconds(min=0, min_open=True, max=3600), default=5.0, show_default=True,
               metavar="S", help="Seconds between readiness probes.")
 @click.option("--host", "host", default=None, metavar="NAME",
@@ -45,9 +51,13 @@ def _line(label: str, state: WaitState) -> str:
                                 "is restarted (exit 9).")
 @json_flag("Print the result as JSON.")
 @click.pass_context
-def restart_cmd(ctx, profile_path, preset, root, name, wait, timeout, rollback_on_failure, poll_interval, host,
-                drain_timeout, as_json):
-    """Restart the server; with --wait, show its progress and verify it (exit 6: not ready in time).
+def restart_cmd(ctx, profile_path, preset, root, name, wait, gate, allow_parser_removal, timeout, rollback_on_failure,
+                poll_interval, host, drain_timeout, as_json):
+    """Restart the server; with --wait, show its progress and gate it (exit 6: not ready in time).
+
+    The gate (--gate, default contract) runs ready, fast, parser and contract tiers in turn and stops at the
+    first that fails; the result names that tier and its failed checks (exit 1). With --rollback-on-failure
+    the previous files come back and pass the same gate, or it is exit 10.
 
     Behind a gateway ([gateway] in the profile): the replica leaves the gateway first and comes back only
     after it is ready and the fast checks passed; on failure it stays out (exit 1 or 6; exit 9 when it
@@ -86,28 +96,40 @@ def restart_cmd(ctx, profile_path, preset, root, name, wait, timeout, rollback_o
     try:
         result = restart_lib.restart(profile, layout, wait=wait, timeout=timeout,
                                      rollback_on_failure=rollback_on_failure, poll_interval=poll_interval,
-                                     on_poll=on_poll, on_event=on_event, drain=drain, node=host)
+                                     on_poll=on_poll, on_event=on_event, drain=drain, node=host, gate=gate,
+                                     allow_parser_removal=allow_parser_removal)
     finally:
         if status:
             status.stop()
     if as_json:
         echo_json(result.to_dict())
     else:
-        for attempt in result.attempts:
-            mark = "ok" if attempt.ok else "FAILED"
-            click.echo(f"{attempt.label}: {mark}: {attempt.summary}")
-            if attempt.checks:
-                for r in attempt.checks.results:
-                    kind = f" [{r['kind']}]" if r.get("kind") else ""
-                    click.echo(f"  {r['status']:<6} {r['id']}{kind}" + (f": {r['detail']}" if r.get("detail") else ""))
-            for p in (attempt.allreduce or {}).get("paths", []):
-                if p["asked"] or p["state"] == "engaged":
-                    click.echo(f"  {'fail' if p['failed'] else p['state']:<6} allreduce.{p['path']}: {p['evidence']}")
-            if attempt.allreduce and attempt.allreduce.get("error"):
-                click.echo(f"  note   allreduce: server log unreadable ({attempt.allreduce['error']})")
-        for note in result.notes:
-            click.echo(f"note: {note}")
+        show_result(result)
     ctx.exit(result.exit_code)
+
+
+def show_result(result) -> None:
+    """The human form of a :class:`kimi_deploy.restart.RestartResult` (upgrade prints it too)."""
+    for attempt in result.attempts:
+        mark = "ok" if attempt.ok else "FAILED"
+        click.echo(f"{attempt.label}: {mark}: {attempt.summary}")
+        if attempt.gate and len(attempt.gate.tiers) > 0:
+            click.echo("  gate " + attempt.gate.gate + ": " + ", ".join(
+                f"{t.tier} {'ok' if t.ok else 'FAILED'} {t.seconds:.1f} s" for t in attempt.gate.tiers))
+        if attempt.checks:
+            for r in attempt.checks.results:
+                kind = f" [{r['kind']}]" if r.get("kind") else ""
+                click.echo(f"  {r['status']:<6} {r['id']}{kind}" + (f": {r['detail']}" if r.get("detail") else ""))
+        for p in (attempt.allreduce or {}).get("paths", []):
+            if p["asked"] or p["state"] == "engaged":
+                click.echo(f"  {'fail' if p['failed'] else p['state']:<6} allreduce.{p['path']}: {p['evidence']}")
+        if attempt.allreduce and attempt.allreduce.get("error"):
+            click.echo(f"  note   allreduce: server log unreadable ({attempt.allreduce['error']})")
+    for note in result.notes:
+        click.echo(f"note: {note}")
+    if result.failed_tier:
+        failed = f": {', '.join(result.failed_checks)}" if result.failed_checks else ""
+        click.echo(f"failed tier: {result.failed_tier}{failed}")
 
 
 def _drain(profile, layout, host, wait, idle_timeout: float = 600.0):

@@ -3,6 +3,7 @@
 Run with the SGLang test environment's interpreter (never the kit's)::
 
     HF_HUB_OFFLINE=1 <sglang-env>/bin/python tests/replay/server.py [--no-parsers] [--api-key K]
+        [--reasoning-parser NAME] [--sanitise-ids]
 
 It binds 127.0.0.1 on a free port and prints ``LISTENING <port>`` on stdout once it serves.
 
@@ -26,6 +27,7 @@ are re-declared here with the same response shapes (http_server.py of 0.5.23).
 import argparse
 import asyncio
 import os
+import re
 import socket
 import sys
 import tempfile
@@ -46,6 +48,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--no-parsers", action="store_true", help="launch without --tool-call-parser/--reasoning-parser")
     p.add_argument("--api-key", default=None, help="SGLang --api-key")
+    p.add_argument("--reasoning-parser", default="kimi_k2",
+                   help="SGLang --reasoning-parser (another one than kimi_k2 breaks reasoning separation)")
+    p.add_argument("--sanitise-ids", action="store_true",
+                   help="stand for a proxy in front of the server that rewrites every tool-call id it returns to "
+                        "[A-Za-z0-9_-] (functions.NAME:N -> functions_NAME_N): the incident that broke every "
+                        "second call")
     p.add_argument("--served-model-name", default=SERVED_MODEL_NAME)
     p.add_argument("--tp-size", default="8")
     p.add_argument("--no-speculative", action="store_true", help="launch without EAGLE-3 settings")
@@ -68,7 +76,7 @@ def build_server_args(opts: argparse.Namespace, model_dir: Path):
             "--served-model-name", opts.served_model_name, "--tp-size", opts.tp_size,
             "--host", opts.host, "--port", str(opts.port or 30000)]
     if not opts.no_parsers:
-        argv += ["--tool-call-parser", "kimi_k2", "--reasoning-parser", "kimi_k2"]
+        argv += ["--tool-call-parser", "kimi_k2", "--reasoning-parser", getattr(opts, "reasoning_parser", "kimi_k2")]
     if not opts.no_speculative:
         argv += ["--speculative-algorithm", "EAGLE3", "--speculative-draft-model-path", str(model_dir),
                  "--speculative-num-steps", "3", "--speculative-eagle-topk", "1",
@@ -194,6 +202,29 @@ class ScriptedTokenizerManager:
             await asyncio.sleep(0)
 
 
+class SanitisingProxy:
+    """ASGI middleware standing for a proxy that sanitises tool-call ids in what the server returns: every
+    ``functions.NAME:N`` in a response body (JSON or SSE event) becomes ``functions_NAME_N``, as a client or
+    gateway that allows only ``[A-Za-z0-9_-]`` in ids does. The rewrite keeps the length, so Content-Length
+    stays right; an SSE event carries an id whole, so a chunk never splits one."""
+
+    ID = re.compile(rb"functions\.([A-Za-z0-9_-]+):(\d+)")
+
+    def __init__(self, app):
+        self.app = app
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+
+        async def rewriting(message):
+            if message["type"] == "http.response.body" and message.get("body"):
+                message = {**message, "body": self.ID.sub(rb"functions_\1_\2", message["body"])}
+            await send(message)
+
+        await self.app(scope, receive, rewriting)
+
+
 def build_app(opts: argparse.Namespace, model_dir: Path, server_args=None):
     """The FastAPI app serving ``model_dir``'s scripted model.
 
@@ -227,6 +258,8 @@ def build_app(opts: argparse.Namespace, model_dir: Path, server_args=None):
     scheduler_info = {"max_total_num_tokens": 1048576, "max_req_input_len": CONTEXT_LEN - 1}
 
     app = FastAPI()
+    if getattr(opts, "sanitise_ids", False):
+        app.add_middleware(SanitisingProxy)
     if server_args.api_key:
         add_api_key_middleware(app, api_key=server_args.api_key, admin_api_key=None)
 
@@ -310,7 +343,12 @@ def build_app(opts: argparse.Namespace, model_dir: Path, server_args=None):
 
     from fastapi import Body, HTTPException
 
-    from sglang.srt.entrypoints.openai.chat_encoding_adapters import native_text_parser
+    try:
+        from sglang.srt.entrypoints.openai.chat_encoding_adapters import native_text_parser
+    except ImportError:  # SGLang 0.5.22 has no encoding adapters: its parsers are the only ones
+
+        def native_text_parser(name, **_kw):
+            return None
     from sglang.srt.function_call.function_call_parser import FunctionCallParser
     from sglang.srt.managers.io_struct import ParseFunctionCallReq, SeparateReasoningReqInput
     from sglang.srt.parser.reasoning_parser import ReasoningParser

@@ -51,7 +51,10 @@ def main(argv: list[str]) -> int:
 
     import server as replay
 
-    opts = Namespace(api_key=cfg.api_key, served_model_name=cfg.served_model_name)
+    # KIMI_REPLAY_SANITISE_IDS=1 (the profile's [environment]): a proxy in front of the server rewrites every
+    # returned tool-call id to [A-Za-z0-9_-] (tests/replay/server.py SanitisingProxy): tool calls break for clients
+    opts = Namespace(api_key=cfg.api_key, served_model_name=cfg.served_model_name,
+                     sanitise_ids=os.environ.get("KIMI_REPLAY_SANITISE_IDS") == "1")
     app = replay.build_app(opts, model, server_args=server_args)
     family = socket.AF_INET6 if ":" in cfg.host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)

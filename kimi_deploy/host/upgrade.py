@@ -1,0 +1,329 @@
+"""``kimi-deploy upgrade``: a new SGLang environment (or a new model revision) as one reviewed, gated change.
+
+The new SGLang lives in its own environment beside the installed one (``--python NEW``); the installed
+environment is only read (its version), never written: a rollback points the unit back at it as it was.
+
+Plan (:func:`plan_upgrade`, all of it before anything changes; ``--dry-run`` stops there):
+
+1. the version change (each interpreter probed: :func:`kimi_deploy.target.probe`) and the model change
+   (``--profile`` with another ``model_path``, e.g. K2.5 → K2.6);
+2. the flag spellings that differ between the two releases (:func:`spelling_changes`, from the option table's
+   per-release spellings, :data:`kimi_deploy.versions.RULES`), marked where the profile uses them;
+3. the patch series for the new version (:mod:`kimi_deploy.patching`: its defaults plus ``with_``), tried with
+   GNU patch's dry run against the new environment only;
+4. ``validate`` against the new interpreter (:func:`kimi_deploy.validate.validate_profile`: SGLang's own
+   argparse);
+5. the install plan for the profile pointing at the new interpreter (:func:`kimi_deploy.install.plan_install`):
+   the unit and env-file diff. It refuses a profile that drops a parser (:mod:`kimi_deploy.host.gate`).
+
+Apply (:func:`apply_upgrade`): the patches (all-or-nothing, into the new environment), the install (with its
+backup of the previous files), then ``restart --wait --gate GATE --rollback-on-failure``
+(:func:`kimi_deploy.restart.restart`): a failed tier restores the previous files — the unit's ``ExecStart=``
+names the old interpreter again — restarts, and gates the restored version the same way.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from kimi_deploy import install as install_lib
+from kimi_deploy import patching, target, versions
+from kimi_deploy.errors import ExitCode, KimiDeployError, RefusedError, UsageError
+from kimi_deploy.host import gate as gates
+from kimi_deploy.options import OPTIONS
+from kimi_deploy.paths import HostLayout
+from kimi_deploy.profile import Profile
+
+
+@dataclasses.dataclass(frozen=True)
+class Environment:
+    """One SGLang environment: its interpreter, SGLang version and package folder (``.../sglang``)."""
+
+    python: str
+    version: str
+    location: str
+
+    @classmethod
+    def probe(cls, python: str) -> Environment:
+        """Ask ``python`` (:func:`kimi_deploy.target.probe`).
+
+        Raises:
+            UsageError: the interpreter is missing or has no SGLang (with the command that checks it).
+        """
+        info = target.probe(python)
+        version, location = target.require_sglang(info)
+        return cls(str(python), version, location)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+@dataclasses.dataclass(frozen=True)
+class SpellingChange:
+    """How one feature's spelling differs between two releases (``None``: the release has no spelling of it).
+
+    ``old``/``new`` read ``--flag``, ``env VAR`` or ``implicit`` (always on, no switch); ``value``: the rows
+    are about that value only (``EAGLE3``); ``in_profile``: the profile sets the feature (not its default), so
+    the rendered command changes with it.
+    """
+
+    feature: str
+    old: str | None
+    new: str | None
+    in_profile: bool
+    value: str | None = None
+    source: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def _spelled(rule: versions.Rule | None) -> str | None:
+    if rule is None:
+        return None
+    return {"flag": rule.spelling, "env": f"env {rule.spelling}"}.get(rule.kind, "implicit")
+
+
+def spelling_changes(old: str, new: str, profile: Profile | None = None) -> list[SpellingChange]:
+    """Every feature of the option table whose spelling differs between SGLang ``old`` and ``new``, in table order.
+
+    Raises:
+        UsageError: a version outside the 0.5 series (:func:`kimi_deploy.versions.parse_version`).
+    """
+    v_old, v_new = versions.parse_version(old), versions.parse_version(new)
+    defaults = {o.key: o.default for o in OPTIONS}
+    out: list[SpellingChange] = []
+    seen: set[tuple[str, str | None]] = set()
+    for rule in versions.RULES:
+        key = (rule.feature, rule.value)
+        if key in seen:
+            continue
+        seen.add(key)
+        rows = [r for r in versions.RULES if (r.feature, r.value) == key]
+        before = next((r for r in rows if r.applies(v_old)), None)
+        after = next((r for r in rows if r.applies(v_new)), None)
+        if _spelled(before) == _spelled(after):
+            continue
+        value = getattr(profile.sglang, rule.feature, None) if profile is not None else None
+        used = value not in (None, False, [], ()) and value != defaults.get(rule.feature) and (
+            rule.value is None or str(value) == rule.value)
+        out.append(SpellingChange(rule.feature, _spelled(before), _spelled(after), bool(used), rule.value,
+                                  (after or before).source if (after or before) else ""))
+    return out
+
+
+@dataclasses.dataclass(frozen=True)
+class UpgradePlan:
+    """What :func:`apply_upgrade` would do; built by :func:`plan_upgrade`, changes nothing.
+
+    ``old``/``new``: the installed and the new environment (the same one for a model revision alone);
+    ``old_model``/``new_model``: ``[sglang] model_path`` before and after; ``patches``: the new series' ids
+    to apply (empty: no series, or a model revision alone); ``patch_check``: GNU patch's dry run of them in
+    the new environment (``ok``, ``message``); ``validation``: :class:`kimi_deploy.validate.ProfileValidation`
+    as a dict; ``install``: the install plan (its ``changes`` carry the unit diff); ``profile``: the profile
+    that is installed (``[service] python`` = ``new.python``).
+    """
+
+    service: str
+    old: Environment
+    new: Environment
+    old_model: str
+    new_model: str
+    spelling: list[SpellingChange]
+    series: str | None
+    patches: list[str]
+    patch_check: dict[str, Any]
+    validation: dict[str, Any]
+    install: install_lib.Plan
+    profile: Profile
+    state_dir: str | None
+    notes: list[str]
+
+    @property
+    def problems(self) -> list[str]:
+        """Why this plan may not be applied (empty: it may)."""
+        out = []
+        if not self.validation.get("ok"):
+            out += [f"validate: {e}" for e in self.validation.get("errors", [])] or ["validate failed"]
+        if not self.patch_check.get("ok", True):
+            out.append(f"patches: {self.patch_check.get('message')}")
+        return out
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"service": self.service, "old": self.old.to_dict(), "new": self.new.to_dict(),
+                "version_change": f"{self.old.version} -> {self.new.version}",
+                "model_change": None if self.old_model == self.new_model else f"{self.old_model} -> {self.new_model}",
+                "spelling_changes": [s.to_dict() for s in self.spelling], "series": self.series,
+                "patches": self.patches, "patch_check": self.patch_check, "validation": self.validation,
+                "install": self.install.to_dict(), "notes": self.notes, "problems": self.problems}
+
+
+def _with_python(profile: Profile, python: str) -> Profile:
+    return profile.model_copy(update={"service": profile.service.model_copy(update={"python": python})})
+
+
+def plan_upgrade(installed: Profile, layout: HostLayout, *, python: str | None = None,
+                 profile: Profile | None = None, with_: Sequence[str] = (), state_dir: str | None = None,
+                 allow_parser_removal: bool = False) -> UpgradePlan:
+    """Plan moving the installed service to the SGLang of ``python`` and/or to ``profile`` (a model revision).
+
+    Args:
+        installed: the installed profile copy (its ``[service] python`` is the old environment).
+        python: the new environment's interpreter (None: keep the installed one; then ``profile`` must change).
+        profile: the new profile (None: the installed one); its ``[service] python`` is replaced by ``python``.
+        with_: opt-in patches of the new series besides its defaults.
+        state_dir: kimi-deploy's state folder for the patch records (:func:`kimi_deploy.paths.state_dir`).
+
+    Raises:
+        UsageError: nothing to change, another service's profile, an interpreter without SGLang, an unknown
+            patch id.
+        RefusedError: ``python`` is the installed environment (an upgrade never changes it in place), or the
+            new profile drops a parser (exit 4).
+        UnsupportedVersionError: the new release lacks a feature the profile asks for.
+    """
+    new_profile = profile or installed
+    if new_profile.service.name != installed.service.name:
+        raise UsageError(f"--profile is for service {new_profile.service.name}, the installed one is "
+                         f"{installed.service.name}", value=new_profile.service.name,
+                         hint="upgrade the installed service's profile (same [service] name)")
+    old = Environment.probe(installed.service.python)
+    new = Environment.probe(python) if python else old
+    if python and _same_environment(old, new):
+        raise RefusedError("the new interpreter is the installed SGLang environment: an upgrade installs the new "
+                           "release into an environment of its own and never changes the running one in place",
+                           value=f"{python} ({new.location})",
+                           hint="create one beside it (python3 -m venv /opt/sglang-NEW && /opt/sglang-NEW/bin/pip "
+                                "install 'sglang==NEW'), then pass --python /opt/sglang-NEW/bin/python")
+    new_profile = _with_python(new_profile, new.python)
+    if new.location == old.location and new_profile.model_dump() == installed.model_dump():
+        raise UsageError("nothing to upgrade: the same environment and the same profile as installed",
+                         hint="pass --python NEW_INTERPRETER (a new SGLang) and/or --profile FILE (e.g. a new "
+                              "model_path)")
+    notes: list[str] = []
+    if versions.parse_version(new.version) < versions.parse_version(old.version):
+        notes.append(f"SGLang {new.version} is older than the installed {old.version}: a downgrade")
+    series = patching.find_series(new.version) if new.location != old.location else None
+    patches: list[str] = []
+    check: dict[str, Any] = {"ok": True, "message": "no patches to apply"}
+    if new.location != old.location:
+        if series is None:
+            notes.append(f"the kit has no patch series for SGLang {new.version} (patches/{new.version}/): the new "
+                         "environment runs as released; the gate's parser tier shows what that means "
+                         "(`kimi-deploy patch port` reports how the newest series fits)")
+        else:
+            patches = [p.id for p in series.select(with_=list(with_))]
+            try:
+                done = patching.apply(new.python, only=patches, state_dir=state_dir, dry_run=True)
+                check = {"ok": True, "message": done.message}
+            except KimiDeployError as exc:
+                check = {"ok": False, "message": exc.message, "hint": exc.hint}
+    from kimi_deploy.validate import validate_profile  # imports the launch builder: only when planning
+
+    try:
+        validation = validate_profile(new_profile, new.python).to_dict()
+    except KimiDeployError as exc:
+        validation = {"ok": False, "errors": [exc.message], "hint": exc.hint}
+    plan = install_lib.plan_install(new_profile, layout, sglang_version=new.version, enable=False,
+                                    create_user=False, allow_parser_removal=allow_parser_removal)
+    return UpgradePlan(installed.service.name, old, new, installed.sglang.model_path, new_profile.sglang.model_path,
+                       spelling_changes(old.version, new.version, new_profile), series.sglang_version if series
+                       else None, patches, check, validation, plan, new_profile, state_dir, notes)
+
+
+def _same_environment(a: Environment, b: Environment) -> bool:
+    try:
+        return os.path.samefile(a.location, b.location)
+    except OSError:
+        return Path(a.location).resolve() == Path(b.location).resolve()
+
+
+@dataclasses.dataclass(frozen=True)
+class UpgradeResult:
+    """What :func:`apply_upgrade` did: the plan, the patch change (None: none), the install, the gated restart."""
+
+    plan: UpgradePlan
+    patched: patching.ChangeResult | None
+    installed: install_lib.ApplyResult
+    restart: Any  # kimi_deploy.restart.RestartResult
+
+    @property
+    def exit_code(self) -> int:
+        return self.restart.exit_code
+
+    @property
+    def rolled_back(self) -> bool:
+        return self.restart.rollback is not None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"plan": self.plan.to_dict(), "exit_code": self.exit_code, "ok": self.exit_code == ExitCode.OK,
+                "rolled_back": self.rolled_back, "patched": self.patched.to_dict() if self.patched else None,
+                "backup": str(self.installed.backup) if self.installed.backup else None,
+                "restart": self.restart.to_dict()}
+
+
+def apply_upgrade(plan: UpgradePlan, layout: HostLayout, *, gate: str = gates.DEFAULT_GATE,
+                  timeout: float | None = None, poll_interval: float = 5.0,
+                  on_event: Callable[[str], None] | None = None, on_poll: Callable[..., None] | None = None,
+                  clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep,
+                  allow_parser_removal: bool = False) -> UpgradeResult:
+    """Patch the new environment, install, restart gated with rollback on failure.
+
+    Raises:
+        RefusedError: the plan has problems (validation errors, a patch that does not apply) or refused files
+            (exit 4); nothing changed.
+        KimiDeployError: from the patch engine (nothing changed there: all-or-nothing), the install, or the
+            restart (see :func:`kimi_deploy.restart.restart`).
+    """
+    from kimi_deploy import restart as restart_lib
+
+    if plan.problems:
+        raise RefusedError("refusing to upgrade: the plan has problems", value="; ".join(plan.problems),
+                           hint="fix them (`kimi-deploy upgrade --dry-run` shows the plan), then run it again")
+    install_lib.refuse(plan.install)
+    say = on_event or (lambda _m: None)
+    patched = None
+    if plan.patches:
+        say(f"applying {len(plan.patches)} patch(es) to the new environment ({plan.new.location})")
+        patched = patching.apply(plan.new.python, only=plan.patches, state_dir=plan.state_dir)
+    say("installing the new unit and profile (the previous files are kept in a backup)")
+    installed = install_lib.apply(plan.install)
+    result = restart_lib.restart(plan.profile, layout, wait=True, gate=gate, rollback_on_failure=True,
+                                 timeout=timeout, poll_interval=poll_interval, on_event=on_event, on_poll=on_poll,
+                                 clock=clock, sleep=sleep, allow_parser_removal=allow_parser_removal)
+    return UpgradeResult(plan, patched, installed, result)
+
+
+def format_plan(plan: UpgradePlan, *, diffs: bool = True) -> str:
+    """The plan as text: versions, spelling changes, patches, validation, the install plan with its diffs."""
+    lines = [f"upgrade {plan.service}:",
+             f"  SGLang: {plan.old.version} ({plan.old.python}) -> {plan.new.version} ({plan.new.python})"
+             + ("  [unchanged]" if plan.old.location == plan.new.location else ""),
+             f"  model:  {plan.old_model}" + (f" -> {plan.new_model}" if plan.new_model != plan.old_model
+                                             else "  [unchanged]")]
+    if plan.spelling:
+        lines.append(f"  flag spellings that differ between {plan.old.version} and {plan.new.version}:")
+        for s in plan.spelling:
+            what = s.feature + (f" = {s.value}" if s.value else "")
+            mark = "  (your profile sets it)" if s.in_profile else ""
+            lines.append(f"    {what}: {s.old or 'none'} -> {s.new or 'none'}{mark}")
+    else:
+        lines.append("  flag spellings: none differ between the two releases")
+    if plan.patches:
+        state = "applies" if plan.patch_check.get("ok") else "DOES NOT APPLY"
+        lines.append(f"  patches (series {plan.series}, into the new environment only): {', '.join(plan.patches)} "
+                     f"[{state}: {plan.patch_check.get('message')}]")
+    v = plan.validation
+    lines.append("  validate against the new interpreter: " + ("ok" if v.get("ok") else "FAILED"))
+    for e in v.get("errors", []):
+        lines.append(f"    error: {e}")
+    for w in v.get("warnings", [])[:5]:
+        lines.append(f"    warning: {w}")
+    for n in plan.notes:
+        lines.append(f"  note: {n}")
+    text = "\n".join(lines) + "\n"
+    return text + install_lib.format_plan(plan.install, diffs=diffs)
