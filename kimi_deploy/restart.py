@@ -30,6 +30,7 @@ from typing import Any
 
 from kimi_deploy import allreduce, apikey, systemd
 from kimi_deploy.errors import ExitCode, KimiDeployError
+from kimi_deploy.host import phases
 from kimi_deploy.hostfiles import Restored, list_backups, restore_backup, service_lock
 from kimi_deploy.paths import HostLayout
 from kimi_deploy.profile import Profile
@@ -159,6 +160,8 @@ class Attempt:
     exit_code: int
     summary: str
     allreduce: dict[str, Any] | None = None
+    #: the phases of this start from the server's log (:func:`start_phases`), or ``{"error": why}``
+    phases: dict[str, Any] | None = None
 
     @property
     def ok(self) -> bool:
@@ -167,7 +170,8 @@ class Attempt:
     def to_dict(self) -> dict[str, Any]:
         return {"label": self.label, "command": self.command, "ok": self.ok, "exit_code": self.exit_code,
                 "summary": self.summary, "wait": self.wait.to_dict() if self.wait else None,
-                "checks": self.checks.to_dict() if self.checks else None, "allreduce": self.allreduce}
+                "checks": self.checks.to_dict() if self.checks else None, "allreduce": self.allreduce,
+                "phases": self.phases}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -213,19 +217,47 @@ def _attempt(label: str, profile: Profile, layout: HostLayout, *, api_key: str |
                else f"not ready after {result.elapsed:.0f} s (timeout {timeout:g} s)")
         last = f"; last phase: {result.phase}" if result.phase else ""
         code = ExitCode.FAILED if result.unit_failed else ExitCode.TIMEOUT
-        return Attempt(label, done.command, result, None, int(code), why + last)
+        return Attempt(label, done.command, result, None, int(code), why + last,
+                       phases=start_phases(profile, layout))
+    started = start_phases(profile, layout)
     checks = run_fast_checks(profile, api_key, timeout=min(120.0, max(10.0, timeout)), base_url=base_url)
     paths = engaged_paths(profile)
     if not checks.ok:
         return Attempt(label, done.command, result, checks, checks.exit_code,
                        f"ready after {result.elapsed:.0f} s, but the fast checks failed: {', '.join(checks.failed)}",
-                       paths)
+                       paths, started)
     if paths and paths.get("problems"):
         return Attempt(label, done.command, result, checks, int(ExitCode.FAILED),
-                       f"ready after {result.elapsed:.0f} s, but {paths['problems'][0]}", paths)
+                       f"ready after {result.elapsed:.0f} s, but {paths['problems'][0]}", paths, started)
     in_use = f"; all-reduce: {paths['in_use']}" if paths and paths.get("in_use") else ""
     return Attempt(label, done.command, result, checks, int(ExitCode.OK),
-                   f"ready after {result.elapsed:.0f} s; fast checks passed ({len(checks.results)}){in_use}", paths)
+                   f"ready after {result.elapsed:.0f} s; fast checks passed ({len(checks.results)}){in_use}", paths,
+                   started)
+
+
+def start_phases(profile: Profile, layout: HostLayout) -> dict[str, Any]:
+    """The phases of the unit's current start from its journal (:func:`kimi_deploy.host.phases.parse_start`),
+    kept as the last measured start under ``layout``'s state directory for the service when it reached ready
+    (``render`` compares ``TimeoutStartSec=`` with it); ``{"error": why}`` when the journal cannot be read or the
+    record cannot be written. Never raises: the phases inform, they do not fail a restart."""
+    unit = f"{profile.service.name}.service"
+    try:
+        since = systemd.show(unit).properties.get("ExecMainStartTimestamp") or None
+    except KimiDeployError:
+        since = None
+    lines, source = allreduce.read_start_log(unit, since)
+    if lines is None:
+        return {"error": source}
+    start = phases.parse_start(lines, source=source)
+    data = start.to_dict()
+    try:
+        kept = phases.save_last(layout.state_dir(profile.service.name), start)
+    except KimiDeployError as exc:
+        data["kept"] = None
+        data["keep_error"] = exc.message
+    else:
+        data["kept"] = layout.host_path(kept) if kept else None
+    return data
 
 
 def engaged_paths(profile: Profile) -> dict[str, Any]:

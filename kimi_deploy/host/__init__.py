@@ -1,0 +1,1 @@
+"""Things done to and with a serving host: restart gate tiers, upgrade, cold-start phases."""
