@@ -168,3 +168,20 @@ def test_gpu_facts_take_the_smallest_card():
     assert gpus.count == 4 and gpus.memory_mib > 0
     with pytest.raises(UsageError):
         GpuFacts.from_query("not a csv", "x")
+
+
+def test_validate_with_an_unreadable_model_directory_still_reports_the_parser(tmp_path, monkeypatch):
+    """A partial download stops the sizing, not validate: the note says why (no SGLang needed to show it)."""
+    from kimi_deploy.sizing import report
+
+    (tmp_path / "config.json").write_text((MODELS / "kimi-k2.5-int4/config.json").read_text())
+    (tmp_path / "model.safetensors").write_bytes(struct.pack("<Q", 500) + b"{")
+    gpus = GpuFacts.from_query((DATA / "nvidia-smi/query-8x-server-580.csv").read_text(), "recorded")
+    with pytest.raises(UsageError, match="header is unreadable"):
+        report.size_profile(variant(), "/nonexistent/python", [], gpus=gpus, model_facts=tmp_path,
+                            draft_facts=MODELS / "kimi-k2.5-eagle3-mla")
+    skipped = report.size_profile(variant(), "/nonexistent/python", [], gpus=None)
+    assert skipped.plan is None and skipped.effective is None
+    assert skipped.skipped[0].startswith("no GPU facts")
+    assert "/models/moonshotai/Kimi-K2.5 is not on this machine" in skipped.skipped[1]
+    assert skipped.lines()[0].startswith("note: not sized: no GPU facts")

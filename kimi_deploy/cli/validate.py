@@ -9,7 +9,7 @@ import click
 from kimi_deploy import validate as validate_lib
 from kimi_deploy.doctor import probe_gpus
 from kimi_deploy.cli.options import echo_json, json_flag, profile_options, resolve_profile
-from kimi_deploy.errors import ExitCode
+from kimi_deploy.errors import ExitCode, KimiDeployError
 from kimi_deploy.sizing import report as sizing
 from kimi_deploy.sizing.memory import GpuFacts
 
@@ -59,9 +59,12 @@ def validate_cmd(ctx, profile_path, preset, python, gateway, smg, gpu_facts, mod
     sized = None
     if result.ok:
         gpus, gpu_hint = _gpu_facts(gpu_facts)
-        sized = sizing.size_profile(profile, result.info.python, result.launch.server_args, gpus=gpus,
-                                    model_facts=model_facts, draft_facts=draft_facts,
-                                    env=validate_lib.check_env(result.launch), gpu_hint=gpu_hint)
+        try:
+            sized = sizing.size_profile(profile, result.info.python, result.launch.server_args, gpus=gpus,
+                                        model_facts=model_facts, draft_facts=draft_facts,
+                                        env=validate_lib.check_env(result.launch), gpu_hint=gpu_hint)
+        except KimiDeployError as exc:  # e.g. a partial download: the parser's verdict still stands
+            sized = sizing.Sizing(None, None, (f"{exc.message}: {exc.value}" + (f" ({exc.hint})" if exc.hint else ""),))
     refused = bool(sized and sized.refused)
     if as_json:
         data = result.to_dict()
