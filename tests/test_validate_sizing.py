@@ -34,8 +34,12 @@ def _size(profile, python):
 
 
 @pytest.fixture(scope="module")
-def reference(sglang_python):
-    return _size(get_preset(PRESET).profile(), sglang_python)
+def refused(sglang_python):
+    """``validate --json`` on the reference preset with the recorded facts (one SGLang run for several tests)."""
+    from click.testing import CliRunner
+
+    result = CliRunner().invoke(cli, ["validate", "--preset", PRESET, "--python", sglang_python, *FACTS, "--json"])
+    return result.exit_code, json.loads(result.stdout)
 
 
 @pytest.fixture(scope="module")
@@ -45,31 +49,30 @@ def roomy(sglang_python):
     return _size(parse_profile(data), sglang_python)
 
 
-def test_sglang_resolves_the_unset_memory_settings_with_their_sources(reference):
-    eff = reference.effective
-    assert eff.ok, eff.errors
-    assert eff.failed_steps == ()
-    by = {v.field: v for v in eff.values}
-    assert by["mem_fraction_static"].resolved == pytest.approx(0.7578, abs=1e-4)
-    assert by["mem_fraction_static"].source.startswith("sglang/srt/arg_groups/memory_hook.py:")
-    assert by["mem_fraction_static"].given is False and by["mem_fraction_static"].flag == "--mem-fraction-static"
-    assert by["max_running_requests"].resolved == 48  # "with EAGLE and no --max-running-requests, SGLang picks 48"
-    assert by["max_running_requests"].source.startswith("sglang/srt/arg_groups/speculative_hook.py:")
-    assert by["chunked_prefill_size"].resolved == 8192
-    assert by["cuda_graph_config"].resolved["decode"]["max_bs"] == 512
-    assert by["attention_backend"].resolved == "triton"
+def test_sglang_resolves_the_unset_memory_settings_with_their_sources(refused):
+    eff = refused[1]["sizing"]["effective"]
+    assert eff["errors"] == [] and eff["failed_steps"] == []
+    by = {v["field"]: v for v in eff["values"]}
+    assert by["mem_fraction_static"]["resolved"] == pytest.approx(0.7578, abs=1e-4)
+    assert by["mem_fraction_static"]["source"].startswith("sglang/srt/arg_groups/memory_hook.py:")
+    assert by["mem_fraction_static"]["given"] is False and by["mem_fraction_static"]["flag"] == "--mem-fraction-static"
+    assert by["max_running_requests"]["resolved"] == 48  # "with EAGLE and no --max-running-requests, SGLang picks 48"
+    assert by["max_running_requests"]["source"].startswith("sglang/srt/arg_groups/speculative_hook.py:")
+    assert by["chunked_prefill_size"]["resolved"] == 8192
+    assert by["cuda_graph_config"]["resolved"]["decode"]["max_bs"] == 512
+    assert by["attention_backend"]["resolved"] == "triton"
     # the recorded GPU reached SGLang's own memory query (a 97887 MiB card: the 90-160 GiB row of memory_hook.py)
-    assert eff.gpus.memory_mib == 97887
-    assert any("stood in for at import" in n for n in eff.notes)
+    assert eff["gpus"]["memory_mib"] == 97887
+    assert any("stood in for at import" in n for n in eff["notes"])
 
 
-def test_each_source_line_is_where_sglang_declares_it(reference, sglang_python):
+def test_each_source_line_is_where_sglang_declares_it(refused, sglang_python):
     """The file:line of every value is a line of the installed SGLang that declares it (a declare_resolution call,
     or the return of a resolution pass)."""
     location = Path(target.probe(sglang_python).sglang_location)
     checked = 0
-    for value in reference.effective.values:
-        path, line = value.source.rsplit(":", 1)
+    for value in refused[1]["sizing"]["effective"]["values"]:
+        path, line = value["source"].rsplit(":", 1)
         lines = (location.parent / path).read_text().splitlines()
         window = "\n".join(lines[int(line) - 1:int(line) + 2])
         assert re.search(r"declare_resolution|return|\.extend\(", window), (value, window)
@@ -77,15 +80,20 @@ def test_each_source_line_is_where_sglang_declares_it(reference, sglang_python):
     assert checked >= 20
 
 
-def test_the_plan_refuses_sglangs_own_default_and_sglang_agrees(reference):
-    plan = reference.plan
-    assert plan.verdict == "will not fit" and reference.refused
-    assert plan.mem_fraction_static.source.startswith("sglang sglang/srt/arg_groups/memory_hook.py:")
-    assert "set [sglang] mem_fraction_static above 0.77 for the weights alone" in plan.problems[0]
+def test_the_plan_refuses_sglangs_own_default_and_sglang_agrees(refused):
+    code, data = refused
+    assert code == 4 and data["refused"] is True and data["ok"] is True  # the parser accepts; the plan refuses
+    plan = data["sizing"]["memory"]
+    assert plan["verdict"] == "will not fit"
+    assert plan["weights_bytes"] == 76_406_061_024
+    assert plan["mem_fraction_static"]["source"].startswith("sglang sglang/srt/arg_groups/memory_hook.py:")
+    assert "set [sglang] mem_fraction_static above 0.77 for the weights alone" in plan["problems"][0]
     # SGLang's own sizing on the same inputs stops with its own message and nearly the same threshold
-    error = reference.effective.kv_check["error"]
+    error = data["sizing"]["effective"]["kv_check"]["error"]
     assert "Loaded weights leave no GPU memory for the KV cache" in error
     assert "Raise --mem-fraction-static above 0.769" in error
+    assert {"field", "flag", "given", "input", "resolved", "declared_by", "source"} <= \
+        set(data["sizing"]["effective"]["values"][0])
 
 
 def test_kv_tokens_agree_with_sglangs_pool_sizing(roomy):
@@ -101,19 +109,11 @@ def test_kv_tokens_agree_with_sglangs_pool_sizing(roomy):
     assert not any(v.field == "mem_fraction_static" for v in roomy.effective.values)  # given, and kept
 
 
-def test_cli_refuses_then_accepts_with_the_risk_flag(cli_runner, sglang_python):
-    refused = cli_runner.invoke(cli, ["validate", "--preset", PRESET, "--python", sglang_python, *FACTS])
-    assert refused.exit_code == 4, refused.output
-    out = refused.stdout
+def test_cli_text_and_the_risk_flag(cli_runner, sglang_python):
+    accepted = cli_runner.invoke(cli, ["validate", "--preset", PRESET, "--python", sglang_python, *FACTS,
+                                       "--accept-memory-risk"])
+    assert accepted.exit_code == 0, accepted.output
+    out = accepted.stdout
     assert "--mem-fraction-static = 0.7578" in out and "memory_hook.py:" in out
     assert "weights per rank: target 71.16 GiB, draft 0.75 GiB" in out
-    assert "refused: the memory plan says this profile will not fit" in out
-    assert "or pass --accept-memory-risk (risky: SGLang then fails at start-up" in out
-    accepted = cli_runner.invoke(cli, ["validate", "--preset", PRESET, "--python", sglang_python, *FACTS,
-                                       "--accept-memory-risk", "--json"])
-    assert accepted.exit_code == 0, accepted.output
-    data = json.loads(accepted.stdout)
-    assert data["refused"] is False and data["sizing"]["memory"]["verdict"] == "will not fit"
-    assert data["sizing"]["memory"]["weights_bytes"] == 76_406_061_024
-    assert {"field", "flag", "given", "input", "resolved", "declared_by", "source"} <= \
-        set(data["sizing"]["effective"]["values"][0])
+    assert "accepted with --accept-memory-risk: the memory plan says this profile will not fit" in out
