@@ -148,6 +148,11 @@ def build_launch(profile: Profile, sglang_version: str | Version = versions.DEFA
         if multi and not option.on_rank(rank):
             continue
         EMITTERS[option.emit](_Emission(option, profile, version, args, env), getattr(s, option.key))
+    removed = versions.removed_switches(version, s.extra_args, profile.environment)
+    if removed:
+        raise UnsupportedVersionError(
+            f"the profile uses {len(removed)} switch(es) SGLang {version} no longer has: " + "; ".join(removed),
+            value=str(version), hint="change them to the spelling named above and render again")
     args += list(s.extra_args)
     if multi:
         args += rank_args(profile, version, rank, rank0 or profile.replicas[0][0])

@@ -36,6 +36,7 @@ import tomli_w
 from pydantic import (BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, create_model,
                       field_validator, model_validator)
 
+from kimi_deploy import versions
 from kimi_deploy.argv import expansions
 from kimi_deploy.errors import ProfileError
 from kimi_deploy.options import CACHE_ENV, OPTIONS, Option, owned_env, owned_flags, secret_flags
@@ -952,7 +953,10 @@ def check_rules(profile: Profile) -> list[str]:
             "or set allow_unauthenticated = true")
     for key in profile.environment:
         if key in RESERVED_ENV:
-            problems.append(f"environment.{key}: kimi-deploy sets this variable itself; use {RESERVED_ENV[key]}")
+            gone = [r for r in versions.REMOVED if r.kind == "env" and r.name == key]
+            note = (f" (and SGLang {gone[0].since}+ {gone[0].how} it: set there, it changes nothing)"
+                    if gone else "")
+            problems.append(f"environment.{key}: kimi-deploy sets this variable itself{note}; use {RESERVED_ENV[key]}")
     problems += extra_args_problems(s.extra_args)
     problems += monitoring_problems(profile)
     problems += fleet_problems(profile)

@@ -36,6 +36,7 @@ from typing import Any
 from kimi_deploy import allreduce, apikey, systemd
 from kimi_deploy.errors import ExitCode, KimiDeployError
 from kimi_deploy.host import gate as gates
+from kimi_deploy.host import phases
 from kimi_deploy.hostfiles import BackupSet, Restored, list_backups, restore_backup, service_lock
 from kimi_deploy.paths import HostLayout
 from kimi_deploy.profile import Profile
@@ -169,6 +170,8 @@ class Attempt:
     summary: str
     allreduce: dict[str, Any] | None = None
     gate: gates.GateResult | None = None
+    #: the phases of this start from the server's log (:func:`start_phases`), or ``{"error": why}``
+    phases: dict[str, Any] | None = None
 
     @property
     def ok(self) -> bool:
@@ -178,7 +181,7 @@ class Attempt:
         return {"label": self.label, "command": self.command, "ok": self.ok, "exit_code": self.exit_code,
                 "summary": self.summary, "wait": self.wait.to_dict() if self.wait else None,
                 "checks": self.checks.to_dict() if self.checks else None, "allreduce": self.allreduce,
-                "gate": self.gate.to_dict() if self.gate else None}
+                "gate": self.gate.to_dict() if self.gate else None, "phases": self.phases}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -244,7 +247,8 @@ def _attempt(label: str, profile: Profile, layout: HostLayout, *, api_key: str |
         code = ExitCode.FAILED if result.unit_failed else ExitCode.TIMEOUT
         verdict = gates.GateResult(gate, [gates.TierResult("ready", int(code), result.elapsed)])
         return Attempt(label, done.command, result, None, int(code), why + last,
-                       gate=verdict)
+                       gate=verdict, phases=start_phases(profile, layout))
+    started = start_phases(profile, layout)
     verdict = gates.run_gate(gate, profile, api_key, ready_seconds=result.elapsed, base_url=base_url,
                              timeout=min(120.0, max(10.0, timeout)), fast=FAST_TIER)
     checks = CheckSummary(verdict.exit_code, verdict.results()) if len(verdict.tiers) > 1 else None
@@ -252,15 +256,40 @@ def _attempt(label: str, profile: Profile, layout: HostLayout, *, api_key: str |
     if not verdict.ok:
         return Attempt(label, done.command, result, checks, verdict.exit_code,
                        f"ready after {result.elapsed:.0f} s, but the {verdict.failed_tier} tier failed: "
-                       f"{', '.join(verdict.failed_checks) or 'no check row'}", paths, verdict)
+                       f"{', '.join(verdict.failed_checks) or 'no check row'}", paths, verdict, started)
     if paths and paths.get("problems"):
         return Attempt(label, done.command, result, checks, int(ExitCode.FAILED),
-                       f"ready after {result.elapsed:.0f} s, but {paths['problems'][0]}", paths, verdict)
+                       f"ready after {result.elapsed:.0f} s, but {paths['problems'][0]}", paths, verdict, started)
     in_use = f"; all-reduce: {paths['in_use']}" if paths and paths.get("in_use") else ""
     ran = ", ".join(f"{t.tier} {len(t.results)}" for t in verdict.tiers[1:])
     return Attempt(label, done.command, result, checks, int(ExitCode.OK),
                    f"ready after {result.elapsed:.0f} s; gate {gate} passed"
-                   + (f" ({ran} checks)" if ran else "") + in_use, paths, verdict)
+                   + (f" ({ran} checks)" if ran else "") + in_use, paths, verdict, started)
+
+
+def start_phases(profile: Profile, layout: HostLayout) -> dict[str, Any]:
+    """The phases of the unit's current start from its journal (:func:`kimi_deploy.host.phases.parse_start`),
+    kept as the last measured start under ``layout``'s state directory for the service when it reached ready
+    (``render`` compares ``TimeoutStartSec=`` with it); ``{"error": why}`` when the journal cannot be read or the
+    record cannot be written. Never raises: the phases inform, they do not fail a restart."""
+    unit = f"{profile.service.name}.service"
+    try:
+        since = systemd.show(unit).properties.get("ExecMainStartTimestamp") or None
+    except KimiDeployError:
+        since = None
+    lines, source = allreduce.read_start_log(unit, since)
+    if lines is None:
+        return {"error": source}
+    start = phases.parse_start(lines, source=source)
+    data = start.to_dict()
+    try:
+        kept = phases.save_last(layout.state_dir(profile.service.name), start)
+    except KimiDeployError as exc:
+        data["kept"] = None
+        data["keep_error"] = exc.message
+    else:
+        data["kept"] = layout.host_path(kept) if kept else None
+    return data
 
 
 def engaged_paths(profile: Profile) -> dict[str, Any]:

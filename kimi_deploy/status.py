@@ -32,6 +32,7 @@ from typing import Any
 from kimi_deploy import apikey, options, systemd
 from kimi_deploy.argv import flag_groups, split_equals
 from kimi_deploy.errors import ExitCode, KimiDeployError
+from kimi_deploy.host import phases
 from kimi_deploy.hostfiles import Manifest, read_bytes, sha256
 from kimi_deploy.patching import status as series_status
 from kimi_deploy.paths import SYSTEMD_DIR, HostLayout, gateway_check_report, gateway_service
@@ -201,6 +202,10 @@ class StatusReport:
     problems: list[str]
     allreduce: dict[str, Any] | None = None
     unit_name: str = ""
+    #: the phases of the current start from the server's log (:func:`kimi_deploy.host.phases.parse_start`), and the
+    #: last measured complete start kept on the host (:func:`kimi_deploy.host.phases.load_last`)
+    start_phases: dict[str, Any] | None = None
+    last_start: dict[str, Any] | None = None
 
     def __post_init__(self) -> None:
         if not self.unit_name:
@@ -214,7 +219,7 @@ class StatusReport:
         return {"service": self.service, "ok": not self.problems, "problems": self.problems, "files": self.files,
                 "unit_name": self.unit_name, "unit": self.unit, "check_timer": self.check_timer, "launch": self.launch.to_dict() if self.launch else None,
                 "patches": self.patches, "health": self.health, "last_check": self.last_check,
-                "allreduce": self.allreduce}
+                "allreduce": self.allreduce, "start_phases": self.start_phases, "last_start": self.last_start}
 
 
 def _file_states(manifest: Manifest, files: Mapping[str, bytes | None]) -> dict[str, str]:
@@ -430,6 +435,10 @@ def status_from(profile: Profile, manifest: Manifest, facts: StatusFacts) -> Sta
             problems.append(problem(f"{allreduce.LABELS[skipped.path]} was asked for but SGLang skipped it",
                                     f"the server log of this start says `{skipped.evidence}`",
                                     allreduce.FIXES[skipped.path] + "; then `kimi-deploy restart --wait`"))
+    start_phases = None
+    if facts.start_log is not None and facts.start_log[0] is not None:
+        start_phases = phases.parse_start(facts.start_log[0], source=facts.start_log[1]).to_dict()
+    last = None if only_gateway else phases.load_last(layout.state_dir(name))
     report_hp = gateway_check_report(name) if only_gateway else layout.host_path(layout.check_report(name))
     check = facts.last_check
     if check and check.get("exit_code") not in (None, 0):
@@ -443,4 +452,5 @@ def status_from(profile: Profile, manifest: Manifest, facts: StatusFacts) -> Sta
                                 f"`kimi-deploy check --profile {profile_copy}"
                                 f"{' --each-worker' if only_gateway else ''}`"))
     timer = f"{check_unit(gateway_service(name) if only_gateway else name)}.timer"
-    return StatusReport(name, files, unit, timer, drift, patches, health, check, problems, paths, unit_name)
+    return StatusReport(name, files, unit, timer, drift, patches, health, check, problems, paths, unit_name,
+                        start_phases, last.to_dict() if last else None)

@@ -10,6 +10,7 @@ that added it.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Iterable
 
 from packaging.version import InvalidVersion, Version
 
@@ -128,3 +129,52 @@ def spelling(feature: str, version: Version, *, what: str | None = None, value: 
         value=str(version),
         hint=f"upgrade SGLang to {added} or later ({source}), or remove {what} from the profile",
     )
+
+
+@dataclasses.dataclass(frozen=True)
+class Removed:
+    """A switch SGLang dropped: from ``since`` on, the ``flag`` is refused by SGLang's parser (``how``: ``removed``)
+    or the ``env`` variable is read by nothing (``ignored``: the server starts without the setting, silently).
+    ``instead``: the spelling to use; ``source``: where the fact comes from."""
+
+    kind: str
+    name: str
+    since: Version
+    how: str
+    instead: str
+    source: str
+
+    def applies(self, version: Version) -> bool:
+        return version >= self.since
+
+
+#: Switches that are gone in a release, for the refusal of a profile that still spells them (``extra_args`` and
+#: ``[environment]``; the option table's own rows never emit them for such a release). Sources: the shared notes
+#: (shared/notes/sglang-0.5.23.md, upstream-2026-12.md), checked against the sglang 0.5.23 wheel.
+REMOVED: tuple[Removed, ...] = (
+    Removed("flag", "--cuda-graph-max-bs", Version("0.5.23"), "removed",
+            "--cuda-graph-max-bs-decode N and/or --cuda-graph-max-bs-prefill N (or --cuda-graph-config)",
+            "sglang 0.5.23 server_args: split into -decode/-prefill; the old spelling is an argparse "
+            "'ambiguous option' error (absent in 0.5.23; the first release without it is not recorded)"),
+    Removed("env", "SGLANG_ENABLE_SPEC_V2", Version("0.5.14"), "ignored",
+            "[sglang] enable_spec_v2 (the kit spells it for the release: the variable before 0.5.14, nothing "
+            "from 0.5.14, where EAGLE/EAGLE3 always use spec v2; disable_overlap_schedule = true turns overlap off)",
+            "sglang PR #27964 removed it in 0.5.14; from 0.5.21 not even a warning (0.5.23 source)"),
+)
+
+
+def removed_switches(version: Version, flags: Iterable[str] = (), env_names: Iterable[str] = ()) -> list[str]:
+    """One ``location: problem; fix`` line per switch in ``flags`` (``extra_args``, also ``--flag=value``) or
+    ``env_names`` (``[environment]`` keys) that ``version`` has removed or ignores (:data:`REMOVED`)."""
+    problems = []
+    names = {"flag": [(f, f.split("=", 1)[0]) for f in flags], "env": [(e, e) for e in env_names]}
+    where = {"flag": "sglang.extra_args", "env": "environment"}
+    for rule in REMOVED:
+        if not rule.applies(version):
+            continue
+        for given, name in names[rule.kind]:
+            if name == rule.name:
+                what = "refuses" if rule.how == "removed" else "silently ignores"
+                problems.append(f"{where[rule.kind]}: SGLang {version} {what} {rule.name} ({rule.how} in "
+                                f"{rule.since}; {rule.source}); use {rule.instead}")
+    return problems

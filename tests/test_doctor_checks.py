@@ -332,3 +332,31 @@ def test_ipv6_addresses_are_bracketed():
         pytest.skip("IPv6 loopback not configured")
     assert probe.state == "in_use" and probe.detail.startswith(f"bind [::1]:{port}: ")
     assert ":::" not in checks.check_port(facts(port=probe)).evidence
+
+
+def _sized(**resolved):
+    from pathlib import Path
+
+    from kimi_deploy.sizing.memory import Facts as SizingFacts, GpuFacts, ModelFacts, plan
+    from kimi_deploy.sizing.report import Sizing
+
+    models = Path(__file__).parent / "data" / "models"
+    facts_ = SizingFacts(GpuFacts.from_gpus(gpus(), "recorded"), ModelFacts.load(models / "kimi-k2.5-int4"),
+                         ModelFacts.load(models / "kimi-k2.5-eagle3-mla"), resolved=resolved,
+                         sources={"mem_fraction_static": "sglang/srt/arg_groups/memory_hook.py:339"})
+    return Sizing(None, plan(profile(), facts_))
+
+
+def test_memory_plan_check_fails_warns_and_passes():
+    from kimi_deploy.sizing.report import Sizing
+
+    refused = by_name(facts(sizing=_sized(mem_fraction_static=0.7578)))["sglang.memory"]
+    assert refused.status == "fail" and refused.evidence.startswith("will not fit: weights 71.9 GiB/rank")
+    assert "mem_fraction_static above 0.77" in refused.hint
+    tight = by_name(facts(sizing=_sized(mem_fraction_static=0.95, context_length=131072)))["sglang.memory"]
+    assert tight.status == "warn" and tight.evidence.startswith("tight: ")
+    fits = by_name(facts(sizing=_sized(mem_fraction_static=0.93, context_length=65536)))["sglang.memory"]
+    assert fits.status == "pass" and "3 x 65536 tokens" in fits.evidence
+    skipped = by_name(facts(sizing=Sizing(None, None, ("no GPU facts (nvidia-smi not found on PATH)",))))
+    assert skipped["sglang.memory"].status == "warn" and "nvidia-smi not found" in skipped["sglang.memory"].evidence
+    assert by_name(facts())["sglang.memory"].evidence.startswith("not checked: SGLang's flags were not checked")

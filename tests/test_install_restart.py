@@ -306,3 +306,34 @@ def test_unreadable_api_key_is_refused_before_anything_restarts(cli_runner, tmp_
     assert f"value: /etc/kimi-deploy/kimi-test.api-key (under --root {root})" in result.stderr
     assert str(key_file) not in result.stderr
     assert fake_systemd.verbs() == []
+
+
+def test_restart_wait_prints_the_phases_of_a_replayed_start_and_keeps_them(cli_runner, tmp_path, fake_systemd):
+    """The server's log of this start (SGLang 0.5.23's lines, tests/data/sglang-log/start-k25-eagle3.txt) gives
+    each phase and its duration; a start that reached ready is kept as the last measured one under the root."""
+    log = (Path(__file__).parent / "data/sglang-log/start-k25-eagle3.txt").read_text().splitlines()
+    fake_systemd.set_full_journal(log)
+    holder = {}
+    with FakeServer(ready=lambda n: n >= 2, args=_running(holder), api_key=None) as server:
+        root, v1, _ = _setup(tmp_path, server.port)
+        holder["root"] = root
+        _install(root, v1)
+        server.api_key = (root / "etc/kimi-deploy/kimi-test.api-key").read_text().strip()
+        text = cli_runner.invoke(cli, ["restart", "--root", str(root), "--wait", "--poll-interval", "0.01"],
+                                 catch_exceptions=False)
+        as_json = cli_runner.invoke(cli, ["restart", "--root", str(root), "--wait", "--poll-interval", "0.01",
+                                          "--json"], catch_exceptions=False)
+    assert text.exit_code == 0, text.output
+    out = text.stdout
+    assert "start phases (from SGLang's log):" in out
+    for line in ("weights        271.5 s  (64/64 shards (100%), KimiK25ForConditionalGeneration, 71.16 GB)",
+                 "kv_cache         6.0 s  (226002 tokens, 14.79 GB, torch.bfloat16)",
+                 "draft           10.9 s", "cuda_graphs    186.0 s  (target verify, draft decode)",
+                 "ready           32.0 s", "total          540.0 s (first log line to ready)"):
+        assert line in out, line
+    assert "kept as the last measured start: /var/lib/kimi-test/start-phases.json" in out
+    kept = json.loads((root / "var/lib/kimi-test/start-phases.json").read_text())
+    assert kept["total_seconds"] == 540.0 and kept["kv_tokens"] == 226002
+    phases = json.loads(as_json.stdout)["attempts"][0]["phases"]
+    assert [p["name"] for p in phases["phases"]] == ["weights", "kv_cache", "draft", "cuda_graphs", "ready"]
+    assert phases["ready"] is True

@@ -270,3 +270,26 @@ def test_status_systemd_hint_on_the_host_does_not_suggest_root():
     tree = _systemctl_failure("x.service", exc, HostLayout(Path("/tmp/img")))
     assert "is systemd running on this host?" in host and "--root" not in host
     assert "--root /tmp/img reads kimi-deploy's files" in tree
+
+
+def test_status_json_has_the_phases_of_this_start_and_the_last_measured_one(cli_runner, tmp_path, fake_systemd):
+    """While the server starts, status shows the phases so far from SGLang's log (here: capturing the draft's
+    CUDA graphs); the last complete start kept on the host (by `restart --wait`) is there too."""
+    from pathlib import Path
+
+    from kimi_deploy.host import phases
+
+    log = (Path(__file__).parent / "data/sglang-log/start-k25-eagle3.txt").read_text().splitlines()
+    fake_systemd.set_full_journal(log[:14])
+    with FakeServer(ready=lambda n: False, args=lambda: None) as server:
+        root, _ = _installed(tmp_path, server.port, python=str(tmp_path / "no-such-venv/bin/python"))
+        phases.save_last(HostLayout(root).state_dir("kimi-test"), phases.parse_start(log))
+        result = cli_runner.invoke(cli, ["status", "--root", str(root), "--json"], catch_exceptions=False)
+        text = cli_runner.invoke(cli, ["status", "--root", str(root)], catch_exceptions=False)
+    data = json.loads(result.output)
+    now = data["start_phases"]
+    assert [p["name"] for p in now["phases"]] == ["weights", "kv_cache", "draft", "cuda_graphs"]
+    assert now["phases"][-1]["end"] is None and now["ready"] is False and now["kv_tokens"] == 226002
+    assert data["last_start"]["total_seconds"] == 540.0
+    assert "start     this start (2026-12-01 08:00:02): not ready yet" in text.output
+    assert "cuda_graphs  running  (target verify, draft decode)" in text.output

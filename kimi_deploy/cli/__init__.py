@@ -50,8 +50,8 @@ VERBS: dict[str, tuple[str, str]] = {
     "render": ("render", "Render a profile into an SGLang launch command and hardened systemd units (or Kubernetes manifests)."),
     "presets": ("render", "List the built-in presets, one line each."),
     "init": ("render", "Write a commented deployment profile to PATH to start from."),
-    "validate": ("validate", "Render for the installed SGLang version and parse the command with SGLang's own "
-                             "argparse."),
+    "validate": ("validate", "Parse the command with SGLang's own argparse, then show what SGLang resolves here "
+                             "and the memory plan."),
     "doctor": ("doctor", "Check GPUs, driver, torch, topology, models, disk, port, SGLang flags and the installed "
                          "unit."),
     "preflight": ("preflight", "Rendezvous with the other ranks of this node's multi-node group over gloo; name "

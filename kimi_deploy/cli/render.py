@@ -12,6 +12,7 @@ from kimi_deploy.cli.options import echo_json, json_flag, profile_options, resol
 from kimi_deploy.errors import UsageError
 from kimi_deploy.fsio import (check_output_dir, check_output_paths, create_output_dir, write_atomic,
                               write_many_atomic)
+from kimi_deploy.host import phases
 from kimi_deploy.presets import PRESETS, REFERENCE, get_preset, preset_for_model
 from kimi_deploy.profile import naming_warnings, toml_value
 from kimi_deploy.versions import DEFAULT_SGLANG_VERSION
@@ -32,8 +33,12 @@ from kimi_deploy.versions import DEFAULT_SGLANG_VERSION
 @click.option("--target", type=click.Choice(["systemd", "kubernetes"]), default="systemd", show_default=True,
               help="systemd units for hosts, or Kubernetes manifests (LeaderWorkerSet, kustomization.yaml) "
                    "from the profile's [kubernetes] table.")
+@click.option("--root", "root", type=click.Path(path_type=Path, file_okay=False), default=Path("/"),
+              show_default=True, metavar="DIR",
+              help="Host root where the last measured start is kept (/var/lib/<service>/start-phases.json, written "
+                   "by `restart --wait`): a TimeoutStartSec= shorter than it is warned about.")
 @json_flag("Print the result as JSON.")
-def render_cmd(profile_path, preset, sglang_version, python, out_dir, print_command, target, as_json):
+def render_cmd(profile_path, preset, sglang_version, python, out_dir, print_command, target, root, as_json):
     """Render a profile into an SGLang launch command and hardened systemd units (or Kubernetes manifests)."""
     check_output_dir("--out", out_dir)  # the rule of every output path: nothing created on the way
     profile = resolve_profile(profile_path, preset)
@@ -54,7 +59,9 @@ def render_cmd(profile_path, preset, sglang_version, python, out_dir, print_comm
         hosts = host_files(profile, rendered.launch.sglang_version)
     # what the scrape configuration could not know (kimi_deploy.monitoring.scrape_notes), when it is rendered
     scrape = scrape_notes(profile) if rendered.monitoring else []
-    for warning in (*rendered.launch.warnings, *naming_warnings(profile), *scrape):
+    slow = phases.timeout_warning(profile.service.name, profile.service.timeout_start_sec,
+                                  paths.HostLayout(root).state_dir(profile.service.name))
+    for warning in (*rendered.launch.warnings, *naming_warnings(profile), *scrape, *([slow] if slow else [])):
         click.echo(f"warning: {warning}", err=True)
     if out_dir:
         create_output_dir(out_dir)
@@ -72,7 +79,7 @@ def render_cmd(profile_path, preset, sglang_version, python, out_dir, print_comm
                       for host, files in hosts.items() for name in files},
             "monitoring": {name: str(out_dir / render_lib.MONITORING_DIR / name) if out_dir else None
                            for name in rendered.monitoring},
-            "warnings": [*rendered.launch.warnings, *scrape],
+            "warnings": [*rendered.launch.warnings, *scrape, *([slow] if slow else [])],
         })
         return
     if print_command:

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 import click
 
 from kimi_deploy.cli.options import Seconds, echo_json, json_flag, profile_options, resolve_installed, root_option
+from kimi_deploy.host.phases import StartPhases
 from kimi_deploy.paths import HostLayout
 from kimi_deploy.printable import markup, printable
 
@@ -125,11 +126,28 @@ def show_result(result) -> None:
                 click.echo(f"  {'fail' if p['failed'] else p['state']:<6} allreduce.{p['path']}: {p['evidence']}")
         if attempt.allreduce and attempt.allreduce.get("error"):
             click.echo(f"  note   allreduce: server log unreadable ({attempt.allreduce['error']})")
+        _show_phases(attempt.phases)
     for note in result.notes:
         click.echo(f"note: {note}")
     if result.failed_tier:
         failed = f": {', '.join(result.failed_checks)}" if result.failed_checks else ""
         click.echo(f"failed tier: {result.failed_tier}{failed}")
+
+
+def _show_phases(data) -> None:
+    """The start's phases from the server's log (:mod:`kimi_deploy.host.phases`), one line each."""
+    if not data:
+        return
+    if data.get("error"):
+        click.echo(f"  note   start phases: server log unreadable ({data['error']})")
+        return
+    click.echo("  start phases (from SGLang's log):")
+    for line in StartPhases.from_dict(data).lines():
+        click.echo(f"  {line}")
+    if data.get("kept"):
+        click.echo(f"  kept as the last measured start: {data['kept']}")
+    elif data.get("keep_error"):
+        click.echo(f"  note   not kept: {data['keep_error']}")
 
 
 def _drain(profile, layout, host, wait, idle_timeout: float = 600.0):

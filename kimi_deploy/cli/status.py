@@ -5,6 +5,7 @@ from __future__ import annotations
 import click
 
 from kimi_deploy.cli.options import echo_json, json_flag, profile_options, resolve_installed, root_option
+from kimi_deploy.host.phases import StartPhases
 from kimi_deploy.paths import HostLayout
 from kimi_deploy.printable import printable
 
@@ -64,6 +65,14 @@ def status_cmd(ctx, profile_path, preset, root, name, host, as_json):
             if p["asked"] or p["state"] == "engaged":
                 click.echo(f"          {p['label']}: {'SKIPPED' if p['failed'] else p['state'].replace('_', ' ')}"
                            f" ({p['evidence']})")
+    start = report.start_phases or report.last_start
+    if start:
+        took = f"{start['total_seconds']:.0f} s" if start.get("total_seconds") is not None else "not ready yet"
+        which = "this start" if report.start_phases else "last measured start"
+        click.echo(f"start     {which} ({start.get('started') or '?'}): {took}")
+        for line in StartPhases.from_dict(start).lines()[:-1] if start.get("total_seconds") is not None \
+                else StartPhases.from_dict(start).lines():
+            click.echo(f"        {line}")
     c = report.last_check
     if not c:
         click.echo(f"check     no nightly report yet ({report.check_timer})")

@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import click
 
 from kimi_deploy import validate as validate_lib
+from kimi_deploy.doctor import probe_gpus
 from kimi_deploy.cli.options import echo_json, json_flag, profile_options, resolve_profile
-from kimi_deploy.errors import ExitCode
+from kimi_deploy.errors import ExitCode, KimiDeployError
+from kimi_deploy.sizing import report as sizing
+from kimi_deploy.sizing.memory import GpuFacts
 
 
 @click.command("validate")
@@ -17,13 +22,25 @@ from kimi_deploy.errors import ExitCode
               help="Check the [gateway] command instead: against the pinned smg's --version and its own "
                    "`launch --help` (exact option names).")
 @click.option("--smg", "smg", metavar="PATH", help="With --gateway: the smg executable (default: [gateway] smg).")
+@click.option("--gpu-facts", "gpu_facts", type=click.Path(path_type=Path, dir_okay=False, exists=True),
+              metavar="FILE", help="Recorded `nvidia-smi --query-gpu=index,name,pci.bus_id,compute_cap,memory.total,"
+                                   "driver_version --format=csv` output to size for (default: this host's GPUs).")
+@click.option("--model-facts", "model_facts", type=click.Path(path_type=Path, file_okay=False, exists=True),
+              metavar="DIR", help="A directory with the model's config.json and header-index.json, standing in for "
+                                  "model_path where the weights are not on this machine.")
+@click.option("--draft-facts", "draft_facts", type=click.Path(path_type=Path, file_okay=False, exists=True),
+              metavar="DIR", help="The same for speculative_draft_model_path.")
+@click.option(sizing.ACCEPT_FLAG, "accept_memory_risk", is_flag=True,
+              help=f"Pass a profile whose memory plan will not fit. Risky: {sizing.ACCEPT_RISK}.")
 @json_flag("Print the result as JSON.")
 @click.pass_context
-def validate_cmd(ctx, profile_path, preset, python, gateway, smg, as_json):
-    """Render for the installed SGLang version and parse the command with SGLang's own argparse.
+def validate_cmd(ctx, profile_path, preset, python, gateway, smg, gpu_facts, model_facts, draft_facts,
+                 accept_memory_risk, as_json):
+    """Parse the command with SGLang's own argparse, then show what SGLang resolves here and the memory plan.
 
     Exit 0: SGLang accepts every flag (warnings allowed); 1: it rejects one, or the profile's model is one of the
-    kit's model table whose weights do not fit its GPUs (Kimi K3 on 8 x 96 GB), with the numbers.
+    kit's model table whose weights do not fit its GPUs (Kimi K3 on 8 x 96 GB), with the numbers; 4: the memory
+    plan says the profile will not fit (the setting to change is printed; --accept-memory-risk passes it).
     """
     profile = resolve_profile(profile_path, preset)
     if gateway:
@@ -40,8 +57,21 @@ def validate_cmd(ctx, profile_path, preset, python, gateway, smg, as_json):
                 click.echo(f"error: {error}")
         ctx.exit(0 if checked.ok else int(ExitCode.FAILED))
     result = validate_lib.validate_profile(profile, python)
+    sized = None
+    if result.ok:
+        gpus, gpu_hint = _gpu_facts(gpu_facts)
+        try:
+            sized = sizing.size_profile(profile, result.info.python, result.launch.server_args, gpus=gpus,
+                                        model_facts=model_facts, draft_facts=draft_facts,
+                                        env=validate_lib.check_env(result.launch), gpu_hint=gpu_hint)
+        except KimiDeployError as exc:  # e.g. a partial download: the parser's verdict still stands
+            sized = sizing.Sizing(None, None, (f"{exc.message}: {exc.value}" + (f" ({exc.hint})" if exc.hint else ""),))
+    refused = bool(sized and sized.refused)
     if as_json:
-        echo_json(result.to_dict())
+        data = result.to_dict()
+        data["sizing"] = sized.to_dict() if sized else None
+        data["refused"] = refused and not accept_memory_risk
+        echo_json(data)
     else:
         for warning in result.launch.warnings:
             click.echo(f"warning: {warning}")
@@ -65,8 +95,29 @@ def validate_cmd(ctx, profile_path, preset, python, gateway, smg, as_json):
                        "choose a model that fits (`kimi-deploy presets`)")
         elif not result.ok:
             click.echo("fix: correct the flag in the profile ([sglang] or extra_args) and run validate again")
+        for line in sized.lines() if sized else ():
+            click.echo(line)
+        if refused:
+            word = "accepted with --accept-memory-risk" if accept_memory_risk else "refused"
+            click.echo(f"{word}: the memory plan says this profile will not fit; {sized.plan.problems[0]}")
+            if not accept_memory_risk:
+                click.echo(f"fix: change that setting and run validate again, or pass {sizing.ACCEPT_FLAG} "
+                           f"(risky: {sizing.ACCEPT_RISK})")
     if not result.ok:
         ctx.exit(int(ExitCode.FAILED))
+    if refused and not accept_memory_risk:
+        ctx.exit(int(ExitCode.REFUSED))
+
+
+def _gpu_facts(path: Path | None) -> tuple[GpuFacts | None, str | None]:
+    """The GPUs to size for: the recorded query at ``path``, else this host's ``nvidia-smi`` (``None`` and why
+    when there is none)."""
+    if path is not None:
+        return GpuFacts.from_query(path.read_text(encoding="utf-8", errors="replace"), str(path)), None
+    gpus, why = probe_gpus()
+    if not gpus:
+        return None, f"no GPU facts ({why}): run on the GPU host or pass --gpu-facts FILE"
+    return GpuFacts.from_gpus(gpus, "this host's nvidia-smi"), None
 
 
 def _report(label: str, v: validate_lib.Validation, where: str | None) -> None:

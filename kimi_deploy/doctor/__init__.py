@@ -155,9 +155,24 @@ def gather(profile: Profile, *, python: str | None = None, root: Path = Path("/"
             facts["gates_error"] = exc.message
         if check_flags:
             try:
-                facts["validation"] = validate_lib.validate_profile(profile, python).validation
+                checked = validate_lib.validate_profile(profile, python)
+                facts["validation"] = checked.validation
             except KimiDeployError as exc:
                 facts["validation_error"] = exc.message
+            else:
+                # kimi_deploy.sizing imports this package's parsers (nvidia, modeldir): imported here, not at the
+                # top, so that importing it does not go round in a circle
+                from kimi_deploy.sizing.memory import GpuFacts
+                from kimi_deploy.sizing.report import size_profile
+
+                try:
+                    facts["sizing"] = size_profile(
+                        profile, checked.info.python, checked.launch.server_args,
+                        gpus=GpuFacts.from_gpus(gpus, "this host's nvidia-smi") if gpus else None,
+                        env=validate_lib.check_env(checked.launch),
+                        gpu_hint=f"no GPU facts ({facts['gpu_error']})" if not gpus else None)
+                except KimiDeployError as exc:
+                    facts["sizing_error"] = exc.message
 
     if not version:  # no SGLang here: the patch and gate rows come from the profile and the series it renders for
         try:

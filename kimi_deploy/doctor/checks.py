@@ -13,6 +13,7 @@ No I/O here: every function is tested on recorded probe output. Check names are 
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 from kimi_deploy.catalog.models import WEIGHTS_SHARE, Gpu as CatalogGpu, ModelFacts, identify, what_fits
 from kimi_deploy.doctor.cuda import SOURCE as DRIVER_SOURCE, judge_driver
@@ -76,6 +77,10 @@ class Facts:
     uvm_error: str | None = None
     p2p: dict[str, P2pMatrix] = dataclasses.field(default_factory=dict)
     p2p_error: str | None = None
+    #: a :class:`kimi_deploy.sizing.report.Sizing` (typed loosely: kimi_deploy.sizing imports this package's
+    #: parsers, so importing it here would be circular)
+    sizing: Any = None
+    sizing_error: str | None = None
 
     @property
     def tp_gpus(self) -> tuple[Gpu, ...]:
@@ -442,6 +447,27 @@ def check_flags(f: Facts) -> Check:
     return passed(name, f"SGLang {v.sglang_version} accepts the command ({', '.join(v.stages)})")
 
 
+def check_memory_plan(f: Facts) -> Check:
+    """SGLang's resolution on these GPUs and the memory plan (:mod:`kimi_deploy.sizing`): fail when the plan says
+    the profile will not fit (the setting to change is the hint), warn when tight or not sized."""
+    name = "sglang.memory"
+    sized = f.sizing
+    if sized is None:
+        return _not_checked(name, f.sizing_error or "SGLang's flags were not checked", "fix sglang.flags first")
+    if sized.plan is None:
+        return _not_checked(name, "; ".join(sized.skipped) or "not sized", "`kimi-deploy validate --gpu-facts FILE "
+                            "--model-facts DIR` sizes it with recorded facts")
+    p = sized.plan
+    figures = (f"weights {_gib(p.weights_bytes + p.draft_weights_bytes)}/rank, KV {p.kv_tokens} tokens, "
+               f"mem_fraction_static {p.mem_fraction_static.value} ({p.mem_fraction_static.source})")
+    if p.problems:
+        return failed(name, f"will not fit: {figures}", p.problems[0])
+    if p.warnings:
+        return warned(name, f"{p.verdict}: {figures}", p.warnings[0])
+    return passed(name, f"fits: {figures}; "
+                        + ", ".join(f"{r} x {c} tokens" for c, r in p.concurrency))
+
+
 def check_disk(f: Facts) -> Check:
     name = "disk.cache"
     if f.disk is None:
@@ -648,7 +674,7 @@ def evaluate(f: Facts) -> list[Check]:
         check_torch_arch(f), check_topology(f),
         check_model("model", f.model, "model_path", f.known_model_dir),
         check_model("draft_model", f.draft_model, "speculative_draft_model_path"),
-        check_sglang(f), check_patches(f), *check_gates(f), check_flags(f),
+        check_sglang(f), check_patches(f), *check_gates(f), check_flags(f), check_memory_plan(f),
         check_allreduce_paths(f), check_p2p_disable(f), check_acs(f), check_iommu(f), check_uvm_hmm(f), check_p2p(f),
         check_disk(f), check_port(f), check_unit(f),
     ]

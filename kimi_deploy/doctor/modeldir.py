@@ -111,3 +111,50 @@ def inspect_model_dir(path: str | Path) -> ModelDir:
         problems.append(f"{len(truncated)} shards truncated or unreadable (first: {truncated[0]})")
     return ModelDir(str(path), True, has_config, tuple(shards), tuple(missing), tuple(truncated), total,
                     tuple(problems))
+
+
+def read_header_tensors(path: Path) -> list[tuple[str, str, tuple[int, ...]]] | None:
+    """``(name, dtype, shape)`` of every tensor in the safetensors file ``path``'s header (dtype as the
+    format spells it: ``BF16``, ``I32``, ...), or ``None`` when the header is unreadable. Reads the header
+    only (same format rules as :func:`safetensors_expected_size`)."""
+    try:
+        with path.open("rb") as fh:
+            raw = fh.read(8)
+            if len(raw) != 8:
+                return None
+            (n,) = struct.unpack("<Q", raw)
+            if n > 100 * 1024 * 1024:
+                return None
+            header = parse_json(fh.read(n))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(header, dict):
+        return None
+    tensors = []
+    for name, entry in header.items():
+        if name == "__metadata__" or not isinstance(entry, dict):
+            continue
+        shape = entry.get("shape")
+        if not isinstance(entry.get("dtype"), str) or not isinstance(shape, list) \
+                or not all(isinstance(d, int) and d >= 0 for d in shape):
+            return None
+        tensors.append((name, entry["dtype"], tuple(shape)))
+    return tensors
+
+
+def model_shards(path: str | Path) -> list[Path]:
+    """The shard files of the model directory ``path`` the way :func:`inspect_model_dir` finds them
+    (index, else ``model.safetensors``, else every ``*.safetensors``); missing ones are left out."""
+    root = Path(path)
+    index = root / INDEX_NAME
+    names: list[str] = []
+    if index.is_file():
+        try:
+            names = sorted(set(parse_json(index.read_text(encoding="utf-8"))["weight_map"].values()))
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+            names = []
+    elif (root / SINGLE_NAME).is_file():
+        names = [SINGLE_NAME]
+    else:
+        names = sorted(p.name for p in root.glob("*.safetensors"))
+    return [root / name for name in names if (root / name).is_file()]

@@ -1,0 +1,1 @@
+"""Sizing: what SGLang will resolve on this host (:mod:`.effective`) and whether the model fits (:mod:`.memory`)."""
