@@ -22,21 +22,21 @@ def gateway_files(profile: Profile, header: str) -> dict[str, str]:
     """File name -> text of the gateway host's part: ``<name>-gateway.service`` (empty without ``[gateway]``)."""
     if profile.gateway is None:
         return {}
-    from kimi_deploy import gateway, launch, paths
-    from kimi_deploy.render import _environment, check_unit
+    from kimi_deploy import gateway, launch, names, paths
+    from kimi_deploy.render import _environment
 
     svc = profile.service
-    unit = check_unit(paths.gateway_service(svc.name))
-    check_command = (
-        f"{svc.kimi_deploy} check --profile {paths.service_profile_copy(svc.name)} --each-worker"
-        + (f" --api-key-file %d/{launch.API_KEY_CREDENTIAL}" if profile.sglang.api_key_file else "")
-        + f" --json {paths.gateway_check_report(svc.name)}")
+    unit = names.check_unit(names.gateway_service(svc.name))
+    check_command = " ".join(names.check_argv(
+        svc.kimi_deploy, paths.service_profile_copy(svc.name), each_worker=True,
+        api_key_file=f"%d/{launch.API_KEY_CREDENTIAL}" if profile.sglang.api_key_file else None,
+        json=paths.gateway_check_report(svc.name)))
     context = {"header": header, "svc": svc, "s": profile.sglang, "gw": profile.gateway,
                "workers": profile.worker_urls(), "api_key_credential": launch.API_KEY_CREDENTIAL,
                "exec_start": gateway.exec_start(gateway.gateway_argv(profile)), "check_command": check_command,
                "check_unit": unit}
     env = _environment()
-    return {gateway.gateway_unit(profile): env.get_template("gateway.service.j2").render(context),
+    return {names.gateway_unit(svc.name): env.get_template("gateway.service.j2").render(context),
             f"{unit}.service": env.get_template("check.service.j2").render(context),
             f"{unit}.timer": env.get_template("check.timer.j2").render(context)}
 

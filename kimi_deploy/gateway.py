@@ -31,7 +31,7 @@ from typing import Any
 
 import httpx
 
-from kimi_deploy import paths
+from kimi_deploy import names, paths
 from kimi_deploy.errors import ExitCode, KimiDeployError, UnreachableError, UsageError
 from kimi_deploy.launch import API_KEY_CREDENTIAL
 from kimi_deploy.limits import Refused
@@ -55,7 +55,7 @@ _HELP_OPTION = re.compile(r"^ {2}(-{1,2}[A-Za-z0-9][\w.-]*(?:[ =][^,\s]+)*(?:, -
 
 def gateway_unit(profile: Profile) -> str:
     """File name of the gateway's unit: ``<[service] name>-gateway.service``."""
-    return f"{paths.gateway_service(profile.service.name)}.service"
+    return names.gateway_unit(profile.service.name)
 
 
 def smg_python(profile: Profile) -> str:
@@ -365,13 +365,11 @@ def _shown(body: Any) -> str:
 def gateway_url(profile: Profile) -> str:
     """``http://HOST:PORT`` at which the kit reaches the profile's gateway: ``bind`` (a wildcard means the
     gateway host itself, reached by its name from elsewhere)."""
-    from kimi_deploy.profile import url_host
-
     gw = profile.gateway
     if gw is None:
         raise UsageError("the profile has no [gateway]", hint="add a [gateway] table (production.md)")
     host = gw.host if gw.bind in ("0.0.0.0", "::") else gw.bind
-    return f"http://{url_host(host)}:{gw.port}"
+    return names.node_url(host, gw.port)
 
 
 def view_problems(expected: Sequence[str], workers: Sequence[Worker]) -> list[str]:

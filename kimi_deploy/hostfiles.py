@@ -28,6 +28,7 @@ from kimi_deploy import __version__
 from kimi_deploy.errors import UsageError
 from kimi_deploy import fsio
 from kimi_deploy.fsio import write_many_atomic
+from kimi_deploy.names import gateway_unit, server_unit
 from kimi_deploy.paths import HostLayout
 from kimi_deploy.profile import Profile, check_service_name, dump_profile, load_profile
 from kimi_deploy.render import GENERATED_PREFIX
@@ -273,13 +274,13 @@ def listeners(profile: Profile, installed: Collection[str] | None) -> list[tuple
     gateway-only host runs no SGLang, so its ``[sglang]`` port is not one of its own (it is the nodes').
     ``installed`` None (nothing known of the files): the server's listener, as every install has one.
     """
-    from kimi_deploy.paths import SYSTEMD_DIR, gateway_service
+    from kimi_deploy.paths import SYSTEMD_DIR
 
     name, found = profile.service.name, []
-    if installed is None or f"{SYSTEMD_DIR}/{name}.service" in installed:
+    if installed is None or f"{SYSTEMD_DIR}/{server_unit(name)}" in installed:
         found.append((profile.sglang.host, profile.sglang.port, "[sglang] port"))
     gw = profile.gateway
-    if gw is not None and installed is not None and f"{SYSTEMD_DIR}/{gateway_service(name)}.service" in installed:
+    if gw is not None and installed is not None and f"{SYSTEMD_DIR}/{gateway_unit(name)}" in installed:
         found += [(gw.bind, gw.port, "[gateway] port"),
                   (gw.prometheus_host, gw.prometheus_port, "[gateway] prometheus_port")]
     return found

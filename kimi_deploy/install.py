@@ -43,7 +43,8 @@ from kimi_deploy.hostfiles import (Claims, FileRecord, Intent, Manifest, Ownersh
                                    service_lock, stale_files, valid_service_name, write_backup)
 from kimi_deploy.paths import HostLayout
 from kimi_deploy.profile import Profile, naming_warnings
-from kimi_deploy.render import CHECK_UNIT, check_unit, file_header, render
+from kimi_deploy.names import CHECK_UNIT, check_timer, gateway_service, server_unit
+from kimi_deploy.render import file_header, render
 
 #: Shell of the service user: it never logs in (useradd(8) ``--shell``).
 NOLOGIN = "/usr/sbin/nologin"
@@ -346,7 +347,7 @@ def gather_uninstall_facts(layout: HostLayout, name: str | None) -> HostFacts:
                {u: systemd.is_enabled(u, root=layout.root) for u in _unit_names(recorded)})
     kept = [r for r in (manifest, intent.manifest if intent else None, last) if r]
     candidates = {layout.host_path(layout.service_backup_dir(name)),
-                  layout.host_path(layout.timer_stamp(f"{check_unit(name)}.timer"))}
+                  layout.host_path(layout.timer_stamp(check_timer(name)))}
     for record in kept:
         candidates |= {record.state_dir, record.cache_dir}
         if record.api_key_file_created:
@@ -599,11 +600,11 @@ def plan_install(profile: Profile, layout: HostLayout, *, sglang_version: str | 
 def units_to_enable(profile: Profile, files: Mapping[str, bytes]) -> list[str]:
     """The units ``install`` enables among ``files``: the server and/or gateway unit and the check timer."""
     svc = profile.service
-    names = [f"{svc.name}.service", f"{check_unit(svc.name)}.timer"]
+    units = [server_unit(svc.name), check_timer(svc.name)]
     if profile.gateway is not None:
-        gateway = paths.gateway_service(svc.name)
-        names += [f"{gateway}.service", f"{check_unit(gateway)}.timer"]
-    return [u for u in names if f"{paths.SYSTEMD_DIR}/{u}" in files]
+        gateway = gateway_service(svc.name)
+        units += [server_unit(gateway), check_timer(gateway)]
+    return [u for u in units if f"{paths.SYSTEMD_DIR}/{u}" in files]
 
 
 def plan_install_from(profile: Profile, facts: HostFacts, files: Mapping[str, bytes], version: str, *,
@@ -625,7 +626,7 @@ def plan_install_from(profile: Profile, facts: HostFacts, files: Mapping[str, by
     old, intent = facts.manifest, facts.intent
 
     steps: list[Step] = _stale_steps(facts)
-    serves = target_host_path(f"{svc.name}.service") in files  # a gateway-only host runs as DynamicUser
+    serves = target_host_path(server_unit(svc.name)) in files  # a gateway-only host runs as DynamicUser
     account_steps = _user_steps(profile, facts, create_user, notes) if serves else []
     steps += account_steps
     if serves:
@@ -695,8 +696,8 @@ def plan_install_from(profile: Profile, facts: HostFacts, files: Mapping[str, by
         notes.append("--no-enable: units are not enabled; the service does not start at boot")
     if restart:
         if any(c.action != "unchanged" for c in changes):
-            steps.append(Step("command", f"restart {svc.name}.service", when="after",
-                              argv=tuple(systemd.systemctl_argv("restart", f"{svc.name}.service"))))
+            steps.append(Step("command", f"restart {server_unit(svc.name)}", when="after",
+                              argv=tuple(systemd.systemctl_argv("restart", server_unit(svc.name)))))
         else:
             notes.append("nothing changed: not restarting")
     if intent:
@@ -795,7 +796,7 @@ def _purge_steps(facts: HostFacts, svc: str, record: Manifest | None) -> tuple[l
                                           if r], kept, shared)
     if backups_hp in kept:
         steps.append(Step("remove-tree", f"--purge: remove the backups {backups_hp}", when="after", path=backups))
-    stamp = layout.host_path(layout.timer_stamp(f"{check_unit(svc)}.timer"))
+    stamp = layout.host_path(layout.timer_stamp(check_timer(svc)))
     if stamp in facts.exists:  # with its last 03:00 run recorded, a reinstall would run a "missed" check at once
         kept.append(stamp)
         steps.append(Step("remove-file", f"--purge: remove the nightly timer's last-run stamp {stamp}",

@@ -45,7 +45,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from kimi_deploy import __version__, gateway, options, versions
+from kimi_deploy import __version__, gateway, names, options, versions
 from kimi_deploy.argv import flag_groups, split_equals
 from kimi_deploy.errors import ProfileError
 from kimi_deploy.launch import API_KEY_CREDENTIAL, HOST_SECRETS_SCRIPT, LaunchSpec, build_launch, rank_args
@@ -350,7 +350,7 @@ def _gateway(profile: Profile, name: str) -> dict[str, list[dict[str, Any]]]:
     """gateway-rbac.yaml, gateway-deployment.yaml, gateway-service.yaml documents."""
     gw, k8s, s = profile.gateway, profile.kubernetes, profile.sglang
     assert k8s is not None and gw is not None
-    ns, account = k8s.namespace, f"{name}-gateway"
+    ns, account = k8s.namespace, names.gateway_service(name)
     labels = _labels(name, "gateway", gw.version)
     pod_sec, ctr_sec = _security(k8s)
     rbac = [
@@ -402,10 +402,9 @@ def _check(profile: Profile, name: str) -> dict[str, list[dict[str, Any]]]:
     ns = k8s.namespace
     labels = _labels(name, "check", __version__)
     gw = profile.gateway
-    base_url = (f"http://{name}-gateway.{ns}.svc:{gw.port}" if gw is not None
-                else f"http://{name}-leader.{ns}.svc:{s.port}")
+    base_url = (names.node_url(f"{names.gateway_service(name)}.{ns}.svc", gw.port) if gw is not None
+                else names.node_url(f"{name}-leader.{ns}.svc", s.port))
     claim = k8s.check_report_claim or f"{name}-check-reports"
-    command = ["kimi-deploy", "check", "--profile", CHECK_PROFILE, "--base-url", base_url]
     mounts: list[dict[str, Any]] = [{"name": "profile", "mountPath": CHECK_PROFILE.rsplit("/", 1)[0],
                                      "readOnly": True},
                                     {"name": "reports", "mountPath": REPORT_DIR},
@@ -414,15 +413,17 @@ def _check(profile: Profile, name: str) -> dict[str, list[dict[str, Any]]]:
                                      {"name": "reports", "persistentVolumeClaim": {"claimName": claim}},
                                      {"name": "tmp", "emptyDir": {}}]
     if s.api_key_file:
-        # in-cluster plain http: check refuses a key to another host over http without --insecure
-        command += ["--api-key-file", f"{SECRET_DIR}/{API_KEY_CREDENTIAL}", "--insecure"]
         mounts.append({"name": "api-key", "mountPath": SECRET_DIR, "readOnly": True})
         volumes.append(_secret_volume(k8s, name))
-    if gw is not None:
-        # as on the gateway host: through smg a bad copy hides behind its retries; check each leader it lists
-        command += ["--each-worker", "--json", f"{REPORT_DIR}/check-workers.json"]
-    else:
-        command += ["--json", f"{REPORT_DIR}/check-report.json", "--junit", f"{REPORT_DIR}/check-report.xml"]
+    # in-cluster plain http: check refuses a key to another host over http without --insecure.
+    # With [gateway], as on the gateway host: through smg a bad copy hides behind its retries; check each
+    # leader it lists.
+    key_file = f"{SECRET_DIR}/{API_KEY_CREDENTIAL}" if s.api_key_file else None
+    command = names.check_argv(
+        "kimi-deploy", CHECK_PROFILE, base_url=base_url, api_key_file=key_file, insecure=bool(key_file),
+        each_worker=gw is not None,
+        json=f"{REPORT_DIR}/check-workers.json" if gw is not None else f"{REPORT_DIR}/check-report.json",
+        junit=None if gw is not None else f"{REPORT_DIR}/check-report.xml")
     pod_sec, ctr_sec = _security(k8s)
     config = {"apiVersion": "v1", "kind": "ConfigMap",
               "metadata": {"name": f"{name}-profile", "namespace": ns, "labels": labels},

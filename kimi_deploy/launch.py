@@ -17,7 +17,8 @@ from packaging.version import Version
 from kimi_deploy import options, paths, versions
 from kimi_deploy.argv import expansions, flag_groups, split_equals
 from kimi_deploy.errors import ProfileError, UnsupportedVersionError
-from kimi_deploy.profile import NIC_ENV, Profile, is_loopback, url_host
+from kimi_deploy.names import url_host
+from kimi_deploy.profile import NIC_ENV, Profile, is_loopback
 
 #: Name of the systemd credential that carries the API key (``LoadCredential=``).
 API_KEY_CREDENTIAL = "api-key"

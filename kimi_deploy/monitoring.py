@@ -21,7 +21,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from kimi_deploy import paths
+from kimi_deploy import names, paths
 from kimi_deploy.profile import Profile
 
 #: Default running-request limit of SGLang with EAGLE/EAGLE3 and no --max-running-requests (options.py comment).
@@ -74,7 +74,7 @@ def settings(profile: Profile) -> Settings:
     return Settings(
         service=name, job=m.job or name, targets=tuple(m.targets) or (_base_target(profile),),
         check_job=m.check_job or f"{name}-check", node_exporter=m.node_exporter, gateway=m.gateway,
-        gateway_job=(m.gateway_job or f"{name}-gateway") if m.gateway else None,
+        gateway_job=(m.gateway_job or names.gateway_service(name)) if m.gateway else None,
         scrape_interval_s=m.scrape_interval_s, labels=dict(m.labels), slo_ms=slo,
         slo_for_minutes=m.slo_for_minutes, check_max_age_hours=m.check_max_age_hours, running_limit=running,
         aborted_ratio=m.aborted_ratio, spec_accept_length_min=spec_min, runbook_url=m.runbook_url,

@@ -17,6 +17,7 @@ import posixpath
 from pathlib import Path
 
 from kimi_deploy.errors import UsageError
+from kimi_deploy.names import gateway_service
 
 _PACKAGE_DIR = Path(__file__).resolve().parent
 _SOURCE_ROOT = _PACKAGE_DIR.parent
@@ -81,12 +82,6 @@ SYSTEMD_DIR = "/etc/systemd/system"
 def service_state_dir(service: str) -> str:
     """``/var/lib/<service>``: host path of a service's state folder (systemd ``StateDirectory=<service>``)."""
     return f"/var/lib/{service}"
-
-
-def gateway_service(service: str) -> str:
-    """``<service>-gateway``: the name of a fleet's gateway on its host (its unit ``<service>-gateway.service``,
-    its check units' instance, its state folder)."""
-    return f"{service}-gateway"
 
 
 def gateway_check_report(service: str) -> str:

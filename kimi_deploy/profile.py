@@ -39,6 +39,7 @@ from pydantic import (BaseModel, ConfigDict, Field, ValidationError, ValidationI
 from kimi_deploy.argv import expansions
 from kimi_deploy.errors import ProfileError
 from kimi_deploy.options import CACHE_ENV, OPTIONS, Option, owned_env, owned_flags, secret_flags
+from kimi_deploy.names import gateway_service, node_url, url_host
 from kimi_deploy.paths import service_api_key_file, service_cache_dir
 from kimi_deploy.values import (MAX_ITEMS, SAFE_TOKEN, AbsPath, Host, check_abs_path, check_host, check_text,
                                 check_token, check_unit_stem)
@@ -631,7 +632,7 @@ class Profile(BaseModel):
 
     def worker_urls(self) -> tuple[str, ...]:
         """``http://{nodes[0]}:{[sglang] port}`` of each replica (IPv6 in brackets); ``()`` without ``[fleet]``."""
-        return tuple(f"http://{url_host(nodes[0])}:{self.sglang.port}" for nodes in self.replicas)
+        return tuple(node_url(nodes[0], self.sglang.port) for nodes in self.replicas)
 
     def hosts(self) -> tuple[str, ...]:
         """Every host with a part of the deployment: the nodes in replica and rank order, then the gateway's
@@ -664,11 +665,6 @@ class Profile(BaseModel):
                 del data["sglang"][option.key]
         blob = json.dumps(data, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(blob.encode()).hexdigest()
-
-
-def url_host(host: str) -> str:
-    """``host`` as the host part of a URL: an IPv6 address in brackets, anything else unchanged."""
-    return f"[{host}]" if ":" in host else host
 
 
 #: Top-level tables that :meth:`Profile.digest` leaves out while absent (added after the first installs).
@@ -844,7 +840,7 @@ def fleet_problems(profile: Profile) -> list[str]:
         node = replica.nodes[0]
         if not _is_wildcard(s.host) and s.host != node:
             problems.append(f"sglang.host: {s.host} on replica {index}, whose worker URL is "
-                            f"http://{url_host(node)}:{s.port}; in a fleet set host = \"0.0.0.0\" (each node's own "
+                            f"{node_url(node, s.port)}; in a fleet set host = \"0.0.0.0\" (each node's own "
                             f"addresses) or list {s.host} as that replica's node")
             break
     if nodes > 1:
@@ -924,7 +920,7 @@ def monitoring_problems(profile: Profile) -> list[str]:
     s, m = profile.sglang, profile.monitoring
     problems: list[str] = []
     jobs = [j for j in (m.job or profile.service.name, m.check_job or f"{profile.service.name}-check",
-                        (m.gateway_job or f"{profile.service.name}-gateway") if m.gateway else None) if j]
+                        (m.gateway_job or gateway_service(profile.service.name)) if m.gateway else None) if j]
     if len(set(jobs)) != len(jobs):
         problems.append(f"monitoring.job: the server, check and gateway jobs must differ, got {', '.join(jobs)}; "
                         "set job, check_job and gateway_job to distinct names")

@@ -18,7 +18,8 @@ from collections.abc import Callable, Mapping
 
 from kimi_deploy.errors import UsageError
 from kimi_deploy.launch import LaunchSpec, build_launch
-from kimi_deploy.profile import Profile, host_key, url_host
+from kimi_deploy.names import node_url
+from kimi_deploy.profile import Profile, host_key
 
 #: Seconds the rank units' ``ExecStartPre=`` preflight waits for the other ranks of the group (every rank's
 #: unit must be started within this window; a missing peer fails the start, and ``Restart=on-failure``
@@ -143,7 +144,7 @@ def refuse_http_proof(profile: Profile, rank: Rank | None, what: str) -> None:
 
 def serving_url(profile: Profile, rank: Rank) -> str:
     """``http://RANK0:PORT``: the group's one HTTP endpoint (what readiness and checks must ask)."""
-    return f"http://{url_host(rank.rank0)}:{profile.sglang.port}"
+    return node_url(rank.rank0, profile.sglang.port)
 
 
 def rank_launch(profile: Profile, rank: Rank, sglang_version: str | None = None, *,

@@ -14,23 +14,11 @@ from pathlib import Path
 
 import jinja2
 
-from kimi_deploy import __version__, paths, versions
+from kimi_deploy import __version__, names, paths, versions
 from kimi_deploy.fsio import write_many_atomic
 from kimi_deploy.launch import API_KEY_CREDENTIAL, SECRETS_CONFIG_NAME, LaunchSpec
 from kimi_deploy.profile import Profile
 from kimi_deploy.ranks import Rank, group_ranks, node_launch, preflight_command
-
-#: Family name of the nightly check units. Each service gets its own concrete instance units,
-#: ``kimi-deploy-check@<name>.service`` and ``.timer`` (systemd loads a unit file named
-#: ``family@instance.suffix`` directly, no template needed: systemd.unit(5), "Description"),
-#: so two services on one host never share (and overwrite) one check.
-CHECK_UNIT = "kimi-deploy-check"
-
-
-def check_unit(service: str) -> str:
-    """Name of ``service``'s nightly check units without the suffix: ``kimi-deploy-check@<service>``."""
-    return f"{CHECK_UNIT}@{service}"
-
 
 #: Runs in ExecStartPre= with the SGLang interpreter: turns the API-key credential into
 #: SGLang's YAML --config file (0600 in the 0700 RuntimeDirectory=). JSON strings are
@@ -62,15 +50,15 @@ class Rendered:
 
     @property
     def service_unit(self) -> str:
-        return f"{self.profile.service.name}.service"
+        return names.server_unit(self.profile.service.name)
 
     @property
     def env_file(self) -> str:
-        return f"{self.profile.service.name}.env"
+        return names.env_file(self.profile.service.name)
 
     @property
     def check_timer(self) -> str:
-        return f"{check_unit(self.profile.service.name)}.timer"
+        return names.check_timer(self.profile.service.name)
 
 
 #: First characters of every file kimi-deploy renders; ``install`` refuses to replace a file without them.
@@ -143,11 +131,9 @@ def render(profile: Profile, sglang_version: str | None = None, *,
     read_write_paths = [] if inside else [profile.cache_root]
     profile_host_path = profile_path or paths.service_profile_copy(svc.name)
     state = paths.service_state_dir(svc.name)
-    check_command = (
-        f"{svc.kimi_deploy} check --profile {profile_host_path}"
-        + (f" --api-key-file %d/{API_KEY_CREDENTIAL}" if s.api_key_file else "")
-        + f" --json {paths.service_check_report(svc.name)} --junit {state}/check-report.xml --prom {state}/check.prom"
-    )
+    check_command = " ".join(names.check_argv(
+        svc.kimi_deploy, profile_host_path, api_key_file=f"%d/{API_KEY_CREDENTIAL}" if s.api_key_file else None,
+        json=paths.service_check_report(svc.name), junit=f"{state}/check-report.xml", prom=f"{state}/check.prom"))
     context = {
         "header": header,
         "svc": svc,
@@ -163,19 +149,19 @@ def render(profile: Profile, sglang_version: str | None = None, *,
         "read_write_paths": read_write_paths,
         "cache_key": launch.cache_dir.rsplit("/", 1)[-1],
         "check_command": check_command,
-        "check_unit": check_unit(svc.name),
+        "check_unit": names.check_unit(svc.name),
         "rank": rank,
         "preflight_command": preflight_command(profile, rank, profile_host_path) if rank is not None else None,
     }
     env = _environment()
     files = {
-        f"{svc.name}.service": env.get_template("server.service.j2").render(context),
-        f"{svc.name}.env": env.get_template("server.env.j2").render(context),
+        names.server_unit(svc.name): env.get_template("server.service.j2").render(context),
+        names.env_file(svc.name): env.get_template("server.env.j2").render(context),
     }
     if rank is not None and not rank.serves:
         return Rendered(profile=profile, launch=launch, files=files)
-    files[f"{check_unit(svc.name)}.service"] = env.get_template("check.service.j2").render(context)
-    files[f"{check_unit(svc.name)}.timer"] = env.get_template("check.timer.j2").render(context)
+    files[names.check_service(svc.name)] = env.get_template("check.service.j2").render(context)
+    files[names.check_timer(svc.name)] = env.get_template("check.timer.j2").render(context)
     from kimi_deploy.monitoring import render_monitoring
 
     return Rendered(profile=profile, launch=launch, files=files, monitoring=render_monitoring(profile, header))

@@ -34,7 +34,7 @@ from kimi_deploy.hostfiles import Restored, list_backups, restore_backup, servic
 from kimi_deploy.paths import HostLayout
 from kimi_deploy.profile import Profile
 from kimi_deploy.readiness import WaitResult, WaitState, wait_ready
-from kimi_deploy.render import check_unit
+from kimi_deploy.names import check_timer, server_unit
 
 #: ``kimi-deploy check`` groups run after a restart: quick, and they prove the configuration took.
 FAST_TIER = ("health.*", "config.*", "parser.*")
@@ -201,7 +201,7 @@ class RestartResult:
 def _attempt(label: str, profile: Profile, layout: HostLayout, *, api_key: str | None, wait: bool, timeout: float,
              poll_interval: float, on_poll: Callable[[str, WaitState], None] | None,
              clock: Callable[[], float], sleep: Callable[[float], None], base_url: str | None = None) -> Attempt:
-    unit = f"{profile.service.name}.service"
+    unit = server_unit(profile.service.name)
     done = systemd.systemctl("restart", unit)
     if not wait:
         return Attempt(label, done.command, None, None, int(ExitCode.OK), f"{unit} restarted (not waited for)")
@@ -232,7 +232,7 @@ def engaged_paths(profile: Profile) -> dict[str, Any]:
     """The all-reduce paths of the current start as the server's journal tells them
     (:meth:`kimi_deploy.allreduce.AllreduceReport.to_dict`), or ``{"error": why}`` when it cannot be read.
     Never raises: a missing journal is reported, not a failed restart."""
-    unit = f"{profile.service.name}.service"
+    unit = server_unit(profile.service.name)
     try:
         since = systemd.show(unit).properties.get("ExecMainStartTimestamp") or None
     except KimiDeployError:
@@ -278,7 +278,7 @@ def restart(profile: Profile, layout: HostLayout, *, wait: bool = False, timeout
         from kimi_deploy.ranks import local_rank, refuse_http_proof
 
         refuse_http_proof(profile, local_rank(profile, node), "restart --wait")
-    api_key = apikey.profile_key(profile.sglang.api_key_file, layout) if wait else None
+    api_key = apikey.resolve_key(profile_key_file=profile.sglang.api_key_file, layout=layout) if wait else None
     with service_lock(layout, profile.service.name):
         if drain is None:
             return _restart(profile, layout, api_key=api_key, wait=wait, timeout=timeout,
@@ -360,7 +360,7 @@ def _restart(profile: Profile, layout: HostLayout, *, api_key: str | None, wait:
     timeout = float(timeout if timeout is not None else profile.service.timeout_start_sec)
     say = on_event or (lambda _m: None)
     svc = profile.service.name
-    say(f"restarting {svc}.service")
+    say(f"restarting {server_unit(svc)}")
     first = _attempt("new", profile, layout, api_key=api_key, wait=wait, timeout=timeout,
                      poll_interval=poll_interval, on_poll=on_poll, clock=clock, sleep=sleep, base_url=base_url)
     attempts, notes = [first], []
@@ -372,22 +372,22 @@ def _restart(profile: Profile, layout: HostLayout, *, api_key: str | None, wait:
     if not backups:
         notes.append("no install backup to roll back to: the files stay as they are")
         return RestartResult(svc, attempts, None, notes)
-    unit_hp = layout.host_path(layout.unit_path(f"{svc}.service"))
+    unit_hp = layout.host_path(layout.unit_path(server_unit(svc)))
     restored = restore_backup(layout, backups[0], unit_hp)
     notes.append(f"restored {len(restored.restored)} file(s) and removed {len(restored.removed)} from "
                  f"{layout.host_path(restored.backup)}")
     systemd.systemctl("daemon-reload")
     if not restored.had_previous_service:
         try:
-            systemd.systemctl("disable", "--now", f"{svc}.service", f"{check_unit(svc)}.timer")
+            systemd.systemctl("disable", "--now", server_unit(svc), check_timer(svc))
         except KimiDeployError as exc:
             notes.append(f"could not disable the units: {exc.message}")
         notes.append("that was a first install: no previous version to start; the service is stopped and disabled")
         return RestartResult(svc, attempts, restored, notes)
-    say(f"restarting {svc}.service with the previous files")
+    say(f"restarting {server_unit(svc)} with the previous files")
     previous = profile_after_rollback(layout, svc, profile)
     try:
-        previous_key = apikey.profile_key(previous.sglang.api_key_file, layout)
+        previous_key = apikey.resolve_key(profile_key_file=previous.sglang.api_key_file, layout=layout)
     except KimiDeployError as exc:
         notes.append(f"the previous version's API key is unreadable ({exc.message}); checking it without a key")
         previous_key = None

@@ -34,12 +34,12 @@ from kimi_deploy.argv import flag_groups, split_equals
 from kimi_deploy.errors import ExitCode, KimiDeployError
 from kimi_deploy.hostfiles import Manifest, read_bytes, sha256
 from kimi_deploy.patching import status as series_status
-from kimi_deploy.paths import SYSTEMD_DIR, HostLayout, gateway_check_report, gateway_service
+from kimi_deploy.names import check_argv, check_timer, gateway_service, gateway_unit, server_unit
+from kimi_deploy.paths import SYSTEMD_DIR, HostLayout, gateway_check_report
 from kimi_deploy.profile import Profile
 from kimi_deploy.ranks import Rank, local_rank, node_launch, serving_url
 from kimi_deploy.readiness import Probe, get_json, probe_ready
 from kimi_deploy.limits import parse_json
-from kimi_deploy.render import check_unit
 
 #: Options whose value is a secret (SGLang 0.5.23 ``--api-key``, ``--admin-api-key``): the option table's
 #: secret rows (:func:`kimi_deploy.options.secret_flags`).
@@ -204,7 +204,7 @@ class StatusReport:
 
     def __post_init__(self) -> None:
         if not self.unit_name:
-            object.__setattr__(self, "unit_name", f"{self.service}.service")
+            object.__setattr__(self, "unit_name", server_unit(self.service))
 
     @property
     def exit_code(self) -> int:
@@ -259,8 +259,8 @@ def gateway_host(profile: Profile, manifest: Manifest) -> bool:
     """True on a fleet's gateway host that serves no replica: the manifest lists the gateway unit
     (``<name>-gateway.service``) and no server unit (what ``install --host GATEWAY_HOST`` installs)."""
     units = {hp.rsplit("/", 1)[-1] for hp in manifest.files if hp.startswith(SYSTEMD_DIR + "/")}
-    return profile.gateway is not None and f"{gateway_service(profile.service.name)}.service" in units \
-        and f"{profile.service.name}.service" not in units
+    return profile.gateway is not None and gateway_unit(profile.service.name) in units \
+        and server_unit(profile.service.name) not in units
 
 
 def gather_status_facts(profile: Profile, layout: HostLayout, manifest: Manifest,
@@ -272,12 +272,12 @@ def gather_status_facts(profile: Profile, layout: HostLayout, manifest: Manifest
     only_gateway = gateway_host(profile, manifest)
     unit = unit_error = None
     try:
-        unit = systemd.show(f"{gateway_service(profile.service.name) if only_gateway else profile.service.name}.service")
+        unit = systemd.show(gateway_unit(profile.service.name) if only_gateway else server_unit(profile.service.name))
     except KimiDeployError as exc:
         unit_error = exc
     api_key = key_error = None
     try:
-        api_key = apikey.profile_key(profile.sglang.api_key_file, layout)
+        api_key = apikey.resolve_key(profile_key_file=profile.sglang.api_key_file, layout=layout)
     except KimiDeployError as exc:
         key_error = exc
     if only_gateway:
@@ -297,7 +297,7 @@ def gather_status_facts(profile: Profile, layout: HostLayout, manifest: Manifest
     if unit is not None and unit.is_active:
         from kimi_deploy import allreduce
 
-        start_log = allreduce.read_start_log(f"{profile.service.name}.service",
+        start_log = allreduce.read_start_log(server_unit(profile.service.name),
                                              unit.properties.get("ExecMainStartTimestamp") or None)
     return StatusFacts(layout, files, unit, unit_error, key_error, probe, launch, patch_state(profile.service.python),
                        last_check(report, layout.host_path(report)), start_log, rank)
@@ -367,7 +367,7 @@ def status_from(profile: Profile, manifest: Manifest, facts: StatusFacts) -> Sta
     layout = facts.layout
     name = profile.service.name
     only_gateway = facts.probe is None  # a gateway host (gather_status_facts): no SGLang to probe
-    unit_name = f"{gateway_service(name) if only_gateway else name}.service"
+    unit_name = gateway_unit(name) if only_gateway else server_unit(name)
     profile_copy = layout.profile_copy(name)  # a local path: what `install --profile` reads (under --root)
     cmd = layout.command
     files = _file_states(manifest, facts.files)
@@ -438,7 +438,6 @@ def status_from(profile: Profile, manifest: Manifest, facts: StatusFacts) -> Sta
                                 f"exit {check['exit_code']} at {check['modified_at']}" + (f": {counts}" if counts else "")
                                 + f"; report {report_hp}",
                                 f"read the failed results in the report, or rerun now with "
-                                f"`kimi-deploy check --profile {profile_copy}"
-                                f"{' --each-worker' if only_gateway else ''}`"))
-    timer = f"{check_unit(gateway_service(name) if only_gateway else name)}.timer"
+                                f"`{' '.join(check_argv('kimi-deploy', str(profile_copy), each_worker=only_gateway))}`"))
+    timer = check_timer(gateway_service(name) if only_gateway else name)
     return StatusReport(name, files, unit, timer, drift, patches, health, check, problems, paths, unit_name)

@@ -18,7 +18,7 @@ from kimi_deploy.check.context import Context
 from kimi_deploy.check.outcome import Outcome, transport_failure, unreadable
 from kimi_deploy.check.reports import redact_report
 from kimi_deploy.check.results import CheckOptions, CheckReport, CheckResult, clip, fix_for
-from kimi_deploy.apikey import guard_transport, read_key_file
+from kimi_deploy.apikey import guard_transport, resolve_key
 from kimi_deploy.baseurl import check_base_url
 from kimi_deploy.errors import UsageError
 from kimi_deploy.limits import Limits
@@ -123,8 +123,8 @@ def run_checks(options: CheckOptions, progress: Progress | None = None, *,
         raise UsageError("no server to check", hint="pass --base-url http://HOST:PORT or --profile FILE")
     base_url = check_base_url(base_url)
     api_key = options.api_key
-    if api_key is None and profile is not None and profile.sglang.api_key_file:
-        api_key = read_key_file(profile.sglang.api_key_file)
+    if api_key is None and profile is not None:
+        api_key = resolve_key(profile_key_file=profile.sglang.api_key_file)
     guard_key(base_url, api_key, profile, insecure=options.insecure)  # before anything is sent
     ids = registry.select(options.only, options.skip)
     expected = options.model or (profile.sglang.served_model_name or profile.sglang.model_path if profile else None)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import click
 
-from kimi_deploy.apikey import ARGV_REFUSAL, ENV_VAR, check_key, guard_transport, read_key_file
+from kimi_deploy.apikey import ARGV_REFUSAL, ENV_VAR, guard_transport, resolve_key
 from kimi_deploy.baseurl import check_base_url
 from kimi_deploy.bench import params
 from kimi_deploy.errors import ExitCode, KimiDeployError, UsageError
@@ -89,21 +89,16 @@ class _RichProgress:
 
 
 def _api_key(path: Path | None, argv_value: str | None) -> str | None:
-    """The key to send: ``--api-key-file`` (:func:`kimi_deploy.apikey.read_key_file`), else env
-    ``KIMI_DEPLOY_API_KEY`` (stripped; empty means none), else None.
+    """The key to send: ``--api-key-file``, else env ``KIMI_DEPLOY_API_KEY`` (stripped; empty means none),
+    else None (:func:`kimi_deploy.apikey.resolve_key`).
 
     Raises:
         UsageError: ``--api-key`` was given (argv is public), or the file is unreadable or empty (exit 2).
     """
-    import os
-
     if argv_value is not None:
         raise UsageError(f"--api-key is not accepted: {ARGV_REFUSAL}", value="--api-key <hidden>",
                          hint=f"put the key in a file (mode 0600) and pass --api-key-file FILE, or export {ENV_VAR}")
-    if path is not None:
-        return read_key_file(path)
-    key = os.environ.get(ENV_VAR, "").strip() or None
-    return check_key(key, f"${ENV_VAR}", value=f"${ENV_VAR}") if key else None
+    return resolve_key(path, from_env=True)
 
 
 def _redacted(exc: KimiDeployError, api_key: str | None) -> KimiDeployError:

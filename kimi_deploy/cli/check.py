@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from kimi_deploy.apikey import read_key_file as read_api_key
+from kimi_deploy.apikey import resolve_key
 from kimi_deploy.errors import UsageError
 from kimi_deploy.cli.options import Seconds, json_path_option, limit_options
 from kimi_deploy.printable import printable
@@ -126,7 +126,7 @@ def check_cmd(ctx, base_url, model, api_key_file, profile_path, only, skip, json
 
         profile = load_profile(profile_path)
         refuse_http_proof(profile, local_rank(profile), "check")
-    api_key = read_api_key(api_key_file) if api_key_file else None
+    api_key = resolve_key(api_key_file)
     options = CheckOptions(base_url=base_url, model=model, api_key=api_key, profile=profile_path,
                            only=_globs(only), skip=_globs(skip), timeout=timeout, repeat=repeat, deadline=deadline,
                            insecure=insecure, max_body_bytes=max_body_bytes, max_line_bytes=max_line_bytes)
@@ -167,8 +167,8 @@ def _each_worker(options: CheckOptions, json_path, junit_path, prom_path) -> int
         profile = load_profile(profile_path)
         if base_url is None:
             base_url = gateway_url(profile)
-        if api_key is None and profile.sglang.api_key_file:
-            api_key = read_api_key(profile.sglang.api_key_file)
+        if api_key is None:
+            api_key = resolve_key(profile_key_file=profile.sglang.api_key_file)
     to_stdout = json_path == "-"
     if json_path and not to_stdout:
         reports.check_output_paths(json_path=Path(json_path))

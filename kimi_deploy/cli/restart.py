@@ -122,13 +122,12 @@ def _drain(profile, layout, host, wait, idle_timeout: float = 600.0):
     from kimi_deploy import apikey, restart as restart_lib
     from kimi_deploy.fleet import is_node, pick_host
     from kimi_deploy.gateway import Gateway, gateway_url
-    from kimi_deploy.paths import gateway_service
-    from kimi_deploy.profile import url_host
+    from kimi_deploy.names import gateway_unit, node_url
 
     this = pick_host(profile, host)
     if not is_node(profile, this):
         raise UsageError(f"{this} runs the gateway only; restart it with systemctl", value=this,
-                         hint=f"systemctl restart {gateway_service(profile.service.name)}.service")
+                         hint=f"systemctl restart {gateway_unit(profile.service.name)}")
     replica = next(nodes for nodes in profile.replicas if this in nodes)
     if replica[0] != this:
         raise UsageError(f"{this} is rank {replica.index(this)} of a multi-node replica; restart its group from "
@@ -136,8 +135,8 @@ def _drain(profile, layout, host, wait, idle_timeout: float = 600.0):
     if not wait:
         raise UsageError("a replica behind a gateway is restarted with --wait (it goes back into the gateway "
                          "only once it is ready and checked)", hint="add --wait")
-    key = apikey.profile_key(profile.sglang.api_key_file, layout)
-    return restart_lib.Drain(Gateway(gateway_url(profile), key), f"http://{url_host(this)}:{profile.sglang.port}",
+    key = apikey.resolve_key(profile_key_file=profile.sglang.api_key_file, layout=layout)
+    return restart_lib.Drain(Gateway(gateway_url(profile), key), node_url(this, profile.sglang.port),
                              idle_timeout)
 
 

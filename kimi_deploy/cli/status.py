@@ -87,7 +87,7 @@ def _gateway_view(profile, layout):
     from kimi_deploy.gateway import gateway_view
 
     try:
-        key = apikey.profile_key(profile.sglang.api_key_file, layout)
+        key = apikey.resolve_key(profile_key_file=profile.sglang.api_key_file, layout=layout)
     except KimiDeployError:
         key = None  # the report already names the unreadable key; the gateway then answers 401
     return gateway_view(profile, key)
