@@ -34,7 +34,7 @@ import httpx
 from kimi_deploy import names, paths
 from kimi_deploy.errors import ExitCode, KimiDeployError, UnreachableError, UsageError
 from kimi_deploy.launch import API_KEY_CREDENTIAL
-from kimi_deploy.limits import Refused
+from kimi_deploy.wire.limits import Refused
 from kimi_deploy.profile import Profile
 
 #: Runs as ExecStart= in smg's own interpreter when the profile has an API key: reads the systemd credential
@@ -212,7 +212,7 @@ def _worker(item: Any) -> Worker:
 def parse_workers(data: Any) -> list[Worker]:
     """smg's ``GET /workers`` answer ``{"workers": [{"id", "url", "status", "is_healthy", "load"}, ...], ...}``,
     as :func:`kimi_deploy.readiness.request_capped` read it (parsed JSON; None when it was not JSON; a
-    :class:`kimi_deploy.limits.Refused` when it was refused unread).
+    :class:`kimi_deploy.wire.limits.Refused` when it was refused unread).
 
     Raises:
         ValueError: not that answer (the message says what is wrong).
@@ -355,8 +355,8 @@ class Gateway:
 
 
 def _shown(body: Any) -> str:
-    """An answer's body for an error value: its first 200 characters, printable (kimi_deploy.printable)."""
-    from kimi_deploy.printable import printable
+    """An answer's body for an error value: its first 200 characters, printable (kimi_deploy.wire.printable)."""
+    from kimi_deploy.wire.printable import printable
 
     return printable(str(body))[:200]
 

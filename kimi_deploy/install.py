@@ -34,7 +34,8 @@ from collections.abc import Collection, Mapping
 from pathlib import Path
 from typing import Any, Literal
 
-from kimi_deploy import __version__, apikey, fsio, paths, proc, systemd
+from kimi_deploy import __version__, fsio, paths, proc, systemd
+from kimi_deploy.wire import apikey
 from kimi_deploy.errors import ExternalCommandError, KimiDeployError, RefusedError, UsageError
 from kimi_deploy.fsio import write_atomic, write_many_atomic
 from kimi_deploy.hostfiles import (Claims, FileRecord, Intent, Manifest, Ownership, classify, installed_services,

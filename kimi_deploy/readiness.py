@@ -23,7 +23,7 @@ import httpx
 
 from kimi_deploy import systemd
 from kimi_deploy.errors import KimiDeployError
-from kimi_deploy.limits import DEFAULT_MAX_BODY_BYTES, LimitExceeded, Refused, parse_json
+from kimi_deploy.wire.limits import DEFAULT_MAX_BODY_BYTES, LimitExceeded, Refused, parse_json
 
 #: (pattern, phase) in startup order; the first match wins.
 PHASE_PATTERNS: tuple[tuple[re.Pattern[str], str], ...] = (
@@ -84,7 +84,7 @@ def request_capped(client: httpx.Client, method: str, path: str, *, read_body: b
 
     ``body``: the parsed JSON (any JSON type), ``None`` when not asked (``read_body`` False: the status
     alone counts) or when the body is not JSON (also nested too deep for the parser), or a
-    :class:`kimi_deploy.limits.Refused` when it was refused unread: a ``Content-Encoding`` other than
+    :class:`kimi_deploy.wire.limits.Refused` when it was refused unread: a ``Content-Encoding`` other than
     identity (a 500 KB gzip body of 512 MB once cost ``status`` 1 GB of RSS) or more than
     ``max_body_bytes`` (declared or read).
 

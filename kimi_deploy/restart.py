@@ -28,7 +28,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from kimi_deploy import allreduce, apikey, systemd
+from kimi_deploy import allreduce, systemd
+from kimi_deploy.wire import apikey
 from kimi_deploy.errors import ExitCode, KimiDeployError
 from kimi_deploy.hostfiles import Restored, list_backups, restore_backup, service_lock
 from kimi_deploy.paths import HostLayout

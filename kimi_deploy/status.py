@@ -29,7 +29,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from kimi_deploy import apikey, options, systemd
+from kimi_deploy import options, systemd
+from kimi_deploy.wire import apikey
 from kimi_deploy.argv import flag_groups, split_equals
 from kimi_deploy.errors import ExitCode, KimiDeployError
 from kimi_deploy.hostfiles import Manifest, read_bytes, sha256
@@ -39,7 +40,7 @@ from kimi_deploy.paths import SYSTEMD_DIR, HostLayout, gateway_check_report
 from kimi_deploy.profile import Profile
 from kimi_deploy.ranks import Rank, local_rank, node_launch, serving_url
 from kimi_deploy.readiness import Probe, get_json, probe_ready
-from kimi_deploy.limits import parse_json
+from kimi_deploy.wire.limits import parse_json
 
 #: Options whose value is a secret (SGLang 0.5.23 ``--api-key``, ``--admin-api-key``): the option table's
 #: secret rows (:func:`kimi_deploy.options.secret_flags`).

@@ -17,7 +17,7 @@ import json
 import pytest
 
 from kimi_deploy.gateway import Gateway, GatewayError
-from kimi_deploy.limits import DEFAULT_MAX_BODY_BYTES
+from kimi_deploy.wire.limits import DEFAULT_MAX_BODY_BYTES
 from kimi_deploy.readiness import get_json, probe_ready
 from loopback import Loopback, QuietHandler, send
 

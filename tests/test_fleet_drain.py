@@ -125,7 +125,7 @@ def test_a_worker_list_that_is_not_smgs_is_one_line_and_nothing_restarts(tmp_pat
 
 
 def test_a_worker_list_past_the_cap_is_refused_unread():
-    from kimi_deploy.limits import DEFAULT_MAX_BODY_BYTES
+    from kimi_deploy.wire.limits import DEFAULT_MAX_BODY_BYTES
 
     big = json.dumps({"workers": [], "pad": "x" * (DEFAULT_MAX_BODY_BYTES + 10)}).encode()
     server, _ = _gateway((200, big))
@@ -183,7 +183,7 @@ def test_a_restart_that_fails_after_the_drain_says_the_replica_stays_out(tmp_pat
 def remote(monkeypatch):
     """``http://127.0.0.9:PORT`` (nothing listens there) counted as another host by the transport guard: the
     tests stay on loopback while the kit treats the worker as remote, as production workers are."""
-    from kimi_deploy import apikey
+    from kimi_deploy.wire import apikey
 
     local = apikey.is_local_host
     monkeypatch.setattr(apikey, "is_local_host", lambda host: host != "127.0.0.9" and local(host))

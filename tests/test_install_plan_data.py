@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from install_fakes import write_profile
-from kimi_deploy.apikey import KeyFile
+from kimi_deploy.wire.apikey import KeyFile
 from kimi_deploy.errors import UsageError
 from kimi_deploy.hostfiles import FileRecord, Intent, Manifest, Ownership, sha256
 from kimi_deploy.install import HostFacts, desired_files, plan_install_from, plan_uninstall_from

@@ -454,7 +454,7 @@ def test_the_check_job_reads_the_same_profile_and_its_command_parses(tmp_path):
     assert result.exit_code == 0, result.stderr
     assert result.stdout.strip()
     # the in-cluster URL is plain http to another host: without --insecure check would refuse to send the key
-    from kimi_deploy.apikey import guard_transport
+    from kimi_deploy.wire.apikey import guard_transport
     from kimi_deploy.errors import UsageError
 
     base_url = args[args.index("--base-url") + 1]

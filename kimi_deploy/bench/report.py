@@ -34,8 +34,8 @@ from kimi_deploy.bench.dataset import Dataset
 from kimi_deploy.bench.load import BenchRun
 from kimi_deploy.bench.metrics import DEFINITIONS
 from kimi_deploy.errors import UsageError
-from kimi_deploy.limits import parse_json
-from kimi_deploy.printable import markup
+from kimi_deploy.wire.limits import parse_json
+from kimi_deploy.wire.printable import markup
 from kimi_deploy.redact import redact
 
 SCHEMA = "kimi-deploy.bench/1"

@@ -18,10 +18,10 @@ from kimi_deploy.check.context import Context
 from kimi_deploy.check.outcome import Outcome, transport_failure, unreadable
 from kimi_deploy.check.reports import redact_report
 from kimi_deploy.check.results import CheckOptions, CheckReport, CheckResult, clip, fix_for
-from kimi_deploy.apikey import guard_transport, resolve_key
-from kimi_deploy.baseurl import check_base_url
+from kimi_deploy.wire.apikey import guard_transport, resolve_key
+from kimi_deploy.wire.baseurl import check_base_url
 from kimi_deploy.errors import UsageError
-from kimi_deploy.limits import Limits
+from kimi_deploy.wire.limits import Limits
 from kimi_deploy.profile import Profile, load_profile
 
 log = logging.getLogger(__name__)
@@ -70,7 +70,7 @@ Progress = Callable[[str, int, int, "CheckResult | None"], None]
 
 def guard_key(base_url: str, api_key: str | None, profile: Profile | None, *, insecure: bool,
               note: bool = True) -> None:
-    """:func:`kimi_deploy.apikey.guard_transport` for a check of ``base_url``, except that a worker URL the
+    """:func:`kimi_deploy.wire.apikey.guard_transport` for a check of ``base_url``, except that a worker URL the
     profile itself names (``[fleet]``: :meth:`Profile.worker_urls`) is the operator's own fleet, where SGLang's
     gateway sends the same key over the same network anyway (one ``note:`` line on stderr says so when it goes
     over plain http to another host, unless ``note`` is False); a URL only a gateway lists is guarded.
@@ -112,7 +112,7 @@ def run_checks(options: CheckOptions, progress: Progress | None = None, *,
     never the end of the run: one catch per check (:func:`_run_one`), the traceback at debug level.
 
     Raises:
-        UsageError / ProfileError: no base URL or one :func:`kimi_deploy.baseurl.check_base_url` refuses, a bad
+        UsageError / ProfileError: no base URL or one :func:`kimi_deploy.wire.baseurl.check_base_url` refuses, a bad
             profile, an unreadable key file,
             an ``only``/``skip`` glob that matches nothing, a key bound for plain http to a host that
             is not local without ``options.insecure`` (exit 2).

@@ -8,14 +8,14 @@ from pathlib import Path
 
 import click
 
-from kimi_deploy.apikey import ARGV_REFUSAL, ENV_VAR, guard_transport, resolve_key
-from kimi_deploy.baseurl import check_base_url
+from kimi_deploy.wire.apikey import ARGV_REFUSAL, ENV_VAR, guard_transport, resolve_key
+from kimi_deploy.wire.baseurl import check_base_url
 from kimi_deploy.bench import params
 from kimi_deploy.errors import ExitCode, KimiDeployError, UsageError
 from kimi_deploy.fsio import check_output_paths, write_atomic
-from kimi_deploy.printable import markup, printable
+from kimi_deploy.wire.printable import markup, printable
 from kimi_deploy.cli.options import json_flag, json_path_option, limit_options
-from kimi_deploy.limits import parse_json
+from kimi_deploy.wire.limits import parse_json
 
 
 class Checked(click.ParamType):
@@ -90,7 +90,7 @@ class _RichProgress:
 
 def _api_key(path: Path | None, argv_value: str | None) -> str | None:
     """The key to send: ``--api-key-file``, else env ``KIMI_DEPLOY_API_KEY`` (stripped; empty means none),
-    else None (:func:`kimi_deploy.apikey.resolve_key`).
+    else None (:func:`kimi_deploy.wire.apikey.resolve_key`).
 
     Raises:
         UsageError: ``--api-key`` was given (argv is public), or the file is unreadable or empty (exit 2).

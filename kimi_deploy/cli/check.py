@@ -10,10 +10,10 @@ from typing import TYPE_CHECKING
 
 import click
 
-from kimi_deploy.apikey import resolve_key
+from kimi_deploy.wire.apikey import resolve_key
 from kimi_deploy.errors import UsageError
 from kimi_deploy.cli.options import Seconds, json_path_option, limit_options
-from kimi_deploy.printable import printable
+from kimi_deploy.wire.printable import printable
 
 if TYPE_CHECKING:  # the check library (openai, httpx, rich) loads when the verb runs, not for its --help
     from rich.console import Console

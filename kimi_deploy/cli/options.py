@@ -109,13 +109,13 @@ class Seconds(click.FloatRange):
 
 class ByteSize(click.ParamType):
     """A byte count: ``16777216``, or with a binary suffix ``64K``/``16M``/``1G`` (also ``KiB``/``MiB``/``GiB``);
-    at least :data:`kimi_deploy.limits.MIN_CAP_BYTES`."""
+    at least :data:`kimi_deploy.wire.limits.MIN_CAP_BYTES`."""
 
     name = "bytes"
     _UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
 
     def convert(self, value, param, ctx):
-        from kimi_deploy.limits import MIN_CAP_BYTES
+        from kimi_deploy.wire.limits import MIN_CAP_BYTES
 
         if isinstance(value, int) and not isinstance(value, bool):
             n = value
@@ -132,8 +132,8 @@ class ByteSize(click.ParamType):
 
 
 def limit_options(func):
-    """``--max-body-bytes N`` / ``--max-line-bytes N``: the byte caps of :mod:`kimi_deploy.limits` (check, bench)."""
-    from kimi_deploy.limits import DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_LINE_BYTES
+    """``--max-body-bytes N`` / ``--max-line-bytes N``: the byte caps of :mod:`kimi_deploy.wire.limits` (check, bench)."""
+    from kimi_deploy.wire.limits import DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_LINE_BYTES
 
     func = click.option("--max-line-bytes", type=ByteSize(), default=DEFAULT_MAX_LINE_BYTES, show_default=True,
                         metavar="N", help="Longest SSE line (and one event's data) read before the answer is "

@@ -8,7 +8,7 @@ import click
 
 from kimi_deploy.cli.options import Seconds, echo_json, json_flag, profile_options, resolve_installed, root_option
 from kimi_deploy.paths import HostLayout
-from kimi_deploy.printable import markup, printable
+from kimi_deploy.wire.printable import markup, printable
 
 if TYPE_CHECKING:  # restart's library (httpx, rich, the check tiers) loads when the verb runs, not for --help
     from kimi_deploy.readiness import WaitState
@@ -119,7 +119,8 @@ def _drain(profile, layout, host, wait, idle_timeout: float = 600.0):
             raise UsageError("--host is for a profile with [gateway] or multi-node replicas", value=host,
                              hint="drop --host")
         return None
-    from kimi_deploy import apikey, restart as restart_lib
+    from kimi_deploy import restart as restart_lib
+    from kimi_deploy.wire import apikey
     from kimi_deploy.fleet import is_node, pick_host
     from kimi_deploy.gateway import Gateway, gateway_url
     from kimi_deploy.names import gateway_unit, node_url

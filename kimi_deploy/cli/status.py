@@ -6,7 +6,7 @@ import click
 
 from kimi_deploy.cli.options import echo_json, json_flag, profile_options, resolve_installed, root_option
 from kimi_deploy.paths import HostLayout
-from kimi_deploy.printable import printable
+from kimi_deploy.wire.printable import printable
 
 
 @click.command("status")
@@ -82,7 +82,7 @@ def _gateway_view(profile, layout):
     """SGLang's gateway's view of each worker (:func:`kimi_deploy.gateway.gateway_view`), None without one."""
     if profile.gateway is None:
         return None
-    from kimi_deploy import apikey
+    from kimi_deploy.wire import apikey
     from kimi_deploy.errors import KimiDeployError
     from kimi_deploy.gateway import gateway_view
 
@@ -97,7 +97,7 @@ def _show_gateway(view) -> None:
     click.echo(f"gateway   {view['url']}: " + (f"UNREADABLE ({printable(view['error'])})" if view["error"] else
                                                f"{len(view['workers'])} worker(s)"))
     for w in view["workers"]:
-        # the gateway's own words (its /workers answer): shown as literal text (kimi_deploy.printable)
+        # the gateway's own words (its /workers answer): shown as literal text (kimi_deploy.wire.printable)
         click.echo(printable(f"          {w['url']}: {w['status']}, {'healthy' if w['healthy'] else 'UNHEALTHY'}, "
                              f"{w['load']} in flight"))
 
