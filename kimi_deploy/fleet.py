@@ -23,7 +23,7 @@ def gateway_files(profile: Profile, header: str) -> dict[str, str]:
     if profile.gateway is None:
         return {}
     from kimi_deploy import gateway, launch, names, paths
-    from kimi_deploy.render import _environment
+    from kimi_deploy.targets.systemd import _environment
 
     svc = profile.service
     unit = names.check_unit(names.gateway_service(svc.name))
@@ -49,7 +49,7 @@ def is_node(profile: Profile, host: str) -> bool:
 def host_files(profile: Profile, sglang_version: str | None = None) -> dict[str, dict[str, str]]:
     """Host -> (file name -> text) for every host of the profile, in :meth:`Profile.hosts` order.
 
-    Server files are :func:`kimi_deploy.render.render`'s (the monitoring files stay with the Prometheus
+    Server files are :func:`kimi_deploy.targets.systemd.render`'s (the monitoring files stay with the Prometheus
     host: ``render`` writes them once, beside the host folders); a node of a multi-node replica gets its
     rank's files (:func:`kimi_deploy.ranks.render_ranks`: rank 0 as a single node, ranks >= 1 the server unit
     and env file only).
@@ -57,7 +57,7 @@ def host_files(profile: Profile, sglang_version: str | None = None) -> dict[str,
     Raises:
         UsageError: the profile has no ``[fleet]``/``[gateway]``.
     """
-    from kimi_deploy.render import file_header, render
+    from kimi_deploy.targets.systemd import file_header, render
 
     hosts = profile.hosts()
     if not hosts:

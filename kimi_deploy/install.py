@@ -45,7 +45,7 @@ from kimi_deploy.hostfiles import (Claims, FileRecord, Intent, Manifest, Ownersh
 from kimi_deploy.paths import HostLayout
 from kimi_deploy.profile import Profile, naming_warnings
 from kimi_deploy.names import CHECK_UNIT, check_timer, gateway_service, server_unit
-from kimi_deploy.render import file_header, render
+from kimi_deploy.targets.systemd import file_header, render
 
 #: Shell of the service user: it never logs in (useradd(8) ``--shell``).
 NOLOGIN = "/usr/sbin/nologin"
@@ -559,7 +559,7 @@ def desired_files(profile: Profile, sglang_version: str | None = None,
     None for a one-host profile.
 
     Raises:
-        UsageError / UnsupportedVersionError: from :func:`kimi_deploy.render.render`; a fleet without ``host``.
+        UsageError / UnsupportedVersionError: from :func:`kimi_deploy.targets.systemd.render`; a fleet without ``host``.
     """
     rendered = render(profile, sglang_version)
     if profile.hosts():

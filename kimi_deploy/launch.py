@@ -25,7 +25,7 @@ API_KEY_CREDENTIAL = "api-key"
 #: File name of SGLang's YAML config written into ``RuntimeDirectory=`` at start.
 SECRETS_CONFIG_NAME = "sglang-secrets.yaml"
 #: What ``render --print-command`` runs on the host to write that YAML: the unit's ExecStartPre= script
-#: (kimi_deploy.render.SECRETS_SCRIPT) with the key file and the YAML path as arguments.
+#: (kimi_deploy.targets.systemd.SECRETS_SCRIPT) with the key file and the YAML path as arguments.
 HOST_SECRETS_SCRIPT = (
     'import json, sys; '
     'key = open(sys.argv[1]).read().strip(); '
@@ -121,9 +121,9 @@ def build_launch(profile: Profile, sglang_version: str | Version = versions.DEFA
             to build: the rows :meth:`options.Option.on_rank` puts on that rank, ``extra_args``, then
             ``--nnodes N --node-rank R --dist-init-addr NODES[0]:PORT [--dist-timeout T]``
             (:data:`options.FLEET_OPTIONS` order; the same on every rank but for ``--node-rank``, and last, as
-            :func:`kimi_deploy.kubernetes.rank_server_args` puts them); the environment gains
+            :func:`kimi_deploy.targets.kubernetes.rank_server_args` puts them); the environment gains
             ``NCCL_SOCKET_IFNAME``/``GLOO_SOCKET_IFNAME`` = ``[fleet] nic``. ``None`` (and for one-node
-            replicas): every row, no rank flags, the base that :mod:`kimi_deploy.kubernetes` adds its own to.
+            replicas): every row, no rank flags, the base that :mod:`kimi_deploy.targets.kubernetes` adds its own to.
         rank0: the replica's rank-0 node for ``--dist-init-addr`` (default: the first replica's);
             :func:`kimi_deploy.ranks.rank_launch` passes each replica's.
 

@@ -11,12 +11,12 @@ Layout of a profile file::
     [service]      # the systemd unit and host facts
     [sglang]       # SGLang server arguments
     [environment]  # extra environment (NCCL_*, ...), written to the EnvironmentFile
-    [monitoring]   # Prometheus jobs, labels, alert thresholds (kimi_deploy.monitoring renders them)
+    [monitoring]   # Prometheus jobs, labels, alert thresholds (kimi_deploy.targets.monitoring renders them)
     [monitoring.slo]  # latency SLOs in milliseconds, the keys of `bench --slo`
     [fleet]        # optional: replicas (each a full copy of the model on its nodes, in rank order)
     [[fleet.replicas]]
     [gateway]      # optional: SGLang's gateway (smg) in front of the replicas' rank 0
-    [kubernetes]   # render --target kubernetes: image, volumes, names (kimi_deploy.kubernetes renders it)
+    [kubernetes]   # render --target kubernetes: image, volumes, names (kimi_deploy.targets.kubernetes renders it)
 """
 
 from __future__ import annotations
@@ -240,7 +240,7 @@ class SLO(_Section):
 class Monitoring(_Section):
     """``[monitoring]``: Prometheus job names, target addresses, labels and alert thresholds.
 
-    Rendered by :mod:`kimi_deploy.monitoring` into a scrape configuration, recording and alert rules
+    Rendered by :mod:`kimi_deploy.targets.monitoring` into a scrape configuration, recording and alert rules
     and a Grafana dashboard; defaults that depend on other tables are resolved there.
     """
 
@@ -462,7 +462,7 @@ class Kubernetes(_Section):
 
     Absent: no Kubernetes rendering (``render --target kubernetes`` says to add it). Names are Kubernetes
     object names (RFC 1035 labels); images are pinned by tag or digest; sizes are quantities (``64Gi``).
-    Cross-field rules that need the other tables are :func:`kimi_deploy.kubernetes.problems`.
+    Cross-field rules that need the other tables are :func:`kimi_deploy.targets.kubernetes.problems`.
     """
 
     image: str = Field(..., description="SGLang image with a pinned tag, e.g. lmsysorg/sglang:v0.5.23-cu130")

@@ -197,7 +197,7 @@ def render_ranks(profile: Profile, sglang_version: str | None = None, *,
     Raises:
         UsageError / UnsupportedVersionError: from :func:`kimi_deploy.launch.build_launch`.
     """
-    from kimi_deploy import render as render_lib
+    from kimi_deploy.targets import systemd as render_lib
 
     hosts: dict[str, dict[str, str]] = {}
     for rank in group_ranks(profile):

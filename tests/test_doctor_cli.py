@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from doctor_helpers import install_fake_nvidia_smi, make_model_dir
 
-from kimi_deploy import render as render_lib
+from kimi_deploy.targets import systemd as render_lib
 from kimi_deploy.cli import cli
 from kimi_deploy.presets import get_preset
 from kimi_deploy.profile import parse_profile

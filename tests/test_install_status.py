@@ -20,7 +20,7 @@ from kimi_deploy.cli import cli
 from kimi_deploy.install import apply, plan_install
 from kimi_deploy.paths import HostLayout
 from kimi_deploy.profile import load_profile
-from kimi_deploy.render import render
+from kimi_deploy.targets.systemd import render
 from kimi_deploy.status import (compare_launch, launch_entries, parse_launch_command, redact,
                                 server_args_from_cmdline)
 from kimi_deploy.systemd import parse_show

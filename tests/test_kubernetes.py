@@ -20,10 +20,10 @@ import yaml
 
 from helpers import run_cli, write_profile
 from kube_helpers import kubernetes_validate_cli, kustomize, load_tree, substitute_lws, validate_document
-from kimi_deploy import kubernetes
+from kimi_deploy.targets import kubernetes
 from kimi_deploy.profile import parse_profile
 from kimi_deploy.ranks import render_ranks
-from kimi_deploy.render import render as render_systemd
+from kimi_deploy.targets.systemd import render as render_systemd
 
 GOLDEN = Path(__file__).parent / "golden" / "kubernetes"
 UPDATE = os.environ.get("KIMI_DEPLOY_UPDATE_GOLDEN") == "1"

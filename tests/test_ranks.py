@@ -293,7 +293,7 @@ def test_owns_address_binds_without_sending():
 
 
 def test_render_of_a_multi_node_profile_is_rank0_of_the_first_replica():
-    from kimi_deploy.render import render
+    from kimi_deploy.targets.systemd import render
 
     profile = profile_of()
     assert dict(render(profile).files) == render_ranks(profile)["10.0.0.11"]

@@ -6,7 +6,8 @@ from pathlib import Path
 
 import click
 
-from kimi_deploy import paths, render as render_lib
+from kimi_deploy import paths
+from kimi_deploy.targets import systemd as render_lib
 from kimi_deploy.cli.options import echo_json, json_flag, profile_options, resolve_profile
 from kimi_deploy.errors import UsageError
 from kimi_deploy.fsio import (check_output_dir, check_output_paths, create_output_dir, write_atomic,
@@ -92,7 +93,7 @@ def render_cmd(profile_path, preset, sglang_version, python, out_dir, print_comm
 
 def _render_kubernetes(profile, sglang_version, python, out_dir, print_command, as_json):
     """``render --target kubernetes``: manifests into ``out_dir`` (atomically), or printed."""
-    from kimi_deploy import kubernetes
+    from kimi_deploy.targets import kubernetes
 
     if print_command or python:
         raise UsageError("--print-command and --python are for the systemd target",

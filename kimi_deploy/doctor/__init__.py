@@ -117,7 +117,7 @@ def gather(profile: Profile, *, python: str | None = None, root: Path = Path("/"
     """Run every probe for ``profile``; ``python`` overrides ``[service] python``; ``root`` is where
     the installed unit is looked for (``<root>/etc/systemd/system``); ``state_dir`` is where the patch
     record is read (default: the one the unit's ``patch verify`` reads, :func:`kimi_deploy.paths.state_dir`)."""
-    from kimi_deploy import render as render_lib
+    from kimi_deploy.targets import systemd as render_lib
     from kimi_deploy import validate as validate_lib
     from kimi_deploy.launch import build_launch
 

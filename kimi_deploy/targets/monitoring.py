@@ -1,7 +1,7 @@
-"""Profile -> Prometheus scrape configuration, recording and alert rules (and, via :mod:`kimi_deploy.dashboard`,
+"""Profile -> Prometheus scrape configuration, recording and alert rules (and, via :mod:`kimi_deploy.targets.dashboard`,
 a Grafana dashboard) for one deployment.
 
-Everything here is pure and deterministic, like :mod:`kimi_deploy.render`. Metric names are SGLang 0.5.23's
+Everything here is pure and deterministic, like :mod:`kimi_deploy.targets.systemd`. Metric names are SGLang 0.5.23's
 (``sglang/srt/observability/metrics_collector.py``: ``SchedulerMetricsCollector`` labels ``model_name``,
 ``engine_type``, ``tp_rank``, ``pp_rank``, ``moe_ep_rank``; its scheduler gauges come from attention-TP rank 0
 only; ``TokenizerMetricsCollector`` histograms and counters from the HTTP rank), the check textfile's
@@ -353,11 +353,11 @@ def rules_text(profile: Profile, header: str) -> str:
 
 def render_monitoring(profile: Profile, header: str) -> dict[str, str]:
     """File name -> text of every monitoring file: ``prometheus.yml``, ``<name>.rules.yml``,
-    ``<name>.dashboard.json`` (:mod:`kimi_deploy.dashboard`). Empty when ``enable_metrics`` is off (there would
+    ``<name>.dashboard.json`` (:mod:`kimi_deploy.targets.dashboard`). Empty when ``enable_metrics`` is off (there would
     be nothing to scrape)."""
     if not profile.sglang.enable_metrics:
         return {}
-    from kimi_deploy.dashboard import dashboard_json
+    from kimi_deploy.targets.dashboard import dashboard_json
 
     st = settings(profile)
     return {

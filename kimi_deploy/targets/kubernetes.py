@@ -50,7 +50,7 @@ from kimi_deploy.argv import flag_groups, split_equals
 from kimi_deploy.errors import ProfileError
 from kimi_deploy.launch import API_KEY_CREDENTIAL, HOST_SECRETS_SCRIPT, LaunchSpec, build_launch, rank_args
 from kimi_deploy.profile import Kubernetes, Profile, dump_profile
-from kimi_deploy.render import GENERATED_PREFIX
+from kimi_deploy.targets.systemd import GENERATED_PREFIX
 from kimi_deploy.yamltext import dump, dump_all
 
 #: apiVersion of LeaderWorkerSet (the CRD in shared/k8s, kubernetes-sigs/lws v0.10).

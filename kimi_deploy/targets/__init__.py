@@ -1,0 +1,1 @@
+"""targets: see README.md, "Layout"."""
