@@ -3,7 +3,7 @@
 :func:`host_files` maps every host of the profile (:meth:`kimi_deploy.profile.Profile.hosts`) to the rendered
 files it installs: a node of a single-node replica gets the server unit, its EnvironmentFile and the nightly
 check units (exactly what one host gets without ``[fleet]``); the gateway host gets the gateway unit
-(:mod:`kimi_deploy.gateway`) and its nightly ``check --each-worker`` units; a host that is both gets both. ``render --out DIR`` writes them to
+(:mod:`kimi_deploy.host.gateway`) and its nightly ``check --each-worker`` units; a host that is both gets both. ``render --out DIR`` writes them to
 ``DIR/<host>/``; ``install --host NAME`` (or the host found by its own addresses, :func:`pick_host`)
 installs that host's part. The kit never connects to another host: the operator copies the folders with
 the tool they already use (production.md: a loop over ssh, Ansible with ``serial: 1``).
@@ -22,7 +22,8 @@ def gateway_files(profile: Profile, header: str) -> dict[str, str]:
     """File name -> text of the gateway host's part: ``<name>-gateway.service`` (empty without ``[gateway]``)."""
     if profile.gateway is None:
         return {}
-    from kimi_deploy import gateway, launch, names, paths
+    from kimi_deploy import launch, names, paths
+    from kimi_deploy.host import gateway
     from kimi_deploy.targets.systemd import _environment
 
     svc = profile.service

@@ -226,12 +226,12 @@ class HostLayout:
 
     def intent(self, service: str) -> Path:
         """``/etc/kimi-deploy/<service>.intent.json``: what a running ``install`` is about to write
-        (:class:`kimi_deploy.hostfiles.Intent`); left behind only by a run that was killed."""
+        (:class:`kimi_deploy.host.records.Intent`); left behind only by a run that was killed."""
         return self.config_dir / f"{service}.intent.json"
 
     def lock_file(self, service: str) -> Path:
         """``/etc/kimi-deploy/.<service>.lock``: held by ``install``/``uninstall``/``restart`` of the service
-        (:func:`kimi_deploy.hostfiles.service_lock`); it stays after ``uninstall --purge`` (the pid of its
+        (:func:`kimi_deploy.host.records.service_lock`); it stays after ``uninstall --purge`` (the pid of its
         last holder, nothing else)."""
         return self.config_dir / f".{service}.lock"
 

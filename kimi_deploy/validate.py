@@ -1,7 +1,7 @@
 """Validate a rendered SGLang command with SGLang's own argument parser, in the target interpreter.
 
 The check runs in the interpreter SGLang is installed in (through
-:func:`kimi_deploy.target.run_script`; kimi-deploy never imports sglang) and takes
+:func:`kimi_deploy.engine.run_script`; kimi-deploy never imports sglang) and takes
 the same path as SGLang 0.5.23's ``prepare_server_args`` (``sglang/srt/server_args.py``):
 
 1. ``config``: the ``--config`` YAML is merged by SGLang's ``ConfigArgumentMerger``
@@ -43,7 +43,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from kimi_deploy import target, versions
+from kimi_deploy import versions
+from kimi_deploy import engine as target
 from kimi_deploy.launch import LaunchSpec, build_launch
 from kimi_deploy.profile import Profile
 from kimi_deploy.ranks import Rank, group_ranks, rank_launch

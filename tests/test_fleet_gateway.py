@@ -29,8 +29,8 @@ import httpx
 import pytest
 
 from helpers import run_cli
-from kimi_deploy import gateway
-from kimi_deploy import restart as restart_lib
+from kimi_deploy.host import gateway
+from kimi_deploy.host import restart as restart_lib
 from kimi_deploy.errors import ExitCode
 from kimi_deploy.paths import HostLayout
 from kimi_deploy.check import CheckOptions, run_checks

@@ -21,7 +21,8 @@ from pathlib import Path
 import pytest
 
 from helpers import run_cli, write_profile
-from kimi_deploy import fleet, gateway
+from kimi_deploy import fleet
+from kimi_deploy.host import gateway
 from kimi_deploy.errors import UsageError
 from kimi_deploy.profile import parse_profile
 

@@ -497,7 +497,7 @@ def _gateway_container(profile_toml: str) -> dict:
 def test_the_gateway_key_is_in_no_argv_and_its_options_are_smg_launch_options():
     """The gateway pod runs the unit's own launcher (the key read from the mounted Secret inside smg's process,
     never on a command line a shell builds) and every option is an exact name of smg 1.13.0's `launch --help`."""
-    from kimi_deploy import gateway
+    from kimi_deploy.host import gateway
 
     container = _gateway_container(profile_text("two-node-groups-gateway"))
     assert container["command"] == ["python3", "-c", gateway.LAUNCHER, "launch"]

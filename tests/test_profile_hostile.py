@@ -16,7 +16,8 @@ import sys
 import pytest
 
 from helpers import MINIMAL, run_cli, write_profile
-from kimi_deploy import launch, systemd
+from kimi_deploy import launch
+from kimi_deploy.host import systemd
 from kimi_deploy.errors import ProfileError
 from kimi_deploy.profile import parse_profile
 

@@ -234,7 +234,8 @@ def test_local_rank_is_the_node_this_host_owns():
 
 
 def test_restart_wait_on_a_rank_that_serves_no_http_is_refused_before_anything_runs(tmp_path, monkeypatch):
-    from kimi_deploy import restart as restart_lib, systemd
+    from kimi_deploy.host import restart as restart_lib
+    from kimi_deploy.host import systemd
     from kimi_deploy.errors import UsageError
     from kimi_deploy.paths import HostLayout
 
@@ -262,11 +263,11 @@ def test_check_on_a_rank_that_serves_no_http_names_rank0(tmp_path, monkeypatch):
 
 def test_status_of_a_rank_that_serves_no_http_asks_no_health_and_compares_its_own_command():
     from kimi_deploy import __version__
-    from kimi_deploy.hostfiles import Manifest
+    from kimi_deploy.host.records import Manifest
     from kimi_deploy.paths import HostLayout
-    from kimi_deploy.readiness import Probe
-    from kimi_deploy.status import StatusFacts, status_from
-    from kimi_deploy.systemd import parse_show
+    from kimi_deploy.host.readiness import Probe
+    from kimi_deploy.host.status import StatusFacts, status_from
+    from kimi_deploy.host.systemd import parse_show
 
     profile = profile_of()
     rank = find_rank(profile, "10.0.0.12")
@@ -326,7 +327,7 @@ def test_preflight_of_a_single_host_profile_says_there_are_no_ranks(tmp_path):
 def test_preflight_in_an_interpreter_without_torch_says_so(tmp_path):
     """The kit's own interpreter has no torch: the script stops with one line, not a traceback (the NIC and
     address stages pass first: loopback is the NIC and 127.0.0.1 is owned, a rank-1 view of a test group)."""
-    from kimi_deploy import preflight as preflight_lib
+    from kimi_deploy.host import preflight as preflight_lib
     from kimi_deploy.ranks import Rank
 
     try:
@@ -359,7 +360,7 @@ def test_render_out_writes_each_ranks_folder_and_the_monitoring_files_once(tmp_p
 
 
 def test_install_of_a_rank_installs_that_ranks_unit():
-    from kimi_deploy.install import desired_files
+    from kimi_deploy.host.install import desired_files
 
     files, _ = desired_files(profile_of(), host="10.0.0.12")
     unit = files["/etc/systemd/system/kimi-k25.service"].decode()

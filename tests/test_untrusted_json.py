@@ -19,7 +19,7 @@ from helpers import run_cli
 from kimi_deploy.doctor.modeldir import safetensors_expected_size
 from kimi_deploy.errors import ExitCode
 from kimi_deploy.wire.limits import parse_json
-from kimi_deploy.status import last_check
+from kimi_deploy.host.status import last_check
 
 DEEP = "[" * 100_000 + "]" * 100_000
 

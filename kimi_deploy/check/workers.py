@@ -2,7 +2,7 @@
 
 Through the gateway a bad replica hides behind retries (smg sends a failed request to another worker); run
 against each worker URL directly, it cannot. The worker list is the gateway's own (``GET /workers``,
-:class:`kimi_deploy.gateway.Gateway`), so a worker the profile no longer names but the gateway still routes to
+:class:`kimi_deploy.host.gateway.Gateway`), so a worker the profile no longer names but the gateway still routes to
 is checked too.
 """
 
@@ -64,7 +64,7 @@ def check_each_worker(options: CheckOptions, gateway_url: str, progress=None) ->
     from kimi_deploy.check import run_checks
     from kimi_deploy.check.runner import _resolve_profile, guard_key
     from kimi_deploy.errors import UsageError
-    from kimi_deploy.gateway import Gateway
+    from kimi_deploy.host.gateway import Gateway
 
     with Gateway(gateway_url, options.api_key, timeout=options.timeout) as gw:
         urls = [w.url for w in gw.workers()]

@@ -161,7 +161,7 @@ def _each_worker(options: CheckOptions, json_path, junit_path, prom_path) -> int
                          hint="drop --junit/--prom, or run `check --base-url WORKER` per worker for them")
     base_url, api_key, profile_path, profile = options.base_url, options.api_key, options.profile, None
     if profile_path:
-        from kimi_deploy.gateway import gateway_url
+        from kimi_deploy.host.gateway import gateway_url
         from kimi_deploy.profile import load_profile
 
         profile = load_profile(profile_path)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import click
 
-from kimi_deploy import install as install_lib
+from kimi_deploy.host import install as install_lib
 from kimi_deploy.cli.options import echo_json, json_flag, profile_options, resolve_profile, root_option
 from kimi_deploy.errors import RefusedError, UsageError
 from kimi_deploy.paths import HostLayout
@@ -95,7 +95,7 @@ def _carry_out(make_plan, *, dry_run: bool, force: bool, as_json: bool, diffs: b
     """Show the plan (``--dry-run``), or refuse it (exit 4) unless forced, else apply it and show the result.
 
     A plan that would change something is made again under the service's lock
-    (:func:`kimi_deploy.install.locked`) and that one is applied: the facts cannot change between
+    (:func:`kimi_deploy.host.install.locked`) and that one is applied: the facts cannot change between
     planning and applying. A refused or empty plan takes no lock (and leaves no lock file).
     """
     plan = make_plan()

@@ -65,7 +65,7 @@ def resolve_installed(profile_path: Path | None, preset: str | None, name: str |
     Raises:
         UsageError / ProfileError: nothing installed, ambiguous, or an invalid profile.
     """
-    from kimi_deploy.hostfiles import find_installed, installed_profile
+    from kimi_deploy.host.records import find_installed, installed_profile
 
     profile = resolve_profile(profile_path, preset, required=False)
     manifest = find_installed(layout, profile.service.name if profile else name)

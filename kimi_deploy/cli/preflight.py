@@ -1,4 +1,4 @@
-"""Verb ``preflight``: a bounded gloo rendezvous of one rank of a multi-node group (:mod:`kimi_deploy.preflight`)."""
+"""Verb ``preflight``: a bounded gloo rendezvous of one rank of a multi-node group (:mod:`kimi_deploy.host.preflight`)."""
 
 from __future__ import annotations
 
@@ -28,7 +28,7 @@ def preflight_cmd(ctx, profile_path, preset, node, timeout, python, as_json):
     Exit 0: every rank joined and gloo connected over [fleet] nic; 1: a wrong host, NIC or port; 6: a rank
     did not come within --timeout. Run on every node of the group (the rank units run it as ExecStartPre=).
     """
-    from kimi_deploy import preflight as preflight_lib
+    from kimi_deploy.host import preflight as preflight_lib
     from kimi_deploy.ranks import find_rank
 
     profile = resolve_profile(profile_path, preset)

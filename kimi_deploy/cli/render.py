@@ -156,7 +156,7 @@ def init_cmd(path: Path, preset: str, name: str | None, force: bool):
     import jinja2
 
     from kimi_deploy.presets import Preset
-    from kimi_deploy.hostfiles import valid_service_name
+    from kimi_deploy.host.records import valid_service_name
 
     if path.exists() and not force:
         raise UsageError("the profile file already exists", value=str(path),

@@ -11,7 +11,7 @@ from kimi_deploy.paths import HostLayout
 from kimi_deploy.wire.printable import markup, printable
 
 if TYPE_CHECKING:  # restart's library (httpx, rich, the check tiers) loads when the verb runs, not for --help
-    from kimi_deploy.readiness import WaitState
+    from kimi_deploy.host.readiness import WaitState
 
 
 def _line(label: str, state: WaitState) -> str:
@@ -55,7 +55,7 @@ def restart_cmd(ctx, profile_path, preset, root, name, wait, timeout, rollback_o
     refuses the removal (exit 1) restarts nothing: the message says the replica was not taken out."""
     from rich.console import Console
 
-    from kimi_deploy import restart as restart_lib
+    from kimi_deploy.host import restart as restart_lib
 
     if rollback_on_failure and not wait:
         wait = True  # a rollback needs a verdict
@@ -111,7 +111,7 @@ def restart_cmd(ctx, profile_path, preset, root, name, wait, timeout, rollback_o
 
 
 def _drain(profile, layout, host, wait, idle_timeout: float = 600.0):
-    """The :class:`kimi_deploy.restart.Drain` of this node's replica, or None without ``[gateway]``."""
+    """The :class:`kimi_deploy.host.restart.Drain` of this node's replica, or None without ``[gateway]``."""
     from kimi_deploy.errors import UsageError
 
     if profile.gateway is None:
@@ -119,10 +119,10 @@ def _drain(profile, layout, host, wait, idle_timeout: float = 600.0):
             raise UsageError("--host is for a profile with [gateway] or multi-node replicas", value=host,
                              hint="drop --host")
         return None
-    from kimi_deploy import restart as restart_lib
+    from kimi_deploy.host import restart as restart_lib
     from kimi_deploy.wire import apikey
     from kimi_deploy.fleet import is_node, pick_host
-    from kimi_deploy.gateway import Gateway, gateway_url
+    from kimi_deploy.host.gateway import Gateway, gateway_url
     from kimi_deploy.names import gateway_unit, node_url
 
     this = pick_host(profile, host)

@@ -20,7 +20,7 @@ from kimi_deploy.wire.printable import printable
 @click.pass_context
 def status_cmd(ctx, profile_path, preset, root, name, host, as_json):
     """Show the installed service's state; exit 1 when something is wrong (the problems are listed)."""
-    from kimi_deploy import status as status_lib  # its probes (httpx) load when the verb runs, not for --help
+    from kimi_deploy.host import status as status_lib
 
     layout = HostLayout(root)
     profile, manifest = resolve_installed(profile_path, preset, name, layout)
@@ -79,12 +79,12 @@ def status_cmd(ctx, profile_path, preset, root, name, host, as_json):
 
 
 def _gateway_view(profile, layout):
-    """SGLang's gateway's view of each worker (:func:`kimi_deploy.gateway.gateway_view`), None without one."""
+    """SGLang's gateway's view of each worker (:func:`kimi_deploy.host.gateway.gateway_view`), None without one."""
     if profile.gateway is None:
         return None
     from kimi_deploy.wire import apikey
     from kimi_deploy.errors import KimiDeployError
-    from kimi_deploy.gateway import gateway_view
+    from kimi_deploy.host.gateway import gateway_view
 
     try:
         key = apikey.resolve_key(profile_key_file=profile.sglang.api_key_file, layout=layout)

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from kimi_deploy import patching, proc, target, versions
+from kimi_deploy import patching, proc, versions
+from kimi_deploy import engine as target
 from kimi_deploy.doctor import fabric, nvidia
 from kimi_deploy.doctor.checks import Facts, evaluate
 from kimi_deploy.doctor.host import compare_installed, disk_space, probe_port

@@ -23,7 +23,7 @@ from kimi_deploy.doctor.report import Check, failed, passed, warned
 from kimi_deploy.patching import GateHit, SeriesStatus
 from kimi_deploy.names import server_unit
 from kimi_deploy.profile import Profile
-from kimi_deploy.target import TargetInfo
+from kimi_deploy.engine import TargetInfo
 from kimi_deploy.validate import Validation
 
 GIB = 1024**3

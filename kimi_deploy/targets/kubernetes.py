@@ -32,7 +32,7 @@ Secret (``kubectl create secret generic <secret> --from-file=api-key=FILE``), it
 and an init container turns it into SGLang's ``--config`` YAML at the same path as the systemd unit
 (``/run/<service>/sglang-secrets.yaml``, a memory-backed emptyDir), with the same script
 (:data:`kimi_deploy.launch.HOST_SECRETS_SCRIPT`). smg 1.13.0 takes its key only as ``--api-key``: the
-gateway pod runs the unit's launcher (:data:`kimi_deploy.gateway.LAUNCHER` in ``gateway_python``, with
+gateway pod runs the unit's launcher (:data:`kimi_deploy.host.gateway.LAUNCHER` in ``gateway_python``, with
 ``CREDENTIALS_DIRECTORY`` naming the mounted Secret), which reads the key and hands it to ``smg.cli.main``
 inside the process, so it is in no argv, env or manifest, and an empty key stops the start.
 """
@@ -45,7 +45,8 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from kimi_deploy import __version__, gateway, names, options, versions
+from kimi_deploy import __version__, names, options, versions
+from kimi_deploy.host import gateway
 from kimi_deploy.argv import flag_groups, split_equals
 from kimi_deploy.errors import ProfileError
 from kimi_deploy.launch import API_KEY_CREDENTIAL, HOST_SECRETS_SCRIPT, LaunchSpec, build_launch, rank_args

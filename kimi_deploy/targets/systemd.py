@@ -170,14 +170,14 @@ def render(profile: Profile, sglang_version: str | None = None, *,
 def target_versions(python: str) -> tuple[str, dict[str, str]]:
     """SGLang version and cache-key components (``flashinfer``, ``torch``, ``cuda``) found in ``python``.
 
-    Imports torch in the target interpreter (:func:`kimi_deploy.target.probe` with torch) so
+    Imports torch in the target interpreter (:func:`kimi_deploy.engine.probe` with torch) so
     that the CUDA version is known.
 
     Raises:
         UsageError: the interpreter is missing or has no SGLang.
         ExternalCommandError: the interpreter failed.
     """
-    from kimi_deploy import target
+    from kimi_deploy import engine as target
 
     info = target.probe(python, with_torch=True)
     version, _ = target.require_sglang(info)

@@ -6,11 +6,11 @@ device groups, unit states, the key file, the other services' claims, leftovers 
 runs) and then plan from them with no I/O (:func:`plan_install_from`,
 :func:`plan_uninstall_from`: facts in, :class:`Plan` out: files to create/replace/remove with
 unified diffs, commands to run, notes, refusals). :func:`apply` carries a plan out: the intent
-record first (:class:`kimi_deploy.hostfiles.Intent`), commands before the files (service user,
+record first (:class:`kimi_deploy.host.records.Intent`), commands before the files (service user,
 directories, the API key file), a backup of every file it will change, one atomic write of all
 new files (:mod:`kimi_deploy.fsio`), the intent removed, then systemctl. Applying a plan and
 planning again gives a plan with nothing to do. A run killed at any point leaves files the next
-run recognises as its own; :func:`kimi_deploy.hostfiles.service_lock` serialises runs on one service.
+run recognises as its own; :func:`kimi_deploy.host.records.service_lock` serialises runs on one service.
 
 Installed set for a profile whose ``[service] name`` is NAME (host paths):
 ``/etc/systemd/system/{NAME.service, kimi-deploy-check@NAME.service, kimi-deploy-check@NAME.timer}``,
@@ -34,11 +34,12 @@ from collections.abc import Collection, Mapping
 from pathlib import Path
 from typing import Any, Literal
 
-from kimi_deploy import __version__, fsio, paths, proc, systemd
+from kimi_deploy import __version__, fsio, paths, proc
+from kimi_deploy.host import systemd
 from kimi_deploy.wire import apikey
 from kimi_deploy.errors import ExternalCommandError, KimiDeployError, RefusedError, UsageError
 from kimi_deploy.fsio import write_atomic, write_many_atomic
-from kimi_deploy.hostfiles import (Claims, FileRecord, Intent, Manifest, Ownership, classify, installed_services,
+from kimi_deploy.host.records import (Claims, FileRecord, Intent, Manifest, Ownership, classify, installed_services,
                                    last_uninstalled_manifest, listeners, leftover_services, load_intent, load_manifest,
                                    other_services_claims, profile_toml, read_bytes, restore_backup, sha256,
                                    service_lock, stale_files, valid_service_name, write_backup)
@@ -510,7 +511,7 @@ def _conflicts(profile: Profile, claims: Claims, force: bool, notes: list[str], 
     """Compare what ``profile`` uses with what the other installed services use (``claims``).
 
     ``installed``: the host paths this install puts in place; its listeners are those of its units
-    (:func:`kimi_deploy.hostfiles.listeners`: a gateway-only host does not listen on ``[sglang] port``).
+    (:func:`kimi_deploy.host.records.listeners`: a gateway-only host does not listen on ``[sglang] port``).
 
     A shared API key file or cache folder is legitimate: a ``warning:`` note (``uninstall --purge``
     of either keeps it while the other is installed). The same port on overlapping hosts, or a
@@ -1052,13 +1053,13 @@ def _run_step(step: Step, layout: HostLayout, ran: list[str], messages: list[str
 def apply(plan: Plan) -> ApplyResult:
     """Carry ``plan`` out: intent record, steps before, backup, one atomic write, removals, steps after.
 
-    An install first writes its intent (:class:`kimi_deploy.hostfiles.Intent`: the manifest it is
+    An install first writes its intent (:class:`kimi_deploy.host.records.Intent`: the manifest it is
     about to install, the one it replaces, the key file it creates) and removes it after the last
     file; a run killed in between leaves files the next run recognises as its own. A failure
     while staging or renaming the new files leaves every target as it was
     (:func:`kimi_deploy.fsio.write_many_atomic` undoes a half-done rename), drops the backup set
     and removes an API key file this run created; a failure while removing files restores the backup.
-    The caller holds :func:`kimi_deploy.hostfiles.service_lock` (the CLI does).
+    The caller holds :func:`kimi_deploy.host.records.service_lock` (the CLI does).
 
     Raises:
         RefusedError: the plan has refusals and no ``force`` (exit 4); nothing was changed.
@@ -1163,5 +1164,5 @@ def format_plan(plan: Plan, *, diffs: bool = True) -> str:
     return "\n".join(out) + "\n"
 
 
-#: The per-service lock ``install``/``uninstall``/``restart`` hold (:func:`kimi_deploy.hostfiles.service_lock`).
+#: The per-service lock ``install``/``uninstall``/``restart`` hold (:func:`kimi_deploy.host.records.service_lock`).
 locked = service_lock

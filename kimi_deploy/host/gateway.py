@@ -211,7 +211,7 @@ def _worker(item: Any) -> Worker:
 
 def parse_workers(data: Any) -> list[Worker]:
     """smg's ``GET /workers`` answer ``{"workers": [{"id", "url", "status", "is_healthy", "load"}, ...], ...}``,
-    as :func:`kimi_deploy.readiness.request_capped` read it (parsed JSON; None when it was not JSON; a
+    as :func:`kimi_deploy.host.readiness.request_capped` read it (parsed JSON; None when it was not JSON; a
     :class:`kimi_deploy.wire.limits.Refused` when it was refused unread).
 
     Raises:
@@ -250,7 +250,7 @@ class Gateway:
 
     def __init__(self, base_url: str, api_key: str | None, *, timeout: float = 10.0,
                  sleep: Callable[[float], None] = time.sleep, monotonic: Callable[[], float] = time.monotonic):
-        from kimi_deploy.readiness import auth_headers
+        from kimi_deploy.host.readiness import auth_headers
 
         headers = auth_headers(api_key)
         self.base_url = base_url.rstrip("/")
@@ -268,8 +268,8 @@ class Gateway:
         self.close()
 
     def _call(self, method: str, path: str, **kw: Any) -> tuple[int, Any]:
-        """``(status, body)`` by :func:`kimi_deploy.readiness.request_capped` (a capped, identity-only read)."""
-        from kimi_deploy.readiness import request_capped
+        """``(status, body)`` by :func:`kimi_deploy.host.readiness.request_capped` (a capped, identity-only read)."""
+        from kimi_deploy.host.readiness import request_capped
 
         try:
             return request_capped(self._client, method, path, **kw)

@@ -1,6 +1,6 @@
 """``kimi-deploy status``: one report of the installed service.
 
-Sources: the manifest and files (:mod:`kimi_deploy.hostfiles`), ``systemctl show`` (unit state,
+Sources: the manifest and files (:mod:`kimi_deploy.host.records`), ``systemctl show`` (unit state,
 MainPID, NRestarts), the running launch command (SGLang 0.5.23 ``GET /server_info`` field
 ``launch_command``, else ``/proc/<MainPID>/cmdline``) compared with a fresh render, the patch
 series state (:func:`patch_state`), ``GET /health_generate``, and the nightly check's
@@ -29,17 +29,18 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from kimi_deploy import options, systemd
+from kimi_deploy import options
+from kimi_deploy.host import systemd
 from kimi_deploy.wire import apikey
 from kimi_deploy.argv import flag_groups, split_equals
 from kimi_deploy.errors import ExitCode, KimiDeployError
-from kimi_deploy.hostfiles import Manifest, read_bytes, sha256
+from kimi_deploy.host.records import Manifest, read_bytes, sha256
 from kimi_deploy.patching import status as series_status
 from kimi_deploy.names import check_argv, check_timer, gateway_service, gateway_unit, server_unit
 from kimi_deploy.paths import SYSTEMD_DIR, HostLayout, gateway_check_report
 from kimi_deploy.profile import Profile
 from kimi_deploy.ranks import Rank, local_rank, node_launch, serving_url
-from kimi_deploy.readiness import Probe, get_json, probe_ready
+from kimi_deploy.host.readiness import Probe, get_json, probe_ready
 from kimi_deploy.wire.limits import parse_json
 
 #: Options whose value is a secret (SGLang 0.5.23 ``--api-key``, ``--admin-api-key``): the option table's
@@ -238,7 +239,7 @@ class StatusFacts:
     the running server's arguments and their source (:func:`running_launch`). ``patches``:
     :func:`patch_state`. ``last_check``: :func:`last_check` of the nightly report. ``start_log``: the
     server's log lines of the current start and the command that read them, or ``(None, why not)``
-    (:func:`kimi_deploy.allreduce.read_start_log`; only while the unit is active). ``rank``: the rank of a
+    (:func:`kimi_deploy.host.allreduce.read_start_log`; only while the unit is active). ``rank``: the rank of a
     multi-node group this host runs (:func:`kimi_deploy.ranks.local_rank`); on a rank >= 1 nothing is asked
     over HTTP (its ``/health`` is SGLang's dummy 200) and the launch comes from ``/proc``.
     """
@@ -296,7 +297,7 @@ def gather_status_facts(profile: Profile, layout: HostLayout, manifest: Manifest
     report = layout.check_report(profile.service.name)
     start_log = None
     if unit is not None and unit.is_active:
-        from kimi_deploy import allreduce
+        from kimi_deploy.host import allreduce
 
         start_log = allreduce.read_start_log(server_unit(profile.service.name),
                                              unit.properties.get("ExecMainStartTimestamp") or None)
@@ -422,7 +423,7 @@ def status_from(profile: Profile, manifest: Manifest, facts: StatusFacts) -> Sta
         problems.append(patch_problem)
     paths = None
     if facts.start_log is not None:
-        from kimi_deploy import allreduce
+        from kimi_deploy.host import allreduce
 
         lines, source = facts.start_log
         report = allreduce.judge(profile, lines, source=source) if lines is not None else None

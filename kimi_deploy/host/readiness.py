@@ -21,7 +21,7 @@ from typing import Any
 
 import httpx
 
-from kimi_deploy import systemd
+from kimi_deploy.host import systemd
 from kimi_deploy.errors import KimiDeployError
 from kimi_deploy.wire.limits import DEFAULT_MAX_BODY_BYTES, LimitExceeded, Refused, parse_json
 
@@ -185,7 +185,7 @@ def wait_ready(base_url: str, unit: str, *, api_key: str | None = None, timeout:
                sleep: Callable[[float], None] = time.sleep) -> WaitResult:
     """Poll until the server is ready, the unit failed, or ``timeout`` seconds passed.
 
-    Each poll: :func:`probe_ready`, the unit's last journal line (:func:`kimi_deploy.systemd.journal_last_line`)
+    Each poll: :func:`probe_ready`, the unit's last journal line (:func:`kimi_deploy.host.systemd.journal_last_line`)
     and its ``ActiveState/SubState`` (``systemctl show``); ``failed`` ends the wait early. The phase
     is the latest one a journal line showed (it stays when a line tells nothing).
 

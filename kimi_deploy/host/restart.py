@@ -1,12 +1,12 @@
 """``restart [--wait] [--rollback-on-failure]``: restart the server, wait for readiness, verify, roll back.
 
-Sequence: ``systemctl restart NAME.service``; with ``wait``, :func:`kimi_deploy.readiness.wait_ready`
+Sequence: ``systemctl restart NAME.service``; with ``wait``, :func:`kimi_deploy.host.readiness.wait_ready`
 until ready or the deadline (default: the unit's ``TimeoutStartSec=``, ``[service] timeout_start_sec``);
 then the fast tier of ``kimi-deploy check`` (``health.*``, ``config.*`` and ``parser.*``, :func:`run_fast_checks`),
-then the server's own log of this start for the all-reduce path in use (:mod:`kimi_deploy.allreduce`): a path
+then the server's own log of this start for the all-reduce path in use (:mod:`kimi_deploy.host.allreduce`): a path
 the profile asks for that SGLang skipped fails the attempt with the log line as evidence.
 When that fails and ``rollback_on_failure`` is set, the newest install backup is restored
-(:func:`kimi_deploy.hostfiles.restore_backup`), systemd reloaded, the service restarted and
+(:func:`kimi_deploy.host.records.restore_backup`), systemd reloaded, the service restarted and
 verified the same way; the result reports both attempts.
 
 Behind SGLang's gateway (``drain``, :class:`Drain`: a replica of a profile with ``[gateway]``), the replica
@@ -28,13 +28,14 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from kimi_deploy import allreduce, systemd
+from kimi_deploy.host import allreduce
+from kimi_deploy.host import systemd
 from kimi_deploy.wire import apikey
 from kimi_deploy.errors import ExitCode, KimiDeployError
-from kimi_deploy.hostfiles import Restored, list_backups, restore_backup, service_lock
+from kimi_deploy.host.records import Restored, list_backups, restore_backup, service_lock
 from kimi_deploy.paths import HostLayout
 from kimi_deploy.profile import Profile
-from kimi_deploy.readiness import WaitResult, WaitState, wait_ready
+from kimi_deploy.host.readiness import WaitResult, WaitState, wait_ready
 from kimi_deploy.names import check_timer, server_unit
 
 #: ``kimi-deploy check`` groups run after a restart: quick, and they prove the configuration took.
@@ -64,7 +65,7 @@ class CheckSummary:
 
 @dataclasses.dataclass(frozen=True)
 class Drain:
-    """A replica behind a gateway: ``gateway`` (a :class:`kimi_deploy.gateway.Gateway` client, or anything with
+    """A replica behind a gateway: ``gateway`` (a :class:`kimi_deploy.host.gateway.Gateway` client, or anything with
     its ``remove(url)``/``add(url)``), the replica's worker ``url`` (``http://{nodes[0]}:{port}``) and
     ``idle_timeout``: seconds to wait, once the gateway dropped it, for the requests still running on it
     (:func:`wait_idle`; ``restart --drain-timeout``)."""
@@ -90,8 +91,8 @@ def wait_idle(url: str, api_key: str | None, *, timeout: float, poll: float, clo
     """
     import httpx
 
-    from kimi_deploy.gateway import DrainTimeout
-    from kimi_deploy.readiness import auth_headers, request_capped
+    from kimi_deploy.host.gateway import DrainTimeout
+    from kimi_deploy.host.readiness import auth_headers, request_capped
 
     deadline = clock() + timeout
     with httpx.Client(base_url=url, timeout=max(poll, 10.0), headers=auth_headers(api_key), trust_env=False) as client:
@@ -231,7 +232,7 @@ def _attempt(label: str, profile: Profile, layout: HostLayout, *, api_key: str |
 
 def engaged_paths(profile: Profile) -> dict[str, Any]:
     """The all-reduce paths of the current start as the server's journal tells them
-    (:meth:`kimi_deploy.allreduce.AllreduceReport.to_dict`), or ``{"error": why}`` when it cannot be read.
+    (:meth:`kimi_deploy.host.allreduce.AllreduceReport.to_dict`), or ``{"error": why}`` when it cannot be read.
     Never raises: a missing journal is reported, not a failed restart."""
     unit = server_unit(profile.service.name)
     try:
@@ -255,7 +256,7 @@ def restart(profile: Profile, layout: HostLayout, *, wait: bool = False, timeout
         poll_interval: seconds between probes.
         on_poll: progress callback ``(attempt label, WaitState)`` after each probe.
         on_event: called with one line per milestone (restart, rollback) for the display.
-        clock, sleep: the readiness wait's time source and sleep (:func:`kimi_deploy.readiness.wait_ready`).
+        clock, sleep: the readiness wait's time source and sleep (:func:`kimi_deploy.host.readiness.wait_ready`).
         drain: a replica behind a gateway (needs ``wait``): removed from the gateway, restarted once the
             requests still running there ended (:func:`wait_idle`), waited for and checked at ``drain.url``,
             added back only when that passed.
@@ -268,7 +269,7 @@ def restart(profile: Profile, layout: HostLayout, *, wait: bool = False, timeout
             before anything is restarted.
         ExternalCommandError: systemctl failed (the restart itself, not the server).
         LockedError: an install, uninstall or restart of the service is running (exit 7); it holds
-            :func:`kimi_deploy.hostfiles.service_lock` for its whole run, and so does this one.
+            :func:`kimi_deploy.host.records.service_lock` for its whole run, and so does this one.
     """
     if drain is not None and not wait:
         from kimi_deploy.errors import UsageError
@@ -302,7 +303,7 @@ def _restart_drained(profile: Profile, layout: HostLayout, drain: Drain, *, on_e
         KimiDeployError: the restart itself failed (systemctl, exit 5); the replica is out of rotation and the
             message says so (its exit code is the failure's).
     """
-    from kimi_deploy.gateway import DrainTimeout, gateway_unit
+    from kimi_deploy.host.gateway import DrainTimeout, gateway_unit
 
     say = on_event or (lambda _m: None)
     say(f"removing {drain.url} from the gateway (smg stops sending it requests, then drops it)")

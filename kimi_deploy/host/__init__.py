@@ -1,0 +1,1 @@
+"""host: see README.md, "Layout"."""
