@@ -52,7 +52,7 @@ def host_files(profile: Profile, sglang_version: str | None = None) -> dict[str,
 
     Server files are :func:`kimi_deploy.targets.systemd.render`'s (the monitoring files stay with the Prometheus
     host: ``render`` writes them once, beside the host folders); a node of a multi-node replica gets its
-    rank's files (:func:`kimi_deploy.ranks.render_ranks`: rank 0 as a single node, ranks >= 1 the server unit
+    rank's files (:func:`kimi_deploy.topology.render_ranks`: rank 0 as a single node, ranks >= 1 the server unit
     and env file only).
 
     Raises:
@@ -64,7 +64,7 @@ def host_files(profile: Profile, sglang_version: str | None = None) -> dict[str,
     if not hosts:
         raise UsageError("the profile has no [fleet] or [gateway]: it describes one host",
                          hint="render without per-host folders, or add [fleet] (production.md)")
-    from kimi_deploy.ranks import render_ranks
+    from kimi_deploy.topology import render_ranks
 
     rendered = render(profile, sglang_version)
     header = file_header(profile, rendered.launch.sglang_version)

@@ -125,7 +125,7 @@ def build_launch(profile: Profile, sglang_version: str | Version = versions.DEFA
             ``NCCL_SOCKET_IFNAME``/``GLOO_SOCKET_IFNAME`` = ``[fleet] nic``. ``None`` (and for one-node
             replicas): every row, no rank flags, the base that :mod:`kimi_deploy.targets.kubernetes` adds its own to.
         rank0: the replica's rank-0 node for ``--dist-init-addr`` (default: the first replica's);
-            :func:`kimi_deploy.ranks.rank_launch` passes each replica's.
+            :func:`kimi_deploy.topology.rank_launch` passes each replica's.
 
     Raises:
         UsageError: not a known 0.5.x version.

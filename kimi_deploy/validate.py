@@ -47,7 +47,7 @@ from kimi_deploy import versions
 from kimi_deploy import engine as target
 from kimi_deploy.launch import LaunchSpec, build_launch
 from kimi_deploy.profile import Profile
-from kimi_deploy.ranks import Rank, group_ranks, rank_launch
+from kimi_deploy.topology import Rank, group_ranks, rank_launch
 
 #: The API key written into the substitute ``--config`` file.
 PLACEHOLDER_API_KEY = "validation-placeholder"
@@ -239,7 +239,7 @@ def check_env(launch: LaunchSpec) -> dict[str, str]:
 
 @dataclasses.dataclass(frozen=True)
 class RankValidation:
-    """One rank's command of a multi-node replica (:mod:`kimi_deploy.ranks`) and its check."""
+    """One rank's command of a multi-node replica (:mod:`kimi_deploy.topology`) and its check."""
 
     rank: Rank
     launch: LaunchSpec

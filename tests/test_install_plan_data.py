@@ -194,7 +194,7 @@ def test_planners_never_touch_the_disk(profile, host):
     import tomllib
 
     from kimi_deploy.profile import parse_profile
-    from kimi_deploy.ranks import find_rank
+    from kimi_deploy.topology import find_rank
     from kimi_deploy.host.status import StatusFacts, status_from
     from kimi_deploy.host.systemd import parse_show
 

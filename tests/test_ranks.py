@@ -23,7 +23,7 @@ from kimi_deploy.argv import flag_groups
 from kimi_deploy.launch import build_launch
 from kimi_deploy.options import OPTIONS
 from kimi_deploy.profile import parse_profile
-from kimi_deploy.ranks import find_rank, group_ranks, rank_launch, render_ranks, serving_url
+from kimi_deploy.topology import find_rank, group_ranks, rank_launch, render_ranks, serving_url
 from kimi_deploy.validate import validate_profile, validate_server_args
 
 GOLDEN = Path(__file__).parent / "golden" / "fleet" / "two-rank-group"
@@ -117,7 +117,7 @@ def test_a_node_that_is_not_in_the_fleet_is_a_usage_error():
 def test_an_empty_sglang_version_is_refused_on_every_rank_not_taken_for_the_default():
     """``render --sglang-version ""`` is exit 2 on one host; a rank's launch must not read "" as "the default"."""
     from kimi_deploy.errors import UsageError
-    from kimi_deploy.ranks import node_launch
+    from kimi_deploy.topology import node_launch
 
     profile = profile_of()
     for rank in group_ranks(profile)[:2]:
@@ -220,7 +220,7 @@ def test_validate_cli_reports_each_rank(sglang_python, tmp_path):
 
 def test_local_rank_is_the_node_this_host_owns():
     from kimi_deploy.errors import UsageError
-    from kimi_deploy.ranks import local_rank
+    from kimi_deploy.topology import local_rank
 
     profile = profile_of()
     assert local_rank(profile, owns=lambda host: host == "10.0.0.12").rank == 1
@@ -251,7 +251,7 @@ def test_check_on_a_rank_that_serves_no_http_names_rank0(tmp_path, monkeypatch):
     import tomli_w
 
     from helpers import run_cli
-    from kimi_deploy import ranks
+    from kimi_deploy import topology as ranks
 
     monkeypatch.setattr(ranks, "owns_address", lambda host: host == "10.0.0.12")
     path = tmp_path / "profile.toml"
@@ -286,7 +286,7 @@ def test_status_of_a_rank_that_serves_no_http_asks_no_health_and_compares_its_ow
 
 
 def test_owns_address_binds_without_sending():
-    from kimi_deploy.ranks import owns_address
+    from kimi_deploy.topology import owns_address
 
     assert owns_address("127.0.0.1")
     assert not owns_address("192.0.2.1")  # TEST-NET-1 (RFC 5737): never a local address here
@@ -328,7 +328,7 @@ def test_preflight_in_an_interpreter_without_torch_says_so(tmp_path):
     """The kit's own interpreter has no torch: the script stops with one line, not a traceback (the NIC and
     address stages pass first: loopback is the NIC and 127.0.0.1 is owned, a rank-1 view of a test group)."""
     from kimi_deploy.host import preflight as preflight_lib
-    from kimi_deploy.ranks import Rank
+    from kimi_deploy.topology import Rank
 
     try:
         import torch  # noqa: F401

@@ -122,7 +122,7 @@ def check_cmd(ctx, base_url, model, api_key_file, profile_path, only, skip, json
     reports.check_output_paths(**outputs)
     if not base_url:  # a rank >= 1 of a multi-node group serves no HTTP: nothing to check there
         from kimi_deploy.profile import load_profile
-        from kimi_deploy.ranks import local_rank, refuse_http_proof
+        from kimi_deploy.topology import local_rank, refuse_http_proof
 
         profile = load_profile(profile_path)
         refuse_http_proof(profile, local_rank(profile), "check")

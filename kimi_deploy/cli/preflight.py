@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from kimi_deploy.cli.options import Seconds, echo_json, json_flag, profile_options, resolve_profile
-from kimi_deploy.ranks import PREFLIGHT_TIMEOUT_SEC
+from kimi_deploy.topology import PREFLIGHT_TIMEOUT_SEC
 
 #: Longest --timeout accepted (a day): a rendezvous that waits longer waits for nothing.
 MAX_TIMEOUT_SEC = 86400.0
@@ -29,7 +29,7 @@ def preflight_cmd(ctx, profile_path, preset, node, timeout, python, as_json):
     did not come within --timeout. Run on every node of the group (the rank units run it as ExecStartPre=).
     """
     from kimi_deploy.host import preflight as preflight_lib
-    from kimi_deploy.ranks import find_rank
+    from kimi_deploy.topology import find_rank
 
     profile = resolve_profile(profile_path, preset)
     rank = find_rank(profile, node)

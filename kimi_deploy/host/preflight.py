@@ -36,7 +36,7 @@ from typing import Any
 from kimi_deploy import engine as target
 from kimi_deploy.errors import ExitCode
 from kimi_deploy.profile import Profile
-from kimi_deploy.ranks import Rank
+from kimi_deploy.topology import Rank
 
 #: Store keys of the preflight (never SGLang's own keys).
 KEY_PREFIX = "kimi-deploy-preflight"

@@ -261,11 +261,11 @@ def restart(profile: Profile, layout: HostLayout, *, wait: bool = False, timeout
             requests still running there ended (:func:`wait_idle`), waited for and checked at ``drain.url``,
             added back only when that passed.
         node: this host as ``[fleet] replicas`` lists it (default: found by its addresses,
-            :func:`kimi_deploy.ranks.local_rank`).
+            :func:`kimi_deploy.topology.local_rank`).
 
     Raises:
         UsageError: ``wait`` and the profile's API key file is unreadable or empty, or ``wait`` on a rank >= 1
-            of a multi-node group (it serves no HTTP: :func:`kimi_deploy.ranks.refuse_http_proof`); checked
+            of a multi-node group (it serves no HTTP: :func:`kimi_deploy.topology.refuse_http_proof`); checked
             before anything is restarted.
         ExternalCommandError: systemctl failed (the restart itself, not the server).
         LockedError: an install, uninstall or restart of the service is running (exit 7); it holds
@@ -277,7 +277,7 @@ def restart(profile: Profile, layout: HostLayout, *, wait: bool = False, timeout
         raise UsageError("a replica behind a gateway is restarted with --wait (it goes back into the gateway "
                          "only once it is ready and checked)", hint="add --wait")
     if wait:
-        from kimi_deploy.ranks import local_rank, refuse_http_proof
+        from kimi_deploy.topology import local_rank, refuse_http_proof
 
         refuse_http_proof(profile, local_rank(profile, node), "restart --wait")
     api_key = apikey.resolve_key(profile_key_file=profile.sglang.api_key_file, layout=layout) if wait else None

@@ -39,7 +39,7 @@ from kimi_deploy.patching import status as series_status
 from kimi_deploy.names import check_argv, check_timer, gateway_service, gateway_unit, server_unit
 from kimi_deploy.paths import SYSTEMD_DIR, HostLayout, gateway_check_report
 from kimi_deploy.profile import Profile
-from kimi_deploy.ranks import Rank, local_rank, node_launch, serving_url
+from kimi_deploy.topology import Rank, local_rank, node_launch, serving_url
 from kimi_deploy.host.readiness import Probe, get_json, probe_ready
 from kimi_deploy.wire.limits import parse_json
 
@@ -240,7 +240,7 @@ class StatusFacts:
     :func:`patch_state`. ``last_check``: :func:`last_check` of the nightly report. ``start_log``: the
     server's log lines of the current start and the command that read them, or ``(None, why not)``
     (:func:`kimi_deploy.host.allreduce.read_start_log`; only while the unit is active). ``rank``: the rank of a
-    multi-node group this host runs (:func:`kimi_deploy.ranks.local_rank`); on a rank >= 1 nothing is asked
+    multi-node group this host runs (:func:`kimi_deploy.topology.local_rank`); on a rank >= 1 nothing is asked
     over HTTP (its ``/health`` is SGLang's dummy 200) and the launch comes from ``/proc``.
     """
 
@@ -352,7 +352,7 @@ def _patch_problem(patches: dict[str, Any], python: str, restart: str = "kimi-de
 def status(profile: Profile, layout: HostLayout, manifest: Manifest, node: str | None = None) -> StatusReport:
     """Collect the status of ``profile``'s installed service (never raises for a down server): the facts
     (:func:`gather_status_facts`), then the report (:func:`status_from`). ``node``: this host in a multi-node
-    group (default: found by its addresses, :func:`kimi_deploy.ranks.local_rank`).
+    group (default: found by its addresses, :func:`kimi_deploy.topology.local_rank`).
 
     Paths in the report are host paths. Each entry of ``problems`` is one :func:`problem` line.
 
@@ -364,7 +364,7 @@ def status(profile: Profile, layout: HostLayout, manifest: Manifest, node: str |
 
 def status_from(profile: Profile, manifest: Manifest, facts: StatusFacts) -> StatusReport:
     """The status report of ``profile``'s service from ``facts``; no I/O (the rendered launch is computed,
-    :func:`kimi_deploy.ranks.node_launch`)."""
+    :func:`kimi_deploy.topology.node_launch`)."""
     problems: list[str] = []
     layout = facts.layout
     name = profile.service.name

@@ -18,7 +18,7 @@ from kimi_deploy import __version__, names, paths, versions
 from kimi_deploy.fsio import write_many_atomic
 from kimi_deploy.launch import API_KEY_CREDENTIAL, SECRETS_CONFIG_NAME, LaunchSpec
 from kimi_deploy.profile import Profile
-from kimi_deploy.ranks import Rank, group_ranks, node_launch, preflight_command
+from kimi_deploy.topology import Rank, group_ranks, node_launch, preflight_command
 
 #: Runs in ExecStartPre= with the SGLang interpreter: turns the API-key credential into
 #: SGLang's YAML --config file (0600 in the 0700 RuntimeDirectory=). JSON strings are
@@ -107,10 +107,10 @@ def render(profile: Profile, sglang_version: str | None = None, *,
         components: probed stack versions for the cache key (see :func:`kimi_deploy.launch.cache_key`).
         profile_path: host path the check unit reads the profile from
             (default ``/etc/kimi-deploy/<name>.toml``, where ``install`` puts it).
-        rank: one rank of a multi-node replica (:mod:`kimi_deploy.ranks`): its launch
-            (:func:`kimi_deploy.ranks.rank_launch`), the preflight as ``ExecStartPre=``, and for ranks >= 1
+        rank: one rank of a multi-node replica (:mod:`kimi_deploy.topology`): its launch
+            (:func:`kimi_deploy.topology.rank_launch`), the preflight as ``ExecStartPre=``, and for ranks >= 1
             the server unit and env file only (no check units, no monitoring: they serve no HTTP). Default for a
-            multi-node profile: rank 0 of the first replica (each node's own files: :func:`kimi_deploy.ranks.render_ranks`).
+            multi-node profile: rank 0 of the first replica (each node's own files: :func:`kimi_deploy.topology.render_ranks`).
 
     Returns:
         :class:`Rendered` with ``<name>.service``, ``<name>.env``, ``kimi-deploy-check@<name>.service``,
