@@ -47,7 +47,8 @@ from kimi_deploy import versions
 from kimi_deploy import engine as target
 from kimi_deploy.launch import LaunchSpec, build_launch
 from kimi_deploy.profile import Profile
-from kimi_deploy.topology import Rank, group_ranks, rank_launch
+from kimi_deploy.launch import rank_launch
+from kimi_deploy.topology import Rank, group_ranks
 
 #: The API key written into the substitute ``--config`` file.
 PLACEHOLDER_API_KEY = "validation-placeholder"

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from helpers import run_cli, write_profile
-from kimi_deploy import fleet
+from kimi_deploy import topology
 from kimi_deploy.host import gateway
 from kimi_deploy.errors import UsageError
 from kimi_deploy.profile import parse_profile
@@ -109,8 +109,8 @@ def test_one_host_spelt_two_ways_gets_one_folder_with_both_parts(tmp_path):
     assert {"kimi-k25-gateway.service", "kimi-k25.service"} <= {n.split("/", 1)[1] for n in tree
                                                                 if n.startswith("fd00::11/")}
     profile = parse_profile(__import__("tomllib").loads(text))
-    assert fleet.pick_host(profile, "FD00:0::11") == fleet.pick_host(profile, "fd00::11") == "fd00::11"
-    assert fleet.is_node(profile, "FD00::11")
+    assert topology.pick_host(profile, "FD00:0::11") == topology.pick_host(profile, "fd00::11") == "fd00::11"
+    assert topology.is_node(profile, "FD00::11")
 
 
 def test_gateway_unit_lists_the_workers_and_keeps_the_key_and_gpus_out(tmp_path):
@@ -172,15 +172,15 @@ def test_gateway_flags_are_exact_options_of_the_pinned_smg():
 
 def test_pick_host_by_flag_or_own_addresses():
     profile = parse_profile(__import__("tomllib").loads(PROFILE))
-    assert fleet.pick_host(profile, "10.0.0.12", []) == "10.0.0.12"
-    assert fleet.pick_host(profile, None, ["127.0.0.1", "10.0.0.10", "gw1"]) == "10.0.0.10"
+    assert topology.pick_host(profile, "10.0.0.12", []) == "10.0.0.12"
+    assert topology.pick_host(profile, None, ["127.0.0.1", "10.0.0.10", "gw1"]) == "10.0.0.10"
     with pytest.raises(UsageError, match="not a host of the profile"):
-        fleet.pick_host(profile, "10.0.0.99", [])
+        topology.pick_host(profile, "10.0.0.99", [])
     with pytest.raises(UsageError, match="matching: none"):
-        fleet.pick_host(profile, None, ["127.0.0.1"])
+        topology.pick_host(profile, None, ["127.0.0.1"])
     recorded = '[{"ifname":"lo","addr_info":[{"local":"127.0.0.1"},{"local":"::1"}]},' \
                '{"ifname":"ens5f0","addr_info":[{"family":"inet","local":"10.0.0.11","prefixlen":24}]}]'
-    assert fleet.parse_ip_addr_json(recorded) == {"127.0.0.1", "::1", "10.0.0.11"}
+    assert topology.parse_ip_addr_json(recorded) == {"127.0.0.1", "::1", "10.0.0.11"}
 
 
 def test_install_puts_each_hosts_part_in_place_and_a_second_run_plans_nothing(tmp_path):

@@ -22,7 +22,7 @@ from helpers import run_cli, write_profile
 from kube_helpers import kubernetes_validate_cli, kustomize, load_tree, substitute_lws, validate_document
 from kimi_deploy.targets import kubernetes
 from kimi_deploy.profile import parse_profile
-from kimi_deploy.topology import render_ranks
+from kimi_deploy.targets.systemd import render_ranks
 from kimi_deploy.targets.systemd import render as render_systemd
 
 GOLDEN = Path(__file__).parent / "golden" / "kubernetes"
@@ -238,7 +238,7 @@ def _exec_start_args(unit: str) -> list[str]:
 
 def _systemd_rank_args(profile, rank: int) -> list[str]:
     """What the systemd unit of node ``rank`` of the first replica runs (independently of the Kubernetes code):
-    the ExecStart= of that rank's rendered unit (kimi_deploy.topology.render_ranks), the single-host unit's for
+    the ExecStart= of that rank's rendered unit (kimi_deploy.targets.systemd.render_ranks), the single-host unit's for
     one node."""
     name = f"{profile.service.name}.service"
     if profile.nodes_per_copy == 1:

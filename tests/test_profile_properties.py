@@ -318,7 +318,7 @@ def test_every_string_of_fleet_gateway_kubernetes_and_monitoring_is_refused_or_r
     or line-separator character."""
     import yaml
 
-    from kimi_deploy import fleet
+    from kimi_deploy.targets.systemd import host_files
     from kimi_deploy.targets import kubernetes
 
     base = dict(_paths(FULL))[path] if not isinstance(path[-1], tuple) else path[-1][1]
@@ -334,7 +334,7 @@ def test_every_string_of_fleet_gateway_kubernetes_and_monitoring_is_refused_or_r
     def check(value: str) -> None:
         try:
             profile = parse_profile(_set(FULL, path, value))
-            hosts = fleet.host_files(profile)
+            hosts = host_files(profile)
             manifests = kubernetes.render(profile)
         except KimiDeployError as exc:
             assert exc.exit_code == 2, exc

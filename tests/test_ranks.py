@@ -23,7 +23,9 @@ from kimi_deploy.argv import flag_groups
 from kimi_deploy.launch import build_launch
 from kimi_deploy.options import OPTIONS
 from kimi_deploy.profile import parse_profile
-from kimi_deploy.topology import find_rank, group_ranks, rank_launch, render_ranks, serving_url
+from kimi_deploy.launch import rank_launch
+from kimi_deploy.targets.systemd import render_ranks
+from kimi_deploy.topology import find_rank, group_ranks, serving_url
 from kimi_deploy.validate import validate_profile, validate_server_args
 
 GOLDEN = Path(__file__).parent / "golden" / "fleet" / "two-rank-group"
@@ -117,7 +119,7 @@ def test_a_node_that_is_not_in_the_fleet_is_a_usage_error():
 def test_an_empty_sglang_version_is_refused_on_every_rank_not_taken_for_the_default():
     """``render --sglang-version ""`` is exit 2 on one host; a rank's launch must not read "" as "the default"."""
     from kimi_deploy.errors import UsageError
-    from kimi_deploy.topology import node_launch
+    from kimi_deploy.launch import node_launch
 
     profile = profile_of()
     for rank in group_ranks(profile)[:2]:

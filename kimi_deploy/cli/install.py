@@ -52,7 +52,7 @@ def install_cmd(profile_path, preset, root, sglang_version, dry_run, force, no_e
                          hint=f"create it first (mkdir -p {root}) if that tree is meant; install makes none")
     layout = HostLayout(root)
     if profile.hosts():
-        from kimi_deploy.fleet import pick_host
+        from kimi_deploy.topology import pick_host
 
         host = pick_host(profile, host)
     elif host is not None:

@@ -48,8 +48,8 @@ def render_cmd(profile_path, preset, sglang_version, python, out_dir, print_comm
         sglang_version, components = render_lib.target_versions(python)
     rendered = render_lib.render(profile, sglang_version, components=components)
     hosts = None
-    if profile.hosts():  # a fleet: one folder per host (kimi_deploy.fleet)
-        from kimi_deploy.fleet import host_files
+    if profile.hosts():  # a fleet: one folder per host (kimi_deploy.targets.systemd.host_files)
+        from kimi_deploy.targets.systemd import host_files
 
         hosts = host_files(profile, rendered.launch.sglang_version)
     for warning in (*rendered.launch.warnings, *naming_warnings(profile)):

@@ -121,7 +121,7 @@ def _drain(profile, layout, host, wait, idle_timeout: float = 600.0):
         return None
     from kimi_deploy.host import restart as restart_lib
     from kimi_deploy.wire import apikey
-    from kimi_deploy.fleet import is_node, pick_host
+    from kimi_deploy.topology import is_node, pick_host
     from kimi_deploy.host.gateway import Gateway, gateway_url
     from kimi_deploy.names import gateway_unit, node_url
 

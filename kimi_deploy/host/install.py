@@ -556,7 +556,7 @@ def desired_files(profile: Profile, sglang_version: str | None = None,
     """Host path -> bytes of every file ``install`` puts in place (manifest excluded), and the SGLang version.
 
     ``host``: for a profile with ``[fleet]``/``[gateway]``, the host whose part to install
-    (:func:`kimi_deploy.fleet.host_files`: server units on a node, the gateway unit on the gateway host);
+    (:func:`kimi_deploy.targets.systemd.host_files`: server units on a node, the gateway unit on the gateway host);
     None for a one-host profile.
 
     Raises:
@@ -564,7 +564,7 @@ def desired_files(profile: Profile, sglang_version: str | None = None,
     """
     rendered = render(profile, sglang_version)
     if profile.hosts():
-        from kimi_deploy.fleet import host_files
+        from kimi_deploy.targets.systemd import host_files
 
         if host is None:
             raise UsageError("the profile describes several hosts; say which one this is",

@@ -39,7 +39,8 @@ from kimi_deploy.patching import status as series_status
 from kimi_deploy.names import check_argv, check_timer, gateway_service, gateway_unit, server_unit
 from kimi_deploy.paths import SYSTEMD_DIR, HostLayout, gateway_check_report
 from kimi_deploy.profile import Profile
-from kimi_deploy.topology import Rank, local_rank, node_launch, serving_url
+from kimi_deploy.launch import node_launch
+from kimi_deploy.topology import Rank, local_rank, serving_url
 from kimi_deploy.host.readiness import Probe, get_json, probe_ready
 from kimi_deploy.wire.limits import parse_json
 

@@ -16,9 +16,11 @@ import jinja2
 
 from kimi_deploy import __version__, names, paths, versions
 from kimi_deploy.fsio import write_many_atomic
-from kimi_deploy.launch import API_KEY_CREDENTIAL, SECRETS_CONFIG_NAME, LaunchSpec
-from kimi_deploy.profile import Profile
-from kimi_deploy.topology import Rank, group_ranks, node_launch, preflight_command
+from kimi_deploy.errors import UsageError
+from kimi_deploy.launch import API_KEY_CREDENTIAL, SECRETS_CONFIG_NAME, LaunchSpec, node_launch
+from kimi_deploy.profile import Profile, host_key
+from kimi_deploy.host import gateway
+from kimi_deploy.topology import PREFLIGHT_TIMEOUT_SEC, Rank, group_ranks, is_node
 
 #: Runs in ExecStartPre= with the SGLang interpreter: turns the API-key credential into
 #: SGLang's YAML --config file (0600 in the 0700 RuntimeDirectory=). JSON strings are
@@ -190,7 +192,7 @@ MONITORING_DIR = "monitoring"
 
 def write(rendered: Rendered, out_dir: Path, hosts: Mapping[str, Mapping[str, str]] | None = None) -> list[Path]:
     """Write every rendered file into ``out_dir`` (monitoring files into ``out_dir/monitoring``) atomically;
-    returns the paths written. ``hosts`` (:func:`kimi_deploy.fleet.host_files`): a profile with a fleet,
+    returns the paths written. ``hosts`` (:func:`host_files`): a profile with a fleet,
     whose files go to ``out_dir/<host>/`` instead, one folder per host.
 
     Raises:
@@ -204,3 +206,87 @@ def write(rendered: Rendered, out_dir: Path, hosts: Mapping[str, Mapping[str, st
         targets.update({out_dir / MONITORING_DIR / name: text for name, text in rendered.monitoring.items()})
     write_many_atomic(targets)
     return list(targets)
+
+
+def preflight_command(profile: Profile, rank: Rank, profile_path: str) -> str:
+    """The rank unit's ``ExecStartPre=``: ``kimi-deploy preflight --profile P --host NODE --timeout T``."""
+    return (f"{profile.service.kimi_deploy} preflight --profile {profile_path} --host {rank.node} "
+            f"--timeout {PREFLIGHT_TIMEOUT_SEC}")
+
+
+def render_ranks(profile: Profile, sglang_version: str | None = None, *,
+                 components: Mapping[str, str] | None = None,
+                 profile_path: str | None = None) -> dict[str, dict[str, str]]:
+    """``{node: {file name: text}}`` for every rank of every multi-node replica (empty without one).
+
+    Rank 0's folder holds what a single host gets (server unit, env file, nightly check units); a rank >= 1
+    folder holds its server unit and env file only (no check: it serves no HTTP). Every server unit runs the
+    preflight first (:func:`preflight_command`). The monitoring files are not a host's part: as for
+    single-node replicas (:func:`host_files`), ``render`` writes them once beside the folders.
+
+    Raises:
+        UsageError / UnsupportedVersionError: from :func:`kimi_deploy.launch.build_launch`.
+    """
+    hosts: dict[str, dict[str, str]] = {}
+    for rank in group_ranks(profile):
+        rendered = render(profile, sglang_version, components=components, profile_path=profile_path,
+                                     rank=rank)
+        hosts[rank.node] = dict(rendered.files)
+    return hosts
+
+
+def gateway_files(profile: Profile, header: str) -> dict[str, str]:
+    """File name -> text of the gateway host's part: ``<name>-gateway.service`` (empty without ``[gateway]``)."""
+    if profile.gateway is None:
+        return {}
+    svc = profile.service
+    unit = names.check_unit(names.gateway_service(svc.name))
+    check_command = " ".join(names.check_argv(
+        svc.kimi_deploy, paths.service_profile_copy(svc.name), each_worker=True,
+        api_key_file=f"%d/{API_KEY_CREDENTIAL}" if profile.sglang.api_key_file else None,
+        json=paths.gateway_check_report(svc.name)))
+    context = {"header": header, "svc": svc, "s": profile.sglang, "gw": profile.gateway,
+               "workers": profile.worker_urls(), "api_key_credential": API_KEY_CREDENTIAL,
+               "exec_start": gateway.exec_start(gateway.gateway_argv(profile)), "check_command": check_command,
+               "check_unit": unit}
+    env = _environment()
+    return {names.gateway_unit(svc.name): env.get_template("gateway.service.j2").render(context),
+            f"{unit}.service": env.get_template("check.service.j2").render(context),
+            f"{unit}.timer": env.get_template("check.timer.j2").render(context)}
+
+
+def host_files(profile: Profile, sglang_version: str | None = None) -> dict[str, dict[str, str]]:
+    """Host -> (file name -> text) for every host of the profile, in :meth:`Profile.hosts` order.
+
+    Server files are :func:`kimi_deploy.targets.systemd.render`'s (the monitoring files stay with the Prometheus
+    host: ``render`` writes them once, beside the host folders); a node of a multi-node replica gets its
+    rank's files (:func:`render_ranks`: rank 0 as a single node, ranks >= 1 the server unit
+    and env file only).
+
+    Raises:
+        UsageError: the profile has no ``[fleet]``/``[gateway]``.
+    """
+    hosts = profile.hosts()
+    if not hosts:
+        raise UsageError("the profile has no [fleet] or [gateway]: it describes one host",
+                         hint="render without per-host folders, or add [fleet] (production.md)")
+    rendered = render(profile, sglang_version)
+    header = file_header(profile, rendered.launch.sglang_version)
+    gateway_part = gateway_files(profile, header)
+    ranks = render_ranks(profile, rendered.launch.sglang_version)
+    parts: dict[str, dict[str, str]] = {}
+    for host in hosts:
+        files: dict[str, str] = {}
+        if host in ranks:
+            files.update(ranks[host])
+        elif is_node(profile, host):
+            files.update(rendered.files)
+        if profile.gateway is not None and host_key(host) == host_key(profile.gateway.host):
+            files.update(gateway_part)
+        parts[host] = files
+    return parts
+
+
+def files_of(parts: Mapping[str, Mapping[str, str]], host: str) -> Mapping[str, str]:
+    """``parts[host]`` (:func:`host_files`), or an empty mapping for a host with nothing to install."""
+    return parts.get(host, {})
