@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import dataclasses
 import shlex
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from pathlib import Path
 
 from packaging.version import Version
 
 from kimi_deploy import options, paths, versions
 from kimi_deploy.argv import expansions, flag_groups, split_equals
-from kimi_deploy.errors import ProfileError, UnsupportedVersionError
+from kimi_deploy.errors import ProfileError, UnsupportedVersionError, UsageError
 from kimi_deploy.names import url_host
 from kimi_deploy.profile import NIC_ENV, Profile, is_loopback
 from kimi_deploy.topology import Rank, group_ranks
@@ -361,3 +362,69 @@ def node_launch(profile: Profile, rank: Rank | None = None, sglang_version: str 
         return rank_launch(profile, rank, sglang_version, components=components)
     version = versions.DEFAULT_SGLANG_VERSION if sglang_version is None else sglang_version  # "" is refused
     return build_launch(profile, version, components=components)
+
+
+# --- the gateway (smg) -----------------------------------------------------------------------------------
+
+#: Runs as ExecStart= in smg's own interpreter when the profile has an API key: reads the systemd credential
+#: and runs ``smg.cli.main`` with the unit's arguments plus ``--api-key`` (in-process: not in argv, env or the
+#: unit; smg 1.13.0 then renames the process ``smg::router``). No %, $ or double quote: systemd would expand
+#: or split them.
+LAUNCHER = (
+    "import os, sys; from smg.cli import main; "
+    f"key = open(os.path.join(os.environ['CREDENTIALS_DIRECTORY'], '{API_KEY_CREDENTIAL}')).read().strip(); "
+    "key or sys.exit('kimi-deploy: the API key credential is empty'); "
+    "main(sys.argv[1:] + ['--api-key', key])"
+)
+
+
+def smg_python(profile: Profile) -> str:
+    """smg's interpreter: ``python`` beside ``[gateway] smg`` in the same virtual environment's ``bin``."""
+    assert profile.gateway is not None
+    return str(Path(profile.gateway.smg).parent / "python")
+
+
+def gateway_args(profile: Profile) -> list[str]:
+    """``smg`` arguments of the profile's gateway, ``launch`` first, without the API key.
+
+    Shape: ``launch --host BIND --port P --policy POLICY --worker-urls URL... --prometheus-host H
+    --prometheus-port P --disable-tokenizer-autoload``. Workers: :meth:`Profile.worker_urls`, rank 0 of
+    every replica.
+
+    Raises:
+        UsageError: the profile has no ``[gateway]`` (exit 2).
+    """
+    gw = profile.gateway
+    if gw is None:
+        raise UsageError("the profile has no [gateway]", hint="add a [gateway] table (production.md)")
+    return ["launch", "--host", gw.bind, "--port", str(gw.port), "--policy", gw.policy,
+            "--worker-urls", *profile.worker_urls(),
+            "--prometheus-host", gw.prometheus_host, "--prometheus-port", str(gw.prometheus_port),
+            "--disable-tokenizer-autoload"]
+
+
+def gateway_argv(profile: Profile) -> list[str]:
+    """The gateway's command as argv: :data:`LAUNCHER` in smg's interpreter (``python -c LAUNCHER launch ...``,
+    reading ``$CREDENTIALS_DIRECTORY/api-key``) with a key, else the smg script (``smg launch ...``)."""
+    assert profile.gateway is not None
+    if profile.sglang.api_key_file:
+        return [smg_python(profile), "-c", LAUNCHER, *gateway_args(profile)]
+    return [profile.gateway.smg, *gateway_args(profile)]
+
+
+def exec_start(argv: Sequence[str]) -> str:
+    """ExecStart='s value for ``argv``: the program line, then one option and its values per continued line.
+
+    The one argument with spaces (:data:`LAUNCHER`, which has no double quote) is double-quoted for systemd.
+    """
+    head: list[str] = []
+    groups: list[list[str]] = []
+    for arg in argv:
+        arg = f'"{arg}"' if " " in arg else arg
+        if arg.startswith("--"):
+            groups.append([arg])
+        elif groups:
+            groups[-1].append(arg)
+        else:
+            head.append(arg)
+    return " \\\n".join([" ".join(head)] + ["    " + " ".join(g) for g in groups])

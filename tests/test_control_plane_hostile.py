@@ -5,7 +5,7 @@ behind a gateway, ``status`` on a gateway host and ``check --each-worker`` read 
 Before, they read every body whole with httpx's transparent decompression (a 500 KB gzip body of
 512 MB cost ``status`` 1 GB of RSS), and JSON nested 100,000 deep raised RecursionError (a traceback)
 or a /workers answer that was not an object raised AttributeError. Now they read as ``check`` does
-(:func:`kimi_deploy.host.readiness.request_capped`): identity only, at most 16 MiB, unreadable JSON is no answer.
+(:func:`kimi_deploy.wire.http.request_capped`): identity only, at most 16 MiB, unreadable JSON is no answer.
 Real loopback servers (``http.server``).
 """
 

@@ -22,6 +22,7 @@ import pytest
 
 from helpers import run_cli, write_profile
 from kimi_deploy import topology
+from kimi_deploy import validate
 from kimi_deploy.host import gateway
 from kimi_deploy.errors import UsageError
 from kimi_deploy.profile import parse_profile
@@ -155,17 +156,17 @@ def test_every_fleet_unit_passes_verify_and_the_gateway_exposure_is_low(tmp_path
 def test_gateway_flags_are_exact_options_of_the_pinned_smg():
     """The rendered smg arguments are option names smg 1.13.0's own --help lists (recorded output);
     abbreviations and unknown names are refused; the policy is one of its choices."""
-    known = gateway.parse_help_options(HELP)
+    known = validate.parse_help_options(HELP)
     assert {"--host", "--port", "--policy", "--worker-urls", "--prometheus-host", "--prometheus-port",
             "--disable-tokenizer-autoload", "--api-key", "--cache-match-threshold", "--model"} <= known
     profile = parse_profile(__import__("tomllib").loads(PROFILE))
-    assert gateway.validate_gateway(profile, HELP) == []
-    assert gateway.flag_problems(["--polic", "x", "--worker-url", "y", "--port=1"], known) == [
+    assert validate.validate_gateway(profile, HELP) == []
+    assert validate.flag_problems(["--polic", "x", "--worker-url", "y", "--port=1"], known) == [
         "--polic: not an option of this smg (its `launch --help` lists no such name)",
         "--worker-url: not an option of this smg (its `launch --help` lists no such name)"]
-    assert "round_robin" in gateway.policy_choices(HELP)
+    assert "round_robin" in validate.policy_choices(HELP)
     bad = parse_profile(__import__("tomllib").loads(PROFILE + 'policy = "fastest"\n'))
-    assert gateway.validate_gateway(bad, HELP) == [
+    assert validate.validate_gateway(bad, HELP) == [
         "gateway.policy: 'fastest' is not one of this smg's policies (random, round_robin, passthrough, "
         "cache_aware, power_of_two, least_load, manual, consistent_hashing, prefix_hash)"]
 

@@ -497,13 +497,13 @@ def _gateway_container(profile_toml: str) -> dict:
 def test_the_gateway_key_is_in_no_argv_and_its_options_are_smg_launch_options():
     """The gateway pod runs the unit's own launcher (the key read from the mounted Secret inside smg's process,
     never on a command line a shell builds) and every option is an exact name of smg 1.13.0's `launch --help`."""
-    from kimi_deploy.host import gateway
+    from kimi_deploy import launch, validate
 
     container = _gateway_container(profile_text("two-node-groups-gateway"))
-    assert container["command"] == ["python3", "-c", gateway.LAUNCHER, "launch"]
+    assert container["command"] == ["python3", "-c", launch.LAUNCHER, "launch"]
     assert {"name": "CREDENTIALS_DIRECTORY", "value": kubernetes.SECRET_DIR} in container["env"]
     assert "--api-key" not in container["command"] + container["args"]
-    assert gateway.flag_problems(container["args"], gateway.parse_help_options(SMG_HELP.read_text())) == []
+    assert validate.flag_problems(container["args"], validate.parse_help_options(SMG_HELP.read_text())) == []
 
 
 def test_the_gateway_refuses_an_empty_key_with_the_real_smg(tmp_path, smg_path):

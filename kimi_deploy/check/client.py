@@ -29,7 +29,7 @@ import openai
 from kimi_deploy.check.results import clip, clip_body
 from kimi_deploy.check.validate import Finding
 from kimi_deploy.wire.limits import LimitExceeded, Limits, human
-from kimi_deploy.host.readiness import IDENTITY, auth_headers
+from kimi_deploy.wire.http import IDENTITY, auth_headers
 from kimi_deploy.wire.sse import Framer
 
 #: The failure kind of an answer the check refused to read (too large, or encoded): the kind of every

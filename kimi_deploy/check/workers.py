@@ -2,13 +2,14 @@
 
 Through the gateway a bad replica hides behind retries (smg sends a failed request to another worker); run
 against each worker URL directly, it cannot. The worker list is the gateway's own (``GET /workers``,
-:class:`kimi_deploy.host.gateway.Gateway`), so a worker the profile no longer names but the gateway still routes to
+:class:`kimi_deploy.host.gateway.Gateway`, asked by the CLI), so a worker the profile no longer names but the gateway still routes to
 is checked too.
 """
 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 from typing import Any
 
 from kimi_deploy.check.results import CheckOptions, CheckReport
@@ -47,8 +48,10 @@ class FleetReport:
                              "report": report.to_json()} for url, report in self.reports]}
 
 
-def check_each_worker(options: CheckOptions, gateway_url: str, progress=None) -> FleetReport:
-    """Run :func:`kimi_deploy.check.run_checks` with ``options`` against each worker the gateway lists.
+def check_each_worker(options: CheckOptions, gateway_url: str, urls: Sequence[str], progress=None) -> FleetReport:
+    """Run :func:`kimi_deploy.check.run_checks` with ``options`` against each worker URL the gateway at
+    ``gateway_url`` listed (``urls``: the caller asks the gateway, :meth:`kimi_deploy.host.gateway.Gateway.workers`,
+    so that check code needs no host-side client).
 
     ``options.base_url`` is replaced by each worker's URL; without ``options.only`` :data:`DEFAULT_ONLY` runs.
 
@@ -57,17 +60,12 @@ def check_each_worker(options: CheckOptions, gateway_url: str, progress=None) ->
     ``options.insecure``.
 
     Raises:
-        UnreachableError: the gateway did not answer (exit 3). GatewayError: it refused the listing (exit 1).
         UsageError: a listed worker the profile does not name would get the key over plain http from another
             host (:func:`kimi_deploy.check.runner.guard_key`; exit 2, before any worker is asked).
     """
     from kimi_deploy.check import run_checks
     from kimi_deploy.check.runner import _resolve_profile, guard_key
     from kimi_deploy.errors import UsageError
-    from kimi_deploy.host.gateway import Gateway
-
-    with Gateway(gateway_url, options.api_key, timeout=options.timeout) as gw:
-        urls = [w.url for w in gw.workers()]
     profile = _resolve_profile(options.profile)[0]
     for url in urls:  # every worker before the first request: a refused one must not cut the run short
         try:

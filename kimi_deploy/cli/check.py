@@ -172,7 +172,12 @@ def _each_worker(options: CheckOptions, json_path, junit_path, prom_path) -> int
     to_stdout = json_path == "-"
     if json_path and not to_stdout:
         reports.check_output_paths(json_path=Path(json_path))
-    fleet = check_each_worker(dataclasses.replace(options, base_url=None, api_key=api_key, profile=profile), base_url)
+    from kimi_deploy.host.gateway import Gateway
+
+    with Gateway(base_url, api_key, timeout=options.timeout) as gw:  # exit 3 unanswered, 1 refused
+        urls = [w.url for w in gw.workers()]
+    fleet = check_each_worker(dataclasses.replace(options, base_url=None, api_key=api_key, profile=profile), base_url,
+                              urls)
     import json as _json
 
     text = _json.dumps(fleet.to_json(), indent=2, ensure_ascii=False) + "\n"

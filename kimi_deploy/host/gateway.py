@@ -1,5 +1,6 @@
-"""SGLang's gateway ``smg`` in front of the replicas: its command line, its flags checked against the pinned
-smg's own ``--help``, and its worker API (list, remove, add) for drain-and-restart.
+"""SGLang's gateway ``smg`` in front of the replicas: the client of its worker API (list, remove, add) for
+``status`` and drain-and-restart. Its command line is :func:`kimi_deploy.launch.gateway_argv`; its flags are
+checked against the pinned smg's own ``--help`` by :func:`kimi_deploy.validate.validate_smg`.
 
 The gateway is PyPI ``smg`` (1.13.0 here; the successor of ``sglang-router`` 0.3.2): a Rust router inside a
 Python wheel, started as ``smg launch ...``; ``smg.cli.main(argv)`` runs it in-process (smg 1.13.0
@@ -23,153 +24,18 @@ gateway"):
 from __future__ import annotations
 
 import dataclasses
-import re
+
 import time
 from collections.abc import Callable, Sequence
-from pathlib import Path
 from typing import Any
 
 import httpx
 
-from kimi_deploy import names, paths
+from kimi_deploy import names
 from kimi_deploy.errors import ExitCode, KimiDeployError, UnreachableError, UsageError
-from kimi_deploy.launch import API_KEY_CREDENTIAL
+from kimi_deploy.wire.http import auth_headers, request_capped
 from kimi_deploy.wire.limits import Refused
 from kimi_deploy.profile import Profile
-
-#: Runs as ExecStart= in smg's own interpreter when the profile has an API key: reads the systemd credential
-#: and runs ``smg.cli.main`` with the unit's arguments plus ``--api-key`` (in-process: not in argv, env or the
-#: unit; smg 1.13.0 then renames the process ``smg::router``). No %, $ or double quote: systemd would expand
-#: or split them.
-LAUNCHER = (
-    "import os, sys; from smg.cli import main; "
-    f"key = open(os.path.join(os.environ['CREDENTIALS_DIRECTORY'], '{API_KEY_CREDENTIAL}')).read().strip(); "
-    "key or sys.exit('kimi-deploy: the API key credential is empty'); "
-    "main(sys.argv[1:] + ['--api-key', key])"
-)
-
-#: An option string in an argparse ``--help`` listing: two spaces, then ``--name`` (``, --alias`` ...).
-_HELP_OPTION = re.compile(r"^ {2}(-{1,2}[A-Za-z0-9][\w.-]*(?:[ =][^,\s]+)*(?:, -{1,2}[A-Za-z0-9][\w.-]*"
-                          r"(?:[ =][^,\s]+)*)*)")
-
-
-def gateway_unit(profile: Profile) -> str:
-    """File name of the gateway's unit: ``<[service] name>-gateway.service``."""
-    return names.gateway_unit(profile.service.name)
-
-
-def smg_python(profile: Profile) -> str:
-    """smg's interpreter: ``python`` beside ``[gateway] smg`` in the same virtual environment's ``bin``."""
-    assert profile.gateway is not None
-    return str(Path(profile.gateway.smg).parent / "python")
-
-
-def gateway_args(profile: Profile) -> list[str]:
-    """``smg`` arguments of the profile's gateway, ``launch`` first, without the API key.
-
-    Shape: ``launch --host BIND --port P --policy POLICY --worker-urls URL... --prometheus-host H
-    --prometheus-port P --disable-tokenizer-autoload``. Workers: :meth:`Profile.worker_urls`, rank 0 of
-    every replica.
-
-    Raises:
-        UsageError: the profile has no ``[gateway]`` (exit 2).
-    """
-    gw = profile.gateway
-    if gw is None:
-        raise UsageError("the profile has no [gateway]", hint="add a [gateway] table (production.md)")
-    return ["launch", "--host", gw.bind, "--port", str(gw.port), "--policy", gw.policy,
-            "--worker-urls", *profile.worker_urls(),
-            "--prometheus-host", gw.prometheus_host, "--prometheus-port", str(gw.prometheus_port),
-            "--disable-tokenizer-autoload"]
-
-
-def gateway_argv(profile: Profile) -> list[str]:
-    """The gateway's command as argv: :data:`LAUNCHER` in smg's interpreter (``python -c LAUNCHER launch ...``,
-    reading ``$CREDENTIALS_DIRECTORY/api-key``) with a key, else the smg script (``smg launch ...``)."""
-    assert profile.gateway is not None
-    if profile.sglang.api_key_file:
-        return [smg_python(profile), "-c", LAUNCHER, *gateway_args(profile)]
-    return [profile.gateway.smg, *gateway_args(profile)]
-
-
-def exec_start(argv: Sequence[str]) -> str:
-    """ExecStart='s value for ``argv``: the program line, then one option and its values per continued line.
-
-    The one argument with spaces (:data:`LAUNCHER`, which has no double quote) is double-quoted for systemd.
-    """
-    head: list[str] = []
-    groups: list[list[str]] = []
-    for arg in argv:
-        arg = f'"{arg}"' if " " in arg else arg
-        if arg.startswith("--"):
-            groups.append([arg])
-        elif groups:
-            groups[-1].append(arg)
-        else:
-            head.append(arg)
-    return " \\\n".join([" ".join(head)] + ["    " + " ".join(g) for g in groups])
-
-
-def parse_help_options(text: str) -> frozenset[str]:
-    """Every option string (``--name`` and its aliases) in an argparse ``--help`` listing.
-
-    Source: ``smg launch --help`` of smg 1.13.0 (argparse: options start two spaces in, aliases are
-    separated by ``, ``; tests/data/smg-1.13.0-launch-help.txt).
-    """
-    found: set[str] = set()
-    for line in text.splitlines():
-        match = _HELP_OPTION.match(line)
-        if not match:
-            continue
-        for part in match.group(1).split(", "):
-            found.add(part.split(" ", 1)[0].split("=", 1)[0])
-    return frozenset(found)
-
-
-def smg_help(smg: str, *, timeout: float = 60.0) -> str:
-    """The text of ``SMG launch --help`` (the pinned smg's own list of options).
-
-    Raises:
-        ExternalCommandError: smg is missing or failed (exit 5).
-    """
-    from kimi_deploy import proc
-
-    done = proc.run([smg, "launch", "--help"], check=True, timeout=timeout)
-    return done.stdout
-
-
-def flag_problems(args: Sequence[str], known: frozenset[str]) -> list[str]:
-    """One line per option of ``args`` that the pinned smg does not have under exactly that name.
-
-    argparse would accept an abbreviation (``--polic``) or read a misspelt option as an error only at
-    start-up; the kit's own arguments must be exact names (``gateway.policy`` is also checked against the
-    ``--policy`` choices by smg itself at start).
-    """
-    problems = []
-    for arg in args:
-        if arg.startswith("--"):
-            name = arg.split("=", 1)[0]
-            if name not in known:
-                problems.append(f"{name}: not an option of this smg (its `launch --help` lists no such name)")
-    return problems
-
-
-def policy_choices(text: str) -> tuple[str, ...]:
-    """The ``--policy`` choices in ``smg launch --help`` text (``()`` when the listing shows none)."""
-    match = re.search(r"^ {2}--policy \{([a-z0-9_,]+)\}", text, flags=re.M)
-    return tuple(match.group(1).split(",")) if match else ()
-
-
-def validate_gateway(profile: Profile, help_text: str) -> list[str]:
-    """Problems of the profile's gateway command against one smg's ``launch --help`` text (empty: valid)."""
-    args = gateway_args(profile)
-    problems = flag_problems(args, parse_help_options(help_text))
-    choices = policy_choices(help_text)
-    if choices and profile.gateway.policy not in choices:
-        problems.append(f"gateway.policy: {profile.gateway.policy!r} is not one of this smg's policies "
-                        f"({', '.join(choices)})")
-    return problems
-
 
 # --- the worker API -----------------------------------------------------------------------------------------
 
@@ -211,7 +77,7 @@ def _worker(item: Any) -> Worker:
 
 def parse_workers(data: Any) -> list[Worker]:
     """smg's ``GET /workers`` answer ``{"workers": [{"id", "url", "status", "is_healthy", "load"}, ...], ...}``,
-    as :func:`kimi_deploy.host.readiness.request_capped` read it (parsed JSON; None when it was not JSON; a
+    as :func:`kimi_deploy.wire.http.request_capped` read it (parsed JSON; None when it was not JSON; a
     :class:`kimi_deploy.wire.limits.Refused` when it was refused unread).
 
     Raises:
@@ -250,8 +116,6 @@ class Gateway:
 
     def __init__(self, base_url: str, api_key: str | None, *, timeout: float = 10.0,
                  sleep: Callable[[float], None] = time.sleep, monotonic: Callable[[], float] = time.monotonic):
-        from kimi_deploy.host.readiness import auth_headers
-
         headers = auth_headers(api_key)
         self.base_url = base_url.rstrip("/")
         self.api_key = api_key
@@ -268,9 +132,7 @@ class Gateway:
         self.close()
 
     def _call(self, method: str, path: str, **kw: Any) -> tuple[int, Any]:
-        """``(status, body)`` by :func:`kimi_deploy.host.readiness.request_capped` (a capped, identity-only read)."""
-        from kimi_deploy.host.readiness import request_capped
-
+        """``(status, body)`` by :func:`kimi_deploy.wire.http.request_capped` (a capped, identity-only read)."""
         try:
             return request_capped(self._client, method, path, **kw)
         except httpx.HTTPError as exc:
@@ -403,53 +265,8 @@ def gateway_view(profile: Profile, api_key: str | None, *, timeout: float = 10.0
     except KimiDeployError as exc:
         return {"url": url, "workers": [], "error": exc.message,
                 "problems": [f"the gateway at {url} cannot be read ({exc.message}); fix: systemctl status "
-                             f"{gateway_unit(profile)} on {profile.gateway.host}"]}
+                             f"{names.gateway_unit(profile.service.name)} on {profile.gateway.host}"]}
     return {"url": url, "workers": [w.to_dict() for w in workers], "error": None,
             "problems": view_problems(profile.worker_urls(), workers)}
 
 
-@dataclasses.dataclass(frozen=True)
-class GatewayValidation:
-    """``validate --gateway``: the smg checked, its ``--version`` line, and the problems (empty: valid)."""
-
-    smg: str
-    version: str
-    errors: tuple[str, ...]
-
-    @property
-    def ok(self) -> bool:
-        return not self.errors
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"smg": self.smg, "version": self.version, "ok": self.ok, "errors": list(self.errors)}
-
-
-def validate_smg(profile: Profile, smg: str | None = None) -> GatewayValidation:
-    """Check the profile's gateway command against the smg at ``smg`` (default ``[gateway] smg``): its
-    ``--version`` is the pinned ``[gateway] version``, and every option is an exact name of its
-    ``launch --help`` and the policy one of its choices (:func:`validate_gateway`).
-
-    Raises:
-        UsageError: no ``[gateway]``. ExternalCommandError: smg missing or failing (exit 5).
-    """
-    from kimi_deploy import proc
-
-    if profile.gateway is None:
-        raise UsageError("the profile has no [gateway]", hint="add a [gateway] table (production.md)")
-    from kimi_deploy.errors import ExternalCommandError
-
-    smg = smg or profile.gateway.smg
-    try:
-        version = proc.run([smg, "--version"], check=True, timeout=60).stdout.strip().splitlines()[:1]
-        help_text = smg_help(smg)
-    except ExternalCommandError as exc:
-        exc.hint = exc.hint or (f"[gateway] smg must be the pinned smg: python3 -m venv {Path(smg).parent.parent} && "
-                                f"{Path(smg).parent}/pip install smg=={profile.gateway.version}")
-        raise
-    line = version[0] if version else ""
-    errors = []
-    if not re.search(rf"(?<![\d.]){re.escape(profile.gateway.version)}(?![\d.])", line):
-        errors.append(f"gateway.version: the profile pins smg {profile.gateway.version}, but {smg} is {line!r}; "
-                      f"install smg=={profile.gateway.version} into its virtual environment or change the pin")
-    errors += validate_gateway(profile, help_text)
-    return GatewayValidation(smg=smg, version=line, errors=tuple(errors))

@@ -36,7 +36,7 @@ from kimi_deploy.host.records import Restored, list_backups, restore_backup, ser
 from kimi_deploy.paths import HostLayout
 from kimi_deploy.profile import Profile
 from kimi_deploy.host.readiness import WaitResult, WaitState, wait_ready
-from kimi_deploy.names import check_timer, server_unit
+from kimi_deploy.names import check_timer, gateway_unit, server_unit
 
 #: ``kimi-deploy check`` groups run after a restart: quick, and they prove the configuration took.
 FAST_TIER = ("health.*", "config.*", "parser.*")
@@ -92,7 +92,7 @@ def wait_idle(url: str, api_key: str | None, *, timeout: float, poll: float, clo
     import httpx
 
     from kimi_deploy.host.gateway import DrainTimeout
-    from kimi_deploy.host.readiness import auth_headers, request_capped
+    from kimi_deploy.wire.http import auth_headers, request_capped
 
     deadline = clock() + timeout
     with httpx.Client(base_url=url, timeout=max(poll, 10.0), headers=auth_headers(api_key), trust_env=False) as client:
@@ -303,7 +303,7 @@ def _restart_drained(profile: Profile, layout: HostLayout, drain: Drain, *, on_e
         KimiDeployError: the restart itself failed (systemctl, exit 5); the replica is out of rotation and the
             message says so (its exit code is the failure's).
     """
-    from kimi_deploy.host.gateway import DrainTimeout, gateway_unit
+    from kimi_deploy.host.gateway import DrainTimeout
 
     say = on_event or (lambda _m: None)
     say(f"removing {drain.url} from the gateway (smg stops sending it requests, then drops it)")
@@ -315,7 +315,7 @@ def _restart_drained(profile: Profile, layout: HostLayout, drain: Drain, *, on_e
                          f"once its in-flight requests ended, {again}") from None
     except KimiDeployError as exc:
         raise _annotated(exc, f"; nothing was restarted and {drain.url} was not taken out of the gateway's rotation",
-                         exc.hint or f"check the gateway unit ({gateway_unit(profile)}) on "
+                         exc.hint or f"check the gateway unit ({gateway_unit(profile.service.name)}) on "
                                      f"{profile.gateway.host if profile.gateway else 'the gateway host'}") from None
     say(f"waiting for the requests still running on {drain.url} to end (at most {drain.idle_timeout:g} s)")
     try:

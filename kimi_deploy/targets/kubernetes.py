@@ -32,7 +32,7 @@ Secret (``kubectl create secret generic <secret> --from-file=api-key=FILE``), it
 and an init container turns it into SGLang's ``--config`` YAML at the same path as the systemd unit
 (``/run/<service>/sglang-secrets.yaml``, a memory-backed emptyDir), with the same script
 (:data:`kimi_deploy.launch.HOST_SECRETS_SCRIPT`). smg 1.13.0 takes its key only as ``--api-key``: the
-gateway pod runs the unit's launcher (:data:`kimi_deploy.host.gateway.LAUNCHER` in ``gateway_python``, with
+gateway pod runs the unit's launcher (:data:`kimi_deploy.launch.LAUNCHER` in ``gateway_python``, with
 ``CREDENTIALS_DIRECTORY`` naming the mounted Secret), which reads the key and hands it to ``smg.cli.main``
 inside the process, so it is in no argv, env or manifest, and an empty key stops the start.
 """
@@ -46,10 +46,10 @@ from collections.abc import Mapping
 from typing import Any
 
 from kimi_deploy import __version__, names, options, versions
-from kimi_deploy.host import gateway
 from kimi_deploy.argv import flag_groups, split_equals
 from kimi_deploy.errors import ProfileError
-from kimi_deploy.launch import API_KEY_CREDENTIAL, HOST_SECRETS_SCRIPT, LaunchSpec, build_launch, rank_args
+from kimi_deploy.launch import (API_KEY_CREDENTIAL, HOST_SECRETS_SCRIPT, LAUNCHER, LaunchSpec, build_launch,
+                                rank_args)
 from kimi_deploy.profile import Kubernetes, Profile, dump_profile
 from kimi_deploy.targets.systemd import GENERATED_PREFIX
 from kimi_deploy.yamltext import dump, dump_all
@@ -376,7 +376,7 @@ def _gateway(profile: Profile, name: str) -> dict[str, list[dict[str, Any]]]:
     if s.api_key_file:
         # smg takes its key only as --api-key: the unit's launcher reads the mounted Secret and hands the key to
         # smg.cli.main inside the process (not in argv, env or the manifest; an empty key stops the start).
-        container["command"] = [k8s.gateway_python, "-c", gateway.LAUNCHER, "launch"]
+        container["command"] = [k8s.gateway_python, "-c", LAUNCHER, "launch"]
         container["args"] = args
         container["env"].append({"name": "CREDENTIALS_DIRECTORY", "value": SECRET_DIR})
         container["volumeMounts"].append({"name": "api-key", "mountPath": SECRET_DIR, "readOnly": True})

@@ -17,9 +17,9 @@ import jinja2
 from kimi_deploy import __version__, names, paths, versions
 from kimi_deploy.fsio import write_many_atomic
 from kimi_deploy.errors import UsageError
-from kimi_deploy.launch import API_KEY_CREDENTIAL, SECRETS_CONFIG_NAME, LaunchSpec, node_launch
+from kimi_deploy.launch import API_KEY_CREDENTIAL, SECRETS_CONFIG_NAME, LaunchSpec, gateway_argv, node_launch
+from kimi_deploy.launch import exec_start as gateway_exec_start
 from kimi_deploy.profile import Profile, host_key
-from kimi_deploy.host import gateway
 from kimi_deploy.topology import PREFLIGHT_TIMEOUT_SEC, Rank, group_ranks, is_node
 
 #: Runs in ExecStartPre= with the SGLang interpreter: turns the API-key credential into
@@ -247,7 +247,7 @@ def gateway_files(profile: Profile, header: str) -> dict[str, str]:
         json=paths.gateway_check_report(svc.name)))
     context = {"header": header, "svc": svc, "s": profile.sglang, "gw": profile.gateway,
                "workers": profile.worker_urls(), "api_key_credential": API_KEY_CREDENTIAL,
-               "exec_start": gateway.exec_start(gateway.gateway_argv(profile)), "check_command": check_command,
+               "exec_start": gateway_exec_start(gateway_argv(profile)), "check_command": check_command,
                "check_unit": unit}
     env = _environment()
     return {names.gateway_unit(svc.name): env.get_template("gateway.service.j2").render(context),
