@@ -94,14 +94,14 @@ def expand(template: str, labels: dict[str, str], value: float) -> str:
 def all_queries(profile: Profile) -> list[str]:
     """Every PromQL expression of the dashboard (:func:`kimi_deploy.targets.dashboard.panel_queries`)."""
     from kimi_deploy.targets.dashboard import panel_queries
-    from kimi_deploy.targets.monitoring import settings
+    from kimi_deploy.targets.prometheus import settings
 
     return [expr for _, _, queries in panel_queries(settings(profile), profile.sglang.speculative_algorithm is not None)
             for expr, _ in queries]
 
 
 def all_exprs(profile: Profile) -> list[str]:
-    """Every PromQL expression of the rules (:func:`kimi_deploy.targets.monitoring.rules_doc`)."""
-    from kimi_deploy.targets.monitoring import rules_doc
+    """Every PromQL expression of the rules (:func:`kimi_deploy.targets.prometheus.rules_doc`)."""
+    from kimi_deploy.targets.prometheus import rules_doc
 
     return [r["expr"] for g in rules_doc(profile)["groups"] for r in g["rules"]]

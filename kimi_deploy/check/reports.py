@@ -11,7 +11,7 @@
   ``kimi_deploy_check_duration_seconds``. A run with a profile puts ``service="<[service] name>"`` first on
   every series, so two services' textfiles in one node_exporter directory (two services on one host, or a
   gateway host checking its workers) are different series; without a profile the label is absent and the
-  scrape job's own ``service`` target label applies (:func:`kimi_deploy.targets.monitoring.scrape_configs`).
+  scrape job's own ``service`` target label applies (:func:`kimi_deploy.targets.prometheus.scrape_configs`).
 """
 
 from __future__ import annotations

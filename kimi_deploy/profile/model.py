@@ -12,7 +12,7 @@ Layout of a profile file::
     [service]      # the systemd unit and host facts
     [sglang]       # SGLang server arguments
     [environment]  # extra environment (NCCL_*, ...), written to the EnvironmentFile
-    [monitoring]   # Prometheus jobs, labels, alert thresholds (kimi_deploy.targets.monitoring renders them)
+    [monitoring]   # Prometheus jobs, labels, alert thresholds (kimi_deploy.targets.prometheus renders them)
     [monitoring.slo]  # latency SLOs in milliseconds, the keys of `bench --slo`
     [fleet]        # optional: replicas (each a full copy of the model on its nodes, in rank order)
     [[fleet.replicas]]

@@ -66,7 +66,7 @@ class SLO(Section):
 class Monitoring(Section):
     """``[monitoring]``: Prometheus job names, target addresses, labels and alert thresholds.
 
-    Rendered by :mod:`kimi_deploy.targets.monitoring` into a scrape configuration, recording and alert rules
+    Rendered by :mod:`kimi_deploy.targets.prometheus` into a scrape configuration, recording and alert rules
     and a Grafana dashboard; defaults that depend on other tables are resolved there.
     """
 

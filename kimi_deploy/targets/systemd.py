@@ -1,5 +1,5 @@
 """Profile -> rendered artefacts: the server unit, its EnvironmentFile, the nightly check units, and the
-monitoring files (Prometheus scrape configuration and rules, :mod:`kimi_deploy.targets.monitoring`).
+monitoring files (Prometheus scrape configuration and rules, :mod:`kimi_deploy.targets.prometheus`).
 
 :func:`render` is pure (it reads only the templates and whether a patch series exists) and deterministic: the
 same profile, version and kit version give byte-identical files. :func:`write`
@@ -40,7 +40,7 @@ SECRETS_SCRIPT = (
 class Rendered:
     """The result of :func:`render`: ``files`` maps file name -> text, in a stable order.
 
-    ``monitoring``: file name -> text of the Prometheus files (:func:`kimi_deploy.targets.monitoring.render_monitoring`),
+    ``monitoring``: file name -> text of the Prometheus files (:func:`kimi_deploy.targets.prometheus.render_monitoring`),
     written into ``monitoring/`` beside the units; ``install`` does not install them (they belong on the
     Prometheus host). Empty when ``enable_metrics`` is off.
     """
@@ -164,7 +164,7 @@ def render(profile: Profile, sglang_version: str | None = None, *,
         return Rendered(profile=profile, launch=launch, files=files)
     files[names.check_service(svc.name)] = env.get_template("check.service.j2").render(context)
     files[names.check_timer(svc.name)] = env.get_template("check.timer.j2").render(context)
-    from kimi_deploy.targets.monitoring import render_monitoring
+    from kimi_deploy.targets.prometheus import render_monitoring
 
     return Rendered(profile=profile, launch=launch, files=files, monitoring=render_monitoring(profile, header))
 
