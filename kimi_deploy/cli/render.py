@@ -6,8 +6,8 @@ from pathlib import Path
 
 import click
 
-from kimi_deploy import paths
-from kimi_deploy.targets import systemd as render_lib
+from kimi_deploy import engine, paths, targets
+from kimi_deploy.targets import TARGETS
 from kimi_deploy.cli.options import echo_json, json_flag, profile_options, resolve_profile
 from kimi_deploy.errors import UsageError
 from kimi_deploy.fsio import (check_output_dir, check_output_paths, create_output_dir, write_atomic,
@@ -29,97 +29,47 @@ from kimi_deploy.versions import DEFAULT_SGLANG_VERSION
 @click.option("--print-command", is_flag=True,
               help="Print the launch command to paste on the host (with an API key: first the step that writes "
                    "SGLang's --config YAML from the key file).")
-@click.option("--target", type=click.Choice(["systemd", "kubernetes"]), default="systemd", show_default=True,
-              help="systemd units for hosts, or Kubernetes manifests (LeaderWorkerSet, kustomization.yaml) "
-                   "from the profile's [kubernetes] table.")
+@click.option("--target", type=click.Choice(list(TARGETS)), default="systemd", show_default=True,
+              help="What to render: " + "; ".join(f"{name}: {text}" for name, (_, text) in TARGETS.items()) + ".")
 @json_flag("Print the result as JSON.")
 def render_cmd(profile_path, preset, sglang_version, python, out_dir, print_command, target, as_json):
     """Render a profile into an SGLang launch command and hardened systemd units (or Kubernetes manifests)."""
     check_output_dir("--out", out_dir)  # the rule of every output path: nothing created on the way
     profile = resolve_profile(profile_path, preset)
-    if target == "kubernetes":
-        return _render_kubernetes(profile, sglang_version, python, out_dir, print_command, as_json)
+    if target != "systemd" and (print_command or python):
+        raise UsageError("--print-command and --python are for the systemd target",
+                         value="--print-command" if print_command else f"--python {python}",
+                         hint="the image's SGLang is the one that runs: give --sglang-version V matching the image "
+                              "tag" if target == "kubernetes" else f"drop them for --target {target}")
     components = None
     if python:
         if sglang_version:
             raise UsageError("--sglang-version and --python are mutually exclusive",
                              value=f"{sglang_version} / {python}",
                              hint="give --python to use the installed SGLang's version, or --sglang-version alone")
-        sglang_version, components = render_lib.target_versions(python)
-    rendered = render_lib.render(profile, sglang_version, components=components)
-    hosts = None
-    if profile.hosts():  # a fleet: one folder per host (kimi_deploy.targets.systemd.host_files)
-        from kimi_deploy.targets.systemd import host_files
-
-        hosts = host_files(profile, rendered.launch.sglang_version)
-    for warning in (*rendered.launch.warnings, *naming_warnings(profile)):
+        sglang_version, components = engine.target_versions(python)
+    options = {"components": components} if target == "systemd" else {}
+    rendered = targets.render(target, profile, sglang_version, **options)  # exit 2 before anything is written
+    for warning in (*rendered.warnings, *naming_warnings(profile)):
         click.echo(f"warning: {warning}", err=True)
+    written = []
     if out_dir:
         create_output_dir(out_dir)
-    written = render_lib.write(rendered, out_dir, hosts) if out_dir else []
+        written = [out_dir / name for name in rendered.files]
+        write_many_atomic(dict(zip(written, rendered.files.values())))
     if as_json:
-        echo_json({
-            "sglang_version": rendered.launch.sglang_version,
-            "components": dict(components or {}),
-            "cache_dir": rendered.launch.cache_dir,
-            "profile_sha256": profile.digest(),
-            "argv": list(rendered.launch.argv),
-            "env": dict(rendered.launch.env),
-            "files": {name: str(out_dir / name) if out_dir else None for name in rendered.files} if not hosts else
-                     {f"{host}/{name}": str(out_dir / host / name) if out_dir else None
-                      for host, files in hosts.items() for name in files},
-            "monitoring": {name: str(out_dir / render_lib.MONITORING_DIR / name) if out_dir else None
-                           for name in rendered.monitoring},
-            "warnings": list(rendered.launch.warnings),
-        })
+        echo_json(rendered.describe(out_dir))
         return
     if print_command:
         click.echo(rendered.launch.shell_command(api_key_file=profile.sglang.api_key_file), nl=False)
     for path in written:
         click.echo(f"wrote {path}", err=print_command)
     if not out_dir and not print_command:
-        shown = {f"{host}/{name}": text for host, files in hosts.items() for name, text in files.items()} \
-            if hosts else rendered.files
-        for name, text in shown.items():
+        for name, text in rendered.files.items():
             click.echo(f"# ---- {name}")
             click.echo(text, nl=False)
-        for name, text in rendered.monitoring.items():
-            click.echo(f"# ---- {render_lib.MONITORING_DIR}/{name}")
-            click.echo(text, nl=False)
-    if not rendered.monitoring:
-        click.echo("note: sglang.enable_metrics is off, so no Prometheus files were rendered "
-                   "(set enable_metrics = true)", err=True)
-
-
-def _render_kubernetes(profile, sglang_version, python, out_dir, print_command, as_json):
-    """``render --target kubernetes``: manifests into ``out_dir`` (atomically), or printed."""
-    from kimi_deploy.targets import kubernetes
-
-    if print_command or python:
-        raise UsageError("--print-command and --python are for the systemd target",
-                         value="--print-command" if print_command else f"--python {python}",
-                         hint="the image's SGLang is the one that runs: give --sglang-version V "
-                              "matching the image tag")
-    manifests = kubernetes.render(profile, sglang_version)  # every problem is exit 2 before anything is written
-    for warning in (*manifests.warnings, *naming_warnings(profile)):
-        click.echo(f"warning: {warning}", err=True)
-    if out_dir:
-        create_output_dir(out_dir)
-        write_many_atomic({out_dir / name: text for name, text in manifests.files.items()})
-    if as_json:
-        echo_json({"target": "kubernetes", "sglang_version": manifests.launch.sglang_version,
-                   "profile_sha256": profile.digest(), "copies": manifests.shape.copies,
-                   "nodes_per_copy": manifests.shape.nodes,
-                   "files": {name: str(out_dir / name) if out_dir else None for name in manifests.files},
-                   "warnings": list(manifests.warnings)})
-        return
-    if out_dir:
-        for name in manifests.files:
-            click.echo(f"wrote {out_dir / name}")
-        return
-    for name, text in manifests.files.items():
-        click.echo(f"# ---- {name}")
-        click.echo(text, nl=False)
+    for note in rendered.notes:
+        click.echo(note, err=True)
 
 
 @click.command("presets")

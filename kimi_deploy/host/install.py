@@ -46,7 +46,9 @@ from kimi_deploy.host.records import (Claims, FileRecord, Intent, Manifest, Owne
 from kimi_deploy.paths import HostLayout
 from kimi_deploy.profile import Profile, naming_warnings
 from kimi_deploy.names import CHECK_UNIT, check_timer, gateway_service, server_unit
-from kimi_deploy.targets.systemd import file_header, render
+from kimi_deploy import targets
+from kimi_deploy.targets import file_header
+from kimi_deploy.targets.systemd import MONITORING_DIR
 
 #: Shell of the service user: it never logs in (useradd(8) ``--shell``).
 NOLOGIN = "/usr/sbin/nologin"
@@ -559,20 +561,21 @@ def desired_files(profile: Profile, sglang_version: str | None = None,
     (:func:`kimi_deploy.targets.systemd.host_files`: server units on a node, the gateway unit on the gateway host);
     None for a one-host profile.
 
+    The files are the ``systemd`` target's (:func:`kimi_deploy.targets.render`), less its ``monitoring/`` files.
+
     Raises:
         UsageError / UnsupportedVersionError: from :func:`kimi_deploy.targets.systemd.render`; a fleet without ``host``.
     """
-    rendered = render(profile, sglang_version)
+    rendered = targets.render("systemd", profile, sglang_version)
     if profile.hosts():
-        from kimi_deploy.targets.systemd import host_files
-
         if host is None:
             raise UsageError("the profile describes several hosts; say which one this is",
                              hint="pass --host NAME (a node or the gateway host of the profile)")
-        part = host_files(profile, rendered.launch.sglang_version)[host]
-        files = {target_host_path(name): text.encode() for name, text in part.items()}
-    else:
-        files = {target_host_path(name): text.encode() for name, text in rendered.files.items()}
+        folder = f"{host}/"  # the systemd target's folder of this host (kimi_deploy.targets.systemd.host_files)
+        part = {name.removeprefix(folder): text for name, text in rendered.files.items() if name.startswith(folder)}
+    else:  # the monitoring files belong on the Prometheus host
+        part = {name: text for name, text in rendered.files.items() if not name.startswith(f"{MONITORING_DIR}/")}
+    files = {target_host_path(name): text.encode() for name, text in part.items()}
     header = file_header(profile, rendered.launch.sglang_version)
     files[paths.service_profile_copy(profile.service.name)] = profile_toml(profile, header).encode()
     return files, rendered.launch.sglang_version

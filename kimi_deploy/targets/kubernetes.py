@@ -43,6 +43,7 @@ import dataclasses
 import math
 import re
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 from kimi_deploy import __version__, names, options, versions
@@ -51,7 +52,7 @@ from kimi_deploy.errors import ProfileError
 from kimi_deploy.launch import (API_KEY_CREDENTIAL, HOST_SECRETS_SCRIPT, LAUNCHER, LaunchSpec, build_launch,
                                 rank_args)
 from kimi_deploy.profile import Kubernetes, Profile, dump_profile
-from kimi_deploy.targets.systemd import GENERATED_PREFIX
+from kimi_deploy.targets import GENERATED_PREFIX, Artefacts
 from kimi_deploy.yamltext import dump, dump_all
 
 #: apiVersion of LeaderWorkerSet (the CRD in shared/k8s, kubernetes-sigs/lws v0.10).
@@ -543,3 +544,22 @@ def render(profile: Profile, sglang_version: str | None = None) -> Manifests:
                      "resources": list(files)}
     files = {"kustomization.yaml": dump(kustomization, top), **files}
     return Manifests(profile=profile, launch=launch, shape=shape, files=files, warnings=tuple(warnings))
+
+
+def artefacts(profile: Profile, sglang_version: str | None = None) -> Artefacts:
+    """The ``kubernetes`` target (:mod:`kimi_deploy.targets`): :func:`render`'s manifests.
+
+    Raises:
+        ProfileError: :func:`problems` found any (exit 2). UsageError / UnsupportedVersionError: from
+            :func:`kimi_deploy.launch.build_launch`.
+    """
+    manifests = render(profile, sglang_version)
+
+    def describe(out_dir: Path | None) -> dict[str, object]:
+        return {"target": "kubernetes", "sglang_version": manifests.launch.sglang_version,
+                "profile_sha256": profile.digest(), "copies": manifests.shape.copies,
+                "nodes_per_copy": manifests.shape.nodes,
+                "files": {name: str(out_dir / name) if out_dir else None for name in manifests.files},
+                "warnings": list(manifests.warnings)}
+
+    return Artefacts("kubernetes", manifests.files, describe, launch=manifests.launch, warnings=manifests.warnings)

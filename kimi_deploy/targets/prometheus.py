@@ -349,20 +349,3 @@ def rules_text(profile: Profile, header: str) -> str:
     """The rule file (``promtool check rules`` accepts it)."""
     return (f"{header}\n# Recording and alert rules; each alert's runbook_url points into production.md section 12.\n"
             + to_yaml(rules_doc(profile)))
-
-
-def render_monitoring(profile: Profile, header: str) -> dict[str, str]:
-    """File name -> text of every monitoring file: ``prometheus.yml``, ``<name>.rules.yml``,
-    ``<name>.dashboard.json`` (:mod:`kimi_deploy.targets.dashboard`). Empty when ``enable_metrics`` is off (there would
-    be nothing to scrape)."""
-    if not profile.sglang.enable_metrics:
-        return {}
-    from kimi_deploy.targets.dashboard import dashboard_json
-
-    st = settings(profile)
-    return {
-        "prometheus.yml": prometheus_config(profile, header),
-        rules_file(st): rules_text(profile, header),
-        f"{st.service}.dashboard.json": dashboard_json(profile),
-    }
-
