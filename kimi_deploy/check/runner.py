@@ -23,6 +23,7 @@ from kimi_deploy.wire.baseurl import check_base_url
 from kimi_deploy.errors import UsageError
 from kimi_deploy.wire.limits import Limits
 from kimi_deploy.profile import Profile, load_profile
+from kimi_deploy.topology import local_rank, refuse_http_proof
 
 log = logging.getLogger(__name__)
 
@@ -34,6 +35,19 @@ def _resolve_profile(value: object) -> tuple[Profile | None, str | None]:
         return value, None
     path = Path(value)  # type: ignore[arg-type]
     return load_profile(path), str(path)
+
+
+def refuse_on_a_silent_rank(profile_path: str | Path | None) -> None:
+    """Refuse to check from a rank >= 1 of a multi-node group (its ``/health`` is SGLang's dummy 200, no proof of
+    anything): the profile at ``profile_path`` and this host's rank (:func:`kimi_deploy.topology.local_rank`).
+
+    Raises:
+        UsageError: this host runs a rank >= 1 (the hint names rank 0's URL). ProfileError: an invalid profile.
+    """
+    if profile_path is None:
+        return
+    profile = load_profile(Path(profile_path))
+    refuse_http_proof(profile, local_rank(profile), "check")
 
 
 def _result(check_id: str, outcome: Outcome, duration: float) -> CheckResult:

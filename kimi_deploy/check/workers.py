@@ -13,7 +13,9 @@ from collections.abc import Sequence
 from typing import Any
 
 from kimi_deploy.check.results import CheckOptions, CheckReport
-from kimi_deploy.errors import ExitCode
+from kimi_deploy.errors import ExitCode, UsageError
+from kimi_deploy.wire.apikey import resolve_key
+from kimi_deploy.check.runner import _resolve_profile, guard_key, run_checks
 
 #: ``schema`` of the JSON document :meth:`FleetReport.to_json` returns.
 SCHEMA = "kimi-deploy.check-workers/1"
@@ -63,9 +65,6 @@ def check_each_worker(options: CheckOptions, gateway_url: str, urls: Sequence[st
         UsageError: a listed worker the profile does not name would get the key over plain http from another
             host (:func:`kimi_deploy.check.runner.guard_key`; exit 2, before any worker is asked).
     """
-    from kimi_deploy.check import run_checks
-    from kimi_deploy.check.runner import _resolve_profile, guard_key
-    from kimi_deploy.errors import UsageError
     profile = _resolve_profile(options.profile)[0]
     for url in urls:  # every worker before the first request: a refused one must not cut the run short
         try:
@@ -78,3 +77,23 @@ def check_each_worker(options: CheckOptions, gateway_url: str, urls: Sequence[st
     only = tuple(options.only) or DEFAULT_ONLY
     reports = [(url, run_checks(dataclasses.replace(options, base_url=url, only=only), progress)) for url in urls]
     return FleetReport(gateway=gateway_url, reports=reports)
+
+
+def gateway_options(options: CheckOptions) -> tuple[CheckOptions, str | None]:
+    """``(options for each worker, the gateway's URL)`` of a ``check --each-worker`` run: ``options.profile``
+    loaded (a path becomes its :class:`kimi_deploy.profile.Profile`), the gateway ``options.base_url`` or the
+    profile's ``[gateway]`` (:attr:`~kimi_deploy.profile.Profile.gateway_url`), the key ``options.api_key`` or the
+    profile's (:func:`kimi_deploy.wire.apikey.resolve_key`); the options' ``base_url`` is cleared (each worker's
+    replaces it).
+
+    Raises:
+        ProfileError: an invalid profile. UsageError: no ``[gateway]`` and no URL; an unreadable key file (exit 2).
+    """
+    base_url, api_key, profile = options.base_url, options.api_key, None
+    if options.profile:
+        profile = _resolve_profile(options.profile)[0]
+        if base_url is None:
+            base_url = profile.gateway_url
+        if api_key is None:
+            api_key = resolve_key(profile_key_file=profile.sglang.api_key_file)
+    return dataclasses.replace(options, base_url=None, api_key=api_key, profile=profile), base_url

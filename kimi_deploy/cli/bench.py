@@ -12,6 +12,7 @@ from kimi_deploy.wire.apikey import ARGV_REFUSAL, ENV_VAR, guard_transport, reso
 from kimi_deploy.wire.baseurl import check_base_url
 from kimi_deploy.bench import params
 from kimi_deploy.errors import ExitCode, KimiDeployError, UsageError
+from kimi_deploy.redact import redact_text
 from kimi_deploy.fsio import check_output_paths, write_atomic
 from kimi_deploy.wire.printable import markup, printable
 from kimi_deploy.cli.options import json_flag, json_path_option, limit_options
@@ -103,8 +104,6 @@ def _api_key(path: Path | None, argv_value: str | None) -> str | None:
 
 def _redacted(exc: KimiDeployError, api_key: str | None) -> KimiDeployError:
     """``exc`` with ``api_key`` masked in its message, value and hint (:func:`kimi_deploy.redact.redact_text`)."""
-    from kimi_deploy.redact import redact_text
-
     exc.message = redact_text(exc.message, [api_key])
     exc.args = (exc.message,)
     if isinstance(exc.value, str):
@@ -183,7 +182,8 @@ def bench_cmd(ctx, base_url, model, concurrency, request_rate, num_prompts, max_
         return
     from rich.console import Console
 
-    from kimi_deploy.bench import dataset as dataset_lib, load, report
+    # start-up: the bench library (httpx, httptools, rich) loads once the arguments are read: usage errors first
+    from kimi_deploy.bench import dataset as dataset_lib, load, longprompts, report
 
     if not base_url:
         raise UsageError("--base-url is required", hint="e.g. kimi-deploy bench --base-url http://127.0.0.1:30000")
@@ -204,9 +204,7 @@ def bench_cmd(ctx, base_url, model, concurrency, request_rate, num_prompts, max_
                              hint='e.g. --extra-body \'{"chat_template_kwargs": {"thinking": false}}\'')
     profile_sha = None
     if profile_path:
-        from kimi_deploy.profile import load_profile
-
-        profile_sha = load_profile(profile_path).digest()
+        profile_sha = report.profile_digest(profile_path)
     rates = request_rate or ()
     conc_given = ctx.get_parameter_source("concurrency") != click.core.ParameterSource.DEFAULT
     if rates and len(concurrency) > 1 and conc_given:
@@ -223,8 +221,6 @@ def bench_cmd(ctx, base_url, model, concurrency, request_rate, num_prompts, max_
         raise UsageError("--dataset and --long-prompts are mutually exclusive", value=str(dataset),
                          hint="--long-prompts is a generated dataset; pass one of the two")
     if long_prompts:
-        from kimi_deploy.bench import longprompts
-
         data = longprompts.dataset()
     else:
         data = dataset_lib.load_dataset(dataset)
@@ -278,19 +274,18 @@ def compare_cmd(results, plot_path, as_json):
 
     from rich.console import Console
 
-    from kimi_deploy.bench import abtest
-    from kimi_deploy.bench import compare as compare_lib
-    from kimi_deploy.bench.report import SCHEMA, load_result
+    # start-up: the comparison (matplotlib for --plot) loads when `bench compare` runs
+    from kimi_deploy.bench import abtest, compare as compare_lib, report
 
     check_output_paths({"--plot": plot_path})
-    loaded = [load_result(p) for p in results]
+    loaded = [report.load_result(p) for p in results]
     try:
         cmp = compare_lib.compare(loaded)
         verdicts = abtest.ab(loaded, cmp.labels)
     except (KeyError, TypeError, AttributeError, IndexError, ValueError) as exc:
         # load_result checks the schema name only: a shared file with that name and missing or mistyped
         # fields (hand-edited, truncated, hostile) is bad input, not a traceback
-        raise UsageError(f"a result file has the {SCHEMA} name but not its fields "
+        raise UsageError(f"a result file has the {report.SCHEMA} name but not its fields "
                          f"({type(exc).__name__}: {printable(str(exc))[:120]})", value=", ".join(map(str, results)),
                          hint="pass files written by `kimi-deploy bench --json PATH` of this kimi-deploy version"
                          ) from None

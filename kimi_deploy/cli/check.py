@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import dataclasses
+import json
 import signal
 import sys
 from pathlib import Path
@@ -12,6 +12,7 @@ import click
 
 from kimi_deploy.wire.apikey import resolve_key
 from kimi_deploy.errors import UsageError
+from kimi_deploy.fsio import write_atomic
 from kimi_deploy.cli.options import Seconds, json_path_option, limit_options
 from kimi_deploy.wire.printable import printable
 
@@ -53,12 +54,6 @@ class LiveProgress:
             self.failed += 1
         self.progress.update(self.task, completed=done, total=total, current=check_id, left=total - done,
                              failed=self.failed)
-
-
-def _on_sigterm(signum, frame) -> None:
-    from kimi_deploy.check.runner import Interrupted
-
-    raise Interrupted("SIGTERM")
 
 
 def _globs(values: tuple[str, ...]) -> list[str]:
@@ -108,7 +103,8 @@ def check_cmd(ctx, base_url, model, api_key_file, profile_path, only, skip, json
     """
     from rich.console import Console
 
-    from kimi_deploy.check import CheckOptions, registry, reports, run_checks
+    # start-up: the check library (openai, httpx) loads once the arguments are read, so usage errors come first
+    from kimi_deploy.check import CheckOptions, registry, reports, run_checks, runner, workers
 
     if list_only:
         for check_id in registry.select(_globs(only), _globs(skip)):
@@ -120,19 +116,19 @@ def check_cmd(ctx, base_url, model, api_key_file, profile_path, only, skip, json
     outputs = {"json_path": Path(json_path) if json_path and not to_stdout else None,
                "junit_path": junit_path, "prom_path": prom_path}
     reports.check_output_paths(**outputs)
-    if not base_url:  # a rank >= 1 of a multi-node group serves no HTTP: nothing to check there
-        from kimi_deploy.profile import load_profile
-        from kimi_deploy.topology import local_rank, refuse_http_proof
-
-        profile = load_profile(profile_path)
-        refuse_http_proof(profile, local_rank(profile), "check")
+    if not base_url:
+        runner.refuse_on_a_silent_rank(profile_path)  # a rank >= 1 of a multi-node group serves no HTTP
     api_key = resolve_key(api_key_file)
     options = CheckOptions(base_url=base_url, model=model, api_key=api_key, profile=profile_path,
                            only=_globs(only), skip=_globs(skip), timeout=timeout, repeat=repeat, deadline=deadline,
                            insecure=insecure, max_body_bytes=max_body_bytes, max_line_bytes=max_line_bytes)
     if each_worker:
-        ctx.exit(int(_each_worker(options, json_path, junit_path, prom_path)))
-    previous = signal.signal(signal.SIGTERM, _on_sigterm)  # stop like Ctrl-C: report what ran
+        ctx.exit(int(_each_worker(workers, reports, options, json_path, junit_path, prom_path)))
+
+    def on_sigterm(signum, frame) -> None:
+        raise runner.Interrupted("SIGTERM")
+
+    previous = signal.signal(signal.SIGTERM, on_sigterm)  # stop like Ctrl-C: report what ran
     try:
         if sys.stderr.isatty() and not to_stdout:
             with LiveProgress(Console(stderr=True)) as progress:
@@ -149,38 +145,24 @@ def check_cmd(ctx, base_url, model, api_key_file, profile_path, only, skip, json
     ctx.exit(int(report.exit_code))
 
 
-def _each_worker(options: CheckOptions, json_path, junit_path, prom_path) -> int:
-    """``check --each-worker``: one report per worker of the gateway (:mod:`kimi_deploy.check.workers`);
-    ``options`` as for one server, its ``base_url`` (or the profile's ``[gateway]``) naming the gateway."""
-    from kimi_deploy.check import reports
-    from kimi_deploy.check.workers import check_each_worker
-    from kimi_deploy.fsio import write_atomic
-
+def _each_worker(workers, reports, options: CheckOptions, json_path, junit_path, prom_path) -> int:
+    """``check --each-worker``: one report per worker of the gateway (:mod:`kimi_deploy.check.workers`, passed in
+    with :mod:`kimi_deploy.check.reports` by :func:`check_cmd`); ``options`` as for one server, its ``base_url``
+    (or the profile's ``[gateway]``) naming the gateway."""
     if junit_path or prom_path:
         raise UsageError("--junit and --prom write one server's report; --each-worker writes --json only",
                          hint="drop --junit/--prom, or run `check --base-url WORKER` per worker for them")
-    base_url, api_key, profile_path, profile = options.base_url, options.api_key, options.profile, None
-    if profile_path:
-        from kimi_deploy.host.gateway import gateway_url
-        from kimi_deploy.profile import load_profile
-
-        profile = load_profile(profile_path)
-        if base_url is None:
-            base_url = gateway_url(profile)
-        if api_key is None:
-            api_key = resolve_key(profile_key_file=profile.sglang.api_key_file)
+    options, base_url = workers.gateway_options(options)
     to_stdout = json_path == "-"
     if json_path and not to_stdout:
         reports.check_output_paths(json_path=Path(json_path))
+    # start-up: the gateway's client (host side: check code never imports it) loads for --each-worker only
     from kimi_deploy.host.gateway import Gateway
 
-    with Gateway(base_url, api_key, timeout=options.timeout) as gw:  # exit 3 unanswered, 1 refused
+    with Gateway(base_url, options.api_key, timeout=options.timeout) as gw:  # exit 3 unanswered, 1 refused
         urls = [w.url for w in gw.workers()]
-    fleet = check_each_worker(dataclasses.replace(options, base_url=None, api_key=api_key, profile=profile), base_url,
-                              urls)
-    import json as _json
-
-    text = _json.dumps(fleet.to_json(), indent=2, ensure_ascii=False) + "\n"
+    fleet = workers.check_each_worker(options, base_url, urls)
+    text = json.dumps(fleet.to_json(), indent=2, ensure_ascii=False) + "\n"
     if json_path and not to_stdout:
         write_atomic(Path(json_path), text)
     out = sys.stderr if to_stdout else sys.stdout

@@ -51,13 +51,7 @@ def install_cmd(profile_path, preset, root, sglang_version, dry_run, force, no_e
         raise UsageError(f"--root: the directory {root} does not exist", value=str(root),
                          hint=f"create it first (mkdir -p {root}) if that tree is meant; install makes none")
     layout = HostLayout(root)
-    if profile.hosts():
-        from kimi_deploy.topology import pick_host
-
-        host = pick_host(profile, host)
-    elif host is not None:
-        raise UsageError("--host is for a profile with [fleet] or [gateway]; this one describes one host",
-                         value=host, hint="drop --host")
+    host = install_lib.this_host(profile, host)
 
     def make_plan():
         return install_lib.plan_install(profile, layout, sglang_version=sglang_version, force=force,

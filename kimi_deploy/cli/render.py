@@ -12,7 +12,9 @@ from kimi_deploy.cli.options import echo_json, json_flag, profile_options, resol
 from kimi_deploy.errors import UsageError
 from kimi_deploy.fsio import (check_output_dir, check_output_paths, create_output_dir, write_atomic,
                               write_many_atomic)
-from kimi_deploy.presets import PRESETS, get_preset
+from kimi_deploy.host.records import valid_service_name
+from kimi_deploy.options import OPTIONS, init_example
+from kimi_deploy.presets import PRESETS, Preset, get_preset
 from kimi_deploy.profile import default_api_key_file, naming_warnings, toml_value
 from kimi_deploy.versions import DEFAULT_SGLANG_VERSION
 
@@ -105,9 +107,6 @@ def init_cmd(path: Path, preset: str, name: str | None, force: bool):
 
     import jinja2
 
-    from kimi_deploy.presets import Preset
-    from kimi_deploy.host.records import valid_service_name
-
     if path.exists() and not force:
         raise UsageError("the profile file already exists", value=str(path),
                          hint="choose another path or pass --force to overwrite it")
@@ -123,8 +122,6 @@ def init_cmd(path: Path, preset: str, name: str | None, force: bool):
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(paths.kit_templates_dir())),
                              undefined=jinja2.StrictUndefined, keep_trailing_newline=True,
                              trim_blocks=True, lstrip_blocks=True)
-    from kimi_deploy.options import OPTIONS, init_example
-
     text = env.get_template("profile.toml.j2").render(preset=chosen, toml=toml_value, options=OPTIONS,
                                                       example=init_example)
     write_atomic(path, text)

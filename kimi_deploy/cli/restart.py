@@ -55,13 +55,14 @@ def restart_cmd(ctx, profile_path, preset, root, name, wait, timeout, rollback_o
     refuses the removal (exit 1) restarts nothing: the message says the replica was not taken out."""
     from rich.console import Console
 
+    # start-up: the restart library (httpx, the readiness probes) loads when the verb runs, not for --help
     from kimi_deploy.host import restart as restart_lib
 
     if rollback_on_failure and not wait:
         wait = True  # a rollback needs a verdict
     layout = HostLayout(root)
     profile, _manifest = resolve_installed(profile_path, preset, name, layout)
-    drain = _drain(profile, layout, host, wait, drain_timeout)
+    drain = restart_lib.drain_for(profile, layout, host, wait=wait, idle_timeout=drain_timeout)
     console = Console(stderr=True)
     if as_json or not console.is_terminal:
         status = None
@@ -108,37 +109,6 @@ def restart_cmd(ctx, profile_path, preset, root, name, wait, timeout, rollback_o
         for note in result.notes:
             click.echo(f"note: {note}")
     ctx.exit(result.exit_code)
-
-
-def _drain(profile, layout, host, wait, idle_timeout: float = 600.0):
-    """The :class:`kimi_deploy.host.restart.Drain` of this node's replica, or None without ``[gateway]``."""
-    from kimi_deploy.errors import UsageError
-
-    if profile.gateway is None:
-        if host is not None and profile.nodes_per_copy < 2:
-            raise UsageError("--host is for a profile with [gateway] or multi-node replicas", value=host,
-                             hint="drop --host")
-        return None
-    from kimi_deploy.host import restart as restart_lib
-    from kimi_deploy.wire import apikey
-    from kimi_deploy.topology import is_node, pick_host
-    from kimi_deploy.host.gateway import Gateway, gateway_url
-    from kimi_deploy.names import gateway_unit, node_url
-
-    this = pick_host(profile, host)
-    if not is_node(profile, this):
-        raise UsageError(f"{this} runs the gateway only; restart it with systemctl", value=this,
-                         hint=f"systemctl restart {gateway_unit(profile.service.name)}")
-    replica = next(nodes for nodes in profile.replicas if this in nodes)
-    if replica[0] != this:
-        raise UsageError(f"{this} is rank {replica.index(this)} of a multi-node replica; restart its group from "
-                         "rank 0", value=this, hint=f"run restart on {replica[0]}")
-    if not wait:
-        raise UsageError("a replica behind a gateway is restarted with --wait (it goes back into the gateway "
-                         "only once it is ready and checked)", hint="add --wait")
-    key = apikey.resolve_key(profile_key_file=profile.sglang.api_key_file, layout=layout)
-    return restart_lib.Drain(Gateway(gateway_url(profile), key), node_url(this, profile.sglang.port),
-                             idle_timeout)
 
 
 COMMANDS = [restart_cmd]

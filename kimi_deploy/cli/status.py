@@ -20,12 +20,13 @@ from kimi_deploy.wire.printable import printable
 @click.pass_context
 def status_cmd(ctx, profile_path, preset, root, name, host, as_json):
     """Show the installed service's state; exit 1 when something is wrong (the problems are listed)."""
+    # start-up: the status library (its probes: httpx) loads when the verb runs, not for --help
     from kimi_deploy.host import status as status_lib
 
     layout = HostLayout(root)
     profile, manifest = resolve_installed(profile_path, preset, name, layout)
     report = status_lib.status(profile, layout, manifest, host)
-    view = _gateway_view(profile, layout)
+    view = status_lib.gateway_view(profile, layout)
     code = max(report.exit_code, 1 if view and view["problems"] else 0)
     if as_json:
         echo_json({**report.to_dict(), "gateway": view} if view else report.to_dict())
@@ -76,21 +77,6 @@ def status_cmd(ctx, profile_path, preset, root, name, host, as_json):
     for problem in [*report.problems, *(view["problems"] if view else [])]:
         click.echo(f"problem: {printable(problem)}")
     ctx.exit(code)
-
-
-def _gateway_view(profile, layout):
-    """SGLang's gateway's view of each worker (:func:`kimi_deploy.host.gateway.gateway_view`), None without one."""
-    if profile.gateway is None:
-        return None
-    from kimi_deploy.wire import apikey
-    from kimi_deploy.errors import KimiDeployError
-    from kimi_deploy.host.gateway import gateway_view
-
-    try:
-        key = apikey.resolve_key(profile_key_file=profile.sglang.api_key_file, layout=layout)
-    except KimiDeployError:
-        key = None  # the report already names the unreadable key; the gateway then answers 401
-    return gateway_view(profile, key)
 
 
 def _show_gateway(view) -> None:

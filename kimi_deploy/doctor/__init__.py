@@ -20,6 +20,9 @@ from kimi_deploy.doctor.report import Check, DoctorReport
 from kimi_deploy.errors import KimiDeployError
 from kimi_deploy.paths import HostLayout
 from kimi_deploy.profile import Profile
+from kimi_deploy.targets import systemd as render_lib
+from kimi_deploy import validate as validate_lib
+from kimi_deploy.launch import build_launch
 
 __all__ = ["Check", "DoctorReport", "Facts", "gather", "run_doctor", "probe_fabric", "probe_gpus", "probe_topology"]
 
@@ -118,9 +121,6 @@ def gather(profile: Profile, *, python: str | None = None, root: Path = Path("/"
     """Run every probe for ``profile``; ``python`` overrides ``[service] python``; ``root`` is where
     the installed unit is looked for (``<root>/etc/systemd/system``); ``state_dir`` is where the patch
     record is read (default: the one the unit's ``patch verify`` reads, :func:`kimi_deploy.paths.state_dir`)."""
-    from kimi_deploy.targets import systemd as render_lib
-    from kimi_deploy import validate as validate_lib
-    from kimi_deploy.launch import build_launch
 
     facts: dict = {"profile": profile}
     gpus, facts["gpu_error"] = probe_gpus()

@@ -32,10 +32,11 @@ from typing import Any
 import httpx
 
 from kimi_deploy import names
-from kimi_deploy.errors import ExitCode, KimiDeployError, UnreachableError, UsageError
+from kimi_deploy.errors import ExitCode, KimiDeployError, UnreachableError
 from kimi_deploy.wire.http import auth_headers, request_capped
 from kimi_deploy.wire.limits import Refused
 from kimi_deploy.profile import Profile
+from kimi_deploy.wire.printable import printable
 
 # --- the worker API -----------------------------------------------------------------------------------------
 
@@ -218,20 +219,14 @@ class Gateway:
 
 def _shown(body: Any) -> str:
     """An answer's body for an error value: its first 200 characters, printable (kimi_deploy.wire.printable)."""
-    from kimi_deploy.wire.printable import printable
 
     return printable(str(body))[:200]
 
 
 
 def gateway_url(profile: Profile) -> str:
-    """``http://HOST:PORT`` at which the kit reaches the profile's gateway: ``bind`` (a wildcard means the
-    gateway host itself, reached by its name from elsewhere)."""
-    gw = profile.gateway
-    if gw is None:
-        raise UsageError("the profile has no [gateway]", hint="add a [gateway] table (production.md)")
-    host = gw.host if gw.bind in ("0.0.0.0", "::") else gw.bind
-    return names.node_url(host, gw.port)
+    """:attr:`kimi_deploy.profile.Profile.gateway_url` (raises UsageError without ``[gateway]``)."""
+    return profile.gateway_url
 
 
 def view_problems(expected: Sequence[str], workers: Sequence[Worker]) -> list[str]:

@@ -44,11 +44,13 @@ from kimi_deploy.host.records import (Claims, FileRecord, Intent, Manifest, Owne
                                    other_services_claims, profile_toml, read_bytes, restore_backup, sha256,
                                    service_lock, stale_files, valid_service_name, write_backup)
 from kimi_deploy.paths import HostLayout
+from kimi_deploy.topology import pick_host
 from kimi_deploy.profile import Profile, naming_warnings
 from kimi_deploy.names import CHECK_UNIT, check_timer, gateway_service, server_unit
 from kimi_deploy import targets
 from kimi_deploy.targets import file_header
 from kimi_deploy.targets.systemd import MONITORING_DIR
+from kimi_deploy.launch import API_KEY_CREDENTIAL
 
 #: Shell of the service user: it never logs in (useradd(8) ``--shell``).
 NOLOGIN = "/usr/sbin/nologin"
@@ -553,6 +555,21 @@ def target_host_path(file_name: str) -> str:
     return f"{paths.ETC_DIR}/{file_name}" if file_name.endswith(".env") else f"{paths.SYSTEMD_DIR}/{file_name}"
 
 
+def this_host(profile: Profile, host: str | None) -> str | None:
+    """Which host of a ``[fleet]``/``[gateway]`` profile this install is for (``--host``, else found by this
+    machine's addresses: :func:`kimi_deploy.topology.pick_host`); None for a one-host profile.
+
+    Raises:
+        UsageError: ``host`` given for a one-host profile; no host (or several) of the profile matches (exit 2).
+    """
+    if profile.hosts():
+        return pick_host(profile, host)
+    if host is not None:
+        raise UsageError("--host is for a profile with [fleet] or [gateway]; this one describes one host",
+                         value=host, hint="drop --host")
+    return None
+
+
 def desired_files(profile: Profile, sglang_version: str | None = None,
                   host: str | None = None) -> tuple[dict[str, bytes], str]:
     """Host path -> bytes of every file ``install`` puts in place (manifest excluded), and the SGLang version.
@@ -720,7 +737,6 @@ def uses_api_key(files: Mapping[str, bytes]) -> bool:
     """True when one of the unit files among ``files`` loads the API key (``LoadCredential=api-key:...``): a
     server that serves HTTP, the gateway, a check. A rank >= 1 of a multi-node group does not, so its host
     neither needs nor gets the key file."""
-    from kimi_deploy.launch import API_KEY_CREDENTIAL
 
     needle = f"\nLoadCredential={API_KEY_CREDENTIAL}:".encode()
     return any(needle in data for hp, data in files.items() if _is_unit(hp))

@@ -25,11 +25,11 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from kimi_deploy import __version__
-from kimi_deploy.errors import UsageError
+from kimi_deploy.errors import KimiDeployError, UsageError
 from kimi_deploy import fsio
 from kimi_deploy.fsio import write_many_atomic
 from kimi_deploy.names import gateway_unit, server_unit
-from kimi_deploy.paths import HostLayout
+from kimi_deploy.paths import SYSTEMD_DIR, HostLayout
 from kimi_deploy.profile import Profile, check_service_name, dump_profile, load_profile
 from kimi_deploy.targets import GENERATED_PREFIX
 
@@ -274,7 +274,6 @@ def listeners(profile: Profile, installed: Collection[str] | None) -> list[tuple
     gateway-only host runs no SGLang, so its ``[sglang]`` port is not one of its own (it is the nodes').
     ``installed`` None (nothing known of the files): the server's listener, as every install has one.
     """
-    from kimi_deploy.paths import SYSTEMD_DIR
 
     name, found = profile.service.name, []
     if installed is None or f"{SYSTEMD_DIR}/{server_unit(name)}" in installed:
@@ -294,7 +293,6 @@ def other_services_claims(layout: HostLayout, service: str) -> Claims:
     user and group); unreadable ones give what
     they can (their own service reports them).
     """
-    from kimi_deploy.errors import KimiDeployError
 
     claims = Claims()
     for other in installed_services(layout):

@@ -31,12 +31,15 @@ from typing import Any
 from kimi_deploy.host import allreduce
 from kimi_deploy.host import systemd
 from kimi_deploy.wire import apikey
-from kimi_deploy.errors import ExitCode, KimiDeployError
+from kimi_deploy.errors import ExitCode, KimiDeployError, UsageError
 from kimi_deploy.host.records import Restored, list_backups, restore_backup, service_lock
 from kimi_deploy.paths import HostLayout
-from kimi_deploy.profile import Profile
+from kimi_deploy.profile import Profile, load_profile
 from kimi_deploy.host.readiness import WaitResult, WaitState, wait_ready
-from kimi_deploy.names import check_timer, gateway_unit, server_unit
+from kimi_deploy.names import check_timer, gateway_unit, node_url, server_unit
+from kimi_deploy.host.gateway import DrainTimeout, Gateway
+from kimi_deploy.wire.http import auth_headers, request_capped
+from kimi_deploy.topology import is_node, local_rank, pick_host, refuse_http_proof
 
 #: ``kimi-deploy check`` groups run after a restart: quick, and they prove the configuration took.
 FAST_TIER = ("health.*", "config.*", "parser.*")
@@ -75,6 +78,36 @@ class Drain:
     idle_timeout: float = 600.0
 
 
+def drain_for(profile: Profile, layout: HostLayout, host: str | None, *, wait: bool,
+              idle_timeout: float = 600.0) -> Drain | None:
+    """The :class:`Drain` of this node's replica (``host``: ``--host``, else found by
+    :func:`kimi_deploy.topology.pick_host`), or None without ``[gateway]``.
+
+    Raises:
+        UsageError: ``host`` without ``[gateway]`` or multi-node replicas; this host runs the gateway only, or
+            a rank >= 1 (the group restarts from rank 0); no ``wait`` (a drained replica goes back into the
+            gateway only once ready and checked); an unreadable key file (exit 2).
+    """
+    if profile.gateway is None:
+        if host is not None and profile.nodes_per_copy < 2:
+            raise UsageError("--host is for a profile with [gateway] or multi-node replicas", value=host,
+                             hint="drop --host")
+        return None
+    this = pick_host(profile, host)
+    if not is_node(profile, this):
+        raise UsageError(f"{this} runs the gateway only; restart it with systemctl", value=this,
+                         hint=f"systemctl restart {gateway_unit(profile.service.name)}")
+    replica = next(nodes for nodes in profile.replicas if this in nodes)
+    if replica[0] != this:
+        raise UsageError(f"{this} is rank {replica.index(this)} of a multi-node replica; restart its group from "
+                         "rank 0", value=this, hint=f"run restart on {replica[0]}")
+    if not wait:
+        raise UsageError("a replica behind a gateway is restarted with --wait (it goes back into the gateway "
+                         "only once it is ready and checked)", hint="add --wait")
+    key = apikey.resolve_key(profile_key_file=profile.sglang.api_key_file, layout=layout)
+    return Drain(Gateway(profile.gateway_url, key), node_url(this, profile.sglang.port), idle_timeout)
+
+
 def wait_idle(url: str, api_key: str | None, *, timeout: float, poll: float, clock: Callable[[], float],
               sleep: Callable[[float], None]) -> str | None:
     """Wait until the SGLang server at ``url`` runs and queues no request, polling ``GET /v1/loads?include=core``
@@ -90,9 +123,6 @@ def wait_idle(url: str, api_key: str | None, *, timeout: float, poll: float, clo
         DrainTimeout: requests still running or queued after ``timeout`` seconds (exit 9); nothing restarted.
     """
     import httpx
-
-    from kimi_deploy.host.gateway import DrainTimeout
-    from kimi_deploy.wire.http import auth_headers, request_capped
 
     deadline = clock() + timeout
     with httpx.Client(base_url=url, timeout=max(poll, 10.0), headers=auth_headers(api_key), trust_env=False) as client:
@@ -272,13 +302,9 @@ def restart(profile: Profile, layout: HostLayout, *, wait: bool = False, timeout
             :func:`kimi_deploy.host.records.service_lock` for its whole run, and so does this one.
     """
     if drain is not None and not wait:
-        from kimi_deploy.errors import UsageError
-
         raise UsageError("a replica behind a gateway is restarted with --wait (it goes back into the gateway "
                          "only once it is ready and checked)", hint="add --wait")
     if wait:
-        from kimi_deploy.topology import local_rank, refuse_http_proof
-
         refuse_http_proof(profile, local_rank(profile, node), "restart --wait")
     api_key = apikey.resolve_key(profile_key_file=profile.sglang.api_key_file, layout=layout) if wait else None
     with service_lock(layout, profile.service.name):
@@ -303,7 +329,6 @@ def _restart_drained(profile: Profile, layout: HostLayout, drain: Drain, *, on_e
         KimiDeployError: the restart itself failed (systemctl, exit 5); the replica is out of rotation and the
             message says so (its exit code is the failure's).
     """
-    from kimi_deploy.host.gateway import DrainTimeout
 
     say = on_event or (lambda _m: None)
     say(f"removing {drain.url} from the gateway (smg stops sending it requests, then drops it)")
@@ -401,7 +426,6 @@ def _restart(profile: Profile, layout: HostLayout, *, api_key: str | None, wait:
 
 def profile_after_rollback(layout: HostLayout, service: str, fallback: Profile) -> Profile:
     """The restored profile copy (its port/key may differ from the failed one), else ``fallback``."""
-    from kimi_deploy.profile import load_profile
 
     try:
         return load_profile(layout.profile_copy(service))

@@ -33,7 +33,7 @@ from kimi_deploy import options
 from kimi_deploy.host import systemd
 from kimi_deploy.wire import apikey
 from kimi_deploy.argv import flag_groups, split_equals
-from kimi_deploy.errors import ExitCode, KimiDeployError
+from kimi_deploy.errors import ExitCode, ExternalCommandError, KimiDeployError
 from kimi_deploy.host.records import Manifest, read_bytes, sha256
 from kimi_deploy.patching import status as series_status
 from kimi_deploy.names import check_argv, check_timer, gateway_service, gateway_unit, server_unit
@@ -43,6 +43,7 @@ from kimi_deploy.launch import node_launch
 from kimi_deploy.topology import Rank, local_rank, serving_url
 from kimi_deploy.host.readiness import Probe, get_json, probe_ready
 from kimi_deploy.wire.limits import parse_json
+from kimi_deploy.host import allreduce, gateway
 
 #: Options whose value is a secret (SGLang 0.5.23 ``--api-key``, ``--admin-api-key``): the option table's
 #: secret rows (:func:`kimi_deploy.options.secret_flags`).
@@ -298,8 +299,6 @@ def gather_status_facts(profile: Profile, layout: HostLayout, manifest: Manifest
     report = layout.check_report(profile.service.name)
     start_log = None
     if unit is not None and unit.is_active:
-        from kimi_deploy.host import allreduce
-
         start_log = allreduce.read_start_log(server_unit(profile.service.name),
                                              unit.properties.get("ExecMainStartTimestamp") or None)
     return StatusFacts(layout, files, unit, unit_error, key_error, probe, launch, patch_state(profile.service.python),
@@ -312,7 +311,6 @@ def _systemctl_failure(unit: str, exc: KimiDeployError, layout: HostLayout) -> s
     ``systemctl show`` always asks the running manager (``--root`` only moves kimi-deploy's files),
     so with ``--root`` the fix is to run ``status`` on the booted host, not to pass ``--root``.
     """
-    from kimi_deploy.errors import ExternalCommandError
 
     evidence = exc.message
     if isinstance(exc, ExternalCommandError):
@@ -424,8 +422,6 @@ def status_from(profile: Profile, manifest: Manifest, facts: StatusFacts) -> Sta
         problems.append(patch_problem)
     paths = None
     if facts.start_log is not None:
-        from kimi_deploy.host import allreduce
-
         lines, source = facts.start_log
         report = allreduce.judge(profile, lines, source=source) if lines is not None else None
         paths = report.to_dict() if report else {"error": source}
@@ -444,3 +440,16 @@ def status_from(profile: Profile, manifest: Manifest, facts: StatusFacts) -> Sta
                                 f"`{' '.join(check_argv('kimi-deploy', str(profile_copy), each_worker=only_gateway))}`"))
     timer = check_timer(gateway_service(name) if only_gateway else name)
     return StatusReport(name, files, unit, timer, drift, patches, health, check, problems, paths, unit_name)
+
+
+def gateway_view(profile: Profile, layout: HostLayout) -> dict[str, Any] | None:
+    """SGLang's gateway's view of each worker (:func:`kimi_deploy.host.gateway.gateway_view`), None without
+    ``[gateway]``. An unreadable key file is already one of :func:`status`'s problems: the gateway is then asked
+    without a key (and answers 401, which the view reports)."""
+    if profile.gateway is None:
+        return None
+    try:
+        key = apikey.resolve_key(profile_key_file=profile.sglang.api_key_file, layout=layout)
+    except KimiDeployError:
+        key = None
+    return gateway.gateway_view(profile, key)

@@ -8,12 +8,12 @@ them, one concern each:
   :class:`~kimi_deploy.profile.base.Section`;
 - :mod:`~kimi_deploy.profile.model`: ``[sglang]`` (from the option table) and :class:`Profile`;
 - :mod:`~kimi_deploy.profile.rules`: the cross-field rules; :mod:`~kimi_deploy.profile.load`: TOML in and out;
-- :mod:`~kimi_deploy.profile.net`: how the profile compares host names.
+- :mod:`~kimi_deploy.wire.net`: how the profile compares host names.
 
 No module of the package imports the package itself, so these exports make no import cycle.
 """
 
-from kimi_deploy.profile.net import host_key, is_loopback, not_one_host
+from kimi_deploy.wire.net import host_key, is_loopback, not_one_host
 from kimi_deploy.profile.base import MAX_SPAN_SEC, UINT_MAX
 from kimi_deploy.profile.service import CALENDAR, POSIX_NAME, Service, check_service_name
 from kimi_deploy.profile.monitoring import (JOB_NAME, LABEL_NAME, Monitoring, RESERVED_LABELS, RUNBOOK, SLO,

@@ -29,6 +29,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, create_model, field_validator
 
+from kimi_deploy.errors import UsageError
 from kimi_deploy.names import node_url
 from kimi_deploy.options import OPTIONS, Option
 from kimi_deploy.paths import service_cache_dir
@@ -36,7 +37,7 @@ from kimi_deploy.profile.base import Section
 from kimi_deploy.profile.fleet import Fleet, Gateway
 from kimi_deploy.profile.kubernetes import Kubernetes
 from kimi_deploy.profile.monitoring import Monitoring
-from kimi_deploy.profile.net import host_key, is_loopback
+from kimi_deploy.wire.net import host_key, is_loopback
 from kimi_deploy.profile.service import Service
 from kimi_deploy.values import MAX_ITEMS, check_text, check_token
 
@@ -133,6 +134,19 @@ class Profile(BaseModel):
     def nodes_per_copy(self) -> int:
         """Nodes (hosts, pods) of each copy: ``len(nodes)`` of a replica, 1 without ``[fleet]``."""
         return len(self.fleet.replicas[0].nodes) if self.fleet else 1
+
+    @property
+    def gateway_url(self) -> str:
+        """``http://HOST:PORT`` at which the kit reaches the profile's gateway: ``[gateway] bind`` (a wildcard
+        means the gateway host itself, reached by its name from elsewhere).
+
+        Raises:
+            UsageError: the profile has no ``[gateway]`` (exit 2).
+        """
+        gw = self.gateway
+        if gw is None:
+            raise UsageError("the profile has no [gateway]", hint="add a [gateway] table (production.md)")
+        return node_url(gw.host if gw.bind in ("0.0.0.0", "::") else gw.bind, gw.port)
 
     def worker_urls(self) -> tuple[str, ...]:
         """``http://{nodes[0]}:{[sglang] port}`` of each replica (IPv6 in brackets); ``()`` without ``[fleet]``."""

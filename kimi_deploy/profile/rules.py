@@ -13,7 +13,8 @@ from kimi_deploy.names import gateway_service, node_url
 from kimi_deploy.options import CACHE_ENV, owned_env, owned_flags, secret_flags
 from kimi_deploy.paths import service_api_key_file
 from kimi_deploy.profile.model import NIC_ENV, Profile, RANK_DUMMY_HEALTH
-from kimi_deploy.profile.net import host_key, is_loopback, not_one_host
+from kimi_deploy.wire.net import host_key, is_loopback, not_one_host
+from kimi_deploy import proc
 
 
 #: Environment variables kimi-deploy owns; setting them in ``[environment]`` is an
@@ -337,7 +338,6 @@ def calendar_problem(spec: str) -> str | None:
     Asks ``systemd-analyze calendar`` (the parser systemd itself uses) when it is on PATH;
     without it the spec is accepted here and ``systemd-analyze verify``/``install`` catch it.
     """
-    from kimi_deploy import proc
 
     if proc.which("systemd-analyze") is None:
         return None

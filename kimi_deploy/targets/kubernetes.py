@@ -51,9 +51,10 @@ from kimi_deploy.argv import flag_groups, split_equals
 from kimi_deploy.errors import ProfileError
 from kimi_deploy.launch import (API_KEY_CREDENTIAL, HOST_SECRETS_SCRIPT, LAUNCHER, LaunchSpec, build_launch,
                                 rank_args)
-from kimi_deploy.profile import Kubernetes, Profile, dump_profile
+from kimi_deploy.profile import DNS_LABEL, Kubernetes, Profile, dump_profile
 from kimi_deploy.targets import GENERATED_PREFIX, Artefacts
 from kimi_deploy.yamltext import dump, dump_all
+from kimi_deploy.patching.series import find_series
 
 #: apiVersion of LeaderWorkerSet (the CRD in shared/k8s, kubernetes-sigs/lws v0.10).
 LWS_API = "leaderworkerset.x-k8s.io/v1"
@@ -163,7 +164,6 @@ def problems(profile: Profile) -> list[str]:
     s, svc = profile.sglang, profile.service
     out: list[str] = []
     name = object_name(profile)
-    from kimi_deploy.profile import DNS_LABEL
 
     if not DNS_LABEL.fullmatch(name) or len(name) > MAX_NAME:
         source = "" if k8s.name else " (from [service] name)"
@@ -458,7 +458,6 @@ def patch_warnings(profile: Profile, launch: LaunchSpec) -> list[str]:
     without the kit's patch series; a pod runs whatever the image holds. One line naming the defaults and the
     patches this profile's settings need (the series' ``needed_by``), empty with ``verify_patches = false`` or
     when the kit has no series for the version."""
-    from kimi_deploy.patching.series import find_series
 
     k8s = profile.kubernetes
     assert k8s is not None

@@ -13,7 +13,6 @@ from pathlib import Path
 
 from kimi_deploy import versions
 from kimi_deploy.litellm_hook import Upstream, proxy_config
-from kimi_deploy.names import node_url
 from kimi_deploy.profile import Profile
 from kimi_deploy.targets import Artefacts
 from kimi_deploy.wire.apikey import ENV_VAR
@@ -25,11 +24,8 @@ CONFIG = "litellm-config.yaml"
 def upstream(profile: Profile) -> tuple[str, Upstream]:
     """``(client-facing model name, Upstream)`` of the profile's server: its gateway with ``[gateway]`` (the
     gateway host, or its bind address when that is not a wildcard), else :attr:`Profile.base_url`."""
-    s, gw = profile.sglang, profile.gateway
-    if gw is not None:
-        base = node_url(gw.host if gw.bind in ("0.0.0.0", "::") else gw.bind, gw.port)
-    else:
-        base = profile.base_url
+    s = profile.sglang
+    base = profile.gateway_url if profile.gateway is not None else profile.base_url
     model = s.served_model_name or s.model_path
     return model, Upstream(base_url=f"{base}/v1", model=model, api_key_env=ENV_VAR if s.api_key_file else None)
 

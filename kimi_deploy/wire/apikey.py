@@ -15,6 +15,7 @@ from pathlib import Path
 
 from kimi_deploy.errors import UsageError
 from kimi_deploy.paths import HostLayout
+from kimi_deploy.wire.net import is_loopback
 
 
 def read_key_file(path: str | Path) -> str:
@@ -150,8 +151,6 @@ def is_local_host(host: str | None) -> bool:
     """
     import ipaddress
     import socket
-
-    from kimi_deploy.profile import is_loopback
 
     if not host:
         return False

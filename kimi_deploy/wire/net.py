@@ -1,6 +1,7 @@
 """Host names as the profile compares them: loopback, one host however spelt, one host per name.
 
-Part of :mod:`kimi_deploy.profile` (its ``__init__`` exports the public names).
+The profile (:mod:`kimi_deploy.profile`, which exports these names) and the clients (:mod:`kimi_deploy.wire.apikey`)
+share them.
 """
 
 from __future__ import annotations
