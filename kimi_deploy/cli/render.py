@@ -7,15 +7,15 @@ from pathlib import Path
 import click
 
 from kimi_deploy import engine, paths, targets
-from kimi_deploy.targets import TARGETS
+from kimi_deploy.targets import METRICS_OFF, TARGETS
 from kimi_deploy.cli.options import echo_json, json_flag, profile_options, resolve_profile
 from kimi_deploy.errors import UsageError
 from kimi_deploy.fsio import (check_output_dir, check_output_paths, create_output_dir, write_atomic,
                               write_many_atomic)
-from kimi_deploy.host.records import valid_service_name
+from kimi_deploy.launch import node_launch
 from kimi_deploy.options import OPTIONS, init_example
 from kimi_deploy.presets import PRESETS, Preset, get_preset
-from kimi_deploy.profile import default_api_key_file, naming_warnings, toml_value
+from kimi_deploy.profile import default_api_key_file, naming_warnings, toml_value, valid_service_name
 from kimi_deploy.versions import DEFAULT_SGLANG_VERSION
 
 
@@ -50,6 +50,14 @@ def render_cmd(profile_path, preset, sglang_version, python, out_dir, print_comm
                              value=f"{sglang_version} / {python}",
                              hint="give --python to use the installed SGLang's version, or --sglang-version alone")
         sglang_version, components = engine.target_versions(python)
+    if print_command and not out_dir and not as_json:  # the command alone: no unit, no monitoring file rendered
+        launch = node_launch(profile, None, sglang_version, components=components)
+        for warning in (*launch.warnings, *naming_warnings(profile)):
+            click.echo(f"warning: {warning}", err=True)
+        click.echo(launch.shell_command(api_key_file=profile.sglang.api_key_file), nl=False)
+        if not profile.sglang.enable_metrics:
+            click.echo(METRICS_OFF, err=True)
+        return
     options = {"components": components} if target == "systemd" else {}
     rendered = targets.render(target, profile, sglang_version, **options)  # exit 2 before anything is written
     for warning in (*rendered.warnings, *naming_warnings(profile)):

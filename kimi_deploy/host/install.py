@@ -42,10 +42,10 @@ from kimi_deploy.fsio import write_atomic, write_many_atomic
 from kimi_deploy.host.records import (Claims, FileRecord, Intent, Manifest, Ownership, classify, installed_services,
                                    last_uninstalled_manifest, listeners, leftover_services, load_intent, load_manifest,
                                    other_services_claims, profile_toml, read_bytes, restore_backup, sha256,
-                                   service_lock, stale_files, valid_service_name, write_backup)
+                                   service_lock, stale_files, write_backup)
 from kimi_deploy.paths import HostLayout
 from kimi_deploy.topology import pick_host
-from kimi_deploy.profile import Profile, naming_warnings
+from kimi_deploy.profile import Profile, naming_warnings, valid_service_name
 from kimi_deploy.names import CHECK_UNIT, check_timer, gateway_service, server_unit
 from kimi_deploy import targets
 from kimi_deploy.targets import file_header

@@ -30,7 +30,7 @@ from kimi_deploy import fsio
 from kimi_deploy.fsio import write_many_atomic
 from kimi_deploy.names import gateway_unit, server_unit
 from kimi_deploy.paths import SYSTEMD_DIR, HostLayout
-from kimi_deploy.profile import Profile, check_service_name, dump_profile, load_profile
+from kimi_deploy.profile import Profile, dump_profile, load_profile, valid_service_name
 from kimi_deploy.targets import GENERATED_PREFIX
 
 MANIFEST_FORMAT = 1
@@ -167,23 +167,6 @@ def load_manifest(layout: HostLayout, service: str) -> Manifest | None:
         raise UsageError("the install manifest is unreadable", value=layout.describe(layout.host_path(path)),
                          hint=f"restore it from {layout.host_path(layout.service_backup_dir(service))} or remove it "
                               f"and reinstall with --force ({exc.error_count()} problems)") from None
-
-
-def valid_service_name(name: str, option: str = "--name", *, installed: bool = True) -> str:
-    """``name`` when it is a valid service name (the profile's ``[service] name`` rule,
-    :func:`kimi_deploy.profile.check_service_name`), so it can name files under ``/etc/kimi-deploy``.
-    ``installed``: the name picks an installed service (the fix lists them), else it names a new one (``init``).
-
-    Raises:
-        UsageError: not a valid name (``../x``, ``a/b``, ``x.service``); exit 2.
-    """
-    try:
-        return check_service_name(name)
-    except ValueError as exc:
-        hint = (f"give {option} the [service] name of an installed profile (letters, digits and _.:-, no '/'); "
-                "`ls /etc/kimi-deploy/*.manifest.json` lists them") if installed else \
-            f"give {option} a new service name of letters, digits and _.:- (e.g. kimi-two)"
-        raise UsageError(f"{option}: not a service name: {exc}", value=name, hint=hint) from None
 
 
 def installed_services(layout: HostLayout) -> list[str]:

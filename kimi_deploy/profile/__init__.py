@@ -15,7 +15,7 @@ No module of the package imports the package itself, so these exports make no im
 
 from kimi_deploy.wire.net import host_key, is_loopback, not_one_host
 from kimi_deploy.profile.base import MAX_SPAN_SEC, UINT_MAX
-from kimi_deploy.profile.service import CALENDAR, POSIX_NAME, Service, check_service_name
+from kimi_deploy.profile.service import CALENDAR, POSIX_NAME, Service, check_service_name, valid_service_name
 from kimi_deploy.profile.monitoring import (JOB_NAME, LABEL_NAME, Monitoring, RESERVED_LABELS, RUNBOOK, SLO,
                                             check_scrape_target)
 from kimi_deploy.profile.fleet import Fleet, Gateway, IFNAME, MAX_NODES, MAX_REPLICAS, POLICY, Replica, SMG_VERSION
@@ -37,5 +37,5 @@ __all__ = ["CALENDAR", "COMMAND_NAME", "CRON", "CRON_FIELDS", "DIGEST_OMITS_UNSE
     "check_dns_label", "check_image", "check_rules", "check_scrape_target", "check_service_name",
     "default_api_key_file", "dump_profile", "extra_args_problems", "fleet_problems", "gateway_problems",
     "host_key", "is_loopback", "load_profile", "monitoring_problems", "naming_warnings", "not_one_host",
-    "parse_profile", "toml_value"]
+    "parse_profile", "toml_value", "valid_service_name"]
 

@@ -19,7 +19,7 @@ from kimi_deploy.profile.fleet import Fleet, Gateway
 from kimi_deploy.profile.kubernetes import Kubernetes
 from kimi_deploy.profile.model import Profile, SGLang
 from kimi_deploy.profile.monitoring import Monitoring
-from kimi_deploy.profile.rules import calendar_problem, check_rules
+from kimi_deploy.profile.rules import check_rules
 from kimi_deploy.profile.service import Service
 
 
@@ -98,9 +98,6 @@ def parse_profile(data: dict[str, Any], *, source: str = "profile") -> Profile:
         raise ProfileError(f"{source} is not a valid deployment profile", problems=problems,
                            hint="correct the keys above; `kimi-deploy init` writes a commented example") from None
     problems = check_rules(profile)
-    calendar = calendar_problem(profile.service.check_on_calendar)
-    if calendar:
-        problems.append(f"service.check_on_calendar: {calendar}")
     if problems:
         raise ProfileError(f"{source} is not a valid deployment profile", problems=problems,
                            hint="correct the settings above")

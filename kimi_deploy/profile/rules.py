@@ -336,7 +336,9 @@ def calendar_problem(spec: str) -> str | None:
     """Why systemd would reject ``spec`` as ``OnCalendar=``, or None when it accepts it.
 
     Asks ``systemd-analyze calendar`` (the parser systemd itself uses) when it is on PATH;
-    without it the spec is accepted here and ``systemd-analyze verify``/``install`` catch it.
+    without it the spec is accepted here and ``systemd-analyze verify``/``install`` catch it. Called when the
+    timer is rendered (:func:`kimi_deploy.targets.systemd.render`), not when a profile loads: loading a profile
+    spawns no process (``render --print-command`` needs no timer).
     """
 
     if proc.which("systemd-analyze") is None:

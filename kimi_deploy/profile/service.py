@@ -11,6 +11,7 @@ from typing import Literal
 from pydantic import Field, field_validator
 
 from kimi_deploy.profile.base import MAX_SPAN_SEC, Section, UINT_MAX
+from kimi_deploy.errors import UsageError
 from kimi_deploy.values import check_abs_path, check_unit_stem
 
 
@@ -83,3 +84,20 @@ class Service(Section):
             raise ValueError(f"OnCalendar value {v!r} has characters systemd calendar specs do not use "
                              "(or leading/trailing spaces)")
         return v
+
+
+def valid_service_name(name: str, option: str = "--name", *, installed: bool = True) -> str:
+    """``name`` when it is a valid service name (the profile's ``[service] name`` rule,
+    :func:`kimi_deploy.profile.check_service_name`), so it can name files under ``/etc/kimi-deploy``.
+    ``installed``: the name picks an installed service (the fix lists them), else it names a new one (``init``).
+
+    Raises:
+        UsageError: not a valid name (``../x``, ``a/b``, ``x.service``); exit 2.
+    """
+    try:
+        return check_service_name(name)
+    except ValueError as exc:
+        hint = (f"give {option} the [service] name of an installed profile (letters, digits and _.:-, no '/'); "
+                "`ls /etc/kimi-deploy/*.manifest.json` lists them") if installed else \
+            f"give {option} a new service name of letters, digits and _.:- (e.g. kimi-two)"
+        raise UsageError(f"{option}: not a service name: {exc}", value=name, hint=hint) from None

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from kimi_deploy import versions
 from kimi_deploy.profile import Profile
-from kimi_deploy.targets import Artefacts, file_header
+from kimi_deploy.targets import METRICS_OFF, Artefacts, file_header
 from kimi_deploy.targets.dashboard import dashboard_json
 from kimi_deploy.targets.prometheus import prometheus_config, rules_file, rules_text, settings
 
@@ -40,6 +40,5 @@ def artefacts(profile: Profile, sglang_version: str | None = None) -> Artefacts:
         return {"target": "monitoring", "sglang_version": version, "profile_sha256": profile.digest(),
                 "files": {name: str(out_dir / name) if out_dir else None for name in files}}
 
-    notes = () if files else (
-        "note: sglang.enable_metrics is off, so no Prometheus files were rendered (set enable_metrics = true)",)
+    notes = () if files else (METRICS_OFF,)
     return Artefacts("monitoring", files, describe, notes=notes)

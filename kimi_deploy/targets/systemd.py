@@ -16,11 +16,11 @@ import jinja2
 
 from kimi_deploy import names, paths, versions
 from kimi_deploy.fsio import write_many_atomic
-from kimi_deploy.errors import UsageError
+from kimi_deploy.errors import ProfileError, UsageError
 from kimi_deploy.launch import API_KEY_CREDENTIAL, SECRETS_CONFIG_NAME, LaunchSpec, gateway_argv, node_launch
 from kimi_deploy.launch import exec_start as gateway_exec_start
-from kimi_deploy.profile import Profile, host_key
-from kimi_deploy.targets import Artefacts, file_header
+from kimi_deploy.profile import Profile, calendar_problem, host_key
+from kimi_deploy.targets import METRICS_OFF, Artefacts, file_header
 from kimi_deploy.topology import PREFLIGHT_TIMEOUT_SEC, Rank, group_ranks, is_node
 
 #: Runs in ExecStartPre= with the SGLang interpreter: turns the API-key credential into
@@ -150,6 +150,10 @@ def render(profile: Profile, sglang_version: str | None = None, *,
     }
     if rank is not None and not rank.serves:
         return Rendered(profile=profile, launch=launch, files=files)
+    calendar = calendar_problem(svc.check_on_calendar)  # systemd's own parser, when the timer is rendered
+    if calendar:
+        raise ProfileError("the profile's nightly check timer cannot be rendered",
+                           problems=[f"service.check_on_calendar: {calendar}"], hint="correct the settings above")
     files[names.check_service(svc.name)] = env.get_template("check.service.j2").render(context)
     files[names.check_timer(svc.name)] = env.get_template("check.timer.j2").render(context)
     # the monitoring files need the Grafana SDK (~0.2 s to import): loaded only when units are rendered
@@ -294,7 +298,6 @@ def artefacts(profile: Profile, sglang_version: str | None = None, *,
             "warnings": list(launch.warnings),
         }
 
-    notes = () if rendered.monitoring else (
-        "note: sglang.enable_metrics is off, so no Prometheus files were rendered (set enable_metrics = true)",)
+    notes = () if rendered.monitoring else (METRICS_OFF,)
     return Artefacts("systemd", {**units, **monitoring}, describe, launch=launch, warnings=tuple(launch.warnings),
                      notes=notes)
