@@ -112,7 +112,7 @@ def cache_key(sglang_version: str, components: Mapping[str, str] | None = None) 
 
 def build_launch(profile: Profile, sglang_version: str | Version = versions.DEFAULT_SGLANG_VERSION,
                  *, components: Mapping[str, str] | None = None, node_rank: int | None = None,
-                 rank0: str | None = None) -> LaunchSpec:
+                 rank0: str | None = None, placeholders: Mapping[str, str] | None = None) -> LaunchSpec:
     """Compute the launch of ``profile`` for SGLang ``sglang_version``.
 
     Args:
@@ -122,12 +122,16 @@ def build_launch(profile: Profile, sglang_version: str | Version = versions.DEFA
         node_rank: for a multi-node profile (``[fleet]`` replicas of N > 1 nodes), the rank whose command
             to build: the rows :meth:`options.Option.on_rank` puts on that rank, ``extra_args``, then
             ``--nnodes N --node-rank R --dist-init-addr NODES[0]:PORT [--dist-timeout T]``
-            (:data:`options.FLEET_OPTIONS` order; the same on every rank but for ``--node-rank``, and last, as
-            :func:`kimi_deploy.targets.kubernetes.rank_server_args` puts them); the environment gains
-            ``NCCL_SOCKET_IFNAME``/``GLOO_SOCKET_IFNAME`` = ``[fleet] nic``. ``None`` (and for one-node
-            replicas): every row, no rank flags, the base that :mod:`kimi_deploy.targets.kubernetes` adds its own to.
+            (:data:`options.FLEET_OPTIONS` order; the same on every rank but for ``--node-rank``, and last); the
+            environment gains ``NCCL_SOCKET_IFNAME``/``GLOO_SOCKET_IFNAME`` = ``[fleet] nic``. ``None`` (and for
+            one-node replicas): every row, no rank flags. The one builder of a rank's arguments: the systemd rank
+            units (:func:`rank_launch`) and the Kubernetes pods (:func:`kimi_deploy.targets.kubernetes.rank_server_args`)
+            both come here.
         rank0: the replica's rank-0 node for ``--dist-init-addr`` (default: the first replica's);
-            :func:`rank_launch` passes each replica's.
+            :func:`rank_launch` passes each replica's, Kubernetes its leader's address variable.
+        placeholders: text the runner fills in for ``node_rank`` and ``nnodes`` (Kubernetes:
+            ``$(LWS_WORKER_INDEX)``, ``$(LWS_GROUP_SIZE)``) in place of the numbers; ``node_rank`` still decides
+            which rows the rank gets (0: the serving rank, else one of the others).
 
     Raises:
         UsageError: not a known 0.5.x version.
@@ -153,7 +157,9 @@ def build_launch(profile: Profile, sglang_version: str | Version = versions.DEFA
         EMITTERS[option.emit](_Emission(option, profile, version, args, env), getattr(s, option.key))
     args += list(s.extra_args)
     if multi:
-        args += rank_args(profile, version, rank, rank0 or profile.replicas[0][0])
+        shown = placeholders or {}
+        args += rank_args(profile, version, shown.get("node_rank", rank), rank0 or profile.replicas[0][0],
+                          nnodes=shown.get("nnodes"))
         env += [(name, profile.fleet.nic) for name in NIC_ENV]
 
     key = cache_key(str(version), components)

@@ -115,10 +115,8 @@ class Profile(BaseModel):
         if host in ("0.0.0.0", ""):
             host = "127.0.0.1"
         elif host == "::":
-            host = "[::1]"
-        elif ":" in host:
-            host = f"[{host}]"
-        return f"http://{host}:{self.sglang.port}"
+            host = "::1"
+        return node_url(host, self.sglang.port)
 
     @property
     def replicas(self) -> tuple[tuple[str, ...], ...]:

@@ -46,11 +46,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from kimi_deploy import __version__, names, options, versions
-from kimi_deploy.argv import flag_groups, split_equals
+from kimi_deploy import __version__, names, versions
 from kimi_deploy.errors import ProfileError
-from kimi_deploy.launch import (API_KEY_CREDENTIAL, HOST_SECRETS_SCRIPT, LAUNCHER, LaunchSpec, build_launch,
-                                rank_args)
+from kimi_deploy.launch import API_KEY_CREDENTIAL, HOST_SECRETS_SCRIPT, LAUNCHER, LaunchSpec, build_launch
 from kimi_deploy.profile import DNS_LABEL, Kubernetes, Profile, dump_profile
 from kimi_deploy.targets import GENERATED_PREFIX, Artefacts
 from kimi_deploy.yamltext import dump, dump_all
@@ -113,24 +111,15 @@ def rank_server_args(profile: Profile, launch: LaunchSpec, shape: FleetShape, ra
                      leader: str, *, lws: bool = False) -> tuple[str, ...]:
     """SGLang's arguments on node rank ``rank`` of a copy whose rank 0 is reachable at ``leader``.
 
-    One node: the launch's arguments unchanged. N nodes: on ranks >= 1 without the groups of every option
-    the table keeps off that rank (:meth:`kimi_deploy.options.Option.on_rank`: the "serving rank only" rows,
-    host, port, served name, parsers, ``--config`` with the key), then the rank flags of
-    :func:`kimi_deploy.launch.rank_args`; with ``lws``, ``--nnodes`` and ``--node-rank`` take the LWS
-    variables instead of the numbers.
+    One node: the launch's arguments unchanged. N nodes: :func:`kimi_deploy.launch.build_launch`'s for that rank
+    (the one builder of a rank's arguments: on ranks >= 1 without the rows the table keeps off them, then the
+    rank flags); with ``lws``, ``--nnodes`` and ``--node-rank`` take the LWS variables instead of the numbers.
     """
-    args = list(launch.server_args)
     if shape.nodes == 1:
-        return tuple(args)
-    if rank > 0:
-        rows = {flag: row for row in options.ALL_OPTIONS for flag in row.flags}
-        kept = [g for g in flag_groups(args)
-                if split_equals(g)[0] not in rows or rows[split_equals(g)[0]].on_rank(rank)]
-        args = [word for group in kept for word in group]
-    version = versions.parse_version(launch.sglang_version)
-    args += (rank_args(profile, version, LWS_WORKER_INDEX, leader, nnodes=LWS_GROUP_SIZE) if lws
-             else rank_args(profile, version, rank, leader))
-    return tuple(args)
+        return tuple(launch.server_args)
+    placeholders = {"node_rank": LWS_WORKER_INDEX, "nnodes": LWS_GROUP_SIZE} if lws else None
+    return tuple(build_launch(profile, launch.sglang_version, node_rank=rank, rank0=leader,
+                              placeholders=placeholders).server_args)
 
 
 def container_args(profile: Profile, launch: LaunchSpec, shape: FleetShape, *, leader: bool) -> list[str]:

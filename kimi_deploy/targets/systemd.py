@@ -216,7 +216,7 @@ def gateway_files(profile: Profile, header: str) -> dict[str, str]:
     if profile.gateway is None:
         return {}
     svc = profile.service
-    unit = names.check_unit(names.gateway_service(svc.name))
+    gateway = names.gateway_service(svc.name)
     check_command = " ".join(names.check_argv(
         svc.kimi_deploy, paths.service_profile_copy(svc.name), each_worker=True,
         api_key_file=f"%d/{API_KEY_CREDENTIAL}" if profile.sglang.api_key_file else None,
@@ -224,11 +224,11 @@ def gateway_files(profile: Profile, header: str) -> dict[str, str]:
     context = {"header": header, "svc": svc, "s": profile.sglang, "gw": profile.gateway,
                "workers": profile.worker_urls(), "api_key_credential": API_KEY_CREDENTIAL,
                "exec_start": gateway_exec_start(gateway_argv(profile)), "check_command": check_command,
-               "check_unit": unit}
+               "check_unit": names.check_unit(gateway)}
     env = _environment()
     return {names.gateway_unit(svc.name): env.get_template("gateway.service.j2").render(context),
-            f"{unit}.service": env.get_template("check.service.j2").render(context),
-            f"{unit}.timer": env.get_template("check.timer.j2").render(context)}
+            names.check_service(gateway): env.get_template("check.service.j2").render(context),
+            names.check_timer(gateway): env.get_template("check.timer.j2").render(context)}
 
 
 def host_files(profile: Profile, sglang_version: str | None = None) -> dict[str, dict[str, str]]:
