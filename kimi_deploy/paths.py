@@ -17,7 +17,7 @@ import posixpath
 from pathlib import Path
 
 from kimi_deploy.errors import UsageError
-from kimi_deploy.names import gateway_service
+from kimi_deploy.names import env_file, gateway_service
 
 _PACKAGE_DIR = Path(__file__).resolve().parent
 _SOURCE_ROOT = _PACKAGE_DIR.parent
@@ -97,7 +97,7 @@ def service_cache_dir(service: str) -> str:
 
 def service_env_file(service: str) -> str:
     """``/etc/kimi-deploy/<service>.env``: host path of the server unit's ``EnvironmentFile=``."""
-    return f"{ETC_DIR}/{service}.env"
+    return f"{ETC_DIR}/{env_file(service)}"
 
 
 def service_profile_copy(service: str) -> str:
