@@ -180,11 +180,6 @@ def bench_cmd(ctx, base_url, model, concurrency, request_rate, num_prompts, max_
     """
     if ctx.invoked_subcommand is not None:
         return
-    from rich.console import Console
-
-    # start-up: the bench library (httpx, httptools, rich) loads once the arguments are read: usage errors first
-    from kimi_deploy.bench import dataset as dataset_lib, load, longprompts, report
-
     if not base_url:
         raise UsageError("--base-url is required", hint="e.g. kimi-deploy bench --base-url http://127.0.0.1:30000")
     base_url = check_base_url(base_url)
@@ -202,14 +197,22 @@ def bench_cmd(ctx, base_url, model, concurrency, request_rate, num_prompts, max_
         if not isinstance(body_extra, dict):
             raise UsageError("--extra-body must be a JSON object", value=extra_body,
                              hint='e.g. --extra-body \'{"chat_template_kwargs": {"thinking": false}}\'')
-    profile_sha = None
-    if profile_path:
-        profile_sha = report.profile_digest(profile_path)
     rates = request_rate or ()
     conc_given = ctx.get_parameter_source("concurrency") != click.core.ParameterSource.DEFAULT
     if rates and len(concurrency) > 1 and conc_given:
         raise UsageError("with --request-rate, --concurrency is one cap on requests in flight, not a sweep",
                          value=",".join(map(str, concurrency)), hint="give one --concurrency value, or none for no cap")
+    if long_prompts and dataset:
+        raise UsageError("--dataset and --long-prompts are mutually exclusive", value=str(dataset),
+                         hint="--long-prompts is a generated dataset; pass one of the two")
+    from rich.console import Console
+
+    # start-up: the bench library (httpx, httptools, rich) loads once the arguments are read: usage errors first
+    from kimi_deploy.bench import dataset as dataset_lib, load, longprompts, report
+
+    profile_sha = None
+    if profile_path:
+        profile_sha = report.profile_digest(profile_path)
     cfg = load.BenchConfig(
         base_url=base_url, model=model, concurrency=() if rates else concurrency, request_rates=rates,
         max_in_flight=concurrency[0] if rates and conc_given else None,
@@ -217,9 +220,6 @@ def bench_cmd(ctx, base_url, model, concurrency, request_rate, num_prompts, max_
         warmup=warmup, runs=runs, seed=seed, slo=slo or {}, label=label, request_timeout=request_timeout,
         flush_cache=not no_flush_cache, extra_body=body_extra, api_key=api_key,
         max_body_bytes=max_body_bytes, max_line_bytes=max_line_bytes)
-    if long_prompts and dataset:
-        raise UsageError("--dataset and --long-prompts are mutually exclusive", value=str(dataset),
-                         hint="--long-prompts is a generated dataset; pass one of the two")
     if long_prompts:
         data = longprompts.dataset()
     else:

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 import click
 
 from kimi_deploy.wire.apikey import resolve_key
+from kimi_deploy.wire.baseurl import check_base_url
 from kimi_deploy.errors import UsageError
 from kimi_deploy.fsio import write_atomic
 from kimi_deploy.cli.options import Seconds, json_path_option, limit_options
@@ -101,6 +102,11 @@ def check_cmd(ctx, base_url, model, api_key_file, profile_path, only, skip, json
     nothing written), 3 the server did not answer at all, 130 interrupted (Ctrl-C or SIGTERM:
     the reports hold the checks that finished, marked interrupted).
     """
+    if not list_only:
+        if not base_url and not profile_path:
+            raise UsageError("no server to check", hint="pass --base-url http://HOST:PORT or --profile FILE")
+        if base_url:
+            check_base_url(base_url)  # run_checks' own rule, applied before the client libraries load
     from rich.console import Console
 
     # start-up: the check library (openai, httpx) loads once the arguments are read, so usage errors come first
@@ -110,8 +116,6 @@ def check_cmd(ctx, base_url, model, api_key_file, profile_path, only, skip, json
         for check_id in registry.select(_globs(only), _globs(skip)):
             click.echo(check_id)
         return
-    if not base_url and not profile_path:
-        raise UsageError("no server to check", hint="pass --base-url http://HOST:PORT or --profile FILE")
     to_stdout = json_path == "-"
     outputs = {"json_path": Path(json_path) if json_path and not to_stdout else None,
                "junit_path": junit_path, "prom_path": prom_path}
