@@ -94,20 +94,8 @@ def restart_cmd(ctx, profile_path, preset, root, name, wait, timeout, rollback_o
     if as_json:
         echo_json(result.to_dict())
     else:
-        for attempt in result.attempts:
-            mark = "ok" if attempt.ok else "FAILED"
-            click.echo(f"{attempt.label}: {mark}: {attempt.summary}")
-            if attempt.checks:
-                for r in attempt.checks.results:
-                    kind = f" [{r['kind']}]" if r.get("kind") else ""
-                    click.echo(f"  {r['status']:<6} {r['id']}{kind}" + (f": {r['detail']}" if r.get("detail") else ""))
-            for p in (attempt.allreduce or {}).get("paths", []):
-                if p["asked"] or p["state"] == "engaged":
-                    click.echo(f"  {'fail' if p['failed'] else p['state']:<6} allreduce.{p['path']}: {p['evidence']}")
-            if attempt.allreduce and attempt.allreduce.get("error"):
-                click.echo(f"  note   allreduce: server log unreadable ({attempt.allreduce['error']})")
-        for note in result.notes:
-            click.echo(f"note: {note}")
+        for line in restart_lib.result_lines(result):
+            click.echo(line)
     ctx.exit(result.exit_code)
 
 

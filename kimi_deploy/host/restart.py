@@ -431,3 +431,24 @@ def profile_after_rollback(layout: HostLayout, service: str, fallback: Profile) 
         return load_profile(layout.profile_copy(service))
     except KimiDeployError:
         return fallback
+
+
+def result_lines(result: RestartResult) -> list[str]:
+    """``restart``'s text: per attempt its verdict, then its fast checks and the all-reduce paths the profile
+    asked for (or that engaged), then the notes."""
+    out: list[str] = []
+    for attempt in result.attempts:
+        mark = "ok" if attempt.ok else "FAILED"
+        out.append(f"{attempt.label}: {mark}: {attempt.summary}")
+        if attempt.checks:
+            for r in attempt.checks.results:
+                kind = f" [{r['kind']}]" if r.get("kind") else ""
+                out.append(f"  {r['status']:<6} {r['id']}{kind}" + (f": {r['detail']}" if r.get("detail") else ""))
+        for p in (attempt.allreduce or {}).get("paths", []):
+            if p["asked"] or p["state"] == "engaged":
+                out.append(f"  {'fail' if p['failed'] else p['state']:<6} allreduce.{p['path']}: {p['evidence']}")
+        if attempt.allreduce and attempt.allreduce.get("error"):
+            out.append(f"  note   allreduce: server log unreadable ({attempt.allreduce['error']})")
+    for note in result.notes:
+        out.append(f"note: {note}")
+    return out

@@ -43,6 +43,7 @@ from kimi_deploy.launch import node_launch
 from kimi_deploy.topology import Rank, local_rank, serving_url
 from kimi_deploy.host.readiness import Probe, get_json, probe_ready
 from kimi_deploy.wire.limits import parse_json
+from kimi_deploy.wire.printable import printable
 from kimi_deploy.host import allreduce, gateway
 
 #: Options whose value is a secret (SGLang 0.5.23 ``--api-key``, ``--admin-api-key``): the option table's
@@ -453,3 +454,83 @@ def gateway_view(profile: Profile, layout: HostLayout) -> dict[str, Any] | None:
     except KimiDeployError:
         key = None
     return gateway.gateway_view(profile, key)
+
+
+def exit_code(report: StatusReport, view: dict[str, Any] | None = None) -> int:
+    """``status``'s exit status: 1 when the report or the gateway's view (:func:`gateway_view`) has a problem."""
+    return max(report.exit_code, 1 if view and view["problems"] else 0)
+
+
+def report_lines(report: StatusReport, view: dict[str, Any] | None = None) -> list[str]:
+    """``status``'s text: one line per fact of ``report`` (and of the gateway's ``view``, :func:`gateway_view`),
+    then one ``problem:`` line per problem. Text from the server or the gateway passes
+    :func:`kimi_deploy.wire.printable.printable`."""
+    out: list[str] = []
+    unit = report.unit or {}
+    out.append(f"service   {report.unit_name}: {unit.get('active_state', '?')}/{unit.get('sub_state', '?')}"
+               f", enabled: {unit.get('unit_file_state', '?')}, main PID {unit.get('main_pid') or '-'}"
+               f", restarts {unit.get('n_restarts') if unit.get('n_restarts') is not None else '?'}")
+    out.append(f"files     {len(report.files)} installed, " + _file_summary(report.files))
+    h = report.health
+    if h is None:  # the gateway host: no SGLang here (the gateway's view of the workers follows)
+        out.append("role      gateway host: no SGLang server here")
+    elif h["ready"] is None:
+        out.append(f"health    not served here ({h['detail']})")
+    else:
+        out.append(f"health    {'ready' if h['ready'] else 'NOT READY'} ({h['endpoint']}: {h['detail']})")
+    if report.launch:
+        d = report.launch
+        out.append(f"launch    {'matches the profile' if d.in_sync else 'DRIFT'} (from {d.source})")
+        for entry in d.missing:
+            out.append(f"          - {printable(entry)}   (in the profile, not running)")
+        for entry in d.unexpected:
+            out.append(f"          + {printable(entry)}   (running, not in the profile)")
+    elif h is not None:
+        out.append("launch    unknown (no /server_info answer and no main PID)")
+    state = report.patches.get("state")
+    if h is not None:
+        out.append(f"patches   {'unreadable' if state == 'error' else str(state).replace('_', ' ')}" +
+                   (f" ({report.patches['detail']})" if report.patches.get("detail") else ""))
+    ar = report.allreduce
+    if ar and ar.get("error"):
+        out.append(f"allreduce unknown (server log unreadable: {ar['error']})")
+    elif ar:
+        out.append(f"allreduce {ar['in_use']}")
+        for p in ar["paths"]:
+            if p["asked"] or p["state"] == "engaged":
+                out.append(f"          {p['label']}: {'SKIPPED' if p['failed'] else p['state'].replace('_', ' ')}"
+                           f" ({p['evidence']})")
+    c = report.last_check
+    if not c:
+        out.append(f"check     no nightly report yet ({report.check_timer})")
+    else:
+        counts = ", ".join(f"{n} {k}" for k, n in sorted((c.get("counts") or {}).items()))
+        out.append(f"check     exit {c.get('exit_code')} at {c['modified_at']}" + (f" ({counts})" if counts else "")
+                   + (f" ({printable(str(c['detail']))})" if c.get("detail") else "") + f", {report.check_timer}")
+    if view:
+        out += _gateway_lines(view)
+    for problem in [*report.problems, *(view["problems"] if view else [])]:
+        out.append(f"problem: {printable(problem)}")
+    return out
+
+
+def _gateway_lines(view: dict[str, Any]) -> list[str]:
+    """The gateway's view as ``status`` prints it."""
+    out = [f"gateway   {view['url']}: " + (f"UNREADABLE ({printable(view['error'])})" if view["error"] else
+                                               f"{len(view['workers'])} worker(s)")]
+    for w in view["workers"]:
+        # the gateway's own words (its /workers answer): shown as literal text (kimi_deploy.wire.printable)
+        out.append(printable(f"          {w['url']}: {w['status']}, {'healthy' if w['healthy'] else 'UNHEALTHY'}, "
+                             f"{w['load']} in flight"))
+    return out
+
+
+def _file_summary(files: dict[str, str]) -> str:
+    """``all unmodified`` or ``1 modified: /etc/...; 1 missing: /etc/...`` (host paths)."""
+    by_state: dict[str, list[str]] = {}
+    for hp, state in files.items():
+        if state != "ok":
+            by_state.setdefault(state, []).append(hp)
+    if not by_state:
+        return "all unmodified"
+    return "; ".join(f"{len(paths)} {state}: {', '.join(paths)}" for state, paths in sorted(by_state.items()))
