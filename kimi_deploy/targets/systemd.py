@@ -129,7 +129,7 @@ def render(profile: Profile, sglang_version: str | None = None, *,
         "svc": svc,
         "s": s,
         "launch": launch,
-        "workers": (),  # the check units of one server; the gateway host's check lists its workers (fleet.py)
+        "workers": (),  # the check units of one server; the gateway host's check lists its workers (gateway_files)
         "env": launch.env,
         "env_file": env_file,
         "exec_start": _exec_start(launch),
