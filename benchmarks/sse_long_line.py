@@ -25,7 +25,7 @@ def one(mib: int) -> float:
     try:
         kwargs = {}
         if "limits" in inspect.signature(SSESink).parameters:
-            from kimi_deploy.limits import Limits
+            from kimi_deploy.wire.limits import Limits
 
             kwargs["limits"] = Limits(max_body_bytes=None, max_line_bytes=None)
         sink = SSESink(loop.create_future(), **kwargs)

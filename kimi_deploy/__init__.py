@@ -1,7 +1,7 @@
 """kimi-deploy: a reviewed, reproducible SGLang deployment of moonshotai Kimi K2.x.
 
 The package never imports sglang, torch or flashinfer: SGLang runs in its own
-interpreter and is reached through :mod:`kimi_deploy.target`.
+interpreter and is reached through :mod:`kimi_deploy.engine`.
 
 ``__version__`` is looked up on first use (``importlib.metadata`` costs about 30 ms
 of start-up, which ``kimi-deploy --help`` need not pay).

@@ -4,7 +4,7 @@ Rule (SGLang 0.5.23's options are all long ``--`` options, parsed by argparse): 
 starts with ``--`` and has no ``=`` takes the next argument as its value unless that one starts with
 ``--`` too; ``--flag=value`` and every other argument stand alone. Used to print the launch command
 one flag a line (:meth:`kimi_deploy.launch.LaunchSpec.flag_groups`, the unit's ``ExecStart=``) and to
-compare a running server's arguments with the rendered ones (:func:`kimi_deploy.status.launch_entries`).
+compare a running server's arguments with the rendered ones (:func:`kimi_deploy.host.status.launch_entries`).
 """
 
 from __future__ import annotations

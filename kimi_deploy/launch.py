@@ -10,21 +10,24 @@ from __future__ import annotations
 
 import dataclasses
 import shlex
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from pathlib import Path
 
 from packaging.version import Version
 
 from kimi_deploy import options, paths, versions
 from kimi_deploy.argv import expansions, flag_groups, split_equals
-from kimi_deploy.errors import ProfileError, UnsupportedVersionError
-from kimi_deploy.profile import NIC_ENV, Profile, is_loopback, url_host
+from kimi_deploy.errors import ProfileError, UnsupportedVersionError, UsageError
+from kimi_deploy.names import url_host
+from kimi_deploy.profile import NIC_ENV, Profile, is_loopback
+from kimi_deploy.topology import Rank, group_ranks
 
 #: Name of the systemd credential that carries the API key (``LoadCredential=``).
 API_KEY_CREDENTIAL = "api-key"
 #: File name of SGLang's YAML config written into ``RuntimeDirectory=`` at start.
 SECRETS_CONFIG_NAME = "sglang-secrets.yaml"
 #: What ``render --print-command`` runs on the host to write that YAML: the unit's ExecStartPre= script
-#: (kimi_deploy.render.SECRETS_SCRIPT) with the key file and the YAML path as arguments.
+#: (kimi_deploy.targets.systemd.SECRETS_SCRIPT) with the key file and the YAML path as arguments.
 HOST_SECRETS_SCRIPT = (
     'import json, sys; '
     'key = open(sys.argv[1]).read().strip(); '
@@ -109,7 +112,7 @@ def cache_key(sglang_version: str, components: Mapping[str, str] | None = None) 
 
 def build_launch(profile: Profile, sglang_version: str | Version = versions.DEFAULT_SGLANG_VERSION,
                  *, components: Mapping[str, str] | None = None, node_rank: int | None = None,
-                 rank0: str | None = None) -> LaunchSpec:
+                 rank0: str | None = None, placeholders: Mapping[str, str] | None = None) -> LaunchSpec:
     """Compute the launch of ``profile`` for SGLang ``sglang_version``.
 
     Args:
@@ -119,12 +122,16 @@ def build_launch(profile: Profile, sglang_version: str | Version = versions.DEFA
         node_rank: for a multi-node profile (``[fleet]`` replicas of N > 1 nodes), the rank whose command
             to build: the rows :meth:`options.Option.on_rank` puts on that rank, ``extra_args``, then
             ``--nnodes N --node-rank R --dist-init-addr NODES[0]:PORT [--dist-timeout T]``
-            (:data:`options.FLEET_OPTIONS` order; the same on every rank but for ``--node-rank``, and last, as
-            :func:`kimi_deploy.kubernetes.rank_server_args` puts them); the environment gains
-            ``NCCL_SOCKET_IFNAME``/``GLOO_SOCKET_IFNAME`` = ``[fleet] nic``. ``None`` (and for one-node
-            replicas): every row, no rank flags, the base that :mod:`kimi_deploy.kubernetes` adds its own to.
+            (:data:`options.FLEET_OPTIONS` order; the same on every rank but for ``--node-rank``, and last); the
+            environment gains ``NCCL_SOCKET_IFNAME``/``GLOO_SOCKET_IFNAME`` = ``[fleet] nic``. ``None`` (and for
+            one-node replicas): every row, no rank flags. The one builder of a rank's arguments: the systemd rank
+            units (:func:`rank_launch`) and the Kubernetes pods (:func:`kimi_deploy.targets.kubernetes.rank_server_args`)
+            both come here.
         rank0: the replica's rank-0 node for ``--dist-init-addr`` (default: the first replica's);
-            :func:`kimi_deploy.ranks.rank_launch` passes each replica's.
+            :func:`rank_launch` passes each replica's, Kubernetes its leader's address variable.
+        placeholders: text the runner fills in for ``node_rank`` and ``nnodes`` (Kubernetes:
+            ``$(LWS_WORKER_INDEX)``, ``$(LWS_GROUP_SIZE)``) in place of the numbers; ``node_rank`` still decides
+            which rows the rank gets (0: the serving rank, else one of the others).
 
     Raises:
         UsageError: not a known 0.5.x version.
@@ -155,7 +162,9 @@ def build_launch(profile: Profile, sglang_version: str | Version = versions.DEFA
             value=str(version), hint="change them to the spelling named above and render again")
     args += list(s.extra_args)
     if multi:
-        args += rank_args(profile, version, rank, rank0 or profile.replicas[0][0])
+        shown = placeholders or {}
+        args += rank_args(profile, version, shown.get("node_rank", rank), rank0 or profile.replicas[0][0],
+                          nnodes=shown.get("nnodes"))
         env += [(name, profile.fleet.nic) for name in NIC_ENV]
 
     key = cache_key(str(version), components)
@@ -337,3 +346,96 @@ def check_exposure(server_args: list[str] | tuple[str, ...], profile: Profile,
         "the launch command would accept connections from other machines without an API key",
         value=f"--host {host}", hint="set [sglang] api_key_file, bind host = \"127.0.0.1\", "
                                      "or set allow_unauthenticated = true")
+
+
+def rank_launch(profile: Profile, rank: Rank, sglang_version: str | None = None, *,
+                components: Mapping[str, str] | None = None) -> LaunchSpec:
+    """The launch of ``rank`` (:func:`kimi_deploy.launch.build_launch` with its node rank and rank 0).
+
+    Raises:
+        UsageError / UnsupportedVersionError: from :func:`kimi_deploy.launch.build_launch`.
+    """
+    version = versions.DEFAULT_SGLANG_VERSION if sglang_version is None else sglang_version  # "" is refused
+    return build_launch(profile, version, components=components, node_rank=rank.rank, rank0=rank.rank0)
+
+
+def node_launch(profile: Profile, rank: Rank | None = None, sglang_version: str | None = None, *,
+                components: Mapping[str, str] | None = None) -> LaunchSpec:
+    """The launch a host of ``profile`` runs: ``rank``'s (:func:`rank_launch`; default for a multi-node profile:
+    rank 0 of the first replica), else the one-node launch (:func:`kimi_deploy.launch.build_launch`). No I/O.
+
+    Raises:
+        UsageError / UnsupportedVersionError: from :func:`kimi_deploy.launch.build_launch`.
+    """
+    if rank is None and profile.nodes_per_copy > 1:
+        rank = group_ranks(profile)[0]
+    if rank is not None:
+        return rank_launch(profile, rank, sglang_version, components=components)
+    version = versions.DEFAULT_SGLANG_VERSION if sglang_version is None else sglang_version  # "" is refused
+    return build_launch(profile, version, components=components)
+
+
+# --- the gateway (smg) -----------------------------------------------------------------------------------
+
+#: Runs as ExecStart= in smg's own interpreter when the profile has an API key: reads the systemd credential
+#: and runs ``smg.cli.main`` with the unit's arguments plus ``--api-key`` (in-process: not in argv, env or the
+#: unit; smg 1.13.0 then renames the process ``smg::router``). No %, $ or double quote: systemd would expand
+#: or split them.
+LAUNCHER = (
+    "import os, sys; from smg.cli import main; "
+    f"key = open(os.path.join(os.environ['CREDENTIALS_DIRECTORY'], '{API_KEY_CREDENTIAL}')).read().strip(); "
+    "key or sys.exit('kimi-deploy: the API key credential is empty'); "
+    "main(sys.argv[1:] + ['--api-key', key])"
+)
+
+
+def smg_python(profile: Profile) -> str:
+    """smg's interpreter: ``python`` beside ``[gateway] smg`` in the same virtual environment's ``bin``."""
+    assert profile.gateway is not None
+    return str(Path(profile.gateway.smg).parent / "python")
+
+
+def gateway_args(profile: Profile) -> list[str]:
+    """``smg`` arguments of the profile's gateway, ``launch`` first, without the API key.
+
+    Shape: ``launch --host BIND --port P --policy POLICY --worker-urls URL... --prometheus-host H
+    --prometheus-port P --disable-tokenizer-autoload``. Workers: :meth:`Profile.worker_urls`, rank 0 of
+    every replica.
+
+    Raises:
+        UsageError: the profile has no ``[gateway]`` (exit 2).
+    """
+    gw = profile.gateway
+    if gw is None:
+        raise UsageError("the profile has no [gateway]", hint="add a [gateway] table (docs/runbook.md#replicas-behind-a-gateway)")
+    return ["launch", "--host", gw.bind, "--port", str(gw.port), "--policy", gw.policy,
+            "--worker-urls", *profile.worker_urls(),
+            "--prometheus-host", gw.prometheus_host, "--prometheus-port", str(gw.prometheus_port),
+            "--disable-tokenizer-autoload"]
+
+
+def gateway_argv(profile: Profile) -> list[str]:
+    """The gateway's command as argv: :data:`LAUNCHER` in smg's interpreter (``python -c LAUNCHER launch ...``,
+    reading ``$CREDENTIALS_DIRECTORY/api-key``) with a key, else the smg script (``smg launch ...``)."""
+    assert profile.gateway is not None
+    if profile.sglang.api_key_file:
+        return [smg_python(profile), "-c", LAUNCHER, *gateway_args(profile)]
+    return [profile.gateway.smg, *gateway_args(profile)]
+
+
+def exec_start(argv: Sequence[str]) -> str:
+    """ExecStart='s value for ``argv``: the program line, then one option and its values per continued line.
+
+    The one argument with spaces (:data:`LAUNCHER`, which has no double quote) is double-quoted for systemd.
+    """
+    head: list[str] = []
+    groups: list[list[str]] = []
+    for arg in argv:
+        arg = f'"{arg}"' if " " in arg else arg
+        if arg.startswith("--"):
+            groups.append([arg])
+        elif groups:
+            groups[-1].append(arg)
+        else:
+            head.append(arg)
+    return " \\\n".join([" ".join(head)] + ["    " + " ".join(g) for g in groups])

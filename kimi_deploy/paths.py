@@ -17,6 +17,7 @@ import posixpath
 from pathlib import Path
 
 from kimi_deploy.errors import UsageError
+from kimi_deploy.names import env_file, gateway_service
 
 _PACKAGE_DIR = Path(__file__).resolve().parent
 _SOURCE_ROOT = _PACKAGE_DIR.parent
@@ -83,12 +84,6 @@ def service_state_dir(service: str) -> str:
     return f"/var/lib/{service}"
 
 
-def gateway_service(service: str) -> str:
-    """``<service>-gateway``: the name of a fleet's gateway on its host (its unit ``<service>-gateway.service``,
-    its check units' instance, its state folder)."""
-    return f"{service}-gateway"
-
-
 def gateway_check_textfile(service: str) -> str:
     """``/var/lib/<service>-gateway/check.prom``: the Prometheus textfile of the gateway host's nightly
     ``check --each-worker`` (one series set per worker, label ``worker``), for node_exporter's textfile collector."""
@@ -108,7 +103,7 @@ def service_cache_dir(service: str) -> str:
 
 def service_env_file(service: str) -> str:
     """``/etc/kimi-deploy/<service>.env``: host path of the server unit's ``EnvironmentFile=``."""
-    return f"{ETC_DIR}/{service}.env"
+    return f"{ETC_DIR}/{env_file(service)}"
 
 
 def service_profile_copy(service: str) -> str:
@@ -237,18 +232,18 @@ class HostLayout:
 
     def intent(self, service: str) -> Path:
         """``/etc/kimi-deploy/<service>.intent.json``: what a running ``install`` is about to write
-        (:class:`kimi_deploy.hostfiles.Intent`); left behind only by a run that was killed."""
+        (:class:`kimi_deploy.host.records.Intent`); left behind only by a run that was killed."""
         return self.config_dir / f"{service}.intent.json"
 
     def lock_file(self, service: str) -> Path:
         """``/etc/kimi-deploy/.<service>.lock``: held by ``install``/``uninstall``/``restart`` of the service
-        (:func:`kimi_deploy.hostfiles.service_lock`); it stays after ``uninstall --purge`` (the pid of its
+        (:func:`kimi_deploy.host.records.service_lock`); it stays after ``uninstall --purge`` (the pid of its
         last holder, nothing else)."""
         return self.config_dir / f".{service}.lock"
 
     def shared_lock_file(self) -> Path:
         """``/etc/kimi-deploy/.shared@kimi-deploy.lock``: held by every ``install``/``uninstall`` while it plans
-        again and applies (:func:`kimi_deploy.hostfiles.shared_lock`), for what services share: ports, an API
+        again and applies (:func:`kimi_deploy.host.records.shared_lock`), for what services share: ports, an API
         key file, folders. ``@`` is in no service name, so no service's lock is this file."""
         return self.config_dir / ".shared@kimi-deploy.lock"
 

@@ -26,12 +26,13 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+from pathlib import Path
 from typing import Any
 
 from kimi_deploy.catalog.models import MODELS, ModelFacts, REFERENCE_GPUS, get_model, weights_fit
 from kimi_deploy.errors import UsageError
 from kimi_deploy.paths import service_api_key_file
-from kimi_deploy.profile import Profile, parse_profile
+from kimi_deploy.profile import Profile, load_profile, parse_profile
 
 
 @dataclasses.dataclass(frozen=True)
@@ -269,3 +270,23 @@ def get_preset(name: str) -> Preset:
             hint=(f"did you mean {close[0]}? " if close else "")
             + f"presets: {', '.join(PRESETS)} (`kimi-deploy presets` lists them)",
         ) from None
+
+
+def select_profile(profile_path: Path | None, preset: str | None, *, required: bool = True) -> Profile | None:
+    """The profile ``--profile FILE`` or ``--preset NAME`` selects (the rule of every verb that takes one).
+
+    Raises:
+        UsageError: both given, or neither when ``required`` (exit 2).
+        ProfileError: the profile does not validate (exit 2).
+    """
+    if profile_path and preset:
+        raise UsageError("--profile and --preset are mutually exclusive", value=f"{profile_path} / {preset}",
+                         hint="give one of them")
+    if profile_path:
+        return load_profile(profile_path)
+    if preset:
+        return get_preset(preset).profile()
+    if required:
+        raise UsageError("no profile given", hint="pass --profile FILE or --preset NAME "
+                         "(`kimi-deploy presets` lists presets; `kimi-deploy init` writes a profile)")
+    return None

@@ -1,7 +1,7 @@
 """Validate a rendered SGLang command with SGLang's own argument parser, in the target interpreter.
 
 The check runs in the interpreter SGLang is installed in (through
-:func:`kimi_deploy.target.run_script`; kimi-deploy never imports sglang) and takes
+:func:`kimi_deploy.engine.run_script`; kimi-deploy never imports sglang) and takes
 the same path as SGLang 0.5.23's ``prepare_server_args`` (``sglang/srt/server_args.py``):
 
 1. ``config``: the ``--config`` YAML is merged by SGLang's ``ConfigArgumentMerger``
@@ -45,15 +45,18 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from kimi_deploy import target, versions
+from kimi_deploy import proc, versions
+from kimi_deploy import engine as target
 from kimi_deploy.catalog.models import REFERENCE_GPU, identify, parser_mismatches, weights_fit
-from kimi_deploy.launch import LaunchSpec, build_launch
+from kimi_deploy.errors import ExternalCommandError, UsageError
+from kimi_deploy.launch import LaunchSpec, build_launch, gateway_args, rank_launch
 from kimi_deploy.profile import Profile
-from kimi_deploy.ranks import Rank, group_ranks, rank_launch
+from kimi_deploy.topology import Rank, group_ranks
 
 #: The API key written into the substitute ``--config`` file.
 PLACEHOLDER_API_KEY = "validation-placeholder"
@@ -245,7 +248,7 @@ def check_env(launch: LaunchSpec) -> dict[str, str]:
 
 @dataclasses.dataclass(frozen=True)
 class RankValidation:
-    """One rank's command of a multi-node replica (:mod:`kimi_deploy.ranks`) and its check."""
+    """One rank's command of a multi-node replica (:mod:`kimi_deploy.topology`) and its check."""
 
     rank: Rank
     launch: LaunchSpec
@@ -357,3 +360,113 @@ def validate_profile(profile: Profile, python: str | Path | None = None) -> Prof
     result = validate_server_args(python, launch.server_args, secrets_config=launch.secrets_config,
                                   env=check_env(launch), sglang_version=version)
     return ProfileValidation(info=info, launch=launch, validation=result, model=model)
+
+
+# --- the gateway (smg) -----------------------------------------------------------------------------------
+
+#: An option string in an argparse ``--help`` listing: two spaces, then ``--name`` (``, --alias`` ...).
+_HELP_OPTION = re.compile(r"^ {2}(-{1,2}[A-Za-z0-9][\w.-]*(?:[ =][^,\s]+)*(?:, -{1,2}[A-Za-z0-9][\w.-]*"
+                          r"(?:[ =][^,\s]+)*)*)")
+
+
+def parse_help_options(text: str) -> frozenset[str]:
+    """Every option string (``--name`` and its aliases) in an argparse ``--help`` listing.
+
+    Source: ``smg launch --help`` of smg 1.13.0 (argparse: options start two spaces in, aliases are
+    separated by ``, ``; tests/data/smg-1.13.0-launch-help.txt).
+    """
+    found: set[str] = set()
+    for line in text.splitlines():
+        match = _HELP_OPTION.match(line)
+        if not match:
+            continue
+        for part in match.group(1).split(", "):
+            found.add(part.split(" ", 1)[0].split("=", 1)[0])
+    return frozenset(found)
+
+
+def smg_help(smg: str, *, timeout: float = 60.0) -> str:
+    """The text of ``SMG launch --help`` (the pinned smg's own list of options).
+
+    Raises:
+        ExternalCommandError: smg is missing or failed (exit 5).
+    """
+    done = proc.run([smg, "launch", "--help"], check=True, timeout=timeout)
+    return done.stdout
+
+
+def flag_problems(args: Sequence[str], known: frozenset[str]) -> list[str]:
+    """One line per option of ``args`` that the pinned smg does not have under exactly that name.
+
+    argparse would accept an abbreviation (``--polic``) or read a misspelt option as an error only at
+    start-up; the kit's own arguments must be exact names (``gateway.policy`` is also checked against the
+    ``--policy`` choices by smg itself at start).
+    """
+    problems = []
+    for arg in args:
+        if arg.startswith("--"):
+            name = arg.split("=", 1)[0]
+            if name not in known:
+                problems.append(f"{name}: not an option of this smg (its `launch --help` lists no such name)")
+    return problems
+
+
+def policy_choices(text: str) -> tuple[str, ...]:
+    """The ``--policy`` choices in ``smg launch --help`` text (``()`` when the listing shows none)."""
+    match = re.search(r"^ {2}--policy \{([a-z0-9_,]+)\}", text, flags=re.M)
+    return tuple(match.group(1).split(",")) if match else ()
+
+
+def validate_gateway(profile: Profile, help_text: str) -> list[str]:
+    """Problems of the profile's gateway command against one smg's ``launch --help`` text (empty: valid)."""
+    args = gateway_args(profile)
+    problems = flag_problems(args, parse_help_options(help_text))
+    choices = policy_choices(help_text)
+    if choices and profile.gateway.policy not in choices:
+        problems.append(f"gateway.policy: {profile.gateway.policy!r} is not one of this smg's policies "
+                        f"({', '.join(choices)})")
+    return problems
+
+
+@dataclasses.dataclass(frozen=True)
+class GatewayValidation:
+    """``validate --gateway``: the smg checked, its ``--version`` line, and the problems (empty: valid)."""
+
+    smg: str
+    version: str
+    errors: tuple[str, ...]
+
+    @property
+    def ok(self) -> bool:
+        return not self.errors
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"smg": self.smg, "version": self.version, "ok": self.ok, "errors": list(self.errors)}
+
+
+def validate_smg(profile: Profile, smg: str | None = None) -> GatewayValidation:
+    """Check the profile's gateway command against the smg at ``smg`` (default ``[gateway] smg``): its
+    ``--version`` is the pinned ``[gateway] version``, and every option is an exact name of its
+    ``launch --help`` and the policy one of its choices (:func:`validate_gateway`).
+
+    Raises:
+        UsageError: no ``[gateway]``. ExternalCommandError: smg missing or failing (exit 5).
+    """
+    if profile.gateway is None:
+        raise UsageError("the profile has no [gateway]", hint="add a [gateway] table (docs/runbook.md#replicas-behind-a-gateway)")
+
+    smg = smg or profile.gateway.smg
+    try:
+        version = proc.run([smg, "--version"], check=True, timeout=60).stdout.strip().splitlines()[:1]
+        help_text = smg_help(smg)
+    except ExternalCommandError as exc:
+        exc.hint = exc.hint or (f"[gateway] smg must be the pinned smg: python3 -m venv {Path(smg).parent.parent} && "
+                                f"{Path(smg).parent}/pip install smg=={profile.gateway.version}")
+        raise
+    line = version[0] if version else ""
+    errors = []
+    if not re.search(rf"(?<![\d.]){re.escape(profile.gateway.version)}(?![\d.])", line):
+        errors.append(f"gateway.version: the profile pins smg {profile.gateway.version}, but {smg} is {line!r}; "
+                      f"install smg=={profile.gateway.version} into its virtual environment or change the pin")
+    errors += validate_gateway(profile, help_text)
+    return GatewayValidation(smg=smg, version=line, errors=tuple(errors))

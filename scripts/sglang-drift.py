@@ -5,7 +5,7 @@ Usage (the kit's interpreter; each ``--python`` is an SGLang interpreter, read a
 
     .venv/bin/python scripts/sglang-drift.py --python /opt/sglang/.venv/bin/python [--old-python OLD] [--json]
 
-What it reads in each SGLang interpreter (:data:`PROBE`, run through :func:`kimi_deploy.target.run_script`;
+What it reads in each SGLang interpreter (:data:`PROBE`, run through :func:`kimi_deploy.engine.run_script`;
 the kit never imports sglang): ``ServerArgs.add_cli_args`` on a fresh ``argparse`` parser (every option
 string, its dest, help, action class and ``new_flag``), dated removal notes in the argument source
 (``srt/server_args.py``, ``srt/arg_groups/**.py``, ``srt/environ.py``: a comment with a ``YYYY-MM-DD`` date
@@ -39,7 +39,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from kimi_deploy import target  # noqa: E402  (the kit from this checkout)
+from kimi_deploy import engine as target
 from kimi_deploy.errors import KimiDeployError  # noqa: E402
 from kimi_deploy.options import ALL_OPTIONS, Option  # noqa: E402
 from packaging.version import Version  # noqa: E402  (not versions.parse_version, which refuses 0.6: what comes next)

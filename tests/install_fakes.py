@@ -51,7 +51,7 @@ with open(os.path.join(state, "argv.log"), "a") as fh:
 path = os.path.join(state, "journal.txt")
 lines = open(path).read().splitlines() if os.path.exists(path) else []
 if "-n" not in sys.argv[1:] or sys.argv[sys.argv.index("-n") + 1] != "1":
-    # the whole log of one start (kimi_deploy.allreduce.journal_command): journal-full.txt, else journal.txt
+    # the whole log of one start (kimi_deploy.host.allreduce.journal_command): journal-full.txt, else journal.txt
     full = os.path.join(state, "journal-full.txt")
     sys.stdout.write(open(full).read() if os.path.exists(full) else "".join(line + "\n" for line in lines))
     sys.exit(0)

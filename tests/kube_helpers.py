@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 import yaml
 
-from kimi_deploy import kubernetes
+from kimi_deploy.targets import kubernetes
 
 REPO = Path(__file__).resolve().parent.parent
 #: Kubernetes version the core kinds are validated against (kubernetes-validate 1.37.0 bundles it).

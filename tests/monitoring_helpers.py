@@ -13,7 +13,7 @@ import pytest
 
 from kimi_deploy.presets import get_preset
 from kimi_deploy.profile import Profile, parse_profile
-from kimi_deploy.render import render
+from kimi_deploy.targets.systemd import render
 
 PRESET = "kimi-k25-rtx-pro-6000-x8"
 #: A [monitoring] table with every optional part: a gateway, extra labels, several targets, an E2E SLO.
@@ -92,16 +92,16 @@ def expand(template: str, labels: dict[str, str], value: float) -> str:
 
 
 def all_queries(profile: Profile) -> list[str]:
-    """Every PromQL expression of the dashboard (:func:`kimi_deploy.dashboard.panel_queries`)."""
-    from kimi_deploy.dashboard import panel_queries
-    from kimi_deploy.monitoring import settings
+    """Every PromQL expression of the dashboard (:func:`kimi_deploy.targets.dashboard.panel_queries`)."""
+    from kimi_deploy.targets.dashboard import panel_queries
+    from kimi_deploy.targets.prometheus import settings
 
     return [expr for _, _, queries in panel_queries(settings(profile), profile.sglang.speculative_algorithm is not None)
             for expr, _ in queries]
 
 
 def all_exprs(profile: Profile) -> list[str]:
-    """Every PromQL expression of the rules (:func:`kimi_deploy.monitoring.rules_doc`)."""
-    from kimi_deploy.monitoring import rules_doc
+    """Every PromQL expression of the rules (:func:`kimi_deploy.targets.prometheus.rules_doc`)."""
+    from kimi_deploy.targets.prometheus import rules_doc
 
     return [r["expr"] for g in rules_doc(profile)["groups"] for r in g["rules"]]

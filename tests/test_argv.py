@@ -11,8 +11,8 @@ from kimi_deploy.errors import ProfileError
 from kimi_deploy.launch import LaunchSpec, check_exposure
 from kimi_deploy.profile import parse_profile
 from kimi_deploy.presets import get_preset
-from kimi_deploy.render import render
-from kimi_deploy.status import IGNORED_OPTIONS, launch_entries
+from kimi_deploy.targets.systemd import render
+from kimi_deploy.host.status import IGNORED_OPTIONS, launch_entries
 
 WORDS = st.one_of(st.sampled_from(["--port", "--tp-size", "--trust-remote-code", "--config", "--api-key", "8",
                                    "-1", "x", "--port=1", "--a=b=c", "--", "="]),

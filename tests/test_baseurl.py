@@ -1,4 +1,4 @@
-"""``--base-url`` as users paste it: one rule for ``check`` and ``bench`` (kimi_deploy/baseurl.py).
+"""``--base-url`` as users paste it: one rule for ``check`` and ``bench`` (kimi_deploy/wire/baseurl.py).
 
 Found by a new-operator trial: ``http://[::1:30000`` and ``http://127.0.0.1:99999`` were tracebacks
 (exit 1) in both verbs, ``http://user:pw@host`` was written verbatim into bench's result (and check's
@@ -12,7 +12,7 @@ import socket
 
 import pytest
 
-from kimi_deploy.baseurl import check_base_url
+from kimi_deploy.wire.baseurl import check_base_url
 from kimi_deploy.errors import ExitCode, UsageError
 from tests.helpers import run_cli
 

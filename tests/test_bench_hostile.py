@@ -19,7 +19,7 @@ from kimi_deploy.bench import metrics
 from kimi_deploy.bench.client import NotRead, StreamClient
 from kimi_deploy.bench.metrics import RequestRecord, summarize
 from kimi_deploy.errors import ExitCode
-from kimi_deploy.limits import Limits
+from kimi_deploy.wire.limits import Limits
 
 END = b"0\r\n\r\n"
 

@@ -32,7 +32,7 @@ from helpers import run_cli
 from kimi_deploy import paths
 from kimi_deploy.check import CheckReport, CheckResult, registry, reports
 from kimi_deploy.check.results import EVIDENCE_CHARS
-from kimi_deploy.printable import UNPRINTABLE
+from kimi_deploy.wire.printable import UNPRINTABLE
 from kimi_deploy.errors import ExitCode
 from loopback import JSON, Loopback, QuietHandler, send
 

@@ -12,10 +12,10 @@ import time
 import pytest
 
 from helpers import run_cli
-from kimi_deploy import render as render_mod
-from kimi_deploy.monitoring import SCHEMA_ACCURACY_BEST_LOWER, rules_doc, to_yaml
+from kimi_deploy.targets import systemd as render_mod
+from kimi_deploy.targets.prometheus import SCHEMA_ACCURACY_BEST_LOWER, rules_doc, to_yaml
 from kimi_deploy.profile import parse_profile
-from kimi_deploy.render import render
+from kimi_deploy.targets.systemd import render
 from monitoring_helpers import PRESET, promtool, write_monitoring
 from kimi_deploy.presets import get_preset
 from quality_server import QualityServer
@@ -133,8 +133,8 @@ def test_the_drop_alert_fires_on_a_drop_and_stays_silent_within_noise(textfiles,
 
 
 def test_the_dashboard_shows_the_accuracy_with_its_interval():
-    from kimi_deploy.dashboard import panel_queries
-    from kimi_deploy.monitoring import settings
+    from kimi_deploy.targets.dashboard import panel_queries
+    from kimi_deploy.targets.prometheus import settings
 
     profile = _profile({})
     panels = {title: queries for _, title, queries in panel_queries(settings(profile), True)}

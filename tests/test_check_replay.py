@@ -281,11 +281,11 @@ def test_parser_tier_is_one_skip_row_on_a_server_without_a_kimi_parser(replay):
 
 
 def test_restart_fast_tier_runs_the_parser_tier_on_the_real_parsers(replay, patched, tmp_path):
-    """What ``restart --wait`` runs once the server is ready (:func:`kimi_deploy.restart.run_fast_checks`):
+    """What ``restart --wait`` runs once the server is ready (:func:`kimi_deploy.host.restart.run_fast_checks`):
     the parser.* tier fails on 0.5.23 as released exactly where the rule says and passes patched."""
     from kimi_deploy.check import parser
     from kimi_deploy.profile import load_profile
-    from kimi_deploy.restart import run_fast_checks
+    from kimi_deploy.host.restart import run_fast_checks
 
     unpatched = run_fast_checks(load_profile(profile_for(tmp_path, replay["unpatched"].url(), name="u.toml")),
                                 API_KEY, timeout=30)

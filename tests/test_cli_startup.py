@@ -118,3 +118,30 @@ def test_lazy_help_is_clicks_own_help(width):
             texts.append(group.get_help(ctx))
     assert "Commands:\n  bench " in texts[0]
     assert texts[0] == texts[1]
+
+
+#: Usage errors of the verbs that talk to a server: each must come back before a client library loads (issue 24:
+#: `check` with a malformed --base-url took 5.5 s under load to say so, importing openai first).
+USAGE_ERRORS = [
+    ("check", "--base-url", "ftp://127.0.0.1:30000"),
+    ("check", "--base-url", "127.0.0.1:30000"),
+    ("check",),
+    ("bench", "--base-url", "http://user:pw@127.0.0.1:30000"),
+    ("bench",),
+    ("bench", "--base-url", "http://127.0.0.1:30000", "--api-key", "k"),
+    ("check", "--timeout", "nan"),
+    ("bench", "--concurrency", "0"),
+]
+
+
+@pytest.mark.parametrize("args", USAGE_ERRORS, ids=[" ".join(a) for a in USAGE_ERRORS])
+def test_check_and_bench_usage_errors_come_back_before_any_client_library(tmp_path, args):
+    out = tmp_path / "modules.json"
+    proc = subprocess.run([sys.executable, "-c", CHILD, str(out), *args], capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(out.read_text())
+    assert data["exit"] == 2, (data["exit"], proc.stderr)
+    assert "error" in proc.stderr.lower(), proc.stderr
+    loaded = {m.split(".")[0] for m in data["modules"]}
+    assert loaded & {"openai", "httpx", "httptools", "rich", "matplotlib"} == set(), proc.stderr

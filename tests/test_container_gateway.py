@@ -11,7 +11,7 @@ profile put two replicas there: every node of ``fleet.toml`` installs the same s
 (``<name>.service``, its env file, its profile copy), so ``install --host 127.0.0.3`` would replace what
 ``--host 127.0.0.2`` installed, and ``[sglang] host`` must be ``0.0.0.0`` (or the one node), so both
 would listen on the same port. What the model allows is what a node of a single-node replica installs
-anyway, "exactly what one host gets without [fleet]" (kimi_deploy/fleet.py): each replica is its own
+anyway, "exactly what one host gets without [fleet]" (kimi_deploy.targets.systemd.host_files): each replica is its own
 one-host profile (``kimi-r0`` on 127.0.0.2, ``kimi-r1`` on 127.0.0.3, the fleet's ``[sglang]`` and key
 otherwise), and the gateway host's part comes from the fleet profile itself (``install --host
 127.0.0.1``), whose ``[[fleet.replicas]]`` are those two loopback addresses. Two loopback addresses

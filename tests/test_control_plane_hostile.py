@@ -5,7 +5,7 @@ behind a gateway, ``status`` on a gateway host and ``check --each-worker`` read 
 Before, they read every body whole with httpx's transparent decompression (a 500 KB gzip body of
 512 MB cost ``status`` 1 GB of RSS), and JSON nested 100,000 deep raised RecursionError (a traceback)
 or a /workers answer that was not an object raised AttributeError. Now they read as ``check`` does
-(:func:`kimi_deploy.readiness.request_capped`): identity only, at most 16 MiB, unreadable JSON is no answer.
+(:func:`kimi_deploy.wire.http.request_capped`): identity only, at most 16 MiB, unreadable JSON is no answer.
 Real loopback servers (``http.server``).
 """
 
@@ -16,9 +16,9 @@ import json
 
 import pytest
 
-from kimi_deploy.gateway import Gateway, GatewayError
-from kimi_deploy.limits import DEFAULT_MAX_BODY_BYTES
-from kimi_deploy.readiness import get_json, probe_ready
+from kimi_deploy.host.gateway import Gateway, GatewayError
+from kimi_deploy.wire.limits import DEFAULT_MAX_BODY_BYTES
+from kimi_deploy.host.readiness import get_json, probe_ready
 from loopback import Loopback, QuietHandler, send
 
 INFO = json.dumps({"version": "0.5.23", "launch_command": "python -m sglang.launch_server"}).encode()

@@ -117,12 +117,12 @@ def test_every_rendered_alert_links_to_its_runbook_entry():
     """The rendered rules' runbook_url (default base docs/runbook.md) names a heading of the runbook."""
     import yaml
 
-    from kimi_deploy.monitoring import rules_text
+    from kimi_deploy.targets.prometheus import rules_text
 
     profile = _all_alerts_profile()
     rules = yaml.safe_load(rules_text(profile, "#"))
     urls = [r["annotations"]["runbook_url"] for g in rules["groups"] for r in g["rules"] if "alert" in r]
-    assert len(urls) == 15
+    assert len(urls) == 16  # KimiNightlyCheckInterrupted (issue #30) is the 16th
     for url in urls:
         base, _, anchor = url.partition("#")
         assert base == "docs/runbook.md"

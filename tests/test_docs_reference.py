@@ -18,7 +18,7 @@ from kimi_deploy import options
 from kimi_deploy.check import registry
 from kimi_deploy.check.results import ALL_KINDS, WARN_KINDS
 from kimi_deploy.errors import ExitCode
-from kimi_deploy.limits import DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_LINE_BYTES
+from kimi_deploy.wire.limits import DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_LINE_BYTES
 
 REPO = Path(__file__).resolve().parent.parent
 REFERENCE = REPO / "docs" / "reference"
@@ -134,7 +134,7 @@ def test_what_is_checked_covers_every_check_id():
 
 def test_files_page_names_every_rendered_file():
     from kimi_deploy.presets import get_preset
-    from kimi_deploy.render import render
+    from kimi_deploy.targets.systemd import render
 
     text = page("files.md")
     rendered = render(get_preset("kimi-k25-rtx-pro-6000-x8").profile()).files

@@ -15,7 +15,7 @@ from kimi_deploy.doctor.modeldir import ModelDir, inspect_model_dir
 from kimi_deploy.patching import PatchStatus, SeriesStatus, find_series
 from kimi_deploy.presets import get_preset
 from kimi_deploy.profile import parse_profile
-from kimi_deploy.target import TargetInfo
+from kimi_deploy.engine import TargetInfo
 
 PRESET = "kimi-k25-rtx-pro-6000-x8"
 TORCH_CU130 = {"version": "2.14.1+cu130", "cuda": "13.0", "cuda_available": True, "nccl": "2.30.7",

@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 from doctor_helpers import install_fake_nvidia_smi, make_model_dir
 
-from kimi_deploy import render as render_lib
+from kimi_deploy import engine
+from kimi_deploy.targets import systemd as render_lib
 from kimi_deploy.cli import cli
 from kimi_deploy.presets import get_preset
 from kimi_deploy.profile import parse_profile
@@ -105,7 +106,7 @@ def test_reference_host_with_sglang_env(cli_runner, bin_dir, host, sglang_python
     monkeypatch.setenv("KIMI_DEPLOY_STATE_DIR", str(tmp_path / "state"))
     install_fake_nvidia_smi(bin_dir, "query-8x-server-580.csv", "topo-8x-dual-socket.txt")
     profile = parse_profile(host["data"])
-    version, components = render_lib.target_versions(sglang_python)
+    version, components = engine.target_versions(sglang_python)
     rendered = render_lib.render(profile, version, components=components)
     svc_dir = host["root"] / "etc/systemd/system"
     env_dir = host["root"] / "etc/kimi-deploy"

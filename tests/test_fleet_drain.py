@@ -12,7 +12,7 @@ import json
 import pytest
 
 from helpers import run_cli, write_profile
-from kimi_deploy import gateway
+from kimi_deploy.host import gateway
 from kimi_deploy.errors import ExitCode
 from loopback import Loopback, QuietHandler
 
@@ -125,7 +125,7 @@ def test_a_worker_list_that_is_not_smgs_is_one_line_and_nothing_restarts(tmp_pat
 
 
 def test_a_worker_list_past_the_cap_is_refused_unread():
-    from kimi_deploy.limits import DEFAULT_MAX_BODY_BYTES
+    from kimi_deploy.wire.limits import DEFAULT_MAX_BODY_BYTES
 
     big = json.dumps({"workers": [], "pad": "x" * (DEFAULT_MAX_BODY_BYTES + 10)}).encode()
     server, _ = _gateway((200, big))
@@ -137,7 +137,7 @@ def test_a_worker_list_past_the_cap_is_refused_unread():
 def test_a_replica_still_draining_after_the_wait_is_out_of_rotation_exit_9(tmp_path, fake_systemd):
     """The gateway takes the DELETE but keeps listing the worker (in-flight requests): the wait ends on an
     injected clock, nothing is restarted, and the exit code says the replica is out of rotation."""
-    from kimi_deploy import restart as restart_lib
+    from kimi_deploy.host import restart as restart_lib
     from kimi_deploy.paths import HostLayout
     from kimi_deploy.profile import load_profile
 
@@ -183,7 +183,7 @@ def test_a_restart_that_fails_after_the_drain_says_the_replica_stays_out(tmp_pat
 def remote(monkeypatch):
     """``http://127.0.0.9:PORT`` (nothing listens there) counted as another host by the transport guard: the
     tests stay on loopback while the kit treats the worker as remote, as production workers are."""
-    from kimi_deploy import apikey
+    from kimi_deploy.wire import apikey
 
     local = apikey.is_local_host
     monkeypatch.setattr(apikey, "is_local_host", lambda host: host != "127.0.0.9" and local(host))
@@ -259,7 +259,7 @@ def _clock():
 def test_the_restart_waits_for_the_requests_still_running_on_the_replica():
     """smg drops a removed worker after a fixed 5 s whatever still runs there: the kit polls the replica's own
     /v1/loads (with the key) until no request runs or waits, on an injected clock."""
-    from kimi_deploy.restart import wait_idle
+    from kimi_deploy.host.restart import wait_idle
 
     server, seen = _loads([(2, 1), (1, 0), (0, 0)])
     now, clock, sleep = _clock()
@@ -270,7 +270,7 @@ def test_the_restart_waits_for_the_requests_still_running_on_the_replica():
 
 
 def test_a_replica_that_cannot_say_its_load_is_restarted_after_the_gateways_drain_with_a_note():
-    from kimi_deploy.restart import wait_idle
+    from kimi_deploy.host.restart import wait_idle
 
     server, seen = _loads([None])
     _, clock, sleep = _clock()
@@ -285,7 +285,7 @@ def test_a_replica_that_cannot_say_its_load_is_restarted_after_the_gateways_drai
 @pytest.mark.parametrize("loads", [{"loads": []}, {"loads": [{"num_running_reqs": "1", "num_waiting_reqs": 0}]},
                                    {"loads": [{"num_running_reqs": True, "num_waiting_reqs": 0}]}, [1, 2]])
 def test_a_load_answer_of_another_shape_counts_as_unknown_not_idle(loads):
-    from kimi_deploy.restart import _busy
+    from kimi_deploy.host.restart import _busy
 
     assert _busy(loads) is None
 
@@ -293,7 +293,7 @@ def test_a_load_answer_of_another_shape_counts_as_unknown_not_idle(loads):
 def test_a_replica_still_busy_after_the_drain_timeout_is_not_restarted_exit_9(tmp_path, fake_systemd):
     """The gateway dropped the replica but a long generation still runs there: past --drain-timeout nothing is
     restarted, the replica stays out of rotation, and the exit code says so."""
-    from kimi_deploy import restart as restart_lib
+    from kimi_deploy.host import restart as restart_lib
     from kimi_deploy.paths import HostLayout
     from kimi_deploy.profile import load_profile
 

@@ -29,8 +29,9 @@ import httpx
 import pytest
 
 from helpers import run_cli
-from kimi_deploy import gateway
-from kimi_deploy import restart as restart_lib
+from kimi_deploy import launch
+from kimi_deploy.host import gateway
+from kimi_deploy.host import restart as restart_lib
 from kimi_deploy.errors import ExitCode
 from kimi_deploy.paths import HostLayout
 from kimi_deploy.check import CheckOptions, run_checks
@@ -126,8 +127,8 @@ prometheus_port = {self.metrics_port}
         credentials.mkdir()
         (credentials / "api-key").write_text(KEY + "\n")  # what LoadCredential= puts there
         self.trace = tmp / "smg.strace"
-        argv = gateway.gateway_argv(self.profile)
-        assert argv[1] == "-c" and argv[2] == gateway.LAUNCHER and KEY not in argv
+        argv = launch.gateway_argv(self.profile)
+        assert argv[1] == "-c" and argv[2] == launch.LAUNCHER and KEY not in argv
         if STRACE:
             argv = [STRACE, "-f", "-qq", "-e", "trace=connect", "-o", str(self.trace), *argv]
         # its own process group: stop() ends strace and the smg it traces together (a SIGTERM to strace alone

@@ -25,7 +25,8 @@ import pytest
 import yaml
 
 from helpers import run_cli, write_profile
-from kimi_deploy import gateway, monitoring
+from kimi_deploy.host import gateway
+from kimi_deploy.targets import prometheus as monitoring
 from kimi_deploy.profile import parse_profile
 from monitoring_helpers import tool
 
@@ -218,7 +219,7 @@ def test_real_prometheus_scrapes_both_replicas_and_the_gateway_and_the_check_per
     profile = parse_profile(__import__("tomllib").loads(PROFILE))
     etc = tmp_path / "etc"
     etc.mkdir()
-    from kimi_deploy.render import render
+    from kimi_deploy.targets.systemd import render
 
     for name, text in render(profile).monitoring.items():
         (etc / name).write_text(text)

@@ -21,7 +21,9 @@ from pathlib import Path
 import pytest
 
 from helpers import run_cli, write_profile
-from kimi_deploy import fleet, gateway
+from kimi_deploy import topology
+from kimi_deploy import validate
+from kimi_deploy.host import gateway
 from kimi_deploy.errors import UsageError
 from kimi_deploy.profile import parse_profile
 
@@ -109,8 +111,8 @@ def test_one_host_spelt_two_ways_gets_one_folder_with_both_parts(tmp_path):
     assert {"kimi-k25-gateway.service", "kimi-k25.service"} <= {n.split("/", 1)[1] for n in tree
                                                                 if n.startswith("fd00::11/")}
     profile = parse_profile(__import__("tomllib").loads(text))
-    assert fleet.pick_host(profile, "FD00:0::11") == fleet.pick_host(profile, "fd00::11") == "fd00::11"
-    assert fleet.is_node(profile, "FD00::11")
+    assert topology.pick_host(profile, "FD00:0::11") == topology.pick_host(profile, "fd00::11") == "fd00::11"
+    assert topology.is_node(profile, "FD00::11")
 
 
 def test_gateway_unit_lists_the_workers_and_keeps_the_key_and_gpus_out(tmp_path):
@@ -155,32 +157,32 @@ def test_every_fleet_unit_passes_verify_and_the_gateway_exposure_is_low(tmp_path
 def test_gateway_flags_are_exact_options_of_the_pinned_smg():
     """The rendered smg arguments are option names smg 1.13.0's own --help lists (recorded output);
     abbreviations and unknown names are refused; the policy is one of its choices."""
-    known = gateway.parse_help_options(HELP)
+    known = validate.parse_help_options(HELP)
     assert {"--host", "--port", "--policy", "--worker-urls", "--prometheus-host", "--prometheus-port",
             "--disable-tokenizer-autoload", "--api-key", "--cache-match-threshold", "--model"} <= known
     profile = parse_profile(__import__("tomllib").loads(PROFILE))
-    assert gateway.validate_gateway(profile, HELP) == []
-    assert gateway.flag_problems(["--polic", "x", "--worker-url", "y", "--port=1"], known) == [
+    assert validate.validate_gateway(profile, HELP) == []
+    assert validate.flag_problems(["--polic", "x", "--worker-url", "y", "--port=1"], known) == [
         "--polic: not an option of this smg (its `launch --help` lists no such name)",
         "--worker-url: not an option of this smg (its `launch --help` lists no such name)"]
-    assert "round_robin" in gateway.policy_choices(HELP)
+    assert "round_robin" in validate.policy_choices(HELP)
     bad = parse_profile(__import__("tomllib").loads(PROFILE + 'policy = "fastest"\n'))
-    assert gateway.validate_gateway(bad, HELP) == [
+    assert validate.validate_gateway(bad, HELP) == [
         "gateway.policy: 'fastest' is not one of this smg's policies (random, round_robin, passthrough, "
         "cache_aware, power_of_two, least_load, manual, consistent_hashing, prefix_hash)"]
 
 
 def test_pick_host_by_flag_or_own_addresses():
     profile = parse_profile(__import__("tomllib").loads(PROFILE))
-    assert fleet.pick_host(profile, "10.0.0.12", []) == "10.0.0.12"
-    assert fleet.pick_host(profile, None, ["127.0.0.1", "10.0.0.10", "gw1"]) == "10.0.0.10"
+    assert topology.pick_host(profile, "10.0.0.12", []) == "10.0.0.12"
+    assert topology.pick_host(profile, None, ["127.0.0.1", "10.0.0.10", "gw1"]) == "10.0.0.10"
     with pytest.raises(UsageError, match="not a host of the profile"):
-        fleet.pick_host(profile, "10.0.0.99", [])
+        topology.pick_host(profile, "10.0.0.99", [])
     with pytest.raises(UsageError, match="matching: none"):
-        fleet.pick_host(profile, None, ["127.0.0.1"])
+        topology.pick_host(profile, None, ["127.0.0.1"])
     recorded = '[{"ifname":"lo","addr_info":[{"local":"127.0.0.1"},{"local":"::1"}]},' \
                '{"ifname":"ens5f0","addr_info":[{"family":"inet","local":"10.0.0.11","prefixlen":24}]}]'
-    assert fleet.parse_ip_addr_json(recorded) == {"127.0.0.1", "::1", "10.0.0.11"}
+    assert topology.parse_ip_addr_json(recorded) == {"127.0.0.1", "::1", "10.0.0.11"}
 
 
 def test_install_puts_each_hosts_part_in_place_and_a_second_run_plans_nothing(tmp_path):

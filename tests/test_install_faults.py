@@ -21,10 +21,11 @@ from pathlib import Path
 import pytest
 
 from install_fakes import snapshot, write_profile
-from kimi_deploy import fsio, hostfiles
+from kimi_deploy import fsio
+from kimi_deploy.host import records as hostfiles
 from kimi_deploy.cli import cli
 from kimi_deploy.errors import ExitCode, LockedError
-from kimi_deploy.install import apply, plan_install
+from kimi_deploy.host.install import apply, plan_install
 from kimi_deploy.paths import HostLayout
 from kimi_deploy.profile import load_profile
 
@@ -376,7 +377,7 @@ def test_a_second_run_on_a_locked_service_waits_then_exits_7_and_changes_nothing
 
 
 def test_restart_takes_the_same_lock(root, profiles, fake_systemd):
-    from kimi_deploy.restart import restart
+    from kimi_deploy.host.restart import restart
 
     v1, _ = profiles
     layout = HostLayout(root)

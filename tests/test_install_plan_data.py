@@ -13,13 +13,13 @@ from pathlib import Path
 import pytest
 
 from install_fakes import write_profile
-from kimi_deploy.apikey import KeyFile
+from kimi_deploy.wire.apikey import KeyFile
 from kimi_deploy.errors import UsageError
-from kimi_deploy.hostfiles import FileRecord, Intent, Manifest, Ownership, sha256
-from kimi_deploy.install import HostFacts, desired_files, plan_install_from, plan_uninstall_from
+from kimi_deploy.host.records import FileRecord, Intent, Manifest, Ownership, sha256
+from kimi_deploy.host.install import HostFacts, desired_files, plan_install_from, plan_uninstall_from
 from kimi_deploy.paths import HostLayout
 from kimi_deploy.profile import load_profile
-from kimi_deploy.readiness import Probe
+from kimi_deploy.host.readiness import Probe
 
 NOWHERE = HostLayout(Path("/nonexistent/kimi-deploy-plan-data"))
 HOST = HostLayout(Path("/"))
@@ -194,9 +194,9 @@ def test_planners_never_touch_the_disk(profile, host):
     import tomllib
 
     from kimi_deploy.profile import parse_profile
-    from kimi_deploy.ranks import find_rank
-    from kimi_deploy.status import StatusFacts, status_from
-    from kimi_deploy.systemd import parse_show
+    from kimi_deploy.topology import find_rank
+    from kimi_deploy.host.status import StatusFacts, status_from
+    from kimi_deploy.host.systemd import parse_show
 
     if host is not None:
         profile = parse_profile(tomllib.loads(FLEET))
@@ -222,9 +222,9 @@ def test_planners_never_touch_the_disk(profile, host):
 
 
 def test_status_is_computed_from_facts(profile):
-    from kimi_deploy.readiness import Probe
-    from kimi_deploy.status import StatusFacts, status_from
-    from kimi_deploy.systemd import parse_show
+    from kimi_deploy.host.readiness import Probe
+    from kimi_deploy.host.status import StatusFacts, status_from
+    from kimi_deploy.host.systemd import parse_show
 
     files, version = desired_files(profile)
     manifest = plan(profile, facts_for(HOST))[0].intent.manifest
@@ -250,8 +250,8 @@ def test_status_of_a_gateway_host_reports_the_gateway_unit_and_no_server(tmp_pat
     import tomllib
 
     from kimi_deploy.profile import parse_profile
-    from kimi_deploy.status import StatusFacts, gateway_host, status_from
-    from kimi_deploy.systemd import parse_show
+    from kimi_deploy.host.status import StatusFacts, gateway_host, status_from
+    from kimi_deploy.host.systemd import parse_show
 
     fleet = parse_profile(tomllib.loads(
         '[service]\nname = "kimi-test"\n[sglang]\nmodel_path = "/models/k"\nhost = "0.0.0.0"\n'
@@ -326,7 +326,7 @@ def test_purge_removes_the_user_then_the_group_install_created_before_the_backup
 
 
 def test_purge_leaves_accounts_it_did_not_create_or_that_are_gone_or_in_use():
-    from kimi_deploy.hostfiles import Claims
+    from kimi_deploy.host.records import Claims
 
     present = dict(users=frozenset({"sglang"}), groups=frozenset({"sglang"}))
     not_ours = HostFacts(layout=HOST, manifest=_record(), installed=("kimi-test",), **present)

@@ -22,12 +22,12 @@ from install_fakes import STARTUP_JOURNAL, SHOW_AUTO_RESTART, SHOW_FAILED, FakeS
 from kimi_deploy.check import registry
 from kimi_deploy.cli import cli
 from kimi_deploy.errors import ExitCode
-from kimi_deploy.install import apply, plan_install
+from kimi_deploy.host.install import apply, plan_install
 from kimi_deploy.paths import HostLayout
 from kimi_deploy.profile import load_profile
-from kimi_deploy.readiness import phase_of, wait_ready
-from kimi_deploy import restart as restart_lib
-from kimi_deploy.restart import restart
+from kimi_deploy.host.readiness import phase_of, wait_ready
+from kimi_deploy.host import restart as restart_lib
+from kimi_deploy.host.restart import restart
 
 UNIT = "etc/systemd/system/kimi-test.service"
 
@@ -152,10 +152,10 @@ def test_restart_timeout_default_comes_from_timeout_start_sec(tmp_path, fake_sys
 
     def fake_wait(base_url, unit, **kw):
         seen.update(kw)
-        from kimi_deploy.readiness import WaitResult
+        from kimi_deploy.host.readiness import WaitResult
         return WaitResult(False, True, False, 0.0, 1, None, None, None)
 
-    monkeypatch.setattr("kimi_deploy.restart.wait_ready", fake_wait)
+    monkeypatch.setattr("kimi_deploy.host.restart.wait_ready", fake_wait)
     root, v1, _ = _setup(tmp_path, 30000)
     _install(root, v1)
     result = restart(load_profile(v1), HostLayout(root), wait=True)

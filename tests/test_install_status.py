@@ -17,13 +17,13 @@ import pytest
 from install_fakes import (FAKE_MAIN_PID, NO_SYSTEMD_STDERR, SHOW_ACTIVE, SHOW_FAILED, FakeServer, sglang_server_args,
                            write_profile)
 from kimi_deploy.cli import cli
-from kimi_deploy.install import apply, plan_install
+from kimi_deploy.host.install import apply, plan_install
 from kimi_deploy.paths import HostLayout
 from kimi_deploy.profile import load_profile
-from kimi_deploy.render import render
-from kimi_deploy.status import (compare_launch, launch_entries, parse_launch_command, redact,
+from kimi_deploy.targets.systemd import render
+from kimi_deploy.host.status import (compare_launch, launch_entries, parse_launch_command, redact,
                                 server_args_from_cmdline)
-from kimi_deploy.systemd import parse_show
+from kimi_deploy.host.systemd import parse_show
 from patch_helpers import patched_target, site_packages_of
 
 #: A file the default series patches (kimi-k2-tool-call-ids).
@@ -263,7 +263,7 @@ def test_status_systemd_hint_on_the_host_does_not_suggest_root():
     from pathlib import Path
 
     from kimi_deploy.errors import ExternalCommandError
-    from kimi_deploy.status import _systemctl_failure
+    from kimi_deploy.host.status import _systemctl_failure
 
     exc = ExternalCommandError("systemctl failed", command="systemctl show x.service", stderr=NO_SYSTEMD_STDERR)
     host = _systemctl_failure("x.service", exc, HostLayout(Path("/")))

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from install_fakes import snapshot, write_profile
-from kimi_deploy import hostfiles
+from kimi_deploy.host import records as hostfiles
 from kimi_deploy.cli import cli
 from kimi_deploy.errors import ExitCode
 from kimi_deploy.paths import HostLayout

@@ -20,10 +20,10 @@ import yaml
 
 from helpers import run_cli, write_profile
 from kube_helpers import kubernetes_validate_cli, kustomize, load_tree, substitute_lws, validate_document
-from kimi_deploy import kubernetes
+from kimi_deploy.targets import kubernetes
 from kimi_deploy.profile import parse_profile
-from kimi_deploy.ranks import render_ranks
-from kimi_deploy.render import render as render_systemd
+from kimi_deploy.targets.systemd import render_ranks
+from kimi_deploy.targets.systemd import render as render_systemd
 
 GOLDEN = Path(__file__).parent / "golden" / "kubernetes"
 UPDATE = os.environ.get("KIMI_DEPLOY_UPDATE_GOLDEN") == "1"
@@ -241,7 +241,7 @@ def _exec_start_args(unit: str) -> list[str]:
 
 def _systemd_rank_args(profile, rank: int) -> list[str]:
     """What the systemd unit of node ``rank`` of the first replica runs (independently of the Kubernetes code):
-    the ExecStart= of that rank's rendered unit (kimi_deploy.ranks.render_ranks), the single-host unit's for
+    the ExecStart= of that rank's rendered unit (kimi_deploy.targets.systemd.render_ranks), the single-host unit's for
     one node."""
     name = f"{profile.service.name}.service"
     if profile.nodes_per_copy == 1:
@@ -478,7 +478,7 @@ def test_the_check_job_reads_the_same_profile_and_its_command_parses(tmp_path):
     assert result.exit_code == 0, result.stderr
     assert result.stdout.strip()
     # the in-cluster URL is plain http to another host: without --insecure check would refuse to send the key
-    from kimi_deploy.apikey import guard_transport
+    from kimi_deploy.wire.apikey import guard_transport
     from kimi_deploy.errors import UsageError
 
     base_url = args[args.index("--base-url") + 1]
@@ -521,13 +521,13 @@ def _gateway_container(profile_toml: str) -> dict:
 def test_the_gateway_key_is_in_no_argv_and_its_options_are_smg_launch_options():
     """The gateway pod runs the unit's own launcher (the key read from the mounted Secret inside smg's process,
     never on a command line a shell builds) and every option is an exact name of smg 1.13.0's `launch --help`."""
-    from kimi_deploy import gateway
+    from kimi_deploy import launch, validate
 
     container = _gateway_container(profile_text("two-node-groups-gateway"))
-    assert container["command"] == ["python3", "-c", gateway.LAUNCHER, "launch"]
+    assert container["command"] == ["python3", "-c", launch.LAUNCHER, "launch"]
     assert {"name": "CREDENTIALS_DIRECTORY", "value": kubernetes.SECRET_DIR} in container["env"]
     assert "--api-key" not in container["command"] + container["args"]
-    assert gateway.flag_problems(container["args"], gateway.parse_help_options(SMG_HELP.read_text())) == []
+    assert validate.flag_problems(container["args"], validate.parse_help_options(SMG_HELP.read_text())) == []
 
 
 def test_the_gateway_refuses_an_empty_key_with_the_real_smg(tmp_path, smg_path):

@@ -18,7 +18,8 @@ import yaml
 
 from helpers import run_cli, write_profile
 from kube_helpers import operator_errors, validate_document
-from kimi_deploy import kubernetes, monitoring
+from kimi_deploy.targets import kubernetes
+from kimi_deploy.targets import prometheus as monitoring
 from kimi_deploy.profile import parse_profile
 from loopback import free_port
 from monitoring_helpers import promtool, tool

@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 import pod_security
-from kimi_deploy import kubernetes
+from kimi_deploy.targets import kubernetes
 from kimi_deploy.profile import parse_profile
 from test_kubernetes import CASES, _with, profile_text
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from helpers import run_cli
-from kimi_deploy.monitoring import rules_doc, to_yaml
+from kimi_deploy.targets.prometheus import rules_doc, to_yaml
 from monitoring_helpers import expand, preset_profile, promtool, write_monitoring
 from test_check_replay import API_KEY, Replay, SERVER, key_file, profile_for  # noqa: F401
 

@@ -9,7 +9,7 @@ import datetime as dt
 
 from kimi_deploy.check.reports import to_prometheus
 from kimi_deploy.check.results import CheckReport, CheckResult
-from kimi_deploy.monitoring import alerts, rules_doc, settings, to_yaml
+from kimi_deploy.targets.prometheus import alerts, rules_doc, settings, to_yaml
 from monitoring_helpers import preset_profile, promtool, write_monitoring
 from test_monitoring_check_alerts import SCRAPE, alert_test, series
 

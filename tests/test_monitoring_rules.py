@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from kimi_deploy.monitoring import alerts, rules_doc, settings, to_yaml
+from kimi_deploy.targets.prometheus import alerts, rules_doc, settings, to_yaml
 from monitoring_helpers import GATEWAY_MONITORING as GATEWAY
 from kimi_deploy.presets import get_preset
 from kimi_deploy.profile import parse_profile
@@ -43,7 +43,7 @@ def test_check_job_keeps_only_its_own_services_textfile():
     """Two services on one host (one node_exporter): each check job honours the textfile's ``service`` label
     and keeps only its own service's series; the rules and the dashboard select by that label too."""
     from monitoring_helpers import all_queries
-    from kimi_deploy.monitoring import scrape_configs
+    from kimi_deploy.targets.prometheus import scrape_configs
 
     profile = preset_profile()
     st = settings(profile)

@@ -71,7 +71,7 @@ def test_every_emit_names_a_handler_and_the_environment_is_the_tables():
 
 
 def test_status_redacts_and_ignores_what_the_secret_rows_say():
-    from kimi_deploy import status
+    from kimi_deploy.host import status
 
     assert status.SECRET_OPTIONS == ("--api-key", "--admin-api-key") == options.secret_flags()
     assert status.IGNORED_OPTIONS == ("--config", "--api-key", "--admin-api-key") == options.merged_flags()

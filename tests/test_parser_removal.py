@@ -16,7 +16,7 @@ from install_fakes import write_profile
 from kimi_deploy.cli import cli
 from kimi_deploy.errors import ExitCode, RefusedError
 from kimi_deploy.host.gate import parser_removal
-from kimi_deploy.install import apply, plan_install
+from kimi_deploy.host.install import apply, plan_install
 from kimi_deploy.paths import HostLayout
 from kimi_deploy.profile import load_profile
 

@@ -1,4 +1,4 @@
-"""What a hostile server names itself reaches the terminal as literal text (kimi_deploy/printable.py).
+"""What a hostile server names itself reaches the terminal as literal text (kimi_deploy/wire/printable.py).
 
 A real loopback server (``http.server``) calls its model ``m[/]`` plus an ESC sequence that sets the
 window title and clears the screen, a carriage return and a right-to-left override, and reports a
@@ -15,7 +15,7 @@ import pytest
 
 from helpers import run_cli
 from kimi_deploy.errors import ExitCode
-from kimi_deploy.printable import markup, printable
+from kimi_deploy.wire.printable import markup, printable
 from loopback import Loopback, QuietHandler
 
 #: A model name and a version a hostile server may report: Rich markup, an OSC title, a clear screen, CR, RLO.

@@ -16,7 +16,8 @@ import sys
 import pytest
 
 from helpers import MINIMAL, run_cli, write_profile
-from kimi_deploy import launch, systemd
+from kimi_deploy import launch
+from kimi_deploy.host import systemd
 from kimi_deploy.errors import ProfileError
 from kimi_deploy.profile import parse_profile
 
@@ -151,7 +152,7 @@ def test_the_most_extra_args_and_environment_the_profile_takes_still_make_a_unit
     """128 arguments and 128 variables of the longest text: systemd loads the unit (its logical line limit is
     1 MiB; 200,000 short arguments rendered a 4 MB ExecStart= that systemd refused, "No buffer space
     available"); one more item is refused with exit 2."""
-    from kimi_deploy.render import render
+    from kimi_deploy.targets.systemd import render
     from kimi_deploy.values import MAX_ITEMS, MAX_TEXT
 
     if not shutil.which("systemd-analyze"):

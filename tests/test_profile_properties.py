@@ -30,7 +30,7 @@ from kimi_deploy import options
 from kimi_deploy.errors import KimiDeployError
 from kimi_deploy.launch import SECRETS_CONFIG_NAME
 from kimi_deploy.profile import SGLang, Service, parse_profile
-from kimi_deploy.render import render
+from kimi_deploy.targets.systemd import render
 from kimi_deploy.values import SAFE_TOKEN
 
 TRUE = shutil.which("true") or "/bin/true"
@@ -319,7 +319,8 @@ def test_every_string_of_fleet_gateway_kubernetes_and_monitoring_is_refused_or_r
     or line-separator character."""
     import yaml
 
-    from kimi_deploy import fleet, kubernetes
+    from kimi_deploy.targets.systemd import host_files
+    from kimi_deploy.targets import kubernetes
 
     base = dict(_paths(FULL))[path] if not isinstance(path[-1], tuple) else path[-1][1]
 
@@ -334,7 +335,7 @@ def test_every_string_of_fleet_gateway_kubernetes_and_monitoring_is_refused_or_r
     def check(value: str) -> None:
         try:
             profile = parse_profile(_set(FULL, path, value))
-            hosts = fleet.host_files(profile)
+            hosts = host_files(profile)
             manifests = kubernetes.render(profile)
         except KimiDeployError as exc:
             assert exc.exit_code == 2, exc

@@ -23,7 +23,9 @@ from kimi_deploy.argv import flag_groups
 from kimi_deploy.launch import build_launch
 from kimi_deploy.options import OPTIONS
 from kimi_deploy.profile import parse_profile
-from kimi_deploy.ranks import find_rank, group_ranks, rank_launch, render_ranks, serving_url
+from kimi_deploy.launch import rank_launch
+from kimi_deploy.targets.systemd import render_ranks
+from kimi_deploy.topology import find_rank, group_ranks, serving_url
 from kimi_deploy.validate import validate_profile, validate_server_args
 
 GOLDEN = Path(__file__).parent / "golden" / "fleet" / "two-rank-group"
@@ -117,7 +119,7 @@ def test_a_node_that_is_not_in_the_fleet_is_a_usage_error():
 def test_an_empty_sglang_version_is_refused_on_every_rank_not_taken_for_the_default():
     """``render --sglang-version ""`` is exit 2 on one host; a rank's launch must not read "" as "the default"."""
     from kimi_deploy.errors import UsageError
-    from kimi_deploy.ranks import node_launch
+    from kimi_deploy.launch import node_launch
 
     profile = profile_of()
     for rank in group_ranks(profile)[:2]:
@@ -220,7 +222,7 @@ def test_validate_cli_reports_each_rank(sglang_python, tmp_path):
 
 def test_local_rank_is_the_node_this_host_owns():
     from kimi_deploy.errors import UsageError
-    from kimi_deploy.ranks import local_rank
+    from kimi_deploy.topology import local_rank
 
     profile = profile_of()
     assert local_rank(profile, owns=lambda host: host == "10.0.0.12").rank == 1
@@ -234,7 +236,8 @@ def test_local_rank_is_the_node_this_host_owns():
 
 
 def test_restart_wait_on_a_rank_that_serves_no_http_is_refused_before_anything_runs(tmp_path, monkeypatch):
-    from kimi_deploy import restart as restart_lib, systemd
+    from kimi_deploy.host import restart as restart_lib
+    from kimi_deploy.host import systemd
     from kimi_deploy.errors import UsageError
     from kimi_deploy.paths import HostLayout
 
@@ -250,7 +253,7 @@ def test_check_on_a_rank_that_serves_no_http_names_rank0(tmp_path, monkeypatch):
     import tomli_w
 
     from helpers import run_cli
-    from kimi_deploy import ranks
+    from kimi_deploy import topology as ranks
 
     monkeypatch.setattr(ranks, "owns_address", lambda host: host == "10.0.0.12")
     path = tmp_path / "profile.toml"
@@ -262,11 +265,11 @@ def test_check_on_a_rank_that_serves_no_http_names_rank0(tmp_path, monkeypatch):
 
 def test_status_of_a_rank_that_serves_no_http_asks_no_health_and_compares_its_own_command():
     from kimi_deploy import __version__
-    from kimi_deploy.hostfiles import Manifest
+    from kimi_deploy.host.records import Manifest
     from kimi_deploy.paths import HostLayout
-    from kimi_deploy.readiness import Probe
-    from kimi_deploy.status import StatusFacts, status_from
-    from kimi_deploy.systemd import parse_show
+    from kimi_deploy.host.readiness import Probe
+    from kimi_deploy.host.status import StatusFacts, status_from
+    from kimi_deploy.host.systemd import parse_show
 
     profile = profile_of()
     rank = find_rank(profile, "10.0.0.12")
@@ -285,7 +288,7 @@ def test_status_of_a_rank_that_serves_no_http_asks_no_health_and_compares_its_ow
 
 
 def test_owns_address_binds_without_sending():
-    from kimi_deploy.ranks import owns_address
+    from kimi_deploy.topology import owns_address
 
     assert owns_address("127.0.0.1")
     assert not owns_address("192.0.2.1")  # TEST-NET-1 (RFC 5737): never a local address here
@@ -293,7 +296,7 @@ def test_owns_address_binds_without_sending():
 
 
 def test_render_of_a_multi_node_profile_is_rank0_of_the_first_replica():
-    from kimi_deploy.render import render
+    from kimi_deploy.targets.systemd import render
 
     profile = profile_of()
     assert dict(render(profile).files) == render_ranks(profile)["10.0.0.11"]
@@ -326,8 +329,8 @@ def test_preflight_of_a_single_host_profile_says_there_are_no_ranks(tmp_path):
 def test_preflight_in_an_interpreter_without_torch_says_so(tmp_path):
     """The kit's own interpreter has no torch: the script stops with one line, not a traceback (the NIC and
     address stages pass first: loopback is the NIC and 127.0.0.1 is owned, a rank-1 view of a test group)."""
-    from kimi_deploy import preflight as preflight_lib
-    from kimi_deploy.ranks import Rank
+    from kimi_deploy.host import preflight as preflight_lib
+    from kimi_deploy.topology import Rank
 
     try:
         import torch  # noqa: F401
@@ -359,7 +362,7 @@ def test_render_out_writes_each_ranks_folder_and_the_monitoring_files_once(tmp_p
 
 
 def test_install_of_a_rank_installs_that_ranks_unit():
-    from kimi_deploy.install import desired_files
+    from kimi_deploy.host.install import desired_files
 
     files, _ = desired_files(profile_of(), host="10.0.0.12")
     unit = files["/etc/systemd/system/kimi-k25.service"].decode()

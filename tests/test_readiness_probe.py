@@ -6,7 +6,7 @@ SGLang 0.5.23's ``/model_info`` is a JSON object; anything else on that port is 
 
 from __future__ import annotations
 
-from kimi_deploy.readiness import probe_ready
+from kimi_deploy.host.readiness import probe_ready
 from loopback import Loopback, QuietHandler
 
 

@@ -322,7 +322,7 @@ def test_init_fleet_renders_host_folders_and_a_scrape_config_of_its_addresses(tm
 def test_init_every_commented_key_of_every_table_still_validates_and_renders(tmp_path, flags):
     """Uncommenting every `# key = value` line of init --fleet/--kubernetes (each in its own table) gives a profile
     that validates and renders: the documented keys and values are not stale."""
-    from kimi_deploy import kubernetes as kubernetes_target
+    from kimi_deploy.targets import kubernetes as kubernetes_target
     from kimi_deploy.profile import parse_profile
 
     path = tmp_path / "kimi.toml"

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from install_fakes import STARTUP_JOURNAL
-from kimi_deploy import target
+from kimi_deploy import engine as target
 from kimi_deploy.cli import cli
 from kimi_deploy.host import phases
 from kimi_deploy.paths import HostLayout

@@ -24,7 +24,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from kimi_deploy.apikey import guard_transport, is_local_host
+from kimi_deploy.wire.apikey import guard_transport, is_local_host
 from kimi_deploy.errors import ExitCode, UsageError
 from kimi_deploy.redact import MASK
 from loopback import Loopback, QuietHandler
@@ -242,7 +242,7 @@ def test_plain_http_to_another_host_is_refused_then_warned(verb, tmp_path):
 def test_an_address_of_this_host_is_local(tmp_path):
     """10.9.9.9 is on this namespace's lo: plain http to it never leaves the machine, so no --insecure."""
     prefix = _netns()
-    code = ("from kimi_deploy.apikey import is_local_host as f; import sys; "
+    code = ("from kimi_deploy.wire.apikey import is_local_host as f; import sys; "
             "sys.exit(0 if f('10.9.9.9') and not f('10.9.9.8') else 1)")
     run = subprocess.run([*prefix, sys.executable, "-c", code], env={**os.environ, "PYTHONPATH": str(REPO)},
                          capture_output=True, text=True, timeout=60)

@@ -57,7 +57,7 @@ def test_a_misspelt_verb_gets_a_did_you_mean():
 
 
 def test_a_control_plane_cap_names_no_flag_the_verb_lacks():
-    from kimi_deploy.limits import LimitExceeded
+    from kimi_deploy.wire.limits import LimitExceeded
 
     text = str(LimitExceeded("the body", 16 << 20, None, (16 << 20) + 1))
     assert "--max-body-bytes" not in text and "16 MiB" in text

@@ -1,4 +1,4 @@
-"""The one SSE framer (kimi_deploy.sse) against a line-by-line reading of the WHATWG rules.
+"""The one SSE framer (kimi_deploy.wire.sse) against a line-by-line reading of the WHATWG rules.
 
 The reference below follows the spec's algorithm literally (split into lines at CRLF/LF/CR,
 one field per line, dispatch on a blank line); the framer must give the same events for any
@@ -14,8 +14,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kimi_deploy.limits import LimitExceeded
-from kimi_deploy.sse import DONE, Framer, frame_all
+from kimi_deploy.wire.limits import LimitExceeded
+from kimi_deploy.wire.sse import DONE, Framer, frame_all
 
 
 def reference(raw: bytes) -> list[bytes]:

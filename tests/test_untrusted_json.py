@@ -3,7 +3,7 @@
 ``json.loads`` raises RecursionError past Python's stack, which nobody's ``except ValueError`` caught:
 ``bench --extra-body``, a ``bench --dataset`` line, a results file for ``bench compare`` (files meant for
 sharing), a safetensors header ``doctor`` reads from downloaded weights, and the nightly report ``status``
-summarises. One helper (:func:`kimi_deploy.limits.parse_json`) turns it into the ValueError each caller
+summarises. One helper (:func:`kimi_deploy.wire.limits.parse_json`) turns it into the ValueError each caller
 handles. A results file with the right schema name but missing fields stopped ``bench compare`` with a
 KeyError traceback.
 """
@@ -18,8 +18,8 @@ import pytest
 from helpers import run_cli
 from kimi_deploy.doctor.modeldir import safetensors_expected_size
 from kimi_deploy.errors import ExitCode
-from kimi_deploy.limits import parse_json
-from kimi_deploy.status import last_check
+from kimi_deploy.wire.limits import parse_json
+from kimi_deploy.host.status import last_check
 
 DEEP = "[" * 100_000 + "]" * 100_000
 

@@ -9,7 +9,8 @@ import sys
 
 import pytest
 
-from kimi_deploy import proc, target
+from kimi_deploy import proc
+from kimi_deploy import engine as target
 from kimi_deploy.cli import cli
 from kimi_deploy.errors import ExitCode, ExternalCommandError, UsageError
 

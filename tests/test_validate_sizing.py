@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from kimi_deploy import target
+from kimi_deploy import engine as target
 from kimi_deploy.cli import cli
 from kimi_deploy.launch import build_launch
 from kimi_deploy.presets import get_preset

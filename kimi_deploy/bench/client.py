@@ -1,11 +1,11 @@
-"""The load client: one shared keep-alive connection pool and the kit's SSE framer (:mod:`kimi_deploy.sse`).
+"""The load client: one shared keep-alive connection pool and the kit's SSE framer (:mod:`kimi_deploy.wire.sse`).
 
 Built so that the client is not what is measured (peers' pitfalls, see
 ``shared/notes/benchmark-metrics.md``): one connection pool (:mod:`kimi_deploy.bench.http`)
 for the whole sweep, sized to at least the concurrency (aiohttp's and httpx's default cap is
 100), keep-alive connections reused across requests, request bodies serialized before the
 clock starts, no per-request session, no openai SDK. The response body is framed into SSE
-events by :class:`kimi_deploy.sse.Framer` (WHATWG rules, a linear line buffer, one line or event
+events by :class:`kimi_deploy.wire.sse.Framer` (WHATWG rules, a linear line buffer, one line or event
 at most ``--max-line-bytes``; peers' 64-128 KiB line buffers break on long chunks), JSON decoded
 with ``orjson``. Every event read in one ``recv`` shares that ``recv``'s timestamp.
 
@@ -25,8 +25,8 @@ from typing import Any
 from kimi_deploy.bench.http import Pool
 from kimi_deploy.bench.metrics import RequestRecord
 from kimi_deploy.errors import UnreachableError
-from kimi_deploy.limits import LimitExceeded, Limits, Refused, parse_json
-from kimi_deploy.sse import DONE as _DONE, Framer
+from kimi_deploy.wire.limits import LimitExceeded, Limits, Refused, parse_json
+from kimi_deploy.wire.sse import DONE as _DONE, Framer
 
 import orjson
 
@@ -63,8 +63,8 @@ class SSESink:
 
     ``done`` resolves when the response ended, failed or timed out. ``stale`` is set when a
     reused keep-alive connection closed before answering (the caller retries once).
-    ``limits``: the caps (:class:`kimi_deploy.limits.Limits`); past one, :meth:`on_body` records
-    the error and raises :class:`kimi_deploy.limits.Refused` (the connection closes).
+    ``limits``: the caps (:class:`kimi_deploy.wire.limits.Limits`); past one, :meth:`on_body` records
+    the error and raises :class:`kimi_deploy.wire.limits.Refused` (the connection closes).
     """
 
     __slots__ = ("rec", "done", "framer", "status", "error_body", "error_seen", "max_body", "stale", "chars",
@@ -250,7 +250,7 @@ class StreamClient:
             request is recorded with ``error="timeout"`` and its connection closed. It also
             bounds every new connection (TCP connect + TLS handshake) and each control-plane
             call (:data:`CONTROL_TIMEOUT_S` at most).
-        limits: the byte caps (``--max-body-bytes``, ``--max-line-bytes``; :class:`kimi_deploy.limits.Limits`).
+        limits: the byte caps (``--max-body-bytes``, ``--max-line-bytes``; :class:`kimi_deploy.wire.limits.Limits`).
 
     Use as ``async with StreamClient(...) as client``.
 

@@ -21,7 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from kimi_deploy.errors import UsageError
-from kimi_deploy.printable import markup
+from kimi_deploy.wire.printable import markup
+from kimi_deploy.fsio import write_atomic
 
 METRICS = (("tpot_ms", "TPOT p50"), ("ttft_ms", "TTFT p50"), ("e2e_ms", "E2E p50"),
            ("output_tokens_per_s", "out tok/s"))
@@ -206,8 +207,6 @@ def plot(results: list[dict[str, Any]], path: Path) -> Path:
     import io
 
     import matplotlib.pyplot as plt
-
-    from kimi_deploy.fsio import write_atomic
 
     fig = figure(results)
     buf = io.BytesIO()

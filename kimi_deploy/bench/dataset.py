@@ -22,7 +22,7 @@ from typing import Any
 
 from kimi_deploy import paths
 from kimi_deploy.errors import UsageError
-from kimi_deploy.limits import parse_json
+from kimi_deploy.wire.limits import parse_json
 
 ROLES = {"system", "user", "assistant", "developer", "tool"}
 

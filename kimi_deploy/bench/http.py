@@ -19,7 +19,7 @@ responses framed by ``Transfer-Encoding: chunked``, ``Content-Length`` or connec
 keep-alive unless the response says ``Connection: close`` or is HTTP/1.0; no pipelining,
 no redirects, no compression (the client sends ``Accept-Encoding: identity`` and its sinks refuse
 any other ``Content-Encoding``). A sink may refuse the rest of a response by raising
-:class:`kimi_deploy.limits.Refused` (a body or line over its cap): the connection is closed and
+:class:`kimi_deploy.wire.limits.Refused` (a body or line over its cap): the connection is closed and
 the sink hears ``on_error``. A response head (status line and headers) over :data:`MAX_HEAD_BYTES`
 is a bad response.
 """
@@ -37,7 +37,7 @@ from urllib.parse import urlsplit
 import httptools
 
 from kimi_deploy.errors import UsageError
-from kimi_deploy.limits import Refused
+from kimi_deploy.wire.limits import Refused
 
 
 PARSER = f"httptools {httptools.__version__} (llhttp)"

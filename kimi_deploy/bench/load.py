@@ -31,7 +31,7 @@ from kimi_deploy.bench.dataset import Dataset
 from kimi_deploy.bench.http import PARSER
 from kimi_deploy.bench.metrics import RequestRecord, WindowSummary, summarize
 from kimi_deploy.errors import UnreachableError, UsageError
-from kimi_deploy.limits import DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_LINE_BYTES, MIN_CAP_BYTES, Limits
+from kimi_deploy.wire.limits import DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_LINE_BYTES, MIN_CAP_BYTES, Limits
 
 
 class ProgressSink(Protocol):
@@ -52,7 +52,7 @@ class BenchConfig:
     ``slo``: milliseconds per key ``ttft``/``tpot``/``e2e`` for goodput.
     ``max_tokens``/``temperature``/``ignore_eos``: sent in every request (``ignore_eos`` is
     SGLang's extension, sent only when true). ``extra_body`` is merged into every request.
-    ``max_body_bytes``/``max_line_bytes``: the byte caps of :mod:`kimi_deploy.limits` (a kept body;
+    ``max_body_bytes``/``max_line_bytes``: the byte caps of :mod:`kimi_deploy.wire.limits` (a kept body;
     one SSE line or event).
     """
 

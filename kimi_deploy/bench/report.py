@@ -33,9 +33,10 @@ from kimi_deploy import __version__
 from kimi_deploy.bench.dataset import Dataset
 from kimi_deploy.bench.load import BenchRun
 from kimi_deploy.bench.metrics import DEFINITIONS
+from kimi_deploy.profile import load_profile
 from kimi_deploy.errors import UsageError
-from kimi_deploy.limits import parse_json
-from kimi_deploy.printable import markup
+from kimi_deploy.wire.limits import parse_json
+from kimi_deploy.wire.printable import markup
 from kimi_deploy.redact import redact
 
 SCHEMA = "kimi-deploy.bench/1"
@@ -236,3 +237,13 @@ def warnings_of(result: dict[str, Any]) -> list[str]:
         if bad:
             out.append(f"{point}: prefix cache flush {bad[0]}")
     return out
+
+
+def profile_digest(path: str | Path) -> str:
+    """The sha256 of the profile at ``path`` (:meth:`kimi_deploy.profile.Profile.digest`) that a result records
+    (``bench --profile FILE``: which deployment was measured).
+
+    Raises:
+        ProfileError: the file is missing or not a valid profile (exit 2).
+    """
+    return load_profile(Path(path)).digest()

@@ -8,7 +8,7 @@ off (``max_retries=0``): a check reports what one request got.
 Hostile answers (issue #11) stop at the transport, before httpx or openai buffer or decode them:
 ``Accept-Encoding: identity`` is sent and any other ``Content-Encoding`` is refused unread; a body
 (declared or read) over ``--max-body-bytes`` and an SSE line or event over ``--max-line-bytes``
-(framed by :class:`kimi_deploy.sse.Framer` as the bytes arrive) are refused at the cap. A refusal
+(framed by :class:`kimi_deploy.wire.sse.Framer` as the bytes arrive) are refused at the cap. A refusal
 is a :class:`ResponseRefused`, which both ``except httpx.TransportError`` and ``except
 openai.OpenAIError`` catch; :func:`transport_finding` and :func:`openai_finding` turn it into a
 failed row of kind :data:`REFUSED_KIND` with the evidence.
@@ -29,10 +29,10 @@ import openai
 
 from kimi_deploy.check.results import clip, clip_body
 from kimi_deploy.check.validate import Finding
-from kimi_deploy.limits import LimitExceeded, Limits, human
-from kimi_deploy.printable import printable
-from kimi_deploy.readiness import IDENTITY, auth_headers
-from kimi_deploy.sse import Framer
+from kimi_deploy.wire.limits import LimitExceeded, Limits, human
+from kimi_deploy.wire.http import IDENTITY, auth_headers
+from kimi_deploy.wire.printable import printable
+from kimi_deploy.wire.sse import Framer
 
 #: The failure kind of an answer the check refused to read (too large, or encoded): the kind of every
 #: answer the check cannot use (docs/reference/failure-kinds.md).

@@ -11,7 +11,7 @@
   ``kimi_deploy_check_duration_seconds``. A run with a profile puts ``service="<[service] name>"`` first on
   every series, so two services' textfiles in one node_exporter directory (two services on one host, or a
   gateway host checking its workers) are different series; without a profile the label is absent and the
-  scrape job's own ``service`` target label applies (:func:`kimi_deploy.monitoring.scrape_configs`).
+  scrape job's own ``service`` target label applies (:func:`kimi_deploy.targets.prometheus.scrape_configs`).
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from rich.table import Table
 
 from kimi_deploy.check.registry import tier
 from kimi_deploy.check.results import CheckReport, CheckResult, clip
-from kimi_deploy.printable import markup, printable
+from kimi_deploy.wire.printable import markup, printable
 from kimi_deploy.errors import UsageError
 from kimi_deploy.fsio import check_output_paths as fsio_check_output_paths, write_many_atomic
 from kimi_deploy.redact import Redactor, url as redact_url
@@ -63,7 +63,7 @@ def render_table(report: CheckReport, console: Console) -> None:
     Checks that were not attempted (:attr:`CheckResult.attempted` False) with the same kind and
     evidence share one row ("(45 more checks)"); the JSON report keeps each.
     """
-    # the model name and the version are the server's: shown as literal text (kimi_deploy.printable)
+    # the model name and the version are the server's: shown as literal text (kimi_deploy.wire.printable)
     table = Table(title=f"kimi-deploy check {markup(report.base_url)}" + (f" ({markup(report.model)})" if report.model
                                                                          else ""),
                   expand=False)

@@ -14,8 +14,8 @@ from typing import Any, Literal
 
 from kimi_deploy import __version__
 from kimi_deploy.errors import ExitCode
-from kimi_deploy.limits import DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_LINE_BYTES
-from kimi_deploy.printable import printable
+from kimi_deploy.wire.limits import DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_LINE_BYTES
+from kimi_deploy.wire.printable import printable
 
 REPORT_SCHEMA = "kimi-deploy.check/1"
 
@@ -205,9 +205,9 @@ class CheckOptions:
             is capped by the time left; checks not started by then are ``fail``/``timeout``,
             not attempted.
         insecure: send the key over plain http to a host that is not local anyway (with a warning);
-            without it such a run is refused (:func:`kimi_deploy.apikey.guard_transport`).
+            without it such a run is refused (:func:`kimi_deploy.wire.apikey.guard_transport`).
         max_body_bytes / max_line_bytes: byte caps on every answer's body and on one SSE line or
-            event (:mod:`kimi_deploy.limits`); past one the check fails with the evidence.
+            event (:mod:`kimi_deploy.wire.limits`); past one the check fails with the evidence.
         quality: put the ``quality.*`` tier into a run without ``only`` (``--sample``/``--dataset`` set it).
         sample: requests of ``quality.accuracy`` (``None``: the profile's ``[quality] sample``, else
             :data:`kimi_deploy.check.quality.accuracy.DEFAULT_SAMPLE`).

@@ -20,11 +20,12 @@ from kimi_deploy.check.context import Context
 from kimi_deploy.check.outcome import Outcome, transport_failure, unreadable
 from kimi_deploy.check.reports import redact_report
 from kimi_deploy.check.results import CheckOptions, CheckReport, CheckResult, clip, fix_for
-from kimi_deploy.apikey import guard_transport, read_key_file
-from kimi_deploy.baseurl import check_base_url
+from kimi_deploy.wire.apikey import guard_transport, resolve_key
+from kimi_deploy.wire.baseurl import check_base_url
 from kimi_deploy.errors import UsageError
-from kimi_deploy.limits import Limits
+from kimi_deploy.wire.limits import Limits
 from kimi_deploy.profile import Profile, load_profile
+from kimi_deploy.topology import local_rank, refuse_http_proof
 
 log = logging.getLogger(__name__)
 
@@ -36,6 +37,19 @@ def _resolve_profile(value: object) -> tuple[Profile | None, str | None]:
         return value, None
     path = Path(value)  # type: ignore[arg-type]
     return load_profile(path), str(path)
+
+
+def refuse_on_a_silent_rank(profile_path: str | Path | None) -> None:
+    """Refuse to check from a rank >= 1 of a multi-node group (its ``/health`` is SGLang's dummy 200, no proof of
+    anything): the profile at ``profile_path`` and this host's rank (:func:`kimi_deploy.topology.local_rank`).
+
+    Raises:
+        UsageError: this host runs a rank >= 1 (the hint names rank 0's URL). ProfileError: an invalid profile.
+    """
+    if profile_path is None:
+        return
+    profile = load_profile(Path(profile_path))
+    refuse_http_proof(profile, local_rank(profile), "check")
 
 
 def _result(check_id: str, outcome: Outcome, duration: float) -> CheckResult:
@@ -72,7 +86,7 @@ Progress = Callable[[str, int, int, "CheckResult | None"], None]
 
 def guard_key(base_url: str, api_key: str | None, profile: Profile | None, *, insecure: bool,
               note: bool = True) -> None:
-    """:func:`kimi_deploy.apikey.guard_transport` for a check of ``base_url``, except that a worker URL the
+    """:func:`kimi_deploy.wire.apikey.guard_transport` for a check of ``base_url``, except that a worker URL the
     profile itself names (``[fleet]``: :meth:`Profile.worker_urls`) is the operator's own fleet, where SGLang's
     gateway sends the same key over the same network anyway (one ``note:`` line on stderr says so when it goes
     over plain http to another host, unless ``note`` is False); a URL only a gateway lists is guarded.
@@ -115,7 +129,7 @@ def run_checks(options: CheckOptions, progress: Progress | None = None, *,
     never the end of the run: one catch per check (:func:`_run_one`), the traceback at debug level.
 
     Raises:
-        UsageError / ProfileError: no base URL or one :func:`kimi_deploy.baseurl.check_base_url` refuses, a bad
+        UsageError / ProfileError: no base URL or one :func:`kimi_deploy.wire.baseurl.check_base_url` refuses, a bad
             profile, an unreadable key file,
             an ``only``/``skip`` glob that matches nothing, a key bound for plain http to a host that
             is not local without ``options.insecure`` (exit 2).
@@ -126,8 +140,8 @@ def run_checks(options: CheckOptions, progress: Progress | None = None, *,
         raise UsageError("no server to check", hint="pass --base-url http://HOST:PORT or --profile FILE")
     base_url = check_base_url(base_url)
     api_key = options.api_key
-    if api_key is None and profile is not None and profile.sglang.api_key_file:
-        api_key = read_key_file(profile.sglang.api_key_file)
+    if api_key is None and profile is not None:
+        api_key = resolve_key(profile_key_file=profile.sglang.api_key_file)
     guard_key(base_url, api_key, profile, insecure=options.insecure)  # before anything is sent
     ids = registry.select(options.only, options.skip, quality=options.quality)
     settings = quality_settings(options, profile)

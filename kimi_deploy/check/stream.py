@@ -18,7 +18,7 @@ from typing import Any
 
 from kimi_deploy.check.results import clip
 from kimi_deploy.check.validate import PRIORITY, Finding, Message, ToolCall
-from kimi_deploy.sse import frame_all
+from kimi_deploy.wire.sse import frame_all
 
 
 #: At most this many items of a list (tool-call indices, consequences of a root cause) are written into one
@@ -38,7 +38,7 @@ class SSE:
 
 
 def parse_sse(raw: str) -> SSE:
-    """Parse server-sent events text with the kit's one framer (:class:`kimi_deploy.sse.Framer`: CRLF, LF
+    """Parse server-sent events text with the kit's one framer (:class:`kimi_deploy.wire.sse.Framer`: CRLF, LF
     or CR line ends, ``data:`` lines joined with LF, comments and other fields ignored).
 
     An event the stream left without its final blank line is still read (a server ending with

@@ -1,8 +1,9 @@
 """``check --each-worker``: the selected checks against every worker SGLang's gateway lists, one report each.
 
 Through the gateway a bad replica hides behind retries (smg sends a failed request to another worker); run
-against each worker URL directly, it cannot. The worker list is the gateway's own (``GET /workers``,
-:class:`kimi_deploy.gateway.Gateway`), so a worker the profile no longer names but the gateway still routes to
+against each worker URL directly, it cannot. The worker list is the gateway's own (``GET /workers``, read
+through the check's own bounded client and parsed by :func:`kimi_deploy.wire.workers.parse_workers`; the caller
+may pass it instead), so a worker the profile no longer names but the gateway still routes to
 is checked too.
 """
 
@@ -11,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections.abc import Callable
+from collections.abc import Sequence
 from typing import Any
 
 import httpx
@@ -19,12 +21,13 @@ from kimi_deploy.check.client import Clients, Deadline
 from kimi_deploy.check.outcome import transport_failure
 from kimi_deploy.check.results import CheckOptions, CheckReport
 from kimi_deploy.check.runner import _resolve_profile, guard_key, run_checks
-from kimi_deploy.baseurl import check_base_url
+from kimi_deploy.wire.baseurl import check_base_url
 from kimi_deploy.errors import ExitCode, KimiDeployError, UsageError
-from kimi_deploy.gateway import parse_workers
-from kimi_deploy.limits import Limits
-from kimi_deploy.printable import printable
+from kimi_deploy.wire.limits import Limits
+from kimi_deploy.wire.printable import printable
 from kimi_deploy.redact import redact_text, url as redact_url
+from kimi_deploy.wire.apikey import resolve_key
+from kimi_deploy.wire.workers import parse_workers
 
 #: ``schema`` of the JSON document :meth:`FleetReport.to_json` returns.
 SCHEMA = "kimi-deploy.check-workers/1"
@@ -137,6 +140,7 @@ def list_workers(clients: Clients, fleet: FleetReport) -> list[str]:
 
 
 def check_each_worker(options: CheckOptions, gateway_url: str, progress=None, *,
+                      urls: Sequence[str] | None = None,
                       clock: Callable[[], float] = time.monotonic) -> FleetReport:
     """Run :func:`kimi_deploy.check.run_checks` with ``options`` against each worker the gateway lists.
 
@@ -145,7 +149,7 @@ def check_each_worker(options: CheckOptions, gateway_url: str, progress=None, *,
     workers reached after it get a report whose checks are all not attempted.
 
     Every address is held to a plain check's rules: the gateway's and each worker's URL
-    (:func:`kimi_deploy.baseurl.check_base_url`: a ``grpc://`` worker smg lists, a path) and the key's
+    (:func:`kimi_deploy.wire.baseurl.check_base_url`: a ``grpc://`` worker smg lists, a path) and the key's
     transport (:func:`kimi_deploy.check.runner.guard_key`: workers ``options.profile`` declares in ``[fleet]``
     get the key over plain http as the gateway does). A worker refused by either is that worker's failure
     (exit 2, not contacted); the others are still checked. Interrupted (Ctrl-C, or SIGTERM through the CLI's
@@ -161,13 +165,13 @@ def check_each_worker(options: CheckOptions, gateway_url: str, progress=None, *,
     fleet = FleetReport(gateway=gateway, secrets=(options.api_key,) if options.api_key else ())
     deadline = Deadline(options.deadline, clock)
     only = tuple(options.only) or DEFAULT_ONLY
-    urls: list[str] = []
+    listed, urls = urls, []
     done = 0
     try:
         clients = Clients.open(gateway, options.api_key, options.timeout, deadline,
                                Limits(options.max_body_bytes, options.max_line_bytes))
         try:
-            urls = list_workers(clients, fleet)
+            urls = list(listed) if listed is not None else list_workers(clients, fleet)
         finally:
             clients.close()
         for url in urls:
@@ -195,3 +199,23 @@ def check_each_worker(options: CheckOptions, gateway_url: str, progress=None, *,
     if fleet.interrupted:
         fleet.not_run = urls[done:]
     return fleet
+
+
+def gateway_options(options: CheckOptions) -> tuple[CheckOptions, str | None]:
+    """``(options for each worker, the gateway's URL)`` of a ``check --each-worker`` run: ``options.profile``
+    loaded (a path becomes its :class:`kimi_deploy.profile.Profile`), the gateway ``options.base_url`` or the
+    profile's ``[gateway]`` (:attr:`~kimi_deploy.profile.Profile.gateway_url`), the key ``options.api_key`` or the
+    profile's (:func:`kimi_deploy.wire.apikey.resolve_key`); the options' ``base_url`` is cleared (each worker's
+    replaces it).
+
+    Raises:
+        ProfileError: an invalid profile. UsageError: no ``[gateway]`` and no URL; an unreadable key file (exit 2).
+    """
+    base_url, api_key, profile = options.base_url, options.api_key, None
+    if options.profile:
+        profile = _resolve_profile(options.profile)[0]
+        if base_url is None:
+            base_url = profile.gateway_url
+        if api_key is None:
+            api_key = resolve_key(profile_key_file=profile.sglang.api_key_file)
+    return dataclasses.replace(options, base_url=None, api_key=api_key, profile=profile), base_url

@@ -138,6 +138,7 @@ class KimiGroup(click.Group):
 def _print_version(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
     """``--version``: click's ``version_option`` text, with the version looked up only when asked."""
     if value and not ctx.resilient_parsing:
+        # start-up: importlib.metadata (about 30 ms) is paid by --version only (kimi_deploy.__getattr__)
         from kimi_deploy import __version__
 
         click.echo(f"kimi-deploy, version {__version__}")

@@ -8,14 +8,15 @@ from pathlib import Path
 
 import click
 
-from kimi_deploy.apikey import ARGV_REFUSAL, ENV_VAR, check_key, guard_transport, read_key_file
-from kimi_deploy.baseurl import check_base_url
+from kimi_deploy.wire.apikey import ARGV_REFUSAL, ENV_VAR, guard_transport, resolve_key
+from kimi_deploy.wire.baseurl import check_base_url
 from kimi_deploy.bench import params
 from kimi_deploy.errors import ExitCode, KimiDeployError, UsageError
+from kimi_deploy.redact import redact_text
 from kimi_deploy.fsio import check_output_paths, write_atomic
-from kimi_deploy.printable import markup, printable
+from kimi_deploy.wire.printable import markup, printable
 from kimi_deploy.cli.options import json_flag, json_path_option, limit_options
-from kimi_deploy.limits import parse_json
+from kimi_deploy.wire.limits import parse_json
 
 
 class Checked(click.ParamType):
@@ -89,27 +90,20 @@ class _RichProgress:
 
 
 def _api_key(path: Path | None, argv_value: str | None) -> str | None:
-    """The key to send: ``--api-key-file`` (:func:`kimi_deploy.apikey.read_key_file`), else env
-    ``KIMI_DEPLOY_API_KEY`` (stripped; empty means none), else None.
+    """The key to send: ``--api-key-file``, else env ``KIMI_DEPLOY_API_KEY`` (stripped; empty means none),
+    else None (:func:`kimi_deploy.wire.apikey.resolve_key`).
 
     Raises:
         UsageError: ``--api-key`` was given (argv is public), or the file is unreadable or empty (exit 2).
     """
-    import os
-
     if argv_value is not None:
         raise UsageError(f"--api-key is not accepted: {ARGV_REFUSAL}", value="--api-key <hidden>",
                          hint=f"put the key in a file (mode 0600) and pass --api-key-file FILE, or export {ENV_VAR}")
-    if path is not None:
-        return read_key_file(path)
-    key = os.environ.get(ENV_VAR, "").strip() or None
-    return check_key(key, f"${ENV_VAR}", value=f"${ENV_VAR}") if key else None
+    return resolve_key(path, from_env=True)
 
 
 def _redacted(exc: KimiDeployError, api_key: str | None) -> KimiDeployError:
     """``exc`` with ``api_key`` masked in its message, value and hint (:func:`kimi_deploy.redact.redact_text`)."""
-    from kimi_deploy.redact import redact_text
-
     exc.message = redact_text(exc.message, [api_key])
     exc.args = (exc.message,)
     if isinstance(exc.value, str):
@@ -186,10 +180,6 @@ def bench_cmd(ctx, base_url, model, concurrency, request_rate, num_prompts, max_
     """
     if ctx.invoked_subcommand is not None:
         return
-    from rich.console import Console
-
-    from kimi_deploy.bench import dataset as dataset_lib, load, report
-
     if not base_url:
         raise UsageError("--base-url is required", hint="e.g. kimi-deploy bench --base-url http://127.0.0.1:30000")
     base_url = check_base_url(base_url)
@@ -207,16 +197,22 @@ def bench_cmd(ctx, base_url, model, concurrency, request_rate, num_prompts, max_
         if not isinstance(body_extra, dict):
             raise UsageError("--extra-body must be a JSON object", value=extra_body,
                              hint='e.g. --extra-body \'{"chat_template_kwargs": {"thinking": false}}\'')
-    profile_sha = None
-    if profile_path:
-        from kimi_deploy.profile import load_profile
-
-        profile_sha = load_profile(profile_path).digest()
     rates = request_rate or ()
     conc_given = ctx.get_parameter_source("concurrency") != click.core.ParameterSource.DEFAULT
     if rates and len(concurrency) > 1 and conc_given:
         raise UsageError("with --request-rate, --concurrency is one cap on requests in flight, not a sweep",
                          value=",".join(map(str, concurrency)), hint="give one --concurrency value, or none for no cap")
+    if long_prompts and dataset:
+        raise UsageError("--dataset and --long-prompts are mutually exclusive", value=str(dataset),
+                         hint="--long-prompts is a generated dataset; pass one of the two")
+    from rich.console import Console
+
+    # start-up: the bench library (httpx, httptools, rich) loads once the arguments are read: usage errors first
+    from kimi_deploy.bench import dataset as dataset_lib, load, longprompts, report
+
+    profile_sha = None
+    if profile_path:
+        profile_sha = report.profile_digest(profile_path)
     cfg = load.BenchConfig(
         base_url=base_url, model=model, concurrency=() if rates else concurrency, request_rates=rates,
         max_in_flight=concurrency[0] if rates and conc_given else None,
@@ -224,12 +220,7 @@ def bench_cmd(ctx, base_url, model, concurrency, request_rate, num_prompts, max_
         warmup=warmup, runs=runs, seed=seed, slo=slo or {}, label=label, request_timeout=request_timeout,
         flush_cache=not no_flush_cache, extra_body=body_extra, api_key=api_key,
         max_body_bytes=max_body_bytes, max_line_bytes=max_line_bytes)
-    if long_prompts and dataset:
-        raise UsageError("--dataset and --long-prompts are mutually exclusive", value=str(dataset),
-                         hint="--long-prompts is a generated dataset; pass one of the two")
     if long_prompts:
-        from kimi_deploy.bench import longprompts
-
         data = longprompts.dataset()
     else:
         data = dataset_lib.load_dataset(dataset)
@@ -296,19 +287,18 @@ def compare_cmd(ctx, results, plot_path, as_json, alarms_warn):
 
     from rich.console import Console
 
-    from kimi_deploy.bench import abtest
-    from kimi_deploy.bench import compare as compare_lib
-    from kimi_deploy.bench.report import SCHEMA, load_result
+    # start-up: the comparison (matplotlib for --plot) loads when `bench compare` runs
+    from kimi_deploy.bench import abtest, compare as compare_lib, report
 
     check_output_paths({"--plot": plot_path})
-    loaded = [load_result(p) for p in results]
+    loaded = [report.load_result(p) for p in results]
     try:
         cmp = compare_lib.compare(loaded)
         verdicts = abtest.ab(loaded, cmp.labels)
     except (KeyError, TypeError, AttributeError, IndexError, ValueError) as exc:
         # load_result checks the schema name only: a shared file with that name and missing or mistyped
         # fields (hand-edited, truncated, hostile) is bad input, not a traceback
-        raise UsageError(f"a result file has the {SCHEMA} name but not its fields "
+        raise UsageError(f"a result file has the {report.SCHEMA} name but not its fields "
                          f"({type(exc).__name__}: {printable(str(exc))[:120]})", value=", ".join(map(str, results)),
                          hint="pass files written by `kimi-deploy bench --json PATH` of this kimi-deploy version"
                          ) from None

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import dataclasses
+import json
 import signal
 import sys
 from pathlib import Path
@@ -10,10 +10,12 @@ from typing import TYPE_CHECKING
 
 import click
 
-from kimi_deploy.apikey import read_key_file as read_api_key
+from kimi_deploy.wire.apikey import resolve_key
+from kimi_deploy.wire.baseurl import check_base_url
 from kimi_deploy.errors import ExitCode, UsageError
+from kimi_deploy.fsio import write_atomic
 from kimi_deploy.cli.options import Seconds, json_flag, json_path_option, limit_options
-from kimi_deploy.printable import printable
+from kimi_deploy.wire.printable import printable
 
 if TYPE_CHECKING:  # the check library (openai, httpx, rich) loads when the verb runs, not for its --help
     from rich.console import Console
@@ -53,12 +55,6 @@ class LiveProgress:
             self.failed += 1
         self.progress.update(self.task, completed=done, total=total, current=check_id, left=total - done,
                              failed=self.failed)
-
-
-def _on_sigterm(signum, frame) -> None:
-    from kimi_deploy.check.runner import Interrupted
-
-    raise Interrupted("SIGTERM")
 
 
 def _globs(values: tuple[str, ...]) -> list[str]:
@@ -135,27 +131,27 @@ def check_cmd(ctx, base_url, model, api_key_file, profile_path, only, skip, json
     """
     if ctx.invoked_subcommand is not None:  # `check compare A.json B.json`
         return
+    if not list_only:
+        if not base_url and not profile_path:
+            raise UsageError("no server to check", hint="pass --base-url http://HOST:PORT or --profile FILE")
+        if base_url:
+            check_base_url(base_url)  # run_checks' own rule, applied before the client libraries load
     from rich.console import Console
 
-    from kimi_deploy.check import CheckOptions, registry, reports, run_checks
+    # start-up: the check library (openai, httpx) loads once the arguments are read, so usage errors come first
+    from kimi_deploy.check import CheckOptions, pushgateway as push_lib, registry, reports, run_checks, runner, workers
 
     if list_only:
         for check_id in registry.select(_globs(only), _globs(skip), quality=True):
             click.echo(check_id)
         return
-    if not base_url and not profile_path:
-        raise UsageError("no server to check", hint="pass --base-url http://HOST:PORT or --profile FILE")
     to_stdout = json_path == "-"
     outputs = {"json_path": Path(json_path) if json_path and not to_stdout else None,
                "junit_path": junit_path, "prom_path": prom_path}
     reports.check_output_paths(**outputs)
-    if not base_url:  # a rank >= 1 of a multi-node group serves no HTTP: nothing to check there
-        from kimi_deploy.profile import load_profile
-        from kimi_deploy.ranks import local_rank, refuse_http_proof
-
-        profile = load_profile(profile_path)
-        refuse_http_proof(profile, local_rank(profile), "check")
-    api_key = read_api_key(api_key_file) if api_key_file else None
+    if not base_url:
+        runner.refuse_on_a_silent_rank(profile_path)  # a rank >= 1 of a multi-node group serves no HTTP
+    api_key = resolve_key(api_key_file)
     options = CheckOptions(base_url=base_url, model=model, api_key=api_key, profile=profile_path,
                            only=_globs(only), skip=_globs(skip), timeout=timeout, repeat=repeat, deadline=deadline,
                            insecure=insecure, max_body_bytes=max_body_bytes, max_line_bytes=max_line_bytes,
@@ -166,8 +162,13 @@ def check_cmd(ctx, base_url, model, api_key_file, profile_path, only, skip, json
         raise UsageError(f"--pushgateway {pushgateway!r} is not an http(s) URL",
                          hint="e.g. --pushgateway http://pushgateway.monitoring.svc:9091")
     if each_worker:
-        ctx.exit(int(_each_worker(options, json_path, junit_path, prom_path, pushgateway)))
-    previous = signal.signal(signal.SIGTERM, _on_sigterm)  # stop like Ctrl-C: report what ran
+        ctx.exit(int(_each_worker(workers, reports, runner, push_lib, options, json_path, junit_path, prom_path,
+                                  pushgateway)))
+
+    def on_sigterm(signum, frame) -> None:
+        raise runner.Interrupted("SIGTERM")
+
+    previous = signal.signal(signal.SIGTERM, on_sigterm)  # stop like Ctrl-C: report what ran
     try:
         if sys.stderr.isatty() and not to_stdout:
             with LiveProgress(Console(stderr=True)) as progress:
@@ -183,24 +184,21 @@ def check_cmd(ctx, base_url, model, api_key_file, profile_path, only, skip, json
         click.echo(reports.to_json_text(report), nl=False)
     code = int(report.exit_code)
     if pushgateway:
-        code = _push(pushgateway, profile_path, reports.to_prometheus(report), report.service, code)
+        code = _push(push_lib, runner, pushgateway, profile_path, reports.to_prometheus(report), report.service,
+                     code)
     ctx.exit(code)
 
 
-def _push(url: str, profile_source, text: str, service: str | None, code: int) -> int:
+def _push(push_lib, runner, url: str, profile_source, text: str, service: str | None, code: int) -> int:
     """Push ``text`` (:mod:`kimi_deploy.check.pushgateway`) as the profile's check job; the exit code after it."""
-    from kimi_deploy.check.pushgateway import PushError, push
-
     job = "kimi-deploy-check"
     if profile_source is not None:
-        from kimi_deploy.profile import Profile, load_profile
-
-        profile = profile_source if isinstance(profile_source, Profile) else load_profile(Path(profile_source))
+        profile = runner._resolve_profile(profile_source)[0]  # a path is loaded, a Profile kept
         job = profile.monitoring.check_job or f"{profile.service.name}-check"
         service = service or profile.service.name
     try:
-        where = push(url, job, service, text)
-    except PushError as exc:
+        where = push_lib.push(url, job, service, text)
+    except push_lib.PushError as exc:
         click.echo(f"error: the check's result did not reach the Pushgateway, so no alert can read it: {exc}; "
                    "fix: check --pushgateway and that the Pushgateway runs", err=True)
         return code or 1
@@ -208,16 +206,14 @@ def _push(url: str, profile_source, text: str, service: str | None, code: int) -
     return code
 
 
-def _each_worker(options: CheckOptions, json_path, junit_path, prom_path, pushgateway=None) -> int:
+def _each_worker(workers, reports, runner, push_lib, options: CheckOptions, json_path, junit_path, prom_path,
+                 pushgateway=None) -> int:
     """``check --each-worker``: one report per worker of the gateway (:mod:`kimi_deploy.check.workers`);
-    ``options`` as for one server, its ``base_url`` (or the profile's ``[gateway]``) naming the gateway.
+    ``options`` as for one server, its ``base_url`` (or the profile's ``[gateway]``) naming the gateway; the check
+    modules are passed in by :func:`check_cmd` (loaded once the arguments are read).
 
     Once the run starts its JSON report is written whatever happens: a worker refused or failing, the gateway
     not answering, the deadline, Ctrl-C or SIGTERM (exit 130, like a plain check)."""
-    from kimi_deploy.check import reports
-    from kimi_deploy.check.workers import check_each_worker
-    from kimi_deploy.fsio import write_atomic
-
     import time
 
     if junit_path:
@@ -225,29 +221,21 @@ def _each_worker(options: CheckOptions, json_path, junit_path, prom_path, pushga
                          "set per worker, labelled worker=URL)",
                          hint="drop --junit, or run `check --base-url WORKER` per worker for it")
     started = time.time()
-    base_url, api_key, profile_path, profile = options.base_url, options.api_key, options.profile, None
-    if profile_path:
-        from kimi_deploy.gateway import gateway_url
-        from kimi_deploy.profile import load_profile
-
-        profile = load_profile(profile_path)
-        if base_url is None:
-            base_url = gateway_url(profile)
-        if api_key is None and profile.sglang.api_key_file:
-            api_key = read_api_key(profile.sglang.api_key_file)
+    options, base_url = workers.gateway_options(options)
+    profile = options.profile
     to_stdout = json_path == "-"
     if (json_path and not to_stdout) or prom_path:
         reports.check_output_paths(json_path=Path(json_path) if json_path and not to_stdout else None,
                                    prom_path=prom_path)
-    previous = signal.signal(signal.SIGTERM, _on_sigterm)  # stop like Ctrl-C: report what ran
+    def on_sigterm(signum, frame) -> None:
+        raise runner.Interrupted("SIGTERM")
+
+    previous = signal.signal(signal.SIGTERM, on_sigterm)  # stop like Ctrl-C: report what ran
     try:
-        fleet = check_each_worker(dataclasses.replace(options, base_url=None, api_key=api_key, profile=profile),
-                                  base_url)
+        fleet = workers.check_each_worker(options, base_url)
     finally:
         signal.signal(signal.SIGTERM, previous)
-    import json as _json
-
-    text = _json.dumps(fleet.to_json(), indent=2, ensure_ascii=False) + "\n"
+    text = json.dumps(fleet.to_json(), indent=2, ensure_ascii=False) + "\n"
     if json_path and not to_stdout:
         write_atomic(Path(json_path), text)
     prom_text = reports.workers_to_prometheus(fleet.reports, service=profile.service.name if profile else None,
@@ -272,7 +260,7 @@ def _each_worker(options: CheckOptions, json_path, junit_path, prom_path, pushga
     if to_stdout:
         click.echo(text, nl=False)
     if pushgateway:
-        return _push(pushgateway, profile, prom_text, profile.service.name if profile else None,
+        return _push(push_lib, runner, pushgateway, profile, prom_text, profile.service.name if profile else None,
                      int(fleet.exit_code))
     return fleet.exit_code
 
@@ -291,7 +279,7 @@ def compare_cmd(ctx, reports, alpha, as_json):
     """
     import json
 
-    from kimi_deploy.check.quality.compare import compare
+    from kimi_deploy.check.quality.compare import compare  # start-up: loaded when `check compare` runs
 
     result = compare(Path(reports[0]), Path(reports[1]), alpha)
     if as_json:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import click
 
-from kimi_deploy import install as install_lib
+from kimi_deploy.host import install as install_lib
 from kimi_deploy.cli.options import echo_json, json_flag, profile_options, resolve_profile, root_option
 from kimi_deploy.errors import RefusedError, UsageError
 from kimi_deploy.paths import HostLayout
@@ -54,13 +54,7 @@ def install_cmd(profile_path, preset, root, sglang_version, dry_run, force, no_e
         raise UsageError(f"--root: the directory {root} does not exist", value=str(root),
                          hint=f"create it first (mkdir -p {root}) if that tree is meant; install makes none")
     layout = HostLayout(root)
-    if profile.hosts():
-        from kimi_deploy.fleet import pick_host
-
-        host = pick_host(profile, host)
-    elif host is not None:
-        raise UsageError("--host is for a profile with [fleet] or [gateway]; this one describes one host",
-                         value=host, hint="drop --host")
+    host = install_lib.this_host(profile, host)
 
     def make_plan():
         return install_lib.plan_install(profile, layout, sglang_version=sglang_version, force=force,
@@ -101,8 +95,8 @@ def _carry_out(make_plan, *, dry_run: bool, force: bool, as_json: bool, diffs: b
     """Show the plan (``--dry-run``), or refuse it (exit 4) unless forced, else apply it and show the result.
 
     A plan that would change something is made again under the service's lock
-    (:func:`kimi_deploy.install.locked`) and the host's lock on what services share
-    (:func:`kimi_deploy.hostfiles.shared_lock`), and that one is applied: the facts, other services' claims on
+    (:func:`kimi_deploy.host.install.locked`) and the host's lock on what services share
+    (:func:`kimi_deploy.host.records.shared_lock`), and that one is applied: the facts, other services' claims on
     a port or key file included, cannot change between planning and applying. A refused or empty plan takes no lock (and leaves no lock file).
     """
     plan = make_plan()

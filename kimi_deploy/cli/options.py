@@ -8,7 +8,6 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from kimi_deploy.errors import UsageError
 
 if TYPE_CHECKING:  # imported where used: the CLI edge imports this module for every verb, --help included
     from kimi_deploy.profile import Profile
@@ -30,20 +29,10 @@ def resolve_profile(profile_path: Path | None, preset: str | None, *, required: 
         UsageError: both given, or neither when ``required``.
         ProfileError: the profile does not validate.
     """
-    from kimi_deploy.presets import get_preset
-    from kimi_deploy.profile import load_profile
+    # start-up: pydantic and the profile models load when a verb selects a profile, not for `--help`
+    from kimi_deploy.presets import select_profile
 
-    if profile_path and preset:
-        raise UsageError("--profile and --preset are mutually exclusive", value=f"{profile_path} / {preset}",
-                         hint="give one of them")
-    if profile_path:
-        return load_profile(profile_path)
-    if preset:
-        return get_preset(preset).profile()
-    if required:
-        raise UsageError("no profile given", hint="pass --profile FILE or --preset NAME "
-                         "(`kimi-deploy presets` lists presets; `kimi-deploy init` writes a profile)")
-    return None
+    return select_profile(profile_path, preset, required=required)
 
 
 def echo_json(data: Any) -> None:
@@ -65,7 +54,8 @@ def resolve_installed(profile_path: Path | None, preset: str | None, name: str |
     Raises:
         UsageError / ProfileError: nothing installed, ambiguous, or an invalid profile.
     """
-    from kimi_deploy.hostfiles import find_installed, installed_profile
+    # start-up: the records (pydantic) load when a verb reads what was installed, not for `--help`
+    from kimi_deploy.host.records import find_installed, installed_profile
 
     profile = resolve_profile(profile_path, preset, required=False)
     manifest = find_installed(layout, profile.service.name if profile else name)
@@ -109,13 +99,14 @@ class Seconds(click.FloatRange):
 
 class ByteSize(click.ParamType):
     """A byte count: ``16777216``, or with a binary suffix ``64K``/``16M``/``1G`` (also ``KiB``/``MiB``/``GiB``);
-    at least :data:`kimi_deploy.limits.MIN_CAP_BYTES`."""
+    at least :data:`kimi_deploy.wire.limits.MIN_CAP_BYTES`."""
 
     name = "bytes"
     _UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
 
     def convert(self, value, param, ctx):
-        from kimi_deploy.limits import MIN_CAP_BYTES
+        # start-up: `kimi-deploy --help` imports this module and must load no other kimi_deploy module
+        from kimi_deploy.wire.limits import MIN_CAP_BYTES
 
         if isinstance(value, int) and not isinstance(value, bool):
             n = value
@@ -132,8 +123,9 @@ class ByteSize(click.ParamType):
 
 
 def limit_options(func):
-    """``--max-body-bytes N`` / ``--max-line-bytes N``: the byte caps of :mod:`kimi_deploy.limits` (check, bench)."""
-    from kimi_deploy.limits import DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_LINE_BYTES
+    """``--max-body-bytes N`` / ``--max-line-bytes N``: the byte caps of :mod:`kimi_deploy.wire.limits` (check, bench)."""
+    # start-up: only check's and bench's modules decorate with this; `kimi-deploy --help` loads neither
+    from kimi_deploy.wire.limits import DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_LINE_BYTES
 
     func = click.option("--max-line-bytes", type=ByteSize(), default=DEFAULT_MAX_LINE_BYTES, show_default=True,
                         metavar="N", help="Longest SSE line (and one event's data) read before the answer is "

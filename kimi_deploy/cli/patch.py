@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import click
 
+from kimi_deploy import engine as target
 from kimi_deploy import patching
 from kimi_deploy.cli.options import echo_json, json_flag
 from kimi_deploy.errors import ExitCode, UsageError
@@ -196,9 +197,7 @@ def port_cmd(python, source, series_version, as_json):
     the target only."""
     from pathlib import Path
 
-    from kimi_deploy import target
-    from kimi_deploy.errors import UsageError
-    from kimi_deploy.patching import port
+    from kimi_deploy.patching import port  # start-up: the porting engine loads when `patch port` runs
 
     if (python is None) == (source is None):
         raise UsageError("give exactly one of --python and --source", hint="--python /opt/sglang-new/bin/python")

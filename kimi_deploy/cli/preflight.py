@@ -1,11 +1,12 @@
-"""Verb ``preflight``: a bounded gloo rendezvous of one rank of a multi-node group (:mod:`kimi_deploy.preflight`)."""
+"""Verb ``preflight``: a bounded gloo rendezvous of one rank of a multi-node group (:mod:`kimi_deploy.host.preflight`)."""
 
 from __future__ import annotations
 
 import click
 
 from kimi_deploy.cli.options import Seconds, echo_json, json_flag, profile_options, resolve_profile
-from kimi_deploy.ranks import PREFLIGHT_TIMEOUT_SEC
+from kimi_deploy.host import preflight as preflight_lib
+from kimi_deploy.topology import PREFLIGHT_TIMEOUT_SEC, find_rank
 
 #: Longest --timeout accepted (a day): a rendezvous that waits longer waits for nothing.
 MAX_TIMEOUT_SEC = 86400.0
@@ -28,9 +29,6 @@ def preflight_cmd(ctx, profile_path, preset, node, timeout, python, as_json):
     Exit 0: every rank joined and gloo connected over [fleet] nic; 1: a wrong host, NIC or port; 6: a rank
     did not come within --timeout. Run on every node of the group (the rank units run it as ExecStartPre=).
     """
-    from kimi_deploy import preflight as preflight_lib
-    from kimi_deploy.ranks import find_rank
-
     profile = resolve_profile(profile_path, preset)
     rank = find_rank(profile, node)
     result = preflight_lib.preflight(profile, rank, timeout=timeout, python=python)

@@ -6,15 +6,18 @@ from pathlib import Path
 
 import click
 
-from kimi_deploy import paths, render as render_lib
-from kimi_deploy.monitoring import scrape_notes
+from kimi_deploy import __version__, engine, paths, targets
+from kimi_deploy.targets import METRICS_OFF, TARGETS
 from kimi_deploy.cli.options import echo_json, json_flag, profile_options, resolve_profile
 from kimi_deploy.errors import UsageError
 from kimi_deploy.fsio import (check_output_dir, check_output_paths, create_output_dir, write_atomic,
                               write_many_atomic)
+from kimi_deploy.launch import node_launch
+from kimi_deploy.options import OPTIONS, init_example
+from kimi_deploy.catalog.models import MODELS
 from kimi_deploy.host import phases
-from kimi_deploy.presets import PRESETS, REFERENCE, get_preset, preset_for_model
-from kimi_deploy.profile import naming_warnings, toml_value
+from kimi_deploy.presets import PRESETS, REFERENCE, Preset, get_preset, preset_for_model
+from kimi_deploy.profile import naming_warnings, toml_value, valid_service_name
 from kimi_deploy.versions import DEFAULT_SGLANG_VERSION
 
 
@@ -30,9 +33,8 @@ from kimi_deploy.versions import DEFAULT_SGLANG_VERSION
 @click.option("--print-command", is_flag=True,
               help="Print the launch command to paste on the host (with an API key: first the step that writes "
                    "SGLang's --config YAML from the key file).")
-@click.option("--target", type=click.Choice(["systemd", "kubernetes"]), default="systemd", show_default=True,
-              help="systemd units for hosts, or Kubernetes manifests (LeaderWorkerSet, kustomization.yaml) "
-                   "from the profile's [kubernetes] table.")
+@click.option("--target", type=click.Choice(list(TARGETS)), default="systemd", show_default=True,
+              help="What to render: " + "; ".join(f"{name}: {text}" for name, (_, text) in TARGETS.items()) + ".")
 @click.option("--root", "root", type=click.Path(path_type=Path, file_okay=False), default=Path("/"),
               show_default=True, metavar="DIR",
               help="Host root where the last measured start is kept (/var/lib/<service>/start-phases.json, written "
@@ -42,93 +44,53 @@ def render_cmd(profile_path, preset, sglang_version, python, out_dir, print_comm
     """Render a profile into an SGLang launch command and hardened systemd units (or Kubernetes manifests)."""
     check_output_dir("--out", out_dir)  # the rule of every output path: nothing created on the way
     profile = resolve_profile(profile_path, preset)
-    if target == "kubernetes":
-        return _render_kubernetes(profile, sglang_version, python, out_dir, print_command, as_json)
+    if target != "systemd" and (print_command or python):
+        raise UsageError("--print-command and --python are for the systemd target",
+                         value="--print-command" if print_command else f"--python {python}",
+                         hint="the image's SGLang is the one that runs: give --sglang-version V matching the image "
+                              "tag" if target == "kubernetes" else f"drop them for --target {target}")
     components = None
     if python:
         if sglang_version:
             raise UsageError("--sglang-version and --python are mutually exclusive",
                              value=f"{sglang_version} / {python}",
                              hint="give --python to use the installed SGLang's version, or --sglang-version alone")
-        sglang_version, components = render_lib.target_versions(python)
-    rendered = render_lib.render(profile, sglang_version, components=components)
-    hosts = None
-    if profile.hosts():  # a fleet: one folder per host (kimi_deploy.fleet)
-        from kimi_deploy.fleet import host_files
-
-        hosts = host_files(profile, rendered.launch.sglang_version)
-    # what the scrape configuration could not know (kimi_deploy.monitoring.scrape_notes), when it is rendered
-    scrape = scrape_notes(profile) if rendered.monitoring else []
+        sglang_version, components = engine.target_versions(python)
+    if print_command and not out_dir and not as_json:  # the command alone: no unit, no monitoring file rendered
+        launch = node_launch(profile, None, sglang_version, components=components)
+        for warning in (*launch.warnings, *naming_warnings(profile)):
+            click.echo(f"warning: {warning}", err=True)
+        click.echo(launch.shell_command(api_key_file=profile.sglang.api_key_file), nl=False)
+        if not profile.sglang.enable_metrics:
+            click.echo(METRICS_OFF, err=True)
+        return
+    options = {"components": components} if target == "systemd" else {}
+    rendered = targets.render(target, profile, sglang_version, **options)  # exit 2 before anything is written
     slow = phases.timeout_warning(profile.service.name, profile.service.timeout_start_sec,
                                   paths.HostLayout(root).state_dir(profile.service.name))
-    for warning in (*rendered.launch.warnings, *naming_warnings(profile), *scrape, *([slow] if slow else [])):
+    for warning in (*rendered.warnings, *naming_warnings(profile), *([slow] if slow else [])):
         click.echo(f"warning: {warning}", err=True)
+    written = []
     if out_dir:
         create_output_dir(out_dir)
-    written = render_lib.write(rendered, out_dir, hosts) if out_dir else []
+        written = [out_dir / name for name in rendered.files]
+        write_many_atomic(dict(zip(written, rendered.files.values())))
     if as_json:
-        echo_json({
-            "sglang_version": rendered.launch.sglang_version,
-            "components": dict(components or {}),
-            "cache_dir": rendered.launch.cache_dir,
-            "profile_sha256": profile.digest(),
-            "argv": list(rendered.launch.argv),
-            "env": dict(rendered.launch.env),
-            "files": {name: str(out_dir / name) if out_dir else None for name in rendered.files} if not hosts else
-                     {f"{host}/{name}": str(out_dir / host / name) if out_dir else None
-                      for host, files in hosts.items() for name in files},
-            "monitoring": {name: str(out_dir / render_lib.MONITORING_DIR / name) if out_dir else None
-                           for name in rendered.monitoring},
-            "warnings": [*rendered.launch.warnings, *scrape, *([slow] if slow else [])],
-        })
+        described = rendered.describe(out_dir)
+        if slow and "warnings" in described:
+            described["warnings"] = [*described["warnings"], slow]
+        echo_json(described)
         return
     if print_command:
         click.echo(rendered.launch.shell_command(api_key_file=profile.sglang.api_key_file), nl=False)
     for path in written:
         click.echo(f"wrote {path}", err=print_command)
     if not out_dir and not print_command:
-        shown = {f"{host}/{name}": text for host, files in hosts.items() for name, text in files.items()} \
-            if hosts else rendered.files
-        for name, text in shown.items():
+        for name, text in rendered.files.items():
             click.echo(f"# ---- {name}")
             click.echo(text, nl=False)
-        for name, text in rendered.monitoring.items():
-            click.echo(f"# ---- {render_lib.MONITORING_DIR}/{name}")
-            click.echo(text, nl=False)
-    if not rendered.monitoring:
-        click.echo("note: sglang.enable_metrics is off, so no Prometheus files were rendered "
-                   "(set enable_metrics = true)", err=True)
-
-
-def _render_kubernetes(profile, sglang_version, python, out_dir, print_command, as_json):
-    """``render --target kubernetes``: manifests into ``out_dir`` (atomically), or printed."""
-    from kimi_deploy import kubernetes
-
-    if print_command or python:
-        raise UsageError("--print-command and --python are for the systemd target",
-                         value="--print-command" if print_command else f"--python {python}",
-                         hint="the image's SGLang is the one that runs: give --sglang-version V "
-                              "matching the image tag")
-    manifests = kubernetes.render(profile, sglang_version)  # every problem is exit 2 before anything is written
-    for warning in (*manifests.warnings, *naming_warnings(profile)):
-        click.echo(f"warning: {warning}", err=True)
-    if out_dir:
-        create_output_dir(out_dir)
-        write_many_atomic({out_dir / name: text for name, text in manifests.files.items()})
-    if as_json:
-        echo_json({"target": "kubernetes", "sglang_version": manifests.launch.sglang_version,
-                   "profile_sha256": profile.digest(), "copies": manifests.shape.copies,
-                   "nodes_per_copy": manifests.shape.nodes,
-                   "files": {name: str(out_dir / name) if out_dir else None for name in manifests.files},
-                   "warnings": list(manifests.warnings)})
-        return
-    if out_dir:
-        for name in manifests.files:
-            click.echo(f"wrote {out_dir / name}")
-        return
-    for name, text in manifests.files.items():
-        click.echo(f"# ---- {name}")
-        click.echo(text, nl=False)
+    for note in rendered.notes:
+        click.echo(note, err=True)
 
 
 @click.command("presets")
@@ -139,8 +101,6 @@ def presets_cmd(as_json):
     Under each: the model it deploys (facts from the model table), how it differs from the reference preset
     and what it needs measured.
     """
-    from kimi_deploy.catalog.models import MODELS
-
     if as_json:
         echo_json({name: {"summary": p.summary, "differs": p.differs, "measure": p.measure, "profile": p.data,
                           "model": MODELS[p.model].to_dict() if p.model else None}
@@ -196,9 +156,6 @@ def init_cmd(path: Path, preset: str | None, model: str | None, name: str | None
 
     import jinja2
 
-    from kimi_deploy.presets import Preset
-    from kimi_deploy.hostfiles import valid_service_name
-
     if path.exists() and not force:
         raise UsageError("the profile file already exists", value=str(path),
                          hint="choose another path or pass --force to overwrite it")
@@ -215,10 +172,6 @@ def init_cmd(path: Path, preset: str | None, model: str | None, name: str | None
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(paths.kit_templates_dir())),
                              undefined=jinja2.StrictUndefined, keep_trailing_newline=True,
                              trim_blocks=True, lstrip_blocks=True)
-    from kimi_deploy.options import OPTIONS, init_example
-
-    from kimi_deploy import __version__
-
     text = env.get_template("profile.toml.j2").render(preset=chosen, toml=toml_value, options=OPTIONS,
                                                       example=init_example, fleet=fleet, kubernetes=kubernetes,
                                                       version=__version__)

@@ -7,12 +7,11 @@ from typing import TYPE_CHECKING
 import click
 
 from kimi_deploy.cli.options import Seconds, echo_json, json_flag, profile_options, resolve_installed, root_option
-from kimi_deploy.host.phases import StartPhases
 from kimi_deploy.paths import HostLayout
-from kimi_deploy.printable import markup, printable
+from kimi_deploy.wire.printable import markup, printable
 
 if TYPE_CHECKING:  # restart's library (httpx, rich, the check tiers) loads when the verb runs, not for --help
-    from kimi_deploy.readiness import WaitState
+    from kimi_deploy.host.readiness import WaitState
 
 
 def _line(label: str, state: WaitState) -> str:
@@ -66,13 +65,14 @@ def restart_cmd(ctx, profile_path, preset, root, name, wait, gate, allow_parser_
     refuses the removal (exit 1) restarts nothing: the message says the replica was not taken out."""
     from rich.console import Console
 
-    from kimi_deploy import restart as restart_lib
+    # start-up: the restart library (httpx, the readiness probes) loads when the verb runs, not for --help
+    from kimi_deploy.host import restart as restart_lib
 
     if rollback_on_failure and not wait:
         wait = True  # a rollback needs a verdict
     layout = HostLayout(root)
     profile, _manifest = resolve_installed(profile_path, preset, name, layout)
-    drain = _drain(profile, layout, host, wait, drain_timeout)
+    drain = restart_lib.drain_for(profile, layout, host, wait=wait, idle_timeout=drain_timeout)
     console = Console(stderr=True)
     if as_json or not console.is_terminal:
         status = None
@@ -105,80 +105,15 @@ def restart_cmd(ctx, profile_path, preset, root, name, wait, gate, allow_parser_
     if as_json:
         echo_json(result.to_dict())
     else:
-        show_result(result)
+        show_result(restart_lib.result_lines(result))
     ctx.exit(result.exit_code)
 
 
-def show_result(result) -> None:
-    """The human form of a :class:`kimi_deploy.restart.RestartResult` (upgrade prints it too)."""
-    for attempt in result.attempts:
-        mark = "ok" if attempt.ok else "FAILED"
-        click.echo(f"{attempt.label}: {mark}: {attempt.summary}")
-        if attempt.gate and len(attempt.gate.tiers) > 0:
-            click.echo("  gate " + attempt.gate.gate + ": " + ", ".join(
-                f"{t.tier} {'ok' if t.ok else 'FAILED'} {t.seconds:.1f} s" for t in attempt.gate.tiers))
-        if attempt.checks:
-            for r in attempt.checks.results:
-                kind = f" [{r['kind']}]" if r.get("kind") else ""
-                click.echo(f"  {r['status']:<6} {r['id']}{kind}" + (f": {r['detail']}" if r.get("detail") else ""))
-        for p in (attempt.allreduce or {}).get("paths", []):
-            if p["asked"] or p["state"] == "engaged":
-                click.echo(f"  {'fail' if p['failed'] else p['state']:<6} allreduce.{p['path']}: {p['evidence']}")
-        if attempt.allreduce and attempt.allreduce.get("error"):
-            click.echo(f"  note   allreduce: server log unreadable ({attempt.allreduce['error']})")
-        _show_phases(attempt.phases)
-    for note in result.notes:
-        click.echo(f"note: {note}")
-    if result.failed_tier:
-        failed = f": {', '.join(result.failed_checks)}" if result.failed_checks else ""
-        click.echo(f"failed tier: {result.failed_tier}{failed}")
-
-
-def _show_phases(data) -> None:
-    """The start's phases from the server's log (:mod:`kimi_deploy.host.phases`), one line each."""
-    if not data:
-        return
-    if data.get("error"):
-        click.echo(f"  note   start phases: server log unreadable ({data['error']})")
-        return
-    click.echo("  start phases (from SGLang's log):")
-    for line in StartPhases.from_dict(data).lines():
-        click.echo(f"  {line}")
-    if data.get("kept"):
-        click.echo(f"  kept as the last measured start: {data['kept']}")
-    elif data.get("keep_error"):
-        click.echo(f"  note   not kept: {data['keep_error']}")
-
-
-def _drain(profile, layout, host, wait, idle_timeout: float = 600.0):
-    """The :class:`kimi_deploy.restart.Drain` of this node's replica, or None without ``[gateway]``."""
-    from kimi_deploy.errors import UsageError
-
-    if profile.gateway is None:
-        if host is not None and profile.nodes_per_copy < 2:
-            raise UsageError("--host is for a profile with [gateway] or multi-node replicas", value=host,
-                             hint="drop --host")
-        return None
-    from kimi_deploy import apikey, restart as restart_lib
-    from kimi_deploy.fleet import is_node, pick_host
-    from kimi_deploy.gateway import Gateway, gateway_url
-    from kimi_deploy.paths import gateway_service
-    from kimi_deploy.profile import url_host
-
-    this = pick_host(profile, host)
-    if not is_node(profile, this):
-        raise UsageError(f"{this} runs the gateway only; restart it with systemctl", value=this,
-                         hint=f"systemctl restart {gateway_service(profile.service.name)}.service")
-    replica = next(nodes for nodes in profile.replicas if this in nodes)
-    if replica[0] != this:
-        raise UsageError(f"{this} is rank {replica.index(this)} of a multi-node replica; restart its group from "
-                         "rank 0", value=this, hint=f"run restart on {replica[0]}")
-    if not wait:
-        raise UsageError("a replica behind a gateway is restarted with --wait (it goes back into the gateway "
-                         "only once it is ready and checked)", hint="add --wait")
-    key = apikey.profile_key(profile.sglang.api_key_file, layout)
-    return restart_lib.Drain(Gateway(gateway_url(profile), key), f"http://{url_host(this)}:{profile.sglang.port}",
-                             idle_timeout)
+def show_result(lines) -> None:
+    """The human form of a :class:`kimi_deploy.host.restart.RestartResult` (upgrade prints it too): the lines of
+    :func:`kimi_deploy.host.restart.result_lines`."""
+    for line in lines:
+        click.echo(line)
 
 
 COMMANDS = [restart_cmd]

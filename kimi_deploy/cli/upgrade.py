@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import click
 
+from kimi_deploy.errors import UsageError
 from kimi_deploy.cli.options import Seconds, echo_json, json_flag, resolve_installed, resolve_profile, root_option
 from kimi_deploy.paths import DEFAULT_STATE_DIR, HostLayout
 
@@ -42,9 +43,7 @@ def upgrade_cmd(ctx, root, python, profile_path, name, with_, gate, timeout, pol
     unit back at the old, untouched environment (exit 1; exit 10 when the restored version fails too)."""
     from pathlib import Path
 
-    from kimi_deploy.cli.restart import show_result
-    from kimi_deploy.errors import UsageError
-    from kimi_deploy.host import upgrade as upgrade_lib
+    from kimi_deploy.host import upgrade as upgrade_lib  # start-up: the upgrade library loads when the verb runs
 
     if python is None and profile_path is None:
         raise UsageError("nothing to upgrade", hint="pass --python NEW_INTERPRETER (a new SGLang environment) "
@@ -76,7 +75,8 @@ def upgrade_cmd(ctx, root, python, profile_path, name, with_, gate, timeout, pol
     if as_json:
         echo_json(result.to_dict())
     else:
-        show_result(result.restart)
+        for line in upgrade_lib.restart_lib.result_lines(result.restart):  # as `restart` prints it
+            click.echo(line)
         if result.rolled_back:
             click.echo(f"rolled back: the unit runs {plan.old.python} (SGLang {plan.old.version}) again")
     ctx.exit(result.exit_code)

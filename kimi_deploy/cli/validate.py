@@ -44,9 +44,7 @@ def validate_cmd(ctx, profile_path, preset, python, gateway, smg, gpu_facts, mod
     """
     profile = resolve_profile(profile_path, preset)
     if gateway:
-        from kimi_deploy.gateway import validate_smg
-
-        checked = validate_smg(profile, smg)
+        checked = validate_lib.validate_smg(profile, smg)
         if as_json:
             echo_json(checked.to_dict())
         elif checked.ok:

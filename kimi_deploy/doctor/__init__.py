@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from kimi_deploy import patching, proc, target, versions
+from kimi_deploy import patching, proc, versions
+from kimi_deploy import engine as target
 from kimi_deploy.doctor import fabric, nvidia
 from kimi_deploy.doctor.checks import Facts, evaluate
 from kimi_deploy.doctor.host import compare_installed, disk_space, probe_port
@@ -19,6 +20,9 @@ from kimi_deploy.doctor.report import Check, DoctorReport
 from kimi_deploy.errors import KimiDeployError
 from kimi_deploy.paths import HostLayout
 from kimi_deploy.profile import Profile
+from kimi_deploy.targets import systemd as render_lib
+from kimi_deploy import validate as validate_lib
+from kimi_deploy.launch import build_launch
 
 __all__ = ["Check", "DoctorReport", "Facts", "gather", "run_doctor", "probe_fabric", "probe_gpus", "probe_topology"]
 
@@ -117,9 +121,6 @@ def gather(profile: Profile, *, python: str | None = None, root: Path = Path("/"
     """Run every probe for ``profile``; ``python`` overrides ``[service] python``; ``root`` is where
     the installed unit is looked for (``<root>/etc/systemd/system``); ``state_dir`` is where the patch
     record is read (default: the one the unit's ``patch verify`` reads, :func:`kimi_deploy.paths.state_dir`)."""
-    from kimi_deploy import render as render_lib
-    from kimi_deploy import validate as validate_lib
-    from kimi_deploy.launch import build_launch
 
     facts: dict = {"profile": profile}
     gpus, facts["gpu_error"] = probe_gpus()
@@ -162,8 +163,8 @@ def gather(profile: Profile, *, python: str | None = None, root: Path = Path("/"
             else:
                 # kimi_deploy.sizing imports this package's parsers (nvidia, modeldir): imported here, not at the
                 # top, so that importing it does not go round in a circle
-                from kimi_deploy.sizing.memory import GpuFacts
-                from kimi_deploy.sizing.report import size_profile
+                from kimi_deploy.sizing.memory import GpuFacts  # the cycle above
+                from kimi_deploy.sizing.report import size_profile  # the cycle above
 
                 try:
                     facts["sizing"] = size_profile(

@@ -23,8 +23,9 @@ from kimi_deploy.doctor.modeldir import ModelDir
 from kimi_deploy.doctor.nvidia import P2P_LEVEL_FOR_LINK, P2P_LEVELS, Gpu, Topology
 from kimi_deploy.doctor.report import Check, failed, passed, warned
 from kimi_deploy.patching import GateHit, SeriesStatus
+from kimi_deploy.names import server_unit
 from kimi_deploy.profile import Profile
-from kimi_deploy.target import TargetInfo
+from kimi_deploy.engine import TargetInfo
 from kimi_deploy.validate import Validation
 
 GIB = 1024**3
@@ -491,7 +492,7 @@ def check_port(f: Facts) -> Check | None:
     installed = any(d.state != "absent" for d in f.unit)
     who = f"`ss -ltnp 'sport = :{p.port}'` shows the owner"
     if p.state == "in_use" and installed:
-        return warned("port", f"{p.detail} ({svc}.service is installed: probably the running server)",
+        return warned("port", f"{p.detail} ({server_unit(svc)} is installed: probably the running server)",
                       f"expected while {svc} runs; otherwise {who}")
     if p.state == "in_use":
         return failed("port", p.detail, f"stop the program holding it ({who}) or change [sglang] port")

@@ -11,7 +11,7 @@ import socket
 from pathlib import Path
 
 from kimi_deploy.paths import HostLayout
-from kimi_deploy.render import Rendered
+from kimi_deploy.targets.systemd import Rendered
 
 
 @dataclasses.dataclass(frozen=True)

@@ -14,7 +14,7 @@ import dataclasses
 import struct
 from pathlib import Path
 
-from kimi_deploy.limits import parse_json
+from kimi_deploy.wire.limits import parse_json
 
 INDEX_NAME = "model.safetensors.index.json"
 SINGLE_NAME = "model.safetensors"

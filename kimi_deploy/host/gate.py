@@ -2,7 +2,7 @@
 
 Tiers, in order (``restart --gate NAME`` runs every tier up to and including NAME; default ``contract``):
 
-- ``ready``: :func:`kimi_deploy.readiness.wait_ready` (``/health_generate`` and ``/model_info`` answer); the
+- ``ready``: :func:`kimi_deploy.host.readiness.wait_ready` (``/health_generate`` and ``/model_info`` answer); the
   caller runs it, this module records its time;
 - ``fast``: ``health.*`` and ``config.*`` of ``kimi-deploy check`` (the server is up, with the profile's
   parsers, speculative settings and TP size);

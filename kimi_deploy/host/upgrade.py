@@ -5,7 +5,7 @@ environment is only read (its version), never written: a rollback points the uni
 
 Plan (:func:`plan_upgrade`, all of it before anything changes; ``--dry-run`` stops there):
 
-1. the version change (each interpreter probed: :func:`kimi_deploy.target.probe`) and the model change
+1. the version change (each interpreter probed: :func:`kimi_deploy.engine.probe`) and the model change
    (``--profile`` with another ``model_path``, e.g. K2.5 → K2.6);
 2. the flag spellings that differ between the two releases (:func:`spelling_changes`, from the option table's
    per-release spellings, :data:`kimi_deploy.versions.RULES`), marked where the profile uses them;
@@ -13,12 +13,12 @@ Plan (:func:`plan_upgrade`, all of it before anything changes; ``--dry-run`` sto
    GNU patch's dry run against the new environment only;
 4. ``validate`` against the new interpreter (:func:`kimi_deploy.validate.validate_profile`: SGLang's own
    argparse);
-5. the install plan for the profile pointing at the new interpreter (:func:`kimi_deploy.install.plan_install`):
+5. the install plan for the profile pointing at the new interpreter (:func:`kimi_deploy.host.install.plan_install`):
    the unit and env-file diff. It refuses a profile that drops a parser (:mod:`kimi_deploy.host.gate`).
 
 Apply (:func:`apply_upgrade`): the patches (all-or-nothing, into the new environment), the install (with its
 backup of the previous files), then ``restart --wait --gate GATE --rollback-on-failure``
-(:func:`kimi_deploy.restart.restart`): a failed tier restores the previous files — the unit's ``ExecStart=``
+(:func:`kimi_deploy.host.restart.restart`): a failed tier restores the previous files — the unit's ``ExecStart=``
 names the old interpreter again — restarts, and gates the restored version the same way.
 """
 
@@ -31,13 +31,16 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from kimi_deploy import install as install_lib
-from kimi_deploy import patching, target, versions
+from kimi_deploy.host import install as install_lib
+from kimi_deploy import patching, versions
+from kimi_deploy import engine as target
 from kimi_deploy.errors import ExitCode, KimiDeployError, RefusedError, UsageError
 from kimi_deploy.host import gate as gates
 from kimi_deploy.options import OPTIONS
 from kimi_deploy.paths import HostLayout
 from kimi_deploy.profile import Profile
+from kimi_deploy.host import restart as restart_lib
+from kimi_deploy.validate import validate_profile
 
 
 @dataclasses.dataclass(frozen=True)
@@ -50,7 +53,7 @@ class Environment:
 
     @classmethod
     def probe(cls, python: str) -> Environment:
-        """Ask ``python`` (:func:`kimi_deploy.target.probe`).
+        """Ask ``python`` (:func:`kimi_deploy.engine.probe`).
 
         Raises:
             UsageError: the interpreter is missing or has no SGLang (with the command that checks it).
@@ -222,8 +225,6 @@ def plan_upgrade(installed: Profile, layout: HostLayout, *, python: str | None =
                 check = {"ok": True, "message": done.message}
             except KimiDeployError as exc:
                 check = {"ok": False, "message": exc.message, "hint": exc.hint}
-    from kimi_deploy.validate import validate_profile  # imports the launch builder: only when planning
-
     try:
         validation = validate_profile(new_profile, new.python).to_dict()
     except KimiDeployError as exc:
@@ -249,7 +250,7 @@ class UpgradeResult:
     plan: UpgradePlan
     patched: patching.ChangeResult | None
     installed: install_lib.ApplyResult
-    restart: Any  # kimi_deploy.restart.RestartResult
+    restart: Any  # kimi_deploy.host.restart.RestartResult
 
     @property
     def exit_code(self) -> int:
@@ -277,10 +278,8 @@ def apply_upgrade(plan: UpgradePlan, layout: HostLayout, *, gate: str = gates.DE
         RefusedError: the plan has problems (validation errors, a patch that does not apply) or refused files
             (exit 4); nothing changed.
         KimiDeployError: from the patch engine (nothing changed there: all-or-nothing), the install, or the
-            restart (see :func:`kimi_deploy.restart.restart`).
+            restart (see :func:`kimi_deploy.host.restart.restart`).
     """
-    from kimi_deploy import restart as restart_lib
-
     if plan.problems:
         raise RefusedError("refusing to upgrade: the plan has problems", value="; ".join(plan.problems),
                            hint="fix them (`kimi-deploy upgrade --dry-run` shows the plan), then run it again")

@@ -2,7 +2,7 @@
 
 How a series is applied (all-or-nothing):
 
-1. the installation is found by :func:`kimi_deploy.target.probe` (version from its
+1. the installation is found by :func:`kimi_deploy.engine.probe` (version from its
    dist-info, real path of the ``sglang`` package); SGLang is never imported here;
 2. the original bytes of every file the selected patches touch are copied into a
    temporary staging folder (originals come from the state record's copies when the
@@ -44,7 +44,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Literal
 
-from kimi_deploy import __version__, fsio, paths, proc, target
+from kimi_deploy import __version__, fsio, paths, proc
+from kimi_deploy import engine as target
 from kimi_deploy.errors import ExternalCommandError, KimiDeployError, RefusedError
 from kimi_deploy.fsio import write_many_atomic
 from kimi_deploy.patching.series import PatchSpec, Series, available_versions, find_series, require_series

@@ -38,7 +38,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from kimi_deploy import target
+from kimi_deploy import engine as target
 from kimi_deploy.sizing.memory import GpuFacts
 
 #: Runs in SGLang's interpreter. argv[1]: JSON {"args": [...], "gpus": GpuFacts.to_dict(), "paths": {flag: dir}}.
@@ -406,7 +406,7 @@ def resolve(python: str | Path, server_args: Sequence[str], gpus: GpuFacts, *,
             :attr:`EffectiveConfig.kv_check`.
 
     Raises:
-        UsageError / ExternalCommandError: as :func:`kimi_deploy.target.run_script` (a broken interpreter).
+        UsageError / ExternalCommandError: as :func:`kimi_deploy.engine.run_script` (a broken interpreter).
     """
     request = {"args": list(server_args), "gpus": gpus.to_dict(), "paths": dict(paths or {}),
                "stub_packages": list(STUB_PACKAGES), "kv_check": dict(kv_check) if kv_check else None}

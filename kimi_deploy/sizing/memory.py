@@ -33,7 +33,7 @@ from typing import Any
 from kimi_deploy.doctor import nvidia
 from kimi_deploy.doctor.modeldir import model_shards, read_header_tensors
 from kimi_deploy.errors import UsageError
-from kimi_deploy.limits import parse_json
+from kimi_deploy.wire.limits import parse_json
 
 GIB = 1 << 30
 

@@ -88,7 +88,7 @@ def size_profile(profile: Any, python: str | Path, server_args: Sequence[str], *
 
     Raises:
         UsageError: a model directory or header index that cannot be read.
-        ExternalCommandError: SGLang's interpreter is broken (as :func:`kimi_deploy.target.run_script`).
+        ExternalCommandError: SGLang's interpreter is broken (as :func:`kimi_deploy.engine.run_script`).
     """
     s = profile.sglang
     skipped = []

@@ -17,8 +17,8 @@ from typing import Any
 from kimi_deploy.check.quality.stats import Comparison, Proportion, two_proportion_test
 from kimi_deploy.check.results import REPORT_SCHEMA
 from kimi_deploy.errors import UsageError
-from kimi_deploy.limits import parse_json
-from kimi_deploy.printable import printable
+from kimi_deploy.wire.limits import parse_json
+from kimi_deploy.wire.printable import printable
 
 #: A report file larger than this is refused unread (a check report of the largest run is under 1 MiB).
 MAX_REPORT_BYTES = 64 * 1024 * 1024

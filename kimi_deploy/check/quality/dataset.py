@@ -23,7 +23,7 @@ from typing import Any
 import jsonschema
 
 from kimi_deploy.errors import UsageError
-from kimi_deploy.limits import parse_json
+from kimi_deploy.wire.limits import parse_json
 
 KIT_SAMPLES = Path(__file__).with_name("samples.jsonl")
 

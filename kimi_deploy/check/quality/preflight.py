@@ -18,7 +18,7 @@
   count of the model's own tokenizer and chat template, computed in SGLang's interpreter the way SGLang 0.5.23's
   serving_chat.py renders a request (tools as ``[tool.model_dump()]`` through SGLang's own request model, the
   OpenAI wrapper included; the flat ``function`` objects if the template refuses those), through
-  :func:`kimi_deploy.target.run_script`;
+  :func:`kimi_deploy.engine.run_script`;
   an off-by-N count fails with ``prompt_tokens_mismatch``. Skipped with the reason when the model's files or the
   interpreter are not on this host.
 """
@@ -32,7 +32,7 @@ from typing import Any
 
 import openai
 
-from kimi_deploy import target
+from kimi_deploy import engine as target
 from kimi_deploy.check.context import Context
 from kimi_deploy.check.contract import GET_WEATHER, REPLY_TOKENS
 from kimi_deploy.check.outcome import Outcome, openai_failure, unreadable

@@ -12,7 +12,7 @@ dispatched. OpenAI's end marker ``data: [DONE]`` is an ordinary event here whose
 Linear in the bytes read: a line that spans many reads is kept as a list of pieces and joined
 once when it ends, never re-copied per read (a 200 MB line costs O(200 MB), and is refused at
 ``max_line`` long before). Memory per stream: at most one partial line and one event's data,
-each at most ``max_line`` bytes (:class:`kimi_deploy.limits.LimitExceeded` past it).
+each at most ``max_line`` bytes (:class:`kimi_deploy.wire.limits.LimitExceeded` past it).
 
 Hot path (``bench``, once per read): when a read holds whole events, they are found with one
 ``bytes.split`` and an event that is one ``data: `` line is taken with a slice; anything else goes
@@ -21,7 +21,7 @@ through the line-by-line rules above.
 
 from __future__ import annotations
 
-from kimi_deploy.limits import DEFAULT_MAX_LINE_BYTES, LimitExceeded
+from kimi_deploy.wire.limits import DEFAULT_MAX_LINE_BYTES, LimitExceeded
 
 #: The data of OpenAI's end-of-stream event (``data: [DONE]``).
 DONE = b"[DONE]"

@@ -7,7 +7,7 @@ begin" while systemd calls the unit active. The preflight does the same rendezvo
 attached and says which host, NIC or port is wrong, within ``timeout`` seconds.
 
 It runs :data:`PREFLIGHT_SCRIPT` in SGLang's interpreter (``[service] python``: torch is there; the kit never
-imports torch) through :func:`kimi_deploy.target.run_script`, with the script's progress lines on stderr as
+imports torch) through :func:`kimi_deploy.engine.run_script`, with the script's progress lines on stderr as
 they happen (the rank units run it as ``ExecStartPre=``, so they reach the journal). Stages, in order:
 
 1. ``address``: this host owns the node's address (binding a socket to it; a host name is resolved first), so
@@ -33,10 +33,10 @@ import json
 from pathlib import Path
 from typing import Any
 
-from kimi_deploy import target
+from kimi_deploy import engine as target
 from kimi_deploy.errors import ExitCode
 from kimi_deploy.profile import Profile
-from kimi_deploy.ranks import Rank
+from kimi_deploy.topology import Rank
 
 #: Store keys of the preflight (never SGLang's own keys).
 KEY_PREFIX = "kimi-deploy-preflight"

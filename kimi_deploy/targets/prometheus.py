@@ -1,7 +1,7 @@
-"""Profile -> Prometheus scrape configuration, recording and alert rules (and, via :mod:`kimi_deploy.dashboard`,
+"""Profile -> Prometheus scrape configuration, recording and alert rules (and, via :mod:`kimi_deploy.targets.dashboard`,
 a Grafana dashboard) for one deployment.
 
-Everything here is pure and deterministic, like :mod:`kimi_deploy.render`. Metric names are SGLang 0.5.23's
+Everything here is pure and deterministic, like :mod:`kimi_deploy.targets.systemd`. Metric names are SGLang 0.5.23's
 (``sglang/srt/observability/metrics_collector.py``: ``SchedulerMetricsCollector`` labels ``model_name``,
 ``engine_type``, ``tp_rank``, ``pp_rank``, ``moe_ep_rank``; its scheduler gauges come from attention-TP rank 0
 only; ``TokenizerMetricsCollector`` histograms and counters from the HTTP rank), the check textfile's
@@ -21,9 +21,10 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from kimi_deploy import paths
+from kimi_deploy import names, paths
 from kimi_deploy.errors import ExitCode
-from kimi_deploy.profile import Profile, host_key, is_loopback, url_host
+from kimi_deploy.names import url_host
+from kimi_deploy.profile import Profile, host_key, is_loopback
 
 #: Default running-request limit of SGLang with EAGLE/EAGLE3 and no --max-running-requests (options.py comment).
 EAGLE_RUNNING_DEFAULT = 48
@@ -131,7 +132,7 @@ def settings(profile: Profile) -> Settings:
     return Settings(
         service=name, job=m.job or name, targets=tuple(m.targets) or servers or (_base_target(profile),),
         check_job=m.check_job or f"{name}-check", node_exporters=exporters, gateway=gateway,
-        gateway_job=(m.gateway_job or f"{name}-gateway") if gateway else None,
+        gateway_job=(m.gateway_job or names.gateway_service(name)) if gateway else None,
         scrape_interval_s=m.scrape_interval_s, labels=dict(m.labels), slo_ms=slo,
         slo_for_minutes=m.slo_for_minutes, check_max_age_hours=m.check_max_age_hours, running_limit=running,
         aborted_ratio=m.aborted_ratio, spec_accept_length_min=spec_min, runbook_url=m.runbook_url,
@@ -441,20 +442,3 @@ def rules_text(profile: Profile, header: str) -> str:
     """The rule file (``promtool check rules`` accepts it)."""
     return (f"{header}\n# Recording and alert rules; each alert's runbook_url points into docs/runbook.md#alert-runbook.\n"
             + to_yaml(rules_doc(profile)))
-
-
-def render_monitoring(profile: Profile, header: str) -> dict[str, str]:
-    """File name -> text of every monitoring file: ``prometheus.yml``, ``<name>.rules.yml``,
-    ``<name>.dashboard.json`` (:mod:`kimi_deploy.dashboard`). Empty when ``enable_metrics`` is off (there would
-    be nothing to scrape)."""
-    if not profile.sglang.enable_metrics:
-        return {}
-    from kimi_deploy.dashboard import dashboard_json
-
-    st = settings(profile)
-    return {
-        "prometheus.yml": prometheus_config(profile, header),
-        rules_file(st): rules_text(profile, header),
-        f"{st.service}.dashboard.json": dashboard_json(profile),
-    }
-

@@ -6,11 +6,11 @@ device groups, unit states, the key file, the other services' claims, leftovers 
 runs) and then plan from them with no I/O (:func:`plan_install_from`,
 :func:`plan_uninstall_from`: facts in, :class:`Plan` out: files to create/replace/remove with
 unified diffs, commands to run, notes, refusals). :func:`apply` carries a plan out: the intent
-record first (:class:`kimi_deploy.hostfiles.Intent`), commands before the files (service user,
+record first (:class:`kimi_deploy.host.records.Intent`), commands before the files (service user,
 directories, the API key file), a backup of every file it will change, one atomic write of all
 new files (:mod:`kimi_deploy.fsio`), the intent removed, then systemctl. Applying a plan and
 planning again gives a plan with nothing to do. A run killed at any point leaves files the next
-run recognises as its own; :func:`kimi_deploy.hostfiles.service_lock` serialises runs on one service.
+run recognises as its own; :func:`kimi_deploy.host.records.service_lock` serialises runs on one service.
 
 Installed set for a profile whose ``[service] name`` is NAME (host paths):
 ``/etc/systemd/system/{NAME.service, kimi-deploy-check@NAME.service, kimi-deploy-check@NAME.timer}``,
@@ -34,18 +34,24 @@ from collections.abc import Collection, Mapping
 from pathlib import Path
 from typing import Any, Literal
 
-from kimi_deploy import __version__, apikey, fsio, paths, proc, systemd
+from kimi_deploy import __version__, fsio, paths, proc
+from kimi_deploy.host import systemd
+from kimi_deploy.wire import apikey
 from kimi_deploy.errors import ExternalCommandError, KimiDeployError, RefusedError, UsageError
 from kimi_deploy.fsio import write_atomic, write_many_atomic
-from kimi_deploy.hostfiles import (Claims, FileRecord, Intent, Manifest, Ownership, classify, installed_services,
+from kimi_deploy.host.records import (Claims, FileRecord, Intent, Manifest, Ownership, classify, installed_services,
                                    last_uninstalled_manifest, listeners, leftover_services, load_intent, load_manifest,
                                    other_services_claims, profile_toml, read_bytes, restore_backup, sha256,
-                                   service_lock, shared_lock as hostfiles_shared_lock, stale_files, valid_service_name,
-                                   write_backup)
+                                   service_lock, shared_lock as hostfiles_shared_lock, stale_files, write_backup)
 from kimi_deploy.paths import HostLayout
 from kimi_deploy.host import gate as gates
-from kimi_deploy.profile import Profile, naming_warnings, parse_profile
-from kimi_deploy.render import CHECK_UNIT, check_unit, file_header, render
+from kimi_deploy.topology import pick_host
+from kimi_deploy.profile import Profile, naming_warnings, parse_profile, valid_service_name
+from kimi_deploy.names import CHECK_UNIT, check_timer, gateway_service, server_unit
+from kimi_deploy import targets
+from kimi_deploy.targets import file_header
+from kimi_deploy.targets.systemd import MONITORING_DIR
+from kimi_deploy.launch import API_KEY_CREDENTIAL
 
 #: Shell of the service user: it never logs in (useradd(8) ``--shell``).
 NOLOGIN = "/usr/sbin/nologin"
@@ -348,7 +354,7 @@ def gather_uninstall_facts(layout: HostLayout, name: str | None) -> HostFacts:
                {u: systemd.is_enabled(u, root=layout.root) for u in _unit_names(recorded)})
     kept = [r for r in (manifest, intent.manifest if intent else None, last) if r]
     candidates = {layout.host_path(layout.service_backup_dir(name)),
-                  layout.host_path(layout.timer_stamp(f"{check_unit(name)}.timer"))}
+                  layout.host_path(layout.timer_stamp(check_timer(name)))}
     for record in kept:
         candidates |= {record.state_dir, record.cache_dir}
         if record.api_key_file_created:
@@ -510,7 +516,7 @@ def _conflicts(profile: Profile, claims: Claims, force: bool, notes: list[str], 
     """Compare what ``profile`` uses with what the other installed services use (``claims``).
 
     ``installed``: the host paths this install puts in place; its listeners are those of its units
-    (:func:`kimi_deploy.hostfiles.listeners`: a gateway-only host does not listen on ``[sglang] port``).
+    (:func:`kimi_deploy.host.records.listeners`: a gateway-only host does not listen on ``[sglang] port``).
 
     A shared API key file or cache folder is legitimate: a ``warning:`` note (``uninstall --purge``
     of either keeps it while the other is installed). The same port on overlapping hosts, or a
@@ -550,28 +556,44 @@ def target_host_path(file_name: str) -> str:
     return f"{paths.ETC_DIR}/{file_name}" if file_name.endswith(".env") else f"{paths.SYSTEMD_DIR}/{file_name}"
 
 
+def this_host(profile: Profile, host: str | None) -> str | None:
+    """Which host of a ``[fleet]``/``[gateway]`` profile this install is for (``--host``, else found by this
+    machine's addresses: :func:`kimi_deploy.topology.pick_host`); None for a one-host profile.
+
+    Raises:
+        UsageError: ``host`` given for a one-host profile; no host (or several) of the profile matches (exit 2).
+    """
+    if profile.hosts():
+        return pick_host(profile, host)
+    if host is not None:
+        raise UsageError("--host is for a profile with [fleet] or [gateway]; this one describes one host",
+                         value=host, hint="drop --host")
+    return None
+
+
 def desired_files(profile: Profile, sglang_version: str | None = None,
                   host: str | None = None) -> tuple[dict[str, bytes], str]:
     """Host path -> bytes of every file ``install`` puts in place (manifest excluded), and the SGLang version.
 
     ``host``: for a profile with ``[fleet]``/``[gateway]``, the host whose part to install
-    (:func:`kimi_deploy.fleet.host_files`: server units on a node, the gateway unit on the gateway host);
+    (:func:`kimi_deploy.targets.systemd.host_files`: server units on a node, the gateway unit on the gateway host);
     None for a one-host profile.
 
-    Raises:
-        UsageError / UnsupportedVersionError: from :func:`kimi_deploy.render.render`; a fleet without ``host``.
-    """
-    rendered = render(profile, sglang_version)
-    if profile.hosts():
-        from kimi_deploy.fleet import host_files
+    The files are the ``systemd`` target's (:func:`kimi_deploy.targets.render`), less its ``monitoring/`` files.
 
+    Raises:
+        UsageError / UnsupportedVersionError: from :func:`kimi_deploy.targets.systemd.render`; a fleet without ``host``.
+    """
+    rendered = targets.render("systemd", profile, sglang_version)
+    if profile.hosts():
         if host is None:
             raise UsageError("the profile describes several hosts; say which one this is",
                              hint="pass --host NAME (a node or the gateway host of the profile)")
-        part = host_files(profile, rendered.launch.sglang_version)[host]
-        files = {target_host_path(name): text.encode() for name, text in part.items()}
-    else:
-        files = {target_host_path(name): text.encode() for name, text in rendered.files.items()}
+        folder = f"{host}/"  # the systemd target's folder of this host (kimi_deploy.targets.systemd.host_files)
+        part = {name.removeprefix(folder): text for name, text in rendered.files.items() if name.startswith(folder)}
+    else:  # the monitoring files belong on the Prometheus host
+        part = {name: text for name, text in rendered.files.items() if not name.startswith(f"{MONITORING_DIR}/")}
+    files = {target_host_path(name): text.encode() for name, text in part.items()}
     header = file_header(profile, rendered.launch.sglang_version)
     files[paths.service_profile_copy(profile.service.name)] = profile_toml(profile, header).encode()
     return files, rendered.launch.sglang_version
@@ -617,11 +639,11 @@ def _installed_copy(facts: HostFacts, service: str) -> Profile | None:
 def units_to_enable(profile: Profile, files: Mapping[str, bytes]) -> list[str]:
     """The units ``install`` enables among ``files``: the server and/or gateway unit and the check timer."""
     svc = profile.service
-    names = [f"{svc.name}.service", f"{check_unit(svc.name)}.timer"]
+    units = [server_unit(svc.name), check_timer(svc.name)]
     if profile.gateway is not None:
-        gateway = paths.gateway_service(svc.name)
-        names += [f"{gateway}.service", f"{check_unit(gateway)}.timer"]
-    return [u for u in names if f"{paths.SYSTEMD_DIR}/{u}" in files]
+        gateway = gateway_service(svc.name)
+        units += [server_unit(gateway), check_timer(gateway)]
+    return [u for u in units if f"{paths.SYSTEMD_DIR}/{u}" in files]
 
 
 def plan_install_from(profile: Profile, facts: HostFacts, files: Mapping[str, bytes], version: str, *,
@@ -648,7 +670,7 @@ def plan_install_from(profile: Profile, facts: HostFacts, files: Mapping[str, by
     old, intent = facts.manifest, facts.intent
 
     steps: list[Step] = _stale_steps(facts)
-    serves = target_host_path(f"{svc.name}.service") in files  # a gateway-only host runs as DynamicUser
+    serves = target_host_path(server_unit(svc.name)) in files  # a gateway-only host runs as DynamicUser
     account_steps = _user_steps(profile, facts, create_user, notes) if serves else []
     steps += account_steps
     if serves:
@@ -718,8 +740,8 @@ def plan_install_from(profile: Profile, facts: HostFacts, files: Mapping[str, by
         notes.append("--no-enable: units are not enabled; the service does not start at boot")
     if restart:
         if any(c.action != "unchanged" for c in changes):
-            steps.append(Step("command", f"restart {svc.name}.service", when="after",
-                              argv=tuple(systemd.systemctl_argv("restart", f"{svc.name}.service"))))
+            steps.append(Step("command", f"restart {server_unit(svc.name)}", when="after",
+                              argv=tuple(systemd.systemctl_argv("restart", server_unit(svc.name)))))
         else:
             notes.append("nothing changed: not restarting")
     if intent:
@@ -737,7 +759,6 @@ def uses_api_key(files: Mapping[str, bytes]) -> bool:
     """True when one of the unit files among ``files`` loads the API key (``LoadCredential=api-key:...``): a
     server that serves HTTP, the gateway, a check. A rank >= 1 of a multi-node group does not, so its host
     neither needs nor gets the key file."""
-    from kimi_deploy.launch import API_KEY_CREDENTIAL
 
     needle = f"\nLoadCredential={API_KEY_CREDENTIAL}:".encode()
     return any(needle in data for hp, data in files.items() if _is_unit(hp))
@@ -818,7 +839,7 @@ def _purge_steps(facts: HostFacts, svc: str, record: Manifest | None) -> tuple[l
                                           if r], kept, shared)
     if backups_hp in kept:
         steps.append(Step("remove-tree", f"--purge: remove the backups {backups_hp}", when="after", path=backups))
-    stamp = layout.host_path(layout.timer_stamp(f"{check_unit(svc)}.timer"))
+    stamp = layout.host_path(layout.timer_stamp(check_timer(svc)))
     if stamp in facts.exists:  # with its last 03:00 run recorded, a reinstall would run a "missed" check at once
         kept.append(stamp)
         steps.append(Step("remove-file", f"--purge: remove the nightly timer's last-run stamp {stamp}",
@@ -1073,13 +1094,13 @@ def _run_step(step: Step, layout: HostLayout, ran: list[str], messages: list[str
 def apply(plan: Plan) -> ApplyResult:
     """Carry ``plan`` out: intent record, steps before, backup, one atomic write, removals, steps after.
 
-    An install first writes its intent (:class:`kimi_deploy.hostfiles.Intent`: the manifest it is
+    An install first writes its intent (:class:`kimi_deploy.host.records.Intent`: the manifest it is
     about to install, the one it replaces, the key file it creates) and removes it after the last
     file; a run killed in between leaves files the next run recognises as its own. A failure
     while staging or renaming the new files leaves every target as it was
     (:func:`kimi_deploy.fsio.write_many_atomic` undoes a half-done rename), drops the backup set
     and removes an API key file this run created; a failure while removing files restores the backup.
-    The caller holds :func:`kimi_deploy.hostfiles.service_lock` (the CLI does).
+    The caller holds :func:`kimi_deploy.host.records.service_lock` (the CLI does).
 
     Raises:
         RefusedError: the plan has refusals and no ``force`` (exit 4); nothing was changed.
@@ -1184,7 +1205,7 @@ def format_plan(plan: Plan, *, diffs: bool = True) -> str:
     return "\n".join(out) + "\n"
 
 
-#: The per-service lock ``install``/``uninstall``/``restart`` hold (:func:`kimi_deploy.hostfiles.service_lock`).
+#: The per-service lock ``install``/``uninstall``/``restart`` hold (:func:`kimi_deploy.host.records.service_lock`).
 locked = service_lock
-#: The host's lock on what services share, taken after :data:`locked` (:func:`kimi_deploy.hostfiles.shared_lock`).
+#: The host's lock on what services share, taken after :data:`locked` (:func:`kimi_deploy.host.records.shared_lock`).
 shared_lock = hostfiles_shared_lock

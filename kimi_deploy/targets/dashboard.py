@@ -3,7 +3,7 @@
 Grafana's own maintained, generated SDK (``grafana-foundation-sdk`` on PyPI, builders for the dashboard
 schema) rather than hand-written JSON: the panel, target and field-config shapes come from Grafana's schema,
 so a key Grafana renamed fails here, not silently in the browser. The panels read the recording rules of
-:mod:`kimi_deploy.monitoring` where there is one (the same series the alerts read) and the raw metrics
+:mod:`kimi_deploy.targets.prometheus` where there is one (the same series the alerts read) and the raw metrics
 otherwise; :func:`panel_queries` lists every PromQL expression (tests parse them with promtool and evaluate
 them on a real Prometheus). The datasource is a dashboard variable (``${datasource}``, type prometheus).
 """
@@ -19,7 +19,7 @@ from grafana_foundation_sdk.builders import timeseries as gts
 from grafana_foundation_sdk.cog.encoder import JSONEncoder
 from grafana_foundation_sdk.models import dashboard as dm
 
-from kimi_deploy.monitoring import WINDOW, Settings, check_selector, settings
+from kimi_deploy.targets.prometheus import WINDOW, Settings, check_selector, settings
 from kimi_deploy.profile import Profile
 
 DATASOURCE = dm.DataSourceRef(type_val="prometheus", uid="${datasource}")

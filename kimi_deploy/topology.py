@@ -1,4 +1,10 @@
-"""Multi-node ranks: which node is which rank of which replica, each rank's launch, and each host's files.
+"""Which host, and which rank, this is: the one home of the profile's topology questions.
+
+Hosts (``[fleet]``/``[gateway]``): :func:`pick_host` says which host of the profile this machine is (``--host``,
+else the one host whose name or address is among this machine's: ``ip -j addr show`` and its host names), and
+:func:`is_node` whether a host runs a replica's node.
+
+Ranks: a multi-node replica's nodes are the ranks of one SGLang group.
 
 A replica of ``[fleet]`` with N > 1 nodes is an N-rank SGLang group (SGLang 0.5.23: every node runs the same
 command plus ``--nnodes N --node-rank R --dist-init-addr NODES[0]:PORT``). Rank 0 is the only rank that serves
@@ -6,19 +12,20 @@ HTTP: ranks >= 1 run schedulers and a dummy ``/health`` that always answers 200
 (``srt/entrypoints/engine.py``, ``srt/utils/common.py launch_dummy_health_check_server``), so nothing the kit
 proves over HTTP may be asked of them (:func:`serving_url`).
 
-:func:`render_ranks` returns ``{host: {file name: text}}``: the folder each node installs, in the layout of
-``render --out DIR`` for a fleet (``DIR/<host>/``, FLEET.md), which takes a multi-node replica's folders from it.
+Each rank's launch is :func:`kimi_deploy.launch.rank_launch`; its files :func:`kimi_deploy.targets.systemd.render_ranks`.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
 import socket
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable
 
+from kimi_deploy import proc
 from kimi_deploy.errors import UsageError
-from kimi_deploy.launch import LaunchSpec, build_launch
-from kimi_deploy.profile import Profile, host_key, url_host
+from kimi_deploy.names import node_url
+from kimi_deploy.profile import Profile, host_key
 
 #: Seconds the rank units' ``ExecStartPre=`` preflight waits for the other ranks of the group (every rank's
 #: unit must be started within this window; a missing peer fails the start, and ``Restart=on-failure``
@@ -143,64 +150,64 @@ def refuse_http_proof(profile: Profile, rank: Rank | None, what: str) -> None:
 
 def serving_url(profile: Profile, rank: Rank) -> str:
     """``http://RANK0:PORT``: the group's one HTTP endpoint (what readiness and checks must ask)."""
-    return f"http://{url_host(rank.rank0)}:{profile.sglang.port}"
+    return node_url(rank.rank0, profile.sglang.port)
 
 
-def rank_launch(profile: Profile, rank: Rank, sglang_version: str | None = None, *,
-                components: Mapping[str, str] | None = None) -> LaunchSpec:
-    """The launch of ``rank`` (:func:`kimi_deploy.launch.build_launch` with its node rank and rank 0).
-
-    Raises:
-        UsageError / UnsupportedVersionError: from :func:`kimi_deploy.launch.build_launch`.
-    """
-    from kimi_deploy import versions
-
-    version = versions.DEFAULT_SGLANG_VERSION if sglang_version is None else sglang_version  # "" is refused
-    return build_launch(profile, version, components=components, node_rank=rank.rank, rank0=rank.rank0)
+def is_node(profile: Profile, host: str) -> bool:
+    """True when ``host`` runs a node of a replica (one host however spelt: :func:`kimi_deploy.profile.host_key`)."""
+    return any(host_key(host) == host_key(node) for nodes in profile.replicas for node in nodes)
 
 
-def node_launch(profile: Profile, rank: Rank | None = None, sglang_version: str | None = None, *,
-                components: Mapping[str, str] | None = None) -> LaunchSpec:
-    """The launch a host of ``profile`` runs: ``rank``'s (:func:`rank_launch`; default for a multi-node profile:
-    rank 0 of the first replica), else the one-node launch (:func:`kimi_deploy.launch.build_launch`). No I/O.
+def parse_ip_addr_json(text: str) -> frozenset[str]:
+    """Every local address in ``ip -j addr show`` output (iproute2's JSON: ``[{"addr_info": [{"local": ...}]}]``).
 
     Raises:
-        UsageError / UnsupportedVersionError: from :func:`kimi_deploy.launch.build_launch`.
+        ValueError: not that JSON.
     """
-    if rank is None and profile.nodes_per_copy > 1:
-        rank = group_ranks(profile)[0]
-    if rank is not None:
-        return rank_launch(profile, rank, sglang_version, components=components)
-    from kimi_deploy import versions
-
-    version = versions.DEFAULT_SGLANG_VERSION if sglang_version is None else sglang_version  # "" is refused
-    return build_launch(profile, version, components=components)
-
-
-def preflight_command(profile: Profile, rank: Rank, profile_path: str) -> str:
-    """The rank unit's ``ExecStartPre=``: ``kimi-deploy preflight --profile P --host NODE --timeout T``."""
-    return (f"{profile.service.kimi_deploy} preflight --profile {profile_path} --host {rank.node} "
-            f"--timeout {PREFLIGHT_TIMEOUT_SEC}")
+    data = json.loads(text)
+    if not isinstance(data, list):
+        raise ValueError("ip -j addr: expected a JSON list")
+    found = set()
+    for link in data:
+        for info in (link.get("addr_info") or []) if isinstance(link, dict) else []:
+            if isinstance(info, dict) and isinstance(info.get("local"), str):
+                found.add(info["local"])
+    return frozenset(found)
 
 
-def render_ranks(profile: Profile, sglang_version: str | None = None, *,
-                 components: Mapping[str, str] | None = None,
-                 profile_path: str | None = None) -> dict[str, dict[str, str]]:
-    """``{node: {file name: text}}`` for every rank of every multi-node replica (empty without one).
-
-    Rank 0's folder holds what a single host gets (server unit, env file, nightly check units); a rank >= 1
-    folder holds its server unit and env file only (no check: it serves no HTTP). Every server unit runs the
-    preflight first (:func:`preflight_command`). The monitoring files are not a host's part: as for
-    single-node replicas (``kimi_deploy.fleet.host_files``), ``render`` writes them once beside the folders.
+def local_addresses() -> frozenset[str]:
+    """This host's addresses (``ip -j addr show``) and names (``socket.gethostname()`` and its FQDN).
 
     Raises:
-        UsageError / UnsupportedVersionError: from :func:`kimi_deploy.launch.build_launch`.
+        ExternalCommandError: ``ip`` failed.
     """
-    from kimi_deploy import render as render_lib
+    done = proc.run(["ip", "-j", "addr", "show"], check=True, timeout=30)
+    names = {socket.gethostname(), socket.getfqdn()}
+    return parse_ip_addr_json(done.stdout) | frozenset(n for n in names if n)
 
-    hosts: dict[str, dict[str, str]] = {}
-    for rank in group_ranks(profile):
-        rendered = render_lib.render(profile, sglang_version, components=components, profile_path=profile_path,
-                                     rank=rank)
-        hosts[rank.node] = dict(rendered.files)
-    return hosts
+
+def _same(a: str, b: str) -> bool:
+    return host_key(a) == host_key(b)
+
+
+def pick_host(profile: Profile, host: str | None, addresses: Iterable[str] | None = None) -> str:
+    """Which host of the profile this is: ``host`` (``--host``) when given, else the one host whose name or
+    address is among ``addresses`` (:func:`local_addresses` when None).
+
+    Raises:
+        UsageError: ``host`` is not one of the profile's hosts; no host, or more than one, matches.
+    """
+    hosts = profile.hosts()
+    if host is not None:
+        match = [h for h in hosts if _same(h, host)]
+        if not match:
+            raise UsageError("--host is not a host of the profile", value=host,
+                             hint=f"use one of {', '.join(hosts)}")
+        return match[0]
+    own = list(local_addresses() if addresses is None else addresses)
+    matches = [h for h in hosts if any(_same(h, a) for a in own)]
+    if len(matches) != 1:
+        found = "none" if not matches else ", ".join(matches)
+        raise UsageError(f"cannot tell which host of the profile this is (matching: {found})",
+                         value=", ".join(sorted(own))[:300], hint=f"pass --host with one of {', '.join(hosts)}")
+    return matches[0]

@@ -1,6 +1,6 @@
 """``kimi-deploy status``: one report of the installed service.
 
-Sources: the manifest and files (:mod:`kimi_deploy.hostfiles`), ``systemctl show`` (unit state,
+Sources: the manifest and files (:mod:`kimi_deploy.host.records`), ``systemctl show`` (unit state,
 MainPID, NRestarts), the running launch command (SGLang 0.5.23 ``GET /server_info`` field
 ``launch_command``, else ``/proc/<MainPID>/cmdline``) compared with a fresh render, the patch
 series state (:func:`patch_state`), ``GET /health_generate``, and the nightly check's
@@ -29,18 +29,23 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from kimi_deploy import apikey, options, systemd
+from kimi_deploy import options
+from kimi_deploy.host import systemd
+from kimi_deploy.wire import apikey
 from kimi_deploy.argv import flag_groups, split_equals
-from kimi_deploy.errors import ExitCode, KimiDeployError
+from kimi_deploy.errors import ExitCode, ExternalCommandError, KimiDeployError
 from kimi_deploy.host import phases
-from kimi_deploy.hostfiles import Manifest, read_bytes, sha256
+from kimi_deploy.host.records import Manifest, read_bytes, sha256
 from kimi_deploy.patching import status as series_status
-from kimi_deploy.paths import SYSTEMD_DIR, HostLayout, gateway_check_report, gateway_service
+from kimi_deploy.names import check_argv, check_timer, gateway_service, gateway_unit, server_unit
+from kimi_deploy.paths import SYSTEMD_DIR, HostLayout, gateway_check_report
 from kimi_deploy.profile import Profile
-from kimi_deploy.ranks import Rank, local_rank, node_launch, serving_url
-from kimi_deploy.readiness import Probe, get_json, probe_ready
-from kimi_deploy.limits import parse_json
-from kimi_deploy.render import check_unit
+from kimi_deploy.launch import node_launch
+from kimi_deploy.topology import Rank, local_rank, serving_url
+from kimi_deploy.host.readiness import Probe, get_json, probe_ready
+from kimi_deploy.wire.limits import parse_json
+from kimi_deploy.wire.printable import printable
+from kimi_deploy.host import allreduce, gateway
 
 #: Options whose value is a secret (SGLang 0.5.23 ``--api-key``, ``--admin-api-key``): the option table's
 #: secret rows (:func:`kimi_deploy.options.secret_flags`).
@@ -209,7 +214,7 @@ class StatusReport:
 
     def __post_init__(self) -> None:
         if not self.unit_name:
-            object.__setattr__(self, "unit_name", f"{self.service}.service")
+            object.__setattr__(self, "unit_name", server_unit(self.service))
 
     @property
     def exit_code(self) -> int:
@@ -242,8 +247,8 @@ class StatusFacts:
     the running server's arguments and their source (:func:`running_launch`). ``patches``:
     :func:`patch_state`. ``last_check``: :func:`last_check` of the nightly report. ``start_log``: the
     server's log lines of the current start and the command that read them, or ``(None, why not)``
-    (:func:`kimi_deploy.allreduce.read_start_log`; only while the unit is active). ``rank``: the rank of a
-    multi-node group this host runs (:func:`kimi_deploy.ranks.local_rank`); on a rank >= 1 nothing is asked
+    (:func:`kimi_deploy.host.allreduce.read_start_log`; only while the unit is active). ``rank``: the rank of a
+    multi-node group this host runs (:func:`kimi_deploy.topology.local_rank`); on a rank >= 1 nothing is asked
     over HTTP (its ``/health`` is SGLang's dummy 200) and the launch comes from ``/proc``.
     """
 
@@ -264,8 +269,8 @@ def gateway_host(profile: Profile, manifest: Manifest) -> bool:
     """True on a fleet's gateway host that serves no replica: the manifest lists the gateway unit
     (``<name>-gateway.service``) and no server unit (what ``install --host GATEWAY_HOST`` installs)."""
     units = {hp.rsplit("/", 1)[-1] for hp in manifest.files if hp.startswith(SYSTEMD_DIR + "/")}
-    return profile.gateway is not None and f"{gateway_service(profile.service.name)}.service" in units \
-        and f"{profile.service.name}.service" not in units
+    return profile.gateway is not None and gateway_unit(profile.service.name) in units \
+        and server_unit(profile.service.name) not in units
 
 
 def gather_status_facts(profile: Profile, layout: HostLayout, manifest: Manifest,
@@ -277,12 +282,12 @@ def gather_status_facts(profile: Profile, layout: HostLayout, manifest: Manifest
     only_gateway = gateway_host(profile, manifest)
     unit = unit_error = None
     try:
-        unit = systemd.show(f"{gateway_service(profile.service.name) if only_gateway else profile.service.name}.service")
+        unit = systemd.show(gateway_unit(profile.service.name) if only_gateway else server_unit(profile.service.name))
     except KimiDeployError as exc:
         unit_error = exc
     api_key = key_error = None
     try:
-        api_key = apikey.profile_key(profile.sglang.api_key_file, layout)
+        api_key = apikey.resolve_key(profile_key_file=profile.sglang.api_key_file, layout=layout)
     except KimiDeployError as exc:
         key_error = exc
     if only_gateway:
@@ -300,9 +305,7 @@ def gather_status_facts(profile: Profile, layout: HostLayout, manifest: Manifest
     report = layout.check_report(profile.service.name)
     start_log = None
     if unit is not None and unit.is_active:
-        from kimi_deploy import allreduce
-
-        start_log = allreduce.read_start_log(f"{profile.service.name}.service",
+        start_log = allreduce.read_start_log(server_unit(profile.service.name),
                                              unit.properties.get("ExecMainStartTimestamp") or None)
     return StatusFacts(layout, files, unit, unit_error, key_error, probe, launch, patch_state(profile.service.python),
                        last_check(report, layout.host_path(report)), start_log, rank)
@@ -314,7 +317,6 @@ def _systemctl_failure(unit: str, exc: KimiDeployError, layout: HostLayout) -> s
     ``systemctl show`` always asks the running manager (``--root`` only moves kimi-deploy's files),
     so with ``--root`` the fix is to run ``status`` on the booted host, not to pass ``--root``.
     """
-    from kimi_deploy.errors import ExternalCommandError
 
     evidence = exc.message
     if isinstance(exc, ExternalCommandError):
@@ -355,7 +357,7 @@ def _patch_problem(patches: dict[str, Any], python: str, restart: str = "kimi-de
 def status(profile: Profile, layout: HostLayout, manifest: Manifest, node: str | None = None) -> StatusReport:
     """Collect the status of ``profile``'s installed service (never raises for a down server): the facts
     (:func:`gather_status_facts`), then the report (:func:`status_from`). ``node``: this host in a multi-node
-    group (default: found by its addresses, :func:`kimi_deploy.ranks.local_rank`).
+    group (default: found by its addresses, :func:`kimi_deploy.topology.local_rank`).
 
     Paths in the report are host paths. Each entry of ``problems`` is one :func:`problem` line.
 
@@ -367,12 +369,12 @@ def status(profile: Profile, layout: HostLayout, manifest: Manifest, node: str |
 
 def status_from(profile: Profile, manifest: Manifest, facts: StatusFacts) -> StatusReport:
     """The status report of ``profile``'s service from ``facts``; no I/O (the rendered launch is computed,
-    :func:`kimi_deploy.ranks.node_launch`)."""
+    :func:`kimi_deploy.topology.node_launch`)."""
     problems: list[str] = []
     layout = facts.layout
     name = profile.service.name
     only_gateway = facts.probe is None  # a gateway host (gather_status_facts): no SGLang to probe
-    unit_name = f"{gateway_service(name) if only_gateway else name}.service"
+    unit_name = gateway_unit(name) if only_gateway else server_unit(name)
     profile_copy = layout.profile_copy(name)  # a local path: what `install --profile` reads (under --root)
     cmd = layout.command
     files = _file_states(manifest, facts.files)
@@ -426,8 +428,6 @@ def status_from(profile: Profile, manifest: Manifest, facts: StatusFacts) -> Sta
         problems.append(patch_problem)
     paths = None
     if facts.start_log is not None:
-        from kimi_deploy import allreduce
-
         lines, source = facts.start_log
         report = allreduce.judge(profile, lines, source=source) if lines is not None else None
         paths = report.to_dict() if report else {"error": source}
@@ -449,8 +449,108 @@ def status_from(profile: Profile, manifest: Manifest, facts: StatusFacts) -> Sta
                                 f"exit {check['exit_code']} at {check['modified_at']}" + (f": {counts}" if counts else "")
                                 + f"; report {report_hp}",
                                 f"read the failed results in the report, or rerun now with "
-                                f"`kimi-deploy check --profile {profile_copy}"
-                                f"{' --each-worker' if only_gateway else ''}`"))
-    timer = f"{check_unit(gateway_service(name) if only_gateway else name)}.timer"
+                                f"`{' '.join(check_argv('kimi-deploy', str(profile_copy), each_worker=only_gateway))}`"))
+    timer = check_timer(gateway_service(name) if only_gateway else name)
     return StatusReport(name, files, unit, timer, drift, patches, health, check, problems, paths, unit_name,
                         start_phases, last.to_dict() if last else None)
+
+
+def gateway_view(profile: Profile, layout: HostLayout) -> dict[str, Any] | None:
+    """SGLang's gateway's view of each worker (:func:`kimi_deploy.host.gateway.gateway_view`), None without
+    ``[gateway]``. An unreadable key file is already one of :func:`status`'s problems: the gateway is then asked
+    without a key (and answers 401, which the view reports)."""
+    if profile.gateway is None:
+        return None
+    try:
+        key = apikey.resolve_key(profile_key_file=profile.sglang.api_key_file, layout=layout)
+    except KimiDeployError:
+        key = None
+    return gateway.gateway_view(profile, key)
+
+
+def exit_code(report: StatusReport, view: dict[str, Any] | None = None) -> int:
+    """``status``'s exit status: 1 when the report or the gateway's view (:func:`gateway_view`) has a problem."""
+    return max(report.exit_code, 1 if view and view["problems"] else 0)
+
+
+def report_lines(report: StatusReport, view: dict[str, Any] | None = None) -> list[str]:
+    """``status``'s text: one line per fact of ``report`` (and of the gateway's ``view``, :func:`gateway_view`),
+    then one ``problem:`` line per problem. Text from the server or the gateway passes
+    :func:`kimi_deploy.wire.printable.printable`."""
+    out: list[str] = []
+    unit = report.unit or {}
+    out.append(f"service   {report.unit_name}: {unit.get('active_state', '?')}/{unit.get('sub_state', '?')}"
+               f", enabled: {unit.get('unit_file_state', '?')}, main PID {unit.get('main_pid') or '-'}"
+               f", restarts {unit.get('n_restarts') if unit.get('n_restarts') is not None else '?'}")
+    out.append(f"files     {len(report.files)} installed, " + _file_summary(report.files))
+    h = report.health
+    if h is None:  # the gateway host: no SGLang here (the gateway's view of the workers follows)
+        out.append("role      gateway host: no SGLang server here")
+    elif h["ready"] is None:
+        out.append(f"health    not served here ({h['detail']})")
+    else:
+        out.append(f"health    {'ready' if h['ready'] else 'NOT READY'} ({h['endpoint']}: {h['detail']})")
+    if report.launch:
+        d = report.launch
+        out.append(f"launch    {'matches the profile' if d.in_sync else 'DRIFT'} (from {d.source})")
+        for entry in d.missing:
+            out.append(f"          - {printable(entry)}   (in the profile, not running)")
+        for entry in d.unexpected:
+            out.append(f"          + {printable(entry)}   (running, not in the profile)")
+    elif h is not None:
+        out.append("launch    unknown (no /server_info answer and no main PID)")
+    state = report.patches.get("state")
+    if h is not None:
+        out.append(f"patches   {'unreadable' if state == 'error' else str(state).replace('_', ' ')}" +
+                   (f" ({report.patches['detail']})" if report.patches.get("detail") else ""))
+    ar = report.allreduce
+    if ar and ar.get("error"):
+        out.append(f"allreduce unknown (server log unreadable: {ar['error']})")
+    elif ar:
+        out.append(f"allreduce {ar['in_use']}")
+        for p in ar["paths"]:
+            if p["asked"] or p["state"] == "engaged":
+                out.append(f"          {p['label']}: {'SKIPPED' if p['failed'] else p['state'].replace('_', ' ')}"
+                           f" ({p['evidence']})")
+    start = report.start_phases or report.last_start
+    if start:
+        took = f"{start['total_seconds']:.0f} s" if start.get("total_seconds") is not None else "not ready yet"
+        which = "this start" if report.start_phases else "last measured start"
+        out.append(f"start     {which} ({start.get('started') or '?'}): {took}")
+        lines = phases.StartPhases.from_dict(start).lines()
+        for line in lines[:-1] if start.get("total_seconds") is not None else lines:
+            out.append(f"        {line}")
+    c = report.last_check
+    if not c:
+        out.append(f"check     no nightly report yet ({report.check_timer})")
+    else:
+        counts = ", ".join(f"{n} {k}" for k, n in sorted((c.get("counts") or {}).items()))
+        out.append(f"check     exit {c.get('exit_code')} at {c['modified_at']}" + (f" ({counts})" if counts else "")
+                   + (f" ({printable(str(c['detail']))})" if c.get("detail") else "") + f", {report.check_timer}")
+    if view:
+        out += _gateway_lines(view)
+    for problem in [*report.problems, *(view["problems"] if view else [])]:
+        out.append(f"problem: {printable(problem)}")
+    return out
+
+
+def _gateway_lines(view: dict[str, Any]) -> list[str]:
+    """The gateway's view as ``status`` prints it."""
+    out = [f"gateway   {view['url']}: " + (f"UNREADABLE ({printable(view['error'])})" if view["error"] else
+                                               f"{len(view['workers'])} worker(s)")]
+    for w in view["workers"]:
+        # the gateway's own words (its /workers answer): shown as literal text (kimi_deploy.wire.printable)
+        out.append(printable(f"          {w['url']}: {w['status']}, {'healthy' if w['healthy'] else 'UNHEALTHY'}, "
+                             f"{w['load']} in flight"))
+    return out
+
+
+def _file_summary(files: dict[str, str]) -> str:
+    """``all unmodified`` or ``1 modified: /etc/...; 1 missing: /etc/...`` (host paths)."""
+    by_state: dict[str, list[str]] = {}
+    for hp, state in files.items():
+        if state != "ok":
+            by_state.setdefault(state, []).append(hp)
+    if not by_state:
+        return "all unmodified"
+    return "; ".join(f"{len(paths)} {state}: {', '.join(paths)}" for state, paths in sorted(by_state.items()))

@@ -21,9 +21,9 @@ from typing import Any
 
 import httpx
 
-from kimi_deploy import systemd
+from kimi_deploy.host import systemd
 from kimi_deploy.errors import KimiDeployError
-from kimi_deploy.limits import DEFAULT_MAX_BODY_BYTES, LimitExceeded, Refused, parse_json
+from kimi_deploy.wire.http import auth_headers, request_capped
 
 #: (pattern, phase) in startup order; the first match wins.
 PHASE_PATTERNS: tuple[tuple[re.Pattern[str], str], ...] = (
@@ -65,51 +65,6 @@ class Probe:
     stage: str
     http_status: int | None
     detail: str
-
-
-def auth_headers(api_key: str | None) -> dict[str, str]:
-    """``Authorization: Bearer KEY`` for SGLang and smg (``{}`` without a key): the one spelling of the kit's
-    clients (readiness, status, restart's idle wait, the gateway client, check's HTTP client)."""
-    return {"Authorization": f"Bearer {api_key}"} if api_key else {}
-
-
-#: Sent on every control-plane request: an answer in another ``Content-Encoding`` is not decoded.
-IDENTITY = {"Accept-Encoding": "identity"}
-
-
-def request_capped(client: httpx.Client, method: str, path: str, *, read_body: bool = True,
-                   max_body_bytes: int = DEFAULT_MAX_BODY_BYTES, **kw: Any) -> tuple[int, Any]:
-    """``(status, body)`` of one request of the kit's control-plane clients (status, restart, the gateway's
-    worker API), read as ``check`` reads a server (docs/reference/limits.md).
-
-    ``body``: the parsed JSON (any JSON type), ``None`` when not asked (``read_body`` False: the status
-    alone counts) or when the body is not JSON (also nested too deep for the parser), or a
-    :class:`kimi_deploy.limits.Refused` when it was refused unread: a ``Content-Encoding`` other than
-    identity (a 500 KB gzip body of 512 MB once cost ``status`` 1 GB of RSS) or more than
-    ``max_body_bytes`` (declared or read).
-
-    Raises:
-        httpx.HTTPError: no answer, or the exchange broke.
-    """
-    headers = {**IDENTITY, **kw.pop("headers", {})}
-    with client.stream(method, path, headers=headers, **kw) as response:
-        if not read_body:
-            return response.status_code, None
-        encoding = response.headers.get("content-encoding", "identity").strip().lower()
-        if encoding not in ("", "identity"):
-            return response.status_code, Refused(f"Content-Encoding {encoding} was not asked for; not decoded")
-        declared = response.headers.get("content-length", "")
-        if declared.isdigit() and int(declared) > max_body_bytes:
-            return response.status_code, LimitExceeded("the body", max_body_bytes, None, int(declared))
-        body = bytearray()
-        for piece in response.iter_raw():
-            body += piece
-            if len(body) > max_body_bytes:
-                return response.status_code, LimitExceeded("the body", max_body_bytes, None, len(body))
-    try:
-        return response.status_code, parse_json(body)
-    except ValueError:
-        return response.status_code, None
 
 
 def probe_ready(base_url: str, api_key: str | None = None, *, timeout: float = 10.0) -> Probe:
@@ -185,7 +140,7 @@ def wait_ready(base_url: str, unit: str, *, api_key: str | None = None, timeout:
                sleep: Callable[[float], None] = time.sleep) -> WaitResult:
     """Poll until the server is ready, the unit failed, or ``timeout`` seconds passed.
 
-    Each poll: :func:`probe_ready`, the unit's last journal line (:func:`kimi_deploy.systemd.journal_last_line`)
+    Each poll: :func:`probe_ready`, the unit's last journal line (:func:`kimi_deploy.host.systemd.journal_last_line`)
     and its ``ActiveState/SubState`` (``systemctl show``); ``failed``, or ``auto-restart`` (systemd 252 shows a
     start that failed with ``Restart=on-failure`` as ``activating/auto-restart`` for ``RestartSec=``, never
     ``failed``), ends the wait early. The phase

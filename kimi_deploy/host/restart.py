@@ -3,14 +3,14 @@
 Sequence: a change that drops ``--tool-call-parser``/``--reasoning-parser`` against the previous install is
 refused before anything restarts (:func:`kimi_deploy.host.gate.refuse_parser_removal`, exit 4); then
 ``systemctl restart NAME.service``; with ``wait``, the gate (:mod:`kimi_deploy.host.gate`): ready
-(:func:`kimi_deploy.readiness.wait_ready` until ready or the deadline, default the unit's ``TimeoutStartSec=``,
+(:func:`kimi_deploy.host.readiness.wait_ready` until ready or the deadline, default the unit's ``TimeoutStartSec=``,
 ``[service] timeout_start_sec``) → fast (``health.*``, ``config.*``) → parser (``parser.*``) → contract (tool
 calls, the id round trip, reasoning separation), as far as ``gate`` (default ``contract``), stopping at the
 first tier that fails; then the server's own log of this start for the all-reduce path in use
-(:mod:`kimi_deploy.allreduce`): a path the profile asks for that SGLang skipped fails the attempt with the log
+(:mod:`kimi_deploy.host.allreduce`): a path the profile asks for that SGLang skipped fails the attempt with the log
 line as evidence.
 When that fails and ``rollback_on_failure`` is set, the newest install backup is restored
-(:func:`kimi_deploy.hostfiles.restore_backup`), systemd reloaded, the service restarted and
+(:func:`kimi_deploy.host.records.restore_backup`), systemd reloaded, the service restarted and
 verified with the same gate; the result reports both attempts, the tier that failed and its failed checks.
 A rollback whose restored version fails the gate too is exit 10 (:attr:`ExitCode.ROLLBACK_FAILED`).
 
@@ -33,15 +33,20 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from kimi_deploy import allreduce, apikey, systemd
-from kimi_deploy.errors import ExitCode, KimiDeployError
+from kimi_deploy.host import allreduce
+from kimi_deploy.host import systemd
+from kimi_deploy.wire import apikey
+from kimi_deploy.errors import ExitCode, KimiDeployError, UsageError
 from kimi_deploy.host import gate as gates
 from kimi_deploy.host import phases
-from kimi_deploy.hostfiles import BackupSet, Restored, list_backups, restore_backup, service_lock
+from kimi_deploy.host.records import BackupSet, Restored, list_backups, restore_backup, service_lock
 from kimi_deploy.paths import HostLayout
-from kimi_deploy.profile import Profile
-from kimi_deploy.readiness import WaitResult, WaitState, wait_ready
-from kimi_deploy.render import check_unit
+from kimi_deploy.profile import Profile, load_profile
+from kimi_deploy.host.readiness import WaitResult, WaitState, wait_ready
+from kimi_deploy.names import check_timer, gateway_unit, node_url, server_unit
+from kimi_deploy.host.gateway import DrainTimeout, Gateway
+from kimi_deploy.wire.http import auth_headers, request_capped
+from kimi_deploy.topology import is_node, local_rank, pick_host, refuse_http_proof
 
 #: The gate's fast tier (``kimi-deploy check`` groups): quick, and they prove the configuration took. Read when a
 #: restart runs (tests narrow it); the parser and contract tiers follow it (:mod:`kimi_deploy.host.gate`).
@@ -71,7 +76,7 @@ class CheckSummary:
 
 @dataclasses.dataclass(frozen=True)
 class Drain:
-    """A replica behind a gateway: ``gateway`` (a :class:`kimi_deploy.gateway.Gateway` client, or anything with
+    """A replica behind a gateway: ``gateway`` (a :class:`kimi_deploy.host.gateway.Gateway` client, or anything with
     its ``remove(url)``/``add(url)``), the replica's worker ``url`` (``http://{nodes[0]}:{port}``) and
     ``idle_timeout``: seconds to wait, once the gateway dropped it, for the requests still running on it
     (:func:`wait_idle`; ``restart --drain-timeout``)."""
@@ -79,6 +84,36 @@ class Drain:
     gateway: Any
     url: str
     idle_timeout: float = 600.0
+
+
+def drain_for(profile: Profile, layout: HostLayout, host: str | None, *, wait: bool,
+              idle_timeout: float = 600.0) -> Drain | None:
+    """The :class:`Drain` of this node's replica (``host``: ``--host``, else found by
+    :func:`kimi_deploy.topology.pick_host`), or None without ``[gateway]``.
+
+    Raises:
+        UsageError: ``host`` without ``[gateway]`` or multi-node replicas; this host runs the gateway only, or
+            a rank >= 1 (the group restarts from rank 0); no ``wait`` (a drained replica goes back into the
+            gateway only once ready and checked); an unreadable key file (exit 2).
+    """
+    if profile.gateway is None:
+        if host is not None and profile.nodes_per_copy < 2:
+            raise UsageError("--host is for a profile with [gateway] or multi-node replicas", value=host,
+                             hint="drop --host")
+        return None
+    this = pick_host(profile, host)
+    if not is_node(profile, this):
+        raise UsageError(f"{this} runs the gateway only; restart it with systemctl", value=this,
+                         hint=f"systemctl restart {gateway_unit(profile.service.name)}")
+    replica = next(nodes for nodes in profile.replicas if this in nodes)
+    if replica[0] != this:
+        raise UsageError(f"{this} is rank {replica.index(this)} of a multi-node replica; restart its group from "
+                         "rank 0", value=this, hint=f"run restart on {replica[0]}")
+    if not wait:
+        raise UsageError("a replica behind a gateway is restarted with --wait (it goes back into the gateway "
+                         "only once it is ready and checked)", hint="add --wait")
+    key = apikey.resolve_key(profile_key_file=profile.sglang.api_key_file, layout=layout)
+    return Drain(Gateway(profile.gateway_url, key), node_url(this, profile.sglang.port), idle_timeout)
 
 
 def wait_idle(url: str, api_key: str | None, *, timeout: float, poll: float, clock: Callable[[], float],
@@ -96,9 +131,6 @@ def wait_idle(url: str, api_key: str | None, *, timeout: float, poll: float, clo
         DrainTimeout: requests still running or queued after ``timeout`` seconds (exit 9); nothing restarted.
     """
     import httpx
-
-    from kimi_deploy.gateway import DrainTimeout
-    from kimi_deploy.readiness import auth_headers, request_capped
 
     deadline = clock() + timeout
     with httpx.Client(base_url=url, timeout=max(poll, 10.0), headers=auth_headers(api_key), trust_env=False) as client:
@@ -233,7 +265,7 @@ def _attempt(label: str, profile: Profile, layout: HostLayout, *, api_key: str |
              poll_interval: float, on_poll: Callable[[str, WaitState], None] | None,
              clock: Callable[[], float], sleep: Callable[[float], None], base_url: str | None = None,
              gate: str = gates.DEFAULT_GATE) -> Attempt:
-    unit = f"{profile.service.name}.service"
+    unit = server_unit(profile.service.name)
     done = systemd.systemctl("restart", unit)
     if not wait:
         return Attempt(label, done.command, None, None, int(ExitCode.OK), f"{unit} restarted (not waited for)")
@@ -272,7 +304,7 @@ def start_phases(profile: Profile, layout: HostLayout) -> dict[str, Any]:
     kept as the last measured start under ``layout``'s state directory for the service when it reached ready
     (``render`` compares ``TimeoutStartSec=`` with it); ``{"error": why}`` when the journal cannot be read or the
     record cannot be written. Never raises: the phases inform, they do not fail a restart."""
-    unit = f"{profile.service.name}.service"
+    unit = server_unit(profile.service.name)
     try:
         since = systemd.show(unit).properties.get("ExecMainStartTimestamp") or None
     except KimiDeployError:
@@ -294,9 +326,9 @@ def start_phases(profile: Profile, layout: HostLayout) -> dict[str, Any]:
 
 def engaged_paths(profile: Profile) -> dict[str, Any]:
     """The all-reduce paths of the current start as the server's journal tells them
-    (:meth:`kimi_deploy.allreduce.AllreduceReport.to_dict`), or ``{"error": why}`` when it cannot be read.
+    (:meth:`kimi_deploy.host.allreduce.AllreduceReport.to_dict`), or ``{"error": why}`` when it cannot be read.
     Never raises: a missing journal is reported, not a failed restart."""
-    unit = f"{profile.service.name}.service"
+    unit = server_unit(profile.service.name)
     try:
         since = systemd.show(unit).properties.get("ExecMainStartTimestamp") or None
     except KimiDeployError:
@@ -322,34 +354,30 @@ def restart(profile: Profile, layout: HostLayout, *, wait: bool = False, timeout
         poll_interval: seconds between probes.
         on_poll: progress callback ``(attempt label, WaitState)`` after each probe.
         on_event: called with one line per milestone (restart, rollback) for the display.
-        clock, sleep: the readiness wait's time source and sleep (:func:`kimi_deploy.readiness.wait_ready`).
+        clock, sleep: the readiness wait's time source and sleep (:func:`kimi_deploy.host.readiness.wait_ready`).
         drain: a replica behind a gateway (needs ``wait``): removed from the gateway, restarted once the
             requests still running there ended (:func:`wait_idle`), waited for and checked at ``drain.url``,
             added back only when that passed.
         node: this host as ``[fleet] replicas`` lists it (default: found by its addresses,
-            :func:`kimi_deploy.ranks.local_rank`).
+            :func:`kimi_deploy.topology.local_rank`).
 
     Raises:
         RefusedError: ``profile`` drops ``--tool-call-parser``/``--reasoning-parser`` that the previous install's
             profile had (:func:`previous_profile`) and not ``allow_parser_removal`` (exit 4); nothing restarted.
         UsageError: ``wait`` and the profile's API key file is unreadable or empty, or ``wait`` on a rank >= 1
-            of a multi-node group (it serves no HTTP: :func:`kimi_deploy.ranks.refuse_http_proof`); checked
+            of a multi-node group (it serves no HTTP: :func:`kimi_deploy.topology.refuse_http_proof`); checked
             before anything is restarted.
         ExternalCommandError: systemctl failed (the restart itself, not the server).
         LockedError: an install, uninstall or restart of the service is running (exit 7); it holds
-            :func:`kimi_deploy.hostfiles.service_lock` for its whole run, and so does this one.
+            :func:`kimi_deploy.host.records.service_lock` for its whole run, and so does this one.
     """
     if drain is not None and not wait:
-        from kimi_deploy.errors import UsageError
-
         raise UsageError("a replica behind a gateway is restarted with --wait (it goes back into the gateway "
                          "only once it is ready and checked)", hint="add --wait")
     if wait:
-        from kimi_deploy.ranks import local_rank, refuse_http_proof
-
         refuse_http_proof(profile, local_rank(profile, node), "restart --wait")
     gates.tiers_through(gate)  # an unknown gate fails here, before anything restarts
-    api_key = apikey.profile_key(profile.sglang.api_key_file, layout) if wait else None
+    api_key = apikey.resolve_key(profile_key_file=profile.sglang.api_key_file, layout=layout) if wait else None
     with service_lock(layout, profile.service.name):
         if not allow_parser_removal:
             gates.refuse_parser_removal(previous_profile(layout, profile.service.name), profile,
@@ -366,8 +394,6 @@ def restart(profile: Profile, layout: HostLayout, *, wait: bool = False, timeout
 def previous_profile(layout: HostLayout, service: str) -> Profile | None:
     """The profile copy the newest install backup saved (the version before the installed one), or None when
     there is none or it does not load (an older kit's format: nothing to compare with)."""
-    from kimi_deploy.profile import load_profile
-
     backup: BackupSet | None = next((b for b in list_backups(layout, service) if b.operation == "install"), None)
     if backup is None:
         return None
@@ -392,7 +418,6 @@ def _restart_drained(profile: Profile, layout: HostLayout, drain: Drain, *, on_e
         KimiDeployError: the restart itself failed (systemctl, exit 5); the replica is out of rotation and the
             message says so (its exit code is the failure's).
     """
-    from kimi_deploy.gateway import DrainTimeout, gateway_unit
 
     say = on_event or (lambda _m: None)
     say(f"removing {drain.url} from the gateway (smg stops sending it requests, then drops it)")
@@ -404,7 +429,7 @@ def _restart_drained(profile: Profile, layout: HostLayout, drain: Drain, *, on_e
                          f"once its in-flight requests ended, {again}") from None
     except KimiDeployError as exc:
         raise _annotated(exc, f"; nothing was restarted and {drain.url} was not taken out of the gateway's rotation",
-                         exc.hint or f"check the gateway unit ({gateway_unit(profile)}) on "
+                         exc.hint or f"check the gateway unit ({gateway_unit(profile.service.name)}) on "
                                      f"{profile.gateway.host if profile.gateway else 'the gateway host'}") from None
     say(f"waiting for the requests still running on {drain.url} to end (at most {drain.idle_timeout:g} s)")
     try:
@@ -452,7 +477,7 @@ def _restart(profile: Profile, layout: HostLayout, *, api_key: str | None, wait:
     timeout = float(timeout if timeout is not None else profile.service.timeout_start_sec)
     say = on_event or (lambda _m: None)
     svc = profile.service.name
-    say(f"restarting {svc}.service")
+    say(f"restarting {server_unit(svc)}")
     first = _attempt("new", profile, layout, api_key=api_key, wait=wait, timeout=timeout,
                      poll_interval=poll_interval, on_poll=on_poll, clock=clock, sleep=sleep, base_url=base_url,
                      gate=gate)
@@ -465,22 +490,22 @@ def _restart(profile: Profile, layout: HostLayout, *, api_key: str | None, wait:
     if not backups:
         notes.append("no install backup to roll back to: the files stay as they are")
         return RestartResult(svc, attempts, None, notes)
-    unit_hp = layout.host_path(layout.unit_path(f"{svc}.service"))
+    unit_hp = layout.host_path(layout.unit_path(server_unit(svc)))
     restored = restore_backup(layout, backups[0], unit_hp)
     notes.append(f"restored {len(restored.restored)} file(s) and removed {len(restored.removed)} from "
                  f"{layout.host_path(restored.backup)}")
     systemd.systemctl("daemon-reload")
     if not restored.had_previous_service:
         try:
-            systemd.systemctl("disable", "--now", f"{svc}.service", f"{check_unit(svc)}.timer")
+            systemd.systemctl("disable", "--now", server_unit(svc), check_timer(svc))
         except KimiDeployError as exc:
             notes.append(f"could not disable the units: {exc.message}")
         notes.append("that was a first install: no previous version to start; the service is stopped and disabled")
         return RestartResult(svc, attempts, restored, notes)
-    say(f"restarting {svc}.service with the previous files")
+    say(f"restarting {server_unit(svc)} with the previous files")
     previous = profile_after_rollback(layout, svc, profile)
     try:
-        previous_key = apikey.profile_key(previous.sglang.api_key_file, layout)
+        previous_key = apikey.resolve_key(profile_key_file=previous.sglang.api_key_file, layout=layout)
     except KimiDeployError as exc:
         notes.append(f"the previous version's API key is unreadable ({exc.message}); checking it without a key")
         previous_key = None
@@ -489,15 +514,57 @@ def _restart(profile: Profile, layout: HostLayout, *, api_key: str | None, wait:
                              sleep=sleep, base_url=base_url, gate=gate))
     if not attempts[-1].ok:
         notes.append(f"the restored version failed the {gate} gate too ({attempts[-1].summary}): neither version "
-                     "is verified; see `journalctl -u " + f"{svc}.service` and run `kimi-deploy check`")
+                     f"is verified; see `journalctl -u {server_unit(svc)}` and run `kimi-deploy check`")
     return RestartResult(svc, attempts, restored, notes)
 
 
 def profile_after_rollback(layout: HostLayout, service: str, fallback: Profile) -> Profile:
     """The restored profile copy (its port/key may differ from the failed one), else ``fallback``."""
-    from kimi_deploy.profile import load_profile
 
     try:
         return load_profile(layout.profile_copy(service))
     except KimiDeployError:
         return fallback
+
+
+def result_lines(result: RestartResult) -> list[str]:
+    """``restart``'s text: per attempt its verdict, then its fast checks and the all-reduce paths the profile
+    asked for (or that engaged), then the notes."""
+    out: list[str] = []
+    for attempt in result.attempts:
+        mark = "ok" if attempt.ok else "FAILED"
+        out.append(f"{attempt.label}: {mark}: {attempt.summary}")
+        if attempt.gate and len(attempt.gate.tiers) > 0:
+            out.append("  gate " + attempt.gate.gate + ": " + ", ".join(
+                f"{t.tier} {'ok' if t.ok else 'FAILED'} {t.seconds:.1f} s" for t in attempt.gate.tiers))
+        if attempt.checks:
+            for r in attempt.checks.results:
+                kind = f" [{r['kind']}]" if r.get("kind") else ""
+                out.append(f"  {r['status']:<6} {r['id']}{kind}" + (f": {r['detail']}" if r.get("detail") else ""))
+        for p in (attempt.allreduce or {}).get("paths", []):
+            if p["asked"] or p["state"] == "engaged":
+                out.append(f"  {'fail' if p['failed'] else p['state']:<6} allreduce.{p['path']}: {p['evidence']}")
+        if attempt.allreduce and attempt.allreduce.get("error"):
+            out.append(f"  note   allreduce: server log unreadable ({attempt.allreduce['error']})")
+        out += phase_lines(attempt.phases)
+    for note in result.notes:
+        out.append(f"note: {note}")
+    if result.failed_tier:
+        failed = f": {', '.join(result.failed_checks)}" if result.failed_checks else ""
+        out.append(f"failed tier: {result.failed_tier}{failed}")
+    return out
+
+
+def phase_lines(data: dict[str, Any] | None) -> list[str]:
+    """The start's phases from the server's log (:mod:`kimi_deploy.host.phases`), one line each."""
+    if not data:
+        return []
+    if data.get("error"):
+        return [f"  note   start phases: server log unreadable ({data['error']})"]
+    out = ["  start phases (from SGLang's log):"]
+    out += [f"  {line}" for line in phases.StartPhases.from_dict(data).lines()]
+    if data.get("kept"):
+        out.append(f"  kept as the last measured start: {data['kept']}")
+    elif data.get("keep_error"):
+        out.append(f"  note   not kept: {data['keep_error']}")
+    return out

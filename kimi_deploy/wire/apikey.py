@@ -2,8 +2,8 @@
 
 The key file holds the server's key on one line (surrounding whitespace is not part of it);
 ``install`` creates it (``secrets.token_urlsafe(32)``, mode 0600, root) when the profile's
-``[sglang] api_key_file`` names a missing file. ``check``, ``restart --wait`` and ``status``
-read it through :func:`read_key_file` / :func:`profile_key`; ``install`` inspects it without
+``[sglang] api_key_file`` names a missing file. ``check``, ``bench``, ``restart --wait`` and ``status``
+find the key through the one resolver :func:`resolve_key`; ``install`` inspects it without
 reading the key into its plan (:func:`inspect`).
 """
 
@@ -16,6 +16,7 @@ from pathlib import Path
 from kimi_deploy.errors import UsageError
 from kimi_deploy.paths import HostLayout
 from kimi_deploy.redact import remember
+from kimi_deploy.wire.net import is_loopback
 
 #: The most a key file may hold, in bytes: a key is 43 characters (``install``) to a few hundred (a vendor
 #: token); 4 KiB leaves room for either and stops a device or a log file at once (issue #30 item 12).
@@ -89,6 +90,33 @@ def profile_key(api_key_file: str | None, layout: HostLayout) -> str | None:
                               "when missing") from None
 
 
+def resolve_key(key_file: str | Path | None = None, *, profile_key_file: str | None = None,
+                layout: HostLayout | None = None, from_env: bool = False) -> str | None:
+    """The API key a client sends: the one resolver behind ``check``, ``bench``, ``restart --wait`` and
+    ``status``. First found wins:
+
+    1. ``key_file`` (``--api-key-file FILE``, a path on this machine: :func:`read_key_file`);
+    2. ``profile_key_file`` (a profile's ``[sglang] api_key_file``): a host path read under ``layout``'s root
+       (:func:`profile_key`), or as given without a layout (``check --profile``: the profile of this machine);
+    3. with ``from_env``, ``$KIMI_DEPLOY_API_KEY`` (stripped; empty means none: ``bench``);
+    else None.
+
+    Raises:
+        UsageError: a named file is unreadable, empty or not printable ASCII, or the variable holds a
+            character an Authorization header cannot carry (exit 2).
+    """
+    if key_file is not None:
+        return read_key_file(key_file)
+    if profile_key_file:
+        return profile_key(profile_key_file, layout) if layout is not None else read_key_file(profile_key_file)
+    if from_env:
+        import os
+
+        key = os.environ.get(ENV_VAR, "").strip() or None
+        return check_key(key, f"${ENV_VAR}", value=f"${ENV_VAR}") if key else None
+    return None
+
+
 @dataclasses.dataclass(frozen=True)
 class KeyFile:
     """What is at a key file's host path: ``exists``; for an existing one whether it is a ``regular``
@@ -136,8 +164,6 @@ def is_local_host(host: str | None) -> bool:
     """
     import ipaddress
     import socket
-
-    from kimi_deploy.profile import is_loopback
 
     if not host:
         return False

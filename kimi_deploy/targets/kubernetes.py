@@ -45,7 +45,7 @@ Secret (``kubectl create secret generic <secret> --from-file=api-key=FILE``), it
 and an init container turns it into SGLang's ``--config`` YAML at the same path as the systemd unit
 (``/run/<service>/sglang-secrets.yaml``, a memory-backed emptyDir), with the same script
 (:data:`kimi_deploy.launch.HOST_SECRETS_SCRIPT`). smg 1.13.0 takes its key only as ``--api-key``: the
-gateway pod runs the unit's launcher (:data:`kimi_deploy.gateway.LAUNCHER` in ``gateway_python``, with
+gateway pod runs the unit's launcher (:data:`kimi_deploy.launch.LAUNCHER` in ``gateway_python``, with
 ``CREDENTIALS_DIRECTORY`` naming the mounted Secret), which reads the key and hands it to ``smg.cli.main``
 inside the process, so it is in no argv, env or manifest, and an empty key stops the start.
 """
@@ -56,15 +56,17 @@ import dataclasses
 import math
 import re
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
-from kimi_deploy import __version__, gateway, monitoring, options, versions
-from kimi_deploy.argv import flag_groups, split_equals
+from kimi_deploy import __version__, names, versions
+from kimi_deploy.targets import prometheus as monitoring
 from kimi_deploy.errors import ProfileError
-from kimi_deploy.launch import API_KEY_CREDENTIAL, HOST_SECRETS_SCRIPT, LaunchSpec, build_launch, rank_args
-from kimi_deploy.profile import Kubernetes, Profile, dump_profile
-from kimi_deploy.render import GENERATED_PREFIX
+from kimi_deploy.launch import API_KEY_CREDENTIAL, HOST_SECRETS_SCRIPT, LAUNCHER, LaunchSpec, build_launch
+from kimi_deploy.profile import DNS_LABEL, Kubernetes, Profile, dump_profile
+from kimi_deploy.targets import GENERATED_PREFIX, Artefacts
 from kimi_deploy.yamltext import dump, dump_all
+from kimi_deploy.patching.series import find_series
 
 #: apiVersion of LeaderWorkerSet (the CRD in shared/k8s, kubernetes-sigs/lws v0.10).
 LWS_API = "leaderworkerset.x-k8s.io/v1"
@@ -145,24 +147,15 @@ def rank_server_args(profile: Profile, launch: LaunchSpec, shape: FleetShape, ra
                      leader: str, *, lws: bool = False) -> tuple[str, ...]:
     """SGLang's arguments on node rank ``rank`` of a copy whose rank 0 is reachable at ``leader``.
 
-    One node: the launch's arguments unchanged. N nodes: on ranks >= 1 without the groups of every option
-    the table keeps off that rank (:meth:`kimi_deploy.options.Option.on_rank`: the "serving rank only" rows,
-    host, port, served name, parsers, ``--config`` with the key), then the rank flags of
-    :func:`kimi_deploy.launch.rank_args`; with ``lws``, ``--nnodes`` and ``--node-rank`` take the LWS
-    variables instead of the numbers.
+    One node: the launch's arguments unchanged. N nodes: :func:`kimi_deploy.launch.build_launch`'s for that rank
+    (the one builder of a rank's arguments: on ranks >= 1 without the rows the table keeps off them, then the
+    rank flags); with ``lws``, ``--nnodes`` and ``--node-rank`` take the LWS variables instead of the numbers.
     """
-    args = list(launch.server_args)
     if shape.nodes == 1:
-        return tuple(args)
-    if rank > 0:
-        rows = {flag: row for row in options.ALL_OPTIONS for flag in row.flags}
-        kept = [g for g in flag_groups(args)
-                if split_equals(g)[0] not in rows or rows[split_equals(g)[0]].on_rank(rank)]
-        args = [word for group in kept for word in group]
-    version = versions.parse_version(launch.sglang_version)
-    args += (rank_args(profile, version, LWS_WORKER_INDEX, leader, nnodes=LWS_GROUP_SIZE) if lws
-             else rank_args(profile, version, rank, leader))
-    return tuple(args)
+        return tuple(launch.server_args)
+    placeholders = {"node_rank": LWS_WORKER_INDEX, "nnodes": LWS_GROUP_SIZE} if lws else None
+    return tuple(build_launch(profile, launch.sglang_version, node_rank=rank, rank0=leader,
+                              placeholders=placeholders).server_args)
 
 
 def container_args(profile: Profile, launch: LaunchSpec, shape: FleetShape, *, leader: bool) -> list[str]:
@@ -197,7 +190,6 @@ def problems(profile: Profile) -> list[str]:
     s, svc = profile.sglang, profile.service
     out: list[str] = []
     name = object_name(profile)
-    from kimi_deploy.profile import DNS_LABEL
 
     if not DNS_LABEL.fullmatch(name) or len(name) > MAX_NAME:
         source = "" if k8s.name else " (from [service] name)"
@@ -482,7 +474,7 @@ def _gateway(profile: Profile, name: str) -> dict[str, list[dict[str, Any]]]:
     """gateway-rbac.yaml, gateway-deployment.yaml, gateway-service.yaml documents."""
     gw, k8s, s = profile.gateway, profile.kubernetes, profile.sglang
     assert k8s is not None and gw is not None
-    ns, account = k8s.namespace, f"{name}-gateway"
+    ns, account = k8s.namespace, names.gateway_service(name)
     labels = _labels(name, "gateway", gw.version)
     pod_sec, ctr_sec = _security(k8s)
     rbac = [
@@ -516,7 +508,7 @@ def _gateway(profile: Profile, name: str) -> dict[str, list[dict[str, Any]]]:
     if s.api_key_file:
         # smg takes its key only as --api-key: the unit's launcher reads the mounted Secret and hands the key to
         # smg.cli.main inside the process (not in argv, env or the manifest; an empty key stops the start).
-        container["command"] = [k8s.gateway_python, "-c", gateway.LAUNCHER, "launch"]
+        container["command"] = [k8s.gateway_python, "-c", LAUNCHER, "launch"]
         container["args"] = args
         container["env"].append({"name": "CREDENTIALS_DIRECTORY", "value": SECRET_DIR})
         container["volumeMounts"].append({"name": "api-key", "mountPath": SECRET_DIR, "readOnly": True})
@@ -557,10 +549,9 @@ def _check(profile: Profile, name: str) -> dict[str, list[dict[str, Any]]]:
     ns = k8s.namespace
     labels = _labels(name, "check", __version__)
     gw = profile.gateway
-    base_url = (f"http://{name}-gateway.{ns}.svc:{gw.port}" if gw is not None
-                else f"http://{name}-leader.{ns}.svc:{s.port}")
+    base_url = (names.node_url(f"{names.gateway_service(name)}.{ns}.svc", gw.port) if gw is not None
+                else names.node_url(f"{name}-leader.{ns}.svc", s.port))
     claim = k8s.check_report_claim or f"{name}-check-reports"
-    command = ["kimi-deploy", "check", "--profile", CHECK_PROFILE, "--base-url", base_url]
     mounts: list[dict[str, Any]] = [{"name": "profile", "mountPath": CHECK_PROFILE.rsplit("/", 1)[0],
                                      "readOnly": True},
                                     {"name": "reports", "mountPath": REPORT_DIR},
@@ -569,19 +560,19 @@ def _check(profile: Profile, name: str) -> dict[str, list[dict[str, Any]]]:
                                      {"name": "reports", "persistentVolumeClaim": {"claimName": claim}},
                                      {"name": "tmp", "emptyDir": {}}]
     if s.api_key_file:
-        # in-cluster plain http: check refuses a key to another host over http without --insecure
-        command += ["--api-key-file", f"{SECRET_DIR}/{API_KEY_CREDENTIAL}", "--insecure"]
         mounts.append({"name": "api-key", "mountPath": SECRET_DIR, "readOnly": True})
         volumes.append(_secret_volume(k8s, name))
-    if gw is not None:
-        # as on the gateway host: through smg a bad copy hides behind its retries; check each leader it lists
-        command += ["--each-worker", "--json", f"{REPORT_DIR}/check-workers.json"]
-    else:
-        command += ["--json", f"{REPORT_DIR}/check-report.json", "--junit", f"{REPORT_DIR}/check-report.xml"]
-    command += ["--prom", CHECK_PROM]
-    if k8s.pushgateway:
+    # in-cluster plain http: check refuses a key to another host over http without --insecure.
+    # With [gateway], as on the gateway host: through smg a bad copy hides behind its retries; check each
+    # leader it lists.
+    key_file = f"{SECRET_DIR}/{API_KEY_CREDENTIAL}" if s.api_key_file else None
+    command = names.check_argv(
+        "kimi-deploy", CHECK_PROFILE, base_url=base_url, api_key_file=key_file, insecure=bool(key_file),
+        each_worker=gw is not None,
+        json=f"{REPORT_DIR}/check-workers.json" if gw is not None else f"{REPORT_DIR}/check-report.json",
+        junit=None if gw is not None else f"{REPORT_DIR}/check-report.xml", prom=CHECK_PROM,
         # a Job has no node_exporter textfile directory: the result becomes a metric through the Pushgateway
-        command += ["--pushgateway", k8s.pushgateway]
+        pushgateway=k8s.pushgateway)
     pod_sec, ctr_sec = _security(k8s)
     config = {"apiVersion": "v1", "kind": "ConfigMap",
               "metadata": {"name": f"{name}-profile", "namespace": ns, "labels": labels},
@@ -615,7 +606,6 @@ def patch_warnings(profile: Profile, launch: LaunchSpec) -> list[str]:
     without the kit's patch series; a pod runs whatever the image holds. One line naming the defaults and the
     patches this profile's settings need (the series' ``needed_by``), empty with ``verify_patches = false`` or
     when the kit has no series for the version."""
-    from kimi_deploy.patching.series import find_series
 
     k8s = profile.kubernetes
     assert k8s is not None
@@ -719,3 +709,22 @@ def render(profile: Profile, sglang_version: str | None = None) -> Manifests:
                      "resources": list(files)}
     files = {"kustomization.yaml": dump(kustomization, top), **files}
     return Manifests(profile=profile, launch=launch, shape=shape, files=files, warnings=tuple(warnings))
+
+
+def artefacts(profile: Profile, sglang_version: str | None = None) -> Artefacts:
+    """The ``kubernetes`` target (:mod:`kimi_deploy.targets`): :func:`render`'s manifests.
+
+    Raises:
+        ProfileError: :func:`problems` found any (exit 2). UsageError / UnsupportedVersionError: from
+            :func:`kimi_deploy.launch.build_launch`.
+    """
+    manifests = render(profile, sglang_version)
+
+    def describe(out_dir: Path | None) -> dict[str, object]:
+        return {"target": "kubernetes", "sglang_version": manifests.launch.sglang_version,
+                "profile_sha256": profile.digest(), "copies": manifests.shape.copies,
+                "nodes_per_copy": manifests.shape.nodes,
+                "files": {name: str(out_dir / name) if out_dir else None for name in manifests.files},
+                "warnings": list(manifests.warnings)}
+
+    return Artefacts("kubernetes", manifests.files, describe, launch=manifests.launch, warnings=manifests.warnings)

@@ -207,3 +207,18 @@ def require_sglang(info: TargetInfo) -> tuple[str, str]:
         raise UsageError("SGLang is not installed in the target interpreter", value=info.python,
                          hint="pass --python with the interpreter SGLang is installed in")
     return info.sglang_version, info.sglang_location
+
+
+def target_versions(python: str) -> tuple[str, dict[str, str]]:
+    """SGLang version and cache-key components (``flashinfer``, ``torch``, ``cuda``) found in ``python``.
+
+    Imports torch in the target interpreter (:func:`probe` with torch) so
+    that the CUDA version is known.
+
+    Raises:
+        UsageError: the interpreter is missing or has no SGLang.
+        ExternalCommandError: the interpreter failed.
+    """
+    info = probe(python, with_torch=True)
+    version, _ = require_sglang(info)
+    return version, info.components()

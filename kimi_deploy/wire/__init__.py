@@ -1,0 +1,1 @@
+"""wire: see README.md, "Layout"."""

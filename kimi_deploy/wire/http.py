@@ -1,0 +1,59 @@
+"""The HTTP manners of every kit client: one ``Authorization`` header, identity encoding only, capped reads.
+
+Used by ``check``'s client, the readiness probes, ``status``, ``restart``'s idle wait and the gateway client; a
+server (or a gateway) is hostile input, so a body is read only up to a cap and never decoded from gzip
+(docs/reference/limits.md).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+
+from kimi_deploy.wire.limits import DEFAULT_MAX_BODY_BYTES, LimitExceeded, Refused, parse_json
+
+
+def auth_headers(api_key: str | None) -> dict[str, str]:
+    """``Authorization: Bearer KEY`` for SGLang and smg (``{}`` without a key): the one spelling of the kit's
+    clients (readiness, status, restart's idle wait, the gateway client, check's HTTP client)."""
+    return {"Authorization": f"Bearer {api_key}"} if api_key else {}
+
+
+#: Sent on every control-plane request: an answer in another ``Content-Encoding`` is not decoded.
+IDENTITY = {"Accept-Encoding": "identity"}
+
+
+def request_capped(client: httpx.Client, method: str, path: str, *, read_body: bool = True,
+                   max_body_bytes: int = DEFAULT_MAX_BODY_BYTES, **kw: Any) -> tuple[int, Any]:
+    """``(status, body)`` of one request of the kit's control-plane clients (status, restart, the gateway's
+    worker API), read as ``check`` reads a server (docs/reference/limits.md).
+
+    ``body``: the parsed JSON (any JSON type), ``None`` when not asked (``read_body`` False: the status
+    alone counts) or when the body is not JSON (also nested too deep for the parser), or a
+    :class:`kimi_deploy.wire.limits.Refused` when it was refused unread: a ``Content-Encoding`` other than
+    identity (a 500 KB gzip body of 512 MB once cost ``status`` 1 GB of RSS) or more than
+    ``max_body_bytes`` (declared or read).
+
+    Raises:
+        httpx.HTTPError: no answer, or the exchange broke.
+    """
+    headers = {**IDENTITY, **kw.pop("headers", {})}
+    with client.stream(method, path, headers=headers, **kw) as response:
+        if not read_body:
+            return response.status_code, None
+        encoding = response.headers.get("content-encoding", "identity").strip().lower()
+        if encoding not in ("", "identity"):
+            return response.status_code, Refused(f"Content-Encoding {encoding} was not asked for; not decoded")
+        declared = response.headers.get("content-length", "")
+        if declared.isdigit() and int(declared) > max_body_bytes:
+            return response.status_code, LimitExceeded("the body", max_body_bytes, None, int(declared))
+        body = bytearray()
+        for piece in response.iter_raw():
+            body += piece
+            if len(body) > max_body_bytes:
+                return response.status_code, LimitExceeded("the body", max_body_bytes, None, len(body))
+    try:
+        return response.status_code, parse_json(body)
+    except ValueError:
+        return response.status_code, None

@@ -1,0 +1,287 @@
+"""The package layout the README draws is the one the imports make (issue 24).
+
+The import graph is read from the source with :mod:`ast` (every ``import``/``from ... import`` of a
+``kimi_deploy`` module, at module level and inside functions), so nothing is imported to test it. Checked:
+
+- the root of ``kimi_deploy/`` holds at most :data:`MAX_ROOT_MODULES` modules;
+- no import cycle, function-local imports included (imports under ``if TYPE_CHECKING:`` never run and are left
+  out of the cycles, not of the layer rules);
+- at most :data:`MAX_LOCAL_IMPORTS` function-local ``kimi_deploy`` imports, each with a comment (on its line or
+  the line above) saying why it is local;
+- the layers (:data:`LAYERS`): a module imports only from its own layer or lower ones; in particular nothing
+  under ``check/`` or ``bench/`` imports host-side code (``host/``);
+- README.md's "Layout" section names every package and every root module;
+- the target registry (:data:`kimi_deploy.targets.TARGETS`) and the target modules match;
+- one builder each: unit file names (:mod:`kimi_deploy.names`), ``http://HOST:PORT`` URLs
+  (:func:`kimi_deploy.names.node_url`), the nightly check command (:func:`kimi_deploy.names.check_argv`).
+
+A new package needs a row in :data:`LAYERS` and a line in README's "Layout": the failure says so.
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import importlib
+import re
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+PACKAGE = REPO / "kimi_deploy"
+
+#: The issue's cap on modules at the root of ``kimi_deploy/`` (``__init__`` and ``__main__`` included).
+MAX_ROOT_MODULES = 20
+#: The issue's cap on function-local ``kimi_deploy`` imports (86 before the layout of issue 24).
+MAX_LOCAL_IMPORTS = 20
+
+#: Layer of each package and root module, lowest first: a module imports only from its own layer or lower ones.
+LAYERS: dict[str, int] = {
+    # 0: foundations, no knowledge of a profile
+    **{name: 0 for name in ("__init__", "errors", "paths", "names", "proc", "fsio", "values", "options", "versions",
+                            "argv", "yamltext", "redact", "tool_ids")},
+    # 1: what every client says on the wire (headers, capped reads, SSE, base URL, API key, limits)
+    "wire": 1,
+    # 2: the deployment profile
+    "profile": 2,
+    # 3: what a profile means: presets, topology, the launch, SGLang's interpreter, validation, patches
+    **{name: 3 for name in ("presets", "topology", "launch", "engine", "validate", "litellm_hook", "patching",
+                            "catalog")},
+    # 4: deployment targets (render)
+    "targets": 4,
+    # 5: clients of a running server: they never touch a host
+    "check": 5,
+    "bench": 5,
+    # 6: what is done on (or to) a host
+    "host": 6,
+    "doctor": 6,
+    # the memory plan and SGLang's effective configuration read this host's GPUs and model files (doctor's parsers)
+    "sizing": 6,
+    # 7: the command line
+    "cli": 7,
+    "__main__": 7,
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class Edge:
+    source: str  # importing module, dotted
+    target: str  # imported kimi_deploy module, dotted
+    path: Path
+    line: int
+    local: bool  # inside a function
+    type_only: bool  # under `if TYPE_CHECKING:`
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(REPO).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts = parts[:-1]
+    return ".".join(parts)
+
+
+MODULES: dict[str, Path] = {module_name(p): p for p in sorted(PACKAGE.rglob("*.py"))}
+
+
+def _is_type_checking(node: ast.If) -> bool:
+    test = node.test
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or \
+        (isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
+
+
+def _targets(source: str, path: Path, node: ast.Import | ast.ImportFrom) -> list[str]:
+    """The ``kimi_deploy`` modules ``node`` imports (``from pkg import mod`` names the submodule)."""
+    if isinstance(node, ast.Import):
+        names = [alias.name for alias in node.names]
+    else:
+        base = node.module or ""
+        if node.level:  # relative: resolve against the importing module's package
+            package = source.split(".") if path.name == "__init__.py" else source.split(".")[:-1]
+            package = package[:len(package) - node.level + 1]
+            base = ".".join(package + ([node.module] if node.module else []))
+        names = [f"{base}.{alias.name}" if f"{base}.{alias.name}" in MODULES else base for alias in node.names]
+    found = []
+    for name in names:
+        if not name.startswith("kimi_deploy"):
+            continue
+        while name not in MODULES and "." in name:
+            name = name.rsplit(".", 1)[0]
+        found.append(name)
+    return found
+
+
+def read_edges() -> list[Edge]:
+    edges: list[Edge] = []
+    for source, path in MODULES.items():
+        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+
+        def walk(node: ast.AST, local: bool, type_only: bool) -> None:
+            for child in ast.iter_child_nodes(node):
+                if isinstance(child, (ast.Import, ast.ImportFrom)):
+                    for target in _targets(source, path, child):
+                        if target != source:
+                            edges.append(Edge(source, target, path, child.lineno, local, type_only))
+                walk(child, local or isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)),
+                     type_only or (isinstance(child, ast.If) and _is_type_checking(child)))
+
+        walk(tree, False, False)
+    return edges
+
+
+EDGES = read_edges()
+
+
+def layer_key(module: str) -> str:
+    """``kimi_deploy.host.status`` -> ``host``; ``kimi_deploy.launch`` -> ``launch``; ``kimi_deploy`` -> ``__init__``."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else "__init__"
+
+
+def test_the_root_holds_at_most_twenty_modules():
+    root = sorted(p.name for p in PACKAGE.glob("*.py"))
+    assert len(root) <= MAX_ROOT_MODULES, f"{len(root)} modules at the root of kimi_deploy/: {root}"
+
+
+def cycles(edges: list[Edge]) -> list[list[str]]:
+    """Strongly connected components of more than one module (Tarjan), each sorted."""
+    graph: dict[str, set[str]] = {m: set() for m in MODULES}
+    for e in edges:
+        graph[e.source].add(e.target)
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+    counter = 0
+
+    def visit(v: str) -> None:
+        nonlocal counter
+        index[v] = low[v] = counter
+        counter += 1
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(graph[v]):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def test_the_import_graph_has_no_cycle_counting_function_local_imports():
+    assert cycles([e for e in EDGES if not e.type_only]) == []
+
+
+def test_cycles_are_found_when_there_is_one():
+    """The cycle finder itself: a function-local import back is a cycle too."""
+    a, b = sorted(MODULES)[:2]
+    made = [Edge(a, b, Path(), 1, False, False), Edge(b, a, Path(), 2, True, False)]
+    assert cycles(made) == [sorted([a, b])]
+
+
+def local_imports() -> list[Edge]:
+    """One entry per function-local import statement of a kimi_deploy module (not per imported name)."""
+    seen: dict[tuple[Path, int], Edge] = {}
+    for e in EDGES:
+        if e.local:
+            seen.setdefault((e.path, e.line), e)
+    return list(seen.values())
+
+
+def test_function_local_imports_are_few_and_each_says_why():
+    found = local_imports()
+    shown = "\n".join(f"{e.path.relative_to(REPO)}:{e.line}" for e in found)
+    assert len(found) <= MAX_LOCAL_IMPORTS, f"{len(found)} function-local kimi_deploy imports:\n{shown}"
+    silent = []
+    for e in found:
+        lines = e.path.read_text(encoding="utf-8").splitlines()
+        here, above = lines[e.line - 1], lines[e.line - 2].strip() if e.line > 1 else ""
+        if "#" not in here and not above.startswith("#"):
+            silent.append(f"{e.path.relative_to(REPO)}:{e.line}: {here.strip()}")
+    assert not silent, "function-local imports without a comment saying why (start-up, a cycle...):\n" + \
+        "\n".join(silent)
+
+
+def test_every_package_and_root_module_has_a_layer():
+    keys = {layer_key(m) for m in MODULES}
+    missing = sorted(keys - set(LAYERS))
+    assert not missing, f"give {missing} a layer in tests/test_architecture.py LAYERS (and a line in README's Layout)"
+
+
+def test_each_module_imports_only_its_own_layer_or_lower_ones():
+    upward = [f"{e.path.relative_to(REPO)}:{e.line}: {e.source} (layer {LAYERS[layer_key(e.source)]}) imports "
+              f"{e.target} (layer {LAYERS[layer_key(e.target)]})"
+              for e in EDGES if LAYERS.get(layer_key(e.source), 99) < LAYERS.get(layer_key(e.target), -1)]
+    assert not upward, "\n".join(upward)
+
+
+@pytest.mark.parametrize("client", ["check", "bench"])
+def test_check_and_bench_import_no_host_side_code(client):
+    host_side = [f"{e.path.relative_to(REPO)}:{e.line}: {e.target}" for e in EDGES
+                 if layer_key(e.source) == client and layer_key(e.target) in ("host", "doctor", "cli")]
+    assert not host_side, "\n".join(host_side)
+
+
+def readme_layout() -> str:
+    text = (REPO / "README.md").read_text(encoding="utf-8")
+    match = re.search(r"^## Layout\n(.*?)(?=^## |\Z)", text, flags=re.M | re.S)
+    assert match, "README.md has no '## Layout' section"
+    return match.group(1)
+
+
+def test_readme_layout_names_every_package_and_root_module():
+    layout = readme_layout()
+    packages = sorted(p.parent.name for p in PACKAGE.glob("*/__init__.py"))
+    missing = [f"kimi_deploy/{name}/" for name in packages if f"kimi_deploy/{name}/" not in layout]
+    root = sorted(p.stem for p in PACKAGE.glob("*.py") if p.stem not in ("__init__", "__main__"))
+    missing += [f"{name}.py" for name in root if not re.search(rf"\b{re.escape(name)}\.py\b", layout)]
+    assert not missing, f"README.md's Layout does not name {missing}"
+
+
+def test_the_target_registry_and_the_target_modules_match():
+    from kimi_deploy import targets
+
+    for name, (module, help_text) in targets.TARGETS.items():
+        entry = getattr(importlib.import_module(module), "artefacts", None)
+        assert callable(entry), f"target {name}: {module} has no artefacts(profile, sglang_version)"
+        assert help_text
+    with_entry = {module_name(p) for p in (PACKAGE / "targets").glob("*.py")
+                  if re.search(r"^def artefacts\(", p.read_text(encoding="utf-8"), flags=re.M)}
+    assert with_entry == {module for module, _ in targets.TARGETS.values()}
+
+
+def _fstring_texts(path: Path) -> list[tuple[int, str]]:
+    """``(line, the f-string with each replacement field as {})`` of every f-string in ``path``."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.JoinedStr):
+            text = "".join(v.value if isinstance(v, ast.Constant) else "{}" for v in node.values)
+            found.append((node.lineno, text))
+    return found
+
+
+@pytest.mark.parametrize("pattern,builder", [
+    (r"\{\}\.(service|timer|env)\b", "kimi_deploy.names (server_unit, check_timer, env_file, gateway_unit, ...)"),
+    (r"^https?://\{\}", "kimi_deploy.names.node_url"),
+    (r"\bcheck --profile\b", "kimi_deploy.names.check_argv"),
+])
+def test_derived_names_urls_and_the_check_command_have_one_builder(pattern, builder):
+    spelt = [f"{path.relative_to(REPO)}:{line}: {text}" for name, path in MODULES.items()
+             if name != "kimi_deploy.names" for line, text in _fstring_texts(path) if re.search(pattern, text)]
+    assert not spelt, f"built by hand instead of by {builder}:\n" + "\n".join(spelt)
