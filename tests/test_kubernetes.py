@@ -655,7 +655,7 @@ def test_server_is_guaranteed_and_every_container_has_a_memory_bound(case):
             assert sglang["requests"] == sglang["limits"] == {"cpu": "64", "memory": "512Gi", "nvidia.com/gpu": 8}
     (check,) = [t for w, t in templates.items() if w.startswith("CronJob")]
     assert check["spec"]["containers"][0]["resources"]["limits"]["memory"] == "2Gi"
-    unit = (Path(kubernetes.__file__).parent.parent / "systemd" / "check.service.j2").read_text()
+    unit = (Path(kubernetes.__file__).parents[2] / "systemd" / "check.service.j2").read_text()
     assert "\nMemoryMax=2G\n" in unit  # the same bound: systemd reads G as 1024^3
 
 
