@@ -314,9 +314,28 @@ class ProfileValidation:
     def ok(self) -> bool:
         return self.validation.ok and all(r.validation.ok for r in self.ranks) and not self.model.errors
 
+    @property
+    def problems(self) -> list[str]:
+        """Every reason ``ok`` is false, one line each: SGLang's errors (each rank's, labelled, for a
+        multi-node replica), then the model table's (``model: ...``). Empty when ``ok``; a caller that
+        reports a failure shows these, never a bare "FAILED"."""
+        out = []
+        if self.ranks:
+            for r in self.ranks:
+                out += [f"rank {r.rank.rank} ({r.rank.node}): {e}" for e in r.validation.errors]
+                if not r.validation.ok and not r.validation.errors:
+                    out.append(f"rank {r.rank.rank} ({r.rank.node}): SGLang rejects the command")
+        else:
+            out += list(self.validation.errors)
+            if not self.validation.ok and not self.validation.errors:
+                out.append("SGLang rejects the rendered command")
+        out += [f"model: {e}" for e in self.model.errors]
+        return out
+
     def to_dict(self) -> dict[str, Any]:
         data = self.validation.to_dict()
         data["ok"] = self.ok
+        data["problems"] = self.problems
         data["model"] = self.model.to_dict()
         data["sglang_location"] = self.info.sglang_location
         data["render_warnings"] = list(self.launch.warnings)

@@ -289,13 +289,15 @@ def _models(args: dict[str, Any]) -> dict[str, Any]:
 
 def write_profile(path: Path, *, port: int = 30000, context_length: int = 1000, name: str = "kimi-test",
                   api_key: bool = True, cache_dir: str | None = None, python: str | None = None,
-                  sglang_lines: tuple[str, ...] = ()) -> Path:
+                  sglang_lines: tuple[str, ...] = (), gpu_count: int = 1) -> Path:
     """A small valid profile (loopback host) whose ``context_length`` tells two versions apart.
 
     ``python``: ``[service] python`` (the SGLang interpreter; the profile default otherwise);
+    ``gpu_count``: ``[service] gpu_count`` and ``[sglang] tp_size`` (Kimi-K2.5 fits the model table's
+    reference GPUs at 8, not at the default 1: a test whose path validates the model needs 8);
     ``sglang_lines``: more ``key = value`` lines of ``[sglang]``.
     """
-    lines = ["[service]", f'name = "{name}"', 'user = "sglang"', 'group = "sglang"', "gpu_count = 1",
+    lines = ["[service]", f'name = "{name}"', 'user = "sglang"', 'group = "sglang"', f"gpu_count = {gpu_count}",
              "timeout_start_sec = 600"]
     if python:
         lines.append(f'python = "{python}"')
@@ -303,6 +305,8 @@ def write_profile(path: Path, *, port: int = 30000, context_length: int = 1000, 
         lines.append(f'cache_dir = "{cache_dir}"')
     lines += ["", "[sglang]", 'model_path = "/models/moonshotai/Kimi-K2.5"', 'host = "127.0.0.1"', f"port = {port}",
               f"context_length = {context_length}", 'tool_call_parser = "kimi_k2"', 'reasoning_parser = "kimi_k2"']
+    if gpu_count != 1:
+        lines.append(f"tp_size = {gpu_count}")
     if api_key:
         lines.append(f'api_key_file = "/etc/kimi-deploy/{name}.api-key"')
     lines += list(sglang_lines)

@@ -7,7 +7,7 @@ Run by tests/test_patch_crashsafe.py beside its kill scenarios (which must come 
 builds a throwaway installation in DIRECTORY (tests/patch_helpers.py), then loops over ``kimi-deploy patch``
 commands on it (apply with a random set, revert, status) with ``KIMI_DEPLOY_STATE_DIR=STATE_DIR``; about half are
 killed just before a random file operation (``KIMI_DEPLOY_FAULT_KILL_AT``) and a fifth by SIGKILL from outside
-at a random instant (staging included), so killed runs leave what they leave; a pause of 0.1-0.5 s
+at a random instant (staging included), so killed runs leave what they leave; a pause of 1-2 s
 between runs keeps it from loading the machine. Prints ``runs N`` at the end and
 one line per run that ended otherwise than 0, 1 or killed. At least one run is made, even when the stop file
 is already there.
@@ -49,7 +49,7 @@ def main() -> None:
             time.sleep(rng.random())
             proc.send_signal(signal.SIGKILL)
         _, err = proc.communicate()
-        time.sleep(rng.uniform(0.1, 0.5))  # concurrency, not load: the scenarios beside it stay fast
+        time.sleep(rng.uniform(1.0, 2.0))  # concurrency, not load: the scenarios beside it stay fast
         runs += 1
         if proc.returncode not in (0, 1, -signal.SIGKILL):
             print(f"run {runs}: patch {' '.join(command)} exited {proc.returncode}: {err.strip()[-400:]}",

@@ -133,7 +133,7 @@ def test_each_hosts_part_installs_and_the_replicas_serve(host):
     for name, r in host.installs.items():
         assert r.returncode == 0, f"{name}: {r.stdout}{r.stderr}"
     for name, log in host.restarts.items():
-        assert log.rstrip().endswith("\n0") and "fast checks passed" in log, f"{name}: {log}"
+        assert log.rstrip().endswith("\n0") and "gate contract passed" in log, f"{name}: {log}"
     # the gateway host got the gateway unit and its --each-worker check, and no server unit of the fleet's name
     files = host.sh(f"ls /etc/systemd/system/ | grep {NAME}", check=False).stdout.split()
     assert GATEWAY_UNIT in files and f"{NAME}.service" not in files, files

@@ -43,7 +43,7 @@ def host(tmp_path_factory, sglang_python, repo_root):
 
 def test_restart_wait_starts_the_hardened_unit_and_it_serves(host, repo_root):
     assert host.restart.returncode == 0, host.restart.stdout + host.restart.stderr
-    assert "new: ok: ready" in host.restart.stdout and "fast checks passed" in host.restart.stdout
+    assert "new: ok: ready" in host.restart.stdout and "gate contract passed" in host.restart.stdout
     unit = host.unit(f"{NAME}.service", "ActiveState", "SubState", "MainPID", "NRestarts", "User")
     assert (unit["ActiveState"], unit["SubState"], unit["NRestarts"]) == ("active", "running", "0")
     pid = unit["MainPID"]

@@ -223,7 +223,7 @@ def test_each_worker_refuses_a_worker_the_profile_does_not_declare_before_sendin
     clear text, and no worker is checked."""
     result, calls = _each_worker(tmp_path, ["http://127.0.0.2:30990", remote], ["127.0.0.2"])
     assert result.exit_code == ExitCode.USAGE, result.stdout + result.stderr
-    assert f"the gateway lists {remote}, which is not in the profile's [fleet] replicas" in result.stderr
+    assert f"the gateway lists {remote}, which is not in the profile's [fleet] replicas" in result.stdout + result.stderr
     assert "Traceback" not in result.stderr and calls == ["GET /workers"]
 
 

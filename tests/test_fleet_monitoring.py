@@ -109,10 +109,10 @@ def test_smg_metrics_on_loopback_are_said_not_written_as_a_loopback_target(tmp_p
 
 
 def test_the_gateway_hosts_nightly_check_writes_its_textfile():
-    from kimi_deploy import fleet
+    from kimi_deploy.targets import systemd
 
     profile = parse_profile(__import__("tomllib").loads(PROFILE))
-    files = fleet.host_files(profile)[GATEWAY_HOST]
+    files = systemd.host_files(profile)[GATEWAY_HOST]
     (unit,) = [text for name, text in files.items() if name.startswith("kimi-deploy-check@") and
                name.endswith(".service")]
     assert "--each-worker" in unit and "--prom /var/lib/kimi-k25-gateway/check.prom" in unit

@@ -51,12 +51,12 @@ def test_the_failure_alert_explains_every_exit_code_it_fires_on():
 
 
 def test_runbook_links_are_absolute_from_the_configured_base_url():
-    base = "https://runbooks.example.com/kimi-deploy/production.md"
+    base = "https://runbooks.example.com/kimi-deploy/docs/runbook.md"
     doc = rules_doc(preset_profile(runbook_url=base))
     links = [r["annotations"]["runbook_url"] for g in doc["groups"] for r in g["rules"] if "alert" in r]
     assert links and all(link.startswith(base + "#kimi") for link in links)
     assert f"{base}#kiminightlycheckinterrupted" in links
-    default = rules_doc(preset_profile())  # the default stays the relative production.md (no invented site)
-    assert all(r["annotations"]["runbook_url"].startswith("production.md#")
+    default = rules_doc(preset_profile())  # the default stays the relative docs/runbook.md (no invented site)
+    assert all(r["annotations"]["runbook_url"].startswith("docs/runbook.md#")
                for g in default["groups"] for r in g["rules"] if "alert" in r)
 

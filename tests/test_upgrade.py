@@ -78,7 +78,7 @@ except (FileNotFoundError, ProcessLookupError, ValueError):
 with open({str(self.log)!r}, "a") as log:
     log.write(f"--- {{python}}\\n")
     log.flush()
-    new = subprocess.Popen([python, "-W", "ignore", {str(SGLANG_SERVER)!r}, "--port", "{port}", "--tp-size", "1",
+    new = subprocess.Popen([python, "-W", "ignore", {str(SGLANG_SERVER)!r}, "--port", "{port}", "--tp-size", "8",
                             "--no-speculative"], stdout=subprocess.DEVNULL, stderr=log, start_new_session=True,
                            env={{"HF_HUB_OFFLINE": "1", "PYTHONDONTWRITEBYTECODE": "1", "PATH": "/usr/bin:/bin"}})
 open({str(self.pidfile)!r}, "w").write(str(new.pid))
@@ -101,7 +101,7 @@ def host(tmp_path, fake_systemd, old_env):
     root = tmp_path / "root"
     root.mkdir()
     port = _free_port()
-    profile = write_profile(tmp_path / "v1.toml", port=port, python=old_env,
+    profile = write_profile(tmp_path / "v1.toml", port=port, python=old_env, gpu_count=8,
                             sglang_lines=('served_model_name = "moonshotai/Kimi-K2.5"',))
     apply(plan_install(load_profile(profile), HostLayout(root), sglang_version="0.5.22", enable=False,
                        create_user=False))
@@ -139,6 +139,21 @@ def test_dry_run_shows_the_plan_and_changes_nothing(cli_runner, host, tmp_path, 
     assert data["version_change"] == "0.5.22 -> 0.5.23" and data["applied"] is False
     assert isinstance(data["spelling_changes"], list) and data["problems"] == []
     assert not engine.pidfile.exists()  # nothing restarted
+
+
+def test_a_plan_that_fails_validation_says_why_and_is_refused(cli_runner, host, tmp_path, sglang_python, old_env):
+    # Kimi-K2.5 on one GPU: SGLang accepts the command, the model table does not; the plan names the reason
+    # (a bare "FAILED" was what the upgrade printed when only the model check failed)
+    root, _, engine = host
+    one_gpu = write_profile(tmp_path / "v2.toml", port=30000, python=old_env,
+                            sglang_lines=('served_model_name = "moonshotai/Kimi-K2.5"',))
+    new = make_target(sglang_python, tmp_path / "new", bytecode=True)
+    before = snapshot(root)
+    result = _upgrade(cli_runner, root, tmp_path / "state", "--python", new, "--profile", str(one_gpu))
+    assert result.exit_code == ExitCode.REFUSED, result.output + result.stderr
+    assert "validate against the new interpreter: FAILED" in result.output
+    assert "    error: model: " in result.output and "validate: model: " in result.stderr
+    assert snapshot(root) == before and not engine.pidfile.exists()
 
 
 def test_the_installed_environment_is_never_the_target(cli_runner, host, tmp_path, old_env):

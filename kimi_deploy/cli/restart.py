@@ -60,7 +60,7 @@ def restart_cmd(ctx, profile_path, preset, root, name, wait, gate, allow_parser_
     the previous files come back and pass the same gate, or it is exit 10.
 
     Behind a gateway ([gateway] in the profile): the replica leaves the gateway first and comes back only
-    after it is ready and the fast checks passed; on failure it stays out (exit 1 or 6; exit 9 when it
+    after it is ready and its gate passed; on failure it stays out (exit 1 or 6; exit 9 when it
     passed but the gateway did not take it back, or stayed draining). A gateway that is down (exit 3) or
     refuses the removal (exit 1) restarts nothing: the message says the replica was not taken out."""
     from rich.console import Console

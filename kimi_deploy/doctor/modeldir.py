@@ -42,8 +42,9 @@ class ModelDir:
         return self.exists and not self.problems
 
 
-def safetensors_expected_size(path: Path) -> int | None:
-    """The size ``path`` must have according to its own header (bytes), or ``None`` if unreadable."""
+def _read_header(path: Path) -> tuple[int, object] | None:
+    """``(length, parsed JSON)`` of the safetensors file ``path``'s header (an 8-byte little-endian length, then that
+    many bytes of JSON, at most 100 MiB), or ``None`` when it cannot be read."""
     try:
         with path.open("rb") as fh:
             raw = fh.read(8)
@@ -52,9 +53,17 @@ def safetensors_expected_size(path: Path) -> int | None:
             (n,) = struct.unpack("<Q", raw)
             if n > 100 * 1024 * 1024:
                 return None
-            header = parse_json(fh.read(n))
+            return n, parse_json(fh.read(n))
     except (OSError, ValueError):
         return None
+
+
+def safetensors_expected_size(path: Path) -> int | None:
+    """The size ``path`` must have according to its own header (bytes), or ``None`` if unreadable."""
+    read = _read_header(path)
+    if read is None:
+        return None
+    n, header = read
     if not isinstance(header, dict):  # a header that is JSON but no object: not a safetensors file
         return None
     end = 0
@@ -117,17 +126,10 @@ def read_header_tensors(path: Path) -> list[tuple[str, str, tuple[int, ...]]] | 
     """``(name, dtype, shape)`` of every tensor in the safetensors file ``path``'s header (dtype as the
     format spells it: ``BF16``, ``I32``, ...), or ``None`` when the header is unreadable. Reads the header
     only (same format rules as :func:`safetensors_expected_size`)."""
-    try:
-        with path.open("rb") as fh:
-            raw = fh.read(8)
-            if len(raw) != 8:
-                return None
-            (n,) = struct.unpack("<Q", raw)
-            if n > 100 * 1024 * 1024:
-                return None
-            header = parse_json(fh.read(n))
-    except (OSError, ValueError):
+    read = _read_header(path)
+    if read is None:
         return None
+    header = read[1]
     if not isinstance(header, dict):
         return None
     tensors = []

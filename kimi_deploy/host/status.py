@@ -247,7 +247,8 @@ class StatusFacts:
     the running server's arguments and their source (:func:`running_launch`). ``patches``:
     :func:`patch_state`. ``last_check``: :func:`last_check` of the nightly report. ``start_log``: the
     server's log lines of the current start and the command that read them, or ``(None, why not)``
-    (:func:`kimi_deploy.host.allreduce.read_start_log`; only while the unit is active). ``rank``: the rank of a
+    (:func:`kimi_deploy.host.allreduce.read_start_log`; only while the unit is active). ``last_start``: the last
+    measured start kept on the host. ``rank``: the rank of a
     multi-node group this host runs (:func:`kimi_deploy.topology.local_rank`); on a rank >= 1 nothing is asked
     over HTTP (its ``/health`` is SGLang's dummy 200) and the launch comes from ``/proc``.
     """
@@ -263,6 +264,8 @@ class StatusFacts:
     last_check: dict[str, Any] | None
     start_log: tuple[list[str] | None, str] | None = None
     rank: Rank | None = None
+    #: the last measured complete start kept for the service (:func:`kimi_deploy.host.phases.load_last`)
+    last_start: Any = None
 
 
 def gateway_host(profile: Profile, manifest: Manifest) -> bool:
@@ -308,7 +311,8 @@ def gather_status_facts(profile: Profile, layout: HostLayout, manifest: Manifest
         start_log = allreduce.read_start_log(server_unit(profile.service.name),
                                              unit.properties.get("ExecMainStartTimestamp") or None)
     return StatusFacts(layout, files, unit, unit_error, key_error, probe, launch, patch_state(profile.service.python),
-                       last_check(report, layout.host_path(report)), start_log, rank)
+                       last_check(report, layout.host_path(report)), start_log, rank,
+                       phases.load_last(layout.state_dir(profile.service.name)))
 
 
 def _systemctl_failure(unit: str, exc: KimiDeployError, layout: HostLayout) -> str:
@@ -438,7 +442,7 @@ def status_from(profile: Profile, manifest: Manifest, facts: StatusFacts) -> Sta
     start_phases = None
     if facts.start_log is not None and facts.start_log[0] is not None:
         start_phases = phases.parse_start(facts.start_log[0], source=facts.start_log[1]).to_dict()
-    last = None if only_gateway else phases.load_last(layout.state_dir(name))
+    last = None if only_gateway else facts.last_start
     report_hp = gateway_check_report(name) if only_gateway else layout.host_path(layout.check_report(name))
     check = facts.last_check
     if check and check.get("exit_code") not in (None, 0):

@@ -152,7 +152,8 @@ class UpgradePlan:
         """Why this plan may not be applied (empty: it may)."""
         out = []
         if not self.validation.get("ok"):
-            out += [f"validate: {e}" for e in self.validation.get("errors", [])] or ["validate failed"]
+            out += [f"validate: {e}" for e in self.validation.get("problems", self.validation.get("errors", []))] \
+                or ["validate failed"]
         if not self.patch_check.get("ok", True):
             out.append(f"patches: {self.patch_check.get('message')}")
         return out
@@ -318,7 +319,7 @@ def format_plan(plan: UpgradePlan, *, diffs: bool = True) -> str:
                      f"[{state}: {plan.patch_check.get('message')}]")
     v = plan.validation
     lines.append("  validate against the new interpreter: " + ("ok" if v.get("ok") else "FAILED"))
-    for e in v.get("errors", []):
+    for e in v.get("problems", v.get("errors", [])):
         lines.append(f"    error: {e}")
     for w in v.get("warnings", [])[:5]:
         lines.append(f"    warning: {w}")

@@ -74,7 +74,7 @@ def run(ctx: Context, check_id: str, cache: dict[str, Message | None]) -> Outcom
     s = shape(name)
     case = case_for(s, choice)
     exp = Expectation(tools=case.tools, call="some", choice=case.tool_choice, named=case.named,
-                      kimi_ids=ctx.kimi_ids)
+                      id_parser=ctx.id_parser)
     key = f"quality:{case.name}"
     answer = contract._request(ctx, case, list(case.messages), stream=mode == "stream", exp=exp,  # noqa: SLF001
                                nonstream=cache.get(key))
