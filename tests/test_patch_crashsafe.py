@@ -163,7 +163,13 @@ class Installation:
         """Temporary and backup files of an interrupted atomic write, and staging folders, of this installation."""
         dirs = {(self.site / rel).parent for rel in SERIES_FILES}
         found = [p for d in dirs for p in d.glob(".*") if p.suffix in (".tmp", ".bak")]
-        state = [p for p in self.store.directory.rglob(".*") if self.owned(p)] if self.store.directory.is_dir() else []
+        # only this installation's top-level entries are walked: the shared state directory also holds the
+        # neighbour's staging folders, which it creates and removes while this walk runs
+        state: list[Path] = []
+        for entry in self.store.directory.iterdir() if self.store.directory.is_dir() else ():
+            if self.owned(entry):
+                state += [entry] if entry.name.startswith(".") else []
+                state += entry.rglob(".*") if entry.is_dir() and not entry.is_symlink() else []
         return found + [p for p in state if p.suffix in (".tmp", ".bak") or ".stage." in p.name]
 
     def assert_consistent(self) -> None:
