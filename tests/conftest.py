@@ -188,50 +188,30 @@ def root(tmp_path) -> Path:
     return r
 
 
-# --- running in parallel (pytest-xdist; scripts/test passes -n and --dist loadgroup) -------------------------------
-
-#: Session fixtures that start processes or build copies worth sharing: every module that asks for one runs on the
-#: same xdist worker, so each is built once per run instead of once per worker (replay: two SGLang servers and
-#: three vLLM ones, each importing torch; patched_sglang: a copy of SGLang with the series applied and compiled).
-SHARED_FIXTURE_GROUPS = {"replay": "replay-servers", "vllm_replay": "replay-servers",
-                         "patched_sglang": "patched-sglang"}
+# --- running in parallel (pytest-xdist; scripts/test passes -n, --dist loadfile and --no-loadscope-reorder) ---------
 
 
-def _module_groups(items) -> dict[str, str]:
-    """``{module path: xdist group}``: a module's own path, or the group of a shared session fixture one of its
-    tests asks for. Whole modules, so module-scoped fixtures (a booted container, a network namespace pair, a
-    running proxy) are built once, on one worker, and a module's tests keep their order."""
-    groups: dict[str, str] = {}
-    for item in items:
-        module = item.nodeid.split("::", 1)[0]
-        shared = next((SHARED_FIXTURE_GROUPS[f] for f in item.fixturenames if f in SHARED_FIXTURE_GROUPS), None)
-        if shared is not None:
-            groups[module] = shared
-        else:
-            groups.setdefault(module, module)
-    return groups
-
-
-@pytest.hookimpl(tryfirst=True)  # before xdist's own hook, which appends the group to each test id
 def pytest_collection_modifyitems(config, items):
-    """Put every test in an ``xdist_group`` (:func:`_module_groups`) and, in an xdist worker, run the groups that
-    boot containers or start SGLang/vLLM processes first, so the cheap tests fill in beside them and no long group
-    starts last (scripts/test passes ``--no-loadscope-reorder``, so groups go out in this order).
+    """In a pytest-xdist worker, run the modules that boot containers first, then those that start SGLang or vLLM
+    processes, then the rest, so the cheap tests fill in beside them and no long module starts last while the
+    other workers idle (scripts/test passes ``--no-loadscope-reorder``, so modules go out in this order). Whole
+    modules (``--dist loadfile``): a module's fixtures (a booted container, the network-namespace pair, a running
+    proxy) are built once and its tests keep their order. A serial run keeps the collection order.
 
-    Shared resources and how parallel runs keep apart (the marks alone isolate nothing): containers are named
-    ``kimi-test-<pid>-<dir>`` with a private network; network namespaces and veths carry the process id
-    (tests/test_preflight_netns.py) or are unshared; every server listens on a port the kernel picked (port 0) or
-    one probed free; files live under pytest's per-worker tmp_path. A serial run (``-n 0``, ``-p no:xdist``)
-    keeps the collection order."""
-    groups = _module_groups(items)
-    for item in items:
-        item.add_marker(pytest.mark.xdist_group(groups[item.nodeid.split("::", 1)[0]]))
+    Not ``--dist loadgroup``: with pytest 9.2 and pytest-xdist 3.8 its ``xdist_group`` marks change no test id
+    (xdist sets ``item._nodeid``, which pytest 9 no longer reads), so it schedules test by test.
+
+    Shared resources and how parallel runs keep apart: containers are named ``kimi-test-<pid>-<dir>`` with a
+    private network; network namespaces and veths carry the process id (tests/test_preflight_netns.py) or are
+    unshared; every server listens on a port the kernel picked (port 0) or one probed free; files live under
+    pytest's per-worker tmp_path."""
     if not os.environ.get("PYTEST_XDIST_WORKER"):
         return
     rank: dict[str, int] = {}
     for item in items:
-        group = groups[item.nodeid.split("::", 1)[0]]
+        module = item.nodeid.split("::", 1)[0]
         heavy = 0 if "container" in item.keywords else 1 if ("sglang" in item.keywords or "vllm" in item.keywords
-                                                                or group in SHARED_FIXTURE_GROUPS.values()) else 2
-        rank[group] = min(rank.get(group, 2), heavy)
-    items.sort(key=lambda item: rank[groups[item.nodeid.split("::", 1)[0]]])  # stable: modules stay in order
+                                                                or "replay" in item.fixturenames
+                                                                or "patched_sglang" in item.fixturenames) else 2
+        rank[module] = min(rank.get(module, 2), heavy)
+    items.sort(key=lambda item: rank[item.nodeid.split("::", 1)[0]])  # stable: a module's tests stay in order
