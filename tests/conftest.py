@@ -195,3 +195,32 @@ def root(tmp_path) -> Path:
     r = tmp_path / "root"
     r.mkdir()
     return r
+
+
+# --- running in parallel (pytest-xdist; scripts/test passes -n, --dist loadfile and --no-loadscope-reorder) ---------
+
+
+def pytest_collection_modifyitems(config, items):
+    """In a pytest-xdist worker, run the modules that boot containers first, then those that start SGLang or vLLM
+    processes, then the rest, so the cheap tests fill in beside them and no long module starts last while the
+    other workers idle (scripts/test passes ``--no-loadscope-reorder``, so modules go out in this order). Whole
+    modules (``--dist loadfile``): a module's fixtures (a booted container, the network-namespace pair, a running
+    proxy) are built once and its tests keep their order. A serial run keeps the collection order.
+
+    Not ``--dist loadgroup``: with pytest 9.2 and pytest-xdist 3.8 its ``xdist_group`` marks change no test id
+    (xdist sets ``item._nodeid``, which pytest 9 no longer reads), so it schedules test by test.
+
+    Shared resources and how parallel runs keep apart: containers are named ``kimi-test-<pid>-<dir>`` with a
+    private network; network namespaces and veths carry the process id (tests/test_preflight_netns.py) or are
+    unshared; every server listens on a port the kernel picked (port 0) or one probed free; files live under
+    pytest's per-worker tmp_path."""
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        return
+    rank: dict[str, int] = {}
+    for item in items:
+        module = item.nodeid.split("::", 1)[0]
+        heavy = 0 if "container" in item.keywords else 1 if ("sglang" in item.keywords or "vllm" in item.keywords
+                                                                or "replay" in item.fixturenames
+                                                                or "patched_sglang" in item.fixturenames) else 2
+        rank[module] = min(rank.get(module, 2), heavy)
+    items.sort(key=lambda item: rank[item.nodeid.split("::", 1)[0]])  # stable: a module's tests stay in order

@@ -36,10 +36,12 @@ def _has_torch() -> bool:
     return done.returncode == 0
 
 
+# The torch probe is no skipif here: a skipif runs at collection, where it imported torch (about 25 s on a
+# loaded 2-core machine) in every pytest-xdist worker and on every run that selected none of these tests.
+# The module's fixture asks once, when a test of this module is about to run.
 pytestmark = [
     pytest.mark.skipif(os.geteuid() != 0, reason="network namespaces need root"),
     pytest.mark.skipif(shutil.which("ip") is None, reason="needs iproute2 (ip netns)"),
-    pytest.mark.skipif(not _has_torch(), reason="KIMI_DEPLOY_SGLANG_PYTHON has no torch with gloo"),
 ]
 
 
@@ -49,7 +51,12 @@ def _ip(*args: str) -> None:
 
 @pytest.fixture(scope="module")
 def namespaces():
-    """Two namespaces (leader, worker), each with ``lo`` and ``kd0`` up, ``kd0`` the ends of one veth."""
+    """Two namespaces (leader, worker), each with ``lo`` and ``kd0`` up, ``kd0`` the ends of one veth.
+
+    Names carry this process's id, so pytest-xdist workers (and other runs on the machine) never share one.
+    Skips every test of the module when KIMI_DEPLOY_SGLANG_PYTHON has no torch with gloo."""
+    if not _has_torch():
+        pytest.skip("KIMI_DEPLOY_SGLANG_PYTHON has no torch with gloo")
     tag = f"{os.getpid() % 100000}"
     leader, worker = f"kdpf-l{tag}", f"kdpf-w{tag}"
     _ip("netns", "add", leader)
