@@ -1,7 +1,7 @@
 """Which host, and which rank, this is: the one home of the profile's topology questions.
 
 Hosts (``[fleet]``/``[gateway]``): :func:`pick_host` says which host of the profile this machine is (``--host``,
-else the one host whose name or address is among this machine's: ``ip -j addr show`` and its host names), and
+else the one host this machine is: :func:`owns_address`, the rule :func:`local_rank` uses too), and
 :func:`is_node` whether a host runs a replica's node.
 
 Ranks: a multi-node replica's nodes are the ranks of one SGLang group.
@@ -18,14 +18,13 @@ Each rank's launch is :func:`kimi_deploy.launch.rank_launch`; its files :func:`k
 from __future__ import annotations
 
 import dataclasses
-import json
 import socket
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 
-from kimi_deploy import proc
 from kimi_deploy.errors import UsageError
 from kimi_deploy.names import node_url
 from kimi_deploy.profile import Profile, host_key
+from kimi_deploy.wire.net import binds_locally
 
 #: Seconds the rank units' ``ExecStartPre=`` preflight waits for the other ranks of the group (every rank's
 #: unit must be started within this window; a missing peer fails the start, and ``Restart=on-failure``
@@ -95,20 +94,19 @@ def find_rank(profile: Profile, node: str) -> Rank:
 
 
 def owns_address(host: str) -> bool:
-    """True when this host owns ``host``'s address: a socket binds to it (a name is resolved first; a name
-    that does not resolve, or an address of another machine, gives False). No packet is sent."""
+    """The one "is this machine that host" rule, for hosts (:func:`pick_host`) and ranks (:func:`local_rank`):
+    True when ``host`` is this machine's host name or FQDN (``socket.gethostname()``/``getfqdn()``, however
+    spelt), or when it resolves to an address a socket on this host can bind to
+    (:func:`kimi_deploy.wire.net.binds_locally`). A name that does not resolve, or an address of another
+    machine, gives False. No packet is sent and no process is started."""
+    own = {host_key(n) for n in (socket.gethostname(), socket.getfqdn()) if n}
+    if host_key(host) in own:
+        return True
     try:
         infos = socket.getaddrinfo(host, None, proto=socket.IPPROTO_TCP)
     except (OSError, UnicodeError):
         return False
-    for family, _, _, _, sockaddr in infos:
-        with socket.socket(family, socket.SOCK_STREAM) as probe:
-            try:
-                probe.bind((sockaddr[0], 0))
-            except OSError:
-                continue
-            return True
-    return False
+    return any(binds_locally(str(sockaddr[0])) for _, _, _, _, sockaddr in infos)
 
 
 def local_rank(profile: Profile, node: str | None = None, *,
@@ -158,56 +156,25 @@ def is_node(profile: Profile, host: str) -> bool:
     return any(host_key(host) == host_key(node) for nodes in profile.replicas for node in nodes)
 
 
-def parse_ip_addr_json(text: str) -> frozenset[str]:
-    """Every local address in ``ip -j addr show`` output (iproute2's JSON: ``[{"addr_info": [{"local": ...}]}]``).
-
-    Raises:
-        ValueError: not that JSON.
-    """
-    data = json.loads(text)
-    if not isinstance(data, list):
-        raise ValueError("ip -j addr: expected a JSON list")
-    found = set()
-    for link in data:
-        for info in (link.get("addr_info") or []) if isinstance(link, dict) else []:
-            if isinstance(info, dict) and isinstance(info.get("local"), str):
-                found.add(info["local"])
-    return frozenset(found)
-
-
-def local_addresses() -> frozenset[str]:
-    """This host's addresses (``ip -j addr show``) and names (``socket.gethostname()`` and its FQDN).
-
-    Raises:
-        ExternalCommandError: ``ip`` failed.
-    """
-    done = proc.run(["ip", "-j", "addr", "show"], check=True, timeout=30)
-    names = {socket.gethostname(), socket.getfqdn()}
-    return parse_ip_addr_json(done.stdout) | frozenset(n for n in names if n)
-
-
-def _same(a: str, b: str) -> bool:
-    return host_key(a) == host_key(b)
-
-
-def pick_host(profile: Profile, host: str | None, addresses: Iterable[str] | None = None) -> str:
-    """Which host of the profile this is: ``host`` (``--host``) when given, else the one host whose name or
-    address is among ``addresses`` (:func:`local_addresses` when None).
+def pick_host(profile: Profile, host: str | None, owns: Callable[[str], bool] | None = None) -> str:
+    """Which host of the profile this is: ``host`` (``--host``) when given, else the one host this machine
+    is (``owns``, default :func:`owns_address`: the same rule as :func:`local_rank`'s).
 
     Raises:
         UsageError: ``host`` is not one of the profile's hosts; no host, or more than one, matches.
     """
     hosts = profile.hosts()
     if host is not None:
-        match = [h for h in hosts if _same(h, host)]
+        match = [h for h in hosts if host_key(h) == host_key(host)]
         if not match:
             raise UsageError("--host is not a host of the profile", value=host,
                              hint=f"use one of {', '.join(hosts)}")
         return match[0]
-    own = list(local_addresses() if addresses is None else addresses)
-    matches = [h for h in hosts if any(_same(h, a) for a in own)]
+    owns = owns or owns_address
+    matches = [h for h in hosts if owns(h)]
     if len(matches) != 1:
         found = "none" if not matches else ", ".join(matches)
         raise UsageError(f"cannot tell which host of the profile this is (matching: {found})",
-                         value=", ".join(sorted(own))[:300], hint=f"pass --host with one of {', '.join(hosts)}")
+                         value=f"this machine: {socket.gethostname()}"[:300],
+                         hint=f"pass --host with one of {', '.join(hosts)}")
     return matches[0]

@@ -172,17 +172,20 @@ def test_gateway_flags_are_exact_options_of_the_pinned_smg():
         "cache_aware, power_of_two, least_load, manual, consistent_hashing, prefix_hash)"]
 
 
-def test_pick_host_by_flag_or_own_addresses():
+def test_pick_host_by_flag_or_the_one_host_this_machine_is():
     profile = parse_profile(__import__("tomllib").loads(PROFILE))
-    assert topology.pick_host(profile, "10.0.0.12", []) == "10.0.0.12"
-    assert topology.pick_host(profile, None, ["127.0.0.1", "10.0.0.10", "gw1"]) == "10.0.0.10"
+    nobody = lambda host: False  # noqa: E731
+    assert topology.pick_host(profile, "10.0.0.12", nobody) == "10.0.0.12"
+    assert topology.pick_host(profile, None, lambda host: host == "10.0.0.10") == "10.0.0.10"
     with pytest.raises(UsageError, match="not a host of the profile"):
-        topology.pick_host(profile, "10.0.0.99", [])
+        topology.pick_host(profile, "10.0.0.99", nobody)
     with pytest.raises(UsageError, match="matching: none"):
-        topology.pick_host(profile, None, ["127.0.0.1"])
-    recorded = '[{"ifname":"lo","addr_info":[{"local":"127.0.0.1"},{"local":"::1"}]},' \
-               '{"ifname":"ens5f0","addr_info":[{"family":"inet","local":"10.0.0.11","prefixlen":24}]}]'
-    assert topology.parse_ip_addr_json(recorded) == {"127.0.0.1", "::1", "10.0.0.11"}
+        topology.pick_host(profile, None, nobody)
+    with pytest.raises(UsageError, match="matching: 10.0.0.11, 10.0.0.10"):  # the profile's order
+        topology.pick_host(profile, None, lambda host: host in ("10.0.0.10", "10.0.0.11"))
+    # the default rule is local_rank's (topology.owns_address): none of the documentation addresses is this host
+    with pytest.raises(UsageError, match="matching: none"):
+        topology.pick_host(profile, None)
 
 
 def test_install_puts_each_hosts_part_in_place_and_a_second_run_plans_nothing(tmp_path):

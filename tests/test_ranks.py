@@ -13,6 +13,7 @@ from __future__ import annotations
 import copy
 import os
 import shutil
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -293,6 +294,7 @@ def test_owns_address_binds_without_sending():
     assert owns_address("127.0.0.1")
     assert not owns_address("192.0.2.1")  # TEST-NET-1 (RFC 5737): never a local address here
     assert not owns_address("no-such-host.invalid")
+    assert owns_address(socket.gethostname().upper())  # this machine's name, however spelt, resolved or not
 
 
 def test_render_of_a_multi_node_profile_is_rank0_of_the_first_replica():

@@ -16,7 +16,7 @@ from pathlib import Path
 from kimi_deploy.errors import UsageError
 from kimi_deploy.paths import HostLayout
 from kimi_deploy.redact import remember
-from kimi_deploy.wire.net import is_loopback
+from kimi_deploy.wire.net import binds_locally, is_loopback
 
 #: The most a key file may hold, in bytes: a key is 43 characters (``install``) to a few hundred (a vendor
 #: token); 4 KiB leaves room for either and stops a device or a log file at once (issue #30 item 12).
@@ -158,31 +158,15 @@ ARGV_REFUSAL = ("a key on the command line is visible to every user of the host 
 def is_local_host(host: str | None) -> bool:
     """Whether traffic to ``host`` (a URL's host: name or IP literal, IPv6 without brackets) never leaves
     this machine: a loopback host (:func:`kimi_deploy.profile.is_loopback`: ``localhost`` itself, not a name
-    under it; 127.0.0.0/8, ``::1``, IPv4-mapped loopback), or an IP literal assigned to one of this host's interfaces (a socket can bind to it; Linux routes such
-    traffic over ``lo``). Any other name is not local: it is not resolved here (a DNS answer may change
-    between this test and the connection). Never raises.
+    under it; 127.0.0.0/8, ``::1``, IPv4-mapped loopback), or an IP literal assigned to one of this host's
+    interfaces (:func:`kimi_deploy.wire.net.binds_locally`; Linux routes such traffic over ``lo``). Any other
+    name is not local: it is not resolved here (a DNS answer may change between this test and the
+    connection). Never raises.
     """
-    import ipaddress
-    import socket
-
     if not host:
         return False
     name = host.strip("[]").lower().rstrip(".")
-    if is_loopback(name):
-        return True
-    try:
-        ip = ipaddress.ip_address(name.split("%", 1)[0])
-    except ValueError:
-        return False
-    if ip.is_multicast or ip.is_unspecified:
-        return False
-    family = socket.AF_INET6 if ip.version == 6 else socket.AF_INET
-    try:
-        with socket.socket(family, socket.SOCK_STREAM) as probe:
-            probe.bind((name, 0))  # EADDRNOTAVAIL unless the address is this host's own
-    except OSError:
-        return False
-    return True
+    return is_loopback(name) or binds_locally(name)
 
 
 def guard_transport(base_url: str, key: str | None, *, insecure: bool, warn=None) -> None:

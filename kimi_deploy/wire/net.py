@@ -7,6 +7,7 @@ share them.
 from __future__ import annotations
 
 import ipaddress
+import socket
 
 
 def is_loopback(host: str) -> bool:
@@ -49,3 +50,22 @@ def not_one_host(host: str) -> str | None:
     if ip.version == 4 and ip == ipaddress.IPv4Address("255.255.255.255"):
         return "the broadcast address"
     return None
+
+
+def binds_locally(ip: str) -> bool:
+    """True when ``ip`` (an IP literal, IPv6 without brackets, a link-local one with its ``%zone``) is one of
+    this host's own addresses: a socket can bind to it (EADDRNOTAVAIL otherwise). No packet is sent; names are
+    not resolved (the caller decides whether a name may be). Never raises."""
+    try:
+        addr = ipaddress.ip_address(ip.split("%", 1)[0])
+    except ValueError:
+        return False
+    if addr.is_multicast or addr.is_unspecified:
+        return False
+    family = socket.AF_INET6 if addr.version == 6 else socket.AF_INET
+    try:
+        with socket.socket(family, socket.SOCK_STREAM) as probe:
+            probe.bind((ip, 0))
+    except OSError:
+        return False
+    return True
