@@ -4,7 +4,7 @@
 
 Runs the fast, parser and contract tiers ``--runs`` times (the ready tier is the readiness wait of a real
 restart, not measured here) and prints each tier's median, minimum and maximum wall-clock seconds (the check
-run's ``duration_s``) with its check count. docs/incoming/i25.md has the figures against the replay server
+run's ``duration_s``) with its check count. docs/design.md#restarts-gate has the figures against the replay server
 (tests/replay/server.py on a patched SGLang 0.5.23 copy).
 """
 

@@ -148,7 +148,7 @@ def test_the_dashboard_shows_the_accuracy_with_its_interval():
 
 
 def test_measured_budget_of_the_tier_against_a_loopback_server(capsys):
-    """The figures docs/incoming/i27.md quotes: the tier as the nightly runs it (pre-flight, the 60-request corpus,
+    """The figures docs/design.md#the-quality-tier quotes: the tier as the nightly runs it (pre-flight, the 60-request corpus,
     200 samples at concurrency 4) against the scripted loopback server on this machine. Not a bound on a real
     model (one generation there takes seconds); it shows the kit's own overhead is small against the budget."""
     with QualityServer() as server:

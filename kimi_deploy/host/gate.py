@@ -12,7 +12,7 @@ Tiers, in order (``restart --gate NAME`` runs every tier up to and including NAM
   (canonical ids and the sanitised ``functions_NAME_N`` that clients send back, the failure behind this
   project's incidents), reasoning separation streamed and not. Eight requests of a few hundred tokens: well
   under a minute on a Kimi K2.5 server, about a second against the replay server (figures in
-  docs/incoming/i25.md).
+  docs/design.md#restarts-gate).
 
 The gate selects check ids and runs them with the check package's own runner (:func:`kimi_deploy.check.run_checks`);
 it re-implements no check. Each tier is one run, so its time is its own (``TierResult.seconds``, the report's

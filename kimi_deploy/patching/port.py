@@ -284,7 +284,7 @@ def _version_key(text: str) -> tuple:
 
 
 def format_report(report: PortReport) -> str:
-    """The report as Markdown-friendly text (what docs/incoming/i25.md shows)."""
+    """The report as Markdown-friendly text (what docs/design.md#porting-the-patch-series-to-a-new-release-maintainers shows)."""
     out = [f"patch series {report.series_version} on SGLang {report.target_version} ({report.site_packages})", ""]
     for p in report.patches:
         out.append(f"{p.id}: {p.verdict}" + (" (default)" if p.default else " (opt-in)"))

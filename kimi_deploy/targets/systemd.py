@@ -91,7 +91,7 @@ def _exec_start(launch: LaunchSpec) -> str:
 #: kimi_deploy/cli/check.py DEFAULT_DEADLINE_S); with ``[quality] nightly`` the pre-flight and the schema corpus
 #: (5 + 60 requests, one at a time) get :data:`QUALITY_FIXED_S` more and ``quality.accuracy`` its own
 #: ``[quality] deadline_s``; ``TimeoutStartSec=`` leaves :data:`CHECK_SLACK_S` past the deadline for start-up, the
-#: last request and the reports. Measured figures: docs/incoming/i27.md.
+#: last request and the reports. Measured figures: docs/design.md#the-quality-tier.
 CHECK_DEADLINE_S = 720
 QUALITY_FIXED_S = 600
 CHECK_SLACK_S = 180
