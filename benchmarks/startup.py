@@ -67,35 +67,41 @@ FLOOR = ("python -c 'import click, kimi_deploy.profile'", [sys.executable, "-c",
 
 
 def child_env() -> dict[str, str]:
-    """This environment, with bytecode caching on and a fixed terminal width."""
+    """This environment, with bytecode caching on, a fixed terminal width and ``PYTHONPATH`` made absolute.
+
+    The children run in a temporary folder: ``python -m`` and ``python -c`` put the working directory first on
+    ``sys.path``, so from a checkout they would import its ``kimi_deploy`` whatever ``PYTHONPATH`` says.
+    """
     env = {**os.environ, "COLUMNS": "100"}
     env.pop("PYTHONDONTWRITEBYTECODE", None)
+    if env.get("PYTHONPATH"):
+        env["PYTHONPATH"] = os.pathsep.join(os.path.abspath(p) for p in env["PYTHONPATH"].split(os.pathsep) if p)
     return env
 
 
-def run_once(argv: list[str], env: dict[str, str]) -> tuple[float, float, int]:
-    """``(wall_s, cpu_s, exit_status)`` of one process; output discarded."""
+def run_once(argv: list[str], env: dict[str, str], cwd: Path | None = None) -> tuple[float, float, int]:
+    """``(wall_s, cpu_s, exit_status)`` of one process run in ``cwd``; output discarded."""
     start = time.perf_counter()
-    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env, cwd=cwd)
     _pid, status, usage = os.wait4(proc.pid, 0)
     wall = time.perf_counter() - start
     proc.returncode = os.waitstatus_to_exitcode(status)
     return wall, usage.ru_utime + usage.ru_stime, proc.returncode
 
 
-def measure(commands: dict[str, list[str]], runs: int, env: dict[str, str]) -> dict[str, dict]:
+def measure(commands: dict[str, list[str]], runs: int, env: dict[str, str], cwd: Path) -> dict[str, dict]:
     """Per label: median/min/max CPU and median wall milliseconds over ``runs`` rounds (after one untimed round).
 
     One round runs every command once, in order, so that load changes during the run reach every command.
     """
     for argv in commands.values():
-        run_once(argv, env)
+        run_once(argv, env, cwd)
     walls: dict[str, list[float]] = {label: [] for label in commands}
     cpus: dict[str, list[float]] = {label: [] for label in commands}
     codes: dict[str, set[int]] = {label: set() for label in commands}
     for _ in range(runs):
         for label, argv in commands.items():
-            wall, cpu, code = run_once(argv, env)
+            wall, cpu, code = run_once(argv, env, cwd)
             walls[label].append(wall * 1000)
             cpus[label].append(cpu * 1000)
             codes[label].add(code)
@@ -104,13 +110,14 @@ def measure(commands: dict[str, list[str]], runs: int, env: dict[str, str]) -> d
                     "runs": runs, "exit_status": sorted(codes[label])} for label in commands}
 
 
-def import_costs(argv: list[str], env: dict[str, str], top: int) -> list[tuple[int, str]]:
+def import_costs(argv: list[str], env: dict[str, str], cwd: Path, top: int) -> list[tuple[int, str]]:
     """The ``top`` slowest imports (nesting depth <= 2) of one run, as ``(cumulative_us, module)``.
 
     Source of the format: CPython's ``-X importtime`` lines, ``import time: self | cumulative | name``
     with two spaces of indent per nesting level.
     """
-    proc = subprocess.run([argv[0], "-X", "importtime", *argv[1:]], capture_output=True, text=True, env=env)
+    proc = subprocess.run([argv[0], "-X", "importtime", *argv[1:]], capture_output=True, text=True, env=env,
+                          cwd=cwd)
     rows = []
     for line in proc.stderr.splitlines():
         if not line.startswith("import time:") or "cumulative" in line:
@@ -125,7 +132,7 @@ def import_costs(argv: list[str], env: dict[str, str], top: int) -> list[tuple[i
 def write_profile(folder: Path, env: dict[str, str]) -> Path:
     """A profile file from ``kimi-deploy init`` (the reference preset) in ``folder``."""
     path = folder / "profile.toml"
-    subprocess.run([sys.executable, "-m", "kimi_deploy", "init", str(path)], check=True, env=env,
+    subprocess.run([sys.executable, "-m", "kimi_deploy", "init", str(path)], check=True, env=env, cwd=folder,
                    stdout=subprocess.DEVNULL)
     return path
 
@@ -152,9 +159,12 @@ def main() -> int:
         if not args.command:
             commands[FLOOR[0]] = FLOOR[1]
         load1 = os.getloadavg()[0]
+        origin = subprocess.run([sys.executable, "-c", "import kimi_deploy; print(kimi_deploy.__file__)"], env=env,
+                                cwd=tmp, capture_output=True, text=True).stdout.strip()
+        print(f"kimi_deploy: {origin}")
         print(f"{' '.join(base)}  ({args.runs} rounds, load average {load1:.2f} at the start, {os.cpu_count()} CPUs; "
               f"PROFILE: a profile from `kimi-deploy init`)")
-        figures = measure(commands, args.runs, env)
+        figures = measure(commands, args.runs, env, Path(tmp))
         base_cpu = figures["kimi-deploy " + shlex.join(BASELINE)]["cpu_median_ms"]
         width = max(len(label) for label in commands)
         print(f"{'command':<{width}} {'cpu ms':>7} {'min':>6} {'max':>6} {'wall ms':>8} {'ratio':>6}")
@@ -166,7 +176,7 @@ def main() -> int:
             print(f"{shown:<{width}} {row['cpu_median_ms']:7.0f} {row['cpu_min_ms']:6.0f} {row['cpu_max_ms']:6.0f} "
                   f"{row['wall_median_ms']:8.0f} {row['ratio']:5.2f}x{exit_note}")
             if args.importtime:
-                for cumulative, name in import_costs(argv, env, top=8):
+                for cumulative, name in import_costs(argv, env, Path(tmp), top=8):
                     print(f"    {cumulative / 1000:7.1f} ms  {name}")
         load_end = os.getloadavg()[0]
         print(f"load average {load_end:.2f} at the end; ratio: median CPU over `kimi-deploy --version`'s")
