@@ -138,8 +138,8 @@ def test_the_spawn_probe_sees_the_timer_render_ask_systemd_analyze(tmp_path):
     """The probe above, shown to work: rendering the units checks the timer's calendar with systemd-analyze."""
     profile = write_init_profile(tmp_path)
     spawned, calls, _stdout = spawned_by(tmp_path, "render", "--profile", str(profile))
-    assert [event for event, _ in spawned] == ["subprocess.Popen"]
-    assert calls == ["calendar *-*-* 03:00:00"]
+    assert "subprocess.Popen" in [event for event, _ in spawned]
+    assert "calendar *-*-* 03:00:00" in calls
 
 
 #: verb -> libraries its module must not pull in (what only other verbs use).
