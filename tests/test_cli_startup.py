@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import importlib
 import json
+import os
 import subprocess
 import sys
 
 import click
 import pytest
+from click.testing import CliRunner
 
 from kimi_deploy.cli import VERBS, cli
 
@@ -62,6 +64,82 @@ def test_render_print_command_loads_no_client_library(tmp_path):
     assert packages & {"openai", "httpx", "rich", "matplotlib", "jsonschema", "httptools", "orjson"} == set()
     assert not any(m.startswith(("kimi_deploy.check", "kimi_deploy.bench", "kimi_deploy.doctor")) for m in ours)
     assert "kimi_deploy.cli.render" in ours and "kimi_deploy.cli.check" not in ours
+
+
+def write_init_profile(tmp_path):
+    """A profile file as ``kimi-deploy init`` writes it (the reference preset), in ``tmp_path``."""
+    path = tmp_path / "profile.toml"
+    result = CliRunner().invoke(cli, ["init", str(path)], obj={})
+    assert result.exit_code == 0, result.output
+    return path
+
+
+def test_render_print_command_of_a_profile_file_loads_only_the_profile_and_the_launch(tmp_path):
+    """Issue 24: the command alone loads no template engine, no target module, no preset catalogue (the
+    profile is a file) and nothing of the host's; only the target registry's names, for ``--target``."""
+    profile = write_init_profile(tmp_path)
+    packages, ours = loaded_after(tmp_path, "render", "--profile", str(profile), "--print-command")
+    assert packages & (HEAVY - {"pydantic"}) == set()
+    assert {m for m in ours if m.startswith(("kimi_deploy.targets.", "kimi_deploy.host", "kimi_deploy.catalog",
+                                             "kimi_deploy.check", "kimi_deploy.bench", "kimi_deploy.doctor",
+                                             "kimi_deploy.sizing", "kimi_deploy.patching"))} == set()
+    assert "kimi_deploy.presets" not in ours and "kimi_deploy.cli.presets" not in ours
+    assert {"kimi_deploy.cli.render", "kimi_deploy.launch", "kimi_deploy.profile"} <= ours
+
+
+#: Runs one kimi-deploy command in this fresh interpreter with an audit hook on every way CPython starts a
+#: process (sys.addaudithook; the event names are CPython's audit events table), then writes what it saw.
+SPAWN_CHILD = """
+import json, sys
+out, args = sys.argv[1], sys.argv[2:]
+seen = []
+SPAWNS = {"subprocess.Popen", "os.system", "os.exec", "os.posix_spawn", "os.spawn", "os.fork", "os.forkpty",
+          "pty.spawn"}
+sys.addaudithook(lambda event, detail: seen.append([event, repr(detail)[:200]]) if event in SPAWNS else None)
+from kimi_deploy.cli import cli
+try:
+    cli(args, prog_name="kimi-deploy", obj={})
+except SystemExit as exc:
+    code = exc.code
+else:
+    code = 0
+with open(out, "w") as f:
+    json.dump({"exit": code, "spawned": seen}, f)
+"""
+
+
+def spawned_by(tmp_path, *args: str) -> tuple[list, list[str], str]:
+    """``(process starts seen by the audit hook, the stub systemd-analyze's calls, stdout)`` of a fresh process
+    running ``kimi-deploy ARGS`` with a ``systemd-analyze`` stub first on PATH."""
+    stubs, marker, out = tmp_path / "stubs", tmp_path / "systemd-analyze.calls", tmp_path / "spawned.json"
+    stubs.mkdir(exist_ok=True)
+    stub = stubs / "systemd-analyze"
+    stub.write_text(f'#!/bin/sh\necho "$*" >> {marker}\nexit 0\n')
+    stub.chmod(0o755)
+    env = {**os.environ, "PATH": f"{stubs}{os.pathsep}{os.environ.get('PATH', '')}"}
+    proc = subprocess.run([sys.executable, "-c", SPAWN_CHILD, str(out), *args], capture_output=True, text=True,
+                          timeout=120, env=env)
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(out.read_text())
+    assert data["exit"] in (0, None), (data["exit"], proc.stderr)
+    calls = marker.read_text().splitlines() if marker.exists() else []
+    return data["spawned"], calls, proc.stdout
+
+
+def test_render_print_command_starts_no_process(tmp_path):
+    """Issue 24: printing the command asks no tool (not even systemd-analyze for the timer's calendar)."""
+    profile = write_init_profile(tmp_path)
+    spawned, calls, stdout = spawned_by(tmp_path, "render", "--profile", str(profile), "--print-command")
+    assert "sglang.launch_server" in stdout
+    assert spawned == [] and calls == []
+
+
+def test_the_spawn_probe_sees_the_timer_render_ask_systemd_analyze(tmp_path):
+    """The probe above, shown to work: rendering the units checks the timer's calendar with systemd-analyze."""
+    profile = write_init_profile(tmp_path)
+    spawned, calls, _stdout = spawned_by(tmp_path, "render", "--profile", str(profile))
+    assert "subprocess.Popen" in [event for event, _ in spawned]
+    assert "calendar *-*-* 03:00:00" in calls
 
 
 #: verb -> libraries its module must not pull in (what only other verbs use).

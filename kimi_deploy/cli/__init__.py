@@ -48,8 +48,8 @@ def _asks_json_stdout(command: click.Command | None, args: list[str]) -> bool:
 #: their modules; ``tests/test_cli_startup.py`` keeps each entry equal to the verb's own docstring.
 VERBS: dict[str, tuple[str, str]] = {
     "render": ("render", "Render a profile into an SGLang launch command and hardened systemd units (or Kubernetes manifests)."),
-    "presets": ("render", "List the built-in presets, one line each."),
-    "init": ("render", "Write a commented deployment profile to PATH to start from."),
+    "presets": ("presets", "List the built-in presets, one line each."),
+    "init": ("presets", "Write a commented deployment profile to PATH to start from."),
     "validate": ("validate", "Parse the command with SGLang's own argparse, then show what SGLang resolves here "
                              "and the memory plan."),
     "doctor": ("doctor", "Check GPUs, driver, torch, topology, models, disk, port, SGLang flags and the installed "

@@ -29,6 +29,11 @@ def resolve_profile(profile_path: Path | None, preset: str | None, *, required: 
         UsageError: both given, or neither when ``required``.
         ProfileError: the profile does not validate.
     """
+    if profile_path and not preset:
+        # start-up: a profile file needs the profile models (pydantic), not the preset catalogue and its model table
+        from kimi_deploy.profile import load_profile
+
+        return load_profile(profile_path)  # as select_profile would
     # start-up: pydantic and the profile models load when a verb selects a profile, not for `--help`
     from kimi_deploy.presets import select_profile
 

@@ -1,4 +1,9 @@
-"""Verbs ``render``, ``presets`` and ``init``."""
+"""Verb ``render`` (``presets`` and ``init`` are in :mod:`kimi_deploy.cli.presets`).
+
+``render --print-command`` loads what the command needs and no more (issue 24): the profile, the launch and
+the target registry's names, not a target module, not the preset catalogue for a ``--profile`` file, not the
+host's start records. ``tests/test_cli_startup.py`` holds it to that; ``benchmarks/startup.py`` measures it.
+"""
 
 from __future__ import annotations
 
@@ -6,18 +11,13 @@ from pathlib import Path
 
 import click
 
-from kimi_deploy import __version__, engine, paths, targets
+from kimi_deploy import engine, paths, targets
 from kimi_deploy.targets import METRICS_OFF, TARGETS
 from kimi_deploy.cli.options import echo_json, json_flag, profile_options, resolve_profile
 from kimi_deploy.errors import UsageError
-from kimi_deploy.fsio import (check_output_dir, check_output_paths, create_output_dir, write_atomic,
-                              write_many_atomic)
+from kimi_deploy.fsio import check_output_dir, create_output_dir, write_many_atomic
 from kimi_deploy.launch import node_launch
-from kimi_deploy.options import OPTIONS, init_example
-from kimi_deploy.catalog.models import MODELS
-from kimi_deploy.host import phases
-from kimi_deploy.presets import PRESETS, REFERENCE, Preset, get_preset, preset_for_model
-from kimi_deploy.profile import naming_warnings, toml_value, valid_service_name
+from kimi_deploy.profile import naming_warnings
 from kimi_deploy.versions import DEFAULT_SGLANG_VERSION
 
 
@@ -66,6 +66,9 @@ def render_cmd(profile_path, preset, sglang_version, python, out_dir, print_comm
         return
     options = {"components": components} if target == "systemd" else {}
     rendered = targets.render(target, profile, sglang_version, **options)  # exit 2 before anything is written
+    # start-up: the host's start records only when units are rendered (--print-command alone never reads them)
+    from kimi_deploy.host import phases
+
     slow = phases.timeout_warning(profile.service.name, profile.service.timeout_start_sec,
                                   paths.HostLayout(root).state_dir(profile.service.name))
     for warning in (*rendered.warnings, *naming_warnings(profile), *([slow] if slow else [])):
@@ -93,92 +96,4 @@ def render_cmd(profile_path, preset, sglang_version, python, out_dir, print_comm
         click.echo(note, err=True)
 
 
-@click.command("presets")
-@json_flag("Print the presets as JSON.")
-def presets_cmd(as_json):
-    """List the built-in presets, one line each.
-
-    Under each: the model it deploys (facts from the model table), how it differs from the reference preset
-    and what it needs measured.
-    """
-    if as_json:
-        echo_json({name: {"summary": p.summary, "differs": p.differs, "measure": p.measure, "profile": p.data,
-                          "model": MODELS[p.model].to_dict() if p.model else None}
-                   for name, p in PRESETS.items()})
-        return
-    width = max(len(n) for n in PRESETS)
-    for name, preset in PRESETS.items():
-        click.echo(f"{name:<{width}}  {preset.summary}")
-        if preset.model:
-            click.echo(f"{'':<{width}}    model: {_model_line(MODELS[preset.model])}")
-        if preset.differs:
-            click.echo(f"{'':<{width}}    differs: {preset.differs}")
-        if preset.measure:
-            click.echo(f"{'':<{width}}    measure: {preset.measure}")
-
-
-def _model_line(m) -> str:
-    """One line of a model's facts (``kimi-deploy presets``; ``--json`` has them with their sources)."""
-    thinking = ("thinking on by default, off with " + m.thinking.switch) if m.thinking.switch else \
-        ("thinking only" if m.thinking.default_on else "no thinking")
-    s = m.sampling
-    sampling = "sampling unknown" if s.temperature is None else \
-        f"temperature {s.temperature:g}" + (f" (instant {s.temperature_instant:g})" if s.temperature_instant else "") \
-        + f", top_p {s.top_p:g}"
-    context = f"context {m.context_length}" if m.context_length else "context from config.json"
-    shards = f"{m.shards.count} shards" if m.shards else "shard layout unknown"
-    return (f"{m.name} ({m.repo}): parsers {m.tool_call_parser}/{m.reasoning_parser}; {thinking}; "
-            f"draft {m.draft_model or 'none'}; {context}; {sampling}; {m.quantisation or 'quantisation unknown'}, "
-            f"{m.weights_text()}, {shards}")
-
-
-@click.command("init")
-@click.argument("path", type=click.Path(path_type=Path, dir_okay=False))
-@click.option("--preset", default=None, metavar="NAME",
-              help=f"Preset whose values the profile starts from (default: {REFERENCE}).")
-@click.option("--model", "model", metavar="KEY",
-              help="Start from this Kimi model's preset on the reference host (8x RTX PRO 6000): k2-thinking, "
-                   "k2.5, k2.6, k2.7-code; k3 is refused with its weights against the GPU memory.")
-@click.option("--name", metavar="NAME", help="Service name (default: the preset's); the API key file is named "
-              "after it (/etc/kimi-deploy/NAME.api-key).")
-@click.option("--force", is_flag=True, help="Overwrite an existing file.")
-@click.option("--fleet", is_flag=True, help="Add [fleet] (two example copies of the model) and [gateway], "
-              "every key commented.")
-@click.option("--kubernetes", is_flag=True, help="Add [kubernetes] for `render --target kubernetes`, every key "
-              "commented.")
-def init_cmd(path: Path, preset: str | None, model: str | None, name: str | None, force: bool, fleet: bool,
-             kubernetes: bool):
-    """Write a commented deployment profile to PATH to start from.
-
-    --fleet and --kubernetes add those tables (both: copies of the model in a cluster behind the gateway).
-    """
-    import copy
-
-    import jinja2
-
-    if path.exists() and not force:
-        raise UsageError("the profile file already exists", value=str(path),
-                         hint="choose another path or pass --force to overwrite it")
-    check_output_paths({"PATH": path})  # the rule of every output path: its directory must exist
-    if preset and model:
-        raise UsageError("--preset and --model are mutually exclusive", value=f"{preset} / {model}",
-                         hint="--model picks the model's preset; pass one of them")
-    chosen = preset_for_model(model) if model else get_preset(preset or REFERENCE)
-    if name:
-        valid_service_name(name, "--name", installed=False)
-        data = copy.deepcopy(chosen.data)
-        data["service"]["name"] = name  # the key file follows it: the preset's api_key_file holds {name}
-        chosen = Preset(chosen.name, chosen.summary, data, model=chosen.model)
-    env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(paths.kit_templates_dir())),
-                             undefined=jinja2.StrictUndefined, keep_trailing_newline=True,
-                             trim_blocks=True, lstrip_blocks=True)
-    text = env.get_template("profile.toml.j2").render(preset=chosen, toml=toml_value, options=OPTIONS,
-                                                      example=init_example, fleet=fleet, kubernetes=kubernetes,
-                                                      version=__version__)
-    write_atomic(path, text)
-    target = " --target kubernetes" if kubernetes else ""
-    click.echo(f"wrote {path} (from preset {chosen.name}); edit it, then "
-               f"`kimi-deploy render{target} --profile {path}`")
-
-
-COMMANDS = [render_cmd, presets_cmd, init_cmd]
+COMMANDS = [render_cmd]

@@ -163,13 +163,12 @@ def gather(profile: Profile, *, python: str | None = None, root: Path = Path("/"
             else:
                 # kimi_deploy.sizing imports this package's parsers (nvidia, modeldir): imported here, not at the
                 # top, so that importing it does not go round in a circle
-                from kimi_deploy.sizing.memory import GpuFacts  # the cycle above
-                from kimi_deploy.sizing.report import size_profile  # the cycle above
+                from kimi_deploy.sizing import memory, report  # the cycle above
 
                 try:
-                    facts["sizing"] = size_profile(
+                    facts["sizing"] = report.size_profile(
                         profile, checked.info.python, checked.launch.server_args,
-                        gpus=GpuFacts.from_gpus(gpus, "this host's nvidia-smi") if gpus else None,
+                        gpus=memory.GpuFacts.from_gpus(gpus, "this host's nvidia-smi") if gpus else None,
                         env=validate_lib.check_env(checked.launch),
                         gpu_hint=f"no GPU facts ({facts['gpu_error']})" if not gpus else None)
                 except KimiDeployError as exc:
