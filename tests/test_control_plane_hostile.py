@@ -18,7 +18,8 @@ import pytest
 
 from kimi_deploy.host.gateway import Gateway, GatewayError
 from kimi_deploy.wire.limits import DEFAULT_MAX_BODY_BYTES
-from kimi_deploy.host.readiness import get_json, probe_ready
+from kimi_deploy.host.readiness import get_json
+from kimi_deploy.wire.readiness import probe_url
 from loopback import Loopback, QuietHandler, send
 
 INFO = json.dumps({"version": "0.5.23", "launch_command": "python -m sglang.launch_server"}).encode()
@@ -77,18 +78,16 @@ def test_a_plain_server_info_is_read_and_the_request_asks_for_identity():
 
 
 @pytest.mark.parametrize("answer", ANSWERS.values(), ids=ANSWERS.keys())
-def test_health_generate_is_read_for_its_status_and_model_info_must_be_an_object(answer):
-    """SGLang's /health_generate body is empty, so its status alone counts, whatever the body; /model_info must
-    be a JSON object read within the caps (a gzip, oversized, deep or non-JSON one is not SGLang's)."""
-    def model_info_ok(h):
-        send(h, 200, b'{"model_path": "/models/kimi"}') if h.path == "/model_info" else answer(h)
-
-    with _server(model_info_ok) as server:
-        probe = probe_ready(server.url)
-    assert probe.ready and probe.detail == "ready"
-    with _server(lambda h: send(h, 200, b"") if h.path == "/health_generate" else answer(h)) as server:
-        probe = probe_ready(server.url)
-    assert not probe.ready and probe.stage == "/model_info" and "no JSON object" in probe.detail
+def test_health_generate_is_read_for_its_status_and_a_completion_must_be_one(answer):
+    """SGLang's /health_generate body is empty, so its status alone counts, whatever the body (a page aside); where
+    it is not served, the 1-token completion must be a chat.completion read within the caps (a gzip, oversized,
+    deep or non-JSON one is none)."""
+    with _server(answer) as server:
+        probe = probe_url(server.url)
+    assert probe.ready and probe.path == "/health_generate", probe
+    with _server(lambda h: send(h, 404, b"") if h.path == "/health_generate" else answer(h)) as server:
+        probe = probe_url(server.url, model="kimi")
+    assert not probe.ready and probe.path == "/v1/chat/completions" and "no chat.completion" in probe.reason
 
 
 WORKERS = {

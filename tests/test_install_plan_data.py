@@ -19,7 +19,7 @@ from kimi_deploy.host.records import FileRecord, Intent, Manifest, Ownership, sh
 from kimi_deploy.host.install import HostFacts, desired_files, plan_install_from, plan_uninstall_from
 from kimi_deploy.paths import HostLayout
 from kimi_deploy.profile import load_profile
-from kimi_deploy.host.readiness import Probe
+from kimi_deploy.wire.readiness import NOT_READY, READY, Readiness
 
 NOWHERE = HostLayout(Path("/nonexistent/kimi-deploy-plan-data"))
 HOST = HostLayout(Path("/"))
@@ -209,7 +209,7 @@ def test_planners_never_touch_the_disk(profile, host):
         u = plan_uninstall_from(HostFacts(layout=NOWHERE, manifest=p.intent.manifest, installed=("kimi-test",)),
                                 "kimi-test", purge=True)
         running = parse_show("ActiveState=active\nSubState=running\nResult=success\n")
-        probe = None if host == "10.0.0.10" else Probe(True, "/health_generate", 200, "ok")
+        probe = None if host == "10.0.0.10" else Readiness(READY, "GET", "http://h/health_generate", 200, "ok")
         launch = None if probe is None else (["--model-path", "/elsewhere"], "/server_info")
         s = status_from(profile, p.intent.manifest,
                         StatusFacts(NOWHERE, files, running, None, None, probe, launch, {}, None, rank=rank))
@@ -222,7 +222,7 @@ def test_planners_never_touch_the_disk(profile, host):
 
 
 def test_status_is_computed_from_facts(profile):
-    from kimi_deploy.host.readiness import Probe
+    from kimi_deploy.wire.readiness import NOT_READY, READY, Readiness
     from kimi_deploy.host.status import StatusFacts, status_from
     from kimi_deploy.host.systemd import parse_show
 
@@ -231,7 +231,7 @@ def test_status_is_computed_from_facts(profile):
     unit = "/etc/systemd/system/kimi-test.service"
     on_disk = {**files, unit: b"edited", "/etc/kimi-deploy/kimi-test.env": None}
     facts = StatusFacts(NOWHERE, on_disk, parse_show("ActiveState=failed\nSubState=failed\nResult=exit-code\n"),
-                        None, None, Probe(False, "/health_generate", None, "connection refused"),
+                        None, None, Readiness(NOT_READY, "GET", "http://h/health_generate", None, "connection refused"),
                         None, {"state": "applied"}, {"path": "/var/lib/kimi-test/check-report.json",
                                                      "modified_at": "2025-01-01T00:00:00+00:00", "exit_code": 1,
                                                      "counts": {"fail": 2}})

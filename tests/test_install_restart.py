@@ -94,19 +94,8 @@ def test_wait_ready_after_n_polls_reports_phases_and_journal(fake_systemd):
     assert [s.phase for s in seen] == ["loading weights", "loading weights", "weights loaded", "ready"]
     assert seen[1].last_line.startswith("Loading safetensors")
     assert ["-u", "kimi-test.service", "-n", "1", "-o", "cat", "--no-pager"] in fake_systemd.calls("journalctl")
-    assert server.paths.count("/model_info") == 1  # asked only once /health_generate said 200
-
-
-def test_wait_ready_needs_model_info_too(fake_systemd):
-    fake = FakeTime()
-    with FakeServer(ready=lambda n: True, api_key="k") as server:
-        base = f"http://127.0.0.1:{server.port}"
-        no_key = wait_ready(base, "kimi-test.service", timeout=0.3, poll_interval=0.1, clock=fake.monotonic,
-                            sleep=fake.sleep)
-        with_key = wait_ready(base, "kimi-test.service", api_key="k", timeout=1, poll_interval=0.1,
-                              clock=fake.monotonic, sleep=fake.sleep)
-    assert not no_key.ready and no_key.timed_out and no_key.last_probe.http_status == 401
-    assert with_key.ready
+    assert "/model_info" not in server.paths  # readiness is /health_generate's 1-token generation (wire.readiness)
+    assert result.to_dict()["last_probe"]["words"].startswith("ready (GET http://127.0.0.1:")
 
 
 @pytest.mark.parametrize("show", [SHOW_FAILED, SHOW_AUTO_RESTART], ids=["failed", "auto-restart"])

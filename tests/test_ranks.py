@@ -268,7 +268,7 @@ def test_status_of_a_rank_that_serves_no_http_asks_no_health_and_compares_its_ow
     from kimi_deploy import __version__
     from kimi_deploy.host.records import Manifest
     from kimi_deploy.paths import HostLayout
-    from kimi_deploy.host.readiness import Probe
+    from kimi_deploy.wire.readiness import not_served
     from kimi_deploy.host.status import StatusFacts, status_from
     from kimi_deploy.host.systemd import parse_show
 
@@ -280,7 +280,7 @@ def test_status_of_a_rank_that_serves_no_http_asks_no_health_and_compares_its_ow
     running = list(rank_launch(profile, rank).server_args)
     facts = StatusFacts(HostLayout(Path("/nonexistent/kimi-deploy-ranks")), {},
                         parse_show("ActiveState=active\nSubState=running\nMainPID=42\n"), None, None,
-                        Probe(False, "", None, "rank 1 serves no HTTP"), (running, "/proc/42/cmdline"),
+                        not_served("rank 1 serves no HTTP"), (running, "/proc/42/cmdline"),
                         {"state": "no_series"}, None, None, rank)
     report = status_from(profile, manifest, facts)
     assert report.health["ready"] is None

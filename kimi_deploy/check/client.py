@@ -17,7 +17,6 @@ failed row of kind :data:`REFUSED_KIND` with the evidence.
 from __future__ import annotations
 
 import dataclasses
-import http
 import json
 import time
 from collections.abc import Callable
@@ -30,7 +29,7 @@ import openai
 from kimi_deploy.check.results import clip, clip_body
 from kimi_deploy.check.validate import Finding
 from kimi_deploy.wire.limits import LimitExceeded, Limits, human
-from kimi_deploy.wire.http import IDENTITY, auth_headers
+from kimi_deploy.wire.http import IDENTITY, auth_headers, status_label
 from kimi_deploy.wire.printable import printable
 from kimi_deploy.wire.sse import Framer
 
@@ -443,18 +442,6 @@ class Clients:
             return response.status_code, response.json()
         except (json.JSONDecodeError, ValueError, RecursionError):  # not JSON, not UTF-8, or nested too deep
             return response.status_code, response.text
-
-
-def status_label(status: int) -> str:
-    """``HTTP 501 Not Implemented``: the status and its RFC 9110 reason phrase (``HTTP 599`` when unregistered).
-
-    The ``openai`` client's exception class names are no label: it raises ``InternalServerError``
-    for every status >= 500 (501, 502, 503 ...) and a bare ``APIStatusError`` for unmapped ones.
-    """
-    try:
-        return f"HTTP {status} {http.HTTPStatus(status).phrase}"
-    except ValueError:
-        return f"HTTP {status}"
 
 
 def status_kind(status: int) -> str:

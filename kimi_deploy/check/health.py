@@ -1,8 +1,8 @@
 """The ``health.*`` and ``config.*`` tiers: is the server up, and is it the server the profile describes.
 
 Endpoints (SGLang 0.5.23, ../shared/notes/sglang-0.5.23.md): ``/health`` (or ``/ready``) for
-liveness; ``/health_generate`` runs a real 1-token generation (other servers: a 1-token chat
-completion instead); ``/v1/models`` lists the served name; ``/model_info`` reports
+liveness; readiness is :func:`kimi_deploy.wire.readiness.probe`'s verdict, the one ``status`` and ``restart``
+give (``/health_generate`` runs a real 1-token generation; other servers: a 1-token chat completion instead); ``/v1/models`` lists the served name; ``/model_info`` reports
 ``tool_call_parser``/``reasoning_parser``; ``/server_info`` every resolved server argument
 (``tp_size``, ``speculative_*``) plus ``version``. Servers without ``/model_info`` (vLLM, Exo,
 LiteLLM) get ``skip`` for the config tier; a 401/403 there is ``fail``/``http_error`` (a key is
@@ -16,13 +16,14 @@ import dataclasses
 from collections.abc import Callable
 
 import httpx
-import openai
 
-from kimi_deploy.check.client import auth_note, status_finding, status_label
+from kimi_deploy.check.client import GENERATION_TIMEOUT_FACTOR, auth_note, status_finding, status_label
 from kimi_deploy.check.context import Context
-from kimi_deploy.check.outcome import Outcome, openai_failure, transport_failure, unreadable
+from kimi_deploy.check.outcome import Outcome, transport_failure
 from kimi_deploy.check.results import clip, clip_body
 from kimi_deploy.check.validate import Finding, completion_problem
+from kimi_deploy.wire import readiness
+from kimi_deploy.wire.readiness import web_page
 
 _ok, _skip, _fail = Outcome.passed, Outcome.skipped, Outcome.failed
 
@@ -69,45 +70,39 @@ def health_live(ctx: Context) -> Outcome:
     return _fail(Finding(kind, detail, clip(f"{codes}; last body: {clip_body(body)}")))
 
 
-def web_page(body: object) -> bool:
-    """Whether a 2xx ``body`` (:meth:`Clients.get_json`'s) is markup, HTML or XML: a catch-all web server's page
-    (nginx's welcome page), never SGLang's health answers (an empty body; ``/v1/models`` is JSON)."""
-    return isinstance(body, str) and body.lstrip().startswith("<")
-
-
 def health_ready(ctx: Context) -> Outcome:
-    """A real 1-token generation: SGLang ``/health_generate``; elsewhere a 1-token chat completion.
+    """The readiness verdict (:func:`kimi_deploy.wire.readiness.probe`, the one ``status`` and ``restart --wait``
+    give, in the same words): ``GET /health_generate`` (SGLang: a 1-token generation), else a 1-token chat
+    completion to ``--model`` or the first model ``/v1/models`` lists.
 
-    A 2xx ``/health_generate`` whose body is markup (an nginx welcome page; SGLang 0.5.23 answers an empty body,
-    ``http_server.py`` ``health_generate``) is no generation: the chat completion decides instead.
+    Not ready: the row's kind grades the decisive answer (a transport error: :func:`transport_failure`; a 2xx that
+    is no chat.completion: :func:`completion_problem`'s ``invalid_response``; a status: :func:`status_finding`),
+    its detail is the verdict's words (and the status finding's fix). No model name to ask: ``skip``, or
+    :func:`no_model`'s failure when ``/v1/models`` did not answer 200.
     """
-    try:
-        status, body = ctx.clients.get_json("/health_generate")
-    except httpx.TransportError as exc:
-        return _fail(transport_failure(exc, "GET /health_generate"))
-    if 200 <= status < 300 and not web_page(body):  # any other body: the status decides
-        return _ok(f"GET /health_generate: HTTP {status} (1-token generation)")
-    if status >= 500:
-        return _fail(_status_finding(ctx, "/health_generate", status, body))
-    model = ctx.model or ctx.served_model()
-    if not model:
+    c = ctx.clients
+    generation = httpx.Timeout(c.deadline.bound(c.timeout * GENERATION_TIMEOUT_FACTOR),
+                               connect=c.deadline.bound(c.timeout))
+    verdict = readiness.probe(c.http, lambda: ctx.model or ctx.served_model(), timeout=c.deadline.bound(c.timeout),
+                              generation_timeout=generation)
+    if verdict.ready:
+        return _ok(verdict.words)
+    what = f"{verdict.method} {verdict.path}"
+    if verdict.error is not None:
+        found = transport_failure(verdict.error, what)
+        return _fail(dataclasses.replace(found, detail=f"{verdict.words}: {found.detail}"))
+    if verdict.model_missing:
         outcome = no_model(ctx)
         if outcome.status == "skip":
-            return _skip("no /health_generate and no model name to send a 1-token completion to")
+            return _skip(f"cannot tell: {verdict.reason}; give --model NAME")
         return outcome
-    what = "POST /v1/chat/completions"
-    try:
-        completion = ctx.clients.chat(
-            model=model, messages=[{"role": "user", "content": "Say OK."}], max_tokens=1, temperature=0)
-        data = completion.model_dump(warnings=False) if hasattr(completion, "model_dump") else completion
-    except openai.OpenAIError as exc:
-        return _fail(openai_failure(exc, what, streaming=False, raw=ctx.clients.recorder.last_text))
-    except (ValueError, TypeError, RecursionError) as exc:  # bytes not UTF-8, JSON nested too deep
-        return _fail(unreadable(exc, what, ctx.clients.recorder.last_body))
-    problem = completion_problem(data, clip_body(ctx.clients.recorder.last_text))
-    if problem is not None:
-        return _fail(dataclasses.replace(problem, detail=f"{what}: {problem.detail}"))
-    return _ok("1-token chat completion answered (no /health_generate)")
+    status, body = verdict.http_status or 0, verdict.body
+    if 200 <= status < 300:  # POST answered 2xx with something that is no chat.completion
+        found = completion_problem(body, clip_body(body)) or Finding("invalid_response", "", clip_body(body))
+        return _fail(dataclasses.replace(found, detail=f"{verdict.words}: {found.detail}"))
+    found = _status_finding(ctx, verdict.path, status, body)
+    fix = found.detail.partition("; fix: ")[2]
+    return _fail(dataclasses.replace(found, detail=verdict.words + (f"; fix: {fix}" if fix else "")))
 
 
 def no_model(ctx: Context) -> Outcome:

@@ -1,9 +1,7 @@
 """Is the SGLang server up? HTTP readiness probes and the startup phase read from its log lines.
 
-Readiness (SGLang 0.5.23 ``srt/entrypoints/http_server.py``): ``GET /health_generate`` runs a real
-1-token generation and answers 200 only once the scheduler serves; ``GET /model_info`` (needs
-``Authorization: Bearer`` when ``--api-key`` is set) then proves the OpenAI-facing side answers
-with the model's configuration. Both 200 = ready.
+Readiness is :func:`kimi_deploy.wire.readiness.probe`'s verdict, the one ``check``'s ``health.ready`` and ``status``
+give too: ``GET /health_generate`` (SGLang 0.5.23 runs a real 1-token generation), else a 1-token chat completion.
 
 Phases come from SGLang 0.5.23's own log messages (``srt/model_executor/model_runner.py``
 "Load weight begin/end", ``srt/mem_cache/kv_cache_configurator.py`` "Memory pool end",
@@ -24,6 +22,7 @@ import httpx
 from kimi_deploy.host import systemd
 from kimi_deploy.errors import KimiDeployError
 from kimi_deploy.wire.http import auth_headers, request_capped
+from kimi_deploy.wire.readiness import Readiness, probe_url
 
 #: (pattern, phase) in startup order; the first match wins.
 PHASE_PATTERNS: tuple[tuple[re.Pattern[str], str], ...] = (
@@ -53,37 +52,6 @@ def phase_of(line: str | None) -> str | None:
     return None
 
 
-@dataclasses.dataclass(frozen=True)
-class Probe:
-    """One readiness probe: ``ready`` when both endpoints answered 200 and ``/model_info`` with a JSON object.
-
-    ``stage`` is the endpoint that decided (``/health_generate`` or ``/model_info``),
-    ``http_status`` its status (None: no answer), ``detail`` a short reason.
-    """
-
-    ready: bool
-    stage: str
-    http_status: int | None
-    detail: str
-
-
-def probe_ready(base_url: str, api_key: str | None = None, *, timeout: float = 10.0) -> Probe:
-    """``GET /health_generate`` (its status), then ``GET /model_info`` (200 with a JSON object: a web server
-    answering every path with 200 is not a ready SGLang); never raises (errors become ``detail``)."""
-    with httpx.Client(base_url=base_url, timeout=timeout, headers=auth_headers(api_key), trust_env=False) as client:
-        for stage in ("/health_generate", "/model_info"):
-            try:
-                status, info = request_capped(client, "GET", stage, read_body=stage == "/model_info")
-            except httpx.HTTPError as exc:
-                return Probe(False, stage, None, f"no answer: {type(exc).__name__}")
-            if status != 200:
-                return Probe(False, stage, status, f"HTTP {status}")
-    if not isinstance(info, dict):
-        return Probe(False, "/model_info", 200, "HTTP 200 but no JSON object (SGLang's model info): another "
-                                                "server on this port?")
-    return Probe(True, "/model_info", 200, "ready")
-
-
 def get_json(base_url: str, path: str, api_key: str | None = None, *, timeout: float = 10.0) -> dict[str, Any] | None:
     """``GET path`` as a JSON object, or ``None`` when the server does not answer 200 with an object
     (also: an answer :func:`request_capped` refuses, or JSON nested too deep to parse)."""
@@ -103,7 +71,7 @@ class WaitState:
     polls: int
     phase: str | None
     last_line: str | None
-    probe: Probe
+    probe: Readiness
     unit_state: str | None
 
 
@@ -118,11 +86,12 @@ class WaitResult:
     polls: int
     phase: str | None
     last_line: str | None
-    last_probe: Probe | None
+    last_probe: Readiness | None
 
     def to_dict(self) -> dict[str, Any]:
-        data = dataclasses.asdict(self)
+        data = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
         data["elapsed"] = round(self.elapsed, 1)
+        data["last_probe"] = self.last_probe.to_dict() if self.last_probe else None
         return data
 
 
@@ -134,13 +103,15 @@ def _unit_state(unit: str) -> str | None:
     return f"{state.active_state}/{state.sub_state}" if state.active_state else None
 
 
-def wait_ready(base_url: str, unit: str, *, api_key: str | None = None, timeout: float = 1200.0,
+def wait_ready(base_url: str, unit: str, *, api_key: str | None = None, model: str | None = None,
+               timeout: float = 1200.0,
                poll_interval: float = 5.0, on_poll: Callable[[WaitState], None] | None = None,
                clock: Callable[[], float] = time.monotonic,
                sleep: Callable[[float], None] = time.sleep) -> WaitResult:
     """Poll until the server is ready, the unit failed, or ``timeout`` seconds passed.
 
-    Each poll: :func:`probe_ready`, the unit's last journal line (:func:`kimi_deploy.host.systemd.journal_last_line`)
+    Each poll: :func:`kimi_deploy.wire.readiness.probe_url` (``model``: the served name its 1-token completion
+    asks for where ``/health_generate`` does not answer), the unit's last journal line (:func:`kimi_deploy.host.systemd.journal_last_line`)
     and its ``ActiveState/SubState`` (``systemctl show``); ``failed``, or ``auto-restart`` (systemd 252 shows a
     start that failed with ``Restart=on-failure`` as ``activating/auto-restart`` for ``RestartSec=``, never
     ``failed``), ends the wait early. The phase
@@ -154,11 +125,11 @@ def wait_ready(base_url: str, unit: str, *, api_key: str | None = None, timeout:
     polls = 0
     phase: str | None = None
     last_line: str | None = None
-    probe: Probe | None = None
+    probe: Readiness | None = None
     while True:
         polls += 1
         remaining = timeout - (clock() - start)
-        probe = probe_ready(base_url, api_key, timeout=max(0.5, min(10.0, remaining)))
+        probe = probe_url(base_url, api_key, model, timeout=max(0.5, min(10.0, remaining)))
         last_line = systemd.journal_last_line(unit) or last_line
         phase = "ready" if probe.ready else (phase_of(last_line) or phase)
         state = None if probe.ready else _unit_state(unit)

@@ -270,8 +270,10 @@ def _attempt(label: str, profile: Profile, layout: HostLayout, *, api_key: str |
     if not wait:
         return Attempt(label, done.command, None, None, int(ExitCode.OK), f"{unit} restarted (not waited for)")
     base_url = base_url or profile.base_url
-    result = wait_ready(base_url, unit, api_key=api_key, timeout=timeout, poll_interval=poll_interval,
-                        on_poll=(lambda s: on_poll(label, s)) if on_poll else None, clock=clock, sleep=sleep)
+    result = wait_ready(base_url, unit, api_key=api_key,
+                        model=profile.sglang.served_model_name or profile.sglang.model_path, timeout=timeout,
+                        poll_interval=poll_interval, on_poll=(lambda s: on_poll(label, s)) if on_poll else None,
+                        clock=clock, sleep=sleep)
     if not result.ready:
         why = (f"{unit} failed while starting" if result.unit_failed
                else f"not ready after {result.elapsed:.0f} s (timeout {timeout:g} s)")
@@ -528,12 +530,15 @@ def profile_after_rollback(layout: HostLayout, service: str, fallback: Profile) 
 
 
 def result_lines(result: RestartResult) -> list[str]:
-    """``restart``'s text: per attempt its verdict, then its fast checks and the all-reduce paths the profile
+    """``restart``'s text: per attempt its verdict, its last readiness verdict (``health ...``, the words of
+    ``status`` and ``check``'s ``health.ready``), then its fast checks and the all-reduce paths the profile
     asked for (or that engaged), then the notes."""
     out: list[str] = []
     for attempt in result.attempts:
         mark = "ok" if attempt.ok else "FAILED"
         out.append(f"{attempt.label}: {mark}: {attempt.summary}")
+        if attempt.wait and attempt.wait.last_probe:  # the readiness verdict in status's and check's words
+            out.append(f"  health {attempt.wait.last_probe.words}")
         if attempt.gate and len(attempt.gate.tiers) > 0:
             out.append("  gate " + attempt.gate.gate + ": " + ", ".join(
                 f"{t.tier} {'ok' if t.ok else 'FAILED'} {t.seconds:.1f} s" for t in attempt.gate.tiers))

@@ -3,7 +3,8 @@
 Sources: the manifest and files (:mod:`kimi_deploy.host.records`), ``systemctl show`` (unit state,
 MainPID, NRestarts), the running launch command (SGLang 0.5.23 ``GET /server_info`` field
 ``launch_command``, else ``/proc/<MainPID>/cmdline``) compared with a fresh render, the patch
-series state (:func:`patch_state`), ``GET /health_generate``, and the nightly check's
+series state (:func:`patch_state`), readiness (:func:`kimi_deploy.wire.readiness.probe`, the verdict ``check``'s
+``health.ready`` and ``restart --wait`` give), and the nightly check's
 ``/var/lib/<name>/check-report.json``. On a fleet's gateway host that serves no replica
 (:func:`gateway_host`: ``install --host`` put the gateway unit there and no server unit) there is no SGLang:
 the unit is ``<name>-gateway.service`` and the nightly report ``check --each-worker``'s
@@ -42,7 +43,8 @@ from kimi_deploy.paths import SYSTEMD_DIR, HostLayout, gateway_check_report
 from kimi_deploy.profile import Profile
 from kimi_deploy.launch import node_launch
 from kimi_deploy.topology import Rank, local_rank, serving_url
-from kimi_deploy.host.readiness import Probe, get_json, probe_ready
+from kimi_deploy.host.readiness import get_json
+from kimi_deploy.wire.readiness import Readiness, not_served, probe_url
 from kimi_deploy.wire.limits import parse_json
 from kimi_deploy.wire.printable import printable
 from kimi_deploy.host import allreduce, gateway
@@ -242,8 +244,8 @@ class StatusFacts:
 
     ``files``: host path -> bytes (None: missing) of every file the manifest lists. ``unit``: ``systemctl
     show`` of the server unit (the gateway unit on a gateway host), or ``unit_error`` when it failed.
-    ``api_key_error``: the key file could not be read (the probes then ran without a key). ``probe``: ``GET
-    /health_generate`` (None on a gateway host: no SGLang there). ``launch``:
+    ``api_key_error``: the key file could not be read (the probes then ran without a key). ``probe``: the readiness
+    verdict (:func:`kimi_deploy.wire.readiness.probe`; None on a gateway host: no SGLang there). ``launch``:
     the running server's arguments and their source (:func:`running_launch`). ``patches``:
     :func:`patch_state`. ``last_check``: :func:`last_check` of the nightly report. ``start_log``: the
     server's log lines of the current start and the command that read them, or ``(None, why not)``
@@ -258,7 +260,7 @@ class StatusFacts:
     unit: systemd.UnitState | None
     unit_error: KimiDeployError | None
     api_key_error: KimiDeployError | None
-    probe: Probe | None
+    probe: Readiness | None
     launch: tuple[list[str], str] | None
     patches: dict[str, Any]
     last_check: dict[str, Any] | None
@@ -299,11 +301,11 @@ def gather_status_facts(profile: Profile, layout: HostLayout, manifest: Manifest
                            last_check(layout.under(hp), hp))
     rank = local_rank(profile, node)
     if rank is None or rank.serves:
-        probe = probe_ready(profile.base_url, api_key)
+        probe = probe_url(profile.base_url, api_key, profile.sglang.served_model_name or profile.sglang.model_path)
         launch = running_launch(profile.base_url, api_key, unit.main_pid if unit else None)
     else:
-        probe = Probe(False, "", None, f"rank {rank.rank} serves no HTTP: the group answers at rank 0, "
-                                       f"{serving_url(profile, rank)}")
+        probe = not_served(f"rank {rank.rank} serves no HTTP: the group answers at rank 0, "
+                           f"{serving_url(profile, rank)}")
         launch = running_launch(None, None, unit.main_pid if unit else None)
     report = layout.check_report(profile.service.name)
     start_log = None
@@ -405,14 +407,13 @@ def status_from(profile: Profile, manifest: Manifest, facts: StatusFacts) -> Sta
     if (exc := facts.api_key_error) is not None:
         problems.append(problem(f"the API key is unreadable: {exc.message}", str(exc.value), exc.hint or ""))
     probe = facts.probe
-    health = None if probe is None else {"ready": probe.ready, "endpoint": probe.stage,
-                                         "http_status": probe.http_status, "detail": probe.detail}
+    health = None if probe is None else {**probe.to_dict(), "endpoint": probe.path, "detail": probe.reason}
     silent = facts.rank is not None and not facts.rank.serves
     if silent:
-        health = {"ready": None, "endpoint": None, "http_status": None, "detail": probe.detail}
+        health = {"ready": None, "state": None, "endpoint": None, "url": None, "http_status": None,
+                  "detail": probe.reason, "words": probe.reason}
     elif probe is not None and not probe.ready:
-        problems.append(problem(f"the server at {profile.base_url} is not ready",
-                                f"GET {probe.stage}: {probe.detail}",
+        problems.append(problem(f"the server at {profile.base_url} is not ready", probe.words,
                                 f"if it is starting, wait (`{cmd('restart --wait')}` shows the phase); else read "
                                 f"`journalctl -u {unit_name} -n 50`"))
     found = facts.launch
@@ -493,7 +494,7 @@ def report_lines(report: StatusReport, view: dict[str, Any] | None = None) -> li
     elif h["ready"] is None:
         out.append(f"health    not served here ({h['detail']})")
     else:
-        out.append(f"health    {'ready' if h['ready'] else 'NOT READY'} ({h['endpoint']}: {h['detail']})")
+        out.append(f"health    {h['words']}")
     if report.launch:
         d = report.launch
         out.append(f"launch    {'matches the profile' if d.in_sync else 'DRIFT'} (from {d.source})")

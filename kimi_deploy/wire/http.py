@@ -7,6 +7,7 @@ server (or a gateway) is hostile input, so a body is read only up to a cap and n
 
 from __future__ import annotations
 
+import http
 from typing import Any
 
 import httpx
@@ -18,6 +19,18 @@ def auth_headers(api_key: str | None) -> dict[str, str]:
     """``Authorization: Bearer KEY`` for SGLang and smg (``{}`` without a key): the one spelling of the kit's
     clients (readiness, status, restart's idle wait, the gateway client, check's HTTP client)."""
     return {"Authorization": f"Bearer {api_key}"} if api_key else {}
+
+
+def status_label(status: int) -> str:
+    """``HTTP 501 Not Implemented``: the status and its RFC 9110 reason phrase (``HTTP 599`` when unregistered).
+
+    The ``openai`` client's exception class names are no label: it raises ``InternalServerError``
+    for every status >= 500 (501, 502, 503 ...) and a bare ``APIStatusError`` for unmapped ones.
+    """
+    try:
+        return f"HTTP {status} {http.HTTPStatus(status).phrase}"
+    except ValueError:
+        return f"HTTP {status}"
 
 
 #: Sent on every control-plane request: an answer in another ``Content-Encoding`` is not decoded.
