@@ -26,8 +26,9 @@ def _line(label: str, state: WaitState) -> str:
 @profile_options
 @root_option
 @click.option("--name", default=None, metavar="NAME", help="Installed service (default: the only one).")
-@click.option("--wait", is_flag=True, help="Wait until /health_generate and /model_info answer, then run the "
-              "gate's tiers (see --gate).")
+@click.option("--wait", is_flag=True, help="Wait until the server is ready (/health_generate answers, else a "
+              "1-token chat completion: the verdict of status and check's health.ready), then run the gate's tiers "
+              "(see --gate).")
 @click.option("--gate", type=click.Choice(["ready", "fast", "parser", "contract"]), default="contract",
               show_default=True, help="How far --wait verifies, each tier after the one before: ready; fast "
               "(health, config checks); parser (the parser.* corpus through the server's own parsers); contract "

@@ -2,8 +2,9 @@
 
 Tiers, in order (``restart --gate NAME`` runs every tier up to and including NAME; default ``contract``):
 
-- ``ready``: :func:`kimi_deploy.host.readiness.wait_ready` (``/health_generate`` and ``/model_info`` answer); the
-  caller runs it, this module records its time;
+- ``ready``: :func:`kimi_deploy.host.readiness.wait_ready` (the verdict of :func:`kimi_deploy.wire.readiness.probe`,
+  ``check``'s ``health.ready`` and ``status`` give: a 1-token generation answers); the caller runs it, this module
+  records its time (it proves no key: SGLang serves ``/health_generate`` without one; ``fast`` does);
 - ``fast``: ``health.*`` and ``config.*`` of ``kimi-deploy check`` (the server is up, with the profile's
   parsers, speculative settings and TP size);
 - ``parser``: ``parser.*``, the corpus of raw Kimi outputs posted to the server's own parsers

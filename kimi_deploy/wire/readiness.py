@@ -172,11 +172,12 @@ def probe(client: httpx.Client, model: str | Callable[[], str | None] | None = N
         return Readiness(NOT_READY, "GET", url, status, f"{label}: the server cannot generate yet", body=body)
     if status in (401, 403):
         return Readiness(NOT_READY, "GET", url, status, f"{label}: the API key is missing or refused", body=body)
-    why = f"GET {GENERATE} answered {label}{', a web page' if 200 <= status < 300 else ''}"
+    said = f"{label}{_aside(status, body)}"
+    why = f"GET {GENERATE} answered {said}"
     name = model() if callable(model) else model
     if not name:
-        return Readiness(NOT_READY, "GET", url, status, f"{label}{', a web page' if 200 <= status < 300 else ''} "
-                         "and no model name to send a 1-token completion to", model_missing=True, body=body)
+        return Readiness(NOT_READY, "GET", url, status, f"{said} and no model name to send a 1-token completion to",
+                         model_missing=True, body=body)
     url = root + COMPLETION
     try:
         status, body = _exchange(client, "POST", COMPLETION, generation_timeout or timeout,
@@ -190,7 +191,17 @@ def probe(client: httpx.Client, model: str | Callable[[], str | None] | None = N
     if 200 <= status < 300:
         return Readiness(NOT_READY, "POST", url, status, f"{label} but no chat.completion: another server on this "
                          f"port? ({why})", body=body)
-    return Readiness(NOT_READY, "POST", url, status, f"{label} ({why})", body=body)
+    return Readiness(NOT_READY, "POST", url, status, f"{label}{_aside(status, body)} ({why})", body=body)
+
+
+def _aside(status: int, body: object) -> str:
+    """What a status alone does not say: ``, a web page`` (a 2xx page), ``, redirect to LOCATION`` (a 3xx, never
+    followed: it can lead to another server)."""
+    if 200 <= status < 300 and web_page(body):
+        return ", a web page"
+    if 300 <= status < 400 and isinstance(body, str):
+        return f", {printable(body)[:200]}"
+    return ""
 
 
 def probe_url(base_url: str, api_key: str | None = None, model: str | None = None, *,
