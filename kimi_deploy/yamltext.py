@@ -19,7 +19,7 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-__all__ = ["dump", "dump_all", "scalar"]
+__all__ = ["FileMode", "dump", "dump_all", "scalar"]
 
 #: Strings that may stay plain: start with a letter, ``_`` or ``/`` (or ``-``/``--`` then a letter, as
 #: command-line options do); then letters, digits and ``_./-``. No ``:`` (YAML 1.1 sexagesimal numbers,
@@ -28,6 +28,11 @@ __all__ = ["dump", "dump_all", "scalar"]
 PLAIN = re.compile(r"(?:--?[A-Za-z]|[A-Za-z_/])[A-Za-z0-9_./-]*")
 #: Words YAML 1.1 reads as booleans or null (compared lower-cased).
 NOT_PLAIN = frozenset({"y", "n", "yes", "no", "on", "off", "true", "false", "null"})
+
+
+class FileMode(int):
+    """A file mode (``0o440``): an int like any other (Kubernetes reads ``defaultMode`` as a decimal JSON number,
+    so it is written ``288``), followed by its octal spelling in a comment a reviewer reads: ``288  # 0440``."""
 
 
 def scalar(value: Any) -> str:
@@ -90,6 +95,8 @@ def _entry(head: str, item: Any, indent: int, child: int) -> list[str]:
             return [f"{head} []"]
         # A sequence under a key is not indented further (kubectl's style); under "-" it must be.
         return [head, *_lines(item, indent if head.endswith(":") else child)]
+    if isinstance(item, FileMode):
+        return [f"{head} {int(item)}  # {item:04o}"]
     if isinstance(item, str) and _block_text(item):
         body = [(" " * child + line) if line else "" for line in item[:-1].split("\n")]
         return [f"{head} |", *body]

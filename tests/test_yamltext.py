@@ -5,7 +5,7 @@ from __future__ import annotations
 import yaml
 from hypothesis import given, settings, strategies as st
 
-from kimi_deploy.yamltext import dump, dump_all, scalar
+from kimi_deploy.yamltext import FileMode, dump, dump_all, scalar
 
 # Every character class a manifest may carry: printable ASCII, Unicode letters, newlines and spaces.
 TEXT = st.text(st.characters(blacklist_categories=("Cs", "Cc"), blacklist_characters="\ufeff") | st.sampled_from("\n "),
@@ -41,3 +41,12 @@ def test_comments_and_several_documents():
     text = dump_all([({"a": 1}, ["first", "second line"]), ({"b": [1, {"c": "multi\nline\n"}]}, [])])
     assert text.startswith("# first\n# second line\na: 1\n---\n")
     assert list(yaml.safe_load_all(text)) == [{"a": 1}, {"b": [1, {"c": "multi\nline\n"}]}]
+
+
+def test_a_file_mode_is_decimal_with_its_octal_in_a_comment():
+    """New-operator trial (#30 item 6): the Secret's `defaultMode: 288` is right but opaque. It reads back as the
+    number Kubernetes takes (decimal: YAML 1.1 and 1.2 disagree on a leading 0), the octal follows as a comment."""
+
+    text = dump({"secret": {"defaultMode": FileMode(0o440)}, "modes": [FileMode(0o600)]})
+    assert "defaultMode: 288  # 0440\n" in text and "- 384  # 0600\n" in text
+    assert yaml.safe_load(text) == {"secret": {"defaultMode": 288}, "modes": [384]}

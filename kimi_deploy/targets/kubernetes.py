@@ -65,7 +65,7 @@ from kimi_deploy.errors import ProfileError
 from kimi_deploy.launch import API_KEY_CREDENTIAL, HOST_SECRETS_SCRIPT, LAUNCHER, LaunchSpec, build_launch
 from kimi_deploy.profile import DNS_LABEL, Kubernetes, Profile, dump_profile
 from kimi_deploy.targets import GENERATED_PREFIX, Artefacts
-from kimi_deploy.yamltext import dump, dump_all
+from kimi_deploy.yamltext import FileMode, dump, dump_all
 from kimi_deploy.patching.series import find_series
 
 #: apiVersion of LeaderWorkerSet (the CRD in shared/k8s, kubernetes-sigs/lws v0.10).
@@ -285,8 +285,10 @@ def _security(k8s: Kubernetes) -> tuple[dict[str, Any], dict[str, Any]]:
 
 
 def _secret_volume(k8s: Kubernetes, name: str) -> dict[str, Any]:
-    # 0440: the file belongs to root:fsGroup, so the non-root user reads it through its group.
-    return {"name": "api-key", "secret": {"secretName": k8s.secret_name or f"{name}-api-key", "defaultMode": 0o440,
+    # 0440: the file belongs to root:fsGroup, so the non-root user reads it through its group. Written
+    # `defaultMode: 288  # 0440` (FileMode): YAML 1.1 and 1.2 read a leading 0 differently, decimal is read alike.
+    return {"name": "api-key", "secret": {"secretName": k8s.secret_name or f"{name}-api-key",
+                                          "defaultMode": FileMode(0o440),
                                           "items": [{"key": API_KEY_CREDENTIAL, "path": API_KEY_CREDENTIAL}]}}
 
 
