@@ -176,3 +176,35 @@ def test_plot_draws_ttft_and_e2e_run_spread_and_marks_points_under_their_load():
         assert [list(m.get_offsets()[0]) for m in marks] == [[16.0, 795.0]]
     finally:
         plt.close(fig)
+
+
+def test_a_one_percent_spread_is_drawn_with_caps_wider_than_the_marker():
+    """New-operator trial (#30 item 6): a run-to-run spread of ~1 % is a bar a few pixels tall, hidden under the
+    point's marker. Each bar now has a cap at both ends wider than the marker, drawn in the line's colour beside
+    the marker (read back from the rendered pixels); runs that agree draw none."""
+    import numpy as np
+    from matplotlib.colors import to_rgb
+
+    from kimi_deploy.bench.compare import SPREAD_CAP_PT
+
+    a = result("baseline", "kimi-a", [20.0], [100.0], conc=(4,))  # one point: no line runs beside it
+    _runs(a["points"][0], [19.9, 20.1, 20.0])  # 1 % of 20 ms; throughput and E2E agree exactly
+    a["config"]["runs"] = 3
+    fig, plt = _fig([a])
+    try:
+        tpot = fig.axes[1]
+        (caps,) = [c for c in tpot.collections if c.get_gid() == "spread-cap"]
+        assert sorted(round(float(y), 6) for _, y in caps.get_offsets()) == [19.9, 20.1]
+        (line,) = tpot.get_lines()
+        assert float(caps.get_sizes()[0]) ** 0.5 == SPREAD_CAP_PT > 2 * line.get_markersize()
+        pixels = np.asarray(fig.canvas.buffer_rgba())[..., :3].astype(int)
+        colour = np.array(to_rgb(line.get_color())) * 255
+        beside = (line.get_markersize() / 2 + 3) * fig.dpi / 72  # 3 pt right of the marker's edge
+        for y in (19.9, 20.1):
+            px, py = tpot.transData.transform((4, y))
+            row = pixels.shape[0] - int(round(py))
+            near = pixels[row - 1:row + 2, int(round(px + beside))]  # the cap is ~2 px thick
+            assert min(np.abs(p - colour).sum() for p in near) < 60, (y, near)
+        assert not [c for c in fig.axes[0].collections if c.get_gid() == "spread-cap"]  # no spread, no caps
+    finally:
+        plt.close(fig)

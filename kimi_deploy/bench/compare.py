@@ -223,6 +223,11 @@ PANELS = (("output_tokens_per_s", "output tokens/s", "Throughput"),
           ("e2e_ms", "E2E p50 (ms)", "End-to-end latency"))
 
 
+#: Width (points) of the caps at both ends of a run-to-run spread bar: wider than a point's marker (matplotlib's
+#: default ``lines.markersize``, 6 pt), so that a spread a few pixels tall (~1 % of the axis) still shows.
+SPREAD_CAP_PT = 16
+
+
 def under_load(point: dict[str, Any]) -> bool:
     """A closed-loop point given fewer prompts per run than its concurrency: it never had that many
     requests in flight, so it measured less load than it claims (``bench`` warns about it too)."""
@@ -244,7 +249,8 @@ def figure(results: list[dict[str, Any]]):
     x: the measured points only, labelled with their plain values (log2 scale for concurrency);
     y: from 0, plain numbers (no offset such as ``+1.9998e1``, no scientific notation). With
     ``--runs`` > 1 a vertical bar at each point spans the run-to-run spread (min to max of the
-    runs' own figures). A point that measured less load than it claims (:func:`under_load`) is
+    runs' own figures), capped at both ends by a tick :data:`SPREAD_CAP_PT` wide (``gid`` ``spread-cap``), so that
+    any non-zero spread is visible beside the point's marker; runs that agree exactly draw none. A point that measured less load than it claims (:func:`under_load`) is
     circled in red and named in a note under the plots. A result with no successful request is
     left out and named in the last note; a point with no successful request is a gap in its line.
     The title names every result with its model. The caller closes it (``matplotlib.pyplot.close``).
@@ -280,8 +286,11 @@ def figure(results: list[dict[str, Any]]):
             tops[i] = max([tops[i], *(v for v in ys if v is not None)])
             for p, x in zip(pts, xs):
                 spread = run_spread(p, key) if _succeeded(p) else None
-                if spread:
+                if spread and spread[1] > spread[0]:
                     ax.vlines(x, *spread, colors=line.get_color(), linewidth=4, alpha=0.35)
+                    # caps wider than the point's marker: a spread of ~1 % is a few pixels, hidden under it
+                    ax.scatter([x, x], spread, marker="_", s=SPREAD_CAP_PT ** 2, color=line.get_color(),
+                               linewidths=1.5, zorder=3, gid="spread-cap")
                     tops[i] = max(tops[i], spread[1])
             marks = [(x, y) for p, x, y in zip(pts, xs, ys) if y is not None and under_load(p)]
             if marks:
