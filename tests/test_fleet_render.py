@@ -188,6 +188,33 @@ def test_pick_host_by_flag_or_the_one_host_this_machine_is():
         topology.pick_host(profile, None)
 
 
+def test_a_dry_run_on_a_fleet_host_without_the_key_file_shows_the_plan_and_says_so(tmp_path):
+    """New-operator trial (#30 item 6): `install --dry-run` on a host of a fleet without the key file refused
+    (exit 2) before showing anything. It now shows the plan, warns, then exits 2 with the real run's error; the
+    real install still refuses, and neither creates a key (every host must hold the first one's)."""
+    import json
+
+    profile = write_profile(tmp_path, PROFILE)
+    root = tmp_path / "10.0.0.11"
+    root.mkdir()
+    args = ["install", "--profile", str(profile), "--root", str(root), "--host", "10.0.0.11", "--no-enable",
+            "--no-create-user"]
+    shown = run_cli([*args, "--dry-run"])
+    assert shown.exit_code == 2, shown.output
+    assert "/etc/systemd/system/kimi-k25.service" in shown.stdout and "dry run: nothing was changed" in shown.stdout
+    assert "warning: the API key file /etc/kimi-deploy/kimi-k25.api-key is missing" in shown.stdout
+    assert "create the API key file" not in shown.stdout
+    assert "every host of a fleet must hold the same key" in shown.stderr
+    as_json = run_cli([*args, "--dry-run", "--json"])
+    assert as_json.exit_code == 2 and "every host of a fleet" in as_json.stderr
+    plan = json.loads(as_json.stdout)
+    assert not plan["applied"] and any("is missing" in n for n in plan["notes"])
+    assert not any(p.is_file() for p in root.rglob("*"))  # nothing written by either
+    real = run_cli(args)
+    assert real.exit_code == 2 and "every host of a fleet must hold the same key" in real.stderr
+    assert not any(p.is_file() for p in root.rglob("*"))
+
+
 def test_install_puts_each_hosts_part_in_place_and_a_second_run_plans_nothing(tmp_path):
     profile = write_profile(tmp_path, PROFILE)
     for host, unit in (("10.0.0.10", "kimi-k25-gateway.service"), ("10.0.0.11", "kimi-k25.service")):

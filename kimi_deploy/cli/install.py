@@ -7,7 +7,7 @@ import click
 
 from kimi_deploy.host import install as install_lib
 from kimi_deploy.cli.options import echo_json, json_flag, profile_options, resolve_profile, root_option
-from kimi_deploy.errors import RefusedError, UsageError
+from kimi_deploy.errors import KimiDeployError, UsageError
 from kimi_deploy.paths import HostLayout
 from kimi_deploy.versions import DEFAULT_SGLANG_VERSION
 
@@ -59,7 +59,7 @@ def install_cmd(profile_path, preset, root, sglang_version, dry_run, force, no_e
     def make_plan():
         return install_lib.plan_install(profile, layout, sglang_version=sglang_version, force=force,
                                         enable=not no_enable, create_user=not no_create_user, restart=restart,
-                                        host=host, allow_parser_removal=allow_parser_removal)
+                                        host=host, allow_parser_removal=allow_parser_removal, dry_run=dry_run)
 
     _carry_out(make_plan, dry_run=dry_run, force=force, as_json=as_json, diffs=True)
 
@@ -92,7 +92,8 @@ def uninstall_cmd(ctx, root, name, dry_run, force, purge, show_diff, as_json):
 
 
 def _carry_out(make_plan, *, dry_run: bool, force: bool, as_json: bool, diffs: bool) -> None:
-    """Show the plan (``--dry-run``), or refuse it (exit 4) unless forced, else apply it and show the result.
+    """Show the plan (``--dry-run``, then its refusals, exit 4, or the error the real run raises, as exit 2 for a
+    fleet host without its key file), or refuse it (exit 4) unless forced, else apply it and show the result.
 
     A plan that would change something is made again under the service's lock
     (:func:`kimi_deploy.host.install.locked`) and the host's lock on what services share
@@ -104,7 +105,9 @@ def _carry_out(make_plan, *, dry_run: bool, force: bool, as_json: bool, diffs: b
         _show(plan, None, as_json, dry_run=True, diffs=diffs)
         try:
             install_lib.refuse(plan)
-        except RefusedError as exc:
+            if plan.blocked_by is not None:  # what the real run refuses (a fleet host without its key file)
+                raise plan.blocked_by
+        except KimiDeployError as exc:
             if not as_json:
                 raise
             # The plan on stdout already lists the refusals: keep stdout one JSON document.

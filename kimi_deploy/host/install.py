@@ -143,6 +143,8 @@ class Plan:
     ``noop_message`` is what a plan with nothing to do says (empty: the default sentence).
     ``intent``: the record :func:`apply` writes before its first change (install only);
     ``stale_intent``: an interrupted install's record is on disk and goes when this plan is applied.
+    ``blocked_by``: the error the real run raises where a dry run (``plan_install(dry_run=True)``) still plans
+    (a fleet host without its API key file): the plan is shown, then this is raised; :func:`apply` refuses it.
     """
 
     operation: Literal["install", "uninstall"]
@@ -156,6 +158,7 @@ class Plan:
     noop_message: str = ""
     intent: Intent | None = dataclasses.field(default=None, repr=False)
     stale_intent: bool = False
+    blocked_by: KimiDeployError | None = dataclasses.field(default=None, repr=False)
 
     @property
     def changes(self) -> list[FileChange]:
@@ -601,11 +604,11 @@ def desired_files(profile: Profile, sglang_version: str | None = None,
 
 def plan_install(profile: Profile, layout: HostLayout, *, sglang_version: str | None = None, force: bool = False,
                  enable: bool = True, create_user: bool = True, restart: bool = False, host: str | None = None,
-                 allow_parser_removal: bool = False) -> Plan:
+                 allow_parser_removal: bool = False, dry_run: bool = False) -> Plan:
     """Compute what ``kimi-deploy install`` would do for ``profile`` on ``layout``; changes nothing.
 
     Gathers the facts (:func:`gather_install_facts`: reads files, accounts, ``systemctl [--root DIR]
-    is-enabled`` / ``is-active``), then plans from them (:func:`plan_install_from`).
+    is-enabled`` / ``is-active``), then plans from them (:func:`plan_install_from`; ``dry_run``: see there).
 
     Raises:
         UsageError: ``restart`` with a root other than ``/``; an empty API key file; a bad manifest;
@@ -620,7 +623,7 @@ def plan_install(profile: Profile, layout: HostLayout, *, sglang_version: str | 
     files, version = desired_files(profile, sglang_version, host)
     facts = gather_install_facts(profile, layout, files, enable=enable, create_user=create_user)
     return plan_install_from(profile, facts, files, version, force=force, enable=enable, create_user=create_user,
-                             restart=restart, allow_parser_removal=allow_parser_removal)
+                             restart=restart, allow_parser_removal=allow_parser_removal, dry_run=dry_run)
 
 
 def _installed_copy(facts: HostFacts, service: str) -> Profile | None:
@@ -648,11 +651,15 @@ def units_to_enable(profile: Profile, files: Mapping[str, bytes]) -> list[str]:
 
 def plan_install_from(profile: Profile, facts: HostFacts, files: Mapping[str, bytes], version: str, *,
                       force: bool = False, enable: bool = True, create_user: bool = True,
-                      restart: bool = False, allow_parser_removal: bool = False) -> Plan:
+                      restart: bool = False, allow_parser_removal: bool = False, dry_run: bool = False) -> Plan:
     """The install plan for ``profile`` given ``facts`` and the rendered ``files`` (:func:`desired_files`); no I/O.
 
+    ``dry_run``: a host of a fleet without its API key file still gets its plan (no key is created: every host
+    must hold the same one), with a warning and the refusal in :attr:`Plan.blocked_by`; the real run raises it.
+
     Raises:
-        UsageError: ``restart`` with a root other than ``/``; the API key file is not a regular file, or empty.
+        UsageError: ``restart`` with a root other than ``/``; the API key file is not a regular file, or empty;
+            on a host of a fleet, missing (unless ``dry_run``).
         RefusedError: the installed profile copy sets a parser ``profile`` drops, unless ``allow_parser_removal``
             (exit 4; ``--force`` does not override it: it is about the server, not a file).
     """
@@ -681,11 +688,17 @@ def plan_install_from(profile: Profile, facts: HostFacts, files: Mapping[str, by
                           path=layout.join(profile.cache_root),
                           owner=(svc.user, svc.group) if layout.is_host else None))
     notes += [f"warning: {w}" for w in naming_warnings(profile)]
+    blocked_by = None
     if profile.hosts() and facts.key is not None and not facts.key.exists:
-        raise UsageError("the API key file is missing; every host of a fleet must hold the same key",
-                         value=facts.key.host_path, hint="copy the key file (0600, root) from the first host to this "
-                         "one before installing, or create it once and copy it to every host (docs/runbook.md#replicas-behind-a-gateway)")
-    key_step = _api_key_step(facts, notes)
+        blocked_by = UsageError("the API key file is missing; every host of a fleet must hold the same key",
+                                value=facts.key.host_path, hint="copy the key file (0600, root) from the first host "
+                                "to this one before installing, or create it once and copy it to every host "
+                                "(docs/runbook.md#replicas-behind-a-gateway)")
+        if not dry_run:
+            raise blocked_by
+        notes.append(f"warning: the API key file {facts.key.host_path} is missing; every host of a fleet must hold "
+                     "the same key, so install refuses until it is copied here from the first host")
+    key_step = None if blocked_by else _api_key_step(facts, notes)
     if key_step:
         steps.append(key_step)
     _conflicts(profile, facts.claims, force, notes, refusals, files)
@@ -750,7 +763,7 @@ def plan_install_from(profile: Profile, facts: HostFacts, files: Mapping[str, by
     previous = dict(old.files) if old else {}
     record = Intent(manifest=manifest, previous=previous, api_key_created=key_hp if key_step else None)
     return Plan("install", svc.name, layout, tuple(changes), tuple(steps), tuple(notes), tuple(refusals), force,
-                intent=record, stale_intent=intent is not None)
+                intent=record, stale_intent=intent is not None, blocked_by=blocked_by)
 
 
 # ---------------------------------------------------------------- uninstall
@@ -1104,10 +1117,13 @@ def apply(plan: Plan) -> ApplyResult:
 
     Raises:
         RefusedError: the plan has refusals and no ``force`` (exit 4); nothing was changed.
-        UsageError: a target cannot be written (permissions, a folder in the way).
+        UsageError: a target cannot be written (permissions, a folder in the way); the plan is a dry run's that
+            the real run refuses (:attr:`Plan.blocked_by`; nothing was changed).
         StorageError: the file system refused (disk full, read-only); exit 8.
         ExternalCommandError: useradd/systemctl failed; files written so far stay (rerun after fixing).
     """
+    if plan.blocked_by is not None:
+        raise plan.blocked_by
     refuse(plan)
     ran: list[str] = []
     messages: list[str] = []
