@@ -117,6 +117,7 @@ def test_csv_has_one_row_per_point(sweep):
     assert list(rows[0].keys()) == CSV_COLUMNS
     assert [r["concurrency"] for r in rows] == ["1", "4"]
     assert all(r["label"] == "baseline" and r["spec_accept_length"] == "3.2" for r in rows)
+    assert all(r["partial"] == "false" for r in rows)  # a whole sweep (an interrupted one: test_interrupt.py)
     points = json.loads((out / "a.json").read_text())["points"]
     for row, point in zip(rows, points, strict=True):  # the CSV carries the JSON's figures, to 4 decimals
         for column in ("output_tokens_per_s", "ttft_ms_p50", "e2e_ms_p50"):

@@ -15,7 +15,9 @@ JSON (``"schema": "kimi-deploy.bench/1"``)::
      "interrupted": null | {"signal": "SIGINT" | "SIGTERM", "during": "c=8", "complete_points": ["c=1", ...]}}
 
 ``WindowSummary`` and the per-request row are defined in :mod:`kimi_deploy.bench.metrics`.
-CSV: one row per point, columns :data:`CSV_COLUMNS`. A result is read back with
+CSV: one row per point, columns :data:`CSV_COLUMNS`; the last, ``partial``, is ``true`` in every row of a run
+that was interrupted (its JSON's ``interrupted``: only the points that completed are rows) and ``false`` otherwise,
+so a reader of the CSV alone (``pandas.read_csv`` reads it as a bool column) can tell. A result is read back with
 :func:`load_result`, which checks the schema tag.
 """
 
@@ -48,7 +50,7 @@ CSV_COLUMNS = [
     "itl_ms_p50", "itl_ms_p90", "itl_ms_p99", "itl_ms_mean",
     "e2e_ms_p50", "e2e_ms_p90", "e2e_ms_p99", "e2e_ms_mean",
     "tokens_per_chunk_mean", "output_tokens_per_s", "requests_per_s", "goodput_requests_per_s", "chunks_per_s",
-    "spec_accept_length", "window_s",
+    "spec_accept_length", "window_s", "partial",
 ]
 
 
@@ -121,8 +123,9 @@ def failed_points(result: dict[str, Any]) -> list[str]:
 
 
 def csv_rows(result: dict[str, Any]) -> list[dict[str, Any]]:
-    """One dict per point with the keys of :data:`CSV_COLUMNS`."""
+    """One dict per point with the keys of :data:`CSV_COLUMNS` (``partial``: the run was interrupted)."""
     rows = []
+    partial = bool(result.get("interrupted"))
     for p in result["points"]:
         s = p["summary"]
         row: dict[str, Any] = {
@@ -136,6 +139,7 @@ def csv_rows(result: dict[str, Any]) -> list[dict[str, Any]]:
             for stat in ("p50", "p90", "p99", "mean"):
                 row[f"{metric}_{stat}"] = (s[metric] or {}).get(stat)
         row["tokens_per_chunk_mean"] = (s["tokens_per_chunk"] or {}).get("mean")
+        row["partial"] = partial
         rows.append(row)
     return rows
 
@@ -151,6 +155,8 @@ def to_csv(result: dict[str, Any]) -> str:
 
 
 def _fmt(v: Any) -> Any:
+    if isinstance(v, bool):
+        return "true" if v else "false"
     if isinstance(v, float):
         return f"{v:.4f}".rstrip("0").rstrip(".") if v == v else ""
     return "" if v is None else v
