@@ -141,3 +141,9 @@ def test_what_is_not_a_generation_is_not_ready(answer, state, why):
     with Loopback(Page) as server:
         verdict = probe_url(server.url, model="kimi")
     assert verdict.state == state and why in verdict.reason, verdict
+
+
+def test_a_password_in_the_base_url_is_not_in_the_words():
+    with Loopback(NotSglang) as server:
+        verdict = probe_url(server.url.replace("http://", "http://user:s3cret@"), model="kimi")
+    assert verdict.ready and "s3cret" not in verdict.words and verdict.url.startswith(server.url)

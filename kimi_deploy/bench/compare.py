@@ -250,8 +250,8 @@ def figure(results: list[dict[str, Any]]):
     y: from 0, plain numbers (no offset such as ``+1.9998e1``, no scientific notation). With
     ``--runs`` > 1 a vertical bar at each point spans the run-to-run spread (min to max of the
     runs' own figures), capped at both ends by a tick :data:`SPREAD_CAP_PT` wide (``gid`` ``spread-cap``), so that
-    any non-zero spread is visible beside the point's marker; runs that agree exactly draw none. A point that measured less load than it claims (:func:`under_load`) is
-    circled in red and named in a note under the plots. A result with no successful request is
+    any non-zero spread is visible beside the point's marker; runs that agree exactly draw none. A point that
+    measured less load than it claims (:func:`under_load`) is circled in red and named in a note under the plots. A result with no successful request is
     left out and named in the last note; a point with no successful request is a gap in its line.
     The title names every result with its model. The caller closes it (``matplotlib.pyplot.close``).
     """

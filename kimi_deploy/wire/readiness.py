@@ -151,7 +151,8 @@ def _failed(method: str, url: str, exc: httpx.HTTPError) -> Readiness:
 def probe(client: httpx.Client, model: str | Callable[[], str | None] | None = None, *,
           timeout: Any = 10.0, generation_timeout: Any = None) -> Readiness:
     """The readiness verdict of the server ``client`` talks to (its ``base_url`` is the server root, its headers
-    carry the key). Never raises for what the server does.
+    carry the key; the verdict's URL is written without a ``user:password@``). Never raises for what the server
+    does.
 
     Args:
         model: the served model name for step 2's 1-token completion, or a function that finds it (called only
@@ -159,7 +160,7 @@ def probe(client: httpx.Client, model: str | Callable[[], str | None] | None = N
         timeout: of ``GET /health_generate`` (seconds, or an ``httpx.Timeout``).
         generation_timeout: of the 1-token completion (default ``timeout``).
     """
-    root = str(client.base_url).rstrip("/")
+    root = str(client.base_url.copy_with(userinfo=b"")).rstrip("/")  # a password in the URL is never printed
     url = root + GENERATE
     try:
         status, body = _exchange(client, "GET", GENERATE, timeout)
