@@ -105,7 +105,7 @@ def host(tmp_path_factory, sglang_python, smg):
     ``validate`` and ``installs`` (name -> CompletedProcess), ``restarts`` (name -> CompletedProcess)."""
     with booted_host(tmp_path_factory.mktemp("gateway"), sglang_python, smg=smg) as h:
         # runbook step 2: one key, created once (root, 0600), at api_key_file on every host
-        h.sh(f"mkdir -p /etc/kimi-deploy && umask 077 && python3 -c 'import secrets; print(secrets.token_urlsafe(32))'"
+        h.sh(f"mkdir -p /etc/kimi-deploy && umask 077 && python3 -c 'import secrets; print(secrets.token_hex(32))'"
              f" > {KEY_FILE}")
         h.key = h.sh(f"cat {KEY_FILE}").stdout.strip()
         h.write("/root/fleet.toml", fleet_profile())

@@ -217,6 +217,11 @@ def test_existing_api_key_is_checked(cli_runner, root, v1):
     key_path.write_text("")
     result = install(cli_runner, v1, root)
     assert result.exit_code == ExitCode.USAGE and "API key file is empty" in result.stderr
+    # a key SGLang's and smg's argparse would take for an option: the server would never start
+    key_path.write_text("-Cr4sh-value\n")
+    result = install(cli_runner, v1, root)
+    assert result.exit_code == ExitCode.USAGE and "starts with '-'" in result.stderr, result.output + result.stderr
+    assert "-Cr4sh-value" not in result.output + result.stderr
     key_path.write_text("s3cret-value\n")
     key_path.chmod(0o644)
     result = install(cli_runner, v1, root)

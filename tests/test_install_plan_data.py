@@ -92,6 +92,8 @@ def test_key_file_facts_decide_create_refuse_or_warn(profile):
         plan(profile, facts_for(HOST, key=KeyFile(KEY, True, empty=True)))
     with pytest.raises(UsageError, match="not a regular file"):
         plan(profile, facts_for(HOST, key=KeyFile(KEY, True, regular=False)))
+    with pytest.raises(UsageError, match="starts with '-'"):
+        plan(profile, facts_for(HOST, key=KeyFile(KEY, True, argv_safe=False)))
     p, _ = plan(profile, facts_for(HOST, key=KeyFile(KEY, True, mode=0o644, uid=1000)))
     assert any("readable by group/others (mode 0644)" in n for n in p.notes)
     assert any("owned by uid 1000" in n for n in p.notes)
@@ -352,3 +354,13 @@ def test_purge_after_an_uninstall_reads_the_accounts_from_its_backup():
                                                                             ("groupdel", "sglang")]
     said = plan_uninstall_from(facts, "kimi-test")
     assert said.is_noop and any("user sglang, group sglang" in n for n in said.notes)
+
+
+def test_a_new_key_never_starts_with_a_dash(monkeypatch):
+    # token_urlsafe starts one key in 64 with '-', which SGLang's and smg's argparse take for an option
+    from kimi_deploy.wire import apikey
+
+    drawn = iter(["-Cr" + "a" * 40, "-" * 43, "ok" + "b" * 41])
+    monkeypatch.setattr(apikey.secrets, "token_urlsafe", lambda n: next(drawn))
+    assert apikey.new_key() == "ok" + "b" * 41
+    assert not apikey.argv_safe("-x") and apikey.argv_safe("x-")

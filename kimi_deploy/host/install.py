@@ -27,7 +27,6 @@ import difflib
 import grp
 import os
 import pwd
-import secrets
 import shutil
 import stat
 from collections.abc import Collection, Mapping
@@ -466,7 +465,7 @@ def _api_key_step(facts: HostFacts, notes: list[str]) -> Step | None:
     """Create the key file when missing; refuse one that is no regular file or empty; warn on mode/owner.
 
     Raises:
-        UsageError: the key file is not a regular file, or empty.
+        UsageError: the key file is not a regular file, empty, or holds a key starting with ``-``.
     """
     key = facts.key
     if key is None:
@@ -481,6 +480,11 @@ def _api_key_step(facts: HostFacts, notes: list[str]) -> Step | None:
     if key.empty:
         raise UsageError("the API key file is empty", value=str(path),
                          hint="write the key into it (one line), or remove it and install again to get a random one")
+    if not key.argv_safe:
+        raise UsageError("the API key starts with '-': SGLang and smg read --api-key through argparse, which "
+                         "takes it for an option, and the server would never start", value=str(path),
+                         hint="write a key that does not start with '-', or remove the file and install again "
+                              "(the key kimi-deploy creates never does)")
     if key.mode & 0o077:
         notes.append(f"warning: the API key file {key.host_path} is readable by group/others "
                      f"(mode {key.mode:04o}); run chmod 600 {key.host_path}")
@@ -1067,7 +1071,7 @@ def count_files(n: int) -> str:
 
 
 def _create_api_key(path: Path) -> None:
-    write_atomic(path, secrets.token_urlsafe(32) + "\n", mode=0o600)
+    write_atomic(path, apikey.new_key() + "\n", mode=0o600)
     if os.geteuid() == 0:
         os.chown(path, 0, 0)
 

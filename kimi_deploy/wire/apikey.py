@@ -1,7 +1,7 @@
 """The one place that reads an API key file.
 
 The key file holds the server's key on one line (surrounding whitespace is not part of it);
-``install`` creates it (``secrets.token_urlsafe(32)``, mode 0600, root) when the profile's
+``install`` creates it (:func:`new_key`, mode 0600, root) when the profile's
 ``[sglang] api_key_file`` names a missing file. ``check``, ``bench``, ``restart --wait`` and ``status``
 find the key through the one resolver :func:`resolve_key`; ``install`` inspects it without
 reading the key into its plan (:func:`inspect`).
@@ -10,6 +10,7 @@ reading the key into its plan (:func:`inspect`).
 from __future__ import annotations
 
 import dataclasses
+import secrets
 import stat
 from pathlib import Path
 
@@ -21,6 +22,24 @@ from kimi_deploy.wire.net import binds_locally, is_loopback
 #: The most a key file may hold, in bytes: a key is 43 characters (``install``) to a few hundred (a vendor
 #: token); 4 KiB leaves room for either and stops a device or a log file at once (issue #30 item 12).
 MAX_KEY_FILE_BYTES = 4096
+
+
+def new_key() -> str:
+    """A random key for a new key file: 43 URL-safe characters (``secrets.token_urlsafe(32)``: 256 bits),
+    drawn again while it starts with ``-`` (:func:`argv_safe`)."""
+    while True:
+        key = secrets.token_urlsafe(32)
+        if argv_safe(key):
+            return key
+
+
+def argv_safe(key: str) -> bool:
+    """Whether a server can be started with ``key``: it does not start with ``-``. SGLang 0.5.23 turns its
+    ``--config`` YAML into arguments and smg takes ``--api-key KEY`` on its command line, and both parse them with
+    argparse, which reads a value starting with ``-`` as an option: "argument --api-key: expected one
+    argument", and the unit never starts (seen in the container tier with a generated key starting ``-Cr``;
+    ``token_urlsafe`` starts one key in 64 that way)."""
+    return not key.startswith("-")
 
 
 def read_key_file(path: str | Path) -> str:
@@ -120,7 +139,8 @@ def resolve_key(key_file: str | Path | None = None, *, profile_key_file: str | N
 @dataclasses.dataclass(frozen=True)
 class KeyFile:
     """What is at a key file's host path: ``exists``; for an existing one whether it is a ``regular``
-    file, ``empty`` (only whitespace), its permission ``mode`` and owner ``uid``. Never the key."""
+    file, ``empty`` (only whitespace), whether its key is ``argv_safe`` (:func:`argv_safe`), its permission
+    ``mode`` and owner ``uid``. Never the key."""
 
     host_path: str
     exists: bool
@@ -128,6 +148,7 @@ class KeyFile:
     empty: bool = False
     mode: int = 0o600
     uid: int = 0
+    argv_safe: bool = True
 
 
 def inspect(layout: HostLayout, host_path: str) -> KeyFile:
@@ -142,8 +163,13 @@ def inspect(layout: HostLayout, host_path: str) -> KeyFile:
     except FileNotFoundError:
         return KeyFile(host_path, exists=False)
     regular = stat.S_ISREG(st.st_mode)
-    empty = regular and not path.read_bytes().strip()
-    return KeyFile(host_path, True, regular, empty, stat.S_IMODE(st.st_mode), st.st_uid)
+    if regular:
+        with open(path, "rb") as fh:
+            data = fh.read(MAX_KEY_FILE_BYTES + 1).strip()  # bounded, as read_key_file reads it
+    else:
+        data = b""
+    return KeyFile(host_path, True, regular, regular and not data, stat.S_IMODE(st.st_mode), st.st_uid,
+                   argv_safe=not data.startswith(b"-"))
 
 
 #: Environment variable ``bench`` reads the key from when no ``--api-key-file`` is given (the
