@@ -7,6 +7,7 @@ requires:
 |---|---|
 | ``/opt/kimi-deploy/bin/kimi-deploy`` | the kit (this checkout, read-only at ``/opt/kimi-deploy/src``) in its own venv ``/opt/kimi-deploy/venv`` |
 | ``/opt/sglang/.venv/bin/python`` | the SGLang 0.5.23 test environment (``KIMI_DEPLOY_SGLANG_PYTHON``): its site-packages under a throwaway overlay, so ``kimi-deploy patch apply`` can write while the shared environment stays read-only |
+| ``/opt/<name>/.venv/bin/python`` | with ``sglang_envs=``: further SGLang environments built on the host (tests/patch_helpers.py ``release_target``/``make_target``, e.g. 0.5.22 beside 0.5.23 for ``kimi-deploy upgrade``): their site-packages bound writable, so the kit's patches land there and a test can hash the files on the host |
 | ``/opt/smg/.venv/bin/smg`` | with ``smg=``: the pinned gateway (smg 1.13.0, ``KIMI_DEPLOY_SMG``), docs/runbook.md#replicas-behind-a-gateway's path: its site-packages bound read-only |
 | ``/models/Kimi-K2.5`` | a model folder with the scripted Kimi tokenizer (tests/replay/kimi_tokenizer.py), read-only |
 | ``/out`` | a writable host folder to bring files out |
@@ -28,7 +29,7 @@ import re
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import NoReturn
 from pathlib import Path
 
@@ -77,8 +78,13 @@ def smg_python(smg: str) -> str:
     return str(Path(smg).parent / "python")
 
 
-def lay_out(box: Container, host: Path, sglang_python: str, model_dir: Path, smg: str | None = None) -> Path:
+def lay_out(box: Container, host: Path, sglang_python: str, model_dir: Path, smg: str | None = None,
+            sglang_envs: Mapping[str, Path] | None = None) -> Path:
     """Add the mounts of the table above to ``box``; ``host`` is a fresh folder for the read-only parts.
+
+    ``sglang_envs``: venv folder inside (``/opt/sglang-0.5.22/.venv``) -> the host site-packages of a throwaway
+    SGLang environment on the same Python X.Y; its ``zz-kimi-deploy-shared-env.pth`` (the dependencies) is
+    rewritten to the container's ``/opt/sglang/.venv`` site-packages, the only copy of them visible inside.
 
     ``smg``: the host's pinned smg script; its venv is rebuilt at ``/opt/smg/.venv`` (its script's
     first line rewritten to that venv's python, as pip writes it there). Returns the host folder bound at ``/out``.
@@ -108,6 +114,11 @@ def lay_out(box: Container, host: Path, sglang_python: str, model_dir: Path, smg
         (venv / "bin" / "smg").write_text(f"#!{Path(SMG).parent}/python\n{body}")
         (venv / "bin" / "smg").chmod(0o755)
         box.bind(smg_site, f"{Path(SMG).parent.parent}/lib/python{smg_version}/site-packages")
+    for venv, site in (sglang_envs or {}).items():
+        assert venv.startswith("/opt/") and not venv.startswith(("/opt/sglang/", "/opt/kimi-deploy/")), venv
+        _venv_skeleton(opt / venv.removeprefix("/opt/"), sg_version)
+        (site / "zz-kimi-deploy-shared-env.pth").write_text(f"/opt/sglang/.venv/lib/python{sg_version}/site-packages\n")
+        box.bind(site, f"{venv}/lib/python{sg_version}/site-packages", ro=False)
     box.bind(model_dir, MODEL)
     box.bind(out, "/out", ro=False)
     return out
@@ -230,14 +241,14 @@ GROUP_WATCHDOG = 900.0
 
 @contextlib.contextmanager
 def booted_host(workdir: Path, sglang_python: str, *, timings: dict[str, float] | None = None,
-                smg: str | None = None) -> Iterator[Host]:
+                smg: str | None = None, sglang_envs: Mapping[str, Path] | None = None) -> Iterator[Host]:
     """Boot a container laid out by :func:`lay_out`, yield it as a :class:`Host`, power it off.
 
     Skips with the reason when no container can boot here (root, systemd-nspawn, the system Python
     missing, or systemd-nspawn giving up before the container's systemd runs, e.g. without the
     privilege to mount); fails instead with ``$KIMI_DEPLOY_REQUIRE_CONTAINERS=1`` (:func:`skip_or_fail`).
     ``timings`` gets ``boot`` (seconds until systemd reported the boot finished) and ``group`` (boot to
-    power-off). ``smg``: also lay out the pinned gateway (:func:`lay_out`). A watchdog kills the
+    power-off). ``smg``: also lay out the pinned gateway, ``sglang_envs`` further SGLang environments (:func:`lay_out`). A watchdog kills the
     container when the group is not done after :data:`GROUP_WATCHDOG` s (its tests then fail with
     :class:`~systemd_container.WatchdogExpired`).
 
@@ -253,7 +264,7 @@ def booted_host(workdir: Path, sglang_python: str, *, timings: dict[str, float] 
     model = build_model(sglang_python, workdir / "model")
     box = Container(workdir / "box", name=f"kimi-test-{os.getpid()}-{workdir.name}"[:60])
     box.workdir.mkdir()
-    out = lay_out(box, workdir / "host", sglang_python, model, smg)
+    out = lay_out(box, workdir / "host", sglang_python, model, smg, sglang_envs)
     start = time.monotonic()
     try:
         seconds = box.boot(timeout=120)

@@ -34,7 +34,9 @@ if os.path.exists(fail):
 hook = os.path.join(state, "on-" + verb)
 if os.path.exists(hook):  # what the verb does to a real process the test runs (FakeSystemd.on)
     import subprocess
-    subprocess.run([hook, *args], check=True)
+    code = subprocess.run([hook, *args]).returncode
+    if code:  # what systemctl says when the start job failed: the hook printed it
+        sys.exit(code)
 if verb == "show":
     sys.stdout.write(open(os.path.join(state, "show.txt")).read())
 elif verb == "is-enabled":
@@ -152,7 +154,8 @@ class FakeSystemd:
 
     def on(self, verb: str, script: str) -> None:
         """Run ``script`` (an executable's text, given systemctl's arguments) for ``systemctl VERB``: e.g. a
-        ``restart`` that really restarts the loopback server standing for the unit's process."""
+        ``restart`` that really restarts the loopback server standing for the unit's process. A non-zero exit
+        of ``script`` is systemctl's (a start job that failed: ``script`` prints systemctl's message)."""
         path = self.dir / f"on-{verb}"
         path.write_text(script)
         path.chmod(0o755)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import functools
 import json
 import re
+import sys
 from pathlib import Path
 
 import pytest
@@ -202,6 +203,42 @@ def test_never_ready_rolls_back_to_the_previous_bytes(cli_runner, tmp_path, fake
     assert data["rollback"]["had_previous_service"] is True
     # the used backup is marked, so a later rollback goes further back
     assert any(p.name.endswith(".rolled-back") for p in (root / "etc/kimi-deploy/backup/kimi-test").iterdir())
+
+
+def test_a_start_job_that_fails_is_rolled_back(cli_runner, tmp_path, fake_systemd):
+    # systemctl restart waits for the start job: under v2 it fails (an ExecStartPre= such as patch verify exits 1,
+    # or systemd cannot attach the process to its cgroup), so systemctl exits 1; that was exit 5 with the new
+    # files left in place, the service down
+    holder = {}
+    with FakeServer(ready=lambda n: True, args=_running(holder)) as server:
+        root, v1, v2 = _setup(tmp_path, server.port)
+        holder["root"] = root
+        _install(root, v1)
+        v1_unit = (root / UNIT).read_bytes()
+        _install(root, v2)
+        fake_systemd.on("restart", f"""#!{sys.executable}
+import sys
+if "--context-length 2000 " in open({str(root / UNIT)!r}).read():
+    sys.stderr.write("Job for kimi-test.service failed because the control process exited with error code.\\n"
+                     'See "systemctl status kimi-test.service" and "journalctl -xeu kimi-test.service" for details.\\n')
+    sys.exit(1)
+""")
+        server.api_key = (root / "etc/kimi-deploy/kimi-test.api-key").read_text().strip()
+        result = cli_runner.invoke(cli, ["restart", "--root", str(root), "--wait", "--gate", "fast",
+                                         "--rollback-on-failure", "--timeout", "5", "--poll-interval", "0.05", "--json"],
+                                   catch_exceptions=False)
+    assert result.exit_code == ExitCode.FAILED, result.output + result.stderr
+    data = json.loads(result.output)
+    new, back = data["attempts"]
+    assert new["summary"] == ("kimi-test.service failed to start: Job for kimi-test.service failed because the "
+                              "control process exited with error code.")
+    assert data["failed_tier"] == "ready" and back["ok"], back
+    assert (root / UNIT).read_bytes() == v1_unit
+    assert fake_systemd.verbs() == ["restart kimi-test.service", "daemon-reload", "restart kimi-test.service"]
+    # without --wait the failure is systemctl's, as before (exit 5, its message)
+    _install(root, v2)
+    plain = cli_runner.invoke(cli, ["restart", "--root", str(root)], catch_exceptions=False)
+    assert plain.exit_code == ExitCode.EXTERNAL and "Job for kimi-test.service failed" in plain.stderr
 
 
 def test_failing_config_tier_rolls_back(cli_runner, tmp_path, fake_systemd):

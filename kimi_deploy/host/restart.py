@@ -2,7 +2,8 @@
 
 Sequence: a change that drops ``--tool-call-parser``/``--reasoning-parser`` against the previous install is
 refused before anything restarts (:func:`kimi_deploy.host.gate.refuse_parser_removal`, exit 4); then
-``systemctl restart NAME.service``; with ``wait``, the gate (:mod:`kimi_deploy.host.gate`): ready
+``systemctl restart NAME.service`` (with ``wait``, a start job that failed, e.g. an ``ExecStartPre=``, fails the
+ready tier instead of raising); with ``wait``, the gate (:mod:`kimi_deploy.host.gate`): ready
 (:func:`kimi_deploy.host.readiness.wait_ready` until ready or the deadline, default the unit's ``TimeoutStartSec=``,
 ``[service] timeout_start_sec``) → fast (``health.*``, ``config.*``) → parser (``parser.*``) → contract (tool
 calls, the id round trip, reasoning separation), as far as ``gate`` (default ``contract``), stopping at the
@@ -36,7 +37,7 @@ from typing import Any
 from kimi_deploy.host import allreduce
 from kimi_deploy.host import systemd
 from kimi_deploy.wire import apikey
-from kimi_deploy.errors import ExitCode, KimiDeployError, UsageError
+from kimi_deploy.errors import ExitCode, ExternalCommandError, KimiDeployError, UsageError
 from kimi_deploy.host import gate as gates
 from kimi_deploy.host import phases
 from kimi_deploy.host.records import BackupSet, Restored, list_backups, restore_backup, service_lock
@@ -189,7 +190,7 @@ def run_fast_checks(profile: Profile, api_key: str | None, timeout: float = 60.0
 class Attempt:
     """One restart and its verification: ``label`` is ``new`` or ``rollback``.
 
-    ``exit_code``: OK, TIMEOUT (not ready in time), FAILED (the unit failed or a check failed),
+    ``exit_code``: OK, TIMEOUT (not ready in time), FAILED (the unit or its start job failed, or a check failed),
     or the check report's own code. ``gate``: the tiers that ran (None without ``wait``); ``checks``: every
     check row of those tiers in one summary.
     """
@@ -266,7 +267,18 @@ def _attempt(label: str, profile: Profile, layout: HostLayout, *, api_key: str |
              clock: Callable[[], float], sleep: Callable[[float], None], base_url: str | None = None,
              gate: str = gates.DEFAULT_GATE) -> Attempt:
     unit = server_unit(profile.service.name)
-    done = systemd.systemctl("restart", unit)
+    try:
+        done = systemd.systemctl("restart", unit)
+    except ExternalCommandError as exc:
+        # systemctl waits for the start job: a start that ran and failed (an ExecStartPre= such as patch verify,
+        # a cgroup systemd could not attach to) is the new version failing, so it is rolled back like one that
+        # failed after starting; systemctl failing by itself (no such unit, no systemd) still raises
+        failed = systemd.failed_job(exc.stderr, unit) if wait else None
+        if failed is None:
+            raise
+        verdict = gates.GateResult(gate, [gates.TierResult("ready", int(ExitCode.FAILED), 0.0)])
+        return Attempt(label, exc.command, None, None, int(ExitCode.FAILED), f"{unit} failed to start: {failed}",
+                       gate=verdict, phases=start_phases(profile, layout))
     if not wait:
         return Attempt(label, done.command, None, None, int(ExitCode.OK), f"{unit} restarted (not waited for)")
     base_url = base_url or profile.base_url

@@ -60,6 +60,20 @@ def systemctl(verb: str, *args: str, root: Path | None = None, check: bool = Tru
                     hint=HINT if root is None else ROOT_HINT)
 
 
+def failed_job(stderr: str, unit: str) -> str | None:
+    """The line in which systemctl says ``unit``'s job failed (its start ran and failed: an ``ExecStartPre=`` or
+    ``ExecStart=`` exit, a cgroup it could not attach to, a start timeout), else None (systemctl itself failed:
+    no such unit, no systemd, no permission).
+
+    Source: systemd 252's ``src/shared/bus-wait-for-jobs.c`` (``log_job_error_with_service_result``) prints
+    ``Job for UNIT failed because REASON.`` or ``Job for UNIT failed.``, then ``See "systemctl status UNIT" ...``.
+    """
+    for line in stderr.splitlines():
+        if line.startswith(f"Job for {unit} failed"):
+            return line.strip()
+    return None
+
+
 @dataclasses.dataclass(frozen=True)
 class UnitState:
     """What ``systemctl show`` says about one unit.
