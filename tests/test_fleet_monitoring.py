@@ -25,7 +25,7 @@ import pytest
 import yaml
 
 from helpers import run_cli, write_profile
-from kimi_deploy.host import gateway
+from kimi_deploy import launch
 from kimi_deploy.targets import prometheus as monitoring
 from kimi_deploy.profile import parse_profile
 from monitoring_helpers import tool
@@ -235,7 +235,7 @@ def test_real_prometheus_scrapes_both_replicas_and_the_gateway_and_the_check_per
             procs.start(hosts[host], f"node-{host}", [sys.executable, str(STANDIN), "textfile", "--host", "0.0.0.0",
                                                      "--port", "9100", "--file", str(textfiles[host])])
         # the gateway unit's own smg arguments (workers from [fleet], metrics on 0.0.0.0:29000), the test's smg
-        argv = gateway.gateway_argv(profile)
+        argv = launch.gateway_argv(profile)
         assert argv[0] == profile.gateway.smg
         procs.start(hosts[GATEWAY_HOST], "smg", [smg_path, *argv[1:], "--disable-tokenizer-autoload"],
                     env={**os.environ, "HF_HUB_OFFLINE": "1"})
