@@ -32,7 +32,7 @@ import httpx
 
 from kimi_deploy import names
 from kimi_deploy.errors import ExitCode, KimiDeployError, UnreachableError
-from kimi_deploy.wire.http import auth_headers, request_capped
+from kimi_deploy.wire.http import control_client, request_capped
 from kimi_deploy.profile import Profile
 from kimi_deploy.wire.printable import printable
 from kimi_deploy.wire.workers import Worker, parse_workers  # noqa: F401  (this module's API since before the move)
@@ -62,10 +62,9 @@ class Gateway:
 
     def __init__(self, base_url: str, api_key: str | None, *, timeout: float = 10.0,
                  sleep: Callable[[float], None] = time.sleep, monotonic: Callable[[], float] = time.monotonic):
-        headers = auth_headers(api_key)
         self.base_url = base_url.rstrip("/")
         self.api_key = api_key
-        self._client = httpx.Client(base_url=self.base_url, headers=headers, timeout=timeout, trust_env=False)
+        self._client = control_client(base_url=self.base_url, api_key=api_key, timeout=timeout)
         self._sleep, self._monotonic = sleep, monotonic
 
     def close(self) -> None:

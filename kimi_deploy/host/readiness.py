@@ -21,7 +21,7 @@ import httpx
 
 from kimi_deploy.host import systemd
 from kimi_deploy.errors import KimiDeployError
-from kimi_deploy.wire.http import auth_headers, request_capped
+from kimi_deploy.wire.http import control_client, request_capped
 from kimi_deploy.wire.readiness import Readiness, probe_url
 
 #: (pattern, phase) in startup order; the first match wins.
@@ -56,7 +56,7 @@ def get_json(base_url: str, path: str, api_key: str | None = None, *, timeout: f
     """``GET path`` as a JSON object, or ``None`` when the server does not answer 200 with an object
     (also: an answer :func:`request_capped` refuses, or JSON nested too deep to parse)."""
     try:
-        with httpx.Client(timeout=timeout, headers=auth_headers(api_key), trust_env=False) as client:
+        with control_client(timeout=timeout, api_key=api_key) as client:
             status, data = request_capped(client, "GET", base_url + path)
     except httpx.HTTPError:
         return None

@@ -46,7 +46,7 @@ from kimi_deploy.profile import Profile, load_profile
 from kimi_deploy.host.readiness import WaitResult, WaitState, wait_ready
 from kimi_deploy.names import check_timer, gateway_unit, node_url, server_unit
 from kimi_deploy.host.gateway import DrainTimeout, Gateway
-from kimi_deploy.wire.http import auth_headers, request_capped
+from kimi_deploy.wire.http import control_client, request_capped
 from kimi_deploy.topology import is_node, local_rank, pick_host, refuse_http_proof
 
 #: The gate's fast tier (``kimi-deploy check`` groups): quick, and they prove the configuration took. Read when a
@@ -134,7 +134,7 @@ def wait_idle(url: str, api_key: str | None, *, timeout: float, poll: float, clo
     import httpx
 
     deadline = clock() + timeout
-    with httpx.Client(base_url=url, timeout=max(poll, 10.0), headers=auth_headers(api_key), trust_env=False) as client:
+    with control_client(base_url=url, timeout=max(poll, 10.0), api_key=api_key) as client:
         while True:
             try:
                 status, body = request_capped(client, "GET", "/v1/loads", params={"include": "core"})

@@ -12,6 +12,7 @@ from typing import Any
 
 import httpx
 
+from kimi_deploy.wire.bounded import Deadline, Watch, bounded_transport
 from kimi_deploy.wire.limits import DEFAULT_MAX_BODY_BYTES, LimitExceeded, Refused, parse_json
 
 
@@ -19,6 +20,25 @@ def auth_headers(api_key: str | None) -> dict[str, str]:
     """``Authorization: Bearer KEY`` for SGLang and smg (``{}`` without a key): the one spelling of the kit's
     clients (readiness, status, restart's idle wait, the gateway client, check's HTTP client)."""
     return {"Authorization": f"Bearer {api_key}"} if api_key else {}
+
+
+def control_client(*, timeout: float, base_url: str = "", api_key: str | None = None) -> httpx.Client:
+    """The ``httpx.Client`` of every control-plane request (readiness, status, restart's idle wait, the gateway's
+    worker API): ``Authorization`` from :func:`auth_headers`, no proxy from the environment, and each request
+    bounded in wall-clock time at the socket (:mod:`kimi_deploy.wire.bounded`) by its read timeout
+    (``timeout`` seconds unless the call passes its own), however the server paces its bytes.
+
+    Past that bound the request raises ``httpx.ReadTimeout``: a server that sends ``100 Continue`` heads, a head
+    one byte a second or an endless body no longer holds ``status`` or ``restart --wait`` forever.
+    """
+    watch = Watch(Deadline(None))
+
+    def begin(request: httpx.Request) -> None:
+        timeouts = request.extensions.get("timeout") or {}
+        watch.begin(timeouts.get("read") or timeout)
+
+    return httpx.Client(base_url=base_url, timeout=timeout, headers=auth_headers(api_key), trust_env=False,
+                        transport=bounded_transport(watch), event_hooks={"request": [begin]})
 
 
 def status_label(status: int) -> str:

@@ -30,7 +30,7 @@ from typing import Any
 
 import httpx
 
-from kimi_deploy.wire.http import IDENTITY, auth_headers, status_label
+from kimi_deploy.wire.http import IDENTITY, control_client, status_label
 from kimi_deploy.wire.limits import DEFAULT_MAX_BODY_BYTES, parse_json
 from kimi_deploy.wire.printable import printable
 
@@ -209,5 +209,5 @@ def probe_url(base_url: str, api_key: str | None = None, model: str | None = Non
               timeout: float = 10.0) -> Readiness:
     """:func:`probe` of ``base_url`` (``http://HOST:PORT``) with a client of its own: ``Authorization: Bearer``
     when ``api_key`` is given, no proxy from the environment. The 1-token completion gets the same ``timeout``."""
-    with httpx.Client(base_url=base_url, timeout=timeout, headers=auth_headers(api_key), trust_env=False) as client:
+    with control_client(base_url=base_url, timeout=timeout, api_key=api_key) as client:
         return probe(client, model, timeout=timeout)
