@@ -315,6 +315,8 @@ def test_restart_reports_a_systemctl_failure(cli_runner, tmp_path, fake_systemd)
     result = cli_runner.invoke(cli, ["restart", "--root", str(root)], catch_exceptions=False)
     assert result.exit_code == ExitCode.EXTERNAL
     assert "systemctl restart -- kimi-test.service" in result.stderr and "fake failure" in result.stderr
+    # --root was given: the fix does not tell the operator to pass it (restart always uses the running systemd)
+    assert "restart and status always act on the running systemd" in result.stderr
 
 
 def test_unreadable_api_key_is_refused_before_anything_restarts(cli_runner, tmp_path, fake_systemd):

@@ -25,8 +25,10 @@ SHOW_PROPERTIES = (
     "ExecMainStartTimestamp", "ExecMainStatus", "Result", "FragmentPath",
 )
 
-#: Fix for a failed ``systemctl`` on the running manager: the command was not given ``--root``.
-HINT = "is systemd running on this host? `systemctl status` shows it; pass --root DIR for an image tree"
+#: Fix for a failed ``systemctl`` on the running manager. ``restart`` and ``status`` reach it with or without
+#: ``--root`` (the tree holds the files, the running systemd runs them), so the fix names which verbs take a tree.
+HINT = ("is systemd running on this host? `systemctl status` shows it; for an image tree, install and uninstall "
+        "take --root DIR (restart and status always act on the running systemd)")
 #: Fix for a failed ``systemctl --root DIR``: the tree, not a running systemd, is the suspect.
 ROOT_HINT = ("systemctl --root DIR only edits unit files in that tree: is DIR an OS tree (with etc/systemd/system) "
              "and readable? `systemctl --root DIR list-unit-files` shows what it sees")
