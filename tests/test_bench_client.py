@@ -15,7 +15,7 @@ import pytest
 from kimi_deploy.bench.client import SSESink, StreamClient
 from kimi_deploy.bench.http import Connection
 from kimi_deploy.bench.load import closed_loop
-from kimi_deploy.errors import UnreachableError
+from kimi_deploy.errors import ExitCode, KimiDeployError, UnreachableError
 
 HEAD = (b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream; charset=utf-8\r\n"
         b"transfer-encoding: chunked\r\n\r\n")
@@ -280,3 +280,44 @@ def test_every_event_of_one_read_carries_the_time_of_that_read():
         assert len(t) == 3 and t[0] == t[1] < t[2] == sink.rec.t_end
     finally:
         loop.close()
+
+
+def _hostile(answer, path="/server_info", request_timeout=1.0):
+    """What ``get_json(path)`` raises against a :mod:`hostile_raw` server (``None``: it answered)."""
+    from hostile_raw import RawServer
+
+    async def main(url):
+        async with StreamClient(url, request_timeout=request_timeout) as client:
+            try:
+                await client.get_json(path)
+            except KimiDeployError as exc:
+                return exc
+        return None
+
+    with RawServer(answer) as server:
+        return run(main(server.url))
+
+
+def test_a_server_that_answers_badly_is_no_unreachable_server():
+    # a trial after issue 30: a header flood and a head one byte at a time were exit 3, "is the server up?"
+    from hostile_raw import forever
+
+    def flood(method, path, body, out):
+        out.write(b"HTTP/1.1 200 OK\r\n")
+        forever(out, b"X-Flood: " + b"a" * 4000 + b"\r\n", 0.0, for_s=5.0)
+
+    def slow_head(method, path, body, out):
+        out.write(b"HTTP/1.1 200 OK\r\nX-Slow: ")
+        forever(out, b"a", 0.1, for_s=30.0)  # a header value that never ends
+
+    for answer, why in ((flood, "headers over"), (slow_head, "no whole answer within 1 s")):
+        err = _hostile(answer)
+        assert type(err) is KimiDeployError and err.exit_code == ExitCode.FAILED, err
+        assert "answered GET /server_info, but not with a usable HTTP answer" in err.message
+        assert why in err.value, err.value
+
+    def silent(method, path, body, out):
+        forever(out, b"", 0.1, for_s=30.0)  # accepts, reads the request, sends nothing
+
+    err = _hostile(silent)
+    assert isinstance(err, UnreachableError) and "no answer within 1 s" in err.value

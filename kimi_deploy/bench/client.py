@@ -24,7 +24,7 @@ from typing import Any
 
 from kimi_deploy.bench.http import Pool
 from kimi_deploy.bench.metrics import RequestRecord
-from kimi_deploy.errors import UnreachableError
+from kimi_deploy.errors import KimiDeployError, UnreachableError
 from kimi_deploy.wire.limits import LimitExceeded, Limits, Refused, parse_json
 from kimi_deploy.wire.sse import DONE as _DONE, Framer
 
@@ -318,7 +318,9 @@ class StreamClient:
         ``--max-body-bytes``, or encoded) comes back as a :class:`NotRead` text saying why.
 
         Raises:
-            UnreachableError: the server does not answer at all.
+            UnreachableError: the server does not answer at all (exit 3).
+            KimiDeployError: it sent bytes that are no usable HTTP answer: a head over the cap, a broken one, or
+                no whole answer in time (exit 1).
         """
         return await self._call("GET", path)
 
@@ -326,7 +328,9 @@ class StreamClient:
         """``POST base_url + path`` with an empty body: ``(status, parsed JSON or text)``.
 
         Raises:
-            UnreachableError: the server does not answer at all.
+            UnreachableError: the server does not answer at all (exit 3).
+            KimiDeployError: it sent bytes that are no usable HTTP answer: a head over the cap, a broken one, or
+                no whole answer in time (exit 1).
         """
         return await self._call("POST", path)
 
@@ -335,6 +339,7 @@ class StreamClient:
         loop = asyncio.get_running_loop()
         headers = {k: v for k, v in self.headers.items() if k != "Accept"}
         reason = None
+        answered = False
         limit = min(CONTROL_TIMEOUT_S, self.request_timeout)
         for _ in (0, 1):
             sink = _BufferSink(loop.create_future(), self.limits.max_body_bytes)
@@ -348,8 +353,10 @@ class StreamClient:
                 async with asyncio.timeout(limit):
                     await sink.done
             except TimeoutError:
-                sink.error = f"no answer within {limit:g} s (--request-timeout)"
+                sink.error = (f"no whole answer within {limit:g} s (--request-timeout)" if conn.got_bytes
+                              else f"no answer within {limit:g} s (--request-timeout)")
                 conn.close()
+            answered = conn.got_bytes
             self.pool.release(conn)
             if sink.refused is not None:
                 return sink.status, NotRead(f"<not read: {sink.refused}>")
@@ -363,5 +370,10 @@ class StreamClient:
                     return sink.status, raw.decode("utf-8", "replace")
             reason = sink.error
             break
+        if answered:  # bytes came back: the server is up, its answer is what failed (exit 1, not 3)
+            raise KimiDeployError(f"the server at {self.base_url} answered {method} {path}, but not with a usable "
+                                  "HTTP answer", value=reason,
+                                  hint="is --base-url an OpenAI-compatible server (SGLang, vLLM)? `curl -i "
+                                       "BASE_URL/v1/models` shows what it sends")
         raise UnreachableError(f"the server at {self.base_url} did not answer {method} {path}", value=reason,
                                hint="check --base-url and that the server is up (`curl BASE_URL/v1/models`)")
