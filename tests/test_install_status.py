@@ -180,6 +180,23 @@ def test_status_of_a_failed_unit(cli_runner, tmp_path, fake_systemd, sglang_pyth
     assert not (tmp_path / "state").exists()  # status writes no record
 
 
+@pytest.mark.sglang
+def test_status_reads_the_patch_record_where_patch_apply_kept_it(cli_runner, tmp_path, fake_systemd, sglang_python,
+                                                                 monkeypatch):
+    # a trial found `patch apply --state-dir DIR` followed by status saying "not applied": status had no --state-dir
+    from patch_helpers import patched_target
+
+    python, state = patched_target(sglang_python, tmp_path / "sglang")
+    monkeypatch.setenv("KIMI_DEPLOY_STATE_DIR", str(tmp_path / "elsewhere"))
+    with FakeServer(ready=lambda n: False, args=lambda: None) as server:
+        root, _ = _installed(tmp_path, server.port, python=python)
+        default = cli_runner.invoke(cli, ["status", "--root", str(root), "--json"], catch_exceptions=False)
+        given = cli_runner.invoke(cli, ["status", "--root", str(root), "--state-dir", str(state), "--json"],
+                                  catch_exceptions=False)
+    assert json.loads(default.output)["patches"]["state"] != "applied"
+    assert json.loads(given.output)["patches"]["state"] == "applied", given.output
+
+
 def test_status_reports_an_unreadable_patch_state(cli_runner, tmp_path, fake_systemd):
     # [service] python names no interpreter: the state is an error, and a problem
     with FakeServer(ready=lambda n: False, args=lambda: None) as server:

@@ -158,17 +158,17 @@ def running_launch(base_url: str | None, api_key: str | None,
     return None
 
 
-def patch_state(python: str) -> dict[str, Any]:
+def patch_state(python: str, state_dir: str | None = None) -> dict[str, Any]:
     """The patch series state of the SGLang in ``python`` (:func:`kimi_deploy.patching.status`, as a dict).
 
     ``state`` is one of applied, not_applied, drifted, partial, interrupted, no_series; ``error`` (with
     ``detail``: the reason and the offending value) when the state cannot be read (the interpreter
-    is missing or has no SGLang, a damaged record). The record is looked up in
-    :func:`kimi_deploy.paths.patch_state_dir` (``$KIMI_DEPLOY_STATE_DIR``, else
+    is missing or has no SGLang, a damaged record). The record is looked up in ``state_dir`` (``patch apply
+    --state-dir``), else :func:`kimi_deploy.paths.patch_state_dir` (``$KIMI_DEPLOY_STATE_DIR``, else
     ``/var/lib/kimi-deploy``), where ``patch apply`` writes it.
     """
     try:
-        return series_status(python).to_dict()
+        return series_status(python, state_dir=state_dir).to_dict()
     except KimiDeployError as exc:
         value = f": {exc.value}" if exc.value is not None else ""
         return {"state": "error", "detail": exc.message + value}
@@ -279,7 +279,7 @@ def gateway_host(profile: Profile, manifest: Manifest) -> bool:
 
 
 def gather_status_facts(profile: Profile, layout: HostLayout, manifest: Manifest,
-                        node: str | None = None) -> StatusFacts:
+                        node: str | None = None, state_dir: str | None = None) -> StatusFacts:
     """Read the files, ask systemd, probe the server, read the patch state and the last check (never raises
     for a down server or a failed ``systemctl``: those become facts). On a gateway host (:func:`gateway_host`):
     the gateway unit and its nightly report only."""
@@ -312,7 +312,8 @@ def gather_status_facts(profile: Profile, layout: HostLayout, manifest: Manifest
     if unit is not None and unit.is_active:
         start_log = allreduce.read_start_log(server_unit(profile.service.name),
                                              unit.properties.get("ExecMainStartTimestamp") or None)
-    return StatusFacts(layout, files, unit, unit_error, key_error, probe, launch, patch_state(profile.service.python),
+    patches = patch_state(profile.service.python, state_dir)
+    return StatusFacts(layout, files, unit, unit_error, key_error, probe, launch, patches,
                        last_check(report, layout.host_path(report)), start_log, rank,
                        phases.load_last(layout.state_dir(profile.service.name)))
 
@@ -360,17 +361,19 @@ def _patch_problem(patches: dict[str, Any], python: str, restart: str = "kimi-de
     return None
 
 
-def status(profile: Profile, layout: HostLayout, manifest: Manifest, node: str | None = None) -> StatusReport:
+def status(profile: Profile, layout: HostLayout, manifest: Manifest, node: str | None = None,
+           state_dir: str | None = None) -> StatusReport:
     """Collect the status of ``profile``'s installed service (never raises for a down server): the facts
     (:func:`gather_status_facts`), then the report (:func:`status_from`). ``node``: this host in a multi-node
-    group (default: found by its addresses, :func:`kimi_deploy.topology.local_rank`).
+    group (default: found by its addresses, :func:`kimi_deploy.topology.local_rank`); ``state_dir``: where the
+    patch record is (``patch apply --state-dir``; default :func:`kimi_deploy.paths.patch_state_dir`).
 
     Paths in the report are host paths. Each entry of ``problems`` is one :func:`problem` line.
 
     Raises:
         UsageError: ``node`` is not a node of the profile.
     """
-    return status_from(profile, manifest, gather_status_facts(profile, layout, manifest, node))
+    return status_from(profile, manifest, gather_status_facts(profile, layout, manifest, node, state_dir))
 
 
 def status_from(profile: Profile, manifest: Manifest, facts: StatusFacts) -> StatusReport:
