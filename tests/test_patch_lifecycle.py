@@ -208,3 +208,13 @@ def test_not_applied_fix_is_the_apply_command(target, cli_runner):
     assert verify.exit_code == ExitCode.FAILED
     assert f"fix: `kimi-deploy patch apply --python {python}`, then restart the service" in verify.stderr
     assert patching.apply_command(python, ["a", "c"], ["a", "b"]) == f"kimi-deploy patch apply --python {python} --only a,c"
+
+
+def test_the_fix_repeats_a_state_dir_given(target, tmp_path):
+    # a trial ran `patch status --state-dir DIR` and was told `kimi-deploy patch apply --python P`, which reads the
+    # default record: the fix must name the same state directory
+    python, _ = target
+    state = tmp_path / "my-state"
+    given = patching.status(python, state_dir=state)
+    assert given.state == "not_applied" and f" --state-dir {state}" in given.fix
+    assert "--state-dir" not in patching.status(python).fix

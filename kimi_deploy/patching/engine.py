@@ -76,14 +76,16 @@ def reinstall_command(python: str, sglang_version: str) -> str:
     return f"{shlex.quote(python)} -m pip install --force-reinstall --no-deps sglang=={sglang_version}"
 
 
-def apply_command(python: str, ids: list[str], defaults: list[str]) -> str:
+def apply_command(python: str, ids: list[str], defaults: list[str], state_dir: str | None = None) -> str:
     """The ``kimi-deploy patch apply`` line whose result is exactly the set ``ids``.
 
     ``defaults``: the series' on-by-default ids. A set holding every default is written as
     ``--with`` the others (nothing when none); any other set as ``--only`` (``apply`` always
     applies exactly one set, so a fix that adds a patch must name the ones to keep too).
+    ``state_dir``: the ``--state-dir`` the record was read from, repeated in the line (``None``: the default).
     """
-    head = f"kimi-deploy patch apply --python {shlex.quote(python)}"
+    head = f"kimi-deploy patch apply --python {shlex.quote(python)}" + (
+        f" --state-dir {shlex.quote(state_dir)}" if state_dir else "")
     if set(defaults) <= set(ids):
         extra = [i for i in ids if i not in defaults]
         return head + (f" --with {','.join(extra)}" if extra else "")
@@ -136,7 +138,8 @@ class SeriesStatus:
     ``apply`` refuses until the same release is reinstalled. ``"interrupted"``: a killed
     ``apply``/``revert`` left its journal and this run could not finish it (``problems`` says
     why); never ``"applied"`` then. ``recovered``: what this call finished of such a journal
-    (``""``: nothing was pending).
+    (``""``: nothing was pending). ``state_dir``: the ``--state-dir`` the record was read from (``None``: the
+    default), repeated in ``fix``'s ``patch apply`` line.
     """
 
     state: SeriesState
@@ -152,6 +155,7 @@ class SeriesStatus:
     fix: str | None = None
     reinstall_first: bool = False
     recovered: str = ""
+    state_dir: str | None = None
 
     @property
     def ok(self) -> bool:
@@ -161,7 +165,7 @@ class SeriesStatus:
         """``kimi-deploy patch apply`` for the checked set plus ``add``, in series order."""
         wanted = set(self.selected) | set(add or [])
         ids = [p.id for p in self.patches if p.id in wanted]
-        return apply_command(self.python, ids, [p.id for p in self.patches if p.default])
+        return apply_command(self.python, ids, [p.id for p in self.patches if p.default], self.state_dir)
 
     def remedy(self, add: list[str] | None = None) -> str:
         """The commands that leave the checked set plus ``add`` applied: the reinstall of the same
@@ -513,11 +517,12 @@ def status(python: str, *, only: list[str] | None = None,
                 recovered = _recover(inst, store)
             except KimiDeployError as exc:
                 pending = (exc.message + (f" ({exc.value})" if exc.value else ""), exc.hint)
-        return _status(inst, store, only, pending=pending, recovered=recovered)
+        return _status(inst, store, only, pending=pending, recovered=recovered,
+                       state_dir=os.fspath(state_dir) if state_dir is not None else None)
 
 
 def _status(inst: _Install, store: StateStore, only: list[str] | None, *,
-            pending: tuple[str, str | None] | None, recovered: str) -> SeriesStatus:
+            pending: tuple[str, str | None] | None, recovered: str, state_dir: str | None = None) -> SeriesStatus:
     """:func:`status` under the lock. ``pending``: why an unfinished journal is still there and its fix
     (``None``: the default one), which makes the state ``interrupted``; ``recovered``: what
     :func:`_recover` just finished."""
@@ -591,7 +596,7 @@ def _status(inst: _Install, store: StateStore, only: list[str] | None, *,
     result = SeriesStatus(state=overall, python=inst.python, sglang_version=inst.version,
                           sglang_location=str(inst.location), series_versions=versions, selected=selected,
                           patches=patches, state_file=str(store.record_path), recorded=recorded, problems=problems,
-                          recovered=recovered)
+                          recovered=recovered, state_dir=state_dir)
     if overall == "applied":
         return result
     if pending:
