@@ -15,7 +15,6 @@ from kimi_deploy.wire.baseurl import check_base_url
 from kimi_deploy.errors import ExitCode, UsageError
 from kimi_deploy.fsio import write_atomic
 from kimi_deploy.cli.options import Seconds, json_flag, json_path_option, limit_options
-from kimi_deploy.wire.printable import printable
 
 if TYPE_CHECKING:  # the check library (openai, httpx, rich) loads when the verb runs, not for its --help
     from rich.console import Console
