@@ -21,11 +21,13 @@ Needs root, ``systemd-nspawn`` (Debian: ``systemd-container``), ``unshare`` and 
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
 import shlex
 import shutil
 import signal
 import subprocess
+import tempfile
 import threading
 import time
 import uuid
@@ -68,6 +70,13 @@ def unavailable() -> str | None:
     return None
 
 
+#: One container at a time on this machine, held from boot to power-off (:meth:`Container.boot`). systemd-nspawn
+#: runs with ``--keep-unit``, in its caller's cgroup, so two containers started by one test session (two
+#: pytest-xdist workers) share it, and on a cgroup-v1 host their systemds' unit cgroups can collide: a start
+#: failed with ``219/CGROUP`` while two containers ran at once.
+LOCK_PATH = Path(tempfile.gettempdir()) / "kimi-deploy-test-containers.lock"
+
+
 @dataclass
 class Container:
     """One container boot. Add mounts with :meth:`bind`/:meth:`overlay`, then :meth:`boot`.
@@ -85,6 +94,18 @@ class Container:
     #: Seconds of the watchdog that killed this container (:meth:`arm_watchdog`), None while it has not.
     expired_after: float | None = None
     _watchdog: threading.Timer | None = None
+    _lock_fd: int | None = None
+
+    def _take_lock(self) -> None:
+        """Wait for :data:`LOCK_PATH` (released by :meth:`_drop_lock`, or by the kernel when this process dies)."""
+        fd = os.open(LOCK_PATH, os.O_RDWR | os.O_CREAT, 0o600)
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        self._lock_fd = fd
+
+    def _drop_lock(self) -> None:
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)
+            self._lock_fd = None
 
     def bind(self, src: Path | str, dst: str, *, ro: bool = True) -> None:
         """Bind host ``src`` at ``dst`` inside (read-only unless ``ro`` is false)."""
@@ -118,7 +139,12 @@ class Container:
         systemd ran, RuntimeError (with the console log's tail) when systemd does not finish booting
         within ``timeout``.
         """
-        etc = self._prepare_etc()
+        self._take_lock()
+        try:
+            etc = self._prepare_etc()
+        except BaseException:
+            self._drop_lock()
+            raise
         args = ["systemd-nspawn", "--quiet", "--directory=/", "--volatile=yes", "--register=no",
                 "--keep-unit", "--link-journal=no", "--private-network", f"--machine={self.name}",
                 "--console=read-only", f"--bind={etc}:/etc", *self.mounts,
@@ -220,6 +246,7 @@ class Container:
         finally:
             if self.proc is not None:
                 self.console.close()
+            self._drop_lock()
 
     def kill(self) -> None:
         """Stop the container now: SIGKILL to its PID 1 (the kernel then kills every process of its PID
@@ -231,6 +258,7 @@ class Container:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(self.proc.pid, signal.SIGKILL)
             self.proc.wait(timeout=30)
+        self._drop_lock()
 
     def console_tail(self, lines: int = 40) -> str:
         """The last ``lines`` lines of the container's console (boot messages, nspawn's errors)."""

@@ -36,11 +36,12 @@ sys.stdin.read()  # until killed
 
 
 def _alive(pid: int) -> bool:
+    """Whether ``pid`` runs and is no zombie (gone between the two looks: not alive)."""
     try:
         os.kill(pid, 0)
-    except ProcessLookupError:
+        return Path(f"/proc/{pid}/stat").read_text().split(") ", 1)[1][0] != "Z"
+    except (ProcessLookupError, FileNotFoundError):
         return False
-    return Path(f"/proc/{pid}/stat").read_text().split(") ", 1)[1][0] != "Z"
 
 
 @pytest.mark.container
