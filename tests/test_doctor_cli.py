@@ -200,11 +200,13 @@ def test_patches_follow_patch_verify(cli_runner, bin_dir, host, sglang_python, p
     verify, checks, _ = run(pristine, state)
     assert verify.exit_code == 1
     patches = checks["sglang.patches"]
-    assert patches["status"] == "fail" and f"`kimi-deploy patch apply --python {pristine}`" in patches["hint"]
+    # the fix names the state directory the record was read from (doctor --state-dir), as patch verify needs it
+    assert patches["status"] == "fail"
+    assert f"`kimi-deploy patch apply --python {pristine} --state-dir {state}`" in patches["hint"]
     fusion = checks["sglang.flashinfer_allreduce_fusion_backend"]
     assert fusion["status"] == "fail"
     assert fusion["hint"].startswith(f"`kimi-deploy patch apply --python {pristine} --with "
-                                     "sm120-flashinfer-allreduce-fusion,sm120-torch-symm-mem`")
+                                     f"sm120-flashinfer-allreduce-fusion,sm120-torch-symm-mem --state-dir {state}`")
     assert checks["sglang.enable_torch_symm_mem"]["status"] == "warn"
 
     # verify_patches = false: the unit has no ExecStartPre=patch verify, so a warning

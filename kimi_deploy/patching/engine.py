@@ -84,12 +84,12 @@ def apply_command(python: str, ids: list[str], defaults: list[str], state_dir: s
     applies exactly one set, so a fix that adds a patch must name the ones to keep too).
     ``state_dir``: the ``--state-dir`` the record was read from, repeated in the line (``None``: the default).
     """
-    head = f"kimi-deploy patch apply --python {shlex.quote(python)}" + (
-        f" --state-dir {shlex.quote(state_dir)}" if state_dir else "")
+    head = f"kimi-deploy patch apply --python {shlex.quote(python)}"
+    tail = f" --state-dir {shlex.quote(state_dir)}" if state_dir else ""
     if set(defaults) <= set(ids):
         extra = [i for i in ids if i not in defaults]
-        return head + (f" --with {','.join(extra)}" if extra else "")
-    return head + f" --only {','.join(ids)}"
+        return head + (f" --with {','.join(extra)}" if extra else "") + tail
+    return head + f" --only {','.join(ids)}" + tail
 
 
 @dataclasses.dataclass(frozen=True)
