@@ -79,7 +79,8 @@ class Overdue(httpcore.ReadTimeout):
 class Watch:
     """The wall-clock bounds of the request in flight, enforced on every socket read and write.
 
-    A request may take at most its read timeout in all (``--timeout``, ``x``:data:`GENERATION_TIMEOUT_FACTOR`
+    A request may take at most its read timeout in all (``--timeout``, x
+    :data:`kimi_deploy.check.client.GENERATION_TIMEOUT_FACTOR`
     for chat completions), and nothing may run past the run's ``deadline``: a server that keeps a
     request alive with bytes that are never an answer (``HTTP/1.1 100 Continue`` heads, a body one byte
     per second, a head that never ends) is cut off there with :class:`Overdue`. It also counts what the
