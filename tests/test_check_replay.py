@@ -280,18 +280,19 @@ def test_parser_tier_is_one_skip_row_on_a_server_without_a_kimi_parser(replay):
     assert "tool_call_parser None, not kimi_k2" in row.detail
 
 
-def test_restart_fast_tier_runs_the_parser_tier_on_the_real_parsers(replay, patched, tmp_path):
-    """What ``restart --wait`` runs once the server is ready (:func:`kimi_deploy.host.restart.run_fast_checks`):
-    the parser.* tier fails on 0.5.23 as released exactly where the rule says and passes patched."""
+def test_restart_gate_runs_the_parser_tier_on_the_real_parsers(replay, patched, tmp_path):
+    """What ``restart --wait`` runs once the server is ready (:func:`kimi_deploy.host.gate.run_gate`, gate
+    ``parser``): the parser.* tier fails on 0.5.23 as released exactly where the rule says and passes patched."""
     from kimi_deploy.check import parser
+    from kimi_deploy.host import gate
     from kimi_deploy.profile import load_profile
-    from kimi_deploy.host.restart import run_fast_checks
 
-    unpatched = run_fast_checks(load_profile(profile_for(tmp_path, replay["unpatched"].url(), name="u.toml")),
-                                API_KEY, timeout=30)
-    assert unpatched.exit_code == ExitCode.FAILED
-    failed = {c["id"]: c["kind"] for c in unpatched.results if c["status"] == "fail"}
+    unpatched = gate.run_gate("parser", load_profile(profile_for(tmp_path, replay["unpatched"].url(), name="u.toml")),
+                              API_KEY, ready_seconds=0.0, timeout=30)
+    assert unpatched.failed_tier == "parser" and unpatched.exit_code == ExitCode.FAILED
+    failed = {c["id"]: c["kind"] for c in unpatched.results() if c["status"] == "fail"}
     assert failed == {f"parser.tool_calls.{k}": v for k, v in PARSER_FAILS_UNPATCHED.items()}
-    done = run_fast_checks(load_profile(profile_for(tmp_path, patched.url(), name="p.toml")), None, timeout=30)
-    assert done.exit_code == ExitCode.OK, [c for c in done.results if c["status"] != "pass"]
-    assert {c["id"] for c in done.results} >= set(parser.check_ids())
+    done = gate.run_gate("parser", load_profile(profile_for(tmp_path, patched.url(), name="p.toml")), None,
+                         ready_seconds=0.0, timeout=30)
+    assert done.ok, [c for c in done.results() if c["status"] != "pass"]
+    assert {c["id"] for c in done.results()} >= set(parser.check_ids())

@@ -166,26 +166,6 @@ def _busy(body: Any) -> int | None:
     return total
 
 
-def run_fast_checks(profile: Profile, api_key: str | None, timeout: float = 60.0,
-                    base_url: str | None = None) -> CheckSummary:
-    """Run the ``health.*``, ``config.*`` and ``parser.*`` checks of ``kimi-deploy check`` against the profile's server
-    in one run (the gate's fast and parser tiers without stopping between them).
-
-    ``timeout``: seconds per HTTP request. The expected values (served model name, parsers,
-    speculative settings, ``tp_size``) come from ``profile``.
-
-    Raises:
-        UsageError / ProfileError: from :func:`kimi_deploy.check.run_checks` (a bad base URL).
-    """
-    from kimi_deploy.check import CheckOptions, run_checks  # imports openai (about 0.5 s): only when checking
-
-    report = run_checks(CheckOptions(
-        base_url=base_url or profile.base_url, model=profile.sglang.served_model_name or profile.sglang.model_path,
-        api_key=api_key, profile=profile, only=[*FAST_TIER, *gates.PARSER_TIER], timeout=timeout))
-    return CheckSummary(int(report.exit_code),
-                        [{"id": r.id, "status": r.status, "kind": r.kind, "detail": r.detail} for r in report.results])
-
-
 @dataclasses.dataclass(frozen=True)
 class Attempt:
     """One restart and its verification: ``label`` is ``new`` or ``rollback``.
