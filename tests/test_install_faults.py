@@ -24,7 +24,7 @@ from install_fakes import snapshot, write_profile
 from kimi_deploy import fsio
 from kimi_deploy.host import records as hostfiles
 from kimi_deploy.cli import cli
-from kimi_deploy.errors import ExitCode, LockedError
+from kimi_deploy.errors import ExitCode, LockedError, UsageError
 from kimi_deploy.host.install import apply, plan_install
 from kimi_deploy.paths import HostLayout
 from kimi_deploy.profile import load_profile
@@ -481,3 +481,39 @@ def test_two_services_installs_take_the_hosts_shared_lock(cli_runner, root, tmp_
     second = cli_runner.invoke(cli, install_args(b, root, QUICK))
     assert second.exit_code == ExitCode.REFUSED and "port 30000" in second.output + second.stderr
     assert {p: p.read_bytes() for p in keys_before} == keys_before
+
+
+def test_a_backup_index_edited_by_hand_is_a_clear_error_not_a_traceback(cli_runner, root, profiles):
+    """``backup.json`` is written atomically, so a bad one is a hand edit or a disk fault: the verbs that read
+    backup sets (here ``uninstall --purge``, which looks for the last uninstall's manifest) say which set to move
+    aside, exit 2, and change nothing."""
+    v1, _ = profiles
+    assert cli_runner.invoke(cli, install_args(v1, root, QUICK)).exit_code == 0
+    assert cli_runner.invoke(cli, ["uninstall", "--root", str(root)]).exit_code == 0
+    layout = HostLayout(root)
+    index = max(layout.service_backup_dir("kimi-test").glob("*/backup.json"))  # the uninstall's (sets sort by age)
+    for bad in ('{"operation": "install", "created_at": "x", "entries": {"/etc/x": "gone"}}', '{"operation":'):
+        index.write_text(bad)
+        before = snapshot(root)
+        result = cli_runner.invoke(cli, ["uninstall", "--root", str(root), "--purge"])
+        assert result.exit_code == ExitCode.USAGE, result.output + result.stderr
+        assert "a backup set's index is unreadable" in result.stderr and "Traceback" not in result.stderr
+        assert f"move {layout.host_path(index.parent)} out of" in result.stderr
+        assert snapshot(root) == before
+
+
+def test_a_rollback_whose_saved_file_is_gone_restores_nothing(root, profiles):
+    """A backup set that lists a file it no longer holds is refused before anything is written back, so a
+    rollback never leaves half the old files and half the new."""
+    v1, v2 = profiles
+    layout = HostLayout(root)
+    for profile in (v1, v2):
+        apply(plan_install(load_profile(profile), layout))
+    (backup,) = [b for b in hostfiles.list_backups(layout, "kimi-test") if b.operation == "install"
+                 and "replaced" in b.entries.values()]
+    replaced = sorted(hp for hp, kind in backup.entries.items() if kind == "replaced")
+    backup.saved(replaced[-1]).unlink()
+    before = snapshot(root)
+    with pytest.raises(UsageError, match="a file the backup set lists is not in it; nothing was restored"):
+        hostfiles.restore_backup(layout, backup, "/etc/systemd/system/kimi-test.service")
+    assert snapshot(root) == before

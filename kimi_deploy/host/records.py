@@ -438,6 +438,16 @@ def profile_toml(profile: Profile, header: str) -> str:
 
 # ---------------------------------------------------------------- backups
 
+class BackupIndex(BaseModel):
+    """A backup set's ``backup.json`` (written by :func:`write_backup`): what :func:`list_backups` accepts."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    operation: Literal["install", "uninstall"]
+    created_at: str
+    entries: dict[str, Literal["replaced", "absent"]]
+
+
 @dataclasses.dataclass(frozen=True)
 class BackupSet:
     """One backup folder: ``entries`` maps host path -> ``"replaced"`` (old bytes saved under
@@ -487,8 +497,15 @@ def list_backups(layout: HostLayout, service: str) -> list[BackupSet]:
         index = folder / BACKUP_INDEX
         if not folder.is_dir() or folder.name.endswith(".rolled-back") or not index.is_file():
             continue
-        data = json.loads(index.read_text())
-        out.append(BackupSet(folder, data["operation"], data["created_at"], data["entries"]))
+        try:
+            data = BackupIndex.model_validate_json(index.read_bytes())
+        except (OSError, ValidationError) as exc:
+            problem = f"{exc.error_count()} problems" if isinstance(exc, ValidationError) else exc.strerror
+            raise UsageError("a backup set's index is unreadable", value=layout.describe(layout.host_path(index)),
+                             hint=f"it is written atomically, so this is a hand edit or a disk fault ({problem}): "
+                                  f"move {layout.host_path(folder)} out of {layout.host_path(base)} and run again"
+                             ) from None
+        out.append(BackupSet(folder, data.operation, data.created_at, data.entries))
     return out
 
 
@@ -515,8 +532,16 @@ def restore_backup(layout: HostLayout, backup: BackupSet, service_unit_host_path
     Raises:
         UsageError: a file cannot be written back (those already renamed stay restored).
     """
-    write_back = {layout.under(hp): backup.saved(hp).read_bytes()
-                  for hp, kind in backup.entries.items() if kind == "replaced"}
+    write_back = {}
+    for hp, kind in backup.entries.items():
+        if kind == "replaced":
+            try:
+                write_back[layout.under(hp)] = backup.saved(hp).read_bytes()
+            except OSError as exc:
+                raise UsageError("a file the backup set lists is not in it; nothing was restored",
+                                 value=layout.describe(layout.host_path(backup.saved(hp))),
+                                 hint=f"{exc.strerror}: restore {hp} by hand, or move "
+                                      f"{layout.host_path(backup.path)} aside to roll back to an older set") from None
     write_many_atomic(write_back)
     removed = []
     for hp, kind in backup.entries.items():
