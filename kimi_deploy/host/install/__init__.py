@@ -34,26 +34,26 @@ from pathlib import Path
 from typing import Any, Literal
 
 from kimi_deploy import __version__, fsio, paths, proc
-from kimi_deploy.host import systemd
+from kimi_deploy.host import systemd, gate as gates
 from kimi_deploy.wire import apikey
 from kimi_deploy.errors import ExternalCommandError, KimiDeployError, RefusedError, UsageError
 from kimi_deploy.fsio import write_atomic, write_many_atomic
 from kimi_deploy.host.records import (Claims, FileRecord, Intent, Manifest, Ownership, classify, installed_services,
-                                   last_uninstalled_manifest, listeners, leftover_services, load_intent, load_manifest,
-                                   other_services_claims, profile_toml, read_bytes, restore_backup, sha256,
-                                   service_lock, shared_lock as hostfiles_shared_lock, stale_files, write_backup)
+                                      last_uninstalled_manifest, listeners, leftover_services, load_intent,
+                                      load_manifest, other_services_claims, read_bytes, restore_backup, sha256,
+                                      service_lock, shared_lock as hostfiles_shared_lock, stale_files, write_backup)
 from kimi_deploy.paths import HostLayout
-from kimi_deploy.host import gate as gates
 from kimi_deploy.topology import pick_host
 from kimi_deploy.profile import Profile, naming_warnings, parse_profile, valid_service_name
-from kimi_deploy.names import CHECK_UNIT, check_timer, gateway_service, server_unit
-from kimi_deploy import targets
-from kimi_deploy.targets import file_header
-from kimi_deploy.targets.systemd import MONITORING_DIR
-from kimi_deploy.launch import API_KEY_CREDENTIAL
+from kimi_deploy.names import CHECK_UNIT, check_timer, server_unit
+# Kept importable from here while the modules move out; the last step of the split points the
+# importers at the module that owns each name and drops these.
+from kimi_deploy.host.install.files import desired_files, is_unit, target_host_path, units_to_enable, uses_api_key
+
 
 #: Shell of the service user: it never logs in (useradd(8) ``--shell``).
 NOLOGIN = "/usr/sbin/nologin"
+
 
 _REASONS = {
     Ownership.ABSENT: "new file",
@@ -188,8 +188,6 @@ def _diff(host_path: str, old: bytes | None, new: bytes | None) -> str:
     return text
 
 
-# ---------------------------------------------------------------- facts (the only reads of the host)
-
 @dataclasses.dataclass(frozen=True)
 class HostFacts:
     """Everything ``install``/``uninstall`` plan from, gathered once (:func:`gather_install_facts`,
@@ -290,7 +288,7 @@ def _read_files(layout: HostLayout, host_paths: set[str]) -> dict[str, bytes | N
 
 
 def _unit_names(host_paths: set[str] | list[str]) -> list[str]:
-    return sorted(Path(hp).name for hp in host_paths if _is_unit(hp))
+    return sorted(Path(hp).name for hp in host_paths if is_unit(hp))
 
 
 def gather_install_facts(profile: Profile, layout: HostLayout, desired: Mapping[str, bytes], *,
@@ -375,11 +373,9 @@ def gather_uninstall_facts(layout: HostLayout, name: str | None) -> HostFacts:
         installed=installed, leftovers=leftovers)
 
 
-# ---------------------------------------------------------------- planning (pure: facts in, plan out)
-
-def _change(facts: HostFacts, host_path: str, desired: bytes | None, force: bool, refusals: list[Refusal], *,
-            needs_header: bool = True, others: Mapping[str, str] | None = None,
-            manifest: Manifest | None = None) -> FileChange:
+def file_change(facts: HostFacts, host_path: str, desired: bytes | None, force: bool, refusals: list[Refusal], *,
+                needs_header: bool = True, others: Mapping[str, str] | None = None,
+                manifest: Manifest | None = None) -> FileChange:
     """Plan one target from its bytes in ``facts``. ``others``: host path -> service, the files other
     services' manifests list; ``manifest``: the record to classify against (default ``facts.manifest``)."""
     path = facts.layout.join(host_path)
@@ -494,7 +490,7 @@ def _api_key_step(facts: HostFacts, notes: list[str]) -> Step | None:
     return None
 
 
-def _stale_steps(facts: HostFacts) -> list[Step]:
+def stale_steps(facts: HostFacts) -> list[Step]:
     """Remove what killed runs left (temporary files, rename links, backup sets without an index)."""
     steps = []
     for hp in facts.stale:
@@ -504,9 +500,7 @@ def _stale_steps(facts: HostFacts) -> list[Step]:
     return steps
 
 
-# ---------------------------------------------------------------- other services
-
-def _who(users: list[tuple[str, str]]) -> str:
+def who_uses(users: list[tuple[str, str]]) -> str:
     """``service kimi-a (API key file)`` / ``services kimi-a (cache folder), kimi-b (file)``."""
     names = ", ".join(f"{svc} ({what})" for svc, what in users)
     return f"service{'s' if len(users) > 1 else ''} {names}"
@@ -549,18 +543,11 @@ def _conflicts(profile: Profile, claims: Claims, force: bool, notes: list[str], 
         if not users:
             continue
         if all(use == what for _, use in users) and what != "state folder":
-            notes.append(f"warning: the {what} {host_path} is also used by {_who(users)}: shared between services "
+            notes.append(f"warning: the {what} {host_path} is also used by {who_uses(users)}: shared between services "
                          f"(recorded in the manifests); `uninstall --purge` of one keeps it while another is "
                          "installed")
         else:
-            conflict(host_path, f"this profile's {what} is used by {_who(users)}")
-
-
-# ---------------------------------------------------------------- install
-
-def target_host_path(file_name: str) -> str:
-    """Host path of a rendered file: ``*.env`` in ``/etc/kimi-deploy``, units in ``/etc/systemd/system``."""
-    return f"{paths.ETC_DIR}/{file_name}" if file_name.endswith(".env") else f"{paths.SYSTEMD_DIR}/{file_name}"
+            conflict(host_path, f"this profile's {what} is used by {who_uses(users)}")
 
 
 def this_host(profile: Profile, host: str | None) -> str | None:
@@ -576,34 +563,6 @@ def this_host(profile: Profile, host: str | None) -> str | None:
         raise UsageError("--host is for a profile with [fleet] or [gateway]; this one describes one host",
                          value=host, hint="drop --host")
     return None
-
-
-def desired_files(profile: Profile, sglang_version: str | None = None,
-                  host: str | None = None) -> tuple[dict[str, bytes], str]:
-    """Host path -> bytes of every file ``install`` puts in place (manifest excluded), and the SGLang version.
-
-    ``host``: for a profile with ``[fleet]``/``[gateway]``, the host whose part to install
-    (:func:`kimi_deploy.targets.systemd.host_files`: server units on a node, the gateway unit on the gateway host);
-    None for a one-host profile.
-
-    The files are the ``systemd`` target's (:func:`kimi_deploy.targets.render`), less its ``monitoring/`` files.
-
-    Raises:
-        UsageError / UnsupportedVersionError: from :func:`kimi_deploy.targets.systemd.render`; a fleet without ``host``.
-    """
-    rendered = targets.render("systemd", profile, sglang_version)
-    if profile.hosts():
-        if host is None:
-            raise UsageError("the profile describes several hosts; say which one this is",
-                             hint="pass --host NAME (a node or the gateway host of the profile)")
-        folder = f"{host}/"  # the systemd target's folder of this host (kimi_deploy.targets.systemd.host_files)
-        part = {name.removeprefix(folder): text for name, text in rendered.files.items() if name.startswith(folder)}
-    else:  # the monitoring files belong on the Prometheus host
-        part = {name: text for name, text in rendered.files.items() if not name.startswith(f"{MONITORING_DIR}/")}
-    files = {target_host_path(name): text.encode() for name, text in part.items()}
-    header = file_header(profile, rendered.launch.sglang_version)
-    files[paths.service_profile_copy(profile.service.name)] = profile_toml(profile, header).encode()
-    return files, rendered.launch.sglang_version
 
 
 def plan_install(profile: Profile, layout: HostLayout, *, sglang_version: str | None = None, force: bool = False,
@@ -643,16 +602,6 @@ def _installed_copy(facts: HostFacts, service: str) -> Profile | None:
         return None
 
 
-def units_to_enable(profile: Profile, files: Mapping[str, bytes]) -> list[str]:
-    """The units ``install`` enables among ``files``: the server and/or gateway unit and the check timer."""
-    svc = profile.service
-    units = [server_unit(svc.name), check_timer(svc.name)]
-    if profile.gateway is not None:
-        gateway = gateway_service(svc.name)
-        units += [server_unit(gateway), check_timer(gateway)]
-    return [u for u in units if f"{paths.SYSTEMD_DIR}/{u}" in files]
-
-
 def plan_install_from(profile: Profile, facts: HostFacts, files: Mapping[str, bytes], version: str, *,
                       force: bool = False, enable: bool = True, create_user: bool = True,
                       restart: bool = False, allow_parser_removal: bool = False, dry_run: bool = False) -> Plan:
@@ -680,7 +629,7 @@ def plan_install_from(profile: Profile, facts: HostFacts, files: Mapping[str, by
     refusals: list[Refusal] = []
     old, intent = facts.manifest, facts.intent
 
-    steps: list[Step] = _stale_steps(facts)
+    steps: list[Step] = stale_steps(facts)
     serves = target_host_path(server_unit(svc.name)) in files  # a gateway-only host runs as DynamicUser
     account_steps = _user_steps(profile, facts, create_user, notes) if serves else []
     steps += account_steps
@@ -726,15 +675,15 @@ def plan_install_from(profile: Profile, facts: HostFacts, files: Mapping[str, by
                         cache_dir=profile.cache_root, state_dir=paths.service_state_dir(svc.name),
                         users_created=users_created, groups_created=groups_created)
     others = facts.claims.files()
-    changes = [_change(facts, hp, data, force, refusals, others=others) for hp, data in files.items()]
+    changes = [file_change(facts, hp, data, force, refusals, others=others) for hp, data in files.items()]
     recorded = set(old.files if old else ()) | set(intent.records() if intent else ())
     for hp in sorted(recorded - set(files)):  # files the last install wrote that this one does not render
-        changes.append(_change(facts, hp, None, force, refusals, others=others))
+        changes.append(file_change(facts, hp, None, force, refusals, others=others))
     manifest_hp = layout.host_path(layout.manifest(svc.name))
-    changes.append(_change(facts, manifest_hp, manifest.to_bytes(), force, refusals, needs_header=False))
+    changes.append(file_change(facts, manifest_hp, manifest.to_bytes(), force, refusals, needs_header=False))
 
-    gone = [Path(c.host_path).name for c in changes if c.action == "remove" and _is_unit(c.host_path)]
-    steps += _disable_steps(facts, gone)
+    gone = [Path(c.host_path).name for c in changes if c.action == "remove" and is_unit(c.host_path)]
+    steps += disable_steps(facts, gone)
     units = units_to_enable(profile, files)
     units_changed = any(c.action != "unchanged" and c.host_path.startswith(paths.SYSTEMD_DIR + "/") for c in changes)
     if layout.is_host:
@@ -770,22 +719,7 @@ def plan_install_from(profile: Profile, facts: HostFacts, files: Mapping[str, by
                 intent=record, stale_intent=intent is not None, blocked_by=blocked_by)
 
 
-# ---------------------------------------------------------------- uninstall
-
-def uses_api_key(files: Mapping[str, bytes]) -> bool:
-    """True when one of the unit files among ``files`` loads the API key (``LoadCredential=api-key:...``): a
-    server that serves HTTP, the gateway, a check. A rank >= 1 of a multi-node group does not, so its host
-    neither needs nor gets the key file."""
-
-    needle = f"\nLoadCredential={API_KEY_CREDENTIAL}:".encode()
-    return any(needle in data for hp, data in files.items() if _is_unit(hp))
-
-
-def _is_unit(host_path: str) -> bool:
-    return host_path.startswith(paths.SYSTEMD_DIR + "/") and host_path.endswith((".service", ".timer"))
-
-
-def _disable_steps(facts: HostFacts, units: list[str]) -> list[Step]:
+def disable_steps(facts: HostFacts, units: list[str]) -> list[Step]:
     """Stop and disable ``units`` before their files go: ``disable --now`` on the host, ``--root`` ``disable``
     (symlinks only) on an image tree for those that are enabled there. The check services are left
     out: they have no ``[Install]`` section (the timer starts them)."""
@@ -819,7 +753,7 @@ def _purge_steps(facts: HostFacts, svc: str, record: Manifest | None) -> tuple[l
     def in_use(host_path: str, what: str) -> bool:
         users = claims.users(host_path)
         if users and host_path in facts.exists:
-            shared.append(f"the {what} {host_path} stays: {_who(users)} uses it too")
+            shared.append(f"the {what} {host_path} stays: {who_uses(users)} uses it too")
         return bool(users)
 
     if record:
@@ -877,7 +811,7 @@ def _account_purge_steps(facts: HostFacts, records: list[Manifest], kept: list[s
         for name in sorted(names & present):
             users = facts.claims.accounts.get(f"{kind} {name}", [])
             if users:
-                shared.append(f"the {kind} {name} stays: {_who(users)}")
+                shared.append(f"the {kind} {name} stays: {who_uses(users)}")
                 continue
             kept.append(f"{kind} {name}")
             steps.append(Step(
@@ -949,7 +883,7 @@ def plan_uninstall_from(facts: HostFacts, svc: str | None, *, force: bool = Fals
                   f"(remove with `{layout.command('uninstall --purge --name NAME')}`)"] if facts.leftovers else [])
         return Plan("uninstall", "", layout, (), (), tuple(notes), (), force, noop_message=message)
     manifest, intent = facts.manifest, facts.intent
-    stale = _stale_steps(facts)
+    stale = stale_steps(facts)
     if manifest is None and intent is None:  # uninstalled before: only what that uninstall kept may be left
         purge_steps, kept, shared = _purge_steps(facts, svc, facts.last_uninstalled)
         if purge:
@@ -964,13 +898,13 @@ def plan_uninstall_from(facts: HostFacts, svc: str | None, *, force: bool = Fals
     refusals: list[Refusal] = []
     others = facts.claims.files()
     recorded = set(manifest.files if manifest else ()) | set(intent.records() if intent else ())
-    changes = [_change(facts, hp, None, force, refusals, others=others) for hp in sorted(recorded)]
+    changes = [file_change(facts, hp, None, force, refusals, others=others) for hp in sorted(recorded)]
     manifest_hp = layout.host_path(layout.manifest(svc))
-    changes.append(_change(facts, manifest_hp, None, force, refusals, needs_header=False, manifest=_NO_MANIFEST))
+    changes.append(file_change(facts, manifest_hp, None, force, refusals, needs_header=False, manifest=_NO_MANIFEST))
 
-    units = [Path(c.host_path).name for c in changes if c.action == "remove" and _is_unit(c.host_path)]
+    units = [Path(c.host_path).name for c in changes if c.action == "remove" and is_unit(c.host_path)]
     units.sort(key=lambda u: (not u.startswith(f"{svc}."), u.endswith(".service"), u))  # server first, timers next
-    steps = stale + _disable_steps(facts, units)
+    steps = stale + disable_steps(facts, units)
     if units and layout.is_host:
         # A unit that failed (e.g. the last nightly check) stays loaded as "not-found failed" after its file
         # is gone, and `systemctl --failed` and unit monitoring keep reporting it (seen under systemd 252 in
@@ -998,8 +932,6 @@ def plan_uninstall_from(facts: HostFacts, svc: str | None, *, force: bool = Fals
 _NO_MANIFEST = Manifest(kimi_deploy_version="", service="", profile_sha256="", sglang_version="", files={},
                         cache_dir="/", state_dir="/")
 
-
-# ---------------------------------------------------------------- apply
 
 @dataclasses.dataclass(frozen=True)
 class ApplyResult:
@@ -1042,7 +974,7 @@ def refuse(plan: Plan) -> None:
     raise RefusedError(message, value="; ".join(lines), hint=hint)
 
 
-def _removed(plan: Plan) -> str:
+def count_removed(plan: Plan) -> str:
     """``5 files and the manifest``: the files counted as ``status`` counts them, the manifest apart."""
     manifest = plan.layout.manifest(plan.service)
     listed = [c for c in plan.changes if c.path != manifest]
@@ -1176,9 +1108,9 @@ def apply(plan: Plan) -> ApplyResult:
             messages.append(install_message(plan, saved))
         elif any(st.kind == "remove-tree" and st.path == layout.service_backup_dir(plan.service)
                  for st in plan.steps):
-            messages.append(f"uninstall: removed {_removed(plan)}")
+            messages.append(f"uninstall: removed {count_removed(plan)}")
         else:
-            messages.append(f"uninstall: removed {_removed(plan)}; copies kept in {saved}")
+            messages.append(f"uninstall: removed {count_removed(plan)}; copies kept in {saved}")
     if intent_path is not None and (record is not None or plan.stale_intent):
         fsio.remove(intent_path)
     for step in plan.steps:
@@ -1227,5 +1159,7 @@ def format_plan(plan: Plan, *, diffs: bool = True) -> str:
 
 #: The per-service lock ``install``/``uninstall``/``restart`` hold (:func:`kimi_deploy.host.records.service_lock`).
 locked = service_lock
+
+
 #: The host's lock on what services share, taken after :data:`locked` (:func:`kimi_deploy.host.records.shared_lock`).
 shared_lock = hostfiles_shared_lock
