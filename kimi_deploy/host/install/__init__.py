@@ -46,6 +46,7 @@ from kimi_deploy.host.install.facts import (HostFacts, gather_install_facts, gat
                                             this_host)
 from kimi_deploy.host.install.plan import (FileChange, Plan, Refusal, Step, disable_steps, file_change, stale_steps,
                                            who_uses)
+from kimi_deploy.host.install.formatting import count_files, count_removed, format_plan, install_message
 
 
 #: Shell of the service user: it never logs in (useradd(8) ``--shell``).
@@ -571,34 +572,6 @@ def refuse(plan: Plan) -> None:
     raise RefusedError(message, value="; ".join(lines), hint=hint)
 
 
-def count_removed(plan: Plan) -> str:
-    """``5 files and the manifest``: the files counted as ``status`` counts them, the manifest apart."""
-    manifest = plan.layout.manifest(plan.service)
-    listed = [c for c in plan.changes if c.path != manifest]
-    return count_files(len(listed)) + (" and the manifest" if len(listed) < len(plan.changes) else "")
-
-
-def install_message(plan: Plan, saved: str) -> str:
-    """What an applied install changed, counted as ``status`` counts (the files the manifest lists; the
-    manifest itself is named apart), and a rollback note only when there are previous versions to keep."""
-    manifest = plan.layout.manifest(plan.service)
-    listed = [c for c in plan.changes if c.path != manifest]
-    created = sum(c.action == "create" for c in listed)
-    replaced = sum(c.action == "replace" for c in listed)
-    removed = sum(c.action == "remove" for c in listed)
-    parts = [f"{n} {what}" for n, what in ((created, "created"), (replaced, "replaced"), (removed, "removed")) if n]
-    text = f"install: {count_files(len(listed))} ({', '.join(parts)})" if parts else "install: the manifest"
-    text += " and the manifest" if parts and any(c.path == manifest for c in plan.changes) else ""
-    if replaced or removed:
-        return text + f"; the previous versions are kept for rollback in {saved}"
-    return text + "; nothing was there before, so a rollback removes these files"
-
-
-def count_files(n: int) -> str:
-    """``1 file`` / ``N files``."""
-    return f"{n} file" if n == 1 else f"{n} files"
-
-
 def _create_api_key(path: Path) -> None:
     write_atomic(path, apikey.new_key() + "\n", mode=0o600)
     if os.geteuid() == 0:
@@ -714,44 +687,6 @@ def apply(plan: Plan) -> ApplyResult:
         if step.when == "after":
             _run_step(step, layout, ran, messages)
     return ApplyResult(plan, backup_path, tuple(ran), tuple(messages))
-
-
-def format_plan(plan: Plan, *, diffs: bool = True) -> str:
-    """The plan as text for a terminal: the root (with ``--root``), one line per file and step, the diffs, notes.
-
-    Every path is a host path; with ``--root`` the first line names the tree once. A file
-    refused without ``--force`` reads ``refuse`` (what ``--force`` would do follows the reason).
-    ``diffs`` False: file names only (``uninstall`` without ``--diff``), and a note saying how to see them.
-    """
-    out = []
-    if not plan.layout.is_host:
-        out.append(f"root    {plan.layout.root}  (--root: every path below is a host path inside this tree)")
-    verb = {"create": "create ", "replace": "replace", "remove": "remove ", "unchanged": "keep   "}
-    forced = {"replace": "--force replaces it", "remove": "--force removes it", "create": "--force creates it"}
-    for f in plan.files:
-        if f.refused:
-            out.append(f"refuse  {f.host_path}  ({f.reason}; {forced.get(f.action, '--force overrides')}, "
-                       "keeping a copy in the backup)")
-        else:
-            out.append(f"{verb[f.action]} {f.host_path}  ({f.reason})")
-    for r in plan.refusals:
-        if r.kind == "conflict":
-            out.append(f"refuse  {r.host_path}  ({r.reason}; --force installs anyway)")
-    for s in plan.steps:
-        cmd = proc.Completed(s.argv, 0, "", "").command if s.argv else ""
-        out.append(f"run     {s.summary}" + (f": {cmd}" if cmd else ""))
-    with_diff = [f for f in plan.changes if f.diff]
-    if diffs:
-        for f in with_diff:
-            out.append("")
-            out.append(f.diff.rstrip("\n"))
-    for note in plan.notes:
-        out.append(note if note.startswith("warning:") else f"note: {note}")
-    if with_diff and not diffs:
-        out.append("note: contents not shown; pass --diff (or -v) to see them")
-    if plan.is_noop:
-        out.append(plan.noop_message or f"nothing to do: {plan.service} is installed and up to date")
-    return "\n".join(out) + "\n"
 
 
 #: The per-service lock ``install``/``uninstall``/``restart`` hold (:func:`kimi_deploy.host.records.service_lock`).
