@@ -46,7 +46,7 @@ class HostFacts:
     ``gpu_groups``: group -> members, for the groups owning a ``/dev/nvidia*`` node that is not
     0666 (host only). ``enabled``/``active``: unit -> ``systemctl is-enabled``/``is-active``.
     ``key``: the API key file. ``dirs``: host paths asked about that are folders; ``exists``: host
-    paths asked about that exist. ``stale``: leftovers of killed runs (:func:`hostfiles.stale_files`).
+    paths asked about that exist. ``stale``: leftovers of killed runs (:func:`kimi_deploy.host.records.stale_files`).
     ``installed``/``leftovers``: service names with a manifest / only an uninstall backup.
     """
 
@@ -136,7 +136,8 @@ def _unit_names(host_paths: set[str] | list[str]) -> list[str]:
 
 def gather_install_facts(profile: Profile, layout: HostLayout, desired: Mapping[str, bytes], *,
                          enable: bool = True, create_user: bool = True) -> HostFacts:
-    """Read what :func:`plan_install_from` needs for ``profile`` (``desired``: :func:`desired_files`).
+    """Read what :func:`kimi_deploy.host.install.install_plan.plan_install_from` needs for ``profile``
+    (``desired``: :func:`kimi_deploy.host.install.files.desired_files`).
 
     Runs ``systemctl [--root DIR] is-enabled`` (with ``enable``, and on --root for units that go
     away) and, on the host, ``systemctl is-active`` for the timer.
@@ -177,8 +178,9 @@ def gather_install_facts(profile: Profile, layout: HostLayout, desired: Mapping[
 
 
 def gather_uninstall_facts(layout: HostLayout, name: str | None) -> HostFacts:
-    """Read what :func:`plan_uninstall_from` needs: the installed and left-over services and, for the
-    service ``name`` (None: only those lists), its manifest, intent, files and kept folders.
+    """Read what :func:`kimi_deploy.host.install.uninstall_plan.plan_uninstall_from` needs: the installed and
+    left-over services and, for the service ``name`` (None: only those lists), its manifest, intent, files and
+    kept folders.
 
     Raises:
         UsageError: ``name`` is not a service name; a bad manifest; a path leading out of the --root tree.

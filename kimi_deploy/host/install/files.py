@@ -75,4 +75,5 @@ def uses_api_key(files: Mapping[str, bytes]) -> bool:
 
 
 def is_unit(host_path: str) -> bool:
+    """True for the host path of a unit file (``/etc/systemd/system/*.service`` or ``*.timer``)."""
     return host_path.startswith(paths.SYSTEMD_DIR + "/") and host_path.endswith((".service", ".timer"))

@@ -105,7 +105,7 @@ class Refusal:
 
 @dataclasses.dataclass(frozen=True)
 class Plan:
-    """What ``install``/``uninstall`` would do; :func:`apply` does it.
+    """What ``install``/``uninstall`` would do; :func:`kimi_deploy.host.install.apply.apply` does it.
 
     ``files`` covers every target (unchanged ones too); ``notes`` are things skipped or
     worth knowing (warnings start with ``warning:``); ``refusals`` block :func:`apply`
