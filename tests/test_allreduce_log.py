@@ -13,7 +13,8 @@ import pytest
 from install_fakes import FAKE_MAIN_PID, FakeServer, SHOW_ACTIVE, sglang_server_args, write_profile
 from kimi_deploy.host import allreduce
 from kimi_deploy.cli import cli
-from kimi_deploy.host.install import apply, plan_install
+from kimi_deploy.host.install.apply import apply
+from kimi_deploy.host.install.install_plan import plan_install
 from kimi_deploy.paths import HostLayout
 from kimi_deploy.presets import get_preset
 from kimi_deploy.profile import load_profile, parse_profile

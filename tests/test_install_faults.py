@@ -25,7 +25,8 @@ from kimi_deploy import fsio
 from kimi_deploy.host import records as hostfiles
 from kimi_deploy.cli import cli
 from kimi_deploy.errors import ExitCode, LockedError, UsageError
-from kimi_deploy.host.install import apply, plan_install
+from kimi_deploy.host.install.apply import apply
+from kimi_deploy.host.install.install_plan import plan_install
 from kimi_deploy.paths import HostLayout
 from kimi_deploy.profile import load_profile
 

@@ -16,7 +16,10 @@ from install_fakes import write_profile
 from kimi_deploy.wire.apikey import KeyFile
 from kimi_deploy.errors import UsageError
 from kimi_deploy.host.records import FileRecord, Intent, Manifest, Ownership, sha256
-from kimi_deploy.host.install import HostFacts, desired_files, plan_install_from, plan_uninstall_from
+from kimi_deploy.host.install.facts import HostFacts
+from kimi_deploy.host.install.files import desired_files
+from kimi_deploy.host.install.install_plan import plan_install_from
+from kimi_deploy.host.install.uninstall_plan import plan_uninstall_from
 from kimi_deploy.paths import HostLayout
 from kimi_deploy.profile import load_profile
 from kimi_deploy.wire.readiness import NOT_READY, READY, Readiness

@@ -23,7 +23,8 @@ from install_fakes import STARTUP_JOURNAL, SHOW_AUTO_RESTART, SHOW_FAILED, FakeS
 from kimi_deploy.check import registry
 from kimi_deploy.cli import cli
 from kimi_deploy.errors import ExitCode
-from kimi_deploy.host.install import apply, plan_install
+from kimi_deploy.host.install.apply import apply
+from kimi_deploy.host.install.install_plan import plan_install
 from kimi_deploy.paths import HostLayout
 from kimi_deploy.profile import load_profile
 from kimi_deploy.host.readiness import phase_of, wait_ready

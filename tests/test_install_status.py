@@ -17,7 +17,8 @@ import pytest
 from install_fakes import (FAKE_MAIN_PID, NO_SYSTEMD_STDERR, SHOW_ACTIVE, SHOW_FAILED, FakeServer, sglang_server_args,
                            write_profile)
 from kimi_deploy.cli import cli
-from kimi_deploy.host.install import apply, plan_install
+from kimi_deploy.host.install.apply import apply
+from kimi_deploy.host.install.install_plan import plan_install
 from kimi_deploy.paths import HostLayout
 from kimi_deploy.profile import load_profile
 from kimi_deploy.targets.systemd import render

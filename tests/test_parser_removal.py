@@ -16,7 +16,8 @@ from install_fakes import write_profile
 from kimi_deploy.cli import cli
 from kimi_deploy.errors import ExitCode, RefusedError
 from kimi_deploy.host.gate import parser_removal
-from kimi_deploy.host.install import apply, plan_install
+from kimi_deploy.host.install.apply import apply
+from kimi_deploy.host.install.install_plan import plan_install
 from kimi_deploy.paths import HostLayout
 from kimi_deploy.profile import load_profile
 

@@ -364,7 +364,7 @@ def test_render_out_writes_each_ranks_folder_and_the_monitoring_files_once(tmp_p
 
 
 def test_install_of_a_rank_installs_that_ranks_unit():
-    from kimi_deploy.host.install import desired_files
+    from kimi_deploy.host.install.files import desired_files
 
     files, _ = desired_files(profile_of(), host="10.0.0.12")
     unit = files["/etc/systemd/system/kimi-k25.service"].decode()

@@ -17,7 +17,8 @@ import pytest
 from install_fakes import write_profile
 from kimi_deploy.check import CheckOptions, run_checks
 from kimi_deploy.cli import cli
-from kimi_deploy.host.install import apply, plan_install
+from kimi_deploy.host.install.apply import apply
+from kimi_deploy.host.install.install_plan import plan_install
 from kimi_deploy.paths import HostLayout
 from kimi_deploy.profile import load_profile
 from kimi_deploy.wire.readiness import NOT_READY, READY, UNREACHABLE, probe_url

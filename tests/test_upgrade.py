@@ -31,7 +31,8 @@ from replay_process import SGLANG_SERVER
 from kimi_deploy import patching
 from kimi_deploy.cli import cli
 from kimi_deploy.errors import ExitCode
-from kimi_deploy.host.install import apply, plan_install
+from kimi_deploy.host.install.apply import apply
+from kimi_deploy.host.install.install_plan import plan_install
 from kimi_deploy.paths import HostLayout
 from kimi_deploy.profile import load_profile
 

@@ -5,19 +5,24 @@ from __future__ import annotations
 
 import click
 
-from kimi_deploy.host import install as install_lib
+from kimi_deploy.host.install.apply import ApplyResult, apply, refuse
+from kimi_deploy.host.install.facts import this_host
+from kimi_deploy.host.install.formatting import format_plan
+from kimi_deploy.host.install.install_plan import plan_install
+from kimi_deploy.host.install.plan import Plan
+from kimi_deploy.host.install.uninstall_plan import pick_service, plan_uninstall
+from kimi_deploy.host.records import service_lock, shared_lock
 from kimi_deploy.cli.options import echo_json, json_flag, profile_options, resolve_profile, root_option
 from kimi_deploy.errors import KimiDeployError, UsageError
 from kimi_deploy.paths import HostLayout
 from kimi_deploy.versions import DEFAULT_SGLANG_VERSION
 
 
-def _show(plan: install_lib.Plan, result: install_lib.ApplyResult | None, as_json: bool, dry_run: bool,
-          diffs: bool) -> None:
+def _show(plan: Plan, result: ApplyResult | None, as_json: bool, dry_run: bool, diffs: bool) -> None:
     if as_json:
         echo_json(result.to_dict() if result else {**plan.to_dict(), "applied": False})
         return
-    click.echo(install_lib.format_plan(plan, diffs=diffs), nl=False)
+    click.echo(format_plan(plan, diffs=diffs), nl=False)
     if dry_run:
         if not plan.is_noop:
             click.echo("dry run: nothing was changed")
@@ -54,12 +59,12 @@ def install_cmd(profile_path, preset, root, sglang_version, dry_run, force, no_e
         raise UsageError(f"--root: the directory {root} does not exist", value=str(root),
                          hint=f"create it first (mkdir -p {root}) if that tree is meant; install makes none")
     layout = HostLayout(root)
-    host = install_lib.this_host(profile, host)
+    host = this_host(profile, host)
 
     def make_plan():
-        return install_lib.plan_install(profile, layout, sglang_version=sglang_version, force=force,
-                                        enable=not no_enable, create_user=not no_create_user, restart=restart,
-                                        host=host, allow_parser_removal=allow_parser_removal, dry_run=dry_run)
+        return plan_install(profile, layout, sglang_version=sglang_version, force=force,
+                            enable=not no_enable, create_user=not no_create_user, restart=restart,
+                            host=host, allow_parser_removal=allow_parser_removal, dry_run=dry_run)
 
     _carry_out(make_plan, dry_run=dry_run, force=force, as_json=as_json, diffs=True)
 
@@ -82,11 +87,11 @@ def uninstall_cmd(ctx, root, name, dry_run, force, purge, show_diff, as_json):
         raise UsageError(f"--root: the directory {root} does not exist", value=str(root),
                          hint="give the tree install used (default /)")
     layout = HostLayout(root)
-    service = install_lib.pick_service(layout, name, purge)
+    service = pick_service(layout, name, purge)
     verbose = bool(ctx.find_root().params.get("verbose"))
 
     def make_plan():
-        return install_lib.plan_uninstall(layout, service, force=force, purge=purge)
+        return plan_uninstall(layout, service, force=force, purge=purge)
 
     _carry_out(make_plan, dry_run=dry_run, force=force, as_json=as_json, diffs=show_diff or verbose)
 
@@ -96,7 +101,7 @@ def _carry_out(make_plan, *, dry_run: bool, force: bool, as_json: bool, diffs: b
     fleet host without its key file), or refuse it (exit 4) unless forced, else apply it and show the result.
 
     A plan that would change something is made again under the service's lock
-    (:func:`kimi_deploy.host.install.locked`) and the host's lock on what services share
+    (:func:`kimi_deploy.host.records.service_lock`) and the host's lock on what services share
     (:func:`kimi_deploy.host.records.shared_lock`), and that one is applied: the facts, other services' claims on
     a port or key file included, cannot change between planning and applying. A refused or empty plan takes no lock (and leaves no lock file).
     """
@@ -104,7 +109,7 @@ def _carry_out(make_plan, *, dry_run: bool, force: bool, as_json: bool, diffs: b
     if dry_run:
         _show(plan, None, as_json, dry_run=True, diffs=diffs)
         try:
-            install_lib.refuse(plan)
+            refuse(plan)
             if plan.blocked_by is not None:  # what the real run refuses (a fleet host without its key file)
                 raise plan.blocked_by
         except KimiDeployError as exc:
@@ -116,14 +121,14 @@ def _carry_out(make_plan, *, dry_run: bool, force: bool, as_json: bool, diffs: b
         return
     if plan.refusals and not force:
         if not as_json:
-            click.echo(install_lib.format_plan(plan, diffs=diffs), nl=False, err=True)
-        install_lib.refuse(plan)
+            click.echo(format_plan(plan, diffs=diffs), nl=False, err=True)
+        refuse(plan)
     if plan.is_noop:
-        _show(plan, install_lib.apply(plan), as_json, dry_run=False, diffs=diffs)
+        _show(plan, apply(plan), as_json, dry_run=False, diffs=diffs)
         return
-    with install_lib.locked(plan.layout, plan.service), install_lib.shared_lock(plan.layout):
+    with service_lock(plan.layout, plan.service), shared_lock(plan.layout):
         plan = make_plan()  # with every other service's last install in place: a port or key file taken since
-        result = install_lib.apply(plan)  # is in this plan (refused or shared)
+        result = apply(plan)  # is in this plan (refused or shared)
     _show(plan, result, as_json, dry_run=False, diffs=diffs)
 
 

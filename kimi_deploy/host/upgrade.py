@@ -13,8 +13,9 @@ Plan (:func:`plan_upgrade`, all of it before anything changes; ``--dry-run`` sto
    GNU patch's dry run against the new environment only;
 4. ``validate`` against the new interpreter (:func:`kimi_deploy.validate.validate_profile`: SGLang's own
    argparse);
-5. the install plan for the profile pointing at the new interpreter (:func:`kimi_deploy.host.install.plan_install`):
-   the unit and env-file diff. It refuses a profile that drops a parser (:mod:`kimi_deploy.host.gate`).
+5. the install plan for the profile pointing at the new interpreter
+   (:func:`kimi_deploy.host.install.install_plan.plan_install`): the unit and env-file diff. It refuses a
+   profile that drops a parser (:mod:`kimi_deploy.host.gate`).
 
 Apply (:func:`apply_upgrade`): the patches (all-or-nothing, into the new environment), the install (with its
 backup of the previous files), then ``restart --wait --gate GATE --rollback-on-failure``
@@ -31,7 +32,10 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from kimi_deploy.host import install as install_lib
+from kimi_deploy.host.install.apply import ApplyResult, apply as apply_install, refuse
+from kimi_deploy.host.install.formatting import format_plan as format_install_plan
+from kimi_deploy.host.install.install_plan import plan_install
+from kimi_deploy.host.install.plan import Plan
 from kimi_deploy import patching, versions
 from kimi_deploy import engine as target
 from kimi_deploy.errors import ExitCode, KimiDeployError, RefusedError, UsageError
@@ -142,7 +146,7 @@ class UpgradePlan:
     patches: list[str]
     patch_check: dict[str, Any]
     validation: dict[str, Any]
-    install: install_lib.Plan
+    install: Plan
     profile: Profile
     state_dir: str | None
     notes: list[str]
@@ -230,8 +234,8 @@ def plan_upgrade(installed: Profile, layout: HostLayout, *, python: str | None =
         validation = validate_profile(new_profile, new.python).to_dict()
     except KimiDeployError as exc:
         validation = {"ok": False, "errors": [exc.message], "hint": exc.hint}
-    plan = install_lib.plan_install(new_profile, layout, sglang_version=new.version, enable=False,
-                                    create_user=False, allow_parser_removal=allow_parser_removal)
+    plan = plan_install(new_profile, layout, sglang_version=new.version, enable=False,
+                        create_user=False, allow_parser_removal=allow_parser_removal)
     return UpgradePlan(installed.service.name, old, new, installed.sglang.model_path, new_profile.sglang.model_path,
                        spelling_changes(old.version, new.version, new_profile), series.sglang_version if series
                        else None, patches, check, validation, plan, new_profile, state_dir, notes)
@@ -250,7 +254,7 @@ class UpgradeResult:
 
     plan: UpgradePlan
     patched: patching.ChangeResult | None
-    installed: install_lib.ApplyResult
+    installed: ApplyResult
     restart: Any  # kimi_deploy.host.restart.RestartResult
 
     @property
@@ -284,14 +288,14 @@ def apply_upgrade(plan: UpgradePlan, layout: HostLayout, *, gate: str = gates.DE
     if plan.problems:
         raise RefusedError("refusing to upgrade: the plan has problems", value="; ".join(plan.problems),
                            hint="fix them (`kimi-deploy upgrade --dry-run` shows the plan), then run it again")
-    install_lib.refuse(plan.install)
+    refuse(plan.install)
     say = on_event or (lambda _m: None)
     patched = None
     if plan.patches:
         say(f"applying {len(plan.patches)} patch(es) to the new environment ({plan.new.location})")
         patched = patching.apply(plan.new.python, only=plan.patches, state_dir=plan.state_dir)
     say("installing the new unit and profile (the previous files are kept in a backup)")
-    installed = install_lib.apply(plan.install)
+    installed = apply_install(plan.install)
     result = restart_lib.restart(plan.profile, layout, wait=True, gate=gate, rollback_on_failure=True,
                                  timeout=timeout, poll_interval=poll_interval, on_event=on_event, on_poll=on_poll,
                                  clock=clock, sleep=sleep, allow_parser_removal=allow_parser_removal)
@@ -326,4 +330,4 @@ def format_plan(plan: UpgradePlan, *, diffs: bool = True) -> str:
     for n in plan.notes:
         lines.append(f"  note: {n}")
     text = "\n".join(lines) + "\n"
-    return text + install_lib.format_plan(plan.install, diffs=diffs)
+    return text + format_install_plan(plan.install, diffs=diffs)
