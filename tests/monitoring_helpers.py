@@ -13,6 +13,7 @@ import pytest
 
 from kimi_deploy.presets import get_preset
 from kimi_deploy.profile import Profile, parse_profile
+from kimi_deploy.targets.prometheus import rules_doc
 from kimi_deploy.targets.systemd import render
 
 PRESET = "kimi-k25-rtx-pro-6000-x8"
@@ -35,6 +36,21 @@ def tool(name: str) -> str:
 def promtool(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     """Run promtool in ``cwd`` (bounded: 120 s); the result carries stdout and stderr."""
     return subprocess.run([tool("promtool"), *args], cwd=cwd, capture_output=True, text=True, timeout=120)
+
+
+def rule_test_doc(profile: Profile, rule_file: str, tests: list[dict], evaluation_interval: str = "1m") -> dict:
+    """A ``promtool test rules`` document for ``tests`` against ``profile``'s rendered rule file ``rule_file``
+    (a name relative to promtool's working folder).
+
+    ``group_eval_order`` lists every group of the file in the file's order, recording rules first: promtool
+    evaluates the groups it is not told about in no set order (Prometheus' unit-testing docs: "The order is
+    guaranteed only for the groups mentioned"), and an alert reading a recording rule evaluated at the same
+    instant then sees the previous evaluation's value, ``evaluation_interval`` old. At ``1h`` that is outside the
+    5m lookback: ``KimiSchemaAccuracyDropped``'s test failed 49 times in 300 promtool runs of one document without
+    this order, 0 in 300 with it.
+    """
+    return {"rule_files": [rule_file], "evaluation_interval": evaluation_interval,
+            "group_eval_order": [group["name"] for group in rules_doc(profile)["groups"]], "tests": tests}
 
 
 def preset_profile(**monitoring) -> Profile:

@@ -16,7 +16,7 @@ from kimi_deploy.targets import systemd as render_mod
 from kimi_deploy.targets.prometheus import SCHEMA_ACCURACY_BEST_LOWER, rules_doc, to_yaml
 from kimi_deploy.profile import parse_profile
 from kimi_deploy.targets.systemd import render
-from monitoring_helpers import PRESET, promtool, write_monitoring
+from monitoring_helpers import PRESET, promtool, rule_test_doc, write_monitoring
 from kimi_deploy.presets import get_preset
 from quality_server import QualityServer
 
@@ -124,7 +124,7 @@ def test_the_drop_alert_fires_on_a_drop_and_stays_silent_within_noise(textfiles,
         {"name": "a rise is silent", "interval": "1h", "input_series": _series(textfiles["bad"], textfiles["good"]),
          "alert_rule_test": [{"eval_time": "26h", "alertname": alert["alert"], "exp_alerts": []}]},
     ]
-    doc = {"rule_files": [files["kimi-k25.rules.yml"].name], "evaluation_interval": "1h", "tests": tests}
+    doc = rule_test_doc(profile, files["kimi-k25.rules.yml"].name, tests, "1h")
     (tmp_path / "quality.test.yml").write_text(to_yaml(doc))
     done = promtool("test", "rules", "quality.test.yml", cwd=tmp_path)
     assert done.returncode == 0, done.stdout[-6000:] + done.stderr[-3000:]

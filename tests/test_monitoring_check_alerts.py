@@ -12,7 +12,7 @@ import pytest
 
 from helpers import run_cli
 from kimi_deploy.targets.prometheus import rules_doc, to_yaml
-from monitoring_helpers import expand, preset_profile, promtool, write_monitoring
+from monitoring_helpers import expand, preset_profile, promtool, rule_test_doc, write_monitoring
 from test_check_replay import API_KEY, Replay, SERVER, key_file, profile_for  # noqa: F401
 
 pytestmark = pytest.mark.sglang
@@ -104,7 +104,7 @@ def test_check_alerts_on_the_real_textfile(textfiles, tmp_path):
         alert_test(rules["KimiNightlyCheckMissing"], "a scraped textfile is silent", series(passing, count=30),
                    "27h", [], interval="1h"),
     ]
-    doc = {"rule_files": [files["kimi-k25.rules.yml"].name], "evaluation_interval": "1m", "tests": tests}
+    doc = rule_test_doc(profile, files["kimi-k25.rules.yml"].name, tests)
     (tmp_path / "check.test.yml").write_text(to_yaml(doc))
     done = promtool("test", "rules", "check.test.yml", cwd=tmp_path)
     assert done.returncode == 0, done.stdout[-6000:] + done.stderr[-3000:]

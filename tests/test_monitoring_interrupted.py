@@ -10,7 +10,7 @@ import datetime as dt
 from kimi_deploy.check.reports import to_prometheus
 from kimi_deploy.check.results import CheckReport, CheckResult
 from kimi_deploy.targets.prometheus import alerts, rules_doc, settings, to_yaml
-from monitoring_helpers import preset_profile, promtool, write_monitoring
+from monitoring_helpers import preset_profile, promtool, rule_test_doc, write_monitoring
 from test_monitoring_check_alerts import SCRAPE, alert_test, series
 
 
@@ -38,7 +38,7 @@ def test_an_interrupted_run_warns_with_its_own_alert_and_never_pages(tmp_path):
         alert_test(rules["KimiNightlyCheckInterrupted"], "a failed run is not interrupted", series(failed), "5m",
                    []),
     ]
-    doc = {"rule_files": [files["kimi-k25.rules.yml"].name], "evaluation_interval": "1m", "tests": tests}
+    doc = rule_test_doc(profile, files["kimi-k25.rules.yml"].name, tests)
     (tmp_path / "t.yml").write_text(to_yaml(doc))
     done = promtool("test", "rules", "t.yml", cwd=tmp_path)
     assert done.returncode == 0, done.stdout[-6000:] + done.stderr[-3000:]

@@ -15,7 +15,7 @@ from kimi_deploy.targets.prometheus import alerts, rules_doc, settings, to_yaml
 from monitoring_helpers import GATEWAY_MONITORING as GATEWAY
 from kimi_deploy.presets import get_preset
 from kimi_deploy.profile import parse_profile
-from monitoring_helpers import PRESET, expand, preset_profile, promtool, write_monitoring
+from monitoring_helpers import PRESET, expand, preset_profile, promtool, rule_test_doc, write_monitoring
 
 
 @pytest.mark.parametrize("monitoring", [{}, GATEWAY], ids=["preset", "gateway-labels-e2e"])
@@ -166,7 +166,7 @@ def unit_test(profile, cases: list[Case], rules: str) -> dict:
             "input_series": [{"series": s, "values": v} for s, v in case.series],
             "alert_rule_test": [{"eval_time": case.eval_time, "alertname": case.alert, "exp_alerts": expected}],
         })
-    return {"rule_files": [rules], "evaluation_interval": "1m", "tests": tests}
+    return rule_test_doc(profile, rules, tests)
 
 
 def run_unit_tests(directory: Path, doc: dict) -> None:
