@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 from pathlib import Path
 
 import pytest
@@ -72,6 +73,19 @@ def vllm_python() -> str:
     if os.environ.get("CI"):
         pytest.fail("the vLLM test environment is missing in CI; scripts/test must run scripts/vllm-testenv")
     pytest.skip("vLLM test environment missing: run scripts/vllm-testenv")
+
+
+def pytest_configure(config):
+    """Children of the suite start with SIGINT as a terminal gives it, however the suite was started.
+
+    A suite started in the background by a non-interactive shell (``cmd &``, ``nohup``, some CI runners) inherits
+    SIGINT ignored, and exec keeps an ignored signal ignored: every ``kimi-deploy`` the tests start would then
+    ignore it, and ``tests/test_interrupt.py``'s Ctrl-C cases waited out their 120 s guard (seen twice, only in
+    suites started that way). A handler (unlike SIG_IGN) is reset to the default in a child, so Python there
+    installs its own KeyboardInterrupt handler. Runs in every xdist worker too.
+    """
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 @pytest.hookimpl(hookwrapper=True)
