@@ -488,7 +488,12 @@ def write_backup(layout: HostLayout, service: str, operation: Literal["install",
 
 
 def list_backups(layout: HostLayout, service: str) -> list[BackupSet]:
-    """Backup sets of ``service`` not yet rolled back, newest first."""
+    """Backup sets of ``service`` not yet rolled back, newest first.
+
+    Raises:
+        UsageError: a set's ``backup.json`` cannot be read or is not the shape :class:`BackupIndex` gives (a hand
+            edit or a disk fault: :func:`write_backup` writes it atomically); the fix names the set to move aside.
+    """
     base = layout.service_backup_dir(service)
     if not base.is_dir():
         return []
@@ -530,7 +535,8 @@ def restore_backup(layout: HostLayout, backup: BackupSet, service_unit_host_path
     the server unit existed before (False: the install was a first install).
 
     Raises:
-        UsageError: a file cannot be written back (those already renamed stay restored).
+        UsageError: a file the set lists is missing from it (nothing is written back), or a file cannot be
+            written back (those already renamed stay restored).
     """
     write_back = {}
     for hp, kind in backup.entries.items():
