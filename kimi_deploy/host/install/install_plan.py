@@ -159,6 +159,17 @@ def _conflicts(profile: Profile, claims: Claims, force: bool, notes: list[str], 
             conflict(host_path, f"this profile's {what} is used by {who_uses(users)}")
 
 
+def _refuse_restart_under_root(restart: bool, layout: HostLayout) -> None:
+    """``install --restart`` restarts the running systemd's service, so it refuses a ``--root`` tree.
+
+    Raises:
+        UsageError: ``restart`` with a ``layout`` that is not the running host.
+    """
+    if restart and not layout.is_host:
+        raise UsageError("--restart needs the running host, not --root", value=str(layout.root),
+                         hint="drop --restart; restart on the host with `kimi-deploy restart --wait`")
+
+
 def plan_install(profile: Profile, layout: HostLayout, *, sglang_version: str | None = None, force: bool = False,
                  enable: bool = True, create_user: bool = True, restart: bool = False, host: str | None = None,
                  allow_parser_removal: bool = False, dry_run: bool = False) -> Plan:
@@ -174,9 +185,7 @@ def plan_install(profile: Profile, layout: HostLayout, *, sglang_version: str | 
             has (:func:`kimi_deploy.host.gate.refuse_parser_removal`), unless ``allow_parser_removal`` (exit 4).
         ExternalCommandError: systemctl is missing (pass ``enable=False`` to skip it).
     """
-    if restart and not layout.is_host:
-        raise UsageError("--restart needs the running host, not --root", value=str(layout.root),
-                         hint="drop --restart; restart on the host with `kimi-deploy restart --wait`")
+    _refuse_restart_under_root(restart, layout)
     files, version = desired_files(profile, sglang_version, host)
     facts = gather_install_facts(profile, layout, files, enable=enable, create_user=create_user)
     return plan_install_from(profile, facts, files, version, force=force, enable=enable, create_user=create_user,
@@ -214,9 +223,7 @@ def plan_install_from(profile: Profile, facts: HostFacts, files: Mapping[str, by
     if not allow_parser_removal:
         gates.refuse_parser_removal(_installed_copy(facts, svc.name), profile, what=f"install {svc.name}",
                                     override="--allow-parser-removal")
-    if restart and not layout.is_host:
-        raise UsageError("--restart needs the running host, not --root", value=str(layout.root),
-                         hint="drop --restart; restart on the host with `kimi-deploy restart --wait`")
+    _refuse_restart_under_root(restart, layout)
     if facts.key is not None and not uses_api_key(files):
         facts = dataclasses.replace(facts, key=None)  # a rank >= 1: this host's units never read the key
     notes: list[str] = []
