@@ -214,6 +214,32 @@ def root(tmp_path) -> Path:
 # --- running in parallel (pytest-xdist; scripts/test passes -n, --dist loadfile and --no-loadscope-reorder) ---------
 
 
+#: The modules that boot containers (``container`` mark): named so, since the scheduler below sees test ids only.
+CONTAINER_MODULES = "test_container_"
+
+
+def work_unit(nodeid: str) -> str:
+    """The xdist work unit of a test id: ``"containers"`` for a container module's test, else its module's path."""
+    module = nodeid.split("::", 1)[0]
+    return "containers" if Path(module).name.startswith(CONTAINER_MODULES) else module
+
+
+def pytest_xdist_make_scheduler(config, log):
+    """``--dist loadfile`` with one change: every container module is one work unit, so one worker boots the
+    containers one after another while the others run the rest. With a unit per module two workers each took a
+    container module, and one of them waited on the machine's one-container lock (tests/systemd_container.py)
+    for the other's whole module: a test of the harness waited 115 s of its 120 s guard in a CI run."""
+    if config.getoption("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    class ContainersTogether(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return work_unit(nodeid)
+
+    return ContainersTogether(config, log)
+
+
 def pytest_collection_modifyitems(config, items):
     """In a pytest-xdist worker, run the modules that boot containers first, then those that start SGLang or vLLM
     processes, then the rest, so the cheap tests fill in beside them and no long module starts last while the
@@ -228,6 +254,11 @@ def pytest_collection_modifyitems(config, items):
     private network; network namespaces and veths carry the process id (tests/test_preflight_netns.py) or are
     unshared; every server listens on a port the kernel picked (port 0) or one probed free; files live under
     pytest's per-worker tmp_path."""
+    for item in items:
+        module = item.nodeid.split("::", 1)[0]
+        if "container" in item.keywords and not Path(module).name.startswith(CONTAINER_MODULES):
+            raise pytest.UsageError(f"{module}: a module of container tests is named {CONTAINER_MODULES}*.py "
+                                    "(pytest_xdist_make_scheduler keeps them on one worker by that name)")
     if not os.environ.get("PYTEST_XDIST_WORKER"):
         return
     rank: dict[str, int] = {}

@@ -139,12 +139,10 @@ class Container:
         systemd ran, RuntimeError (with the console log's tail) when systemd does not finish booting
         within ``timeout``.
         """
+        # /etc first, outside the lock: a machine that cannot copy it (root of a user namespace) says so at
+        # once instead of after waiting out another worker's container
+        etc = self._prepare_etc()
         self._take_lock()
-        try:
-            etc = self._prepare_etc()
-        except BaseException:
-            self._drop_lock()
-            raise
         args = ["systemd-nspawn", "--quiet", "--directory=/", "--volatile=yes", "--register=no",
                 "--keep-unit", "--link-journal=no", "--private-network", f"--machine={self.name}",
                 "--console=read-only", f"--bind={etc}:/etc", *self.mounts,
