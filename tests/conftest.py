@@ -224,6 +224,7 @@ def work_unit(nodeid: str) -> str:
     return "containers" if Path(module).name.startswith(CONTAINER_MODULES) else module
 
 
+@pytest.hookimpl(optionalhook=True)  # an xdist hook: `-p no:xdist` runs (scripts/test) have no such hook
 def pytest_xdist_make_scheduler(config, log):
     """``--dist loadfile`` with one change: every container module is one work unit, so one worker boots the
     containers one after another while the others run the rest. With a unit per module two workers each took a

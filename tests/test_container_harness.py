@@ -140,3 +140,11 @@ def test_every_container_module_is_in_the_one_work_unit_and_no_other_module_is()
         unit = work_unit(f"tests/{path.name}::test_x[a::b]")
         assert (unit == "containers") == (path.name in marked), (path.name, unit)
     assert work_unit("tests/test_validate.py::test_x") == "tests/test_validate.py"
+
+
+def test_a_run_without_xdist_loads_the_suites_hooks(tmp_path):
+    """`./scripts/test -p no:xdist` (README) runs serially: conftest's xdist-only hook must not stop it."""
+    r = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:xdist", "-p", "no:cacheprovider",
+                        "--collect-only", "-q", str(TESTS / "test_argv.py")],
+                       cwd=TESTS.parent, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
