@@ -256,10 +256,10 @@ def pytest_collection_modifyitems(config, items):
     unshared; every server listens on a port the kernel picked (port 0) or one probed free; files live under
     pytest's per-worker tmp_path."""
     for item in items:
-        module = item.nodeid.split("::", 1)[0]
-        if "container" in item.keywords and not Path(module).name.startswith(CONTAINER_MODULES):
-            raise pytest.UsageError(f"{module}: a module of container tests is named {CONTAINER_MODULES}*.py "
-                                    "(pytest_xdist_make_scheduler keeps them on one worker by that name)")
+        if "container" in item.keywords and work_unit(item.nodeid) != "containers":
+            raise pytest.UsageError(f"{item.nodeid.split('::', 1)[0]}: a module of container tests is named "
+                                    f"{CONTAINER_MODULES}*.py (pytest_xdist_make_scheduler keeps them on one "
+                                    "worker by that name)")
     if not os.environ.get("PYTEST_XDIST_WORKER"):
         return
     rank: dict[str, int] = {}

@@ -132,10 +132,10 @@ def test_root_of_a_user_namespace_skips_with_its_reason(tmp_path):
 def test_every_container_module_is_in_the_one_work_unit_and_no_other_module_is():
     """conftest.work_unit keeps the container modules on one xdist worker (the machine boots one container at a
     time): each module with container tests maps to it, by the name collection enforces, and nothing else does."""
-    from conftest import work_unit
+    from conftest import CONTAINER_MODULES, work_unit
 
     marked = {p.name for p in TESTS.glob("test_*.py") if "mark.container" in p.read_text()}
-    assert marked and all(name.startswith("test_container_") for name in marked), marked
+    assert marked and all(name.startswith(CONTAINER_MODULES) for name in marked), marked
     for path in TESTS.glob("test_*.py"):
         unit = work_unit(f"tests/{path.name}::test_x[a::b]")
         assert (unit == "containers") == (path.name in marked), (path.name, unit)
