@@ -32,7 +32,6 @@ import argparse
 import dataclasses
 import difflib
 import json
-import re
 import sys
 from pathlib import Path
 from typing import Any

@@ -124,7 +124,7 @@ class Container:
         etc = self.workdir / "etc"
         r = subprocess.run(["cp", "-a", "/etc", str(etc)], capture_output=True, text=True, timeout=300)
         if r.returncode != 0:
-            raise CannotBoot(f"`cp -a /etc` for the container's /etc failed (no full root here?):\n"
+            raise CannotBoot("`cp -a /etc` for the container's /etc failed (no full root here?):\n"
                              + "\n".join(r.stderr.splitlines()[:10]))
         # the host's enabled units (databases, timers, getty ...) are not part of the test
         for wants in (etc / "systemd" / "system").glob("*.wants"):

@@ -13,7 +13,7 @@ from helpers import run_cli
 
 from kimi_deploy.catalog.models import (FACT_FIELDS, GB, MODELS, REFERENCE_GPU, ModelFacts, gpus_needed, identify,
                                         weights_fit)
-from kimi_deploy.doctor import checks, nvidia
+from kimi_deploy.doctor import checks
 from kimi_deploy.doctor.checks import Facts
 from kimi_deploy.doctor.modeldir import inspect_model_dir
 from kimi_deploy.presets import MODEL_PRESETS, PRESETS, REFERENCE, get_preset, model_keys

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from kimi_deploy.check import CheckOptions, run_checks
 from kimi_deploy.check.results import CheckResult, clip, fix_for
-from test_check_operator import synthetic_eos, EOS_TOKENS  # noqa: F401 - the fixture
+from test_check_operator import synthetic_eos  # noqa: F401 - the fixture
 
 
 def test_the_parser_row_and_the_server_kind_agree_and_progress_counts_rows(synthetic_eos):  # noqa: F811

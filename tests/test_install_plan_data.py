@@ -227,7 +227,6 @@ def test_planners_never_touch_the_disk(profile, host):
 
 
 def test_status_is_computed_from_facts(profile):
-    from kimi_deploy.wire.readiness import NOT_READY, READY, Readiness
     from kimi_deploy.host.status import StatusFacts, status_from
     from kimi_deploy.host.systemd import parse_show
 

@@ -6,7 +6,6 @@ run keeps them silent; the timestamp alerts fire on a run 27 h old and on no tex
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 import pytest
 

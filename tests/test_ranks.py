@@ -20,7 +20,6 @@ from pathlib import Path
 
 import pytest
 
-from kimi_deploy.argv import flag_groups
 from kimi_deploy.launch import build_launch
 from kimi_deploy.options import OPTIONS
 from kimi_deploy.profile import parse_profile
@@ -375,7 +374,7 @@ def test_install_of_a_rank_installs_that_ranks_unit():
 def test_a_rank_that_serves_no_http_installs_without_the_api_key(tmp_path):
     """Ranks >= 1 load no credential (no API, no check): their install neither needs nor creates the key, so
     the secret lives only on the hosts that use it (rank 0, the gateway host)."""
-    from helpers import run_cli, write_profile
+    from helpers import run_cli
 
     from kimi_deploy.profile import dump_profile
 
