@@ -61,7 +61,7 @@ class _RichProgress:
     """Progress on stderr, redrawn twice a second (the client's loop must not pay for drawing)."""
 
     def __init__(self) -> None:
-        from rich.console import Console
+        from kimi_deploy.cli.console import Console
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
         self.errors = 0
@@ -205,7 +205,7 @@ def bench_cmd(ctx, base_url, model, concurrency, request_rate, num_prompts, max_
     if long_prompts and dataset:
         raise UsageError("--dataset and --long-prompts are mutually exclusive", value=str(dataset),
                          hint="--long-prompts is a generated dataset; pass one of the two")
-    from rich.console import Console
+    from kimi_deploy.cli.console import Console
 
     # start-up: the bench library (httpx, httptools, rich) loads once the arguments are read: usage errors first
     from kimi_deploy.bench import dataset as dataset_lib, load, longprompts, report
@@ -285,7 +285,7 @@ def compare_cmd(ctx, results, plot_path, as_json, alarms_warn):
     --no-fail-on-alarm demotes it to exit 0), 2 bad input."""
     import dataclasses
 
-    from rich.console import Console
+    from kimi_deploy.cli.console import Console
 
     # start-up: the comparison (matplotlib for --plot) loads when `bench compare` runs
     from kimi_deploy.bench import abtest, compare as compare_lib, report

@@ -17,7 +17,7 @@ from kimi_deploy.fsio import write_atomic
 from kimi_deploy.cli.options import Seconds, json_flag, json_path_option, limit_options
 
 if TYPE_CHECKING:  # the check library (openai, httpx, rich) loads when the verb runs, not for its --help
-    from rich.console import Console
+    from kimi_deploy.cli.console import Console
 
     from kimi_deploy.check import CheckOptions
 
@@ -135,7 +135,7 @@ def check_cmd(ctx, base_url, model, api_key_file, profile_path, only, skip, json
             raise UsageError("no server to check", hint="pass --base-url http://HOST:PORT or --profile FILE")
         if base_url:
             check_base_url(base_url)  # run_checks' own rule, applied before the client libraries load
-    from rich.console import Console
+    from kimi_deploy.cli.console import Console
 
     # start-up: the check library (openai, httpx) loads once the arguments are read, so usage errors come first
     from kimi_deploy.check import CheckOptions, pushgateway as push_lib, registry, reports, run_checks, runner, workers

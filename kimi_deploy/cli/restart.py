@@ -64,7 +64,7 @@ def restart_cmd(ctx, profile_path, preset, root, name, wait, gate, allow_parser_
     after it is ready and its gate passed; on failure it stays out (exit 1 or 6; exit 9 when it
     passed but the gateway did not take it back, or stayed draining). A gateway that is down (exit 3) or
     refuses the removal (exit 1) restarts nothing: the message says the replica was not taken out."""
-    from rich.console import Console
+    from kimi_deploy.cli.console import Console
 
     # start-up: the restart library (httpx, the readiness probes) loads when the verb runs, not for --help
     from kimi_deploy.host import restart as restart_lib
