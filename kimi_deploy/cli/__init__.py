@@ -13,7 +13,7 @@ JSON there); ``--debug`` shows the traceback instead.
 A reader that closes stdout early (``kimi-deploy render | head``) ends the verb quietly with exit 0, whatever
 the verb: no traceback, no "Exception ignored" line, not click's exit 1 (which here means "a check failed").
 That is decided here, once (:meth:`KimiGroup.invoke`, :func:`main`); a rich console hands a closed stdout to
-this edge too (:mod:`kimi_deploy.cli.console`).
+this edge too (:func:`kimi_deploy.cli.options.make_console`).
 """
 
 from __future__ import annotations
