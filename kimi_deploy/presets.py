@@ -124,7 +124,8 @@ def memory_keys(model: ModelFacts) -> dict[str, Any]:
     return dict(MEMORY_WITH_DRAFT if model.draft_model else MEMORY)
 
 
-_SPECULATIVE = ("speculative_algorithm", "speculative_draft_model_path", "speculative_num_steps",
+#: The ``[sglang]`` keys of EAGLE-3 speculative decoding, in the option table's order.
+SPECULATIVE = ("speculative_algorithm", "speculative_draft_model_path", "speculative_num_steps",
                 "speculative_eagle_topk", "speculative_num_draft_tokens", "enable_spec_v2")
 
 _REFERENCE_DATA: dict[str, Any] = {
@@ -177,7 +178,7 @@ def _model_data(model: ModelFacts, name: str) -> dict[str, Any]:
     source patch), with the model's own keys (:func:`model_keys`) and service name ``name``."""
     data = _pcie_ipc_data()
     sglang = data["sglang"]
-    for key in (*_SPECULATIVE, *MEMORY_WITH_DRAFT):
+    for key in (*SPECULATIVE, *MEMORY_WITH_DRAFT):
         sglang.pop(key, None)
     sglang.update(memory_keys(model))
     sglang.update(model_keys(model))
