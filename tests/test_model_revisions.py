@@ -15,7 +15,7 @@ from kimi_deploy.catalog.models import MODELS
 from kimi_deploy.host.install.apply import apply
 from kimi_deploy.host.install.install_plan import plan_install
 from kimi_deploy.paths import HostLayout
-from kimi_deploy.presets import MODEL_PRESETS, SPECULATIVE
+from kimi_deploy.catalog.presets import MODEL_PRESETS, SPECULATIVE
 from kimi_deploy.profile import load_profile
 
 

@@ -14,7 +14,7 @@ import pytest
 
 from helpers import MINIMAL, run_cli, write_profile
 
-from kimi_deploy.presets import PRESETS, get_preset
+from kimi_deploy.catalog.presets import PRESETS, get_preset
 from kimi_deploy.profile import load_profile
 
 PRESET = "kimi-k25-rtx-pro-6000-x8"

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from kimi_deploy.errors import UsageError
-from kimi_deploy.presets import MEMORY_WITH_DRAFT, get_preset
+from kimi_deploy.catalog.presets import MEMORY_WITH_DRAFT, get_preset
 from kimi_deploy.profile import parse_profile
 from kimi_deploy.sizing.memory import (
     GIB, Facts, GpuFacts, ModelFacts, TensorGroup, group_tensors, load_header_index, plan, read_header_index,

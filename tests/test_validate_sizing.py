@@ -17,7 +17,7 @@ import pytest
 from kimi_deploy import engine as target
 from kimi_deploy.cli import cli
 from kimi_deploy.launch import build_launch
-from kimi_deploy.presets import MEMORY_WITH_DRAFT, PRESETS, get_preset
+from kimi_deploy.catalog.presets import MEMORY_WITH_DRAFT, PRESETS, get_preset
 from kimi_deploy.profile import dump_profile, parse_profile
 from kimi_deploy.sizing.memory import KV_TOKENS_TOLERANCE, GpuFacts
 from kimi_deploy.sizing.report import size_profile

@@ -6,7 +6,7 @@ import pytest
 
 from kimi_deploy.errors import UnsupportedVersionError, UsageError
 from kimi_deploy.launch import build_launch
-from kimi_deploy.presets import get_preset
+from kimi_deploy.catalog.presets import get_preset
 from kimi_deploy.profile import parse_profile
 
 PRESET = get_preset("kimi-k25-rtx-pro-6000-x8")

@@ -38,7 +38,7 @@ def resolve_profile(profile_path: Path | None, preset: str | None, *, required: 
 
         return load_profile(profile_path)  # as select_profile would
     # start-up: pydantic and the profile models load when a verb selects a profile, not for `--help`
-    from kimi_deploy.presets import select_profile
+    from kimi_deploy.catalog.presets import select_profile
 
     return select_profile(profile_path, preset, required=required)
 

@@ -17,7 +17,7 @@ from kimi_deploy.cli.options import echo_json, json_flag
 from kimi_deploy.errors import UsageError
 from kimi_deploy.fsio import check_output_paths, write_atomic
 from kimi_deploy.options import OPTIONS, init_example
-from kimi_deploy.presets import MODEL_PRESETS, PRESETS, REFERENCE, SPECULATIVE, Preset, get_preset, preset_for_model
+from kimi_deploy.catalog.presets import MODEL_PRESETS, PRESETS, REFERENCE, SPECULATIVE, Preset, get_preset, preset_for_model
 from kimi_deploy.profile import toml_value, valid_service_name
 
 
