@@ -165,3 +165,11 @@ def test_an_epipe_that_is_not_stdout_is_not_hidden(monkeypatch):
     monkeypatch.setattr("kimi_deploy.cli.presets.click.echo", broken)
     with pytest.raises(BrokenPipeError):
         run_cli(["presets"])
+
+
+def test_a_closed_stdout_keeps_a_failed_verbs_own_exit_code(tmp_path):
+    """A verb that fails while its JSON error meets the closed stdout still exits with its own code, the error on
+    stderr: the reader leaving hides nothing that went wrong."""
+    done = _run_with_stdout_closed(["render", "--preset", "no-such-preset", "--json"], tmp_path)
+    assert done.returncode == 2, done.stderr
+    assert "error: no such preset" in done.stderr and "Traceback" not in done.stderr

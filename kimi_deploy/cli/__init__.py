@@ -157,7 +157,10 @@ class KimiGroup(click.Group):
                 raise
             # an option's own check (bench's numbers) can refuse before the --json callback ran
             if ctx.meta.get(JSON_META) or (args and _asks_json_stdout(self.get_command(ctx, args[0]), args[1:])):
-                echo_json({"error": exc.to_dict()})
+                try:
+                    echo_json({"error": exc.to_dict()})
+                except BrokenPipeError:  # the reader has gone: the error still goes to stderr, with its code
+                    quiet_stdout()
             click.echo(exc.render(), err=True)
             ctx.exit(int(exc.exit_code))
         except KeyboardInterrupt:
