@@ -102,15 +102,15 @@ def model_keys(model: ModelFacts) -> dict[str, Any]:
 #:
 #: - ``chunked_prefill_size = 4096`` and, with a draft, ``max_running_requests = 48`` (SGLang's own EAGLE value,
 #:   speculative_hook.py; set here it also stops the decode CUDA graphs at batch 48, memory_hook.py) bring
-#:   SGLang's own reserve estimate to 512 + 6144 + 1024 + 96 (or 1024 without a draft: graphs to batch 512) +
-#:   1536 = 9312 (10240) MiB, under its 10240 MiB floor for a GPU above 60 GiB: 10240 MiB.
+#:   SGLang's own reserve estimate to 512 + 1.5 x 4096 + 1024 + 2 x 48 + 1536 = 9312 MiB (10240 without a draft,
+#:   decode graphs to batch 512), which its floor for a GPU above 60 GiB raises to 10240 MiB.
 #: - ``mem_fraction_static = 0.895`` is what SGLang computes for that reserve, round((97887 - 10240) / 97887, 3):
 #:   static 0.895 x 93.59 = 83.76 GiB; the reserve left for activations and CUDA graphs is the rest, 9.83 GiB
 #:   (kv_cache_configurator.py ``_profile_available_bytes``: pre-load memory x (1 - mem_fraction_static)).
 #: - ``context_length = 65536``: KV cache 83.76 - 71.91 - 0.10 (multimodal reservation) = 11.76 GiB at 71,424
-#:   bytes per token (MLA (512 + 64) x 61 layers x 2 bytes, plus the draft's layer) = 176,750 tokens: 2.7
+#:   bytes per token (MLA (512 + 64) x 61 layers x 2 bytes, plus the draft's layer) = 176,757 tokens: 2.7
 #:   requests of 65536 at once ("fits" needs 2); 131072 would hold one at a time ("tight"). K2.6 and
-#:   K2-Thinking (no draft, 71.16 and ~70.3 GiB per rank) hold about 3.
+#:   K2-Thinking (no draft, 71.16 and 70.95 GiB per rank) hold about 3.
 #:
 #: Not measured on GPUs: compare the KV tokens of the first start (``restart --wait`` shows them) and watch CUDA
 #: graph capture; with images (K2.5, K2.6) SGLang's own choice would keep ~8 GiB more for the vision tower.
