@@ -238,3 +238,14 @@ def test_every_reference_host_preset_fits_as_written(facts_of, name):
     assert p.verdict == "fits", (p.problems, p.warnings)
     assert p.mem_fraction_static.source == p.context_length.source == "profile"
     assert min(requests for _context, requests in p.concurrency) >= 2
+
+
+def test_the_runbooks_memory_settings_are_the_presets():
+    """docs/runbook.md#size-the-memory shows the values every preset writes, no other."""
+    import re
+    import tomllib
+
+    text = (Path(__file__).parent.parent / "docs/runbook.md").read_text()
+    section = text[text.index("### Size the memory"):]
+    block = re.search(r"```toml\n(.*?)```", section, re.S).group(1)
+    assert tomllib.loads(block) == MEMORY_WITH_DRAFT
