@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from kimi_deploy.presets import get_preset
+from kimi_deploy.catalog.presets import get_preset
 from kimi_deploy.profile import Profile, parse_profile
 from kimi_deploy.targets.prometheus import rules_doc
 from kimi_deploy.targets.systemd import render

@@ -16,7 +16,7 @@ from kimi_deploy.cli import cli
 from kimi_deploy.host.install.apply import apply
 from kimi_deploy.host.install.install_plan import plan_install
 from kimi_deploy.paths import HostLayout
-from kimi_deploy.presets import get_preset
+from kimi_deploy.catalog.presets import get_preset
 from kimi_deploy.profile import load_profile, parse_profile
 
 LOGS = Path(__file__).resolve().parent / "data" / "sglang-log"

@@ -46,7 +46,7 @@ LAYERS: dict[str, int] = {
     # 2: the deployment profile
     "profile": 2,
     # 3: what a profile means: presets, topology, the launch, SGLang's interpreter, validation, patches
-    **{name: 3 for name in ("presets", "topology", "launch", "engine", "validate", "litellm_hook", "patching",
+    **{name: 3 for name in ("topology", "launch", "engine", "validate", "litellm_hook", "patching",
                             "catalog")},
     # 4: deployment targets (render)
     "targets": 4,

@@ -10,7 +10,7 @@ from kimi_deploy.argv import flag_groups, split_equals
 from kimi_deploy.errors import ProfileError
 from kimi_deploy.launch import LaunchSpec, check_exposure
 from kimi_deploy.profile import parse_profile
-from kimi_deploy.presets import get_preset
+from kimi_deploy.catalog.presets import get_preset
 from kimi_deploy.targets.systemd import render
 from kimi_deploy.host.status import IGNORED_OPTIONS, launch_entries
 

@@ -208,7 +208,7 @@ def test_bad_input_gives_named_exit_codes(cli_runner, tmp_path, server):
 
 
 def test_custom_dataset_and_profile_hash(server, cli_runner, tmp_path):
-    from kimi_deploy.presets import get_preset
+    from kimi_deploy.catalog.presets import get_preset
 
     ds = tmp_path / "d.jsonl"
     ds.write_text('{"messages": [{"role": "user", "content": "Name three rivers."}]}\n')

@@ -133,7 +133,7 @@ def test_list_prints_stable_ids():
 
 def test_nightly_unit_command_line_is_accepted(tmp_path):
     """The ExecStart= of kimi-deploy-check@NAME.service (targets/systemd.py) parses: check --profile --api-key-file --json ..."""
-    from kimi_deploy.presets import get_preset
+    from kimi_deploy.catalog.presets import get_preset
     from kimi_deploy.targets.systemd import render
 
     unit = render(get_preset("kimi-k25-rtx-pro-6000-x8").profile()).files["kimi-deploy-check@kimi-k25.service"]

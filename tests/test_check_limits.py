@@ -195,7 +195,7 @@ def test_deadline_bounds_the_run_and_reports_the_rest(tmp_path, slow_chat, slow_
 
 def test_nightly_unit_outlives_the_default_deadline():
     """TimeoutStartSec= of kimi-deploy-check@NAME.service leaves >= 2 min after --deadline; the runbook says so."""
-    from kimi_deploy.presets import get_preset
+    from kimi_deploy.catalog.presets import get_preset
     from kimi_deploy.targets.systemd import render
 
     unit = render(get_preset("kimi-k25-rtx-pro-6000-x8").profile()).files["kimi-deploy-check@kimi-k25.service"]

@@ -17,7 +17,7 @@ from kimi_deploy.targets.prometheus import SCHEMA_ACCURACY_BEST_LOWER, rules_doc
 from kimi_deploy.profile import parse_profile
 from kimi_deploy.targets.systemd import render
 from monitoring_helpers import PRESET, promtool, rule_test_doc, write_monitoring
-from kimi_deploy.presets import get_preset
+from kimi_deploy.catalog.presets import get_preset
 from quality_server import QualityServer
 
 SCRAPE = {"job": "kimi-k25-check", "instance": "127.0.0.1:9100", "service": "kimi-k25"}

@@ -335,7 +335,7 @@ def test_the_run_takes_the_id_rule_from_the_tool_call_parser():
     import copy
 
     from kimi_deploy.check.context import Context
-    from kimi_deploy.presets import get_preset
+    from kimi_deploy.catalog.presets import get_preset
     from kimi_deploy.profile import parse_profile
 
     def ctx(parser):

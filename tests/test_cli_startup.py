@@ -83,7 +83,7 @@ def test_render_print_command_of_a_profile_file_loads_only_the_profile_and_the_l
     assert {m for m in ours if m.startswith(("kimi_deploy.targets.", "kimi_deploy.host", "kimi_deploy.catalog",
                                              "kimi_deploy.check", "kimi_deploy.bench", "kimi_deploy.doctor",
                                              "kimi_deploy.sizing", "kimi_deploy.patching"))} == set()
-    assert "kimi_deploy.presets" not in ours and "kimi_deploy.cli.presets" not in ours
+    assert "kimi_deploy.catalog.presets" not in ours and "kimi_deploy.cli.presets" not in ours
     assert {"kimi_deploy.cli.render", "kimi_deploy.launch", "kimi_deploy.profile"} <= ours
 
 

@@ -130,7 +130,7 @@ def test_every_rendered_alert_links_to_its_runbook_entry():
 
 
 def _all_alerts_profile():
-    from kimi_deploy.presets import get_preset
+    from kimi_deploy.catalog.presets import get_preset
     from kimi_deploy.profile import parse_profile
 
     data = get_preset("kimi-k25-rtx-pro-6000-x8").data
@@ -142,7 +142,7 @@ def _all_alerts_profile():
 def test_the_runbook_move_changes_no_profile_digest():
     """The default runbook_url moved from production.md to docs/runbook.md; a profile that leaves it unset keeps
     the digest installed manifests and rendered headers recorded (kimi_deploy.profile.RUNBOOK_DEFAULT_DIGESTED)."""
-    from kimi_deploy.presets import get_preset
+    from kimi_deploy.catalog.presets import get_preset
     from kimi_deploy.profile import parse_profile
 
     data = get_preset("kimi-k25-rtx-pro-6000-x8").data

@@ -133,7 +133,7 @@ def test_what_is_checked_covers_every_check_id():
 
 
 def test_files_page_names_every_rendered_file():
-    from kimi_deploy.presets import get_preset
+    from kimi_deploy.catalog.presets import get_preset
     from kimi_deploy.targets.systemd import render
 
     text = page("files.md")

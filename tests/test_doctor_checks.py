@@ -13,7 +13,7 @@ from kimi_deploy.doctor.checks import Facts, evaluate
 from kimi_deploy.doctor.host import DiskSpace, FileDrift, PortProbe
 from kimi_deploy.doctor.modeldir import ModelDir, inspect_model_dir
 from kimi_deploy.patching import PatchStatus, SeriesStatus, find_series
-from kimi_deploy.presets import get_preset
+from kimi_deploy.catalog.presets import get_preset
 from kimi_deploy.profile import parse_profile
 from kimi_deploy.engine import TargetInfo
 

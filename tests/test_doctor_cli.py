@@ -14,7 +14,7 @@ from doctor_helpers import install_fake_nvidia_smi, make_model_dir
 from kimi_deploy import engine
 from kimi_deploy.targets import systemd as render_lib
 from kimi_deploy.cli import cli
-from kimi_deploy.presets import get_preset
+from kimi_deploy.catalog.presets import get_preset
 from kimi_deploy.profile import parse_profile
 
 PRESET = "kimi-k25-rtx-pro-6000-x8"

@@ -10,7 +10,7 @@ import pytest
 
 from helpers import MINIMAL, run_cli, write_profile
 from kimi_deploy.bench.params import SLO_KEYS
-from kimi_deploy.presets import get_preset
+from kimi_deploy.catalog.presets import get_preset
 from kimi_deploy.profile import SLO, dump_profile, parse_profile
 
 SPEC = ('speculative_algorithm = "EAGLE3"\nspeculative_draft_model_path = "/m/d"\nspeculative_num_steps = 3\n'

@@ -13,7 +13,7 @@ import pytest
 
 from kimi_deploy.targets.prometheus import alerts, rules_doc, settings, to_yaml
 from monitoring_helpers import GATEWAY_MONITORING as GATEWAY
-from kimi_deploy.presets import get_preset
+from kimi_deploy.catalog.presets import get_preset
 from kimi_deploy.profile import parse_profile
 from monitoring_helpers import PRESET, expand, preset_profile, promtool, rule_test_doc, write_monitoring
 
@@ -212,7 +212,7 @@ def test_thresholds_follow_the_profile(tmp_path):
 
 
 def test_no_speculative_decoding_no_accept_length_alert():
-    from kimi_deploy.presets import get_preset
+    from kimi_deploy.catalog.presets import get_preset
     from kimi_deploy.profile import parse_profile
 
     data = get_preset("kimi-k25-rtx-pro-6000-x8").data

@@ -14,7 +14,7 @@ import pytest
 
 from helpers import MINIMAL, run_cli, write_profile
 
-from kimi_deploy.presets import PRESETS, get_preset
+from kimi_deploy.catalog.presets import PRESETS, get_preset
 from kimi_deploy.profile import load_profile
 
 PRESET = "kimi-k25-rtx-pro-6000-x8"
@@ -338,3 +338,14 @@ def test_init_every_commented_key_of_every_table_still_validates_and_renders(tmp
         assert profile.gateway.policy == "cache_aware" and profile.copies == 2
     if not flags:
         assert "init --fleet" in text and "init --kubernetes" in text
+
+
+@pytest.mark.parametrize("preset", sorted(PRESETS))
+def test_init_writes_the_memory_settings_live(tmp_path, preset):
+    """Every preset's profile carries its memory settings as keys, not comments (docs/runbook.md#size-the-memory)."""
+    from kimi_deploy.catalog.presets import MEMORY
+
+    path = tmp_path / "kimi.toml"
+    assert run_cli(["init", str(path), "--preset", preset]).exit_code == 0
+    sglang = tomllib.loads(path.read_text())["sglang"]
+    assert {key: sglang.get(key) for key in MEMORY} == MEMORY

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from kimi_deploy.errors import UsageError
-from kimi_deploy.presets import get_preset
+from kimi_deploy.catalog.presets import MEMORY_WITH_DRAFT, get_preset
 from kimi_deploy.profile import parse_profile
 from kimi_deploy.sizing.memory import (
     GIB, Facts, GpuFacts, ModelFacts, TensorGroup, group_tensors, load_header_index, plan, read_header_index,
@@ -35,7 +35,11 @@ def facts_of():
 
 
 def variant(**sglang):
+    """The reference preset with its memory settings left to SGLang (as before they were written out), then
+    ``sglang``'s keys."""
     data = copy.deepcopy(get_preset(PRESET).data)
+    for key in MEMORY_WITH_DRAFT:
+        del data["sglang"][key]
     data["sglang"].update(sglang)
     return parse_profile(data)
 
@@ -68,7 +72,7 @@ def test_kv_bytes_per_token_mla():
     model = ModelFacts.load(MODELS / "kimi-k2.5-int4")
     assert model.mla and model.num_layers == 61 and model.max_context == 262144 and model.multimodal
     assert model.kv_values_per_token_layer(8) == 576
-    p = plan(get_preset(PRESET).profile(), Facts(
+    p = plan(variant(), Facts(
         GpuFacts.from_query((DATA / "nvidia-smi/query-8x-server-580.csv").read_text(), "recorded"), model,
         ModelFacts.load(MODELS / "kimi-k2.5-eagle3-mla"), resolved={"mem_fraction_static": 0.93}))
     assert p.kv_bytes_per_token == 576 * 61 * 2 == 70272
@@ -77,14 +81,14 @@ def test_kv_bytes_per_token_mla():
 
 def test_sglangs_default_fraction_leaves_no_room_for_the_weights(facts_of):
     """SGLang 0.5.23 resolves mem_fraction_static 0.758 for this model on 97887 MiB GPUs (test_validate_sizing)."""
-    p = plan(get_preset(PRESET).profile(), facts_of(mem_fraction_static=0.757810361328125, max_running_requests=48))
+    p = plan(variant(), facts_of(mem_fraction_static=0.757810361328125, max_running_requests=48))
     assert p.verdict == "will not fit" and not p.fits and p.kv_tokens == 0
     assert "set [sglang] mem_fraction_static above 0.77 for the weights alone" in p.problems[0]
     assert "0.956 to also hold one request of context_length 262144" in p.problems[0]
 
 
 def test_a_fraction_that_holds_the_weights_but_not_one_max_length_request(facts_of):
-    p = plan(get_preset(PRESET).profile(), facts_of(mem_fraction_static=0.93))
+    p = plan(variant(), facts_of(mem_fraction_static=0.93))
     assert p.verdict == "will not fit"
     assert p.kv_tokens == 226_002
     assert p.problems == ("the KV cache holds 226002 tokens, less than one request of context_length 262144; set "
@@ -112,12 +116,12 @@ def test_profile_fraction_that_starves_cuda_graphs_is_tight(facts_of):
 
 
 def test_fp8_kv_halves_the_bytes_per_token(facts_of):
-    p = plan(get_preset(PRESET).profile(), facts_of(mem_fraction_static=0.93, kv_cache_dtype="fp8_e4m3"))
+    p = plan(variant(), facts_of(mem_fraction_static=0.93, kv_cache_dtype="fp8_e4m3"))
     assert p.kv_bytes_per_token == 35136 and p.kv_tokens == 452_005 and p.verdict == "tight"  # 1.7 max-length requests
 
 
 def test_unknown_fraction_is_no_refusal(facts_of):
-    p = plan(get_preset(PRESET).profile(), facts_of())
+    p = plan(variant(), facts_of())
     assert p.verdict == "unknown" and p.fits and "mem_fraction_static is unknown" in p.warnings[0]
 
 
@@ -185,3 +189,63 @@ def test_validate_with_an_unreadable_model_directory_still_reports_the_parser(tm
     assert skipped.skipped[0].startswith("no GPU facts")
     assert "/models/moonshotai/Kimi-K2.5 is not on this machine" in skipped.skipped[1]
     assert skipped.lines()[0].startswith("note: not sized: no GPU facts")
+
+
+def test_sglangs_own_fraction_for_its_floor_is_not_tight(facts_of):
+    """SGLang picks mem_fraction_static = round((97887 - 10240) / 97887, 3) = 0.895 itself when its reserve estimate is
+    at its 10240 MiB floor (memory_hook.py); a profile that writes the same value is not "tight", although the slack
+    SGLang then keeps (pre-load memory x 0.105 = 9.83 GiB) is under 10 GiB. One step above it is."""
+    at = plan(variant(mem_fraction_static=0.895, context_length=65536), Facts(facts_of().gpus, facts_of().model,
+                                                                            facts_of().draft))
+    assert round(at.reserve_bytes / GIB, 2) == 9.83 and at.verdict == "fits", at.warnings
+    above = plan(variant(mem_fraction_static=0.896, context_length=65536), Facts(facts_of().gpus, facts_of().model,
+                                                                               facts_of().draft))
+    assert above.verdict == "tight" and "would meet with mem_fraction_static 0.895" in above.warnings[0]
+
+
+def test_the_reserve_follows_sglangs_own_estimate_of_the_resolved_settings(facts_of):
+    """With SGLang's resolved chunked_prefill_size and CUDA graphs, the least reserve is SGLang's own estimate
+    (memory_hook.py: 512 + 1.5 x 8192 + 1024 + 2 x 512 + 1536 = 16384 MiB for SGLang's defaults here), not the floor."""
+    from kimi_deploy.sizing.memory import sglang_reserve
+
+    graphs = {"decode": {"backend": "full", "max_bs": 512}, "prefill": {"backend": "breakable", "bs": [1, 2]}}
+    resolved = {"chunked_prefill_size": 8192, "cuda_graph_config": graphs, "tp_size": 8}
+    assert sglang_reserve(resolved, mla=True, gpu_mib=97887)[0] == 16384
+    small = {**resolved, "chunked_prefill_size": 4096, "cuda_graph_config": {**graphs, "decode": {"max_bs": 48}}}
+    assert sglang_reserve(small, mla=True, gpu_mib=97887)[0] == 10240  # 9312, raised to the floor
+    assert sglang_reserve({}, mla=True, gpu_mib=97887) is None
+    p = plan(variant(mem_fraction_static=0.895, context_length=65536),
+             facts_of(mem_fraction_static=0.895, context_length=65536, **resolved))
+    assert p.mem_fraction_static.source == "profile"
+    assert p.verdict == "tight" and "16384 MiB" in p.warnings[0] and "0.833" in p.warnings[0]
+
+
+def _k2_thinking() -> ModelFacts:
+    """K2-Thinking: K2.5's DeepseekV3 text config (no vision tower) over its own recorded header index."""
+    config = json.loads((MODELS / "kimi-k2.5-int4/config.json").read_text())["text_config"]
+    return ModelFacts.from_config(config, load_header_index(MODELS / "kimi-k2-thinking-int4/header-index.json"))
+
+
+@pytest.mark.parametrize("name", ["kimi-k25-rtx-pro-6000-x8", "kimi-k25-rtx-pro-6000-x8-pcie-ipc",
+                                  "kimi-k26-rtx-pro-6000-x8", "kimi-k2-thinking-rtx-pro-6000-x8"])
+def test_every_reference_host_preset_fits_as_written(facts_of, name):
+    """The plan alone (no SGLang) on each preset's own values: "fits", every memory setting from the profile."""
+    profile = get_preset(name).profile()
+    base = facts_of()
+    model = _k2_thinking() if "thinking" in name else base.model
+    draft = base.draft if profile.sglang.speculative_draft_model_path else None
+    p = plan(profile, Facts(base.gpus, model, draft))
+    assert p.verdict == "fits", (p.problems, p.warnings)
+    assert p.mem_fraction_static.source == p.context_length.source == "profile"
+    assert min(requests for _context, requests in p.concurrency) >= 2
+
+
+def test_the_runbooks_memory_settings_are_the_presets():
+    """docs/runbook.md#size-the-memory shows the values every preset writes, no other."""
+    import re
+    import tomllib
+
+    text = (Path(__file__).parent.parent / "docs/runbook.md").read_text()
+    section = text[text.index("### Size the memory"):]
+    block = re.search(r"```toml\n(.*?)```", section, re.S).group(1)
+    assert tomllib.loads(block) == MEMORY_WITH_DRAFT

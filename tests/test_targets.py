@@ -15,7 +15,7 @@ from helpers import run_cli
 
 from kimi_deploy import targets
 from kimi_deploy.litellm_hook import CALLBACK
-from kimi_deploy.presets import REFERENCE, get_preset
+from kimi_deploy.catalog.presets import REFERENCE, get_preset
 from kimi_deploy.profile import parse_profile
 
 

@@ -10,7 +10,7 @@ import pytest
 from kimi_deploy.cli import cli
 from kimi_deploy.errors import UnsupportedVersionError
 from kimi_deploy.launch import build_launch
-from kimi_deploy.presets import get_preset
+from kimi_deploy.catalog.presets import get_preset
 from kimi_deploy.profile import parse_profile
 from kimi_deploy.validate import PLACEHOLDER_API_KEY, STAGES, validate_profile, validate_server_args
 

@@ -1,5 +1,9 @@
 """What SGLang 0.5.23 resolves for the reference preset on the recorded 8 x RTX PRO 6000 GPUs, with the source line
-of each value, and the memory plan checked against SGLang's own KV sizing (the SGLang test environment)."""
+of each value, and the memory plan checked against SGLang's own KV sizing (the SGLang test environment).
+
+``refused``: the reference preset with its memory settings left to SGLang (what every preset did before they
+were written out): SGLang's own choice does not hold the weights. Every preset as written fits
+(:func:`test_every_reference_host_preset_validates_as_written_and_fits`)."""
 
 from __future__ import annotations
 
@@ -13,8 +17,8 @@ import pytest
 from kimi_deploy import engine as target
 from kimi_deploy.cli import cli
 from kimi_deploy.launch import build_launch
-from kimi_deploy.presets import get_preset
-from kimi_deploy.profile import parse_profile
+from kimi_deploy.catalog.presets import MEMORY_WITH_DRAFT, PRESETS, get_preset
+from kimi_deploy.profile import dump_profile, parse_profile
 from kimi_deploy.sizing.memory import KV_TOKENS_TOLERANCE, GpuFacts
 from kimi_deploy.sizing.report import size_profile
 
@@ -27,6 +31,16 @@ DRAFT = DATA / "models/kimi-k2.5-eagle3-mla"
 FACTS = ["--gpu-facts", str(GPUS), "--model-facts", str(MODEL), "--draft-facts", str(DRAFT)]
 
 
+def _sglang_defaults(tmp_path: Path) -> Path:
+    """The reference preset with its memory settings left to SGLang, as a profile file."""
+    data = copy.deepcopy(get_preset(PRESET).data)
+    for key in MEMORY_WITH_DRAFT:
+        del data["sglang"][key]
+    path = tmp_path / "sglang-defaults.toml"
+    path.write_text(dump_profile(parse_profile(data)))
+    return path
+
+
 def _size(profile, python):
     gpus = GpuFacts.from_query(GPUS.read_text(), "recorded")
     return size_profile(profile, python, build_launch(profile).server_args, gpus=gpus, model_facts=MODEL,
@@ -34,11 +48,14 @@ def _size(profile, python):
 
 
 @pytest.fixture(scope="module")
-def refused(sglang_python):
-    """``validate --json`` on the reference preset with the recorded facts (one SGLang run for several tests)."""
+def refused(sglang_python, tmp_path_factory):
+    """``validate --json`` on the reference preset without its memory settings, with the recorded facts (one SGLang
+    run for several tests)."""
     from click.testing import CliRunner
 
-    result = CliRunner().invoke(cli, ["validate", "--preset", PRESET, "--python", sglang_python, *FACTS, "--json"])
+    profile = _sglang_defaults(tmp_path_factory.mktemp("refused"))
+    result = CliRunner().invoke(cli, ["validate", "--profile", str(profile), "--python", sglang_python, *FACTS,
+                                      "--json"])
     return result.exit_code, json.loads(result.stdout)
 
 
@@ -109,11 +126,51 @@ def test_kv_tokens_agree_with_sglangs_pool_sizing(roomy):
     assert not any(v.field == "mem_fraction_static" for v in roomy.effective.values)  # given, and kept
 
 
-def test_cli_text_and_the_risk_flag(cli_runner, sglang_python):
-    accepted = cli_runner.invoke(cli, ["validate", "--preset", PRESET, "--python", sglang_python, *FACTS,
-                                       "--accept-memory-risk"])
+def test_cli_text_and_the_risk_flag(cli_runner, sglang_python, tmp_path):
+    accepted = cli_runner.invoke(cli, ["validate", "--profile", str(_sglang_defaults(tmp_path)), "--python",
+                                       sglang_python, *FACTS, "--accept-memory-risk"])
     assert accepted.exit_code == 0, accepted.output
     out = accepted.stdout
     assert "--mem-fraction-static = 0.7578" in out and "memory_hook.py:" in out
     assert "weights per rank: target 71.16 GiB, draft 0.75 GiB" in out
     assert "accepted with --accept-memory-risk: the memory plan says this profile will not fit" in out
+
+
+K2_THINKING_WEIGHTS = DATA / "models/kimi-k2-thinking-int4/header-index.json"
+
+
+def _k2_thinking_facts(tmp_path: Path) -> Path:
+    """K2-Thinking's stand-in: K2.5's DeepseekV3 text model config (tests/data/models/README.md: the same text
+    model, no vision tower) beside K2-Thinking's recorded header index."""
+    folder = tmp_path / "kimi-k2-thinking"
+    folder.mkdir()
+    config = json.loads((MODEL / "config.json").read_text())["text_config"]
+    (folder / "config.json").write_text(json.dumps(config))
+    (folder / "header-index.json").write_text(K2_THINKING_WEIGHTS.read_text())
+    return folder
+
+
+#: Preset -> the recorded model facts that stand for its model (K2.6: K2.5's, the same architecture and files;
+#: tests/data/models/README.md). K2.7-Code has none: its size is not in the kit's sources.
+SIZED = {name: preset.model for name, preset in PRESETS.items() if preset.model in ("k2.5", "k2.6", "k2-thinking")}
+
+
+@pytest.mark.parametrize("name", sorted(SIZED))
+def test_every_reference_host_preset_validates_as_written_and_fits(name, cli_runner, sglang_python, tmp_path):
+    """`validate` of each reference-host preset as written, on the recorded 8 x RTX PRO 6000 and model facts: exit 0,
+    verdict "fits" (not "tight"), the memory settings the profile's own (none left to SGLang), and SGLang's own
+    KV sizing on the same inputs within the tolerance of the plan."""
+    preset = get_preset(name)
+    model = _k2_thinking_facts(tmp_path) if SIZED[name] == "k2-thinking" else MODEL
+    facts = ["--gpu-facts", str(DATA / "nvidia-smi/query-8x-workstation-570.csv"), "--model-facts", str(model)]
+    if preset.data["sglang"].get("speculative_draft_model_path"):
+        facts += ["--draft-facts", str(DRAFT)]
+    result = cli_runner.invoke(cli, ["validate", "--preset", name, "--python", sglang_python, *facts, "--json"])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    plan = data["sizing"]["memory"]
+    assert plan["verdict"] == "fits", (plan["problems"], plan["warnings"])
+    assert data["refused"] is False and data["sizing"]["agreement"]["ok"], data["sizing"]["agreement"]
+    assert plan["mem_fraction_static"]["source"] == "profile"
+    assert plan["context_length"]["source"] == "profile"
+    assert min(r["requests"] for r in plan["concurrency"]) >= 2

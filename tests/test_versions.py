@@ -6,7 +6,7 @@ import pytest
 
 from kimi_deploy.errors import UnsupportedVersionError, UsageError
 from kimi_deploy.launch import build_launch
-from kimi_deploy.presets import get_preset
+from kimi_deploy.catalog.presets import get_preset
 from kimi_deploy.profile import parse_profile
 
 PRESET = get_preset("kimi-k25-rtx-pro-6000-x8")
@@ -17,6 +17,9 @@ REFERENCE_0_5_23 = [
     "--served-model-name", "moonshotai/Kimi-K2.5",
     "--trust-remote-code",
     "--host", "0.0.0.0", "--port", "30000", "--tp-size", "8",
+    # the memory settings that fit 8 x RTX PRO 6000 (presets.MEMORY; SGLang's own choice does not hold the weights)
+    "--context-length", "65536", "--mem-fraction-static", "0.895", "--max-running-requests", "48",
+    "--chunked-prefill-size", "4096",
     "--tool-call-parser", "kimi_k2", "--reasoning-parser", "kimi_k2",
     "--speculative-algorithm", "EAGLE3",
     "--speculative-draft-model-path", "/models/lightseekorg/kimi-k2.5-eagle3-mla",

@@ -1,1 +1,2 @@
-"""What the kit knows about the models it deploys: one table of facts per model, each with its source."""
+"""What the kit knows about the models it deploys: one table of facts per model, each with its source
+(:mod:`.models`), and the presets built from it (:mod:`.presets`)."""

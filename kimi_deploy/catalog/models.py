@@ -3,7 +3,7 @@
 A row (:class:`ModelFacts`) says what a correct SGLang deployment of that model must say: the parsers,
 how thinking behaves (default and the switch a client uses), the EAGLE-3 draft model (or that there is
 none), the context length, the recommended sampling, the quantisation, the weight size and the shard
-layout ``doctor`` compares a downloaded model directory with. The presets (:mod:`kimi_deploy.presets`),
+layout ``doctor`` compares a downloaded model directory with. The presets (:mod:`kimi_deploy.catalog.presets`),
 ``init --model``, ``validate``/``doctor``'s fit check and the tool-call id rules
 (:mod:`kimi_deploy.tool_ids`, by parser name) read this table; nothing copies its values.
 

@@ -9,12 +9,19 @@ Errors derived from :class:`kimi_deploy.errors.KimiDeployError` are caught here,
 at the edge, and printed as ``error:`` / ``value:`` / ``fix:`` lines on stderr with the
 error's exit code (and as ``{"error": {...}}`` on stdout when the verb was asked for
 JSON there); ``--debug`` shows the traceback instead.
+
+A reader that closes stdout early (``kimi-deploy render | head``) ends the verb quietly with exit 0, whatever
+the verb: no traceback, no "Exception ignored" line, not click's exit 1 (which here means "a check failed").
+That is decided here, once (:meth:`KimiGroup.invoke`, :func:`main`); a rich console hands a closed stdout to
+this edge too (:func:`kimi_deploy.cli.options.make_console`).
 """
 
 from __future__ import annotations
 
 import importlib
 import logging
+import os
+import select
 import sys
 
 import click
@@ -41,6 +48,29 @@ def _asks_json_stdout(command: click.Command | None, args: list[str]) -> bool:
         if not option.is_flag and (arg == "--json=-" or (arg == "--json" and args[i + 1:i + 2] == ["-"])):
             return True
     return False
+
+
+def stdout_closed() -> bool:
+    """Whether stdout's reader has gone (a pipe whose read end is closed, a hung-up socket): ``poll(2)``
+    reports ``POLLERR``/``POLLHUP`` on the write end. Asked after a ``BrokenPipeError``, so that an EPIPE
+    from anything else (a child's stdin, a socket) is not taken for it."""
+    try:
+        fd = sys.__stdout__.fileno() if sys.__stdout__ else 1
+        poller = select.poll()
+        poller.register(fd, select.POLLOUT)
+        return any(events & (select.POLLERR | select.POLLHUP) for _fd, events in poller.poll(0))
+    except (OSError, ValueError, AttributeError):  # no stdout at all, or not a file (a test runner's buffer)
+        return False
+
+
+def quiet_stdout() -> None:
+    """Point stdout's file descriptor at ``/dev/null``, so that the interpreter's last flush of what is still
+    buffered finds no closed pipe (the recipe of https://docs.python.org/3/library/signal.html#note-on-sigpipe)."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, sys.__stdout__.fileno() if sys.__stdout__ else 1)
+    finally:
+        os.close(devnull)
 
 
 #: Verb name -> (module under :mod:`kimi_deploy.cli` that defines it in ``COMMANDS``, the first paragraph
@@ -127,12 +157,32 @@ class KimiGroup(click.Group):
                 raise
             # an option's own check (bench's numbers) can refuse before the --json callback ran
             if ctx.meta.get(JSON_META) or (args and _asks_json_stdout(self.get_command(ctx, args[0]), args[1:])):
-                echo_json({"error": exc.to_dict()})
+                try:
+                    echo_json({"error": exc.to_dict()})
+                except BrokenPipeError:  # the reader has gone: the error still goes to stderr, with its code
+                    quiet_stdout()
             click.echo(exc.render(), err=True)
             ctx.exit(int(exc.exit_code))
         except KeyboardInterrupt:
             click.echo("interrupted", err=True)
             ctx.exit(130)
+        except BrokenPipeError:
+            if not stdout_closed():  # an EPIPE from a child or a socket: not ours to hide
+                raise
+            quiet_stdout()  # the reader of stdout has gone (`| head`): nothing more to say, nothing failed
+            ctx.exit(0)
+
+    def main(self, *args, **kwargs):
+        """Click's, except that a stdout closed while click itself writes (``--help | head``) exits 0: click
+        marks that case by wrapping stdout in its ``_PacifyFlushWrapper`` before its ``sys.exit(1)``."""
+        try:
+            return super().main(*args, **kwargs)
+        except SystemExit as exc:
+            pacified = type(sys.stdout).__name__ == "_PacifyFlushWrapper"
+            if pacified and exc.code == 1 and stdout_closed():
+                quiet_stdout()
+                raise SystemExit(0) from None
+            raise
 
 
 def _print_version(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
@@ -168,8 +218,17 @@ def cli(ctx: click.Context, debug: bool, verbose: bool) -> None:
 
 
 def main() -> None:
-    """Console-script entry point (``kimi-deploy``)."""
-    cli(obj={}, prog_name="kimi-deploy")
+    """Console-script entry point (``kimi-deploy``): the verb's exit code; a stdout whose reader left after the
+    verb finished writing (the last buffered bytes) keeps that code and prints nothing more."""
+    try:
+        cli(obj={}, prog_name="kimi-deploy")
+    finally:
+        try:
+            sys.stdout.flush()
+        except BrokenPipeError:
+            quiet_stdout()
+        except (OSError, ValueError):
+            pass
 
 
 __all__ = ["cli", "main", "ExitCode"]

@@ -15,7 +15,7 @@ from kimi_deploy.errors import ExitCode, KimiDeployError, UsageError
 from kimi_deploy.redact import redact_text
 from kimi_deploy.fsio import check_output_paths, write_atomic
 from kimi_deploy.wire.printable import markup, printable
-from kimi_deploy.cli.options import json_flag, json_path_option, limit_options
+from kimi_deploy.cli.options import json_flag, json_path_option, limit_options, make_console
 from kimi_deploy.wire.limits import parse_json
 
 
@@ -61,13 +61,12 @@ class _RichProgress:
     """Progress on stderr, redrawn twice a second (the client's loop must not pay for drawing)."""
 
     def __init__(self) -> None:
-        from rich.console import Console
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
         self.errors = 0
         self.progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                                  TextColumn("errors {task.fields[errors]}"), TimeElapsedColumn(),
-                                 console=Console(stderr=True), refresh_per_second=2, transient=False)
+                                 console=make_console(stderr=True), refresh_per_second=2, transient=False)
         self.task = None
 
     def __enter__(self):
@@ -205,7 +204,6 @@ def bench_cmd(ctx, base_url, model, concurrency, request_rate, num_prompts, max_
     if long_prompts and dataset:
         raise UsageError("--dataset and --long-prompts are mutually exclusive", value=str(dataset),
                          hint="--long-prompts is a generated dataset; pass one of the two")
-    from rich.console import Console
 
     # start-up: the bench library (httpx, httptools, rich) loads once the arguments are read: usage errors first
     from kimi_deploy.bench import dataset as dataset_lib, load, longprompts, report
@@ -235,7 +233,7 @@ def bench_cmd(ctx, base_url, model, concurrency, request_rate, num_prompts, max_
         raise _redacted(exc, api_key) from None
     result = report.build_result(run, data, profile_sha)
     text = report.to_json_text(result)
-    console = Console(stderr=to_stdout)
+    console = make_console(stderr=to_stdout)
     console.width = max(console.width, 150)  # the table has 12 columns; let a narrow terminal wrap instead
     check_output_paths(outputs)  # again: the directory may have gone during the run
     if outputs["--json"]:
@@ -285,8 +283,6 @@ def compare_cmd(ctx, results, plot_path, as_json, alarms_warn):
     --no-fail-on-alarm demotes it to exit 0), 2 bad input."""
     import dataclasses
 
-    from rich.console import Console
-
     # start-up: the comparison (matplotlib for --plot) loads when `bench compare` runs
     from kimi_deploy.bench import abtest, compare as compare_lib, report
 
@@ -305,7 +301,7 @@ def compare_cmd(ctx, results, plot_path, as_json, alarms_warn):
     if plot_path:
         compare_lib.plot(loaded, plot_path)
         cmp = dataclasses.replace(cmp, plot=str(plot_path))
-    console = Console(stderr=as_json)
+    console = make_console(stderr=as_json)
     if as_json:
         click.echo(json.dumps(dict(cmp.to_dict(), ab=verdicts.to_dict()), indent=2, allow_nan=False))
     else:

@@ -14,7 +14,7 @@ from kimi_deploy.wire.apikey import resolve_key
 from kimi_deploy.wire.baseurl import check_base_url
 from kimi_deploy.errors import ExitCode, UsageError
 from kimi_deploy.fsio import write_atomic
-from kimi_deploy.cli.options import Seconds, json_flag, json_path_option, limit_options
+from kimi_deploy.cli.options import Seconds, json_flag, json_path_option, limit_options, make_console
 
 if TYPE_CHECKING:  # the check library (openai, httpx, rich) loads when the verb runs, not for its --help
     from rich.console import Console
@@ -135,7 +135,6 @@ def check_cmd(ctx, base_url, model, api_key_file, profile_path, only, skip, json
             raise UsageError("no server to check", hint="pass --base-url http://HOST:PORT or --profile FILE")
         if base_url:
             check_base_url(base_url)  # run_checks' own rule, applied before the client libraries load
-    from rich.console import Console
 
     # start-up: the check library (openai, httpx) loads once the arguments are read, so usage errors come first
     from kimi_deploy.check import CheckOptions, pushgateway as push_lib, registry, reports, run_checks, runner, workers
@@ -170,14 +169,14 @@ def check_cmd(ctx, base_url, model, api_key_file, profile_path, only, skip, json
     previous = signal.signal(signal.SIGTERM, on_sigterm)  # stop like Ctrl-C: report what ran
     try:
         if sys.stderr.isatty() and not to_stdout:
-            with LiveProgress(Console(stderr=True)) as progress:
+            with LiveProgress(make_console(stderr=True)) as progress:
                 report = run_checks(options, progress)
         else:
             report = run_checks(options)
     finally:
         signal.signal(signal.SIGTERM, previous)
     reports.write_reports(report, **outputs)
-    reports.render_table(report, Console(file=sys.stderr if to_stdout else sys.stdout, width=160
+    reports.render_table(report, make_console(file=sys.stderr if to_stdout else sys.stdout, width=160
                                          if not sys.stdout.isatty() else None))
     if to_stdout:
         click.echo(reports.to_json_text(report), nl=False)

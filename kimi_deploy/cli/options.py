@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -10,6 +11,8 @@ import click
 
 
 if TYPE_CHECKING:  # imported where used: the CLI edge imports this module for every verb, --help included
+    from rich.console import Console
+
     from kimi_deploy.profile import Profile
 
 
@@ -35,7 +38,7 @@ def resolve_profile(profile_path: Path | None, preset: str | None, *, required: 
 
         return load_profile(profile_path)  # as select_profile would
     # start-up: pydantic and the profile models load when a verb selects a profile, not for `--help`
-    from kimi_deploy.presets import select_profile
+    from kimi_deploy.catalog.presets import select_profile
 
     return select_profile(profile_path, preset, required=required)
 
@@ -139,3 +142,26 @@ def limit_options(func):
                         metavar="N", help="Largest response body read (or kept) before it is refused as too large; "
                         "suffixes K/M/G.")(func)
     return func
+
+
+def make_console(**kwargs: Any) -> Console:
+    """A :class:`rich.console.Console` made with ``kwargs`` (the tables and progress of ``check``, ``bench``,
+    ``restart``) that leaves a closed stdout to the CLI edge: rich's own answer is ``SystemExit(1)``
+    (``Console.on_broken_pipe``), which this kit's exit codes read as "a check failed"; this one raises the
+    ``BrokenPipeError``, which :meth:`kimi_deploy.cli.KimiGroup.invoke` ends quietly with exit 0, as for every
+    other verb. rich loads on the first call, not for ``--help``."""
+    return _console_class()(**kwargs)
+
+
+@functools.cache
+def _console_class() -> type[Console]:
+    from rich.console import Console as RichConsole  # start-up: rich loads when a verb draws, not for --help
+
+    class EdgeConsole(RichConsole):
+        """rich's console, raising ``BrokenPipeError`` on a closed stdout instead of ``SystemExit(1)``."""
+
+        def on_broken_pipe(self) -> None:
+            self.quiet = True
+            raise BrokenPipeError("stdout closed")
+
+    return EdgeConsole

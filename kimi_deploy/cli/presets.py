@@ -12,12 +12,12 @@ import click
 
 import kimi_deploy
 from kimi_deploy import paths
-from kimi_deploy.catalog.models import MODELS
+from kimi_deploy.catalog.models import MODELS, REFERENCE_GPUS, weights_fit
 from kimi_deploy.cli.options import echo_json, json_flag
 from kimi_deploy.errors import UsageError
 from kimi_deploy.fsio import check_output_paths, write_atomic
 from kimi_deploy.options import OPTIONS, init_example
-from kimi_deploy.presets import PRESETS, REFERENCE, Preset, get_preset, preset_for_model
+from kimi_deploy.catalog.presets import MODEL_PRESETS, PRESETS, REFERENCE, SPECULATIVE, Preset, get_preset, preset_for_model
 from kimi_deploy.profile import toml_value, valid_service_name
 
 
@@ -60,15 +60,27 @@ def _model_line(m) -> str:
             f"{m.weights_text()}, {shards}")
 
 
+def _model_help() -> str:
+    """``init --model``'s help, from the model catalog: the keys with a reference-host preset, then the others (too
+    large for the reference host, or with no preset yet)."""
+    keys = [f"{key} (the reference)" if PRESETS[name].name == REFERENCE else key
+            for key, name in sorted(MODEL_PRESETS.items())]
+    too_large = [k for k, m in MODELS.items() if k not in MODEL_PRESETS and weights_fit(m, REFERENCE_GPUS).fits is False]
+    no_preset = [k for k in MODELS if k not in MODEL_PRESETS and k not in too_large]
+    return ("Start from this Kimi model's preset on the reference host (8x RTX PRO 6000): " + ", ".join(keys)
+            + (f"; {', '.join(too_large)} refused, with its weights against the GPU memory" if too_large else "")
+            + (f"; {', '.join(no_preset)} refused, no preset yet" if no_preset else "")
+            + ". A new revision of an installed model keeps the installed service's name: add --name NAME.")
+
+
 @click.command("init")
 @click.argument("path", type=click.Path(path_type=Path, dir_okay=False))
 @click.option("--preset", default=None, metavar="NAME",
               help=f"Preset whose values the profile starts from (default: {REFERENCE}).")
-@click.option("--model", "model", metavar="KEY",
-              help="Start from this Kimi model's preset on the reference host (8x RTX PRO 6000): k2-thinking, "
-                   "k2.5, k2.6, k2.7-code; k3 is refused with its weights against the GPU memory.")
+@click.option("--model", "model", metavar="KEY", help=_model_help())
 @click.option("--name", metavar="NAME", help="Service name (default: the preset's); the API key file is named "
-              "after it (/etc/kimi-deploy/NAME.api-key).")
+              "after it (/etc/kimi-deploy/NAME.api-key). `upgrade --profile` to a new model revision needs "
+              "the installed service's name.")
 @click.option("--force", is_flag=True, help="Overwrite an existing file.")
 @click.option("--fleet", is_flag=True, help="Add [fleet] (two example copies of the model) and [gateway], "
               "every key commented.")
@@ -102,7 +114,8 @@ def init_cmd(path: Path, preset: str | None, model: str | None, name: str | None
                              trim_blocks=True, lstrip_blocks=True)
     text = env.get_template("profile.toml.j2").render(preset=chosen, toml=toml_value, options=OPTIONS,
                                                       example=init_example, fleet=fleet, kubernetes=kubernetes,
-                                                      version=kimi_deploy.__version__)
+                                                      version=kimi_deploy.__version__, speculative=SPECULATIVE,
+                                                      model=MODELS[chosen.model] if chosen.model else None)
     write_atomic(path, text)
     target = " --target kubernetes" if kubernetes else ""
     click.echo(f"wrote {path} (from preset {chosen.name}); edit it, then "

@@ -88,10 +88,8 @@ def render_cmd(profile_path, preset, sglang_version, python, out_dir, print_comm
         click.echo(rendered.launch.shell_command(api_key_file=profile.sglang.api_key_file), nl=False)
     for path in written:
         click.echo(f"wrote {path}", err=print_command)
-    if not out_dir and not print_command:
-        for name, text in rendered.files.items():
-            click.echo(f"# ---- {name}")
-            click.echo(text, nl=False)
+    if not out_dir and not print_command:  # one stream: `| kubectl apply -f -`, or split at the `# file:` lines
+        click.echo(rendered.stdout_text(), nl=False)
     for note in rendered.notes:
         click.echo(note, err=True)
 

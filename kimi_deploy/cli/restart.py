@@ -6,7 +6,8 @@ from typing import TYPE_CHECKING
 
 import click
 
-from kimi_deploy.cli.options import Seconds, echo_json, json_flag, profile_options, resolve_installed, root_option
+from kimi_deploy.cli.options import (Seconds, echo_json, json_flag, make_console, profile_options, resolve_installed,
+                                     root_option)
 from kimi_deploy.paths import HostLayout
 from kimi_deploy.wire.printable import markup, printable
 
@@ -64,7 +65,6 @@ def restart_cmd(ctx, profile_path, preset, root, name, wait, gate, allow_parser_
     after it is ready and its gate passed; on failure it stays out (exit 1 or 6; exit 9 when it
     passed but the gateway did not take it back, or stayed draining). A gateway that is down (exit 3) or
     refuses the removal (exit 1) restarts nothing: the message says the replica was not taken out."""
-    from rich.console import Console
 
     # start-up: the restart library (httpx, the readiness probes) loads when the verb runs, not for --help
     from kimi_deploy.host import restart as restart_lib
@@ -74,7 +74,7 @@ def restart_cmd(ctx, profile_path, preset, root, name, wait, gate, allow_parser_
     layout = HostLayout(root)
     profile, _manifest = resolve_installed(profile_path, preset, name, layout)
     drain = restart_lib.drain_for(profile, layout, host, wait=wait, idle_timeout=drain_timeout)
-    console = Console(stderr=True)
+    console = make_console(stderr=True)
     if as_json or not console.is_terminal:
         status = None
         last_phase: dict[str, str | None] = {}

@@ -50,6 +50,8 @@ def upgrade_cmd(ctx, root, python, profile_path, name, with_, gate, timeout, pol
                                                     "and/or --profile FILE (e.g. a new model_path)")
     layout = HostLayout(root)
     new_profile = resolve_profile(Path(profile_path), None) if profile_path else None
+    if new_profile is not None:
+        upgrade_lib.check_revision_name(new_profile, Path(profile_path), name, layout)
     installed, _manifest = resolve_installed(None, None, new_profile.service.name if new_profile else name, layout)
     if state_dir is None and not layout.is_host:
         state_dir = str(layout.under(DEFAULT_STATE_DIR))

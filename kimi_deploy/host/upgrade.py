@@ -38,12 +38,14 @@ from kimi_deploy.host.install.install_plan import plan_install
 from kimi_deploy.host.install.plan import Plan
 from kimi_deploy import patching, versions
 from kimi_deploy import engine as target
+from kimi_deploy.catalog.models import identify
 from kimi_deploy.errors import ExitCode, KimiDeployError, RefusedError, UsageError
 from kimi_deploy.host import gate as gates
 from kimi_deploy.options import OPTIONS
 from kimi_deploy.paths import HostLayout
 from kimi_deploy.profile import Profile
 from kimi_deploy.host import restart as restart_lib
+from kimi_deploy.host.records import installed_services
 from kimi_deploy.validate import validate_profile
 
 
@@ -173,6 +175,34 @@ class UpgradePlan:
 
 def _with_python(profile: Profile, python: str) -> Profile:
     return profile.model_copy(update={"service": profile.service.model_copy(update={"python": python})})
+
+
+def check_revision_name(profile: Profile, path: Path, name: str | None, layout: HostLayout) -> None:
+    """Refuse a new profile (a model revision) that names another service than the installed one it is meant for:
+    ``upgrade`` moves a service, it never creates one, and ``install`` of that profile would start a second
+    service on the same GPUs. The hint names how to keep the installed name (``init --model KEY --name NAME``).
+
+    Raises:
+        UsageError: ``--name`` differs from the profile's ``[service] name``, or nothing of that name is installed
+            while other services are (exit 2).
+    """
+    wanted = profile.service.name
+    installed = installed_services(layout)
+    if name == wanted or (name is None and (wanted in installed or not installed)):
+        return  # the same service, or nothing installed (the installed-service lookup says so, with its hint)
+    target = name or (installed[0] if len(installed) == 1 else None)
+    model = identify(profile.sglang.model_path, profile.sglang.served_model_name)
+    keep = target or "NAME"
+    init = f"kimi-deploy init --model {model.key} --name {keep} NEW.toml" if model \
+        else f"kimi-deploy init --name {keep} NEW.toml"
+    raise UsageError(
+        f"the new profile names service {wanted}, not "
+        + (f"--name {target}" if name else f"the installed service {target}" if target
+           else f"an installed service ({', '.join(installed)})"),
+        value=f"{path}: [service] name = {wanted!r}",
+        hint=f"a model revision keeps the service name: set [service] name = \"{keep}\" in {path}, or write the "
+             f"profile with `{init}` and pass it to upgrade; installing this profile instead would start a "
+             f"second service on the same GPUs")
 
 
 def plan_upgrade(installed: Profile, layout: HostLayout, *, python: str | None = None,

@@ -61,10 +61,38 @@ KV_TOKENS_TOLERANCE = 0.01
 TIGHT_REQUESTS = 2
 
 #: The least activation + CUDA-graph reserve SGLang 0.5.23 keeps on a GPU of more than 60 GiB when it picks
-#: ``mem_fraction_static`` itself (``srt/arg_groups/memory_hook.py``: ``reserved_mem = max(reserved_mem, 10 * 1024)``).
-#: A profile's own ``mem_fraction_static`` that leaves less is "tight" (upstream issues report ~20 GB of CUDA
-#: graphs for Kimi K2.x: out of memory at capture, after the weights loaded).
+#: ``mem_fraction_static`` itself (sgl-project/sglang ``python/sglang/srt/arg_groups/memory_hook.py``
+#: ``handle_gpu_memory_settings``: ``reserved_mem = max(reserved_mem, 10 * 1024)``, MiB).
 MIN_RESERVE_BYTES = 10 * GIB
+
+
+def sglang_reserve(resolved: Mapping[str, Any], *, mla: bool, gpu_mib: int) -> tuple[float, str] | None:
+    """The activation + CUDA-graph reserve SGLang 0.5.23 itself would keep for these resolved settings, in MiB,
+    with how it is made up; ``None`` when the settings it reads were not resolved (no SGLang run).
+
+    Source: sgl-project/sglang ``python/sglang/srt/arg_groups/memory_hook.py`` ``handle_gpu_memory_settings`` (the
+    branch that picks ``mem_fraction_static`` when the profile leaves it out) and ``reserve_for_graph_mb``:
+    ``512 + 1.5 x max(chunked_prefill_size, 2048) + tp x pp / 8 x 1024 + 2 x decode CUDA-graph max_bs + the prefill
+    CUDA graphs (1536 with MLA, else 8 per captured size)``, at least 10240 on a GPU of more than 60 GiB. Left
+    out, as the kit renders none of them: disaggregation, DP attention, DeepEP buffers, XPU; and SGLang's
+    multimodal reduction (``adjust_mem_fraction_for_vlm``, a further ~9 % of the GPU for Kimi K2.5's vision
+    tower), which SGLang applies only to a fraction it picks itself, never to a profile's own."""
+    chunk = resolved.get("chunked_prefill_size")
+    graphs = resolved.get("cuda_graph_config")
+    if not isinstance(chunk, int) or not isinstance(graphs, Mapping):
+        return None
+    tp, pp = int(resolved.get("tp_size") or 1), int(resolved.get("pp_size") or 1)
+    tokens = max(chunk, 2048) if chunk > 0 else max(int(resolved.get("max_prefill_tokens") or 16384), 2048)
+    decode, prefill = graphs.get("decode") or {}, graphs.get("prefill") or {}
+    decode_mib = 2 * int(decode.get("max_bs") or 0) if decode.get("backend") != "disabled" else 0
+    prefill_mib = (1536 if mla else 8 * len(prefill.get("bs") or ())) if prefill.get("backend") != "disabled" else 0
+    total = 512 + 1.5 * tokens + tp * pp / 8 * 1024 + decode_mib + prefill_mib
+    parts = (f"512 + 1.5 x {tokens} prefill tokens + {tp * pp / 8 * 1024:.0f} (tp x pp) + {decode_mib} (decode "
+             f"CUDA graphs to batch {decode.get('max_bs')}) + {prefill_mib} (prefill CUDA graphs) = {total:.0f} MiB")
+    if gpu_mib > 60 * 1024 and total < 10 * 1024:
+        return 10 * 1024.0, f"{parts}, raised to SGLang's floor of 10240 MiB on a GPU above 60 GiB"
+    return total, parts
+
 
 #: Tensors SGLang keeps whole on every tensor-parallel rank (everything else is split across ranks).
 #: Sources: SGLang 0.5.23 ``srt/models/deepseek_v2.py`` (``q_a_proj``/``kv_a_proj_with_mqa``: ``ReplicatedLinear``;
@@ -480,11 +508,23 @@ def plan(profile: Any, facts: Facts) -> MemoryPlan:
             warnings.append(f"the KV cache holds {tokens} tokens: one request of context_length {context.value} "
                             f"at a time; a second long request waits (lower context_length to "
                             f"{tokens // TIGHT_REQUESTS} for two)")
-    if fraction is not None and mfs.source == "profile" and reserve < MIN_RESERVE_BYTES and not problems:
-        warnings.append(f"mem_fraction_static {fraction} leaves {reserve / GIB:.2f} GiB for activations and CUDA "
-                        f"graphs, under the {MIN_RESERVE_BYTES / GIB:.0f} GiB SGLang keeps itself on this GPU "
-                        "(srt/arg_groups/memory_hook.py); CUDA graph capture may run out of memory: lower "
-                        "mem_fraction_static or cap the decode graphs (--cuda-graph-max-bs-decode in extra_args)")
+    if fraction is not None and mfs.source == "profile" and not problems:
+        # SGLang picks mem_fraction_static = round((GPU MiB - reserve MiB) / GPU MiB, 3) itself (memory_hook.py);
+        # a profile's own fraction above what SGLang would pick for the same settings leaves the activations and
+        # CUDA graphs less than SGLang's own estimate of them.
+        gpu_mib = facts.gpus.memory_mib
+        estimate = sglang_reserve(facts.resolved, mla=facts.model.mla, gpu_mib=gpu_mib)
+        if estimate is None and gpu_mib > 60 * 1024:
+            estimate = (MIN_RESERVE_BYTES / (1 << 20), "SGLang's floor of 10240 MiB on a GPU above 60 GiB; its "
+                                                       "other inputs were not resolved here")
+        ceiling = round((gpu_mib - estimate[0]) / gpu_mib, 3) if estimate else 1.0
+        if estimate and fraction > ceiling:
+            warnings.append(f"mem_fraction_static {fraction} leaves {reserve / GIB:.2f} GiB for activations and CUDA "
+                            f"graphs, less than SGLang 0.5.23's own estimate for these settings ({estimate[1]}; "
+                            f"srt/arg_groups/memory_hook.py), which it would meet with mem_fraction_static "
+                            f"{ceiling}; CUDA graph capture may run out of memory: lower mem_fraction_static to "
+                            f"{ceiling}, or lower chunked_prefill_size or max_running_requests (the decode CUDA "
+                            "graphs stop at it)")
     ctx_max = int(context.value or 0)
     points = sorted({c for c in (8192, 32768, 131072, ctx_max) if 0 < c <= max(ctx_max, 1)})
     cap = int(running.value) if running.value else None

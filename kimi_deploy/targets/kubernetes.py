@@ -64,7 +64,7 @@ from kimi_deploy.targets import prometheus as monitoring
 from kimi_deploy.errors import ProfileError
 from kimi_deploy.launch import API_KEY_CREDENTIAL, HOST_SECRETS_SCRIPT, LAUNCHER, LaunchSpec, build_launch
 from kimi_deploy.profile import DNS_LABEL, Kubernetes, Profile, dump_profile
-from kimi_deploy.targets import GENERATED_PREFIX, Artefacts
+from kimi_deploy.targets import FILE_HEADER, GENERATED_PREFIX, Artefacts, ending_in_newline
 from kimi_deploy.yamltext import FileMode, dump, dump_all
 from kimi_deploy.patching.series import find_series
 
@@ -106,6 +106,8 @@ GATEWAY_LIVENESS_PATH = "/liveness"
 #: Longest ``[kubernetes] name``: CronJob names are at most 52 characters and the kit appends ``-check``;
 #: LWS pod names append ``-<group>-<index>``.
 MAX_NAME = 40
+#: The file ``kubectl apply -k DIR`` reads (kustomize's, not a Kubernetes object).
+KUSTOMIZATION = "kustomization.yaml"
 #: Order ``kustomization.yaml`` lists the files in (the order ``kubectl apply -k`` creates them).
 FILE_ORDER = ("namespace.yaml", "gateway-rbac.yaml", "check-configmap.yaml", "check-pvc.yaml",
               "server-leaderworkerset.yaml", "server-service.yaml", "gateway-deployment.yaml", "gateway-pdb.yaml",
@@ -709,7 +711,7 @@ def render(profile: Profile, sglang_version: str | None = None) -> Manifests:
             files[file] = dump_all([(doc, comments if i == 0 else ()) for i, doc in enumerate(documents[file])])
     kustomization = {"apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization",
                      "resources": list(files)}
-    files = {"kustomization.yaml": dump(kustomization, top), **files}
+    files = {KUSTOMIZATION: dump(kustomization, top), **files}
     return Manifests(profile=profile, launch=launch, shape=shape, files=files, warnings=tuple(warnings))
 
 
@@ -729,4 +731,15 @@ def artefacts(profile: Profile, sglang_version: str | None = None) -> Artefacts:
                 "files": {name: str(out_dir / name) if out_dir else None for name in manifests.files},
                 "warnings": list(manifests.warnings)}
 
-    return Artefacts("kubernetes", manifests.files, describe, launch=manifests.launch, warnings=manifests.warnings)
+    return Artefacts("kubernetes", manifests.files, describe, launch=manifests.launch, warnings=manifests.warnings,
+                     stream=document_stream(manifests.files))
+
+
+def document_stream(files: Mapping[str, str]) -> str:
+    """``files`` as one multi-document YAML stream for ``kubectl apply -f -`` (what ``render --target kubernetes``
+    prints without ``--out``): every manifest in :data:`FILE_ORDER` (the order ``kubectl apply -k`` creates
+    them), each starting with ``---`` and a ``# file: NAME`` comment; ``kustomization.yaml`` left out (a
+    ``kustomize.config.k8s.io`` file, not an object the API server takes: ``kubectl apply -k DIR`` reads it).
+    The objects are the ones ``kubectl kustomize DIR`` builds: every manifest names its namespace itself."""
+    return "".join(f"---\n{FILE_HEADER}{name}\n{ending_in_newline(text)}"
+                   for name, text in files.items() if name != KUSTOMIZATION)

@@ -11,6 +11,10 @@ env HF_HUB_OFFLINE=1 PYTHONUNBUFFERED=1 SGLANG_CACHE_DIR=/var/cache/kimi-k25/sgl
   --host 0.0.0.0 \
   --port 30000 \
   --tp-size 8 \
+  --context-length 65536 \
+  --mem-fraction-static 0.895 \
+  --max-running-requests 48 \
+  --chunked-prefill-size 4096 \
   --tool-call-parser kimi_k2 \
   --reasoning-parser kimi_k2 \
   --speculative-algorithm EAGLE3 \

@@ -90,7 +90,42 @@ def model_keys(model: ModelFacts) -> dict[str, Any]:
     return keys
 
 
-_SPECULATIVE = ("speculative_algorithm", "speculative_draft_model_path", "speculative_num_steps",
+#: The memory settings of every reference-host preset, written out so that the plan holds on 8 x RTX PRO 6000
+#: (97887 MiB; 2 GiB of CUDA context leaves 93.59 GiB before the weights load) as written. Left to SGLang 0.5.23,
+#: it picks mem_fraction_static 0.758 for Kimi K2.5 on this GPU (sgl-project/sglang
+#: python/sglang/srt/arg_groups/memory_hook.py ``handle_gpu_memory_settings``): it reserves 512 + 1.5 x
+#: chunked_prefill_size 8192 + 1024 (TP8) + 2 x decode CUDA-graph batch 512 + 1536 (MLA prefill graphs) =
+#: 16384 MiB -> 0.833, then takes a further 9 % for the vision tower (``adjust_mem_fraction_for_vlm``): 0.758 x
+#: 93.59 GiB = 70.93 GiB, less than the 71.91 GiB of weights per rank (target 71.16 + EAGLE-3 draft 0.75), so
+#: the KV cache gets nothing ("Loaded weights leave no GPU memory for the KV cache",
+#: python/sglang/srt/mem_cache/kv_cache_configurator.py).
+#:
+#: - ``chunked_prefill_size = 4096`` and, with a draft, ``max_running_requests = 48`` (SGLang's own EAGLE value,
+#:   speculative_hook.py; set here it also stops the decode CUDA graphs at batch 48, memory_hook.py) bring
+#:   SGLang's own reserve estimate to 512 + 1.5 x 4096 + 1024 + 2 x 48 + 1536 = 9312 MiB (10240 without a draft,
+#:   decode graphs to batch 512), which its floor for a GPU above 60 GiB raises to 10240 MiB.
+#: - ``mem_fraction_static = 0.895`` is what SGLang computes for that reserve, round((97887 - 10240) / 97887, 3):
+#:   static 0.895 x 93.59 = 83.76 GiB; the reserve left for activations and CUDA graphs is the rest, 9.83 GiB
+#:   (kv_cache_configurator.py ``_profile_available_bytes``: pre-load memory x (1 - mem_fraction_static)).
+#: - ``context_length = 65536``: KV cache 83.76 - 71.91 - 0.10 (multimodal reservation) = 11.76 GiB at 71,424
+#:   bytes per token (MLA (512 + 64) x 61 layers x 2 bytes, plus the draft's layer) = 176,757 tokens: 2.7
+#:   requests of 65536 at once ("fits" needs 2); 131072 would hold one at a time ("tight"). K2.6 and
+#:   K2-Thinking (no draft, 71.16 and 70.95 GiB per rank) hold about 3.
+#:
+#: Not measured on GPUs: compare the KV tokens of the first start (``restart --wait`` shows them) and watch CUDA
+#: graph capture; with images (K2.5, K2.6) SGLang's own choice would keep ~8 GiB more for the vision tower.
+MEMORY = {"mem_fraction_static": 0.895, "context_length": 65536, "chunked_prefill_size": 4096}
+#: With an EAGLE-3 draft: SGLang's own pick, written out (see :data:`MEMORY`).
+MEMORY_WITH_DRAFT = {**MEMORY, "max_running_requests": 48}
+
+
+def memory_keys(model: ModelFacts) -> dict[str, Any]:
+    """The ``[sglang]`` memory settings of ``model`` on the reference host (:data:`MEMORY`, the arithmetic)."""
+    return dict(MEMORY_WITH_DRAFT if model.draft_model else MEMORY)
+
+
+#: The ``[sglang]`` keys of EAGLE-3 speculative decoding, in the option table's order.
+SPECULATIVE = ("speculative_algorithm", "speculative_draft_model_path", "speculative_num_steps",
                 "speculative_eagle_topk", "speculative_num_draft_tokens", "enable_spec_v2")
 
 _REFERENCE_DATA: dict[str, Any] = {
@@ -112,6 +147,7 @@ _REFERENCE_DATA: dict[str, Any] = {
         "port": 30000,
         "tp_size": 8,
         "trust_remote_code": True,
+        **memory_keys(_K25),
         **{k: v for k, v in model_keys(_K25).items() if k not in ("model_path", "served_model_name")},
         "flashinfer_allreduce_fusion_backend": "auto",
         "enable_torch_symm_mem": True,
@@ -142,8 +178,9 @@ def _model_data(model: ModelFacts, name: str) -> dict[str, Any]:
     source patch), with the model's own keys (:func:`model_keys`) and service name ``name``."""
     data = _pcie_ipc_data()
     sglang = data["sglang"]
-    for key in _SPECULATIVE:
+    for key in (*SPECULATIVE, *MEMORY_WITH_DRAFT):
         sglang.pop(key, None)
+    sglang.update(memory_keys(model))
     sglang.update(model_keys(model))
     sglang["api_key_file"] = service_api_key_file("{name}")  # follows [service] name, as the reference's
     quant = f" {model.quantisation}" if model.quantisation else ""
