@@ -295,9 +295,9 @@ def compare_cmd(ctx, results, plot_path, as_json, alarms_warn):
     try:
         cmp = compare_lib.compare(loaded)
         verdicts = abtest.ab(loaded, cmp.labels)
-    except (KeyError, TypeError, AttributeError, IndexError, ValueError) as exc:
-        # load_result checks the schema name only: a shared file with that name and missing or mistyped
-        # fields (hand-edited, truncated, hostile) is bad input, not a traceback
+    except (KeyError, TypeError, AttributeError, IndexError, ValueError, ArithmeticError) as exc:
+        # load_result checks the fields compare reads (report.RESULT_SHAPE); what that shape does not pin down
+        # (hand-edited, truncated, hostile) is bad input still, not a traceback
         raise UsageError(f"a result file has the {report.SCHEMA} name but not its fields "
                          f"({type(exc).__name__}: {printable(str(exc))[:120]})", value=", ".join(map(str, results)),
                          hint="pass files written by `kimi-deploy bench --json PATH` of this kimi-deploy version"
