@@ -90,16 +90,12 @@ def test_under_root_without_passwd_no_account_is_created(profile):
     assert not any(s.argv[:1] == ("usermod",) for s in p.steps)  # device groups are the host's business
 
 
-def test_key_file_facts_decide_create_refuse_or_warn(profile):
-    with pytest.raises(UsageError, match="empty"):
-        plan(profile, facts_for(HOST, key=KeyFile(KEY, True, empty=True)))
-    with pytest.raises(UsageError, match="not a regular file"):
-        plan(profile, facts_for(HOST, key=KeyFile(KEY, True, regular=False)))
-    with pytest.raises(UsageError, match="starts with '-'"):
-        plan(profile, facts_for(HOST, key=KeyFile(KEY, True, argv_safe=False)))
-    p, _ = plan(profile, facts_for(HOST, key=KeyFile(KEY, True, mode=0o644, uid=1000)))
-    assert any("readable by group/others (mode 0644)" in n for n in p.notes)
-    assert any("owned by uid 1000" in n for n in p.notes)
+def test_key_file_facts_decide_create_or_refuse(profile):
+    """The fact carries the clients' own verdict (apikey.key_file_problem): install refuses what they refuse."""
+    with pytest.raises(UsageError, match="refused: it is empty") as info:
+        plan(profile, facts_for(HOST, key=KeyFile(KEY, True, "it is empty", "write the key into FILE")))
+    assert KEY in str(info.value.hint)
+    p, _ = plan(profile, facts_for(HOST, key=KeyFile(KEY, True)))
     assert not any(s.kind == "api-key" for s in p.steps)
 
 

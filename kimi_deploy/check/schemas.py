@@ -20,7 +20,7 @@ raises :class:`Unjudgeable` (the dataset's fault, ``dataset_invalid``) for a sch
   pattern is RE2 syntax; else (lookaround, backreferences) the ``regex`` module with a per-match timeout of
   :data:`PATTERN_TIMEOUT_S`. A pattern that timed out once is not run again. ``jsonschema`` 4.x calls
   ``re.search`` in its keyword and utility modules; :func:`_install` points those modules' ``re`` at
-  :class:`_BoundedRe` (tests/test_check_schemas.py asserts ``search`` is the only ``re`` function they call).
+  :class:`_BoundedRe` (tests/test_check_quality_hostile.py asserts ``search`` is the only ``re`` function they call).
 - **Depth**: a schema nested deeper than :data:`MAX_SCHEMA_DEPTH` JSON levels, or arguments deeper than
   :data:`MAX_INSTANCE_DEPTH`, is not handed to the (recursive) validator.
 """
@@ -252,21 +252,28 @@ def compile_schema(schema: Any, *, prefer_draft7: bool = False, format_checker: 
     except SchemaError as exc:
         where = "/".join(str(p) for p in exc.absolute_path) or "(root)"
         raise Unjudgeable(f"not a valid {draft_name(cls)} schema at {where}: {exc.message[:200]}") from None
-    except (RecursionError, Unjudgeable, referencing.exceptions.Unresolvable) as exc:
+    except Unjudgeable:
+        raise
+    except Exception as exc:  # noqa: BLE001 - jsonschema/referencing on hostile input (RecursionError, a bad URI)
         raise Unjudgeable(f"not a valid {draft_name(cls)} schema ({_why(exc)})") from None
-    validator = cls(schema, registry=OFFLINE, format_checker=format_checker)
-    _check_references(validator, schema)
+    try:
+        validator = cls(schema, registry=OFFLINE, format_checker=format_checker)
+        _check_references(validator, schema)
+    except Unjudgeable:
+        raise
+    except Exception as exc:  # noqa: BLE001 - as above: a schema the libraries cannot apply is the dataset's fault
+        raise Unjudgeable(f"the schema cannot be applied ({_why(exc)})") from None
     return validator
 
 
 def _why(exc: BaseException) -> str:
     if isinstance(exc, RecursionError):
-        return "it refers to itself without end"
+        return "it refers to itself without end, or nests too deep"
     if isinstance(exc, referencing.exceptions.Unresolvable):
         ref = getattr(exc, "ref", "")
         return (f"$ref {_short(str(ref))} points outside the tool's schema or to nothing in it (the kit resolves "
                 "no URL and reads no file)")
-    return str(exc)
+    return f"{type(exc).__name__}: {str(exc)[:160]}"
 
 
 def _check_references(validator: Any, schema: Any) -> None:
@@ -315,5 +322,5 @@ def iter_errors(validator: Any, instance: Any) -> Iterator[ValidationError]:
         return iter(list(validator.iter_errors(instance)))
     except Unjudgeable:
         raise
-    except (RecursionError, referencing.exceptions.Unresolvable) as exc:
-        raise Unjudgeable(_why(exc)) from None
+    except Exception as exc:  # noqa: BLE001 - RecursionError, Unresolvable, a library's surprise on hostile input
+        raise Unjudgeable(f"the schema cannot be applied ({_why(exc)})") from None

@@ -124,6 +124,25 @@ def shape_problem(doc: Any, schema: dict[str, Any]) -> str | None:
     return f"{printable(field_path(error.absolute_path))[:200]}: {printable(error.message)[:200]}"
 
 
+def lone_surrogate(value: Any) -> str | None:
+    """The first string (or key) of parsed JSON ``value`` holding a lone surrogate (``"\\ud800"``: JSON allows
+    the escape, no UTF-8 request can carry it), iteratively; ``None`` when there is none."""
+    stack = [value]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, str):
+            try:
+                node.encode("utf-8")
+            except UnicodeEncodeError:
+                return node
+        elif isinstance(node, dict):
+            stack.extend(node.keys())
+            stack.extend(node.values())
+        elif isinstance(node, list):
+            stack.extend(node)
+    return None
+
+
 def read_json(path: str | Path, what: str, hint: str, max_bytes: int = REPORT_FILE_BYTES) -> Any:
     """The JSON document in the regular file ``path`` (UTF-8, a leading BOM dropped), at most ``max_bytes``.
 

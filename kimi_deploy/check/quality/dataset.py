@@ -212,24 +212,6 @@ def load(path: Path | str | None = None, *, sample: int = 1, max_line_bytes: int
                    max_line_bytes)
 
 
-def _surrogate(value: Any) -> str | None:
-    """The first string (or key) of ``value`` holding a lone surrogate (no UTF-8 can carry it), iteratively."""
-    stack = [value]
-    while stack:
-        node = stack.pop()
-        if isinstance(node, str):
-            try:
-                node.encode("utf-8")
-            except UnicodeEncodeError:
-                return node
-        elif isinstance(node, dict):
-            stack.extend(node.keys())
-            stack.extend(node.values())
-        elif isinstance(node, list):
-            stack.extend(node)
-    return None
-
-
 def _request(case: Case, data: bytes) -> Request:
     """Parse and check one line.
 
@@ -246,7 +228,7 @@ def _request(case: Case, data: bytes) -> Request:
         raise CaseError(f"not JSON ({str(exc)[:160]})") from None
     if not isinstance(body, dict):
         raise CaseError("not a JSON object")
-    bad = _surrogate(body)
+    bad = inputs.lone_surrogate(body)
     if bad is not None:
         raise CaseError(f"a string holds a lone surrogate ({ascii(bad[:40])}): no UTF-8 request can carry it")
     messages = body.get("messages")
