@@ -367,3 +367,18 @@ def test_jsonschema_runs_no_regex_but_through_the_bounded_search():
         used = {node.attr for node in ast.walk(tree)
                 if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "re"}
         assert used <= {"search"}, (name, used)
+
+
+@settings(max_examples=25, deadline=None)
+@given(ch=st.sampled_from([chr(c) for c in range(0x21)] + ["\x7f"]), at=st.integers(8, 28))
+def test_a_control_character_or_space_in_the_base_url_is_exit_2(ch, at):
+    """httpx raised InvalidURL (a traceback) for a control character in the path."""
+    from helpers import run_cli
+    from kimi_deploy.errors import ExitCode
+
+    url = "http://127.0.0.1:9/prefix/path/x"
+    url = url[:at] + ch + url[at:]
+    for verb in (["check", "--base-url", url, "--only", "health.live"], ["bench", "--base-url", url]):
+        result = run_cli(verb)
+        assert result.exit_code == ExitCode.USAGE, (verb, result.stderr)
+        assert f"U+{ord(ch):04X}" in result.stderr

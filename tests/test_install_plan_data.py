@@ -362,3 +362,15 @@ def test_a_new_key_never_starts_with_a_dash(monkeypatch):
     monkeypatch.setattr(apikey.secrets, "token_urlsafe", lambda n: next(drawn))
     assert apikey.new_key() == "ok" + "b" * 41
     assert not apikey.argv_safe("-x") and apikey.argv_safe("x-")
+
+
+def test_a_nightly_dataset_that_is_no_regular_file_is_refused_and_a_missing_one_warned(tmp_path):
+    """The nightly unit's [quality] dataset is checked by the reader's own rule (issue #38): a FIFO or device would
+    block or never end the nightly run."""
+    path = write_profile(tmp_path / "p.toml")
+    path.write_text(path.read_text() + '\n[quality]\ndataset = "/srv/k2vv.jsonl"\n')
+    quality = load_profile(path)
+    with pytest.raises(UsageError, match="a FIFO .* not a regular file"):
+        plan(quality, facts_for(HOST, dataset_problem="a FIFO (named pipe)"))
+    p, _ = plan(quality, facts_for(HOST, dataset_problem="missing"))
+    assert any("[quality] dataset /srv/k2vv.jsonl is missing" in n for n in p.notes)

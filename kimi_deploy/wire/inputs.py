@@ -28,6 +28,7 @@ from typing import IO, Any
 
 from kimi_deploy.errors import UsageError
 from kimi_deploy.wire.limits import human, parse_json
+from kimi_deploy.wire.printable import printable
 
 #: 16 MiB: the longest dataset line (one request body) the kit reads. K2VV's longest request (a long agent
 #: history with tools) is a few hundred KiB; a parsed line costs ~8x its bytes in Python objects, so a line at the
@@ -112,8 +113,6 @@ def shape_problem(doc: Any, schema: dict[str, Any]) -> str | None:
     ``$ref`` outside it) as ``field: message`` (the message clipped, the field printable), ``None`` when it fits."""
     import jsonschema  # start-up: only the compare verbs read a file this way
     from jsonschema.exceptions import best_match
-
-    from kimi_deploy.wire.printable import printable
 
     try:
         error = best_match(jsonschema.Draft202012Validator(schema).iter_errors(doc))
