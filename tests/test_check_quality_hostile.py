@@ -382,3 +382,25 @@ def test_a_control_character_or_space_in_the_base_url_is_exit_2(ch, at):
         result = run_cli(verb)
         assert result.exit_code == ExitCode.USAGE, (verb, result.stderr)
         assert f"U+{ord(ch):04X}" in result.stderr
+
+
+def _fan_out(levels: int, leaf: dict) -> dict:
+    """``allOf`` of the next level twice, ``levels`` deep: 2^levels evaluations of a schema of ``levels`` lines."""
+    defs = {f"a{i}": {"allOf": [{"$ref": f"#/$defs/a{i + 1}"}, {"$ref": f"#/$defs/a{i + 1}"}]} for i in range(levels)}
+    defs[f"a{levels}"] = leaf
+    return {"$defs": defs, "type": "object", "properties": {"x": {"$ref": "#/$defs/a0"}}}
+
+
+def test_a_schema_whose_applicators_fan_out_is_the_datasets_within_the_budget(tmp_path):
+    """2^40 evaluations (jsonschema took 14 s at 2^16): the validation budget ends it, at load (the probe with
+    ``{}`` does not reach under ``properties``) or when the answer is judged."""
+    schema = _fan_out(40, {"type": "string"})
+    started = time.monotonic()
+    validator = schemas.compile_schema(schema)
+    with pytest.raises(schemas.OverBudget):
+        list(schemas.iter_errors(validator, {"x": "v"}))
+    assert time.monotonic() - started < 3 * schemas.VALIDATION_BUDGET_S + GRACE_S / 3
+    with QualityServer() as server:
+        acc, _ = _accuracy(server, _write(tmp_path / "d.jsonl", [_line(schema, {"x": "v"}),
+                                                                  _line(_obj(x={"type": "string"}), {"x": "v"})]), 2)
+    assert [i["line"] for i in acc["dataset_invalid"]["listed"]] == [1] and acc["valid"] == 1
