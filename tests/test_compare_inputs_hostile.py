@@ -74,7 +74,8 @@ def test_exit_1_only_for_a_drop_beyond_noise(tmp_path, real_report):
     assert _compare(tmp_path, big_a, big_b).exit_code == ExitCode.FAILED
 
 
-_values = st.one_of(st.none(), st.booleans(), st.integers(-10**30, 10**30), st.floats(allow_nan=False,
+_values = st.one_of(st.none(), st.booleans(), st.integers(-10**30, 10**30), st.integers(10**300, 10**400),
+                    st.floats(allow_nan=False,
                     allow_infinity=False), st.text(max_size=6), st.lists(st.integers(), max_size=2),
                     st.dictionaries(st.text(max_size=3), st.integers(), max_size=2))
 
@@ -108,8 +109,9 @@ def test_fuzz_check_compare_never_tracebacks_and_exit_1_means_a_drop(tmp_path, r
     a = _with_counts(real_report, data.draw(st.integers(0, 50)), 50)
     b = copy.deepcopy(a)
     paths = sorted(_paths(b), key=str)
-    for _ in range(data.draw(st.integers(1, 3))):
-        _set(b, data.draw(st.sampled_from(paths)), data.draw(_values))
+    counts = [("quality", "accuracy", k) for k in ("valid", "tool_call_answers", "requests", "sent")]
+    for _ in range(data.draw(st.integers(1, 3))):  # half the mutations hit the counts compare computes with
+        _set(b, data.draw(st.one_of(st.sampled_from(counts), st.sampled_from(paths))), data.draw(_values))
     result = _compare(tmp_path, a, b)  # run_cli does not catch exceptions: a traceback fails the test
     assert result.exit_code in (ExitCode.OK, ExitCode.FAILED, ExitCode.USAGE), result.stderr
     if result.exit_code == ExitCode.FAILED:
@@ -156,8 +158,10 @@ def test_a_bad_bench_field_is_exit_2_naming_it(tmp_path, path, value, words):
 def test_fuzz_bench_compare_never_tracebacks(tmp_path, data):
     b = _bench()
     paths = sorted(_paths(b), key=str)
+    hot = [("points", 0, "concurrency"), ("points", 1, "summary", "tpot_ms", "p50"), ("points", 0, "request_rate"),
+           ("points", 1, "summary", "output_tokens_per_s"), ("config", "mode")]
     for _ in range(data.draw(st.integers(1, 3))):
-        _set(b, data.draw(st.sampled_from(paths)), data.draw(_values))
+        _set(b, data.draw(st.one_of(st.sampled_from(hot), st.sampled_from(paths))), data.draw(_values))
     result = _bench_compare(tmp_path, _bench(), b)
     assert result.exit_code in (ExitCode.OK, ExitCode.FAILED, ExitCode.USAGE), result.stderr
 
