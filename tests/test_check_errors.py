@@ -90,6 +90,7 @@ def test_a_keyed_server_with_the_key_passes_the_config_tier(tmp_path):
         profile = write_profile(tmp_path / "p.toml", port=server.port, api_key=False)
         key = tmp_path / "key"
         key.write_text("sk-test\n")
+        key.chmod(0o600)  # the key-file rule: nothing for other users (apikey.key_file_problem)
         result, checks = _report(tmp_path, "--profile", str(profile), "--api-key-file", str(key),
                                  "--only", "config.tool_call_parser,config.tp_size")
     assert {c["status"] for c in checks.values()} == {"pass"}, checks

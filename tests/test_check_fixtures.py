@@ -142,6 +142,7 @@ def test_nightly_unit_command_line_is_accepted(tmp_path):
     assert argv[1:3] == ["check", "--profile"] and "--api-key-file" in argv and "--prom" in argv
     key = tmp_path / "api-key"
     key.write_text("sk-test\n")
+    key.chmod(0o600)  # what LoadCredential= gives: nothing for other users
     # host paths -> tmp paths; the profile points at a port nothing listens on
     profile = tmp_path / "kimi-k25.toml"
     profile.write_text(f'[service]\nname = "kimi-k25"\n[sglang]\nmodel_path = "/m"\nport = {free_port()}\n'

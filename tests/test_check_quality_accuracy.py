@@ -91,10 +91,15 @@ def test_verdict_flips_at_the_threshold(valid, threshold, verdict):
     assert outcome.status == verdict and (outcome.kind == "schema_accuracy_low" or verdict == "pass")
 
 
+def _bodies(data: dataset.Dataset) -> list[dict]:
+    with data.reader() as reader:
+        return [reader.request(case).body for case in data.sample()]
+
+
 def test_kit_dataset_loads_and_every_tool_schema_has_a_required_property():
-    data = dataset.load()
-    assert len(data.bodies) >= 20
-    for body in data.bodies:
+    data = dataset.load(sample=1000)
+    assert data.requests >= 20 and data.invalid_count == 0
+    for body in _bodies(data):
         assert body["messages"] and body["tools"]
         assert all(m["role"] != "_input" for m in body["messages"])  # K2VV's _input is sent as system
         for tool in body["tools"]:
@@ -106,13 +111,12 @@ def test_k2vv_format_is_read_and_hostile_files_are_refused(tmp_path):
     good = tmp_path / "k2vv.jsonl"
     good.write_bytes(b"\xef\xbb\xbf" + json.dumps({"model": "kimi-k2", "messages": [{"role": "_input", "content": "s"},
                      {"role": "user", "content": "hi"}], "tools": [], "temperature": 1.0}).encode() + b"\n\n")
-    data = dataset.load(good)
-    assert data.bodies == ({"messages": [{"role": "system", "content": "s"}, {"role": "user", "content": "hi"}],
-                            "tools": [], "temperature": 1.0},)
-    assert len(data.sample(5)) == 5
-    for content, words in ((b"{not json\n", "line 1 is not JSON"), (b'{"tools": []}\n', "messages"),
+    data = dataset.load(good, sample=5)
+    assert _bodies(data) == [{"messages": [{"role": "system", "content": "s"}, {"role": "user", "content": "hi"}],
+                              "tools": [], "temperature": 1.0}] * 5
+    for content, words in ((b"{not json\n", "line 1: not JSON"), (b'{"tools": []}\n', "messages"),
                            (b'{"messages": [{"role": "user"}], "tools": [{"function": {"name": "f", '
-                            b'"parameters": {"type": "objekt"}}}]}\n', "not a valid JSON schema"),
+                            b'"parameters": {"type": "objekt"}}}]}\n', "not a valid 2020-12 schema"),
                            (b"\xff\xfe\n", "not UTF-8"), (b"\n\n", "no request")):
         bad = tmp_path / "bad.jsonl"
         bad.write_bytes(content)

@@ -71,7 +71,7 @@ def test_files_that_are_no_accuracy_report_exit_2(reports, tmp_path):
     doc = json.loads(reports["good"][0].read_text())
     doc.pop("quality")
     plain.write_text(json.dumps(doc))
-    for bad, words in ((plain, "no quality.accuracy"), (reports["good"][1], "not a JSON report"),
+    for bad, words in ((plain, "no quality.accuracy"), (reports["good"][1], "is not JSON"),
                        (tmp_path / "missing.json", "cannot read")):
         result = run_cli(["check", "compare", str(reports["good"][0]), str(bad)])
         assert result.exit_code == 2 and words in result.stderr, result.stderr

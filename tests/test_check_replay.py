@@ -91,6 +91,7 @@ def profile_for(tmp_path: Path, url: str, extra: str = "", name: str = "profile.
 def key_file(tmp_path: Path) -> Path:
     path = tmp_path / "api-key"
     path.write_text(API_KEY + "\n")
+    path.chmod(0o600)  # the key-file rule: nothing for other users
     return path
 
 

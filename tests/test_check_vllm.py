@@ -25,6 +25,7 @@ VLLM_DROPPED_STYLES = ("sanitised", "openai", "anthropic", "uuid", "counter")
 def _key(tmp_path, key: str):
     path = tmp_path / "api-key"
     path.write_text(key + "\n")
+    path.chmod(0o600)  # the key-file rule: nothing for other users
     return path
 
 

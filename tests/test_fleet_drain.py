@@ -150,6 +150,7 @@ def test_a_replica_still_draining_after_the_wait_is_out_of_rotation_exit_9(tmp_p
         root = tmp_path / "root"
         (root / "etc/kimi-deploy").mkdir(parents=True)
         (root / "etc/kimi-deploy/kimi-k25.api-key").write_text("sk-drain\n")
+        (root / "etc/kimi-deploy/kimi-k25.api-key").chmod(0o600)  # the key-file rule: nothing for other users
         with pytest.raises(gateway.DrainTimeout) as err:
             restart_lib.restart(profile, HostLayout(root), wait=True, drain=restart_lib.Drain(client, URL),
                                 node="127.0.0.2")
@@ -200,6 +201,7 @@ def _each_worker(tmp_path, listed: list[str], nodes: list[str]):
     text = text[:text.index("[fleet]")] + "[fleet]\n" + replicas + text[text.index("[gateway]"):]
     key = tmp_path / "key"
     key.write_text("sk-drain\n")
+    key.chmod(0o600)  # the key-file rule: nothing for other users
     with server:
         result = run_cli(["check", "--profile", str(write_profile(tmp_path, text)), "--each-worker",
                           "--api-key-file", str(key), "--only", "health.*", "--timeout", "5", "--deadline", "10"])
@@ -315,6 +317,7 @@ def test_a_replica_still_busy_after_the_drain_timeout_is_not_restarted_exit_9(tm
         root = tmp_path / "root"
         (root / "etc/kimi-deploy").mkdir(parents=True)
         (root / "etc/kimi-deploy/kimi-k25.api-key").write_text("sk-drain\n")
+        (root / "etc/kimi-deploy/kimi-k25.api-key").chmod(0o600)  # the key-file rule: nothing for other users
         client = gateway.Gateway(gw.url, None)
         with pytest.raises(gateway.DrainTimeout) as err:
             restart_lib.restart(profile, HostLayout(root), wait=True, clock=clock, sleep=sleep, node="127.0.0.2",

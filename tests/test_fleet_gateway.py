@@ -94,6 +94,7 @@ class Fleet:
             assert isinstance(line, str) and line.startswith("LISTENING"), (tmp / f"replay-{node}.log").read_text()
         key_file = tmp / "api-key"
         key_file.write_text(KEY + "\n")
+        key_file.chmod(0o600)  # the key-file rule: nothing for other users
         self.gw_port, self.metrics_port = _free_port(("127.0.0.1",)), _free_port(("127.0.0.1",))
         replicas = "".join(f'[[fleet.replicas]]\nnodes = ["{n}"]\n' for n in NODES)
         self.profile = parse_profile(__import__("tomllib").loads(f"""
@@ -126,6 +127,7 @@ prometheus_port = {self.metrics_port}
         credentials = tmp / "credentials"
         credentials.mkdir()
         (credentials / "api-key").write_text(KEY + "\n")  # what LoadCredential= puts there
+        (credentials / "api-key").chmod(0o600)  # the key-file rule: nothing for other users
         self.trace = tmp / "smg.strace"
         argv = launch.gateway_argv(self.profile)
         assert argv[1] == "-c" and argv[2] == launch.LAUNCHER and KEY not in argv
@@ -249,6 +251,7 @@ def test_the_full_check_through_the_gateway_is_the_check_of_a_worker(fleet):
 def test_check_each_worker_runs_the_contract_tier_on_every_listed_worker(fleet, tmp_path):
     key_file = tmp_path / "key"
     key_file.write_text(KEY)
+    key_file.chmod(0o600)  # the key-file rule: nothing for other users
     out = tmp_path / "each.json"
     result = run_cli(["check", "--base-url", fleet.url, "--api-key-file", str(key_file), "--each-worker",
                       "--only", "health.*,contract.tool_auto.*", "--json", str(out)])
@@ -265,6 +268,7 @@ def _restart(fleet, tmp_path, drain_client=None, also=None, **kw):
     key = root / str(fleet.profile.sglang.api_key_file).lstrip("/")
     key.parent.mkdir(parents=True)
     key.write_text(KEY + "\n")
+    key.chmod(0o600)  # the key-file rule: nothing for other users
     url = f"http://{NODES[0]}:{fleet.port}"
     events: list[tuple[str, bool]] = []
     result = restart_lib.restart(

@@ -217,17 +217,19 @@ def test_existing_api_key_is_checked(cli_runner, root, v1):
     key_path.parent.mkdir(parents=True)
     key_path.write_text("")
     result = install(cli_runner, v1, root)
-    assert result.exit_code == ExitCode.USAGE and "API key file is empty" in result.stderr
+    assert result.exit_code == ExitCode.USAGE and "API key file is refused: it is empty" in result.stderr
     # a key SGLang's and smg's argparse would take for an option: the server would never start
     key_path.write_text("-Cr4sh-value\n")
     result = install(cli_runner, v1, root)
     assert result.exit_code == ExitCode.USAGE and "starts with '-'" in result.stderr, result.output + result.stderr
     assert "-Cr4sh-value" not in result.output + result.stderr
     key_path.write_text("s3cret-value\n")
-    key_path.chmod(0o644)
+    key_path.chmod(0o644)  # what check and bench refuse, install refuses (one rule: apikey.key_file_problem)
     result = install(cli_runner, v1, root)
-    assert result.exit_code == 0
-    assert "readable by group/others (mode 0644)" in result.output
+    assert result.exit_code == ExitCode.USAGE and "open to every user of the host (mode 0644)" in result.stderr
+    key_path.chmod(0o600)
+    result = install(cli_runner, v1, root)
+    assert result.exit_code == 0, result.output + result.stderr
     assert "s3cret-value" not in result.output
     assert key_path.read_text() == "s3cret-value\n"  # never overwritten
     assert hostfiles.load_manifest(HostLayout(root), "kimi-test").api_key_file_created is None

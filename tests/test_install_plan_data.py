@@ -90,16 +90,12 @@ def test_under_root_without_passwd_no_account_is_created(profile):
     assert not any(s.argv[:1] == ("usermod",) for s in p.steps)  # device groups are the host's business
 
 
-def test_key_file_facts_decide_create_refuse_or_warn(profile):
-    with pytest.raises(UsageError, match="empty"):
-        plan(profile, facts_for(HOST, key=KeyFile(KEY, True, empty=True)))
-    with pytest.raises(UsageError, match="not a regular file"):
-        plan(profile, facts_for(HOST, key=KeyFile(KEY, True, regular=False)))
-    with pytest.raises(UsageError, match="starts with '-'"):
-        plan(profile, facts_for(HOST, key=KeyFile(KEY, True, argv_safe=False)))
-    p, _ = plan(profile, facts_for(HOST, key=KeyFile(KEY, True, mode=0o644, uid=1000)))
-    assert any("readable by group/others (mode 0644)" in n for n in p.notes)
-    assert any("owned by uid 1000" in n for n in p.notes)
+def test_key_file_facts_decide_create_or_refuse(profile):
+    """The fact carries the clients' own verdict (apikey.key_file_problem): install refuses what they refuse."""
+    with pytest.raises(UsageError, match="refused: it is empty") as info:
+        plan(profile, facts_for(HOST, key=KeyFile(KEY, True, "it is empty", "write the key into FILE")))
+    assert KEY in str(info.value.hint)
+    p, _ = plan(profile, facts_for(HOST, key=KeyFile(KEY, True)))
     assert not any(s.kind == "api-key" for s in p.steps)
 
 
@@ -366,3 +362,15 @@ def test_a_new_key_never_starts_with_a_dash(monkeypatch):
     monkeypatch.setattr(apikey.secrets, "token_urlsafe", lambda n: next(drawn))
     assert apikey.new_key() == "ok" + "b" * 41
     assert not apikey.argv_safe("-x") and apikey.argv_safe("x-")
+
+
+def test_a_nightly_dataset_that_is_no_regular_file_is_refused_and_a_missing_one_warned(tmp_path):
+    """The nightly unit's [quality] dataset is checked by the reader's own rule (issue #38): a FIFO or device would
+    block or never end the nightly run."""
+    path = write_profile(tmp_path / "p.toml")
+    path.write_text(path.read_text() + '\n[quality]\ndataset = "/srv/k2vv.jsonl"\n')
+    quality = load_profile(path)
+    with pytest.raises(UsageError, match="a FIFO .* not a regular file"):
+        plan(quality, facts_for(HOST, dataset_problem="a FIFO (named pipe)"))
+    p, _ = plan(quality, facts_for(HOST, dataset_problem="missing"))
+    assert any("[quality] dataset /srv/k2vv.jsonl is missing" in n for n in p.notes)

@@ -235,6 +235,7 @@ def test_status_with_a_quoted_api_key_in_launch_command(cli_runner, tmp_path, fa
     with FakeServer(args=running) as server:
         root, profile = _installed(tmp_path, server.port, python=sglang_python)
         (root / "etc/kimi-deploy/kimi-test.api-key").write_text(QUOTED_KEY + "\n")
+        (root / "etc/kimi-deploy/kimi-test.api-key").chmod(0o600)  # the key-file rule: nothing for other users
         server.api_key = QUOTED_KEY
         args = list(render(profile).launch.server_args)
         i = args.index("--config")

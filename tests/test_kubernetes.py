@@ -117,6 +117,7 @@ CASES = {"single-host-replicas": SINGLE, "two-node-groups-gateway": GROUPS}
 def key_file(tmp_path) -> Path:
     path = tmp_path / "kimi-k25.api-key"
     path.write_text(KEY + "\n")
+    path.chmod(0o600)  # the key-file rule: nothing for other users
     return path
 
 
@@ -540,6 +541,7 @@ def test_the_gateway_refuses_an_empty_key_with_the_real_smg(tmp_path, smg_path):
     secrets = tmp_path / "secrets"
     secrets.mkdir()
     (secrets / "api-key").write_text("\n")
+    (secrets / "api-key").chmod(0o600)  # the key-file rule: nothing for other users
     env = {**os.environ, "CREDENTIALS_DIRECTORY": str(secrets)}
     done = subprocess.run([python, *container["command"][1:], *container["args"]], capture_output=True,
                           text=True, env=env, timeout=120)

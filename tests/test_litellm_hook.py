@@ -363,6 +363,7 @@ def proxies(litellm_python, vllm_replay, replay, recorder, tmp_path_factory):
 def _key(tmp_path: Path, key: str) -> Path:
     path = tmp_path / f"key-{abs(hash(key))}"
     path.write_text(key + "\n")
+    path.chmod(0o600)  # the key-file rule: nothing for other users
     return path
 
 

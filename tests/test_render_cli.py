@@ -111,6 +111,7 @@ def test_printed_command_runs_as_printed_through_sglangs_config_merger(tmp_path,
     key = "sk-a\"b: #c'd\\e {x} %s $HOME"
     key_file = tmp_path / "kimi.api-key"
     key_file.write_text(key + "\n")
+    key_file.chmod(0o600)  # the key-file rule: nothing for other users
     text = MINIMAL.replace('"/opt/sglang/.venv/bin/python"', json.dumps(sglang_python)) \
         + f'api_key_file = "{key_file}"\n'
     printed = run_cli(["render", "--profile", str(write_profile(tmp_path, text)), "--print-command"])
@@ -147,6 +148,7 @@ def test_json_output(tmp_path):
 def test_api_key_never_in_rendered_files_or_argv(tmp_path):
     key_file = tmp_path / "api-key"
     key_file.write_text("sk-SENTINEL-do-not-leak\n")
+    key_file.chmod(0o600)  # the key-file rule: nothing for other users
     text = MINIMAL.replace("tp_size = 8", f'tp_size = 8\nhost = "0.0.0.0"\napi_key_file = "{key_file}"')
     out = tmp_path / "out"
     result = run_cli(["render", "--profile", str(write_profile(tmp_path, text)), "--out", str(out)])
@@ -170,6 +172,7 @@ def test_secrets_script_turns_any_key_into_sglang_yaml(tmp_path, sglang_python):
     creds.mkdir(), runtime.mkdir()
     key = "sk-a\"b: #c'd\\e {x} %s $HOME"
     (creds / "api-key").write_text(key + "\n")
+    (creds / "api-key").chmod(0o600)  # the key-file rule: nothing for other users
     env = {"CREDENTIALS_DIRECTORY": str(creds), "RUNTIME_DIRECTORY": str(runtime), "PATH": "/usr/bin:/bin"}
     subprocess.run([sys.executable, *argv[1:]], env=env, check=True)
     config = runtime / "sglang-secrets.yaml"
@@ -197,6 +200,7 @@ def test_empty_key_credential_fails_the_start(tmp_path):
     creds, runtime = tmp_path / "creds", tmp_path / "run"
     creds.mkdir(), runtime.mkdir()
     (creds / "api-key").write_text("\n")
+    (creds / "api-key").chmod(0o600)  # the key-file rule: nothing for other users
     done = subprocess.run([sys.executable, *argv[1:]], capture_output=True, text=True,
                           env={"CREDENTIALS_DIRECTORY": str(creds), "RUNTIME_DIRECTORY": str(runtime)})
     assert done.returncode == 1 and "API key credential is empty" in done.stderr

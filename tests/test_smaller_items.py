@@ -30,6 +30,11 @@ def test_bench_extra_body_with_nan_is_refused_before_the_sweep():
 
 def test_a_key_file_is_read_with_a_size_cap(tmp_path):
     result = run_cli(["check", "--base-url", "http://127.0.0.1:9", "--api-key-file", "/dev/zero"])
+    assert result.exit_code == ExitCode.USAGE and "a character device, not a regular file" in result.stderr
+    big = tmp_path / "key"
+    big.write_bytes(b"k" * 4097)
+    big.chmod(0o600)
+    result = run_cli(["check", "--base-url", "http://127.0.0.1:9", "--api-key-file", str(big)])
     assert result.exit_code == ExitCode.USAGE and "over 4096 bytes" in result.stderr
 
 

@@ -37,8 +37,8 @@ from kimi_deploy.bench.load import BenchRun
 from kimi_deploy.bench.metrics import DEFINITIONS
 from kimi_deploy.profile import load_profile
 from kimi_deploy.errors import UsageError
-from kimi_deploy.wire.limits import parse_json
-from kimi_deploy.wire.printable import markup
+from kimi_deploy.wire.inputs import read_json, shape_problem
+from kimi_deploy.wire.printable import markup, printable
 from kimi_deploy.redact import redact
 
 SCHEMA = "kimi-deploy.bench/1"
@@ -162,26 +162,66 @@ def _fmt(v: Any) -> Any:
     return "" if v is None else v
 
 
+_COUNT = {"type": "integer", "minimum": 0, "maximum": 10**12}
+_NUMBER = {"type": ["number", "null"], "minimum": 0, "maximum": 1e15}
+_DIST = {"anyOf": [{"type": "null"}, {"type": "object", "properties": {
+    "p50": _NUMBER, "p90": _NUMBER, "p99": _NUMBER, "mean": _NUMBER, "n": _COUNT}}]}
+_SUMMARY = {"type": "object", "required": ["completed"], "properties": {
+    "requests": _COUNT, "completed": _COUNT, "errors": _COUNT, "requests_without_usage": _COUNT,
+    "output_tokens": _COUNT, "chunks": _COUNT, "window_s": _NUMBER,
+    "error_kinds": {"type": "object", "additionalProperties": _COUNT},
+    **{k: _DIST for k in ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms", "tokens_per_chunk")},
+    **{k: _NUMBER for k in ("output_tokens_per_s", "requests_per_s", "goodput_requests_per_s", "chunks_per_s")}}}
+_ACCEPT = {"type": ["number", "null"], "minimum": 0, "maximum": 1000}
+
+#: What ``bench compare`` reads of a result, as JSON Schema 2020-12 (the layout in the module docstring): types and
+#: ranges of every field it computes with (a point's ``concurrency`` at most the sweep's 1,000,000, a rate a finite
+#: positive number, latencies and rates non-negative and finite), so a hand-edited or foreign file is a usage error
+#: naming the field, never a traceback or a ratio of nonsense.
+RESULT_SHAPE: dict[str, Any] = {
+    "type": "object", "required": ["schema", "config", "points"],
+    "properties": {
+        "schema": {"const": SCHEMA},
+        "label": {"type": ["string", "null"], "maxLength": 200},
+        "model": {"type": ["string", "null"], "maxLength": 1000},
+        "config": {"type": "object", "required": ["mode"], "properties": {
+            "mode": {"enum": ["closed-loop", "open-loop"]},
+            "max_tokens": {"type": ["integer", "null"], "minimum": 0, "maximum": 10**9},
+            "runs": {"type": ["integer", "null"], "minimum": 1, "maximum": 10**6}}},
+        "dataset": {"type": ["object", "null"]},
+        "server": {"type": ["object", "null"]},
+        "points": {"type": "array", "maxItems": 100_000, "items": {
+            "type": "object", "required": ["concurrency", "request_rate", "summary"], "properties": {
+                "concurrency": {"type": ["integer", "null"], "minimum": 1, "maximum": 1_000_000},
+                "request_rate": {"type": ["number", "null"], "exclusiveMinimum": 0, "maximum": 1e9},
+                "num_prompts": {"type": ["integer", "null"], "minimum": 0, "maximum": 10**12},
+                "summary": _SUMMARY, "spec_accept_length": _ACCEPT,
+                "runs": {"type": ["array", "null"], "items": {"type": "object", "properties": {
+                    "summary": {"anyOf": [{"type": "null"}, _SUMMARY]}, "spec_accept_length": _ACCEPT}}}},
+            "anyOf": [{"properties": {"concurrency": {"type": "integer"}}},
+                      {"properties": {"request_rate": {"type": "number"}}}]}},
+    },
+}
+
+
 def load_result(path: Path) -> dict[str, Any]:
-    """Read a result JSON written by ``kimi-deploy bench --json``.
+    """Read a result JSON written by ``kimi-deploy bench --json``: a regular file of at most
+    :data:`kimi_deploy.wire.inputs.REPORT_FILE_BYTES`, strict JSON, checked against :data:`RESULT_SHAPE`.
 
     Raises:
-        UsageError: unreadable, not JSON, or not a ``kimi-deploy.bench/1`` result.
+        UsageError: unreadable, not a regular file, too large, not JSON, not a ``kimi-deploy.bench/1`` result, or
+            a field of the wrong type or out of range (the message names the field), exit 2.
     """
-    try:
-        data = parse_json(Path(path).read_text(), parse_constant=_refuse_constant)
-    except (OSError, ValueError) as exc:
-        raise UsageError(f"cannot read the benchmark result ({exc})", value=str(path),
-                         hint="pass files written by `kimi-deploy bench --json PATH`") from exc
+    hint = "pass files written by `kimi-deploy bench --json PATH`"
+    data = read_json(path, f"the benchmark result {path}", hint)
     if not isinstance(data, dict) or data.get("schema") != SCHEMA:
         found = data.get("schema") if isinstance(data, dict) else type(data).__name__
-        raise UsageError(f"not a {SCHEMA} result (schema: {found!r})", value=str(path),
+        raise UsageError(f"not a {SCHEMA} result (schema: {printable(str(found))[:80]!r})", value=str(path),
                          hint="pass files written by `kimi-deploy bench --json PATH` of this kimi-deploy version")
+    problem = shape_problem(data, RESULT_SHAPE)
+    if problem:
+        raise UsageError(f"the benchmark result {path} is not one bench wrote: {problem}", value=str(path), hint=hint)
     return data
-
-
-def _refuse_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not a JSON number (a result written before non-finite numbers were refused)")
 
 
 def summary_table(result: dict[str, Any]):

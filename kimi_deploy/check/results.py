@@ -14,6 +14,7 @@ from typing import Any, Literal
 
 from kimi_deploy import __version__
 from kimi_deploy.errors import ExitCode
+from kimi_deploy.wire.inputs import DATASET_FILE_BYTES, DATASET_LINE_BYTES
 from kimi_deploy.wire.limits import DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_LINE_BYTES
 from kimi_deploy.wire.printable import printable
 
@@ -49,6 +50,7 @@ FAILURE_KINDS: tuple[str, ...] = (
     "config_mismatch",         # a running setting differs from the profile (parsers, speculative, TP, model name)
     "timeout",                 # no answer within --timeout seconds, or the run's --deadline passed
     "schema_accuracy_low",     # quality.accuracy: the 95 % interval of schema accuracy lies below the threshold
+    "dataset_invalid",         # quality.accuracy: no drawn case could be sent and judged (the dataset's fault)
     "thinking_switch",         # chat_template_kwargs.thinking true/false not honoured (quality.preflight.thinking_*)
     "sampling_defaults",       # the server's default sampling differs from the model's recommended values
     "prompt_tokens_mismatch",  # usage.prompt_tokens differs from the model's own tokenizer and chat template
@@ -110,6 +112,9 @@ FIXES: dict[str, str] = {
                            "read the error classes: invalid_arguments/unknown_tool point at the parser "
                            "(`kimi-deploy patch status --python {python}`), schema_violation at the model, its "
                            "sampling or the chat template; a change since the last upgrade: roll it back",
+    "dataset_invalid": "the dataset's fault, not the server's: fix or drop the lines the report's "
+                       "quality.accuracy.dataset_invalid lists (a schema invalid under its own $schema draft, a $ref "
+                       "outside the tool's schema, NaN, a lone surrogate, a line over --max-dataset-line-bytes)",
     "thinking_switch": "the server ignores chat_template_kwargs.thinking: launch with --reasoning-parser kimi_k2 "
                        "and the model's own chat template (no --chat-template override), then `kimi-deploy "
                        "restart --wait`; behind a proxy, check that it forwards chat_template_kwargs",
@@ -220,6 +225,8 @@ class CheckOptions:
         model_dir: the model's directory on this host (``generation_config.json``, tokenizer, chat template)
             for the pre-flight checks (``None``: the profile's ``model_path`` when it is a directory here).
         sglang_python: SGLang's interpreter for the prompt-token count (``None``: the profile's).
+        max_dataset_line_bytes / max_dataset_bytes: caps on the dataset's lines and file
+            (:mod:`kimi_deploy.wire.inputs`); a longer line is a ``dataset_invalid`` case.
     """
 
     base_url: str | None = None
@@ -242,6 +249,8 @@ class CheckOptions:
     min_schema_accuracy: float | None = None
     model_dir: Any = None
     sglang_python: str | None = None
+    max_dataset_line_bytes: int = DATASET_LINE_BYTES
+    max_dataset_bytes: int = DATASET_FILE_BYTES
 
 
 @dataclasses.dataclass

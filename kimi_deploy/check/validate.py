@@ -10,7 +10,8 @@ is due (no call allowed, or either allowed): an answer with neither content (``n
 whitespace; reasoning is not content) nor calls is ``empty_answer``, or ``model_declined`` (warn)
 when it ran until ``max_tokens`` (the case's budget, not the server, but never a pass);
 each call names a requested tool and its ``arguments`` string parses to a JSON object valid
-against that tool's ``parameters`` schema (JSON Schema, checked with ``jsonschema``); ids
+against that tool's ``parameters`` schema as written (JSON Schema through :mod:`kimi_deploy.check.schemas`:
+offline, bounded regexes, the schema's own draft; ``false`` rejects every call); ids
 unique across the conversation and in the form the server's parser mints (:mod:`kimi_deploy.tool_ids`):
 ``functions.NAME:N`` on ``kimi_k2``, ``NAME:N`` on ``kimi_k3`` (SGLang 0.5.23
 ``serving_chat._process_tool_call_id``); reasoning present with thinking on
@@ -24,10 +25,10 @@ import dataclasses
 import json
 from typing import Any, Literal
 
-import jsonschema
-
 from kimi_deploy.check import leaks
+from kimi_deploy.check.schemas import MAX_INSTANCE_DEPTH, compile_schema, depth, iter_errors
 from kimi_deploy.check.results import clip
+from kimi_deploy.wire.limits import parse_json
 from kimi_deploy.tool_ids import ID_FORMATS, id_format
 
 #: Kimi K2's canonical id (tool-call-failures.md): functions.NAME:N, N a conversation-wide counter.
@@ -40,7 +41,7 @@ PRIORITY: tuple[str, ...] = (
     "tool_call_dropped", "empty_answer", "finish_reason_mismatch", "unknown_tool", "invalid_arguments",
     "schema_violation", "tool_choice_violation", "duplicate_id", "noncanonical_id",
     "reasoning_leak", "missing_reasoning", "stream_shape", "config_mismatch", "thinking_switch",
-    "sampling_defaults", "prompt_tokens_mismatch", "schema_accuracy_low", "model_declined",
+    "sampling_defaults", "prompt_tokens_mismatch", "schema_accuracy_low", "dataset_invalid", "model_declined",
 )
 
 
@@ -183,21 +184,29 @@ class Expectation:
     id_parser: str | None = None
 
 
-def tool_schemas(tools: tuple[dict[str, Any], ...] | list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
-    """``name -> parameters schema`` of OpenAI-shaped tools."""
+def tool_schemas(tools: tuple[dict[str, Any], ...] | list[dict[str, Any]]) -> dict[str, Any]:
+    """``name -> parameters schema`` of OpenAI-shaped tools, as written (absent or ``null``:
+    ``{"type": "object"}``; ``false`` stays ``false``: no arguments are valid)."""
     out = {}
     for tool in tools:
         fn = tool.get("function", tool)
-        out[fn["name"]] = fn.get("parameters") or {"type": "object"}
+        params = fn.get("parameters")
+        out[fn["name"]] = {"type": "object"} if params is None else params
     return out
 
 
-def check_arguments(call: ToolCall, schemas: dict[str, dict[str, Any]],
+def check_arguments(call: ToolCall, schemas: dict[str, Any],
                     validators: dict[str, Any] | None = None) -> list[Finding]:
     """``unknown_tool``, ``invalid_arguments`` or ``schema_violation`` for one call (empty: fine).
 
     ``validators``: a cache of one schema validator per tool name, shared by the calls of one answer (building
-    one per call made 50,000 calls cost tens of seconds)."""
+    one per call made 50,000 calls cost tens of seconds), or built ahead by the caller
+    (:func:`kimi_deploy.check.schemas.compile_schema`).
+
+    Raises:
+        kimi_deploy.check.schemas.Unjudgeable: the tool's schema cannot be judged (the dataset's fault, not the
+            answer's): a ``$ref`` outside it, a regex that backtracks without end, a schema that loops.
+    """
     if call.name not in schemas:
         return [Finding("unknown_tool", f"call names {call.name!r}, not one of the request's tools "
                                         f"({', '.join(sorted(schemas)) or 'none'})", clip(call.name))]
@@ -206,18 +215,23 @@ def check_arguments(call: ToolCall, schemas: dict[str, dict[str, Any]],
                                              "not a string (OpenAI API: a JSON-encoded string)",
                         clip(call.arguments))]
     try:
-        args = json.loads(call.arguments)
-    except json.JSONDecodeError as exc:
-        return [Finding("invalid_arguments", f"arguments of {call.name} is not JSON ({exc.msg} at {exc.pos})",
+        args = parse_json(call.arguments)
+    except ValueError as exc:
+        why = f"{exc.msg} at {exc.pos}" if isinstance(exc, json.JSONDecodeError) else str(exc)
+        return [Finding("invalid_arguments", f"arguments of {call.name} is not JSON ({why})",
                         clip(call.arguments))]
     if not isinstance(args, dict):
         return [Finding("invalid_arguments", f"arguments of {call.name} is JSON {type(args).__name__}, "
                                              "not an object", clip(call.arguments))]
+    if depth(args, MAX_INSTANCE_DEPTH) > MAX_INSTANCE_DEPTH:
+        return [Finding("schema_violation", f"arguments of {call.name} are nested over {MAX_INSTANCE_DEPTH} levels "
+                                            "deep, deeper than the kit validates", clip(call.arguments))]
     validators = {} if validators is None else validators
     validator = validators.get(call.name)
     if validator is None:
-        validator = validators[call.name] = jsonschema.Draft202012Validator(schemas[call.name])
-    errors = sorted(validator.iter_errors(args), key=lambda e: list(e.absolute_path))
+        validator = validators[call.name] = compile_schema(schemas[call.name])
+    errors = sorted(iter_errors(validator, args),
+                    key=lambda e: [(isinstance(p, str), str(p)) for p in e.absolute_path])
     if errors:
         err = errors[0]
         where = "/".join(map(str, err.absolute_path)) or "(root)"

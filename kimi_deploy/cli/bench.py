@@ -15,7 +15,7 @@ from kimi_deploy.errors import ExitCode, KimiDeployError, UsageError
 from kimi_deploy.redact import redact_text
 from kimi_deploy.fsio import check_output_paths, write_atomic
 from kimi_deploy.wire.printable import markup, printable
-from kimi_deploy.cli.options import json_flag, json_path_option, limit_options, make_console
+from kimi_deploy.cli.options import dataset_limit_options, json_flag, json_path_option, limit_options, make_console
 from kimi_deploy.wire.limits import parse_json
 
 
@@ -160,11 +160,12 @@ def _redacted(exc: KimiDeployError, api_key: str | None) -> KimiDeployError:
                    "on the path could read the key); a warning goes to stderr.")
 @click.option("--no-progress", is_flag=True, help="No progress display.")
 @limit_options
+@dataset_limit_options(streamed=False)
 @click.pass_context
 def bench_cmd(ctx, base_url, model, concurrency, request_rate, num_prompts, max_tokens, temperature, ignore_eos,
               warmup, runs, dataset, long_prompts, seed, slo, label, profile_path, json_path, csv_path, request_timeout,
               no_flush_cache, extra_body, api_key_file, api_key_argv, insecure, no_progress, max_body_bytes,
-              max_line_bytes):
+              max_line_bytes, max_dataset_line_bytes, max_dataset_bytes):
     """Benchmark a running OpenAI-compatible server: closed-loop concurrency sweep (or Poisson rates).
 
     Streams /v1/chat/completions with stream_options.include_usage and reports TTFT, TPOT,
@@ -221,7 +222,8 @@ def bench_cmd(ctx, base_url, model, concurrency, request_rate, num_prompts, max_
     if long_prompts:
         data = longprompts.dataset()
     else:
-        data = dataset_lib.load_dataset(dataset)
+        data = dataset_lib.load_dataset(dataset, max_line_bytes=max_dataset_line_bytes,
+                                        max_file_bytes=max_dataset_bytes)
     show = not no_progress and sys.stderr.isatty()
     try:
         if show:
@@ -291,9 +293,9 @@ def compare_cmd(ctx, results, plot_path, as_json, alarms_warn):
     try:
         cmp = compare_lib.compare(loaded)
         verdicts = abtest.ab(loaded, cmp.labels)
-    except (KeyError, TypeError, AttributeError, IndexError, ValueError) as exc:
-        # load_result checks the schema name only: a shared file with that name and missing or mistyped
-        # fields (hand-edited, truncated, hostile) is bad input, not a traceback
+    except (KeyError, TypeError, AttributeError, IndexError, ValueError, ArithmeticError) as exc:
+        # load_result checks the fields compare reads (report.RESULT_SHAPE); what that shape does not pin down
+        # (hand-edited, truncated, hostile) is bad input still, not a traceback
         raise UsageError(f"a result file has the {report.SCHEMA} name but not its fields "
                          f"({type(exc).__name__}: {printable(str(exc))[:120]})", value=", ".join(map(str, results)),
                          hint="pass files written by `kimi-deploy bench --json PATH` of this kimi-deploy version"

@@ -14,7 +14,7 @@ from kimi_deploy.wire.apikey import resolve_key
 from kimi_deploy.wire.baseurl import check_base_url
 from kimi_deploy.errors import ExitCode, UsageError
 from kimi_deploy.fsio import write_atomic
-from kimi_deploy.cli.options import Seconds, json_flag, json_path_option, limit_options, make_console
+from kimi_deploy.cli.options import Seconds, dataset_limit_options, json_flag, json_path_option, limit_options, make_console
 
 if TYPE_CHECKING:  # the check library (openai, httpx, rich) loads when the verb runs, not for its --help
     from rich.console import Console
@@ -105,6 +105,7 @@ def _globs(values: tuple[str, ...]) -> list[str]:
 @click.option("--sglang-python", metavar="PATH",
               help="SGLang's interpreter, to count prompt tokens with the model's tokenizer (default: the profile's).")
 @limit_options
+@dataset_limit_options(streamed=True)
 @click.option("--list", "list_only", is_flag=True, help="Print the check ids and exit.")
 @click.option("--pushgateway", "pushgateway", metavar="URL",
               help="Also push the Prometheus text (as --prom writes it) to this Prometheus Pushgateway, group "
@@ -116,8 +117,8 @@ def _globs(values: tuple[str, ...]) -> list[str]:
 @click.pass_context
 def check_cmd(ctx, base_url, model, api_key_file, profile_path, only, skip, json_path, junit_path, prom_path,
               timeout, repeat, deadline, insecure, sample, dataset, quality_concurrency, quality_deadline,
-              min_schema_accuracy, model_dir, sglang_python, max_body_bytes, max_line_bytes, list_only, pushgateway,
-              each_worker):
+              min_schema_accuracy, model_dir, sglang_python, max_body_bytes, max_line_bytes, max_dataset_line_bytes,
+              max_dataset_bytes, list_only, pushgateway, each_worker):
     """Check a running OpenAI-compatible server: health, configuration, API contract.
 
     Tool-call quality (schema corpus, accuracy with its 95 % interval, Kimi pre-flight) with --sample/--dataset
@@ -155,7 +156,8 @@ def check_cmd(ctx, base_url, model, api_key_file, profile_path, only, skip, json
                            insecure=insecure, max_body_bytes=max_body_bytes, max_line_bytes=max_line_bytes,
                            quality=sample is not None or dataset is not None, sample=sample, dataset=dataset,
                            quality_concurrency=quality_concurrency, quality_deadline=quality_deadline,
-                           min_schema_accuracy=min_schema_accuracy, model_dir=model_dir, sglang_python=sglang_python)
+                           min_schema_accuracy=min_schema_accuracy, model_dir=model_dir, sglang_python=sglang_python,
+                           max_dataset_line_bytes=max_dataset_line_bytes, max_dataset_bytes=max_dataset_bytes)
     if pushgateway and not pushgateway.startswith(("http://", "https://")):
         raise UsageError(f"--pushgateway {pushgateway!r} is not an http(s) URL",
                          hint="e.g. --pushgateway http://pushgateway.monitoring.svc:9091")

@@ -83,7 +83,18 @@ class Quality(Section):
     @field_validator("dataset")
     @classmethod
     def _dataset(cls, v: str | None) -> str | None:
-        return None if v is None else check_abs_path(v)  # the nightly unit runs from no particular directory
+        if v is None:
+            return None
+        v = check_abs_path(v)  # the nightly unit runs from no particular directory
+        top = "/" + v.strip("/").split("/", 1)[0]
+        if top in PSEUDO_FS:  # /dev/zero, /proc/kmsg ...: never a dataset, and a read that never ends
+            raise ValueError(f"{v} is under {top}, a kernel pseudo-file system: a dataset is a regular file "
+                             "(JSONL), e.g. /var/lib/kimi-deploy/k2vv.jsonl")
+        return v
+
+
+#: Top directories of kernel pseudo-file systems: devices and endless files, never a dataset (issue #38).
+PSEUDO_FS = frozenset({"/dev", "/proc", "/sys"})
 
 
 #: The placeholder a path default may hold for ``[service] name`` (:meth:`Profile._derive_paths`).

@@ -10,6 +10,7 @@ reading the key into its plan (:func:`inspect`).
 from __future__ import annotations
 
 import dataclasses
+import os
 import secrets
 import stat
 from pathlib import Path
@@ -17,6 +18,7 @@ from pathlib import Path
 from kimi_deploy.errors import UsageError
 from kimi_deploy.paths import HostLayout
 from kimi_deploy.redact import remember
+from kimi_deploy.wire.inputs import open_regular
 from kimi_deploy.wire.net import binds_locally, is_loopback
 
 #: The most a key file may hold, in bytes: a key is 43 characters (``install``) to a few hundred (a vendor
@@ -42,28 +44,91 @@ def argv_safe(key: str) -> bool:
     return not key.startswith("-")
 
 
+#: The named override of the rule's permission part (owner and mode): ``KIMI_DEPLOY_KEY_FILE_ANY_MODE=1`` accepts a
+#: key file whatever its owner and mode (a secret store that mounts keys 0644, say); the content part still holds.
+ANY_MODE_ENV = "KIMI_DEPLOY_KEY_FILE_ANY_MODE"
+
+
+def key_file_problem(st: os.stat_result, data: bytes, *, euid: int | None = None,
+                     groups: frozenset[int] | None = None) -> tuple[str, str] | None:
+    """The first way a key file breaks the one rule ``install``, ``check``, ``bench``, ``restart --wait`` and
+    ``status`` apply (issue #38), as ``(problem, fix)``; ``None`` when it holds. Never names the key.
+
+    ``st``: the file's ``fstat`` (a regular file: :func:`kimi_deploy.wire.inputs.open_regular` refused others);
+    ``data``: its first :data:`MAX_KEY_FILE_BYTES` + 1 bytes; ``euid``/``groups``: the reader's (default: this
+    process's). The rule:
+
+    - content: at most :data:`MAX_KEY_FILE_BYTES` bytes; one line (surrounding whitespace and the final newline
+      are not part of the key); printable ASCII (0x20-0x7E, what a Bearer token in an HTTP header carries: no BOM,
+      no accent, no control character); not starting with ``-`` (:func:`argv_safe`);
+    - permissions (unless ``$KIMI_DEPLOY_KEY_FILE_ANY_MODE=1``): owned by root or the reader; nothing for others
+      (mode ``o=``); group access only through a group the reader is in (a Kubernetes Secret is mounted
+      ``0440 root:fsGroup``, and the kit's CronJob runs in fsGroup).
+    """
+    if len(data) > MAX_KEY_FILE_BYTES:
+        return (f"it is over {MAX_KEY_FILE_BYTES} bytes: not a key file",
+                "point it at the file holding only the key (`install` writes one: 43 characters)")
+    if data.startswith(b"\xef\xbb\xbf"):
+        return ("it starts with a UTF-8 byte-order mark (BOM), which no HTTP header can carry",
+                "save it without BOM: `sed -i '1s/^\\xEF\\xBB\\xBF//' FILE`")
+    try:
+        text = data.decode("utf-8").strip()
+    except UnicodeDecodeError:
+        return "it is not UTF-8 text", "write the key again (`install` creates one: 43 URL-safe characters)"
+    if not text:
+        return "it is empty", "write the key into it (one line)"
+    if "\n" in text:
+        return (f"it holds {text.count(chr(10)) + 1} lines: a key file holds the key on one line (every client "
+                "would send the whole file as the key)", "keep only the key in it, on one line")
+    bad = next(((i, ch) for i, ch in enumerate(text) if not " " <= ch <= "~"), None)
+    if bad is not None:
+        return (f"it holds U+{ord(bad[1]):04X} at character {bad[0] + 1}: an API key is printable ASCII (no "
+                "accents, no control characters), what an HTTP Authorization header can carry",
+                "write the key again (`install` creates one: 43 URL-safe characters)")
+    if not argv_safe(text):
+        return ("the key starts with '-': SGLang and smg read --api-key through argparse, which takes it for an "
+                "option, and the server would never start",
+                "write a key that does not start with '-', or remove the file and install again (the key "
+                "kimi-deploy creates never does)")
+    if os.environ.get(ANY_MODE_ENV) == "1":
+        return None
+    euid = os.geteuid() if euid is None else euid
+    if st.st_uid not in (0, euid):
+        return (f"it is owned by uid {st.st_uid}, neither root nor this user (uid {euid})",
+                f"chown root:root FILE (or set {ANY_MODE_ENV}=1 to accept any owner and mode)")
+    mode = stat.S_IMODE(st.st_mode)
+    if mode & 0o007:
+        return (f"it is open to every user of the host (mode {mode:04o})",
+                f"chmod 600 FILE (or set {ANY_MODE_ENV}=1 to accept any owner and mode)")
+    groups = frozenset({os.getegid(), *os.getgroups()}) if groups is None else groups
+    if mode & 0o070 and st.st_gid not in groups:
+        return (f"it is open to group {st.st_gid} (mode {mode:04o}), which this user is not in",
+                f"chmod 600 FILE (or set {ANY_MODE_ENV}=1 to accept any owner and mode)")
+    return None
+
+
+_KEY_HINT = "pass --api-key-file FILE holding only the key (the nightly unit passes its systemd credential)"
+
+
 def read_key_file(path: str | Path) -> str:
-    """The key in ``path`` (surrounding whitespace removed), checked by :func:`check_key`.
+    """The key in ``path`` (surrounding whitespace removed), once the file holds the rule of
+    :func:`key_file_problem` (a regular file: a FIFO or a device is refused unread).
 
     Raises:
-        UsageError: unreadable, empty, or not a key an HTTP header can carry (exit 2).
+        UsageError: unreadable, not a regular file, or the first rule it breaks (exit 2).
     """
-    try:
-        with open(path, "rb") as fh:
-            data = fh.read(MAX_KEY_FILE_BYTES + 1)  # bounded: /dev/zero or a log file is no key
-        if len(data) > MAX_KEY_FILE_BYTES:
-            raise UsageError(f"the API key file is over {MAX_KEY_FILE_BYTES} bytes: not a key file", value=str(path),
-                             hint="point --api-key-file (or the profile's api_key_file) at the file holding only "
-                                  "the key (`install` writes one: 43 characters)")
-        key = data.decode("utf-8").strip()
-    except (OSError, UnicodeDecodeError) as exc:
-        why = exc.strerror if isinstance(exc, OSError) else "not UTF-8 text"
-        raise UsageError(f"cannot read the API key file: {why}", value=str(path),
-                         hint="pass --api-key-file with a file this user can read (the nightly unit passes "
-                              "its systemd credential)") from None
-    if not key:
-        raise UsageError("the API key file is empty", value=str(path), hint="write the key into the file")
-    key = check_key(key, f"the API key file {path}", value=str(path))
+    with open_regular(path, "the API key file", _KEY_HINT) as fh:
+        try:
+            st = os.fstat(fh.fileno())
+            data = fh.read(MAX_KEY_FILE_BYTES + 1)  # bounded: a log file is no key
+        except OSError as exc:
+            raise UsageError(f"cannot read the API key file ({exc.strerror or exc})", value=str(path),
+                             hint=_KEY_HINT) from None
+    problem = key_file_problem(st, data)
+    if problem is not None:
+        raise UsageError(f"the API key file is refused: {problem[0]}", value=str(path),
+                         hint=problem[1].replace("FILE", str(path)))
+    key = data.decode("utf-8").strip()
     remember(key)  # masked in every --debug log line from now on (kimi_deploy.redact.LogRedactor)
     return key
 
@@ -129,8 +194,6 @@ def resolve_key(key_file: str | Path | None = None, *, profile_key_file: str | N
     if profile_key_file:
         return profile_key(profile_key_file, layout) if layout is not None else read_key_file(profile_key_file)
     if from_env:
-        import os
-
         key = os.environ.get(ENV_VAR, "").strip() or None
         return check_key(key, f"${ENV_VAR}", value=f"${ENV_VAR}") if key else None
     return None
@@ -138,38 +201,42 @@ def resolve_key(key_file: str | Path | None = None, *, profile_key_file: str | N
 
 @dataclasses.dataclass(frozen=True)
 class KeyFile:
-    """What is at a key file's host path: ``exists``; for an existing one whether it is a ``regular``
-    file, ``empty`` (only whitespace), whether its key is ``argv_safe`` (:func:`argv_safe`), its permission
-    ``mode`` and owner ``uid``. Never the key."""
+    """What is at a key file's host path: ``exists``; for an existing one the first rule it breaks
+    (:func:`key_file_problem`, or not a regular file) as ``problem`` and its ``fix`` (``None``: it holds), its
+    permission ``mode`` and owner ``uid``. Never the key."""
 
     host_path: str
     exists: bool
-    regular: bool = True
-    empty: bool = False
+    problem: str | None = None
+    fix: str | None = None
     mode: int = 0o600
     uid: int = 0
-    argv_safe: bool = True
 
 
 def inspect(layout: HostLayout, host_path: str) -> KeyFile:
-    """Stat the key file at ``host_path`` under ``layout`` (``install``'s fact about it).
+    """Check the key file at ``host_path`` under ``layout`` by the clients' own rule (``install``'s fact about
+    it): what install accepts, ``check`` and ``bench`` accept.
 
     Raises:
         UsageError: the path leads out of the --root tree.
     """
     path = layout.under(host_path)
     try:
-        st = path.stat()
+        path.stat()
     except FileNotFoundError:
         return KeyFile(host_path, exists=False)
-    regular = stat.S_ISREG(st.st_mode)
-    if regular:
-        with open(path, "rb") as fh:
-            data = fh.read(MAX_KEY_FILE_BYTES + 1).strip()  # bounded, as read_key_file reads it
-    else:
-        data = b""
-    return KeyFile(host_path, True, regular, regular and not data, stat.S_IMODE(st.st_mode), st.st_uid,
-                   argv_safe=not data.startswith(b"-"))
+    except OSError as exc:
+        return KeyFile(host_path, True, f"it cannot be read ({exc.strerror or exc})", _KEY_HINT)
+    try:
+        with open_regular(path, "the API key file", _KEY_HINT) as fh:
+            st = os.fstat(fh.fileno())
+            data = fh.read(MAX_KEY_FILE_BYTES + 1)
+    except UsageError as exc:
+        return KeyFile(host_path, True, exc.message.removeprefix("the API key file "), exc.hint)
+    except OSError as exc:
+        return KeyFile(host_path, True, f"it cannot be read ({exc.strerror or exc})", _KEY_HINT)
+    problem = key_file_problem(st, data)
+    return KeyFile(host_path, True, *(problem or (None, None)), stat.S_IMODE(st.st_mode), st.st_uid)
 
 
 #: Environment variable ``bench`` reads the key from when no ``--api-key-file`` is given (the

@@ -4,6 +4,7 @@ A base URL is ``http(s)://HOST[:PORT][/PREFIX]`` (an IPv6 host in brackets, ``ht
 a ``/v1`` suffix and trailing slashes are fine: the clients strip them). Refused, each with the URL
 and a fix (exit 2, before anything is sent or written):
 
+- a control character, a space or DEL anywhere in it (httpx raised ``InvalidURL``, a traceback: issue #38);
 - another scheme, or none (``127.0.0.1:30000``);
 - no host, a host that does not parse (``http://[::1:30000``), a port that is not 1-65535;
 - credentials in the URL (``http://user:pass@host``): every report and result records the base URL,
@@ -53,6 +54,11 @@ def check_base_url(url: str, *, option: str = "--base-url") -> str:
         UsageError: the first rule it breaks, with the URL and a fix (exit 2).
     """
     url = url.strip()
+    bad = next((i for i, ch in enumerate(url) if ord(ch) < 0x21 or ord(ch) == 0x7F), None)
+    if bad is not None:
+        raise UsageError(f"{option} holds U+{ord(url[bad]):04X} (a control character or a space) at character "
+                         f"{bad + 1}, which no URL carries unencoded", value=ascii(url),
+                         hint=f"percent-encode it (a space is %20) or remove it; {_EXAMPLE}")
     try:
         parts = urlsplit(url)
         port = parts.port  # ValueError for "abc" or 99999

@@ -16,6 +16,11 @@ classes (the kit's failure kinds: ``schema_violation``, ``invalid_arguments``, `
 ``http_error``, ``server_error``, ``timeout`` ... for requests without an answer) and the verdict against the
 threshold (:func:`kimi_deploy.check.quality.stats.below_threshold`).
 
+A case of the dataset the kit cannot send or judge (:mod:`.dataset`: a line over the cap, ``NaN``, a lone
+surrogate, a schema invalid under its own draft, a ``$ref`` outside it; or, found while judging, a ``pattern`` that
+backtracks catastrophically) is ``dataset_invalid``: listed by line in the report's ``dataset_invalid`` and left out
+of every count of the server's (sent, answered, errors, tool-call answers).
+
 Bounded: ``concurrency`` requests in flight (each worker thread has its own clients), and the tier's own deadline
 (``deadline_s``, capped by the run's ``--deadline``): requests not sent by then are left out of the sample.
 """
@@ -43,6 +48,7 @@ from kimi_deploy.check.quality import dataset as ds
 from kimi_deploy.check.quality.settings import QualitySettings
 from kimi_deploy.check.quality.stats import Proportion, below_threshold
 from kimi_deploy.check.results import clip
+from kimi_deploy.check.schemas import Unjudgeable
 from kimi_deploy.check.validate import (Finding, Message, check_arguments, completion_problem,
                                         message_from_completion, stream_problem, tool_schemas)
 
@@ -53,6 +59,9 @@ CHECK_ID = "quality.accuracy"
 #: Keys of a request body the ``openai`` client takes as arguments; the others go in ``extra_body``.
 _OPENAI_KEYS = frozenset(inspect.signature(openai.resources.chat.completions.Completions.create).parameters) \
     - {"self", "extra_headers", "extra_query", "extra_body", "timeout", "model"}
+
+#: The error class of a case the kit cannot send or judge (the dataset's fault, not the server's).
+DATASET_INVALID = "dataset_invalid"
 
 #: Share of sent requests that may fail without an answer before the verdict is that failure, not the accuracy.
 MAX_ERROR_SHARE = 0.10
@@ -72,6 +81,12 @@ class Sample:
     detail: str = ""
     evidence: str = ""
     answered: bool = True
+    line: int | None = None
+
+    @property
+    def excluded(self) -> bool:
+        """The case was the dataset's fault (``dataset_invalid``): left out of the server's counts."""
+        return self.kind == DATASET_INVALID
 
 
 def failed(index: int, finding: Finding) -> Sample:
@@ -79,17 +94,26 @@ def failed(index: int, finding: Finding) -> Sample:
     return Sample(index, None, None, finding.kind, finding.detail, finding.evidence, answered=False)
 
 
-def classify(index: int, msg: Message, tools: list[dict[str, Any]], named: bool = False) -> Sample:
+def classify(index: int, msg: Message, tools: list[dict[str, Any]], named: bool = False,
+             validators: dict[str, Any] | None = None, line: int | None = None) -> Sample:
     """Judge one answer (K2VV's rule, module docstring). ``named``: the request's ``tool_choice`` names a function,
     whose forced call may end with ``finish_reason`` ``stop`` (OpenAI's own API does, and vLLM 0.33.0 follows it:
-    :mod:`kimi_deploy.check.validate`): such an answer with calls is a tool-call answer too."""
+    :mod:`kimi_deploy.check.validate`): such an answer with calls is a tool-call answer too. ``validators``: the
+    tools' validators built when the case was read (:class:`kimi_deploy.check.quality.dataset.Request`); a schema
+    found unjudgeable now makes the sample ``dataset_invalid`` (``line``: the case's line)."""
     if msg.finish_reason == "tool_calls" or (named and msg.finish_reason == "stop" and msg.tool_calls):
         if not msg.tool_calls:
             return Sample(index, msg.finish_reason, False, "finish_reason_mismatch",
                           "finish_reason is tool_calls but tool_calls is empty", clip(msg.content or ""))
         schemas = tool_schemas(tools)
+        validators = dict(validators or {})
         for call in msg.tool_calls:
-            found = check_arguments(call, schemas)
+            try:
+                found = check_arguments(call, schemas, validators)
+            except Unjudgeable as exc:
+                return Sample(index, msg.finish_reason, None, DATASET_INVALID,
+                              f"the schema of tool {call.name[:60]!r} cannot be judged: {exc}", answered=False,
+                              line=line)
             if found:
                 return Sample(index, msg.finish_reason, False, found[0].kind, found[0].detail, found[0].evidence)
         return Sample(index, msg.finish_reason, True)
@@ -104,8 +128,10 @@ def classify(index: int, msg: Message, tools: list[dict[str, Any]], named: bool 
     return Sample(index, msg.finish_reason, None)
 
 
-def send(clients: Clients, model: str, body: dict[str, Any], index: int) -> Sample:
-    """Send ``body`` (a dataset request) with ``clients`` and judge the answer."""
+def send(clients: Clients, model: str, request: ds.Request, index: int) -> Sample:
+    """Send ``request`` (a dataset case) with ``clients`` and judge the answer."""
+    body = request.body
+    judge = {"validators": request.validators, "line": request.case.line}
     stream = bool(body.get("stream"))
     kwargs = {k: v for k, v in body.items() if k in _OPENAI_KEYS}
     extra = {k: v for k, v in body.items() if k not in _OPENAI_KEYS and k != "model"}
@@ -122,7 +148,7 @@ def send(clients: Clients, model: str, body: dict[str, Any], index: int) -> Samp
             problem = completion_problem(data, clip(clients.recorder.last_text))
             if problem is not None:
                 return failed(index, problem)
-            return classify(index, message_from_completion(data), tools, named)
+            return classify(index, message_from_completion(data), tools, named, **judge)
         for _chunk in clients.chat(**kwargs):
             pass
     except openai.OpenAIError as exc:
@@ -137,7 +163,7 @@ def send(clients: Clients, model: str, body: dict[str, Any], index: int) -> Samp
     problem = problem or stream_problem(sse.frames, clip(clients.recorder.last_text))
     if problem is not None:
         return failed(index, problem)
-    return classify(index, stream_v.assemble(sse.frames), tools, named)
+    return classify(index, stream_v.assemble(sse.frames), tools, named, **judge)
 
 
 def measure(ctx: Context, settings: QualitySettings) -> tuple[dict[str, Any], list[Sample]]:
@@ -147,20 +173,21 @@ def measure(ctx: Context, settings: QualitySettings) -> tuple[dict[str, Any], li
     Raises:
         UsageError: the dataset cannot be read (:func:`kimi_deploy.check.quality.dataset.load`).
     """
-    data = ds.load(settings.dataset)
-    bodies = data.sample(settings.sample)
+    data = ds.load(settings.dataset, sample=settings.sample, max_line_bytes=settings.max_line_bytes,
+                   max_file_bytes=settings.max_file_bytes)
+    cases = data.sample(settings.sample)
     run_left = ctx.clients.deadline.left()
     seconds = settings.deadline_s if run_left is None else max(0.0, min(settings.deadline_s, run_left))
     deadline = Deadline(seconds, ctx.clients.deadline.clock)
     clock = ctx.clients.deadline.clock
     started = clock()
     lock = threading.Lock()
-    queue = iter(enumerate(bodies))
+    queue = iter(enumerate(cases))
     samples: list[Sample] = []
 
     stop = threading.Event()  # set on an interrupt: no worker takes another request
 
-    def worker() -> None:
+    def worker(reader: ds.Reader) -> None:
         clients = Clients.open(ctx.clients.root, ctx.clients.api_key, ctx.clients.timeout, deadline,
                                ctx.clients.limits)
         try:
@@ -169,9 +196,12 @@ def measure(ctx: Context, settings: QualitySettings) -> tuple[dict[str, Any], li
                     item = next(queue, None)
                 if item is None:
                     return
-                index, body = item
+                index, case = item
                 try:
-                    sample = send(clients, ctx.model or "", body, index)
+                    sample = send(clients, ctx.model or "", reader.request(case), index)
+                except ds.CaseError as exc:
+                    sample = Sample(index, None, None, DATASET_INVALID, f"line {case.line}: {exc}", answered=False,
+                                    line=case.line)
                 except Exception as exc:  # noqa: BLE001 - one request's surprise is that request's error class
                     log.debug("quality request %d raised", index, exc_info=True)
                     sample = failed(index, unreadable(exc, "POST /v1/chat/completions", clients.recorder.last_body))
@@ -180,25 +210,36 @@ def measure(ctx: Context, settings: QualitySettings) -> tuple[dict[str, Any], li
         finally:
             clients.close()
 
-    workers = max(1, min(settings.concurrency, len(bodies)))
-    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="quality") as pool:
+    workers = max(1, min(settings.concurrency, len(cases)))
+    with data.reader() as reader, ThreadPoolExecutor(max_workers=workers, thread_name_prefix="quality") as pool:
         try:
-            for future in [pool.submit(worker) for _ in range(workers)]:
+            for future in [pool.submit(worker, reader) for _ in range(workers)]:
                 future.result()
         except BaseException:  # Ctrl-C/SIGTERM (the runner reports what finished): the requests in flight end
             stop.set()
             raise
     samples.sort(key=lambda s: s.index)
-    out = summary(samples, planned=len(bodies), threshold=settings.min_schema_accuracy)
+    out = summary(samples, planned=len(cases), threshold=settings.min_schema_accuracy, dataset=data)
     out.update({"dataset": data.describe(), "concurrency": workers, "deadline_s": round(seconds, 3),
                 "duration_s": round(clock() - started, 3)})
     return out, samples
 
 
-def summary(samples: list[Sample], *, planned: int, threshold: float) -> dict[str, Any]:
-    """The report's ``accuracy`` object for ``samples`` (shape in report.schema.json, ``$defs/accuracy``)."""
+def summary(samples: list[Sample], *, planned: int, threshold: float,
+            dataset: ds.Dataset | None = None) -> dict[str, Any]:
+    """The report's ``accuracy`` object for ``samples`` (shape in report.schema.json, ``$defs/accuracy``);
+    ``dataset_invalid`` counts the dataset's invalid lines (``dataset``'s reading pass) and the drawn cases found
+    unjudgeable, and lists the first :data:`kimi_deploy.check.quality.dataset.MAX_LISTED_INVALID` by line."""
+    excluded = [s for s in samples if s.excluded]
+    samples = [s for s in samples if not s.excluded]
     answered = [s for s in samples if s.answered]
     calls = [s for s in samples if s.valid is not None]
+    listed = [{"line": i.line, "detail": i.detail} for i in (dataset.invalid if dataset else ())]
+    seen = {item["line"] for item in listed}
+    for s in excluded:
+        if s.line not in seen and len(listed) < ds.MAX_LISTED_INVALID:
+            listed.append({"line": s.line, "detail": s.detail})
+            seen.add(s.line)
     p = Proportion(sum(1 for s in calls if s.valid), len(calls))
     lo, hi = p.interval
     finish = collections.Counter(s.finish_reason or "none" for s in answered)
@@ -213,6 +254,8 @@ def summary(samples: list[Sample], *, planned: int, threshold: float) -> dict[st
                             "confidence": 0.95, "method": "wilson-score-cc"},
         "threshold": threshold, "verdict": verdict,
         "error_classes": dict(sorted(classes.items())),
+        "dataset_invalid": {"lines": (dataset.invalid_count if dataset else 0) + len({s.line for s in excluded}),
+                            "samples": len(excluded), "listed": sorted(listed, key=lambda i: i["line"] or 0)},
     }
 
 
@@ -226,7 +269,19 @@ def outcome(acc: dict[str, Any], samples: list[Sample]) -> Outcome:
     p = Proportion(acc["valid"], acc["tool_call_answers"])
     sent, errors = acc["sent"], acc["errors"]
     threshold = acc["threshold"]
-    cut = f"; {sent} of {acc['requests']} sent before the tier's deadline" if sent < acc["requests"] else ""
+    invalid = acc.get("dataset_invalid") or {}
+    cut = f"; {sent} of {acc['requests']} sent before the tier's deadline" if sent + invalid.get("samples", 0) \
+        < acc["requests"] else ""
+    if invalid.get("lines"):
+        first = (invalid.get("listed") or [{}])[0]
+        cut += (f"; {invalid['lines']} dataset line(s) left out as dataset_invalid (line {first.get('line')}: "
+                f"{str(first.get('detail', ''))[:120]})")
+    if sent == 0 and invalid.get("samples"):
+        first = (invalid.get("listed") or [{}])[0]
+        return Outcome.failed(Finding(DATASET_INVALID, f"every drawn case was the dataset's fault "
+                                                       f"({invalid['samples']} dataset_invalid; line "
+                                                       f"{first.get('line')}: {first.get('detail', '')})",
+                                      clip(first.get("detail", ""))))
     if sent == 0:
         return Outcome.failed(Finding("timeout", f"no request was sent before the tier's deadline "
                                                  f"({acc['deadline_s']:g} s)", "not attempted"))

@@ -11,17 +11,20 @@ fail in B.
 from __future__ import annotations
 
 import dataclasses
+import functools
+import json
 from pathlib import Path
 from typing import Any
 
 from kimi_deploy.check.quality.stats import Comparison, Proportion, two_proportion_test
 from kimi_deploy.check.results import REPORT_SCHEMA
+from kimi_deploy import paths
 from kimi_deploy.errors import UsageError
-from kimi_deploy.wire.limits import parse_json
+from kimi_deploy.wire import inputs
 from kimi_deploy.wire.printable import printable
 
-#: A report file larger than this is refused unread (a check report of the largest run is under 1 MiB).
-MAX_REPORT_BYTES = 64 * 1024 * 1024
+#: The largest count a report's accuracy may hold: ``--sample``'s maximum (a run sends at most that many requests).
+MAX_COUNT = 100_000
 
 
 @dataclasses.dataclass(frozen=True)
@@ -36,38 +39,41 @@ class ReportAccuracy:
 
 
 def load(path: Path) -> ReportAccuracy:
-    """Read one report.
+    """Read one report: a regular file of at most :data:`kimi_deploy.wire.inputs.REPORT_FILE_BYTES`, strict JSON
+    (no ``NaN``/``Infinity``, no number past a double), valid against ``report.schema.json`` (types and ranges),
+    with a ``quality.accuracy`` measurement whose counts are at most :data:`MAX_COUNT` and ``valid`` at most
+    ``tool_call_answers``.
 
     Raises:
-        UsageError: unreadable, not JSON, not a ``kimi-deploy.check/1`` report, or one without a
-            ``quality.accuracy`` measurement (exit 2).
+        UsageError: any of those fails; the message names the field (exit 2).
     """
     hint = "pass two reports written by `kimi-deploy check --sample N --json PATH` (the quality tier's accuracy)"
-    try:
-        if path.stat().st_size > MAX_REPORT_BYTES:
-            raise UsageError(f"{path} is larger than {MAX_REPORT_BYTES // 2**20} MiB: not a check report",
-                             value=str(path), hint=hint)
-        doc = parse_json(path.read_bytes().decode("utf-8-sig"))
-    except OSError as exc:
-        raise UsageError(f"cannot read {path} ({exc.strerror or exc})", value=str(path), hint=hint) from None
-    except ValueError as exc:
-        raise UsageError(f"{path} is not a JSON report ({printable(str(exc))[:120]})", value=str(path),
-                         hint=hint) from None
+    doc = inputs.read_json(path, f"the report {path}", hint)
     if not isinstance(doc, dict) or doc.get("schema") != REPORT_SCHEMA:
         raise UsageError(f"{path} is not a {REPORT_SCHEMA} report", value=str(path), hint=hint)
-    acc = (doc.get("quality") or {}).get("accuracy") if isinstance(doc.get("quality"), dict) else None
-    try:
-        valid, n = int(acc["valid"]), int(acc["tool_call_answers"])
-        if not 0 <= valid <= n:
-            raise ValueError(f"valid {valid} of {n}")
-    except (TypeError, KeyError, ValueError) as exc:
-        raise UsageError(f"{path} holds no quality.accuracy measurement ({printable(str(exc))[:80]})",
-                         value=str(path), hint=hint) from None
-    rows = doc.get("checks") if isinstance(doc.get("checks"), list) else []
-    statuses = {str(r.get("id")): str(r.get("status")) for r in rows if isinstance(r, dict)}
+    problem = inputs.shape_problem(doc, _report_schema())
+    if problem:
+        raise UsageError(f"{path} is not a report check wrote: {problem}", value=str(path), hint=hint)
+    acc = (doc.get("quality") or {}).get("accuracy")
+    if not isinstance(acc, dict):
+        raise UsageError(f"{path} holds no quality.accuracy measurement", value=str(path), hint=hint)
+    valid, n = acc["valid"], acc["tool_call_answers"]
+    for name, value in (("valid", valid), ("tool_call_answers", n)):
+        if value > MAX_COUNT:
+            raise UsageError(f"{path}: quality.accuracy.{name}: {value if value < 10**12 else 'a number'} is over "
+                             f"{MAX_COUNT:,}, the most requests a run sends", value=str(path), hint=hint)
+    if valid > n:
+        raise UsageError(f"{path}: quality.accuracy.valid: {valid} is more than tool_call_answers {n}",
+                         value=str(path), hint=hint)
+    statuses = {r["id"]: r["status"] for r in doc.get("checks") or [] if isinstance(r, dict)}
     dataset = acc.get("dataset") if isinstance(acc.get("dataset"), dict) else {}
     return ReportAccuracy(str(path), str(doc.get("started_at", "")), Proportion(valid, n),
                           dataset.get("sha256") if isinstance(dataset.get("sha256"), str) else None, statuses)
+
+
+@functools.lru_cache(maxsize=1)
+def _report_schema() -> dict[str, Any]:
+    return json.loads(paths.check_report_schema().read_text(encoding="utf-8"))
 
 
 @dataclasses.dataclass(frozen=True)

@@ -14,6 +14,8 @@ from typing import Any
 import jsonschema
 from jsonschema.exceptions import ValidationError, best_match
 
+from kimi_deploy.check.schemas import compile_schema, iter_errors
+
 #: RFC 3339 section 5.6 ``date-time`` (``T``/``t`` separator, ``Z``/``z`` or a numeric offset).
 _DATE_TIME = re.compile(r"^\d{4}-\d{2}-\d{2}[Tt]\d{2}:\d{2}:\d{2}(\.\d+)?([Zz]|[+-]\d{2}:\d{2})$")
 
@@ -97,10 +99,11 @@ def violation(arguments: Any, schema: dict[str, Any]) -> tuple[str, str, str] | 
     where, message)`` (``where``: a JSON pointer into the arguments, ``/`` for the root), ``None`` when valid.
 
     Raises:
-        jsonschema.SchemaError: ``schema`` itself is not a valid 2020-12 schema.
+        kimi_deploy.check.schemas.Unjudgeable: ``schema`` itself cannot be judged (not valid under its draft,
+            a ``$ref`` outside it, a regex that backtracks without end).
     """
-    validator = jsonschema.Draft202012Validator(schema, format_checker=FORMAT_CHECKER)
-    error = best_match(validator.iter_errors(arguments))
+    validator = compile_schema(schema, format_checker=FORMAT_CHECKER)
+    error = best_match(iter_errors(validator, arguments))
     if error is None:
         return None
     where = "/" + "/".join(str(p) for p in error.absolute_path)

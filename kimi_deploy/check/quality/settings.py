@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from kimi_deploy.profile import Profile
+from kimi_deploy.wire.inputs import DATASET_FILE_BYTES, DATASET_LINE_BYTES
 
 #: Requests of ``quality.accuracy`` by default: at a true accuracy of 95.5 % the 95 % interval is then about
 #: +-3 points wide (stats.py), enough to see K2VV's vLLM figure (87.22 %) apart from its SGLang one.
@@ -22,7 +23,8 @@ DEFAULT_MIN_SCHEMA_ACCURACY = 0.9552
 class QualitySettings:
     """``sample`` requests from ``dataset`` (``None``: the kit's samples), ``concurrency`` in flight, within
     ``deadline_s`` seconds, judged against ``min_schema_accuracy`` (a fraction); ``model_dir`` and
-    ``sglang_python`` for the pre-flight checks (``None``: unknown)."""
+    ``sglang_python`` for the pre-flight checks (``None``: unknown); ``max_line_bytes`` / ``max_file_bytes``: the
+    dataset's caps (:mod:`kimi_deploy.wire.inputs`)."""
 
     sample: int = DEFAULT_SAMPLE
     dataset: str | None = None
@@ -31,6 +33,8 @@ class QualitySettings:
     min_schema_accuracy: float = DEFAULT_MIN_SCHEMA_ACCURACY
     model_dir: str | None = None
     sglang_python: str | None = None
+    max_line_bytes: int = DATASET_LINE_BYTES
+    max_file_bytes: int = DATASET_FILE_BYTES
 
 
 def resolve(options: Any, profile: Profile | None) -> QualitySettings:
@@ -57,4 +61,6 @@ def resolve(options: Any, profile: Profile | None) -> QualitySettings:
         deadline_s=pick(options.quality_deadline, "deadline_s", DEFAULT_DEADLINE_S),
         min_schema_accuracy=pick(options.min_schema_accuracy, "min_schema_accuracy", DEFAULT_MIN_SCHEMA_ACCURACY),
         model_dir=str(model_dir) if model_dir is not None else None,
-        sglang_python=str(python) if python else None)
+        sglang_python=str(python) if python else None,
+        max_line_bytes=getattr(options, "max_dataset_line_bytes", DATASET_LINE_BYTES),
+        max_file_bytes=getattr(options, "max_dataset_bytes", DATASET_FILE_BYTES))

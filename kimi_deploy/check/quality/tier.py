@@ -27,7 +27,8 @@ def prepare(ids: list[str], settings: QualitySettings) -> None:
         UsageError: the dataset cannot be read (exit 2, before any request).
     """
     if accuracy.CHECK_ID in ids:
-        ds.load(settings.dataset)
+        ds.load(settings.dataset, sample=settings.sample, max_line_bytes=settings.max_line_bytes,
+                max_file_bytes=settings.max_file_bytes)
 
 
 def run(ctx: Context, check_id: str, cache: dict) -> Outcome:

@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from kimi_deploy.host import systemd
-from kimi_deploy.wire import apikey
+from kimi_deploy.wire import apikey, inputs
 from kimi_deploy.errors import UsageError
 from kimi_deploy.host.records import (Claims, Intent, Manifest, installed_services, last_uninstalled_manifest,
                                       leftover_services, load_intent, load_manifest, other_services_claims, read_bytes,
@@ -63,6 +63,8 @@ class HostFacts:
     enabled: Mapping[str, bool] = dataclasses.field(default_factory=dict)
     active: Mapping[str, bool] = dataclasses.field(default_factory=dict)
     key: apikey.KeyFile | None = None
+    #: What is wrong with ``[quality] dataset`` on this host (missing, not a regular file), ``None`` when fine or unset.
+    dataset_problem: str | None = None
     dirs: frozenset[str] = frozenset()
     exists: frozenset[str] = frozenset()
     stale: tuple[str, ...] = ()
@@ -173,8 +175,24 @@ def gather_install_facts(profile: Profile, layout: HostLayout, desired: Mapping[
         has_passwd=layout.is_host or layout.passwd.is_file(),
         gpu_groups=_gpu_group_members() if layout.is_host and create_user else {},
         enabled=enabled, active=active, key=apikey.inspect(layout, key_hp) if key_hp else None, dirs=dirs, exists=exists,
+        dataset_problem=_dataset_problem(layout, profile),
         stale=tuple(stale_files(layout, targets | {layout.host_path(layout.intent(svc.name))}
                                 | ({key_hp} if key_hp else set()), svc.name)))
+
+
+def _dataset_problem(layout: HostLayout, profile: Profile) -> str | None:
+    """Whether the nightly unit's ``[quality] dataset`` is a regular file here, by the reader's own rule
+    (:func:`kimi_deploy.wire.inputs.not_regular`): ``None`` when it is or is unset, else what it is."""
+    dataset = profile.quality.dataset if profile.quality is not None else None
+    if not dataset:
+        return None
+    try:
+        st = layout.under(dataset).stat()
+    except FileNotFoundError:
+        return "missing"
+    except (OSError, UsageError) as exc:
+        return f"unreadable ({getattr(exc, 'strerror', None) or exc})"
+    return inputs.not_regular(st.st_mode)
 
 
 def gather_uninstall_facts(layout: HostLayout, name: str | None) -> HostFacts:

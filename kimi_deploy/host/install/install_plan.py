@@ -83,10 +83,11 @@ def _gpu_group_steps(profile: Profile, facts: HostFacts, create_user: bool) -> l
 
 
 def _api_key_step(facts: HostFacts, notes: list[str]) -> Step | None:
-    """Create the key file when missing; refuse one that is no regular file or empty; warn on mode/owner.
+    """Create the key file when missing; refuse one that breaks the clients' rule
+    (:func:`kimi_deploy.wire.apikey.key_file_problem`: what install accepts, check and bench accept).
 
     Raises:
-        UsageError: the key file is not a regular file, empty, or holds a key starting with ``-``.
+        UsageError: the key file breaks the rule (the problem and its fix).
     """
     key = facts.key
     if key is None:
@@ -95,23 +96,9 @@ def _api_key_step(facts: HostFacts, notes: list[str]) -> Step | None:
     if not key.exists:
         return Step("api-key", f"create the API key file {key.host_path} with a random key (mode 0600, owner root)",
                     path=path)
-    if not key.regular:
-        raise UsageError("the API key file is not a regular file", value=str(path),
-                         hint="point [sglang] api_key_file at a file holding the key")
-    if key.empty:
-        raise UsageError("the API key file is empty", value=str(path),
-                         hint="write the key into it (one line), or remove it and install again to get a random one")
-    if not key.argv_safe:
-        raise UsageError("the API key starts with '-': SGLang and smg read --api-key through argparse, which "
-                         "takes it for an option, and the server would never start", value=str(path),
-                         hint="write a key that does not start with '-', or remove the file and install again "
-                              "(the key kimi-deploy creates never does)")
-    if key.mode & 0o077:
-        notes.append(f"warning: the API key file {key.host_path} is readable by group/others "
-                     f"(mode {key.mode:04o}); run chmod 600 {key.host_path}")
-    if key.uid != 0:
-        notes.append(f"warning: the API key file {key.host_path} is owned by uid {key.uid}, not root; "
-                     f"systemd reads it as root (LoadCredential=): run chown root:root {key.host_path}")
+    if key.problem is not None:
+        raise UsageError(f"the API key file is refused: {key.problem}", value=str(path),
+                         hint=(key.fix or "").replace("FILE", key.host_path) or None)
     return None
 
 
@@ -252,10 +239,20 @@ def plan_install_from(profile: Profile, facts: HostFacts, files: Mapping[str, by
             raise blocked_by
         notes.append(f"warning: the API key file {facts.key.host_path} is missing; every host of a fleet must hold "
                      "the same key, so install refuses until it is copied here from the first host")
-    key_step = None if blocked_by else _api_key_step(facts, notes)
+    _conflicts(profile, facts.claims, force, notes, refusals, files)
+    if facts.dataset_problem is not None and profile.quality is not None:
+        where = profile.quality.dataset
+        if facts.dataset_problem == "missing":
+            notes.append(f"warning: [quality] dataset {where} is missing: the nightly check's quality tier fails (exit 2) "
+                         "until it is copied there")
+        else:
+            raise UsageError(f"[quality] dataset {where} is {facts.dataset_problem}, not a regular file: the nightly "
+                             "check reads only a regular JSONL file", value=where,
+                             hint="copy the dataset to a regular file and name that in [quality] dataset")
+    # a key path another service uses for something else is refused as that (exit 4), not as a bad key file
+    key_step = None if blocked_by or refusals else _api_key_step(facts, notes)
     if key_step:
         steps.append(key_step)
-    _conflicts(profile, facts.claims, force, notes, refusals, files)
 
     key_hp = profile.sglang.api_key_file
     created_key = None
