@@ -11,7 +11,7 @@ The import graph is read from the source with :mod:`ast` (every ``import``/``fro
 - the layers (:data:`LAYERS`): a module imports only from its own layer or lower ones; in particular nothing
   under ``check/`` or ``bench/`` imports host-side code (``host/``);
 - README.md's "Layout" section names every package and every root module;
-- the target registry (:data:`kimi_deploy.targets.TARGETS`) and the target modules match;
+- the target registry (:data:`kimi_deploy.targets.registry.REGISTRY`) imports and lists every target module;
 - one builder each: unit file names (:mod:`kimi_deploy.names`), ``http://HOST:PORT`` URLs
   (:func:`kimi_deploy.names.node_url`), the nightly check command (:func:`kimi_deploy.names.check_argv`).
 
@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import ast
 import dataclasses
-import importlib
 import re
 from pathlib import Path
 
@@ -48,6 +47,8 @@ LAYERS: dict[str, int] = {
     # 3: what a profile means: presets, topology, the launch, SGLang's interpreter, validation, patches
     **{name: 3 for name in ("presets", "topology", "launch", "engine", "validate", "litellm_hook", "patching",
                             "catalog")},
+    # 3: the resolved deployment (reads the launch, the topology, the catalog and the patch series)
+    "deployment": 3,
     # 4: deployment targets (render)
     "targets": 4,
     # 5: clients of a running server: they never touch a host
@@ -56,6 +57,8 @@ LAYERS: dict[str, int] = {
     # 6: what is done on (or to) a host
     "host": 6,
     "doctor": 6,
+    # the host's facts (nvidia-smi, model directories) that doctor judges and sizing sizes with
+    "facts": 6,
     # the memory plan and SGLang's effective configuration read this host's GPUs and model files (doctor's parsers)
     "sizing": 6,
     # 7: the command line
@@ -188,6 +191,25 @@ def test_the_import_graph_has_no_cycle_counting_function_local_imports():
     assert cycles([e for e in EDGES if not e.type_only]) == []
 
 
+def package_edges() -> list[Edge]:
+    """The import edges between packages (and root modules): ``kimi_deploy.doctor.checks`` importing
+    ``kimi_deploy.sizing.report`` is ``doctor`` -> ``sizing``."""
+    return [dataclasses.replace(e, source=f"kimi_deploy.{layer_key(e.source)}", target=f"kimi_deploy.{layer_key(e.target)}")
+            for e in EDGES if not e.type_only and layer_key(e.source) != layer_key(e.target)]
+
+
+def test_no_two_packages_import_each_other_counting_function_local_imports():
+    """Issue 36: 0 package cycles (``doctor/`` and ``sizing/`` imported each other, kept apart by a
+    function-local import), function-local imports included."""
+    global MODULES
+    saved = MODULES
+    MODULES = {f"kimi_deploy.{k}": Path() for k in {layer_key(m) for m in saved}}
+    try:
+        assert cycles(package_edges()) == []
+    finally:
+        MODULES = saved
+
+
 def test_cycles_are_found_when_there_is_one():
     """The cycle finder itself: a function-local import back is a cycle too."""
     a, b = sorted(MODULES)[:2]
@@ -255,15 +277,26 @@ def test_readme_layout_names_every_package_and_root_module():
 
 
 def test_the_target_registry_and_the_target_modules_match():
-    from kimi_deploy import targets
+    """Every target is imported and listed in the registry (no import by string), with the same names and
+    help lines as :data:`kimi_deploy.targets.TARGETS`, and every target module with an entry is registered."""
+    from kimi_deploy.targets import TARGETS
+    from kimi_deploy.targets.registry import REGISTRY
 
-    for name, (module, help_text) in targets.TARGETS.items():
-        entry = getattr(importlib.import_module(module), "artefacts", None)
-        assert callable(entry), f"target {name}: {module} has no artefacts(profile, sglang_version)"
-        assert help_text
+    assert list(REGISTRY) == list(TARGETS)
+    for name, row in REGISTRY.items():
+        assert row.name == name and row.help == TARGETS[name] and callable(row.artefacts)
     with_entry = {module_name(p) for p in (PACKAGE / "targets").glob("*.py")
                   if re.search(r"^def artefacts\(", p.read_text(encoding="utf-8"), flags=re.M)}
-    assert with_entry == {module for module, _ in targets.TARGETS.values()}
+    assert with_entry == {row.artefacts.__module__ for row in REGISTRY.values()}
+
+
+def test_no_target_is_imported_by_a_string():
+    """Issue 36: the render path is visible to a reader and a static tool: nothing under ``targets/`` imports by
+    a string (``importlib``, ``__import__``). (The CLI's verbs still load lazily by name, for start-up time:
+    :data:`kimi_deploy.cli.VERBS`.)"""
+    found = [f"{p.relative_to(REPO)}" for p in (PACKAGE / "targets").glob("*.py")
+             if re.search(r"\bimportlib\b|__import__\(", p.read_text(encoding="utf-8"))]
+    assert not found, found
 
 
 def _fstring_texts(path: Path) -> list[tuple[int, str]]:

@@ -12,14 +12,16 @@ from pathlib import Path
 
 from kimi_deploy import patching, proc, versions
 from kimi_deploy import engine as target
-from kimi_deploy.doctor import fabric, nvidia
+from kimi_deploy.doctor import fabric
+from kimi_deploy.facts import nvidia
 from kimi_deploy.doctor.checks import Facts, evaluate
 from kimi_deploy.doctor.host import compare_installed, disk_space, probe_port
-from kimi_deploy.doctor.modeldir import inspect_model_dir
+from kimi_deploy.facts.modeldir import inspect_model_dir
 from kimi_deploy.doctor.report import Check, DoctorReport
 from kimi_deploy.errors import KimiDeployError
 from kimi_deploy.paths import HostLayout
 from kimi_deploy.profile import Profile
+from kimi_deploy.sizing import memory, report
 from kimi_deploy.targets import systemd as render_lib
 from kimi_deploy import validate as validate_lib
 from kimi_deploy.launch import build_launch
@@ -161,10 +163,6 @@ def gather(profile: Profile, *, python: str | None = None, root: Path = Path("/"
             except KimiDeployError as exc:
                 facts["validation_error"] = exc.message
             else:
-                # kimi_deploy.sizing imports this package's parsers (nvidia, modeldir): imported here, not at the
-                # top, so that importing it does not go round in a circle
-                from kimi_deploy.sizing import memory, report  # the cycle above
-
                 try:
                     facts["sizing"] = report.size_profile(
                         profile, checked.info.python, checked.launch.server_args,
