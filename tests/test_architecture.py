@@ -318,3 +318,49 @@ def test_derived_names_urls_and_the_check_command_have_one_builder(pattern, buil
     spelt = [f"{path.relative_to(REPO)}:{line}: {text}" for name, path in MODULES.items()
              if name != "kimi_deploy.names" for line, text in _fstring_texts(path) if re.search(pattern, text)]
     assert not spelt, f"built by hand instead of by {builder}:\n" + "\n".join(spelt)
+
+
+#: The builders of what :func:`kimi_deploy.deployment.resolve` resolves (a rank's launch, the gateway's command, the
+#: patches a command needs, the model table's fit) -> the modules allowed to name them: their own module and the
+#: deployment. Issue 36: every verb reads the resolved deployment instead of deriving these from the profile.
+RESOLVED_FACTS: dict[str, set[str]] = {
+    "build_launch": {"kimi_deploy.launch", "kimi_deploy.deployment"},
+    "rank_args": {"kimi_deploy.launch", "kimi_deploy.deployment"},
+    "gateway_argv": {"kimi_deploy.launch", "kimi_deploy.deployment"},
+    "gates_asked": {"kimi_deploy.patching.series", "kimi_deploy.deployment"},
+    # presets: `init --model k3` has no profile to resolve, only the model table's row (the same evidence text)
+    "weights_fit": {"kimi_deploy.catalog.models", "kimi_deploy.deployment", "kimi_deploy.presets"},
+}
+
+
+def _names_used(path: Path) -> list[tuple[int, str]]:
+    """``(line, name)`` of every name, attribute and imported name in ``path``'s code (docstrings left out)."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Name):
+            found.append((node.lineno, node.id))
+        elif isinstance(node, ast.Attribute):
+            found.append((node.lineno, node.attr))
+        elif isinstance(node, ast.ImportFrom):
+            found += [(node.lineno, alias.name) for alias in node.names]
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            found.append((node.lineno, node.name))
+    return found
+
+
+def test_launch_gateway_patch_and_fit_facts_are_derived_only_in_resolve():
+    """Issue 36's layer rule: outside :mod:`kimi_deploy.deployment` (and each builder's own module) no module
+    builds a launch, the gateway's command, asks the series which gated patches a command needs, or applies the
+    model table's fit rule: it reads them from the :class:`kimi_deploy.deployment.Deployment`."""
+    spelt = [f"{path.relative_to(REPO)}:{line}: {name}" for module, path in MODULES.items()
+             for line, name in _names_used(path)
+             if name in RESOLVED_FACTS and module not in RESOLVED_FACTS[name]]
+    assert not spelt, "derived outside kimi_deploy.deployment.resolve (read the Deployment instead):\n" + \
+        "\n".join(spelt)
+
+
+def test_the_resolve_rule_finds_a_launch_built_elsewhere(tmp_path):
+    """The rule itself: a module that builds a launch is found."""
+    bad = tmp_path / "bad.py"
+    bad.write_text("from kimi_deploy.launch import build_launch\n\ndef f(p):\n    return build_launch(p)\n")
+    assert [n for _, n in _names_used(bad) if n in RESOLVED_FACTS] == ["build_launch", "build_launch"]

@@ -1,9 +1,9 @@
 """One resolved deployment: what a profile means for one SGLang release on one kind of host, computed once.
 
-:func:`resolve` is pure (no subprocess, no network, no file but the shipped patch series): the profile, the
-target SGLang version (its option spellings come from the option table, :mod:`kimi_deploy.options` and
-:mod:`kimi_deploy.versions`), the probed component versions (the compile-cache key) and, where known, the
-host's GPUs give a frozen :class:`Deployment` holding
+:func:`resolve` is pure (no subprocess, no network; the shipped patch series is read when the patch set is
+first asked for): the profile, the target SGLang version (its option spellings come from the option table,
+:mod:`kimi_deploy.options` and :mod:`kimi_deploy.versions`), the probed component versions (the compile-cache
+key) and, where known, the host's GPUs give a frozen :class:`Deployment` holding
 
 - each rank's launch (:mod:`kimi_deploy.launch`, the only builder of a rank's argv): one entry for a one-node
   replica, every rank of every replica for a multi-node ``[fleet]``;
@@ -26,6 +26,7 @@ series which gates a command opens). A model that cannot fit is refused by every
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Mapping
 from typing import Any
 
@@ -36,7 +37,8 @@ from kimi_deploy.launch import LaunchSpec, build_launch, gateway_argv
 from kimi_deploy.profile import Profile
 from kimi_deploy.topology import Rank, group_ranks
 
-__all__ = ["Deployment", "Fit", "HostGpus", "RankLaunch", "Units", "resolve", "REFERENCE_COMPUTE_CAP"]
+__all__ = ["Deployment", "Fit", "HostGpus", "RankLaunch", "Units", "resolve", "require_fit", "static_fit",
+           "REFERENCE_COMPUTE_CAP"]
 
 #: The reference host's compute capability (RTX PRO 6000 Blackwell, SM120; NVIDIA's CUDA GPUs list): the one the
 #: required patch set assumes when no GPU facts are known.
@@ -121,9 +123,11 @@ class Deployment:
     ``launch``: the serving launch (rank 0 of the first replica; the one launch of a one-node replica);
     ``ranks``: every launch; ``base_url``: where a client on this host reaches the server
     (:attr:`Profile.base_url`); ``worker_urls``: rank 0 of each ``[fleet]`` replica; ``gateway_url``/
-    ``gateway_argv``: ``None`` without ``[gateway]``; ``api_key_file``: the key's path (never the key);
+    ``gateway_command``: ``None`` without ``[gateway]``; ``api_key_file``: the key's path (never the key);
     ``series``: the patch series' SGLang version (``None``: the kit has none for it); ``required_patches``: ids
-    in series order; ``gated``: the opt-in patches among them, id -> the flag that asks for it; ``memory``: the
+    in series order; ``gated``: the opt-in patches among them, id -> the flag that asks for it; ``gates``: every
+    gated feature the serving command asks for, whatever the GPUs (:meth:`kimi_deploy.patching.Series.gates_asked`:
+    doctor judges each against the host's compute capability); ``memory``: the
     memory plan (:class:`kimi_deploy.sizing.memory.MemoryPlan`) once :meth:`refine` gave one.
     """
 
@@ -134,19 +138,37 @@ class Deployment:
     base_url: str
     worker_urls: tuple[str, ...]
     gateway_url: str | None
-    gateway_argv: tuple[str, ...] | None
+    gateway_command: tuple[str, ...] | None
     api_key_file: str | None
     model: ModelFacts | None
     host: HostGpus
-    series: str | None
-    required_patches: tuple[str, ...]
-    gated: Mapping[str, str]
     fit: Fit
     memory: Any = None
 
     @property
     def name(self) -> str:
         return self.profile.service.name
+
+    @functools.cached_property
+    def _patch_facts(self) -> tuple[str | None, tuple[str, ...], dict[str, str], tuple[patching.GateHit, ...]]:
+        # read on first use: the series manifest is the one file resolve reads, and status plans without it
+        return _patches(self.sglang_version, tuple(self.launch.server_args), self.host.compute_cap)
+
+    @property
+    def series(self) -> str | None:
+        return self._patch_facts[0]
+
+    @property
+    def required_patches(self) -> tuple[str, ...]:
+        return self._patch_facts[1]
+
+    @property
+    def gated(self) -> Mapping[str, str]:
+        return self._patch_facts[2]
+
+    @property
+    def gates(self) -> tuple[patching.GateHit, ...]:
+        return self._patch_facts[3]
 
     @property
     def launch(self) -> LaunchSpec:
@@ -169,11 +191,20 @@ class Deployment:
                 return entry.launch
         raise KeyError(rank)
 
-    def pod_launch(self, rank: int, leader: str, placeholders: Mapping[str, str]) -> LaunchSpec:
+    def pod_launch(self, rank: int | None = None, leader: str | None = None,
+                   placeholders: Mapping[str, str] | None = None) -> LaunchSpec:
         """A Kubernetes pod's launch: rank ``rank``'s rows with the runner's text for the rank numbers and rank 0's
-        address (LeaderWorkerSet's ``$(LWS_WORKER_INDEX)``, ``$(LWS_GROUP_SIZE)``, ``$(LWS_LEADER_ADDRESS)``)."""
+        address (LeaderWorkerSet's ``$(LWS_WORKER_INDEX)``, ``$(LWS_GROUP_SIZE)``, ``$(LWS_LEADER_ADDRESS)``);
+        ``rank`` ``None``: every row and no rank flags (the image's command before a rank is known)."""
+        if rank is None and not placeholders:
+            return self._unranked
         return build_launch(self.profile, self.sglang_version, components=self.components, node_rank=rank,
                             rank0=leader, placeholders=placeholders)
+
+    @property
+    def _unranked(self) -> LaunchSpec:
+        return self.ranks[0].launch if self.ranks[0].rank is None else \
+            build_launch(self.profile, self.sglang_version, components=self.components)
 
     @property
     def components(self) -> Mapping[str, str] | None:
@@ -182,17 +213,12 @@ class Deployment:
     _components: Mapping[str, str] | None = None
 
     def require_fit(self) -> None:
-        """Refuse a deployment whose model cannot fit (the static rule, or the memory plan once refined).
+        """Refuse a deployment whose model cannot fit by the model table's rule (:func:`require_fit`).
 
         Raises:
             RefusedError: the numbers (exit 4), and what would hold the model.
         """
-        if self.fit.static is False:
-            name = self.model.name if self.model else self.profile.sglang.model_path
-            raise RefusedError(f"{name} does not fit one replica's GPUs", value=self.fit.evidence,
-                               hint=f"what would fit: {self.fit.what_fits}; deploy it on GPUs that hold it (a "
-                                    "multi-node [fleet], or larger GPUs) or choose a model that fits "
-                                    "(`kimi-deploy presets`)")
+        _refuse(self.fit, self.model, self.profile)
 
     def refine(self, plan: Any) -> Deployment:
         """This deployment with the memory plan ``plan`` (:class:`kimi_deploy.sizing.memory.MemoryPlan`): its
@@ -214,12 +240,45 @@ class Deployment:
                 "memory": self.memory.to_dict() if self.memory is not None else None}
 
 
+def _refuse(fit: Fit, model: ModelFacts | None, profile: Profile) -> None:
+    if fit.static is False:
+        name = model.name if model else profile.sglang.model_path
+        raise RefusedError(f"{name} does not fit one replica's GPUs", value=fit.evidence,
+                           hint=f"what would fit: {fit.what_fits}; deploy it on GPUs that hold it (a multi-node "
+                                "[fleet], or larger GPUs) or choose a model that fits (`kimi-deploy presets`)")
+
+
+def static_fit(profile: Profile, gpus: Any = None) -> Fit:
+    """The model table's fit verdict of ``profile`` on ``gpus`` (as :func:`resolve`; ``None``: the reference
+    host), without a launch: no SGLang version, interpreter or GPU is needed."""
+    s = profile.sglang
+    return _fit(profile, identify(s.model_path, s.served_model_name), _host(gpus))
+
+
+def require_fit(profile: Profile, gpus: Any = None) -> Fit:
+    """:func:`static_fit`, refused when the model cannot fit: the first thing every verb does with a profile, so
+    Kimi K3 on 8 x 96 GB is refused by ``render``, ``validate``, ``doctor``, ``install`` and ``upgrade`` alike, with
+    the same numbers, before any interpreter or GPU is asked.
+
+    Raises:
+        RefusedError: the weights against one replica's GPU memory and what would hold them (exit 4).
+    """
+    fit = static_fit(profile, gpus)
+    s = profile.sglang
+    _refuse(fit, identify(s.model_path, s.served_model_name), profile)
+    return fit
+
+
+def _host(gpus: Any) -> HostGpus:
+    return gpus if isinstance(gpus, HostGpus) else HostGpus.reference() if gpus is None else HostGpus.of(gpus)
+
+
 def _fit(profile: Profile, model: ModelFacts | None, host: HostGpus) -> Fit:
     s = profile.sglang
     gpus = s.tp_size * (s.pp_size or 1)
     if model is None:
-        return Fit(None, f"{s.model_path} is not a model of the kit's table: its weights are not checked before "
-                         "the memory plan (doctor's gpu.memory measures the shards)", "unknown", gpus, "unknown")
+        return Fit(None, f"{s.model_path} is not a model of the kit's table: weights and parsers not checked "
+                         "(doctor's gpu.memory measures the shards)", "unknown", gpus, "unknown")
     fit = weights_fit(model, gpus, host.gpu)
     if fit.fits is None:
         return Fit(None, fit.evidence(), fit.what_fits(), gpus, "unknown")
@@ -227,16 +286,17 @@ def _fit(profile: Profile, model: ModelFacts | None, host: HostGpus) -> Fit:
 
 
 def _patches(version: str, server_args: tuple[str, ...], compute_cap: str
-             ) -> tuple[str | None, tuple[str, ...], dict[str, str]]:
+             ) -> tuple[str | None, tuple[str, ...], dict[str, str], tuple[patching.GateHit, ...]]:
     series = patching.find_series(version)
     if series is None:
-        return None, (), {}
+        return None, (), {}, ()
     gated: dict[str, str] = {}
-    for hit in series.gates_asked(server_args):
+    hits = tuple(series.gates_asked(server_args))
+    for hit in hits:
         if hit.applies_to(compute_cap) and hit.patch_opens(compute_cap):
             gated.setdefault(hit.patch.id, hit.flag)
     wanted = {p.id for p in series.defaults} | set(gated)
-    return series.sglang_version, tuple(p.id for p in series.patch if p.id in wanted), gated
+    return series.sglang_version, tuple(p.id for p in series.patch if p.id in wanted), gated, hits
 
 
 def resolve(profile: Profile, sglang_version: str | None = None, *, components: Mapping[str, str] | None = None,
@@ -253,7 +313,7 @@ def resolve(profile: Profile, sglang_version: str | None = None, *, components: 
     """
     version = str(versions.parse_version(versions.DEFAULT_SGLANG_VERSION if sglang_version is None
                                          else sglang_version))
-    host = gpus if isinstance(gpus, HostGpus) else HostGpus.reference() if gpus is None else HostGpus.of(gpus)
+    host = _host(gpus)
     ranks = group_ranks(profile)
     if ranks:
         launches = tuple(RankLaunch(r, build_launch(profile, version, components=components, node_rank=r.rank,
@@ -265,10 +325,8 @@ def resolve(profile: Profile, sglang_version: str | None = None, *, components: 
                   names.check_timer(service), names.gateway_unit(service) if profile.gateway else None)
     s = profile.sglang
     model = identify(s.model_path, s.served_model_name)
-    series, required, gated = _patches(version, tuple(launches[0].launch.server_args), host.compute_cap)
     return Deployment(
         profile=profile, sglang_version=version, ranks=launches, units=units, base_url=profile.base_url,
         worker_urls=profile.worker_urls(), gateway_url=profile.gateway_url if profile.gateway else None,
-        gateway_argv=tuple(gateway_argv(profile)) if profile.gateway else None, api_key_file=s.api_key_file,
-        model=model, host=host, series=series, required_patches=required, gated=gated,
-        fit=_fit(profile, model, host), _components=dict(components) if components else None)
+        gateway_command=tuple(gateway_argv(profile)) if profile.gateway else None, api_key_file=s.api_key_file,
+        model=model, host=host, fit=_fit(profile, model, host), _components=dict(components) if components else None)

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from kimi_deploy import patching, proc, versions
 from kimi_deploy import engine as target
+from kimi_deploy.deployment import resolve
 from kimi_deploy.doctor import fabric
 from kimi_deploy.facts import nvidia
 from kimi_deploy.doctor.checks import Facts, evaluate
@@ -24,7 +25,6 @@ from kimi_deploy.profile import Profile
 from kimi_deploy.sizing import memory, report
 from kimi_deploy.targets import systemd as render_lib
 from kimi_deploy import validate as validate_lib
-from kimi_deploy.launch import build_launch
 
 __all__ = ["Check", "DoctorReport", "Facts", "gather", "run_doctor", "probe_fabric", "probe_gpus", "probe_topology"]
 
@@ -150,10 +150,9 @@ def gather(profile: Profile, *, python: str | None = None, root: Path = Path("/"
         except KimiDeployError as exc:
             facts["patches_error"] = exc.message
         try:
-            series = patching.find_series(version)
-            if series is not None:
-                launch = build_launch(profile, versions.parse_version(version), components=info.components())
-                facts["gates"] = tuple(series.gates_asked(launch.server_args))
+            deployment = resolve(profile, version, components=info.components())
+            if deployment.series is not None:
+                facts["gates"] = deployment.gates
         except KimiDeployError as exc:
             facts["gates_error"] = exc.message
         if check_flags:
@@ -174,10 +173,9 @@ def gather(profile: Profile, *, python: str | None = None, root: Path = Path("/"
 
     if not version:  # no SGLang here: the patch and gate rows come from the profile and the series it renders for
         try:
-            series = patching.find_series(versions.DEFAULT_SGLANG_VERSION)
-            if series is not None:
-                launch = build_launch(profile, versions.parse_version(versions.DEFAULT_SGLANG_VERSION))
-                facts["gates"] = tuple(series.gates_asked(launch.server_args))
+            deployment = resolve(profile, versions.DEFAULT_SGLANG_VERSION)
+            if deployment.series is not None:
+                facts["gates"] = deployment.gates
                 facts["gates_version"] = versions.DEFAULT_SGLANG_VERSION
         except KimiDeployError as exc:
             facts["gates_error"] = exc.message

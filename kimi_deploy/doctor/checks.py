@@ -13,7 +13,6 @@ No I/O here: every function is tested on recorded probe output. Check names are 
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
 
 from kimi_deploy.catalog.models import WEIGHTS_SHARE, Gpu as CatalogGpu, ModelFacts, identify, what_fits
 from kimi_deploy.doctor.cuda import SOURCE as DRIVER_SOURCE, judge_driver
