@@ -28,16 +28,17 @@ from __future__ import annotations
 import dataclasses
 import functools
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 from kimi_deploy import names, patching, versions
 from kimi_deploy.catalog.models import REFERENCE_GPU, REFERENCE_GPUS, Gpu, ModelFacts, identify, weights_fit
 from kimi_deploy.errors import RefusedError
 from kimi_deploy.launch import LaunchSpec, build_launch, gateway_argv
-from kimi_deploy.profile import Profile
+from kimi_deploy.profile import Profile, load_profile
 from kimi_deploy.topology import Rank, group_ranks
 
-__all__ = ["Deployment", "Fit", "HostGpus", "RankLaunch", "Units", "resolve", "require_fit", "static_fit",
+__all__ = ["Deployment", "Fit", "HostGpus", "RankLaunch", "Units", "resolve", "resolve_file", "require_fit", "static_fit",
            "REFERENCE_COMPUTE_CAP"]
 
 #: The reference host's compute capability (RTX PRO 6000 Blackwell, SM120; NVIDIA's CUDA GPUs list): the one the
@@ -171,6 +172,12 @@ class Deployment:
         return self._patch_facts[3]
 
     @property
+    def served_model(self) -> str:
+        """The model name clients send and ``/v1/models`` lists: ``served_model_name``, else ``model_path``
+        (SGLang's ``ServerArgs`` default)."""
+        return self.profile.sglang.served_model_name or self.profile.sglang.model_path
+
+    @property
     def launch(self) -> LaunchSpec:
         return self.ranks[0].launch
 
@@ -231,7 +238,7 @@ class Deployment:
 
     def to_dict(self) -> dict[str, Any]:
         """JSON form: what ``--json`` of the verbs shows as ``deployment``."""
-        return {"name": self.name, "sglang_version": self.sglang_version,
+        return {"name": self.name, "sglang_version": self.sglang_version, "served_model": self.served_model,
                 "ranks": [r.to_dict() for r in self.ranks], "units": self.units.to_dict(),
                 "base_url": self.base_url, "worker_urls": list(self.worker_urls), "gateway_url": self.gateway_url,
                 "api_key_file": self.api_key_file, "model": self.model.key if self.model else None,
@@ -330,3 +337,12 @@ def resolve(profile: Profile, sglang_version: str | None = None, *, components: 
         worker_urls=profile.worker_urls(), gateway_url=profile.gateway_url if profile.gateway else None,
         gateway_command=tuple(gateway_argv(profile)) if profile.gateway else None, api_key_file=s.api_key_file,
         model=model, host=host, fit=_fit(profile, model, host), _components=dict(components) if components else None)
+
+
+def resolve_file(path: str | Path, sglang_version: str | None = None) -> Deployment:
+    """:func:`resolve` of the profile file at ``path`` (:func:`kimi_deploy.profile.load_profile`).
+
+    Raises:
+        ProfileError: the file is missing or invalid. The rest as :func:`resolve`.
+    """
+    return resolve(load_profile(Path(path)), sglang_version)

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from kimi_deploy import patching, proc, versions
 from kimi_deploy import engine as target
-from kimi_deploy.deployment import resolve
+from kimi_deploy.deployment import require_fit, resolve
 from kimi_deploy.doctor import fabric
 from kimi_deploy.facts import nvidia
 from kimi_deploy.doctor.checks import Facts, evaluate
@@ -26,7 +26,8 @@ from kimi_deploy.sizing import memory, report
 from kimi_deploy.targets import systemd as render_lib
 from kimi_deploy import validate as validate_lib
 
-__all__ = ["Check", "DoctorReport", "Facts", "gather", "run_doctor", "probe_fabric", "probe_gpus", "probe_topology"]
+__all__ = ["Check", "DoctorReport", "Facts", "gather", "run_doctor", "probe_fabric", "probe_gpus", "probe_topology",
+           "refuse_unfit"]
 
 
 def _nvidia_smi(argv: list[str]) -> tuple[str | None, str | None]:
@@ -116,6 +117,18 @@ def probe_fabric(*, with_nvidia_smi: bool = True, fs_root: Path = Path("/")) -> 
         else:
             out["p2p"] = matrices
     return out
+
+
+def refuse_unfit(profile: Profile) -> None:
+    """Refuse ``profile`` when its model cannot fit this host's GPUs (``nvidia-smi``; the reference host's
+    without one) by the model table's rule (:func:`kimi_deploy.deployment.require_fit`): one query of
+    ``nvidia-smi``, no interpreter.
+
+    Raises:
+        RefusedError: the numbers and what would hold the model (exit 4).
+    """
+    gpus, _ = probe_gpus()
+    require_fit(profile, memory.GpuFacts.from_gpus(gpus, "this host's nvidia-smi") if gpus else None)
 
 
 def gather(profile: Profile, *, python: str | None = None, root: Path = Path("/"),

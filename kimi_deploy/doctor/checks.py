@@ -454,6 +454,10 @@ def check_memory_plan(f: Facts) -> Check:
     sized = f.sizing
     if sized is None:
         return _not_checked(name, f.sizing_error or "SGLang's flags were not checked", "fix sglang.flags first")
+    if sized.unfinished:  # no verdict on a resolution that stopped half-way (issue 36)
+        return failed(name, "no memory verdict: " + "; ".join(sized.unfinished),
+                      "repair SGLang's environment (the error names what is missing) or pass --python with a "
+                      "complete one, then run doctor again")
     if sized.plan is None:
         return _not_checked(name, "; ".join(sized.skipped) or "not sized", "`kimi-deploy validate --gpu-facts FILE "
                             "--model-facts DIR` sizes it with recorded facts")
