@@ -257,8 +257,7 @@ def plan_upgrade(installed: Profile, layout: HostLayout, *, python: str | None =
                          "environment runs as released; the gate's parser tier shows what that means "
                          "(`kimi-deploy patch port` reports how the newest series fits)")
         else:
-            # the defaults, every opt-in patch the profile's features need (the deployment's), then --with
-            patches = [p.id for p in series.select(with_=[*deployment.gated, *with_])]
+            patches = patches_to_apply(deployment, series, with_)
             try:
                 done = patching.apply(new.python, only=patches, state_dir=state_dir, dry_run=True)
                 check = {"ok": True, "message": done.message}
@@ -273,6 +272,16 @@ def plan_upgrade(installed: Profile, layout: HostLayout, *, python: str | None =
     return UpgradePlan(installed.service.name, old, new, installed.sglang.model_path, new_profile.sglang.model_path,
                        spelling_changes(old.version, new.version, new_profile), series.sglang_version if series
                        else None, patches, check, validation, plan, new_profile, state_dir, notes, deployment, missing)
+
+
+def patches_to_apply(deployment: Deployment, series: patching.Series, with_: Sequence[str] = ()) -> list[str]:
+    """The ids an upgrade applies to the new environment, in series order: the deployment's required set (the
+    series' defaults plus every opt-in patch a feature the profile turns on needs) plus ``with_``.
+
+    Raises:
+        UsageError: an unknown id in ``with_``.
+    """
+    return [p.id for p in series.select(with_=[*deployment.gated, *with_])]
 
 
 def _same_environment(a: Environment, b: Environment) -> bool:
