@@ -148,6 +148,7 @@ def gather(profile: Profile, *, python: str | None = None, root: Path = Path("/"
     if not gpus:
         facts["p2p_error"] = facts["gpu_error"]
 
+    host_gpus = memory.GpuFacts.from_gpus(gpus, "this host's nvidia-smi") if gpus else None
     python = python or profile.service.python
     info = None
     try:
@@ -162,15 +163,9 @@ def gather(profile: Profile, *, python: str | None = None, root: Path = Path("/"
             facts["patches"] = patching.status(python, state_dir=state_dir)
         except KimiDeployError as exc:
             facts["patches_error"] = exc.message
-        try:
-            deployment = resolve(profile, version, components=info.components())
-            if deployment.series is not None:
-                facts["gates"] = deployment.gates
-        except KimiDeployError as exc:
-            facts["gates_error"] = exc.message
         if check_flags:
             try:
-                checked = validate_lib.validate_profile(profile, python)
+                checked = validate_lib.validate_profile(profile, python, gpus=host_gpus)
                 facts["validation"] = checked.validation
             except KimiDeployError as exc:
                 facts["validation_error"] = exc.message
@@ -178,20 +173,24 @@ def gather(profile: Profile, *, python: str | None = None, root: Path = Path("/"
                 try:
                     facts["sizing"] = report.size_profile(
                         profile, checked.info.python, checked.launch.server_args,
-                        gpus=memory.GpuFacts.from_gpus(gpus, "this host's nvidia-smi") if gpus else None,
+                        gpus=host_gpus,
                         env=validate_lib.check_env(checked.launch),
                         gpu_hint=f"no GPU facts ({facts['gpu_error']})" if not gpus else None)
                 except KimiDeployError as exc:
                     facts["sizing_error"] = exc.message
 
-    if not version:  # no SGLang here: the patch and gate rows come from the profile and the series it renders for
-        try:
-            deployment = resolve(profile, versions.DEFAULT_SGLANG_VERSION)
-            if deployment.series is not None:
-                facts["gates"] = deployment.gates
+    # the deployment of the SGLang found here, else of the series the profile renders for (no SGLang here: the
+    # patch and gate rows then come from the profile alone); the unit below is compared as it renders
+    deployment = None
+    try:
+        deployment = resolve(profile, version or versions.DEFAULT_SGLANG_VERSION,
+                             components=info.components() if info else None, gpus=host_gpus)
+        if deployment.series is not None:
+            facts["gates"] = deployment.gates
+            if not version:
                 facts["gates_version"] = versions.DEFAULT_SGLANG_VERSION
-        except KimiDeployError as exc:
-            facts["gates_error"] = exc.message
+    except KimiDeployError as exc:
+        facts["gates_error"] = exc.message
 
     s = profile.sglang
     facts["model"] = inspect_model_dir(s.model_path)
@@ -204,7 +203,7 @@ def gather(profile: Profile, *, python: str | None = None, root: Path = Path("/"
     facts["port"] = probe_port(s.host, s.port)
     try:
         rendered = render_lib.render(profile, version or versions.DEFAULT_SGLANG_VERSION,
-                                     components=info.components() if info else None)
+                                     components=info.components() if info else None, deployment=deployment)
         facts["unit"] = tuple(compare_installed(rendered, HostLayout(root)))
     except KimiDeployError as exc:
         facts["unit_error"] = exc.message
