@@ -284,3 +284,18 @@ def test_validate_in_sglangs_own_interpreter_checks_the_deployments_argv(version
     assert checked.validation.server_args == tuple(d.launch.server_args) or \
         list(checked.validation.server_args) == list(d.launch.server_args)
     assert checked.model.errors == () and d.fit.verdict == "fits"
+
+
+def test_check_and_bench_read_the_url_key_and_name_without_building_a_launch(tmp_path):
+    """check --profile (the nightly check) and bench --profile read only the server's URL, key file and name: a profile
+    installed for an older release whose switch the default one removed still gives them."""
+    from kimi_deploy.errors import UnsupportedVersionError
+
+    data = profile_data(presets.PCIE_IPC, "k2.5", "one-host")
+    data["sglang"]["extra_args"] = ["--cuda-graph-max-bs", "64"]  # a 0.5.22 switch 0.5.23 removed
+    profile = parse_profile(data)
+    with pytest.raises(UnsupportedVersionError):
+        resolve(profile)
+    d = resolve(profile, launches=False)
+    assert (d.base_url, d.api_key_file, d.served_model) == (profile.base_url, profile.sglang.api_key_file,
+                                                            "moonshotai/Kimi-K2.5")

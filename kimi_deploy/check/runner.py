@@ -136,7 +136,8 @@ def run_checks(options: CheckOptions, progress: Progress | None = None, *,
             is not local without ``options.insecure`` (exit 2).
     """
     profile, profile_path = _resolve_profile(options.profile)
-    deployment = resolve(profile) if profile is not None else None  # base URL, key and name: as bench reads them
+    # base URL, key and name, as bench reads them; no launch is built (a profile installed for another release)
+    deployment = resolve(profile, launches=False) if profile is not None else None
     base_url = options.base_url or (deployment.base_url if deployment else None)
     if not base_url:
         raise UsageError("no server to check", hint="pass --base-url http://HOST:PORT or --profile FILE")

@@ -190,7 +190,7 @@ def bench_cmd(ctx, base_url, model, concurrency, request_rate, num_prompts, max_
         # start-up: the profile and its resolved deployment load only with --profile
         from kimi_deploy.deployment import resolve_file
 
-        deployment = resolve_file(profile_path)
+        deployment = resolve_file(profile_path, launches=False)  # the server's URL, key and name only
         base_url = base_url or deployment.base_url
         model = model or deployment.served_model
     if not base_url:

@@ -134,7 +134,6 @@ class Deployment:
 
     profile: Profile
     sglang_version: str
-    ranks: tuple[RankLaunch, ...]
     units: Units
     base_url: str
     worker_urls: tuple[str, ...]
@@ -149,6 +148,21 @@ class Deployment:
     @property
     def name(self) -> str:
         return self.profile.service.name
+
+    @functools.cached_property
+    def ranks(self) -> tuple[RankLaunch, ...]:
+        """Every rank's launch (built on first use, so a client that reads only the URL, key and name, e.g.
+        ``check --profile`` of a profile installed for another release, never builds one).
+
+        Raises:
+            UnsupportedVersionError: the profile asks for a feature the version lacks. ProfileError: the launch
+                would be open without a key (:func:`kimi_deploy.launch.check_exposure`).
+        """
+        ranks = group_ranks(self.profile)
+        if ranks:
+            return tuple(RankLaunch(r, build_launch(self.profile, self.sglang_version, components=self.components,
+                                                    node_rank=r.rank, rank0=r.rank0)) for r in ranks)
+        return (RankLaunch(None, build_launch(self.profile, self.sglang_version, components=self.components)),)
 
     @functools.cached_property
     def _patch_facts(self) -> tuple[str | None, tuple[str, ...], dict[str, str], tuple[patching.GateHit, ...]]:
@@ -307,11 +321,12 @@ def _patches(version: str, server_args: tuple[str, ...], compute_cap: str
 
 
 def resolve(profile: Profile, sglang_version: str | None = None, *, components: Mapping[str, str] | None = None,
-            gpus: Any = None) -> Deployment:
+            gpus: Any = None, launches: bool = True) -> Deployment:
     """The :class:`Deployment` of ``profile`` for SGLang ``sglang_version`` (default
     :data:`kimi_deploy.versions.DEFAULT_SGLANG_VERSION`) with the probed ``components`` (``flashinfer``, ``torch``,
     ``cuda``: the compile-cache key) on ``gpus`` (:class:`HostGpus`, or anything :meth:`HostGpus.of` reads;
-    ``None``: the reference host). Pure; the same inputs give an equal result.
+    ``None``: the reference host). Pure; the same inputs give an equal result. ``launches`` False: the launches
+    are built when first read (a client that needs only the URL, key and name: ``check``, ``bench``).
 
     Raises:
         UsageError: not a known 0.5.x version. UnsupportedVersionError: the profile asks for a feature the
@@ -321,28 +336,25 @@ def resolve(profile: Profile, sglang_version: str | None = None, *, components: 
     version = str(versions.parse_version(versions.DEFAULT_SGLANG_VERSION if sglang_version is None
                                          else sglang_version))
     host = _host(gpus)
-    ranks = group_ranks(profile)
-    if ranks:
-        launches = tuple(RankLaunch(r, build_launch(profile, version, components=components, node_rank=r.rank,
-                                                    rank0=r.rank0)) for r in ranks)
-    else:
-        launches = (RankLaunch(None, build_launch(profile, version, components=components)),)
     service = profile.service.name
     units = Units(names.server_unit(service), names.env_file(service), names.check_service(service),
                   names.check_timer(service), names.gateway_unit(service) if profile.gateway else None)
     s = profile.sglang
     model = identify(s.model_path, s.served_model_name)
-    return Deployment(
-        profile=profile, sglang_version=version, ranks=launches, units=units, base_url=profile.base_url,
+    deployment = Deployment(
+        profile=profile, sglang_version=version, units=units, base_url=profile.base_url,
         worker_urls=profile.worker_urls(), gateway_url=profile.gateway_url if profile.gateway else None,
         gateway_command=tuple(gateway_argv(profile)) if profile.gateway else None, api_key_file=s.api_key_file,
         model=model, host=host, fit=_fit(profile, model, host), _components=dict(components) if components else None)
+    if launches:
+        deployment.ranks  # noqa: B018 - built now: a profile the version cannot launch fails here, as before
+    return deployment
 
 
-def resolve_file(path: str | Path, sglang_version: str | None = None) -> Deployment:
+def resolve_file(path: str | Path, sglang_version: str | None = None, *, launches: bool = True) -> Deployment:
     """:func:`resolve` of the profile file at ``path`` (:func:`kimi_deploy.profile.load_profile`).
 
     Raises:
         ProfileError: the file is missing or invalid. The rest as :func:`resolve`.
     """
-    return resolve(load_profile(Path(path)), sglang_version)
+    return resolve(load_profile(Path(path)), sglang_version, launches=launches)
