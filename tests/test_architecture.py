@@ -4,8 +4,9 @@ The import graph is read from the source with :mod:`ast` (every ``import``/``fro
 ``kimi_deploy`` module, at module level and inside functions), so nothing is imported to test it. Checked:
 
 - the root of ``kimi_deploy/`` holds at most :data:`MAX_ROOT_MODULES` modules;
-- no import cycle, function-local imports included (imports under ``if TYPE_CHECKING:`` never run and are left
-  out of the cycles, not of the layer rules);
+- no import cycle between modules, nor between packages (issue 36: ``doctor/`` and ``sizing/`` imported each
+  other), function-local imports included (imports under ``if TYPE_CHECKING:`` never run and are left out of the
+  cycles, not of the layer rules);
 - at most :data:`MAX_LOCAL_IMPORTS` function-local ``kimi_deploy`` imports, each with a comment (on its line or
   the line above) saying why it is local;
 - the layers (:data:`LAYERS`): a module imports only from its own layer or lower ones; in particular nothing
@@ -13,7 +14,10 @@ The import graph is read from the source with :mod:`ast` (every ``import``/``fro
 - README.md's "Layout" section names every package and every root module;
 - the target registry (:data:`kimi_deploy.targets.registry.REGISTRY`) imports and lists every target module;
 - one builder each: unit file names (:mod:`kimi_deploy.names`), ``http://HOST:PORT`` URLs
-  (:func:`kimi_deploy.names.node_url`), the nightly check command (:func:`kimi_deploy.names.check_argv`).
+  (:func:`kimi_deploy.names.node_url`), the nightly check command (:func:`kimi_deploy.names.check_argv`);
+- issue 36's layer rule: a rank's launch, the gateway's command, the gated patches a command needs and the model
+  table's fit are derived only in :func:`kimi_deploy.deployment.resolve` (:data:`RESOLVED_FACTS`);
+- nothing under ``targets/`` imports by a string.
 
 A new package needs a row in :data:`LAYERS` and a line in README's "Layout": the failure says so.
 """
