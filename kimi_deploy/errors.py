@@ -24,7 +24,7 @@ class ExitCode(enum.IntEnum):
     USAGE = 2
     #: the server could not be reached at all
     UNREACHABLE = 3
-    #: refused to act: a file kimi-deploy does not own, a hand-edited file, a wrong version
+    #: refused to act: a file kimi-deploy does not own, a hand-edited file, a wrong version, a model that cannot fit
     REFUSED = 4
     #: a program kimi-deploy ran (systemctl, the SGLang interpreter, ...) failed
     EXTERNAL = 5

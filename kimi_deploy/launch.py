@@ -20,7 +20,6 @@ from kimi_deploy.argv import expansions, flag_groups, split_equals
 from kimi_deploy.errors import ProfileError, UnsupportedVersionError, UsageError
 from kimi_deploy.names import url_host
 from kimi_deploy.profile import NIC_ENV, Profile, is_loopback
-from kimi_deploy.topology import Rank, group_ranks
 
 #: Name of the systemd credential that carries the API key (``LoadCredential=``).
 API_KEY_CREDENTIAL = "api-key"
@@ -125,10 +124,10 @@ def build_launch(profile: Profile, sglang_version: str | Version = versions.DEFA
             (:data:`options.FLEET_OPTIONS` order; the same on every rank but for ``--node-rank``, and last); the
             environment gains ``NCCL_SOCKET_IFNAME``/``GLOO_SOCKET_IFNAME`` = ``[fleet] nic``. ``None`` (and for
             one-node replicas): every row, no rank flags. The one builder of a rank's arguments: the systemd rank
-            units (:func:`rank_launch`) and the Kubernetes pods (:func:`kimi_deploy.targets.kubernetes.rank_server_args`)
+            units (:func:`kimi_deploy.deployment.resolve`) and the Kubernetes pods (:func:`kimi_deploy.targets.kubernetes.rank_server_args`)
             both come here.
         rank0: the replica's rank-0 node for ``--dist-init-addr`` (default: the first replica's);
-            :func:`rank_launch` passes each replica's, Kubernetes its leader's address variable.
+            :func:`kimi_deploy.deployment.resolve` passes each replica's, Kubernetes its leader's address variable.
         placeholders: text the runner fills in for ``node_rank`` and ``nnodes`` (Kubernetes:
             ``$(LWS_WORKER_INDEX)``, ``$(LWS_GROUP_SIZE)``) in place of the numbers; ``node_rank`` still decides
             which rows the rank gets (0: the serving rank, else one of the others).
@@ -346,33 +345,6 @@ def check_exposure(server_args: list[str] | tuple[str, ...], profile: Profile,
         "the launch command would accept connections from other machines without an API key",
         value=f"--host {host}", hint="set [sglang] api_key_file, bind host = \"127.0.0.1\", "
                                      "or set allow_unauthenticated = true")
-
-
-def rank_launch(profile: Profile, rank: Rank, sglang_version: str | None = None, *,
-                components: Mapping[str, str] | None = None) -> LaunchSpec:
-    """The launch of ``rank`` (:func:`kimi_deploy.launch.build_launch` with its node rank and rank 0).
-
-    Raises:
-        UsageError / UnsupportedVersionError: from :func:`kimi_deploy.launch.build_launch`.
-    """
-    version = versions.DEFAULT_SGLANG_VERSION if sglang_version is None else sglang_version  # "" is refused
-    return build_launch(profile, version, components=components, node_rank=rank.rank, rank0=rank.rank0)
-
-
-def node_launch(profile: Profile, rank: Rank | None = None, sglang_version: str | None = None, *,
-                components: Mapping[str, str] | None = None) -> LaunchSpec:
-    """The launch a host of ``profile`` runs: ``rank``'s (:func:`rank_launch`; default for a multi-node profile:
-    rank 0 of the first replica), else the one-node launch (:func:`kimi_deploy.launch.build_launch`). No I/O.
-
-    Raises:
-        UsageError / UnsupportedVersionError: from :func:`kimi_deploy.launch.build_launch`.
-    """
-    if rank is None and profile.nodes_per_copy > 1:
-        rank = group_ranks(profile)[0]
-    if rank is not None:
-        return rank_launch(profile, rank, sglang_version, components=components)
-    version = versions.DEFAULT_SGLANG_VERSION if sglang_version is None else sglang_version  # "" is refused
-    return build_launch(profile, version, components=components)
 
 
 # --- the gateway (smg) -----------------------------------------------------------------------------------

@@ -12,7 +12,7 @@ HTTP: ranks >= 1 run schedulers and a dummy ``/health`` that always answers 200
 (``srt/entrypoints/engine.py``, ``srt/utils/common.py launch_dummy_health_check_server``), so nothing the kit
 proves over HTTP may be asked of them (:func:`serving_url`).
 
-Each rank's launch is :func:`kimi_deploy.launch.rank_launch`; its files :func:`kimi_deploy.targets.systemd.render_ranks`.
+Each rank's launch is the resolved deployment's (:func:`kimi_deploy.deployment.resolve`); its files :func:`kimi_deploy.targets.systemd.render_ranks`.
 """
 
 from __future__ import annotations

@@ -50,13 +50,14 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from kimi_deploy import proc, versions
+from kimi_deploy import proc
 from kimi_deploy import engine as target
-from kimi_deploy.catalog.models import REFERENCE_GPU, identify, parser_mismatches, weights_fit
+from kimi_deploy.catalog.models import identify, parser_mismatches
+from kimi_deploy.deployment import Deployment, require_fit, resolve, static_fit
 from kimi_deploy.errors import ExternalCommandError, UsageError
-from kimi_deploy.launch import LaunchSpec, build_launch, gateway_args, rank_launch
+from kimi_deploy.launch import LaunchSpec, gateway_args
 from kimi_deploy.profile import Profile
-from kimi_deploy.topology import Rank, group_ranks
+from kimi_deploy.topology import Rank
 
 #: The API key written into the substitute ``--config`` file.
 PLACEHOLDER_API_KEY = "validation-placeholder"
@@ -276,23 +277,23 @@ class ModelCheck:
                 "notes": list(self.notes)}
 
 
-def check_model(profile: Profile) -> ModelCheck:
-    """Check ``profile``'s model against the kit's model table: weights vs the GPU memory of one replica
-    (``tp_size`` x ``pp_size`` GPUs of the reference host's kind, :data:`kimi_deploy.catalog.models.REFERENCE_GPU`)
-    with :func:`kimi_deploy.catalog.models.weights_fit`'s headroom, and the parsers. The model is known by
-    its ``model_path``/``served_model_name`` (:func:`kimi_deploy.catalog.models.identify`)."""
+def check_model(profile: Profile, gpus: Any = None) -> ModelCheck:
+    """Check ``profile``'s model against the kit's model table: the fit verdict of the resolved deployment
+    (:func:`kimi_deploy.deployment.static_fit`: weights vs one replica's GPU memory, ``tp_size`` x ``pp_size``
+    GPUs of ``gpus``, default the reference host's) and the parsers. The model is known by its
+    ``model_path``/``served_model_name`` (:func:`kimi_deploy.catalog.models.identify`)."""
     s = profile.sglang
-    model = identify(s.model_path, s.served_model_name)
-    if model is None:
-        return ModelCheck(None, notes=(f"{s.model_path} is not a model of the kit's table: weights and parsers "
-                                       "not checked (doctor's gpu.memory measures the shards)",))
-    gpus = s.tp_size * (s.pp_size or 1)
-    fit = weights_fit(model, gpus, REFERENCE_GPU)
-    errors = (f"{fit.evidence()}; what would fit: {fit.what_fits()}",) if fit.fits is False else ()
-    notes = (f"{model.name}: {fit.evidence()} (assumed {REFERENCE_GPU.memory_bytes // 10**9} GB per GPU, the "
-             "reference host's; `kimi-deploy doctor` checks the real GPUs)",) if fit.fits else ()
-    return ModelCheck(model.key, errors=errors,
-                      warnings=tuple(parser_mismatches(model, s.tool_call_parser, s.reasoning_parser)), notes=notes)
+    fit = static_fit(profile, gpus)
+    deployment_model = identify(s.model_path, s.served_model_name)
+    if deployment_model is None:
+        return ModelCheck(None, notes=(fit.evidence,))
+    errors = (f"{fit.evidence}; what would fit: {fit.what_fits}",) if fit.static is False else ()
+    where = "the reference host's" if gpus is None else "the GPU facts'"
+    notes = (f"{deployment_model.name}: {fit.evidence} ({where} GPUs; `kimi-deploy doctor` checks the real ones)",) \
+        if fit.static else ()
+    return ModelCheck(deployment_model.key, errors=errors,
+                      warnings=tuple(parser_mismatches(deployment_model, s.tool_call_parser, s.reasoning_parser)),
+                      notes=notes)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -309,6 +310,7 @@ class ProfileValidation:
     validation: Validation
     ranks: tuple[RankValidation, ...] = ()
     model: ModelCheck = ModelCheck(None)
+    deployment: Deployment | None = None
 
     @property
     def ok(self) -> bool:
@@ -344,41 +346,46 @@ class ProfileValidation:
         return data
 
 
-def validate_profile(profile: Profile, python: str | Path | None = None) -> ProfileValidation:
-    """Render ``profile`` for the SGLang version found in ``python`` and validate it there (each rank's
-    command of a multi-node replica separately).
+def validate_profile(profile: Profile, python: str | Path | None = None, *, gpus: Any = None) -> ProfileValidation:
+    """Resolve ``profile`` for the SGLang version found in ``python`` (:func:`kimi_deploy.deployment.resolve`) and
+    validate its commands there (each rank's of a multi-node replica's first copy separately).
 
     Args:
         profile: a validated profile.
         python: SGLang's interpreter (default ``[service] python``).
+        gpus: the host's GPUs the fit rule reads (:class:`kimi_deploy.sizing.memory.GpuFacts`; default the
+            reference host's).
 
-    The model table's check (:func:`check_model`) goes with it: ``ok`` needs the model's weights to fit.
+    A model that cannot fit is refused first, by the model table's rule, before the interpreter is asked
+    (:func:`kimi_deploy.deployment.require_fit`); the parsers are checked with it (:func:`check_model`).
 
     Raises:
+        RefusedError: the model cannot fit (exit 4), with the numbers.
         UsageError: interpreter missing, SGLang not installed there, or a version kimi-deploy
             does not know (0.5.x only).
         UnsupportedVersionError: the profile asks for a feature that version lacks.
         ExternalCommandError: the target interpreter failed.
     """
     python = str(python or profile.service.python)
-    model = check_model(profile)
+    require_fit(profile, gpus)
+    model = check_model(profile, gpus)
     info = target.probe(python)
     version, _ = target.require_sglang(info)
-    parsed = versions.parse_version(version)
-    ranks = [r for r in group_ranks(profile) if r.replica == 0]
+    deployment = resolve(profile, version, components=info.components(), gpus=gpus)
     checked: list[RankValidation] = []
-    for rank in ranks:
-        launch = rank_launch(profile, rank, str(parsed), components=info.components())
-        checked.append(RankValidation(rank, launch, validate_server_args(
-            python, launch.server_args, secrets_config=launch.secrets_config, env=check_env(launch),
-            sglang_version=version)))
+    for entry in deployment.ranks:
+        if entry.rank is None or entry.rank.replica != 0:
+            continue
+        checked.append(RankValidation(entry.rank, entry.launch, validate_server_args(
+            python, entry.launch.server_args, secrets_config=entry.launch.secrets_config,
+            env=check_env(entry.launch), sglang_version=version)))
     if checked:
         return ProfileValidation(info=info, launch=checked[0].launch, validation=checked[0].validation,
-                                 ranks=tuple(checked), model=model)
-    launch = build_launch(profile, parsed, components=info.components())
+                                 ranks=tuple(checked), model=model, deployment=deployment)
+    launch = deployment.launch
     result = validate_server_args(python, launch.server_args, secrets_config=launch.secrets_config,
                                   env=check_env(launch), sglang_version=version)
-    return ProfileValidation(info=info, launch=launch, validation=result, model=model)
+    return ProfileValidation(info=info, launch=launch, validation=result, model=model, deployment=deployment)
 
 
 # --- the gateway (smg) -----------------------------------------------------------------------------------

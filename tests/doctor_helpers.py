@@ -40,12 +40,12 @@ def install_fake_nvidia_smi(bin_dir: Path, query: str | None, topo: str | None =
                             p2p: tuple[str, str] | None = None) -> Path:
     """Write ``bin_dir/nvidia-smi`` that replays recordings from tests/data/nvidia-smi.
 
-    It prints ``query`` for the exact argv of :func:`kimi_deploy.doctor.nvidia.query_gpu_command`,
+    It prints ``query`` for the exact argv of :func:`kimi_deploy.facts.nvidia.query_gpu_command`,
     ``topo`` for ``topo -m``; with ``error_file`` it prints that and exits ``returncode`` (what
     nvidia-smi does without a loaded driver). Any other argv exits 64, so a changed command
     builder fails the tests.
     """
-    from kimi_deploy.doctor import nvidia
+    from kimi_deploy.facts import nvidia
 
     bin_dir.mkdir(parents=True, exist_ok=True)
     script = bin_dir / "nvidia-smi"

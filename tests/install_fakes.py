@@ -193,7 +193,7 @@ def sglang_server_args(profile: Any = None, **overrides: Any) -> dict[str, Any]:
     ``overrides`` replace fields, e.g. ``tool_call_parser=None`` for a server launched without it.
     """
     s = profile.sglang if profile is not None else None
-    model_path = s.model_path if s else "/models/moonshotai/Kimi-K2.5"
+    model_path = s.model_path if s else SMALL_MODEL
     args = {
         "model_path": model_path, "tokenizer_path": model_path,
         "served_model_name": (s.served_model_name if s else None) or model_path,
@@ -290,14 +290,20 @@ def _models(args: dict[str, Any]) -> dict[str, Any]:
                                         "max_model_len": args["context_length"] or 262144}]}
 
 
+#: The model of a test profile on fewer than 8 GPUs: a path the model table does not know (its fit is the memory
+#: plan's, not the table's), served with the Kimi parsers like the stand-in servers.
+SMALL_MODEL = "/models/test/kimi-parsers-small"
+
+
 def write_profile(path: Path, *, port: int = 30000, context_length: int = 1000, name: str = "kimi-test",
                   api_key: bool = True, cache_dir: str | None = None, python: str | None = None,
-                  sglang_lines: tuple[str, ...] = (), gpu_count: int = 1) -> Path:
+                  sglang_lines: tuple[str, ...] = (), gpu_count: int = 1, model_path: str | None = None) -> Path:
     """A small valid profile (loopback host) whose ``context_length`` tells two versions apart.
 
     ``python``: ``[service] python`` (the SGLang interpreter; the profile default otherwise);
-    ``gpu_count``: ``[service] gpu_count`` and ``[sglang] tp_size`` (Kimi-K2.5 fits the model table's
-    reference GPUs at 8, not at the default 1: a test whose path validates the model needs 8);
+    ``gpu_count``: ``[service] gpu_count`` and ``[sglang] tp_size``; ``model_path``: default Kimi-K2.5 on 8 GPUs
+    and more, else :data:`SMALL_MODEL` (Kimi-K2.5 does not fit fewer of the model table's reference GPUs, and every
+    verb refuses a model that cannot fit: kimi_deploy.deployment.require_fit);
     ``sglang_lines``: more ``key = value`` lines of ``[sglang]``.
     """
     lines = ["[service]", f'name = "{name}"', 'user = "sglang"', 'group = "sglang"', f"gpu_count = {gpu_count}",
@@ -306,7 +312,9 @@ def write_profile(path: Path, *, port: int = 30000, context_length: int = 1000, 
         lines.append(f'python = "{python}"')
     if cache_dir:
         lines.append(f'cache_dir = "{cache_dir}"')
-    lines += ["", "[sglang]", 'model_path = "/models/moonshotai/Kimi-K2.5"', 'host = "127.0.0.1"', f"port = {port}",
+    if model_path is None:
+        model_path = "/models/moonshotai/Kimi-K2.5" if gpu_count >= 8 else SMALL_MODEL
+    lines += ["", "[sglang]", f'model_path = "{model_path}"', 'host = "127.0.0.1"', f"port = {port}",
               f"context_length = {context_length}", 'tool_call_parser = "kimi_k2"', 'reasoning_parser = "kimi_k2"']
     if gpu_count != 1:
         lines.append(f"tp_size = {gpu_count}")

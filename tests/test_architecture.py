@@ -4,16 +4,20 @@ The import graph is read from the source with :mod:`ast` (every ``import``/``fro
 ``kimi_deploy`` module, at module level and inside functions), so nothing is imported to test it. Checked:
 
 - the root of ``kimi_deploy/`` holds at most :data:`MAX_ROOT_MODULES` modules;
-- no import cycle, function-local imports included (imports under ``if TYPE_CHECKING:`` never run and are left
-  out of the cycles, not of the layer rules);
+- no import cycle between modules, nor between packages (issue 36: ``doctor/`` and ``sizing/`` imported each
+  other), function-local imports included (imports under ``if TYPE_CHECKING:`` never run and are left out of the
+  cycles, not of the layer rules);
 - at most :data:`MAX_LOCAL_IMPORTS` function-local ``kimi_deploy`` imports, each with a comment (on its line or
   the line above) saying why it is local;
 - the layers (:data:`LAYERS`): a module imports only from its own layer or lower ones; in particular nothing
   under ``check/`` or ``bench/`` imports host-side code (``host/``);
 - README.md's "Layout" section names every package and every root module;
-- the target registry (:data:`kimi_deploy.targets.TARGETS`) and the target modules match;
+- the target registry (:data:`kimi_deploy.targets.registry.REGISTRY`) imports and lists every target module;
 - one builder each: unit file names (:mod:`kimi_deploy.names`), ``http://HOST:PORT`` URLs
-  (:func:`kimi_deploy.names.node_url`), the nightly check command (:func:`kimi_deploy.names.check_argv`).
+  (:func:`kimi_deploy.names.node_url`), the nightly check command (:func:`kimi_deploy.names.check_argv`);
+- issue 36's layer rule: a rank's launch, the gateway's command, the gated patches a command needs and the model
+  table's fit are derived only in :func:`kimi_deploy.deployment.resolve` (:data:`RESOLVED_FACTS`);
+- nothing under ``targets/`` imports by a string.
 
 A new package needs a row in :data:`LAYERS` and a line in README's "Layout": the failure says so.
 """
@@ -22,7 +26,6 @@ from __future__ import annotations
 
 import ast
 import dataclasses
-import importlib
 import re
 from pathlib import Path
 
@@ -48,6 +51,8 @@ LAYERS: dict[str, int] = {
     # 3: what a profile means: presets, topology, the launch, SGLang's interpreter, validation, patches
     **{name: 3 for name in ("topology", "launch", "engine", "validate", "litellm_hook", "patching",
                             "catalog")},
+    # 3: the resolved deployment (reads the launch, the topology, the catalog and the patch series)
+    "deployment": 3,
     # 4: deployment targets (render)
     "targets": 4,
     # 5: clients of a running server: they never touch a host
@@ -56,6 +61,8 @@ LAYERS: dict[str, int] = {
     # 6: what is done on (or to) a host
     "host": 6,
     "doctor": 6,
+    # the host's facts (nvidia-smi, model directories) that doctor judges and sizing sizes with
+    "facts": 6,
     # the memory plan and SGLang's effective configuration read this host's GPUs and model files (doctor's parsers)
     "sizing": 6,
     # 7: the command line
@@ -188,6 +195,25 @@ def test_the_import_graph_has_no_cycle_counting_function_local_imports():
     assert cycles([e for e in EDGES if not e.type_only]) == []
 
 
+def package_edges() -> list[Edge]:
+    """The import edges between packages (and root modules): ``kimi_deploy.doctor.checks`` importing
+    ``kimi_deploy.sizing.report`` is ``doctor`` -> ``sizing``."""
+    return [dataclasses.replace(e, source=f"kimi_deploy.{layer_key(e.source)}", target=f"kimi_deploy.{layer_key(e.target)}")
+            for e in EDGES if not e.type_only and layer_key(e.source) != layer_key(e.target)]
+
+
+def test_no_two_packages_import_each_other_counting_function_local_imports():
+    """Issue 36: 0 package cycles (``doctor/`` and ``sizing/`` imported each other, kept apart by a
+    function-local import), function-local imports included."""
+    global MODULES
+    saved = MODULES
+    MODULES = {f"kimi_deploy.{k}": Path() for k in {layer_key(m) for m in saved}}
+    try:
+        assert cycles(package_edges()) == []
+    finally:
+        MODULES = saved
+
+
 def test_cycles_are_found_when_there_is_one():
     """The cycle finder itself: a function-local import back is a cycle too."""
     a, b = sorted(MODULES)[:2]
@@ -255,15 +281,26 @@ def test_readme_layout_names_every_package_and_root_module():
 
 
 def test_the_target_registry_and_the_target_modules_match():
-    from kimi_deploy import targets
+    """Every target is imported and listed in the registry (no import by string), with the same names and
+    help lines as :data:`kimi_deploy.targets.TARGETS`, and every target module with an entry is registered."""
+    from kimi_deploy.targets import TARGETS
+    from kimi_deploy.targets.registry import REGISTRY
 
-    for name, (module, help_text) in targets.TARGETS.items():
-        entry = getattr(importlib.import_module(module), "artefacts", None)
-        assert callable(entry), f"target {name}: {module} has no artefacts(profile, sglang_version)"
-        assert help_text
+    assert list(REGISTRY) == list(TARGETS)
+    for name, row in REGISTRY.items():
+        assert row.name == name and row.help == TARGETS[name] and callable(row.artefacts)
     with_entry = {module_name(p) for p in (PACKAGE / "targets").glob("*.py")
                   if re.search(r"^def artefacts\(", p.read_text(encoding="utf-8"), flags=re.M)}
-    assert with_entry == {module for module, _ in targets.TARGETS.values()}
+    assert with_entry == {row.artefacts.__module__ for row in REGISTRY.values()}
+
+
+def test_no_target_is_imported_by_a_string():
+    """Issue 36: the render path is visible to a reader and a static tool: nothing under ``targets/`` imports by
+    a string (``importlib``, ``__import__``). (The CLI's verbs still load lazily by name, for start-up time:
+    :data:`kimi_deploy.cli.VERBS`.)"""
+    found = [f"{p.relative_to(REPO)}" for p in (PACKAGE / "targets").glob("*.py")
+             if re.search(r"\bimportlib\b|__import__\(", p.read_text(encoding="utf-8"))]
+    assert not found, found
 
 
 def _fstring_texts(path: Path) -> list[tuple[int, str]]:
@@ -285,3 +322,49 @@ def test_derived_names_urls_and_the_check_command_have_one_builder(pattern, buil
     spelt = [f"{path.relative_to(REPO)}:{line}: {text}" for name, path in MODULES.items()
              if name != "kimi_deploy.names" for line, text in _fstring_texts(path) if re.search(pattern, text)]
     assert not spelt, f"built by hand instead of by {builder}:\n" + "\n".join(spelt)
+
+
+#: The builders of what :func:`kimi_deploy.deployment.resolve` resolves (a rank's launch, the gateway's command, the
+#: patches a command needs, the model table's fit) -> the modules allowed to name them: their own module and the
+#: deployment. Issue 36: every verb reads the resolved deployment instead of deriving these from the profile.
+RESOLVED_FACTS: dict[str, set[str]] = {
+    "build_launch": {"kimi_deploy.launch", "kimi_deploy.deployment"},
+    "rank_args": {"kimi_deploy.launch", "kimi_deploy.deployment"},
+    "gateway_argv": {"kimi_deploy.launch", "kimi_deploy.deployment"},
+    "gates_asked": {"kimi_deploy.patching.series", "kimi_deploy.deployment"},
+    # presets: `init --model k3` has no profile to resolve, only the model table's row (the same evidence text)
+    "weights_fit": {"kimi_deploy.catalog.models", "kimi_deploy.deployment", "kimi_deploy.catalog.presets"},
+}
+
+
+def _names_used(path: Path) -> list[tuple[int, str]]:
+    """``(line, name)`` of every name, attribute and imported name in ``path``'s code (docstrings left out)."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Name):
+            found.append((node.lineno, node.id))
+        elif isinstance(node, ast.Attribute):
+            found.append((node.lineno, node.attr))
+        elif isinstance(node, ast.ImportFrom):
+            found += [(node.lineno, alias.name) for alias in node.names]
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            found.append((node.lineno, node.name))
+    return found
+
+
+def test_launch_gateway_patch_and_fit_facts_are_derived_only_in_resolve():
+    """Issue 36's layer rule: outside :mod:`kimi_deploy.deployment` (and each builder's own module) no module
+    builds a launch, the gateway's command, asks the series which gated patches a command needs, or applies the
+    model table's fit rule: it reads them from the :class:`kimi_deploy.deployment.Deployment`."""
+    spelt = [f"{path.relative_to(REPO)}:{line}: {name}" for module, path in MODULES.items()
+             for line, name in _names_used(path)
+             if name in RESOLVED_FACTS and module not in RESOLVED_FACTS[name]]
+    assert not spelt, "derived outside kimi_deploy.deployment.resolve (read the Deployment instead):\n" + \
+        "\n".join(spelt)
+
+
+def test_the_resolve_rule_finds_a_launch_built_elsewhere(tmp_path):
+    """The rule itself: a module that builds a launch is found."""
+    bad = tmp_path / "bad.py"
+    bad.write_text("from kimi_deploy.launch import build_launch\n\ndef f(p):\n    return build_launch(p)\n")
+    assert [n for _, n in _names_used(bad) if n in RESOLVED_FACTS] == ["build_launch", "build_launch"]

@@ -215,6 +215,10 @@ def test_custom_dataset_and_profile_hash(server, cli_runner, tmp_path):
     prof = tmp_path / "p.toml"
     init = cli_runner.invoke(cli, ["init", str(prof)])
     assert init.exit_code == 0, init.output
+    key = tmp_path / "kimi-k25.api-key"  # bench --profile reads the profile's key file, as check --profile does
+    key.write_text("sk-bench-e2e\n")
+    key.chmod(0o600)
+    prof.write_text(prof.read_text().replace("/etc/kimi-deploy/{name}.api-key", str(key)))
     res = bench(cli_runner, server.url, "--concurrency", "1", "--num-prompts", "2", "--warmup", "0", "--dataset",
                 str(ds), "--profile", str(prof), "--ignore-eos", "--json", "-")
     assert res.exit_code == 0, res.output

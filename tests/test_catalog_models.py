@@ -15,7 +15,7 @@ from kimi_deploy.catalog.models import (FACT_FIELDS, GB, MODELS, REFERENCE_GPU, 
                                         weights_fit)
 from kimi_deploy.doctor import checks
 from kimi_deploy.doctor.checks import Facts
-from kimi_deploy.doctor.modeldir import inspect_model_dir
+from kimi_deploy.facts.modeldir import inspect_model_dir
 from kimi_deploy.catalog.presets import MODEL_PRESETS, PRESETS, REFERENCE, get_preset, model_keys
 from kimi_deploy.profile import load_profile, parse_profile
 from kimi_deploy.validate import check_model

@@ -74,17 +74,19 @@ def write_init_profile(tmp_path):
     return path
 
 
-def test_render_print_command_of_a_profile_file_loads_only_the_profile_and_the_launch(tmp_path):
+def test_render_print_command_of_a_profile_file_loads_only_the_profile_and_the_deployment(tmp_path):
     """Issue 24: the command alone loads no template engine, no target module, no preset catalogue (the
-    profile is a file) and nothing of the host's; only the target registry's names, for ``--target``."""
+    profile is a file) and nothing of the host's; only the target registry's names, for ``--target``. Issue 36:
+    it reads the resolved deployment, so the model table (the fit refusal) and the patch series' manifest (the
+    required patch set) load with it, and nothing else."""
     profile = write_init_profile(tmp_path)
     packages, ours = loaded_after(tmp_path, "render", "--profile", str(profile), "--print-command")
     assert packages & (HEAVY - {"pydantic"}) == set()
-    assert {m for m in ours if m.startswith(("kimi_deploy.targets.", "kimi_deploy.host", "kimi_deploy.catalog",
-                                             "kimi_deploy.check", "kimi_deploy.bench", "kimi_deploy.doctor",
-                                             "kimi_deploy.sizing", "kimi_deploy.patching"))} == set()
+    assert {m for m in ours if m.startswith(("kimi_deploy.targets.", "kimi_deploy.host", "kimi_deploy.check",
+                                             "kimi_deploy.bench", "kimi_deploy.doctor", "kimi_deploy.sizing",
+                                             "kimi_deploy.facts"))} == set()
     assert "kimi_deploy.catalog.presets" not in ours and "kimi_deploy.cli.presets" not in ours
-    assert {"kimi_deploy.cli.render", "kimi_deploy.launch", "kimi_deploy.profile"} <= ours
+    assert {"kimi_deploy.cli.render", "kimi_deploy.deployment", "kimi_deploy.launch", "kimi_deploy.profile"} <= ours
 
 
 #: Runs one kimi-deploy command in this fresh interpreter with an audit hook on every way CPython starts a

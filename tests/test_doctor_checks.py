@@ -8,10 +8,11 @@ import dataclasses
 import pytest
 from doctor_helpers import DATA, make_model_dir
 
-from kimi_deploy.doctor import checks, nvidia
+from kimi_deploy.doctor import checks
+from kimi_deploy.facts import nvidia
 from kimi_deploy.doctor.checks import Facts, evaluate
 from kimi_deploy.doctor.host import DiskSpace, FileDrift, PortProbe
-from kimi_deploy.doctor.modeldir import ModelDir, inspect_model_dir
+from kimi_deploy.facts.modeldir import ModelDir, inspect_model_dir
 from kimi_deploy.patching import PatchStatus, SeriesStatus, find_series
 from kimi_deploy.catalog.presets import get_preset
 from kimi_deploy.profile import parse_profile

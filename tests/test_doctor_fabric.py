@@ -10,7 +10,7 @@ import pytest
 
 from kimi_deploy.doctor import checks, fabric, probe_fabric
 from kimi_deploy.doctor.checks import Facts
-from kimi_deploy.doctor.nvidia import ParseError
+from kimi_deploy.facts.nvidia import ParseError
 from kimi_deploy.catalog.presets import get_preset
 from kimi_deploy.profile import parse_profile
 

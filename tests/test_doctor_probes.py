@@ -5,8 +5,9 @@ from __future__ import annotations
 import pytest
 from doctor_helpers import DATA, make_model_dir, write_safetensors
 
-from kimi_deploy.doctor import cuda, nvidia
-from kimi_deploy.doctor.modeldir import inspect_model_dir
+from kimi_deploy.doctor import cuda
+from kimi_deploy.facts import nvidia
+from kimi_deploy.facts.modeldir import inspect_model_dir
 
 
 def read(name: str) -> str:

@@ -196,7 +196,7 @@ def test_render_that_cannot_replace_a_file_restores_the_others(tmp_path):
     blocker.mkdir()
     (blocker / "keep").write_text("x")
     before.pop("kimi-deploy-check@kimi-k25.timer")
-    changed = write_profile(tmp_path, MINIMAL.replace("tp_size = 8", "tp_size = 4"), "changed.toml")
+    changed = write_profile(tmp_path, MINIMAL.replace("tp_size = 8", "tp_size = 8\nport = 30001"), "changed.toml")
     result = run_cli(["render", "--profile", str(changed), "--out", str(out)])
     assert result.exit_code == 2 and "cannot replace" in result.stderr
     after = {p.name: p.read_bytes() for p in out.iterdir() if p.is_file()}

@@ -23,7 +23,7 @@ import pytest
 from kimi_deploy.launch import build_launch
 from kimi_deploy.options import OPTIONS
 from kimi_deploy.profile import parse_profile
-from kimi_deploy.launch import rank_launch
+from kimi_deploy.deployment import resolve
 from kimi_deploy.targets.systemd import render_ranks
 from kimi_deploy.topology import find_rank, group_ranks, serving_url
 from kimi_deploy.validate import validate_profile, validate_server_args
@@ -59,7 +59,7 @@ def test_every_rank_runs_the_same_command_but_node_rank_and_serving_options():
     profile = profile_of()
     ranks = group_ranks(profile)
     assert [(r.replica, r.rank, r.node) for r in ranks] == [(0, 0, "10.0.0.11"), (0, 1, "10.0.0.12")]
-    first, second = (rank_launch(profile, r) for r in ranks)
+    first, second = (resolve(profile).launch_of(r) for r in ranks)
     serving = {flag for o in OPTIONS if o.scope != "every rank" for flag in o.flags}
     assert serving >= {"--host", "--port", "--tool-call-parser", "--reasoning-parser", "--served-model-name",
                        "--config"}
@@ -82,7 +82,7 @@ def test_each_replica_points_at_its_own_rank0():
     profile = parse_profile(data)
     rank = find_rank(profile, "10.0.0.22")
     assert (rank.replica, rank.rank, rank.rank0) == (1, 1, "10.0.0.21")
-    assert ("--dist-init-addr", "10.0.0.21:20000") in rank_launch(profile, rank).flag_groups()
+    assert ("--dist-init-addr", "10.0.0.21:20000") in resolve(profile).launch_of(rank).flag_groups()
     assert serving_url(profile, rank) == "http://10.0.0.21:30000"
     assert set(render_ranks(profile)) == {"10.0.0.11", "10.0.0.12", "10.0.0.21", "10.0.0.22"}
 
@@ -92,7 +92,7 @@ def test_an_ipv6_rank0_is_bracketed_in_the_rendezvous_address():
     data["fleet"]["replicas"] = [{"nodes": ["fd00::11", "fd00::12"]}]
     data["sglang"]["host"] = "::"
     profile = parse_profile(data)
-    launch = rank_launch(profile, find_rank(profile, "fd00::12"))
+    launch = resolve(profile).launch_of(find_rank(profile, "fd00::12"))
     assert ("--dist-init-addr", "[fd00::11]:20000") in launch.flag_groups()
 
 
@@ -119,14 +119,9 @@ def test_a_node_that_is_not_in_the_fleet_is_a_usage_error():
 def test_an_empty_sglang_version_is_refused_on_every_rank_not_taken_for_the_default():
     """``render --sglang-version ""`` is exit 2 on one host; a rank's launch must not read "" as "the default"."""
     from kimi_deploy.errors import UsageError
-    from kimi_deploy.launch import node_launch
 
-    profile = profile_of()
-    for rank in group_ranks(profile)[:2]:
-        with pytest.raises(UsageError, match="not an SGLang version"):
-            rank_launch(profile, rank, "")
     with pytest.raises(UsageError, match="not an SGLang version"):
-        node_launch(profile, None, "")
+        resolve(profile_of(), "")
 
 
 def test_two_rank_group_matches_golden():
@@ -195,7 +190,7 @@ def test_every_rank_parses_with_sglangs_own_parser(sglang_python):
 
 @pytest.mark.sglang
 def test_an_abbreviated_option_is_rejected_though_argparse_accepts_it(sglang_python):
-    launch = rank_launch(profile_of(), group_ranks(profile_of())[1])
+    launch = resolve(profile_of()).launch_of(group_ranks(profile_of())[1])
     args = [a if a != "--nnodes" else "--nnode" for a in launch.server_args]
     v = validate_server_args(sglang_python, args)
     assert "argparse" in v.stages and not v.ok  # SGLang's argparse took it
@@ -276,7 +271,7 @@ def test_status_of_a_rank_that_serves_no_http_asks_no_health_and_compares_its_ow
     manifest = Manifest(kimi_deploy_version=__version__, service="kimi-k25", profile_sha256=profile.digest(),
                         sglang_version="0.5.23", files={}, cache_dir="/var/cache/kimi-k25",
                         state_dir="/var/lib/kimi-k25")
-    running = list(rank_launch(profile, rank).server_args)
+    running = list(resolve(profile).launch_of(rank).server_args)
     facts = StatusFacts(HostLayout(Path("/nonexistent/kimi-deploy-ranks")), {},
                         parse_show("ActiveState=active\nSubState=running\nMainPID=42\n"), None, None,
                         not_served("rank 1 serves no HTTP"), (running, "/proc/42/cmdline"),

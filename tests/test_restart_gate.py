@@ -31,7 +31,7 @@ from kimi_deploy.profile import load_profile
 pytestmark = pytest.mark.sglang
 
 UNIT = "etc/systemd/system/kimi-test.service"
-REPLAY_ARGS = ["--tp-size", "1", "--no-speculative"]  # as the one-GPU profile of write_profile says
+REPLAY_ARGS = ["--tp-size", "8", "--no-speculative"]  # as the 8-GPU profile of _profile says (Kimi-K2.5 fits 8)
 
 
 @pytest.fixture(scope="module")
@@ -52,7 +52,7 @@ def servers(patched_sglang, tmp_path_factory):
 
 
 def _profile(path: Path, port: int, context_length: int, *lines: str) -> Path:
-    return write_profile(path, port=port, context_length=context_length,
+    return write_profile(path, port=port, context_length=context_length, gpu_count=8,
                          sglang_lines=('served_model_name = "moonshotai/Kimi-K2.5"', *lines))
 
 

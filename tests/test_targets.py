@@ -14,6 +14,7 @@ import yaml
 from helpers import run_cli
 
 from kimi_deploy import targets
+from kimi_deploy.targets import registry
 from kimi_deploy.litellm_hook import CALLBACK
 from kimi_deploy.catalog.presets import REFERENCE, get_preset
 from kimi_deploy.profile import parse_profile
@@ -28,17 +29,17 @@ def reference(**changes):
 
 def test_the_monitoring_target_is_the_systemd_targets_monitoring_folder():
     profile = reference()
-    systemd = targets.render("systemd", profile)
-    monitoring = targets.render("monitoring", profile)
+    systemd = registry.render("systemd", profile)
+    monitoring = registry.render("monitoring", profile)
     assert monitoring.files and {f"monitoring/{n}": t for n, t in monitoring.files.items()} == \
         {n: t for n, t in systemd.files.items() if n.startswith("monitoring/")}
-    off = targets.render("monitoring", reference(sglang={"enable_metrics": False}))
+    off = registry.render("monitoring", reference(sglang={"enable_metrics": False}))
     assert off.files == {} and off.notes == (targets.METRICS_OFF,)
 
 
 def test_the_litellm_target_proxies_the_profiles_server_through_the_hook():
     profile = reference()
-    config = yaml.safe_load(targets.render("litellm", profile).files["litellm-config.yaml"])
+    config = yaml.safe_load(registry.render("litellm", profile).files["litellm-config.yaml"])
     (model,) = config["model_list"]
     assert model["model_name"] == (profile.sglang.served_model_name or profile.sglang.model_path)
     assert model["litellm_params"]["api_base"] == f"{profile.base_url}/v1"
@@ -51,7 +52,7 @@ def test_render_writes_what_the_registry_returned(tmp_path):
     result = run_cli(["render", "--preset", REFERENCE, "--target", "monitoring", "--out", str(out), "--json"])
     assert result.exit_code == 0, result.stderr
     written = json.loads(result.stdout)["files"]
-    expected = targets.render("monitoring", get_preset(REFERENCE).profile()).files
+    expected = registry.render("monitoring", get_preset(REFERENCE).profile()).files
     assert set(written) == set(expected)
     assert {name: (out / name).read_text() for name in expected} == dict(expected)
 

@@ -16,7 +16,7 @@ import struct
 import pytest
 
 from helpers import run_cli
-from kimi_deploy.doctor.modeldir import safetensors_expected_size
+from kimi_deploy.facts.modeldir import safetensors_expected_size
 from kimi_deploy.errors import ExitCode
 from kimi_deploy.wire.limits import parse_json
 from kimi_deploy.host.status import last_check

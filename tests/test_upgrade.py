@@ -142,9 +142,10 @@ def test_dry_run_shows_the_plan_and_changes_nothing(cli_runner, host, tmp_path, 
     assert not engine.pidfile.exists()  # nothing restarted
 
 
-def test_a_plan_that_fails_validation_says_why_and_is_refused(cli_runner, host, tmp_path, sglang_python, old_env):
-    # Kimi-K2.5 on one GPU: SGLang accepts the command, the model table does not; the plan names the reason
-    # (a bare "FAILED" was what the upgrade printed when only the model check failed)
+def test_a_model_that_cannot_fit_is_refused_before_any_interpreter_with_the_numbers(cli_runner, host, tmp_path,
+                                                                                    sglang_python, old_env):
+    # Kimi-K2.5 on one GPU: the model table refuses it before the new interpreter is asked, with the sentence every
+    # verb gives (kimi_deploy.deployment.require_fit), not a plan with a bare "FAILED"
     root, _, engine = host
     one_gpu = write_profile(tmp_path / "v2.toml", port=30000, python=old_env,
                             sglang_lines=('served_model_name = "moonshotai/Kimi-K2.5"',))
@@ -152,9 +153,28 @@ def test_a_plan_that_fails_validation_says_why_and_is_refused(cli_runner, host, 
     before = snapshot(root)
     result = _upgrade(cli_runner, root, tmp_path / "state", "--python", new, "--profile", str(one_gpu))
     assert result.exit_code == ExitCode.REFUSED, result.output + result.stderr
-    assert "validate against the new interpreter: FAILED" in result.output
-    assert "    error: model: " in result.output and "validate: model: " in result.stderr
+    assert "Kimi K2.5 does not fit one replica's GPUs" in result.stderr and "1 x 96 GB" in result.stderr
     assert snapshot(root) == before and not engine.pidfile.exists()
+
+
+def test_the_plan_carries_the_opt_in_patches_the_profile_needs(cli_runner, host, tmp_path, sglang_python, old_env):
+    """Issue 36: a profile that turns on the SM120 all-reduce fusion and torch symmetric memory needs the two opt-in
+    patches; the upgrade applied only the series' defaults (a failed start about 10 minutes in, then the rollback's).
+    Now the plan lists them, required by the profile's features, and they are what apply would apply."""
+    root, _, _ = host
+    v2 = write_profile(tmp_path / "v2.toml", port=30000, python=old_env, gpu_count=8,
+                       sglang_lines=('served_model_name = "moonshotai/Kimi-K2.5"',
+                                     'flashinfer_allreduce_fusion_backend = "auto"', "enable_torch_symm_mem = true"))
+    new = make_target(sglang_python, tmp_path / "new", bytecode=True)
+    result = _upgrade(cli_runner, root, tmp_path / "state", "--python", new, "--profile", str(v2), "--dry-run",
+                      "--json")
+    data = json.loads(result.output)
+    assert {"sm120-flashinfer-allreduce-fusion", "sm120-torch-symm-mem"} <= set(data["patches"]), data["patches"]
+    assert data["patches"] == data["required_patches"] == data["deployment"]["required_patches"]
+    assert data["patch_check"]["ok"] is True, data["patch_check"]
+    text = _upgrade(cli_runner, root, tmp_path / "state", "--python", new, "--profile", str(v2), "--dry-run").output
+    assert ("required by the profile's features: sm120-flashinfer-allreduce-fusion "
+            "(--flashinfer-allreduce-fusion-backend), sm120-torch-symm-mem (--enable-torch-symm-mem)") in text
 
 
 def test_the_installed_environment_is_never_the_target(cli_runner, host, tmp_path, old_env):

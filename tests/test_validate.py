@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import copy
 import json
+from pathlib import Path
 
 import pytest
 
 from kimi_deploy.cli import cli
-from kimi_deploy.errors import UnsupportedVersionError
+from kimi_deploy.errors import ExitCode, UnsupportedVersionError
 from kimi_deploy.launch import build_launch
 from kimi_deploy.catalog.presets import get_preset
 from kimi_deploy.profile import parse_profile
@@ -158,7 +159,8 @@ def test_the_other_kimi_presets_pass_sglangs_parser(sglang_python, preset):
 
 
 def test_cli_validate_refuses_k3_on_the_reference_host_with_the_numbers(cli_runner, sglang_python, tmp_path):
-    """SGLang 0.5.23 knows kimi_k3 and accepts the command; the model table refuses what the GPUs cannot hold."""
+    """SGLang 0.5.23 knows kimi_k3 and would accept the command; the model table refuses what the GPUs cannot hold,
+    before the interpreter is asked (exit 4, the sentence every verb gives: tests/test_deployment.py)."""
     data = copy.deepcopy(get_preset("kimi-k26-rtx-pro-6000-x8").data)
     data["sglang"].update(model_path="/models/moonshotai/Kimi-K3", served_model_name="moonshotai/Kimi-K3",
                           tool_call_parser="kimi_k3", reasoning_parser="kimi_k3")
@@ -167,11 +169,33 @@ def test_cli_validate_refuses_k3_on_the_reference_host_with_the_numbers(cli_runn
         [f"[{sec}]\n" + "\n".join(f"{k} = {json.dumps(v)}" for k, v in data[sec].items())
          for sec in ("service", "sglang", "environment")]) + "\n")
     result = cli_runner.invoke(cli, ["validate", "--profile", str(profile), "--python", sglang_python])
-    assert result.exit_code == 1, result.output
-    assert "ok: SGLang 0.5.23" in result.stdout  # SGLang's own parser accepts kimi_k3
-    assert ("model: FAILED: Kimi K3 weights ~1.68 TB (MXFP4) vs GPU memory 8 x 96 GB RTX PRO 6000 Blackwell = "
-            "~768 GB: 219%") in result.stdout
-    assert "what would fit: at least 24 x RTX PRO 6000 Blackwell" in result.stdout
-    report = json.loads(cli_runner.invoke(cli, ["validate", "--profile", str(profile), "--python", sglang_python,
-                                                "--json"]).stdout)
-    assert report["ok"] is False and report["errors"] == [] and report["model"]["model"] == "k3"
+    assert result.exit_code == ExitCode.REFUSED, result.output
+    assert ("Kimi K3 weights ~1.68 TB (MXFP4) vs GPU memory 8 x 96 GB RTX PRO 6000 Blackwell = "
+            "~768 GB: 219%") in result.stderr
+    assert "what would fit: at least 24 x RTX PRO 6000 Blackwell" in result.stderr
+
+
+def test_cli_validate_gives_no_verdict_when_sglangs_resolution_stops(cli_runner, sglang_python, monkeypatch):
+    """Issue 36: with an interpreter that could not finish SGLang's resolution, validate printed `error: SGLang's
+    resolution stopped` and still a memory verdict ("tight"), exit 0. Now: the reason, no verdict, exit 5. The
+    parse runs in SGLang's interpreter; the resolution's answer is the one an incomplete environment gave
+    (a module missing), replayed."""
+    from kimi_deploy.sizing import report as sizing_report
+    from kimi_deploy.sizing.effective import EffectiveConfig
+
+    stopped = "SGLang's resolution stopped: ModuleNotFoundError: No module named 'sgl_kernel'"
+
+    def incomplete(python, server_args, gpus, **_kw):
+        return EffectiveConfig(gpus=gpus, values=(), resolved={}, sources={}, failed_steps=(), errors=(stopped,),
+                               notes=())
+
+    monkeypatch.setattr(sizing_report, "resolve", incomplete)
+    data = Path(__file__).parent / "data"
+    args = ["validate", "--preset", "kimi-k25-rtx-pro-6000-x8", "--python", sglang_python,
+            "--gpu-facts", str(data / "nvidia-smi/query-8x-workstation-570.csv"),
+            "--model-facts", str(data / "models/kimi-k2.5-int4"),
+            "--draft-facts", str(data / "models/kimi-k2.5-eagle3-mla")]
+    result = cli_runner.invoke(cli, args)
+    assert result.exit_code == ExitCode.EXTERNAL, result.output
+    assert f"FAILED: no memory verdict: {stopped}" in result.stdout
+    assert "memory plan per GPU" not in result.stdout and "tight" not in result.stdout

@@ -20,6 +20,7 @@ from kimi_deploy.check.context import Context
 from kimi_deploy.check.outcome import Outcome, transport_failure, unreadable
 from kimi_deploy.check.reports import redact_report
 from kimi_deploy.check.results import CheckOptions, CheckReport, CheckResult, clip, fix_for
+from kimi_deploy.deployment import resolve
 from kimi_deploy.wire.apikey import guard_transport, resolve_key
 from kimi_deploy.wire.baseurl import check_base_url
 from kimi_deploy.errors import UsageError
@@ -135,18 +136,20 @@ def run_checks(options: CheckOptions, progress: Progress | None = None, *,
             is not local without ``options.insecure`` (exit 2).
     """
     profile, profile_path = _resolve_profile(options.profile)
-    base_url = options.base_url or (profile.base_url if profile else None)
+    # base URL, key and name, as bench reads them; no launch is built (a profile installed for another release)
+    deployment = resolve(profile, launches=False) if profile is not None else None
+    base_url = options.base_url or (deployment.base_url if deployment else None)
     if not base_url:
         raise UsageError("no server to check", hint="pass --base-url http://HOST:PORT or --profile FILE")
     base_url = check_base_url(base_url)
     api_key = options.api_key
-    if api_key is None and profile is not None:
-        api_key = resolve_key(profile_key_file=profile.sglang.api_key_file)
+    if api_key is None and deployment is not None:
+        api_key = resolve_key(profile_key_file=deployment.api_key_file)
     guard_key(base_url, api_key, profile, insecure=options.insecure)  # before anything is sent
     ids = registry.select(options.only, options.skip, quality=options.quality)
     settings = quality_settings(options, profile)
     quality.prepare(ids, settings)  # a dataset that cannot be read is exit 2 before anything is sent
-    expected = options.model or (profile.sglang.served_model_name or profile.sglang.model_path if profile else None)
+    expected = options.model or (deployment.served_model if deployment else None)
     report = CheckReport(base_url=base_url, model=expected, started_at=_dt.datetime.now(_dt.timezone.utc),
                          profile=profile_path, service=profile.service.name if profile else None)
     t0 = clock()

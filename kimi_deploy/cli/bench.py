@@ -88,9 +88,10 @@ class _RichProgress:
         self.progress.update(self.task, advance=1, errors=self.errors)
 
 
-def _api_key(path: Path | None, argv_value: str | None) -> str | None:
-    """The key to send: ``--api-key-file``, else env ``KIMI_DEPLOY_API_KEY`` (stripped; empty means none),
-    else None (:func:`kimi_deploy.wire.apikey.resolve_key`).
+def _api_key(path: Path | None, argv_value: str | None, profile_key_file: str | None = None) -> str | None:
+    """The key to send: ``--api-key-file``, else the ``--profile``'s ``api_key_file``, else env
+    ``KIMI_DEPLOY_API_KEY`` (stripped; empty means none), else None (:func:`kimi_deploy.wire.apikey.resolve_key`,
+    the order ``check`` uses too).
 
     Raises:
         UsageError: ``--api-key`` was given (argv is public), or the file is unreadable or empty (exit 2).
@@ -98,7 +99,7 @@ def _api_key(path: Path | None, argv_value: str | None) -> str | None:
     if argv_value is not None:
         raise UsageError(f"--api-key is not accepted: {ARGV_REFUSAL}", value="--api-key <hidden>",
                          hint=f"put the key in a file (mode 0600) and pass --api-key-file FILE, or export {ENV_VAR}")
-    return resolve_key(path, from_env=True)
+    return resolve_key(path, profile_key_file=profile_key_file, from_env=True)
 
 
 def _redacted(exc: KimiDeployError, api_key: str | None) -> KimiDeployError:
@@ -114,8 +115,10 @@ def _redacted(exc: KimiDeployError, api_key: str | None) -> KimiDeployError:
 
 @click.group("bench", invoke_without_command=True,
              context_settings={"show_default": True})
-@click.option("--base-url", metavar="URL", help="Server root, e.g. http://127.0.0.1:30000 (a /v1 suffix is fine).")
-@click.option("--model", metavar="NAME", help="Served model name (default: the first of /v1/models).")
+@click.option("--base-url", metavar="URL", help="Server root, e.g. http://127.0.0.1:30000 (a /v1 suffix is fine; "
+                                               "default: the --profile's, as check).")
+@click.option("--model", metavar="NAME", help="Served model name (default: the --profile's, else the first of "
+                                              "/v1/models).")
 @click.option("--concurrency", default="1,2,4,8,16,32,64", metavar="N,N,...",
               type=_list("--concurrency", int, minimum=1, maximum=params.MAX_CONCURRENCY, example="1,8,32,64"),
               help="Closed-loop points; with --request-rate: one cap on requests in flight.")
@@ -140,7 +143,8 @@ def _redacted(exc: KimiDeployError, api_key: str | None) -> KimiDeployError:
 @click.option("--slo", type=SLO, metavar="ttft=MS,tpot=MS,e2e=MS", help="SLOs for goodput (milliseconds).")
 @click.option("--label", metavar="NAME", help="Name of this configuration in compare tables and plots.")
 @click.option("--profile", "profile_path", type=click.Path(path_type=Path), metavar="FILE",
-              help="Deployment profile to record (its sha256) in the result.")
+              help="Deployment profile: its base URL, served model and API key file (each unless given), as "
+                   "`check --profile` reads them; its sha256 is recorded in the result.")
 @json_path_option("Write the result JSON to PATH ('-': stdout).")
 @click.option("--csv", "csv_path", type=click.Path(path_type=Path), metavar="PATH",
               help="Write one CSV row per point to PATH.")
@@ -151,7 +155,8 @@ def _redacted(exc: KimiDeployError, api_key: str | None) -> KimiDeployError:
 @click.option("--no-flush-cache", is_flag=True, help="Do not POST /flush_cache before each run.")
 @click.option("--extra-body", metavar="JSON", help="JSON object merged into every request body.")
 @click.option("--api-key-file", type=click.Path(path_type=Path, dir_okay=False), metavar="FILE",
-              help="File holding the API key, sent as a Bearer token (default: env KIMI_DEPLOY_API_KEY). "
+              help="File holding the API key, sent as a Bearer token (default: the --profile's api_key_file, "
+                   "else env KIMI_DEPLOY_API_KEY). "
                    "Neither the key nor any key the server reports is written to a result.")
 @click.option("--api-key", "api_key_argv", hidden=True, metavar="KEY",
               help="Refused: a key in argv is visible to every user (ps); use --api-key-file or KIMI_DEPLOY_API_KEY.")
@@ -180,10 +185,19 @@ def bench_cmd(ctx, base_url, model, concurrency, request_rate, num_prompts, max_
     """
     if ctx.invoked_subcommand is not None:
         return
+    deployment = None
+    if profile_path:
+        # start-up: the profile and its resolved deployment load only with --profile
+        from kimi_deploy.deployment import resolve_file
+
+        deployment = resolve_file(profile_path, launches=False)  # the server's URL, key and name only
+        base_url = base_url or deployment.base_url
+        model = model or deployment.served_model
     if not base_url:
-        raise UsageError("--base-url is required", hint="e.g. kimi-deploy bench --base-url http://127.0.0.1:30000")
+        raise UsageError("--base-url is required", hint="e.g. kimi-deploy bench --base-url http://127.0.0.1:30000, "
+                                                        "or --profile FILE")
     base_url = check_base_url(base_url)
-    api_key = _api_key(api_key_file, api_key_argv)
+    api_key = _api_key(api_key_file, api_key_argv, deployment.api_key_file if deployment else None)
     guard_transport(base_url, api_key, insecure=insecure)
     to_stdout = json_path == "-"
     outputs = {"--json": Path(json_path) if json_path and not to_stdout else None, "--csv": csv_path}

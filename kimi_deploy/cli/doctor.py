@@ -7,8 +7,9 @@ from pathlib import Path
 import click
 
 from kimi_deploy import doctor as doctor_lib
-from kimi_deploy.cli.options import echo_json, json_flag, profile_options, resolve_profile
+from kimi_deploy.cli.options import echo_json, json_flag, name_option, profile_options, profile_or_installed
 from kimi_deploy.errors import ExitCode
+from kimi_deploy.paths import HostLayout
 
 _LABEL = {"pass": "PASS", "warn": "WARN", "fail": "FAIL"}
 #: Names longer than this (a gated feature's SGLang option) overflow instead of widening every line.
@@ -17,6 +18,7 @@ _WIDTH = 22
 
 @click.command("doctor")
 @profile_options
+@name_option
 @click.option("--python", "python", metavar="PATH",
               help="SGLang's interpreter (default: [service] python of the profile).")
 @click.option("--root", type=click.Path(path_type=Path, file_okay=False), default=Path("/"), show_default=True,
@@ -26,12 +28,15 @@ _WIDTH = 22
                    "$KIMI_DEPLOY_STATE_DIR or /var/lib/kimi-deploy, as the unit's `patch verify`).")
 @json_flag("Print the report as JSON.")
 @click.pass_context
-def doctor_cmd(ctx, profile_path, preset, python, root, state_dir, as_json):
+def doctor_cmd(ctx, profile_path, preset, name, python, root, state_dir, as_json):
     """Check GPUs, driver, torch, topology, models, disk, port, SGLang flags and the installed unit.
 
-    Each check prints PASS / WARN / FAIL, one line of evidence and a fix. Exit 1 if any check fails.
+    Each check prints PASS / WARN / FAIL, one line of evidence and a fix. Exit 1 if any check fails; 4 (refused,
+    before any check) when the profile's model cannot fit its GPUs by the model table, with the same numbers as
+    every other verb. Without --profile/--preset: the installed profile (under --root).
     """
-    profile = resolve_profile(profile_path, preset)
+    profile = profile_or_installed(profile_path, preset, name, HostLayout(root))
+    doctor_lib.refuse_unfit(profile)  # a model that cannot fit: the same refusal as render, validate, install
     report = doctor_lib.run_doctor(profile, python=python, root=root, state_dir=state_dir)
     verbose = ctx.find_root().params.get("verbose")
     if as_json:

@@ -55,6 +55,26 @@ def root_option(func):
                         help="Host root for kimi-deploy's files (units, manifest, backups, profile copy).")(func)
 
 
+def name_option(func):
+    """``--name NAME``: the installed service whose profile copy a verb reads when neither ``--profile`` nor
+    ``--preset`` is given (default: the only one installed)."""
+    return click.option("--name", "name", default=None, metavar="NAME",
+                        help="Installed service whose profile to use when neither --profile nor --preset is given "
+                             "(default: the only one installed).")(func)
+
+
+def profile_or_installed(profile_path: Path | None, preset: str | None, name: str | None, layout) -> Profile:
+    """The profile of ``--profile``/``--preset``, else the installed one's copy in ``layout`` (``--name`` or the
+    only one; :func:`resolve_installed`): the one default of every verb that takes ``--profile``.
+
+    Raises:
+        UsageError / ProfileError: both given, nothing installed, several installed and no ``--name``, or an
+            invalid profile.
+    """
+    profile = resolve_profile(profile_path, preset, required=False)
+    return profile if profile is not None else resolve_installed(None, None, name, layout)[0]
+
+
 def resolve_installed(profile_path: Path | None, preset: str | None, name: str | None, layout):
     """``(profile, manifest)`` of an installed service: ``--profile``/``--preset`` if given (its manifest must
     exist), else the profile copy ``install`` left in ``/etc/kimi-deploy`` (``--name`` or the only one).

@@ -1,7 +1,7 @@
 """Verb ``render`` (``presets`` and ``init`` are in :mod:`kimi_deploy.cli.presets`).
 
-``render --print-command`` loads what the command needs and no more (issue 24): the profile, the launch and
-the target registry's names, not a target module, not the preset catalogue for a ``--profile`` file, not the
+``render --print-command`` loads what the command needs and no more (issue 24): the profile, its resolved
+deployment (:mod:`kimi_deploy.deployment`) and the target registry's names, not a target module, not the preset catalogue for a ``--profile`` file, not the
 host's start records. ``tests/test_cli_startup.py`` holds it to that; ``benchmarks/startup.py`` measures it.
 """
 
@@ -11,12 +11,12 @@ from pathlib import Path
 
 import click
 
-from kimi_deploy import engine, paths, targets
+from kimi_deploy import engine, paths
+from kimi_deploy.deployment import resolve
 from kimi_deploy.targets import METRICS_OFF, TARGETS
 from kimi_deploy.cli.options import echo_json, json_flag, profile_options, resolve_profile
 from kimi_deploy.errors import UsageError
 from kimi_deploy.fsio import check_output_dir, create_output_dir, write_many_atomic
-from kimi_deploy.launch import node_launch
 from kimi_deploy.profile import naming_warnings
 from kimi_deploy.versions import DEFAULT_SGLANG_VERSION
 
@@ -34,7 +34,7 @@ from kimi_deploy.versions import DEFAULT_SGLANG_VERSION
               help="Print the launch command to paste on the host (with an API key: first the step that writes "
                    "SGLang's --config YAML from the key file).")
 @click.option("--target", type=click.Choice(list(TARGETS)), default="systemd", show_default=True,
-              help="What to render: " + "; ".join(f"{name}: {text}" for name, (_, text) in TARGETS.items()) + ".")
+              help="What to render: " + "; ".join(f"{name}: {text}" for name, text in TARGETS.items()) + ".")
 @click.option("--root", "root", type=click.Path(path_type=Path, file_okay=False), default=Path("/"),
               show_default=True, metavar="DIR",
               help="Host root where the last measured start is kept (/var/lib/<service>/start-phases.json, written "
@@ -57,7 +57,9 @@ def render_cmd(profile_path, preset, sglang_version, python, out_dir, print_comm
                              hint="give --python to use the installed SGLang's version, or --sglang-version alone")
         sglang_version, components = engine.target_versions(python)
     if print_command and not out_dir and not as_json:  # the command alone: no unit, no monitoring file rendered
-        launch = node_launch(profile, None, sglang_version, components=components)
+        deployment = resolve(profile, sglang_version, components=components)
+        deployment.require_fit()  # a model that cannot fit is refused by every verb, with the same numbers
+        launch = deployment.launch
         for warning in (*launch.warnings, *naming_warnings(profile)):
             click.echo(f"warning: {warning}", err=True)
         click.echo(launch.shell_command(api_key_file=profile.sglang.api_key_file), nl=False)
@@ -65,7 +67,10 @@ def render_cmd(profile_path, preset, sglang_version, python, out_dir, print_comm
             click.echo(METRICS_OFF, err=True)
         return
     options = {"components": components} if target == "systemd" else {}
-    rendered = targets.render(target, profile, sglang_version, **options)  # exit 2 before anything is written
+    # the registry loads every target module: not for --print-command alone (above)
+    from kimi_deploy.targets import registry
+
+    rendered = registry.render(target, profile, sglang_version, **options)  # exit 2/4 before anything is written
     # start-up: the host's start records only when units are rendered (--print-command alone never reads them)
     from kimi_deploy.host import phases
 

@@ -8,14 +8,16 @@ import click
 
 from kimi_deploy import validate as validate_lib
 from kimi_deploy.doctor import probe_gpus
-from kimi_deploy.cli.options import echo_json, json_flag, profile_options, resolve_profile
+from kimi_deploy.cli.options import echo_json, json_flag, name_option, profile_options, profile_or_installed
 from kimi_deploy.errors import ExitCode, KimiDeployError
+from kimi_deploy.paths import HostLayout
 from kimi_deploy.sizing import report as sizing
 from kimi_deploy.sizing.memory import GpuFacts
 
 
 @click.command("validate")
 @profile_options
+@name_option
 @click.option("--python", "python", metavar="PATH",
               help="SGLang's interpreter (default: [service] python of the profile).")
 @click.option("--gateway", "gateway", is_flag=True,
@@ -34,15 +36,17 @@ from kimi_deploy.sizing.memory import GpuFacts
               help=f"Pass a profile whose memory plan will not fit. Risky: {sizing.ACCEPT_RISK}.")
 @json_flag("Print the result as JSON.")
 @click.pass_context
-def validate_cmd(ctx, profile_path, preset, python, gateway, smg, gpu_facts, model_facts, draft_facts,
+def validate_cmd(ctx, profile_path, preset, name, python, gateway, smg, gpu_facts, model_facts, draft_facts,
                  accept_memory_risk, as_json):
     """Parse the command with SGLang's own argparse, then show what SGLang resolves here and the memory plan.
 
-    Exit 0: SGLang accepts every flag (warnings allowed); 1: it rejects one, or the profile's model is one of the
-    kit's model table whose weights do not fit its GPUs (Kimi K3 on 8 x 96 GB), with the numbers; 4: the memory
-    plan says the profile will not fit (the setting to change is printed; --accept-memory-risk passes it).
+    Exit 0: SGLang accepts every flag (warnings allowed); 1: it rejects one; 4: refused: the profile's model is one
+    of the kit's model table whose weights do not fit its GPUs (Kimi K3 on 8 x 96 GB; before any interpreter is
+    asked), with the numbers, or the memory plan says the profile will not fit (the setting to change is printed;
+    --accept-memory-risk passes it); 5: SGLang's interpreter could not finish resolving the command here (no
+    verdict). Without --profile/--preset: the installed profile.
     """
-    profile = resolve_profile(profile_path, preset)
+    profile = profile_or_installed(profile_path, preset, name, HostLayout(Path("/")))
     if gateway:
         checked = validate_lib.validate_smg(profile, smg)
         if as_json:
@@ -54,10 +58,10 @@ def validate_cmd(ctx, profile_path, preset, python, gateway, smg, gpu_facts, mod
             for error in checked.errors:
                 click.echo(f"error: {error}")
         ctx.exit(0 if checked.ok else int(ExitCode.FAILED))
-    result = validate_lib.validate_profile(profile, python)
+    gpus, gpu_hint = _gpu_facts(gpu_facts)
+    result = validate_lib.validate_profile(profile, python, gpus=gpus)  # a model that cannot fit: exit 4 first
     sized = None
     if result.ok:
-        gpus, gpu_hint = _gpu_facts(gpu_facts)
         try:
             sized = sizing.size_profile(profile, result.info.python, result.launch.server_args, gpus=gpus,
                                         model_facts=model_facts, draft_facts=draft_facts,
@@ -65,10 +69,14 @@ def validate_cmd(ctx, profile_path, preset, python, gateway, smg, gpu_facts, mod
         except KimiDeployError as exc:  # e.g. a partial download: the parser's verdict still stands
             sized = sizing.Sizing(None, None, (f"{exc.message}: {exc.value}" + (f" ({exc.hint})" if exc.hint else ""),))
     refused = bool(sized and sized.refused)
+    unfinished = sized.unfinished if sized else ()
+    deployment = result.deployment.refine(sized.plan if sized else None) if result.deployment else None
     if as_json:
         data = result.to_dict()
         data["sizing"] = sized.to_dict() if sized else None
         data["refused"] = refused and not accept_memory_risk
+        data["unfinished"] = list(unfinished)
+        data["deployment"] = deployment.to_dict() if deployment else None
         echo_json(data)
     else:
         for warning in result.launch.warnings:
@@ -95,6 +103,11 @@ def validate_cmd(ctx, profile_path, preset, python, gateway, smg, gpu_facts, mod
             click.echo("fix: correct the flag in the profile ([sglang] or extra_args) and run validate again")
         for line in sized.lines() if sized else ():
             click.echo(line)
+        for reason in unfinished:
+            click.echo(f"FAILED: no memory verdict: {reason}")
+        if unfinished:
+            click.echo("fix: repair SGLang's environment (`kimi-deploy doctor` names what is missing; --python "
+                       "chooses another interpreter), then run validate again")
         if refused:
             word = "accepted with --accept-memory-risk" if accept_memory_risk else "refused"
             click.echo(f"{word}: the memory plan says this profile will not fit; {sized.plan.problems[0]}")
@@ -103,6 +116,8 @@ def validate_cmd(ctx, profile_path, preset, python, gateway, smg, gpu_facts, mod
                            f"(risky: {sizing.ACCEPT_RISK})")
     if not result.ok:
         ctx.exit(int(ExitCode.FAILED))
+    if unfinished:
+        ctx.exit(int(ExitCode.EXTERNAL))
     if refused and not accept_memory_risk:
         ctx.exit(int(ExitCode.REFUSED))
 

@@ -12,19 +12,22 @@ from pathlib import Path
 
 from kimi_deploy import patching, proc, versions
 from kimi_deploy import engine as target
-from kimi_deploy.doctor import fabric, nvidia
+from kimi_deploy.deployment import require_fit, resolve
+from kimi_deploy.doctor import fabric
+from kimi_deploy.facts import nvidia
 from kimi_deploy.doctor.checks import Facts, evaluate
 from kimi_deploy.doctor.host import compare_installed, disk_space, probe_port
-from kimi_deploy.doctor.modeldir import inspect_model_dir
+from kimi_deploy.facts.modeldir import inspect_model_dir
 from kimi_deploy.doctor.report import Check, DoctorReport
 from kimi_deploy.errors import KimiDeployError
 from kimi_deploy.paths import HostLayout
 from kimi_deploy.profile import Profile
+from kimi_deploy.sizing import memory, report
 from kimi_deploy.targets import systemd as render_lib
 from kimi_deploy import validate as validate_lib
-from kimi_deploy.launch import build_launch
 
-__all__ = ["Check", "DoctorReport", "Facts", "gather", "run_doctor", "probe_fabric", "probe_gpus", "probe_topology"]
+__all__ = ["Check", "DoctorReport", "Facts", "gather", "run_doctor", "probe_fabric", "probe_gpus", "probe_topology",
+           "refuse_unfit"]
 
 
 def _nvidia_smi(argv: list[str]) -> tuple[str | None, str | None]:
@@ -116,6 +119,18 @@ def probe_fabric(*, with_nvidia_smi: bool = True, fs_root: Path = Path("/")) -> 
     return out
 
 
+def refuse_unfit(profile: Profile) -> None:
+    """Refuse ``profile`` when its model cannot fit this host's GPUs (``nvidia-smi``; the reference host's
+    without one) by the model table's rule (:func:`kimi_deploy.deployment.require_fit`): one query of
+    ``nvidia-smi``, no interpreter.
+
+    Raises:
+        RefusedError: the numbers and what would hold the model (exit 4).
+    """
+    gpus, _ = probe_gpus()
+    require_fit(profile, memory.GpuFacts.from_gpus(gpus, "this host's nvidia-smi") if gpus else None)
+
+
 def gather(profile: Profile, *, python: str | None = None, root: Path = Path("/"),
            check_flags: bool = True, state_dir: str | Path | None = None) -> Facts:
     """Run every probe for ``profile``; ``python`` overrides ``[service] python``; ``root`` is where
@@ -133,6 +148,7 @@ def gather(profile: Profile, *, python: str | None = None, root: Path = Path("/"
     if not gpus:
         facts["p2p_error"] = facts["gpu_error"]
 
+    host_gpus = memory.GpuFacts.from_gpus(gpus, "this host's nvidia-smi") if gpus else None
     python = python or profile.service.python
     info = None
     try:
@@ -147,42 +163,34 @@ def gather(profile: Profile, *, python: str | None = None, root: Path = Path("/"
             facts["patches"] = patching.status(python, state_dir=state_dir)
         except KimiDeployError as exc:
             facts["patches_error"] = exc.message
-        try:
-            series = patching.find_series(version)
-            if series is not None:
-                launch = build_launch(profile, versions.parse_version(version), components=info.components())
-                facts["gates"] = tuple(series.gates_asked(launch.server_args))
-        except KimiDeployError as exc:
-            facts["gates_error"] = exc.message
         if check_flags:
             try:
-                checked = validate_lib.validate_profile(profile, python)
+                checked = validate_lib.validate_profile(profile, python, gpus=host_gpus)
                 facts["validation"] = checked.validation
             except KimiDeployError as exc:
                 facts["validation_error"] = exc.message
             else:
-                # kimi_deploy.sizing imports this package's parsers (nvidia, modeldir): imported here, not at the
-                # top, so that importing it does not go round in a circle
-                from kimi_deploy.sizing import memory, report  # the cycle above
-
                 try:
                     facts["sizing"] = report.size_profile(
                         profile, checked.info.python, checked.launch.server_args,
-                        gpus=memory.GpuFacts.from_gpus(gpus, "this host's nvidia-smi") if gpus else None,
+                        gpus=host_gpus,
                         env=validate_lib.check_env(checked.launch),
                         gpu_hint=f"no GPU facts ({facts['gpu_error']})" if not gpus else None)
                 except KimiDeployError as exc:
                     facts["sizing_error"] = exc.message
 
-    if not version:  # no SGLang here: the patch and gate rows come from the profile and the series it renders for
-        try:
-            series = patching.find_series(versions.DEFAULT_SGLANG_VERSION)
-            if series is not None:
-                launch = build_launch(profile, versions.parse_version(versions.DEFAULT_SGLANG_VERSION))
-                facts["gates"] = tuple(series.gates_asked(launch.server_args))
+    # the deployment of the SGLang found here, else of the series the profile renders for (no SGLang here: the
+    # patch and gate rows then come from the profile alone); the unit below is compared as it renders
+    deployment = None
+    try:
+        deployment = resolve(profile, version or versions.DEFAULT_SGLANG_VERSION,
+                             components=info.components() if info else None, gpus=host_gpus)
+        if deployment.series is not None:
+            facts["gates"] = deployment.gates
+            if not version:
                 facts["gates_version"] = versions.DEFAULT_SGLANG_VERSION
-        except KimiDeployError as exc:
-            facts["gates_error"] = exc.message
+    except KimiDeployError as exc:
+        facts["gates_error"] = exc.message
 
     s = profile.sglang
     facts["model"] = inspect_model_dir(s.model_path)
@@ -195,7 +203,7 @@ def gather(profile: Profile, *, python: str | None = None, root: Path = Path("/"
     facts["port"] = probe_port(s.host, s.port)
     try:
         rendered = render_lib.render(profile, version or versions.DEFAULT_SGLANG_VERSION,
-                                     components=info.components() if info else None)
+                                     components=info.components() if info else None, deployment=deployment)
         facts["unit"] = tuple(compare_installed(rendered, HostLayout(root)))
     except KimiDeployError as exc:
         facts["unit_error"] = exc.message

@@ -13,18 +13,18 @@ No I/O here: every function is tested on recorded probe output. Check names are 
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
 
 from kimi_deploy.catalog.models import WEIGHTS_SHARE, Gpu as CatalogGpu, ModelFacts, identify, what_fits
 from kimi_deploy.doctor.cuda import SOURCE as DRIVER_SOURCE, judge_driver
 from kimi_deploy.doctor.fabric import AcsReport, IommuMode, P2pMatrix
 from kimi_deploy.doctor.host import DiskSpace, FileDrift, PortProbe, hostport
-from kimi_deploy.doctor.modeldir import ModelDir
-from kimi_deploy.doctor.nvidia import P2P_LEVEL_FOR_LINK, P2P_LEVELS, Gpu, Topology
+from kimi_deploy.facts.modeldir import ModelDir
+from kimi_deploy.facts.nvidia import P2P_LEVEL_FOR_LINK, P2P_LEVELS, Gpu, Topology
 from kimi_deploy.doctor.report import Check, failed, passed, warned
 from kimi_deploy.patching import GateHit, SeriesStatus
 from kimi_deploy.names import server_unit
 from kimi_deploy.profile import Profile
+from kimi_deploy.sizing.report import Sizing
 from kimi_deploy.engine import TargetInfo
 from kimi_deploy.validate import Validation
 
@@ -78,9 +78,8 @@ class Facts:
     uvm_error: str | None = None
     p2p: dict[str, P2pMatrix] = dataclasses.field(default_factory=dict)
     p2p_error: str | None = None
-    #: a :class:`kimi_deploy.sizing.report.Sizing` (typed loosely: kimi_deploy.sizing imports this package's
-    #: parsers, so importing it here would be circular)
-    sizing: Any = None
+    #: the memory plan and SGLang's effective configuration (:class:`kimi_deploy.sizing.report.Sizing`)
+    sizing: Sizing | None = None
     sizing_error: str | None = None
 
     @property
@@ -455,6 +454,10 @@ def check_memory_plan(f: Facts) -> Check:
     sized = f.sizing
     if sized is None:
         return _not_checked(name, f.sizing_error or "SGLang's flags were not checked", "fix sglang.flags first")
+    if sized.unfinished:  # no verdict on a resolution that stopped half-way (issue 36)
+        return failed(name, "no memory verdict: " + "; ".join(sized.unfinished),
+                      "repair SGLang's environment (the error names what is missing) or pass --python with a "
+                      "complete one, then run doctor again")
     if sized.plan is None:
         return _not_checked(name, "; ".join(sized.skipped) or "not sized", "`kimi-deploy validate --gpu-facts FILE "
                             "--model-facts DIR` sizes it with recorded facts")

@@ -29,7 +29,7 @@ import re
 from collections.abc import Sequence
 from typing import Literal
 
-from kimi_deploy.doctor.nvidia import ParseError
+from kimi_deploy.facts.nvidia import ParseError
 
 CMDLINE = "/proc/cmdline"
 IOMMU_CLASS = "/sys/class/iommu"

@@ -41,7 +41,7 @@ from kimi_deploy.patching import status as series_status
 from kimi_deploy.names import check_argv, check_timer, gateway_service, gateway_unit, server_unit
 from kimi_deploy.paths import SYSTEMD_DIR, HostLayout, gateway_check_report
 from kimi_deploy.profile import Profile
-from kimi_deploy.launch import node_launch
+from kimi_deploy.deployment import resolve
 from kimi_deploy.topology import Rank, local_rank, serving_url
 from kimi_deploy.host.readiness import get_json
 from kimi_deploy.wire.readiness import Readiness, not_served, probe_url
@@ -377,8 +377,8 @@ def status(profile: Profile, layout: HostLayout, manifest: Manifest, node: str |
 
 
 def status_from(profile: Profile, manifest: Manifest, facts: StatusFacts) -> StatusReport:
-    """The status report of ``profile``'s service from ``facts``; no I/O (the rendered launch is computed,
-    :func:`kimi_deploy.topology.node_launch`)."""
+    """The status report of ``profile``'s service from ``facts``; no I/O (the rendered launch is the resolved
+    deployment's, :func:`kimi_deploy.deployment.resolve`)."""
     problems: list[str] = []
     layout = facts.layout
     name = profile.service.name
@@ -422,7 +422,7 @@ def status_from(profile: Profile, manifest: Manifest, facts: StatusFacts) -> Sta
     found = facts.launch
     drift = None
     if found:
-        rendered = node_launch(profile, facts.rank, manifest.sglang_version)
+        rendered = resolve(profile, manifest.sglang_version).launch_of(facts.rank)
         drift = compare_launch(found[0], list(rendered.server_args), found[1])
         if not drift.in_sync:
             shown = [f"- {e}" for e in drift.missing] + [f"+ {e}" for e in drift.unexpected]

@@ -9,8 +9,11 @@ Plan (:func:`plan_upgrade`, all of it before anything changes; ``--dry-run`` sto
    (``--profile`` with another ``model_path``, e.g. K2.5 → K2.6);
 2. the flag spellings that differ between the two releases (:func:`spelling_changes`, from the option table's
    per-release spellings, :data:`kimi_deploy.versions.RULES`), marked where the profile uses them;
-3. the patch series for the new version (:mod:`kimi_deploy.patching`: its defaults plus ``with_``), tried with
-   GNU patch's dry run against the new environment only;
+3. the patch set the resolved deployment requires (:attr:`kimi_deploy.deployment.Deployment.required_patches`:
+   the new series' defaults plus every opt-in patch a feature the profile turns on needs, e.g. the SM120
+   all-reduce fusion and symmetric-memory gates) plus ``with_``, tried with GNU patch's dry run against the new
+   environment only; for a model revision alone (the same environment), the required patches must already be
+   applied there, or the plan is refused naming them;
 4. ``validate`` against the new interpreter (:func:`kimi_deploy.validate.validate_profile`: SGLang's own
    argparse);
 5. the install plan for the profile pointing at the new interpreter
@@ -39,6 +42,7 @@ from kimi_deploy.host.install.plan import Plan
 from kimi_deploy import patching, versions
 from kimi_deploy import engine as target
 from kimi_deploy.catalog.models import identify
+from kimi_deploy.deployment import Deployment, require_fit, resolve
 from kimi_deploy.errors import ExitCode, KimiDeployError, RefusedError, UsageError
 from kimi_deploy.host import gate as gates
 from kimi_deploy.options import OPTIONS
@@ -152,11 +156,25 @@ class UpgradePlan:
     profile: Profile
     state_dir: str | None
     notes: list[str]
+    deployment: Deployment | None = None
+    missing_patches: list[str] = dataclasses.field(default_factory=list)
+
+    @property
+    def required(self) -> list[str]:
+        """The patches the new deployment requires (:attr:`kimi_deploy.deployment.Deployment.required_patches`)."""
+        return list(self.deployment.required_patches) if self.deployment else []
 
     @property
     def problems(self) -> list[str]:
         """Why this plan may not be applied (empty: it may)."""
         out = []
+        if self.missing_patches:
+            gated = self.deployment.gated if self.deployment else {}
+            out.append("patches: the profile needs " + ", ".join(
+                f"{p} ({gated[p]})" if p in gated else p for p in self.missing_patches)
+                + f" in {self.new.location}, which does not have them (apply them there with `kimi-deploy patch "
+                  f"apply --python {self.new.python} --with {','.join(self.missing_patches)}`, or turn the "
+                  "feature off in the profile)")
         if not self.validation.get("ok"):
             out += [f"validate: {e}" for e in self.validation.get("problems", self.validation.get("errors", []))] \
                 or ["validate failed"]
@@ -169,7 +187,9 @@ class UpgradePlan:
                 "version_change": f"{self.old.version} -> {self.new.version}",
                 "model_change": None if self.old_model == self.new_model else f"{self.old_model} -> {self.new_model}",
                 "spelling_changes": [s.to_dict() for s in self.spelling], "series": self.series,
-                "patches": self.patches, "patch_check": self.patch_check, "validation": self.validation,
+                "patches": self.patches, "required_patches": self.required,
+                "missing_patches": self.missing_patches, "patch_check": self.patch_check, "validation": self.validation,
+                "deployment": self.deployment.to_dict() if self.deployment else None,
                 "install": self.install.to_dict(), "notes": self.notes, "problems": self.problems}
 
 
@@ -220,8 +240,9 @@ def plan_upgrade(installed: Profile, layout: HostLayout, *, python: str | None =
     Raises:
         UsageError: nothing to change, another service's profile, an interpreter without SGLang, an unknown
             patch id.
-        RefusedError: ``python`` is the installed environment (an upgrade never changes it in place), or the
-            new profile drops a parser (exit 4).
+        RefusedError: ``python`` is the installed environment (an upgrade never changes it in place), the new
+            profile's model cannot fit (:func:`kimi_deploy.deployment.require_fit`, before any interpreter is
+            asked), or the new profile drops a parser (exit 4).
         UnsupportedVersionError: the new release lacks a feature the profile asks for.
     """
     new_profile = profile or installed
@@ -229,6 +250,7 @@ def plan_upgrade(installed: Profile, layout: HostLayout, *, python: str | None =
         raise UsageError(f"--profile is for service {new_profile.service.name}, the installed one is "
                          f"{installed.service.name}", value=new_profile.service.name,
                          hint="upgrade the installed service's profile (same [service] name)")
+    require_fit(new_profile)  # a model that cannot fit: the same refusal as every verb, before any interpreter
     old = Environment.probe(installed.service.python)
     new = Environment.probe(python) if python else old
     if python and _same_environment(old, new):
@@ -245,16 +267,27 @@ def plan_upgrade(installed: Profile, layout: HostLayout, *, python: str | None =
     notes: list[str] = []
     if versions.parse_version(new.version) < versions.parse_version(old.version):
         notes.append(f"SGLang {new.version} is older than the installed {old.version}: a downgrade")
+    deployment = resolve(new_profile, new.version)
     series = patching.find_series(new.version) if new.location != old.location else None
     patches: list[str] = []
+    missing: list[str] = []
     check: dict[str, Any] = {"ok": True, "message": "no patches to apply"}
+    if new.location == old.location and deployment.required_patches:
+        # a model revision alone: nothing is applied to the running environment, so what the new profile
+        # requires (an opt-in gate it turns on) must be there already
+        try:
+            there = patching.status(new.python, only=list(deployment.required_patches), state_dir=state_dir)
+            applied = {p.id for p in there.patches if p.state == "applied"}
+            missing = [p for p in deployment.required_patches if p not in applied]
+        except KimiDeployError as exc:
+            check = {"ok": False, "message": exc.message, "hint": exc.hint}
     if new.location != old.location:
         if series is None:
             notes.append(f"the kit has no patch series for SGLang {new.version} (patches/{new.version}/): the new "
                          "environment runs as released; the gate's parser tier shows what that means "
                          "(`kimi-deploy patch port` reports how the newest series fits)")
         else:
-            patches = [p.id for p in series.select(with_=list(with_))]
+            patches = patches_to_apply(deployment, series, with_)
             try:
                 done = patching.apply(new.python, only=patches, state_dir=state_dir, dry_run=True)
                 check = {"ok": True, "message": done.message}
@@ -268,7 +301,17 @@ def plan_upgrade(installed: Profile, layout: HostLayout, *, python: str | None =
                         create_user=False, allow_parser_removal=allow_parser_removal)
     return UpgradePlan(installed.service.name, old, new, installed.sglang.model_path, new_profile.sglang.model_path,
                        spelling_changes(old.version, new.version, new_profile), series.sglang_version if series
-                       else None, patches, check, validation, plan, new_profile, state_dir, notes)
+                       else None, patches, check, validation, plan, new_profile, state_dir, notes, deployment, missing)
+
+
+def patches_to_apply(deployment: Deployment, series: patching.Series, with_: Sequence[str] = ()) -> list[str]:
+    """The ids an upgrade applies to the new environment, in series order: the deployment's required set (the
+    series' defaults plus every opt-in patch a feature the profile turns on needs) plus ``with_``.
+
+    Raises:
+        UsageError: an unknown id in ``with_``.
+    """
+    return [p.id for p in series.select(with_=[*deployment.gated, *with_])]
 
 
 def _same_environment(a: Environment, b: Environment) -> bool:
@@ -351,6 +394,12 @@ def format_plan(plan: UpgradePlan, *, diffs: bool = True) -> str:
         state = "applies" if plan.patch_check.get("ok") else "DOES NOT APPLY"
         lines.append(f"  patches (series {plan.series}, into the new environment only): {', '.join(plan.patches)} "
                      f"[{state}: {plan.patch_check.get('message')}]")
+    gated = plan.deployment.gated if plan.deployment else {}
+    if gated:
+        lines.append("  required by the profile's features: " + ", ".join(f"{p} ({flag})" for p, flag in gated.items()))
+    for problem in plan.problems:
+        if problem.startswith("patches: the profile needs"):
+            lines.append(f"  {problem}")
     v = plan.validation
     lines.append("  validate against the new interpreter: " + ("ok" if v.get("ok") else "FAILED"))
     for e in v.get("problems", v.get("errors", [])):

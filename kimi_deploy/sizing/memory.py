@@ -1,6 +1,6 @@
 """The memory plan of one GPU rank: weights (target + draft), reserves, KV cache capacity, and a verdict.
 
-Inputs (:class:`Facts`): the GPUs (``nvidia-smi --query-gpu`` output, :mod:`kimi_deploy.doctor.nvidia`), the
+Inputs (:class:`Facts`): the GPUs (``nvidia-smi --query-gpu`` output, :mod:`kimi_deploy.facts.nvidia`), the
 model's ``config.json`` and safetensors header index (:class:`HeaderIndex`: tensor names, dtypes and shapes,
 never the weights), the draft model's, and the values SGLang resolves for this host (:mod:`.effective`; the
 profile's values and SGLang's documented defaults stand in where resolution could not run).
@@ -30,8 +30,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from kimi_deploy.doctor import nvidia
-from kimi_deploy.doctor.modeldir import model_shards, read_header_tensors
+from kimi_deploy.facts import nvidia
+from kimi_deploy.facts.modeldir import model_shards, read_header_tensors
 from kimi_deploy.errors import UsageError
 from kimi_deploy.wire.limits import parse_json
 
@@ -318,7 +318,7 @@ class GpuFacts:
 
     @classmethod
     def from_query(cls, text: str, source: str) -> GpuFacts:
-        """From ``nvidia-smi --query-gpu=... --format=csv`` output (:func:`kimi_deploy.doctor.nvidia.parse_query_gpu`).
+        """From ``nvidia-smi --query-gpu=... --format=csv`` output (:func:`kimi_deploy.facts.nvidia.parse_query_gpu`).
 
         Raises:
             UsageError: not that format, or no GPU in it.

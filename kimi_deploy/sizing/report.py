@@ -28,7 +28,8 @@ ACCEPT_RISK = ("SGLang then fails at start-up (out of GPU memory, or 'Loaded wei
 
 @dataclasses.dataclass(frozen=True)
 class Sizing:
-    """``effective``/``plan``: ``None`` when skipped (``skipped`` says why); ``agreement``: the plan's KV tokens
+    """``effective``/``plan``: ``None`` when skipped (``skipped`` says why); ``plan`` ``None`` too when SGLang's
+    resolution did not finish (:attr:`unfinished`); ``agreement``: the plan's KV tokens
     against SGLang's own computation (``{"plan", "sglang", "relative", "tolerance", "ok"}``), ``None`` when SGLang's
     could not run (its error is in ``effective.kv_check``)."""
 
@@ -49,6 +50,12 @@ class Sizing:
     @property
     def refused(self) -> bool:
         return bool(self.plan and not self.plan.fits)
+
+    @property
+    def unfinished(self) -> tuple[str, ...]:
+        """Why SGLang's resolution did not finish here (its interpreter stopped: a missing module, a broken
+        install): then there is no plan and no verdict, only these reasons. Empty when it finished."""
+        return tuple(self.effective.errors) if self.effective is not None else ()
 
     def to_dict(self) -> dict[str, Any]:
         return {"effective": self.effective.to_dict() if self.effective else None,
@@ -117,5 +124,7 @@ def size_profile(profile: Any, python: str | Path, server_args: Sequence[str], *
     kv_check = {"pre_load_gib": pre_load / GIB, "after_weights_gib": (pre_load - weights) / GIB,
                 "draft_layers": draft.num_layers if draft else None}
     effective = resolve(python, server_args, gpus, paths=paths, env=env, kv_check=kv_check)
+    if not effective.ok:  # resolution stopped: a plan from half the values would be a verdict on a guess
+        return Sizing(effective, None)
     facts = Facts(gpus=gpus, model=model, draft=draft, resolved=effective.resolved, sources=effective.sources)
     return Sizing(effective, memory.plan(profile, facts))

@@ -1,21 +1,21 @@
 """Deployment targets: one module per target, each with one entry ``artefacts(profile, sglang_version)``.
 
-:data:`TARGETS` is the registry: target name -> (module, one-line help). ``render --target NAME`` and
-``install`` (the ``systemd`` target) both go through :func:`render`. Adding a target (docker compose, a
-second engine) is one new module with an ``artefacts`` function returning :class:`Artefacts` plus one row
-here; ``tests/test_architecture.py`` keeps the rows and the modules in step.
+:data:`TARGETS` names them (target name -> the help line of ``render --target NAME``); the registry
+(:data:`kimi_deploy.targets.registry.REGISTRY`) imports each target module and lists its entry, typed, so a
+reader and a static tool see the render path. ``render --target NAME`` and ``install`` (the ``systemd``
+target) both go through :func:`kimi_deploy.targets.registry.render`. Adding a target (docker compose, a second
+engine) is one new module with an ``artefacts`` function returning :class:`Artefacts` plus a row here and one
+in the registry; ``tests/test_architecture.py`` keeps the rows and the modules in step.
 
-A target's module is imported when that target renders (:func:`target`), so ``render`` loads neither the
-Grafana SDK nor the YAML writers of the targets it was not asked for.
+This package's ``__init__`` holds only the names, the result type and the file header, so ``render
+--print-command`` and ``--help`` load no target module.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import importlib
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 import kimi_deploy
@@ -24,16 +24,14 @@ if TYPE_CHECKING:  # annotations only: a target module imports this package, nev
     from kimi_deploy.launch import LaunchSpec
     from kimi_deploy.profile import Profile
 
-#: Target name -> (module holding its ``artefacts`` entry, the help line of ``render --target``).
-TARGETS: dict[str, tuple[str, str]] = {
-    "systemd": ("kimi_deploy.targets.systemd", "hardened systemd units for the hosts (one folder per host of a "
-                                               "[fleet]), with the monitoring files in monitoring/"),
-    "kubernetes": ("kimi_deploy.targets.kubernetes", "Kubernetes manifests (LeaderWorkerSet, kustomization.yaml) "
-                                                     "from the profile's [kubernetes] table"),
-    "monitoring": ("kimi_deploy.targets.monitoring", "the Prometheus scrape configuration, recording and alert "
-                                                     "rules, and the Grafana dashboard"),
-    "litellm": ("kimi_deploy.targets.litellm", "a LiteLLM proxy config.yaml with the tool-call-id hook in front "
-                                               "of the profile's server"),
+#: Target name -> the help line of ``render --target``; the registry (:mod:`kimi_deploy.targets.registry`) holds
+#: the same names, each with its module's entry.
+TARGETS: dict[str, str] = {
+    "systemd": "hardened systemd units for the hosts (one folder per host of a [fleet]), with the monitoring "
+               "files in monitoring/",
+    "kubernetes": "Kubernetes manifests (LeaderWorkerSet, kustomization.yaml) from the profile's [kubernetes] table",
+    "monitoring": "the Prometheus scrape configuration, recording and alert rules, and the Grafana dashboard",
+    "litellm": "a LiteLLM proxy config.yaml with the tool-call-id hook in front of the profile's server",
 }
 
 #: The note (stderr) when ``enable_metrics`` is off and so no monitoring file is rendered.
@@ -89,21 +87,3 @@ def ending_in_newline(text: str) -> str:
     """``text``, with a newline added when it does not end in one (a stream's next header starts a line)."""
     return text if text.endswith("\n") else text + "\n"
 
-
-def target(name: str) -> ModuleType:
-    """The module of target ``name`` (imported now: targets load only when asked for).
-
-    Raises:
-        KeyError: not a row of :data:`TARGETS` (the CLI offers only the rows).
-    """
-    return importlib.import_module(TARGETS[name][0])
-
-
-def render(name: str, profile: Profile, sglang_version: str | None = None, **options: Any) -> Artefacts:
-    """Target ``name``'s artefacts of ``profile`` for SGLang ``sglang_version`` (default 0.5.23); ``options``
-    are the target's own keywords (systemd: ``components``).
-
-    Raises:
-        ProfileError / UsageError / UnsupportedVersionError: the target's (exit 2), before anything is written.
-    """
-    return target(name).artefacts(profile, sglang_version, **options)

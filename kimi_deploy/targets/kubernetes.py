@@ -62,7 +62,8 @@ from typing import Any
 from kimi_deploy import __version__, names, versions
 from kimi_deploy.targets import prometheus as monitoring
 from kimi_deploy.errors import ProfileError
-from kimi_deploy.launch import API_KEY_CREDENTIAL, HOST_SECRETS_SCRIPT, LAUNCHER, LaunchSpec, build_launch
+from kimi_deploy.deployment import Deployment, resolve
+from kimi_deploy.launch import API_KEY_CREDENTIAL, HOST_SECRETS_SCRIPT, LAUNCHER, LaunchSpec
 from kimi_deploy.profile import DNS_LABEL, Kubernetes, Profile, dump_profile
 from kimi_deploy.targets import FILE_HEADER, GENERATED_PREFIX, Artefacts, ending_in_newline
 from kimi_deploy.yamltext import FileMode, dump, dump_all
@@ -146,18 +147,19 @@ def fleet_shape(profile: Profile) -> FleetShape:
 
 
 def rank_server_args(profile: Profile, launch: LaunchSpec, shape: FleetShape, rank: int,
-                     leader: str, *, lws: bool = False) -> tuple[str, ...]:
+                     leader: str, *, lws: bool = False, deployment: Deployment | None = None) -> tuple[str, ...]:
     """SGLang's arguments on node rank ``rank`` of a copy whose rank 0 is reachable at ``leader``.
 
-    One node: the launch's arguments unchanged. N nodes: :func:`kimi_deploy.launch.build_launch`'s for that rank
+    One node: the launch's arguments unchanged. N nodes: the deployment's for that rank
+    (:meth:`kimi_deploy.deployment.Deployment.pod_launch`, default: ``profile`` resolved for the launch's version),
     (the one builder of a rank's arguments: on ranks >= 1 without the rows the table keeps off them, then the
     rank flags); with ``lws``, ``--nnodes`` and ``--node-rank`` take the LWS variables instead of the numbers.
     """
     if shape.nodes == 1:
         return tuple(launch.server_args)
     placeholders = {"node_rank": LWS_WORKER_INDEX, "nnodes": LWS_GROUP_SIZE} if lws else None
-    return tuple(build_launch(profile, launch.sglang_version, node_rank=rank, rank0=leader,
-                              placeholders=placeholders).server_args)
+    deployment = deployment or resolve(profile, launch.sglang_version)
+    return tuple(deployment.pod_launch(rank, leader, placeholders).server_args)
 
 
 def container_args(profile: Profile, launch: LaunchSpec, shape: FleetShape, *, leader: bool) -> list[str]:
@@ -605,7 +607,7 @@ def _check(profile: Profile, name: str) -> dict[str, list[dict[str, Any]]]:
     return out
 
 
-def patch_warnings(profile: Profile, launch: LaunchSpec) -> list[str]:
+def patch_warnings(profile: Profile, launch: LaunchSpec, deployment: Deployment | None = None) -> list[str]:
     """What the pods cannot check: the unit's ``ExecStartPre=`` ``kimi-deploy patch verify`` refuses an SGLang
     without the kit's patch series; a pod runs whatever the image holds. One line naming the defaults and the
     patches this profile's settings need (the series' ``needed_by``), empty with ``verify_patches = false`` or
@@ -616,7 +618,7 @@ def patch_warnings(profile: Profile, launch: LaunchSpec) -> list[str]:
     series = find_series(launch.sglang_version) if profile.service.verify_patches else None
     if series is None:
         return []
-    hits = series.gates_asked(launch.server_args)
+    hits = (deployment or resolve(profile, launch.sglang_version)).gates
     defaults = [p.id for p in series.defaults]
     extra = list(dict.fromkeys(h.patch.id for h in hits if h.patch.id not in defaults))
     needs = "".join(f"; {h.flag} needs {h.patch.id} on compute capability "
@@ -643,7 +645,7 @@ def render(profile: Profile, sglang_version: str | None = None) -> Manifests:
 
     Raises:
         ProfileError: :func:`problems` found any (exit 2); nothing is rendered.
-        UsageError / UnsupportedVersionError: from :func:`kimi_deploy.launch.build_launch`.
+        UsageError / UnsupportedVersionError: from :func:`kimi_deploy.deployment.resolve`.
     """
     found = problems(profile)
     if found:
@@ -652,7 +654,8 @@ def render(profile: Profile, sglang_version: str | None = None) -> Manifests:
     k8s = profile.kubernetes
     assert k8s is not None
     version = versions.DEFAULT_SGLANG_VERSION if sglang_version is None else sglang_version
-    launch = build_launch(profile, version)
+    deployment = resolve(profile, version)
+    launch = deployment.pod_launch()
     shape = fleet_shape(profile)
     name = object_name(profile)
     top = header(profile, launch.sglang_version)
@@ -661,7 +664,7 @@ def render(profile: Profile, sglang_version: str | None = None) -> Manifests:
     if launch.sglang_version not in tag:
         warnings.append(f"kubernetes.image {k8s.image}: its tag does not name SGLang {launch.sglang_version}, the "
                         "version the flags are rendered for; check the image's SGLang version")
-    warnings += patch_warnings(profile, launch)
+    warnings += patch_warnings(profile, launch, deployment)
     pod_security = k8s.pod_security
     namespace = {"apiVersion": "v1", "kind": "Namespace",
                  "metadata": {"name": k8s.namespace, "labels": {
@@ -720,7 +723,7 @@ def artefacts(profile: Profile, sglang_version: str | None = None) -> Artefacts:
 
     Raises:
         ProfileError: :func:`problems` found any (exit 2). UsageError / UnsupportedVersionError: from
-            :func:`kimi_deploy.launch.build_launch`.
+            :func:`kimi_deploy.deployment.resolve`.
     """
     manifests = render(profile, sglang_version)
 

@@ -17,7 +17,8 @@ import jinja2
 from kimi_deploy import names, paths, versions
 from kimi_deploy.fsio import write_many_atomic
 from kimi_deploy.errors import ProfileError, UsageError
-from kimi_deploy.launch import API_KEY_CREDENTIAL, SECRETS_CONFIG_NAME, LaunchSpec, gateway_argv, node_launch
+from kimi_deploy.deployment import Deployment, resolve
+from kimi_deploy.launch import API_KEY_CREDENTIAL, SECRETS_CONFIG_NAME, LaunchSpec
 from kimi_deploy.launch import exec_start as gateway_exec_start
 from kimi_deploy.profile import Profile, calendar_problem, host_key
 from kimi_deploy.targets import METRICS_OFF, Artefacts, file_header
@@ -120,7 +121,7 @@ def fleet_check_deadline_s(workers: int) -> int:
 
 def render(profile: Profile, sglang_version: str | None = None, *,
            components: Mapping[str, str] | None = None, profile_path: str | None = None,
-           rank: Rank | None = None) -> Rendered:
+           rank: Rank | None = None, deployment: Deployment | None = None) -> Rendered:
     """Render every artefact of ``profile`` for SGLang ``sglang_version`` (default 0.5.23).
 
     Args:
@@ -130,21 +131,24 @@ def render(profile: Profile, sglang_version: str | None = None, *,
         profile_path: host path the check unit reads the profile from
             (default ``/etc/kimi-deploy/<name>.toml``, where ``install`` puts it).
         rank: one rank of a multi-node replica (:mod:`kimi_deploy.topology`): its launch
-            (:func:`kimi_deploy.topology.rank_launch`), the preflight as ``ExecStartPre=``, and for ranks >= 1
+            (:meth:`kimi_deploy.deployment.Deployment.launch_of`), the preflight as ``ExecStartPre=``, and for ranks >= 1
             the server unit and env file only (no check units, no monitoring: they serve no HTTP). Default for a
             multi-node profile: rank 0 of the first replica (each node's own files: :func:`kimi_deploy.topology.render_ranks`).
+        deployment: ``profile`` already resolved for ``sglang_version`` and ``components``
+            (:func:`kimi_deploy.deployment.resolve`; default: resolved here); the launch is read from it.
 
     Returns:
         :class:`Rendered` with ``<name>.service``, ``<name>.env``, ``kimi-deploy-check@<name>.service``,
         ``kimi-deploy-check@<name>.timer`` (the first two only for a rank >= 1).
 
     Raises:
-        UsageError / UnsupportedVersionError: from :func:`kimi_deploy.launch.build_launch`.
+        UsageError / UnsupportedVersionError: from :func:`kimi_deploy.deployment.resolve`.
     """
     version = versions.DEFAULT_SGLANG_VERSION if sglang_version is None else sglang_version
     if rank is None and profile.nodes_per_copy > 1:
         rank = group_ranks(profile)[0]
-    launch = node_launch(profile, rank, version, components=components)
+    deployment = deployment or resolve(profile, version, components=components)
+    launch = deployment.launch_of(rank)
     svc, s = profile.service, profile.sglang
     header = file_header(profile, launch.sglang_version)
     env_file = paths.service_env_file(svc.name)
@@ -229,7 +233,7 @@ def preflight_command(profile: Profile, rank: Rank, profile_path: str) -> str:
 
 def render_ranks(profile: Profile, sglang_version: str | None = None, *,
                  components: Mapping[str, str] | None = None,
-                 profile_path: str | None = None) -> dict[str, dict[str, str]]:
+                 profile_path: str | None = None, deployment: Deployment | None = None) -> dict[str, dict[str, str]]:
     """``{node: {file name: text}}`` for every rank of every multi-node replica (empty without one).
 
     Rank 0's folder holds what a single host gets (server unit, env file, nightly check units); a rank >= 1
@@ -238,20 +242,24 @@ def render_ranks(profile: Profile, sglang_version: str | None = None, *,
     single-node replicas (:func:`host_files`), ``render`` writes them once beside the folders.
 
     Raises:
-        UsageError / UnsupportedVersionError: from :func:`kimi_deploy.launch.build_launch`.
+        UsageError / UnsupportedVersionError: from :func:`kimi_deploy.deployment.resolve`.
     """
     hosts: dict[str, dict[str, str]] = {}
+    deployment = deployment or resolve(profile, sglang_version, components=components)
     for rank in group_ranks(profile):
         rendered = render(profile, sglang_version, components=components, profile_path=profile_path,
-                                     rank=rank)
+                          rank=rank, deployment=deployment)
         hosts[rank.node] = dict(rendered.files)
     return hosts
 
 
-def gateway_files(profile: Profile, header: str) -> dict[str, str]:
-    """File name -> text of the gateway host's part: ``<name>-gateway.service`` (empty without ``[gateway]``)."""
+def gateway_files(profile: Profile, header: str, deployment: Deployment | None = None) -> dict[str, str]:
+    """File name -> text of the gateway host's part: ``<name>-gateway.service`` (empty without ``[gateway]``);
+    the gateway's command from ``deployment`` (default: ``profile`` resolved here)."""
     if profile.gateway is None:
         return {}
+    command = (deployment or resolve(profile)).gateway_command
+    assert command is not None  # a [gateway] resolves to its command
     svc = profile.service
     gateway = names.gateway_service(svc.name)
     deadline_s = fleet_check_deadline_s(len(profile.worker_urls()))
@@ -263,7 +271,7 @@ def gateway_files(profile: Profile, header: str) -> dict[str, str]:
         prom=paths.gateway_check_textfile(svc.name)))
     context = {"header": header, "svc": svc, "s": profile.sglang, "gw": profile.gateway,
                "workers": profile.worker_urls(), "api_key_credential": API_KEY_CREDENTIAL,
-               "exec_start": gateway_exec_start(gateway_argv(profile)), "check_command": check_command,
+               "exec_start": gateway_exec_start(command), "check_command": check_command,
                "check_unit": names.check_unit(gateway), "check_deadline_s": deadline_s,
                "check_timeout_s": deadline_s + CHECK_SLACK_S}
     env = _environment()
@@ -272,7 +280,8 @@ def gateway_files(profile: Profile, header: str) -> dict[str, str]:
             names.check_timer(gateway): env.get_template("check.timer.j2").render(context)}
 
 
-def host_files(profile: Profile, sglang_version: str | None = None) -> dict[str, dict[str, str]]:
+def host_files(profile: Profile, sglang_version: str | None = None, *,
+               deployment: Deployment | None = None) -> dict[str, dict[str, str]]:
     """Host -> (file name -> text) for every host of the profile, in :meth:`Profile.hosts` order.
 
     Server files are :func:`kimi_deploy.targets.systemd.render`'s (the monitoring files stay with the Prometheus
@@ -287,10 +296,11 @@ def host_files(profile: Profile, sglang_version: str | None = None) -> dict[str,
     if not hosts:
         raise UsageError("the profile has no [fleet] or [gateway]: it describes one host",
                          hint="render without per-host folders, or add [fleet] (docs/runbook.md#replicas-behind-a-gateway)")
-    rendered = render(profile, sglang_version)
+    deployment = deployment or resolve(profile, sglang_version)
+    rendered = render(profile, sglang_version, deployment=deployment)
     header = file_header(profile, rendered.launch.sglang_version)
-    gateway_part = gateway_files(profile, header)
-    ranks = render_ranks(profile, rendered.launch.sglang_version)
+    gateway_part = gateway_files(profile, header, deployment)
+    ranks = render_ranks(profile, rendered.launch.sglang_version, deployment=deployment)
     parts: dict[str, dict[str, str]] = {}
     for host in hosts:
         files: dict[str, str] = {}
@@ -316,9 +326,11 @@ def artefacts(profile: Profile, sglang_version: str | None = None, *,
     ``monitoring/``; ``components``: the probed stack versions for the cache key.
 
     Raises:
-        UsageError / UnsupportedVersionError: from :func:`kimi_deploy.launch.build_launch`.
+        UsageError / UnsupportedVersionError: from :func:`kimi_deploy.deployment.resolve`.
     """
-    rendered = render(profile, sglang_version, components=components)
+    deployment = resolve(profile, sglang_version, components=components)
+    rendered = render(profile, sglang_version, components=components, deployment=deployment)
+    # the per-host folders key the caches without the probed components, as before (issue 36 moved no value)
     hosts = host_files(profile, rendered.launch.sglang_version) if profile.hosts() else None
     units = ({f"{host}/{name}": text for host, part in hosts.items() for name, text in part.items()} if hosts
              else dict(rendered.files))

@@ -1,6 +1,6 @@
 """The files ``install`` puts on a host for a profile, by host path, and what their bytes say.
 
-:func:`desired_files` renders the profile's ``systemd`` target (:func:`kimi_deploy.targets.render`) for one host
+:func:`desired_files` renders the profile's ``systemd`` target (:func:`kimi_deploy.targets.registry.render`) for one host
 and adds the profile copy; :func:`target_host_path` places a rendered file on the host; :func:`is_unit` tells a
 unit's host path; :func:`units_to_enable` and :func:`uses_api_key` read the rendered files.
 
@@ -12,12 +12,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from kimi_deploy import paths, targets
+from kimi_deploy import paths
 from kimi_deploy.errors import UsageError
 from kimi_deploy.host.records import profile_toml
 from kimi_deploy.profile import Profile
 from kimi_deploy.names import check_timer, gateway_service, server_unit
 from kimi_deploy.targets import file_header
+from kimi_deploy.targets.registry import render
 from kimi_deploy.targets.systemd import MONITORING_DIR
 from kimi_deploy.launch import API_KEY_CREDENTIAL
 
@@ -35,12 +36,12 @@ def desired_files(profile: Profile, sglang_version: str | None = None,
     (:func:`kimi_deploy.targets.systemd.host_files`: server units on a node, the gateway unit on the gateway host);
     None for a one-host profile.
 
-    The files are the ``systemd`` target's (:func:`kimi_deploy.targets.render`), less its ``monitoring/`` files.
+    The files are the ``systemd`` target's (:func:`kimi_deploy.targets.registry.render`), less its ``monitoring/`` files.
 
     Raises:
         UsageError / UnsupportedVersionError: from :func:`kimi_deploy.targets.systemd.render`; a fleet without ``host``.
     """
-    rendered = targets.render("systemd", profile, sglang_version)
+    rendered = render("systemd", profile, sglang_version)
     if profile.hosts():
         if host is None:
             raise UsageError("the profile describes several hosts; say which one this is",

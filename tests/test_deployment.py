@@ -1,0 +1,301 @@
+"""One resolved deployment (issue 36): :func:`kimi_deploy.deployment.resolve` and the verbs that read it.
+
+The property test walks every preset x every Kimi model of the table x SGLang 0.5.22 and 0.5.23 x {one host,
+fleet, Kubernetes} and holds what ``render``, ``validate``, ``doctor``, ``install --dry-run`` and ``upgrade
+--dry-run`` compute to the resolved deployment: the argv, the required patch set, the fit verdict and its
+numbers (or the one refusal all of them give). It runs at the library level, each verb's own entry, so it needs
+no interpreter; the tests below it run the verbs themselves on the contradictions issue 36 found (each failed on
+the main branch before it): ``render`` accepted Kimi K3 silently, ``validate`` refused it only with a working
+interpreter, ``doctor`` only with GPUs, each with other numbers; ``upgrade`` applied only the default patches;
+``bench --profile`` ignored the profile's server; ``doctor``/``validate`` did not default to the installed
+profile.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import json
+from pathlib import Path
+
+import pytest
+
+from kimi_deploy import patching, presets
+from kimi_deploy.catalog.models import MODELS
+from kimi_deploy.cli import cli
+from kimi_deploy.deployment import HostGpus, require_fit, resolve, static_fit
+from kimi_deploy.errors import ExitCode, KimiDeployError, RefusedError
+from kimi_deploy.host.install.files import desired_files
+from kimi_deploy.host.upgrade import patches_to_apply
+from kimi_deploy.profile import parse_profile
+from kimi_deploy.sizing.memory import GpuFacts
+from kimi_deploy.targets.registry import render
+from kimi_deploy.targets.systemd import _exec_start
+from kimi_deploy.validate import check_model
+
+from helpers import run_cli
+
+DATA = Path(__file__).parent / "data"
+#: The recorded reference host: 8 x RTX PRO 6000 Blackwell Workstation, driver 570 (tests/data/nvidia-smi/README.md).
+REFERENCE_GPUS = DATA / "nvidia-smi" / "query-8x-workstation-570.csv"
+VERSIONS = ("0.5.22", "0.5.23")
+SHAPES = ("one-host", "fleet", "kubernetes")
+
+FLEET = {"fleet": {"dist_init_port": 20000, "nic": "eth0",
+                   "replicas": [{"nodes": ["10.0.0.11", "10.0.0.12"]}, {"nodes": ["10.0.0.13", "10.0.0.14"]}]},
+         "gateway": {"host": "10.0.0.10"}}
+KUBERNETES = {"fleet": {"replicas": [{"nodes": ["10.0.0.11"]}, {"nodes": ["10.0.0.12"]}]},
+              "kubernetes": {"image": "lmsysorg/sglang:v0.5.23-cu130",
+                             "check_image": "registry.example.com/kimi-deploy:0.1.0",
+                             "model_volume": {"persistentVolumeClaim": {"claimName": "weights"}}}}
+
+
+def profile_data(preset: str, model: str, shape: str) -> dict:
+    """``preset``'s data serving catalog ``model`` (its ``[sglang]`` keys, :func:`kimi_deploy.catalog.presets.model_keys`)
+    in ``shape``: as written, a fleet of two 2-node groups (TP8 x PP2) behind a gateway, or Kubernetes."""
+    data = copy.deepcopy(presets.get_preset(preset).data)
+    s = data["sglang"]
+    for key in presets._SPECULATIVE:
+        s.pop(key, None)
+    s.update(presets.model_keys(MODELS[model]))
+    if shape == "fleet":
+        s["pp_size"] = 2
+        data.update(copy.deepcopy(FLEET))
+    elif shape == "kubernetes":
+        data.update(copy.deepcopy(KUBERNETES))
+    return data
+
+
+def outcome(fn):
+    """``("ok", value)`` or ``("error", type name, message, value)``: what a verb's entry gave."""
+    try:
+        return ("ok", fn())
+    except KimiDeployError as exc:
+        return ("error", type(exc).__name__, exc.message, exc.value)
+
+
+CASES = [(p, m, v, s) for p in presets.PRESETS for m in MODELS for v in VERSIONS for s in SHAPES]
+
+
+@pytest.mark.parametrize("preset,model,version,shape", CASES, ids=["-".join(c) for c in CASES])
+def test_every_verb_reads_the_same_argv_patch_set_and_fit(preset, model, version, shape):
+    profile = parse_profile(profile_data(preset, model, shape))
+    deployment = outcome(lambda: resolve(profile, version))
+    recorded = GpuFacts.from_query(REFERENCE_GPUS.read_text(), str(REFERENCE_GPUS))
+    fit = static_fit(profile)
+
+    # the fit verdict and its numbers: validate's model check (reference GPUs, and the recorded ones as
+    # validate --gpu-facts and doctor read them) and every refusal carry the same sentence
+    for gpus in (None, recorded):
+        numbers = static_fit(profile, gpus)
+        checked = check_model(profile, gpus)
+        if numbers.static is False:
+            assert checked.errors == (f"{numbers.evidence}; what would fit: {numbers.what_fits}",)
+            with pytest.raises(RefusedError) as refused:
+                require_fit(profile, gpus)
+            assert refused.value.value == numbers.evidence
+        else:
+            assert checked.errors == ()
+    if fit.static is False:  # K3 on 8 x 96 GB: every verb refuses, before any launch is built, with one sentence
+        target = "kubernetes" if shape == "kubernetes" else "systemd"
+        for verb in (lambda: render(target, profile, version), lambda: render("monitoring", profile, version),
+                     lambda: desired_files(profile, version, host=profile.hosts()[0] if profile.hosts() else None)):
+            assert outcome(verb) == ("error", "RefusedError", f"{MODELS[model].name} does not fit one replica's "
+                                                              "GPUs", fit.evidence)
+        return
+    if deployment[0] == "error":  # a feature the version lacks: every verb says the same
+        target = "kubernetes" if shape == "kubernetes" else "systemd"
+        assert outcome(lambda: render(target, profile, version)) == deployment
+        return
+    d = deployment[1]
+    assert d.fit == fit and d.fit.verdict in ("fits", "unknown")
+
+    # render
+    if shape == "kubernetes":
+        artefacts = render("kubernetes", profile, version)
+        assert artefacts.launch.argv == d.pod_launch().argv
+        if d.series:
+            text = " ".join(artefacts.warnings)
+            assert all(p in text for p in d.required_patches), (d.required_patches, text)
+    else:
+        artefacts = render("systemd", profile, version)
+        assert artefacts.launch.argv == d.launch.argv
+        for entry in d.ranks:
+            folder = f"{entry.rank.node}/" if entry.rank else ""
+            assert _exec_start(entry.launch) in artefacts.files[f"{folder}{d.units.server}"]
+
+    # install --dry-run: the unit it would put on this host
+    if shape != "kubernetes":
+        host = d.ranks[0].rank.node if d.ranks[0].rank else None
+        files, installed_version = desired_files(profile, version, host=host)
+        assert installed_version == version
+        assert _exec_start(d.launch) in files[f"/etc/systemd/system/{d.units.server}"].decode()
+
+    # doctor (no SGLang here: the gates of the series it renders for) and the required patch set
+    series = patching.find_series(version)
+    if series is None:
+        assert d.series is None and d.required_patches == () and d.gates == ()
+    else:
+        assert d.gates == tuple(series.gates_asked(d.launch.server_args))
+        # upgrade --dry-run applies exactly the required set
+        assert patches_to_apply(d, series) == list(d.required_patches)
+        assert set(d.required_patches) >= {p.id for p in series.defaults}
+        asked = {h.patch.id for h in d.gates}
+        assert set(d.required_patches) == {p.id for p in series.defaults} | asked
+
+
+def test_the_reference_preset_requires_the_opt_in_sm120_patches_and_the_pcie_ipc_one_does_not():
+    reference = resolve(presets.get_preset(presets.REFERENCE).profile())
+    assert reference.gated == {"sm120-flashinfer-allreduce-fusion": "--flashinfer-allreduce-fusion-backend",
+                               "sm120-torch-symm-mem": "--enable-torch-symm-mem"}
+    ipc = resolve(presets.get_preset(presets.PCIE_IPC).profile())
+    assert ipc.gated == {} and set(ipc.required_patches) < set(reference.required_patches)
+    # not an SM12x host: the gates do not apply there, so nothing opt-in is required
+    hopper = HostGpus(8, reference.host.gpu, "9.0", "an H100 host")
+    assert resolve(presets.get_preset(presets.REFERENCE).profile(), gpus=hopper).gated == {}
+
+
+def test_a_deployment_is_frozen_and_resolving_twice_gives_an_equal_one():
+    profile = presets.get_preset(presets.REFERENCE).profile()
+    first, second = resolve(profile), resolve(profile)
+    assert first == second and first.to_dict() == second.to_dict()
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        first.base_url = "http://elsewhere:1"  # type: ignore[misc]
+
+
+# --- the verbs themselves: one refusal of Kimi K3 ---------------------------------------------------------------
+
+
+@pytest.fixture
+def k3_profile(tmp_path) -> Path:
+    """The reference preset serving Kimi K3 (its parsers, no draft), as `init` writes a profile."""
+    data = profile_data(presets.REFERENCE, "k3", "one-host")
+    data["service"]["python"] = str(tmp_path / "no-sglang" / "python")  # no interpreter anywhere
+    data["sglang"]["api_key_file"] = "/etc/kimi-deploy/kimi-k25.api-key"
+    path = tmp_path / "k3.toml"
+    lines = []
+    for table in ("service", "sglang", "environment"):
+        lines.append(f"[{table}]")
+        lines += [f"{k} = {json.dumps(v)}" for k, v in data[table].items()]
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def test_k3_is_refused_by_every_verb_with_one_set_of_numbers_before_any_interpreter_or_gpu(tmp_path, k3_profile,
+                                                                                          monkeypatch):
+    """Before: render wrote K3's units silently, validate refused only with a working interpreter (exit 1, 219 %),
+    doctor only with GPUs (205 %, other units). Now every verb exits 4 with the same sentence, no interpreter and
+    no nvidia-smi on PATH."""
+    monkeypatch.setenv("PATH", str(tmp_path / "empty-path"))  # no nvidia-smi, no systemctl
+    evidence = static_fit(parse_profile(__import__("tomllib").loads(k3_profile.read_text()))).evidence
+    assert "219%" in evidence and "1.68 TB" in evidence
+    root = tmp_path / "root"
+    root.mkdir()
+    runs = {
+        "render": ["render", "--profile", str(k3_profile)],
+        "render --print-command": ["render", "--profile", str(k3_profile), "--print-command"],
+        "render --target monitoring": ["render", "--profile", str(k3_profile), "--target", "monitoring"],
+        "validate": ["validate", "--profile", str(k3_profile)],
+        "doctor": ["doctor", "--profile", str(k3_profile), "--root", str(root)],
+        "install --dry-run": ["install", "--profile", str(k3_profile), "--root", str(root), "--dry-run"],
+    }
+    for verb, args in runs.items():
+        result = run_cli(args)
+        assert result.exit_code == ExitCode.REFUSED, (verb, result.stdout, result.stderr)
+        assert "Kimi K3 does not fit one replica's GPUs" in result.stderr, (verb, result.stderr)
+        assert evidence in result.stderr, (verb, result.stderr)
+        assert "Traceback" not in result.stderr
+    assert list(root.iterdir()) == []
+    # upgrade: the installed reference service (it fits) to a K3 profile of the same name
+    installed, _ = _installed(tmp_path / "upgrade")
+    before = sorted(p.relative_to(installed) for p in installed.rglob("*"))
+    result = run_cli(["upgrade", "--profile", str(k3_profile), "--root", str(installed), "--dry-run"])
+    assert result.exit_code == ExitCode.REFUSED, (result.stdout, result.stderr)
+    assert evidence in result.stderr
+    assert sorted(p.relative_to(installed) for p in installed.rglob("*")) == before
+    init = run_cli(["init", str(tmp_path / "k3-init.toml"), "--model", "k3"])  # no profile yet: the table's row
+    assert evidence in init.stderr
+
+
+def test_validate_with_recorded_gpu_facts_refuses_k3_with_doctors_numbers(k3_profile):
+    """validate --gpu-facts reads the GPUs doctor reads on the same host: the same numbers (205 % of 8 x 97887 MiB)."""
+    result = run_cli(["validate", "--profile", str(k3_profile), "--gpu-facts", str(REFERENCE_GPUS)])
+    assert result.exit_code == ExitCode.REFUSED, result.stderr
+    recorded = GpuFacts.from_query(REFERENCE_GPUS.read_text(), str(REFERENCE_GPUS))
+    profile = parse_profile(__import__("tomllib").loads(k3_profile.read_text()))
+    assert static_fit(profile, recorded).evidence in result.stderr and "205%" in result.stderr
+
+
+# --- the same defaults everywhere ---------------------------------------------------------------------------------
+
+
+def _installed(tmp_path) -> tuple[Path, Path]:
+    """A reference profile installed under a throwaway root (install --root, no systemctl asked)."""
+    root = tmp_path / "root"
+    root.mkdir(parents=True)
+    profile = tmp_path / "kimi-k25.toml"
+    assert run_cli(["init", str(profile)]).exit_code == 0
+    result = run_cli(["install", "--profile", str(profile), "--root", str(root), "--no-enable", "--no-create-user"])
+    assert result.exit_code == 0, result.stderr
+    return root, profile
+
+
+def test_doctor_defaults_to_the_installed_profile_as_restart_and_status_do(tmp_path, monkeypatch):
+    monkeypatch.setenv("PATH", str(tmp_path / "empty-path"))
+    empty = run_cli(["doctor", "--root", str(tmp_path / "nothing")])
+    assert empty.exit_code == ExitCode.USAGE and "no service installed" in empty.stderr, empty.stderr
+    root, _ = _installed(tmp_path)
+    result = run_cli(["doctor", "--root", str(root), "--json"])
+    assert result.exit_code == ExitCode.FAILED, result.stderr  # no GPU here: checks fail, the profile was found
+    assert json.loads(result.stdout)["profile"] == "kimi-k25"
+
+
+def test_bench_profile_takes_the_server_url_from_the_deployment(tmp_path):
+    """Before: `bench --profile P` without --base-url was exit 2 ("--base-url is required") although check
+    --profile reads the URL from the profile. Now both read the Deployment: nothing listens there, so exit 3."""
+    data = profile_data(presets.REFERENCE, "k2.5", "one-host")
+    import socket
+
+    with socket.socket() as s:  # a loopback port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    lines = ["[service]", 'name = "kimi-bench"', "[sglang]", f'model_path = "{data["sglang"]["model_path"]}"',
+             'host = "127.0.0.1"', f"port = {port}", "tp_size = 8"]
+    path = tmp_path / "p.toml"
+    path.write_text("\n".join(lines) + "\n")
+    result = run_cli(["bench", "--profile", str(path), "--concurrency", "1", "--num-prompts", "1", "--no-progress",
+                      "--request-timeout", "5"])
+    assert result.exit_code == ExitCode.UNREACHABLE, (result.stdout, result.stderr)
+    assert f"127.0.0.1:{port}" in result.stderr
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_validate_in_sglangs_own_interpreter_checks_the_deployments_argv(version, request):
+    """One interpreter per SGLang version: what validate runs through SGLang's parser is the resolved deployment's
+    launch for the version it finds there (the reference preset; 0.5.22: a copy of the test environment that
+    reports 0.5.22, tests/patch_helpers.py release_target)."""
+    from kimi_deploy.validate import validate_profile
+
+    python = request.getfixturevalue("sglang_python" if version == "0.5.23" else "sglang_0522")
+    profile = presets.get_preset(presets.REFERENCE).profile()
+    checked = validate_profile(profile, python)
+    d = resolve(profile, version, components=checked.info.components())
+    assert checked.deployment == d and checked.launch.argv == d.launch.argv
+    assert checked.validation.server_args == tuple(d.launch.server_args) or \
+        list(checked.validation.server_args) == list(d.launch.server_args)
+    assert checked.model.errors == () and d.fit.verdict == "fits"
+
+
+def test_check_and_bench_read_the_url_key_and_name_without_building_a_launch(tmp_path):
+    """check --profile (the nightly check) and bench --profile read only the server's URL, key file and name: a profile
+    installed for an older release whose switch the default one removed still gives them."""
+    from kimi_deploy.errors import UnsupportedVersionError
+
+    data = profile_data(presets.PCIE_IPC, "k2.5", "one-host")
+    data["sglang"]["extra_args"] = ["--cuda-graph-max-bs", "64"]  # a 0.5.22 switch 0.5.23 removed
+    profile = parse_profile(data)
+    with pytest.raises(UnsupportedVersionError):
+        resolve(profile)
+    d = resolve(profile, launches=False)
+    assert (d.base_url, d.api_key_file, d.served_model) == (profile.base_url, profile.sglang.api_key_file,
+                                                            "moonshotai/Kimi-K2.5")
