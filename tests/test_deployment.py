@@ -20,7 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from kimi_deploy import patching, presets
+from kimi_deploy import patching
+from kimi_deploy.catalog import presets
 from kimi_deploy.catalog.models import MODELS
 from kimi_deploy.cli import cli
 from kimi_deploy.deployment import HostGpus, require_fit, resolve, static_fit
@@ -55,8 +56,9 @@ def profile_data(preset: str, model: str, shape: str) -> dict:
     in ``shape``: as written, a fleet of two 2-node groups (TP8 x PP2) behind a gateway, or Kubernetes."""
     data = copy.deepcopy(presets.get_preset(preset).data)
     s = data["sglang"]
-    for key in presets._SPECULATIVE:
+    for key in (*presets.SPECULATIVE, *presets.MEMORY_WITH_DRAFT):
         s.pop(key, None)
+    s.update(presets.memory_keys(MODELS[model]))
     s.update(presets.model_keys(MODELS[model]))
     if shape == "fleet":
         s["pp_size"] = 2

@@ -267,6 +267,12 @@ for _preset in PRESETS.values():
         MODEL_PRESETS.setdefault(_preset.model, _preset.name)
 
 
+def too_large_for_reference() -> list[str]:
+    """The catalog keys without a preset whose weights do not fit the reference host's GPUs (``init --model``'s
+    help lists them as refused; :func:`kimi_deploy.catalog.models.weights_fit`, the same rule as every verb's)."""
+    return [k for k, m in MODELS.items() if k not in MODEL_PRESETS and weights_fit(m, REFERENCE_GPUS).fits is False]
+
+
 def preset_for_model(key: str) -> Preset:
     """The reference-host preset of catalog model ``key`` (``init --model``).
 

@@ -15,7 +15,8 @@ from kimi_deploy.errors import ExitCode, KimiDeployError, UsageError
 from kimi_deploy.redact import redact_text
 from kimi_deploy.fsio import check_output_paths, write_atomic
 from kimi_deploy.wire.printable import markup, printable
-from kimi_deploy.cli.options import dataset_limit_options, json_flag, json_path_option, limit_options, make_console
+from kimi_deploy.cli.dataset_options import dataset_limit_options
+from kimi_deploy.cli.options import json_flag, json_path_option, limit_options, make_console
 from kimi_deploy.wire.limits import parse_json
 
 

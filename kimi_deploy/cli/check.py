@@ -14,7 +14,8 @@ from kimi_deploy.wire.apikey import resolve_key
 from kimi_deploy.wire.baseurl import check_base_url
 from kimi_deploy.errors import ExitCode, UsageError
 from kimi_deploy.fsio import write_atomic
-from kimi_deploy.cli.options import Seconds, dataset_limit_options, json_flag, json_path_option, limit_options, make_console
+from kimi_deploy.cli.dataset_options import dataset_limit_options
+from kimi_deploy.cli.options import Seconds, json_flag, json_path_option, limit_options, make_console
 
 if TYPE_CHECKING:  # the check library (openai, httpx, rich) loads when the verb runs, not for its --help
     from rich.console import Console

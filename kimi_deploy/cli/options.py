@@ -185,23 +185,3 @@ def _console_class() -> type[Console]:
             raise BrokenPipeError("stdout closed")
 
     return EdgeConsole
-
-
-def dataset_limit_options(streamed: bool):
-    """``--max-dataset-line-bytes N`` / ``--max-dataset-bytes N``: the caps of :mod:`kimi_deploy.wire.inputs` on a
-    dataset someone else wrote: check's quality tier (``streamed``: the file is read a line at a time) and bench
-    (which keeps the prompts it sends, so its file cap is smaller)."""
-    # start-up: only check's and bench's modules decorate with this
-    from kimi_deploy.wire.inputs import BENCH_DATASET_FILE_BYTES, DATASET_FILE_BYTES, DATASET_LINE_BYTES
-
-    def decorate(func):
-        func = click.option("--max-dataset-bytes", type=ByteSize(), show_default=True, metavar="N",
-                            default=DATASET_FILE_BYTES if streamed else BENCH_DATASET_FILE_BYTES,
-                            help="Largest --dataset file read; suffixes K/M/G.")(func)
-        func = click.option("--max-dataset-line-bytes", type=ByteSize(), default=DATASET_LINE_BYTES,
-                            show_default=True, metavar="N",
-                            help="Longest --dataset line read; " + ("a longer one is left out as dataset_invalid"
-                                 if streamed else "a longer one is refused") + "; suffixes K/M/G.")(func)
-        return func
-
-    return decorate

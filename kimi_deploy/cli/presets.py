@@ -12,12 +12,13 @@ import click
 
 import kimi_deploy
 from kimi_deploy import paths
-from kimi_deploy.catalog.models import MODELS, REFERENCE_GPUS, weights_fit
+from kimi_deploy.catalog.models import MODELS
 from kimi_deploy.cli.options import echo_json, json_flag
 from kimi_deploy.errors import UsageError
 from kimi_deploy.fsio import check_output_paths, write_atomic
 from kimi_deploy.options import OPTIONS, init_example
-from kimi_deploy.catalog.presets import MODEL_PRESETS, PRESETS, REFERENCE, SPECULATIVE, Preset, get_preset, preset_for_model
+from kimi_deploy.catalog.presets import (MODEL_PRESETS, PRESETS, REFERENCE, SPECULATIVE, Preset, get_preset,
+                                         preset_for_model, too_large_for_reference)
 from kimi_deploy.profile import toml_value, valid_service_name
 
 
@@ -65,7 +66,7 @@ def _model_help() -> str:
     large for the reference host, or with no preset yet)."""
     keys = [f"{key} (the reference)" if PRESETS[name].name == REFERENCE else key
             for key, name in sorted(MODEL_PRESETS.items())]
-    too_large = [k for k, m in MODELS.items() if k not in MODEL_PRESETS and weights_fit(m, REFERENCE_GPUS).fits is False]
+    too_large = too_large_for_reference()
     no_preset = [k for k in MODELS if k not in MODEL_PRESETS and k not in too_large]
     return ("Start from this Kimi model's preset on the reference host (8x RTX PRO 6000): " + ", ".join(keys)
             + (f"; {', '.join(too_large)} refused, with its weights against the GPU memory" if too_large else "")
