@@ -12,9 +12,15 @@ tokenspeed issue 833).
 
 from __future__ import annotations
 
-from pydantic import Field
+import math
+
+from pydantic import Field, field_validator
 
 from kimi_deploy.profile.base import MAX_SPAN_SEC, Section
+
+#: The phases of a start as :mod:`kimi_deploy.host.phases` reads them from SGLang's log (its ``PHASES``; a test keeps
+#: the two equal), and ``total`` (first log line to ready): the keys ``budget_sec`` takes.
+BUDGET_PHASES = ("weights", "kv_cache", "draft", "cuda_graphs", "ready", "total")
 
 #: The most reader threads ``prefetch_threads`` accepts: past the NVMe queue depth a 16-core host can feed,
 #: more threads only add seeks (benchmarks/prefetch_throughput.py measures 1..16).
@@ -36,3 +42,18 @@ class Startup(Section):
                                       "less free: the prefetch is skipped")
     prefetch_max_mib_s: int = Field(0, ge=0, le=1 << 30,
                                     description="read rate cap, MiB/s (0: none; shared storage)")
+    budget_factor: float = Field(1.5, ge=1.0, le=100.0, allow_inf_nan=False,
+                                 description="a phase over its median of the recorded starts times this warns "
+                                 "(restart --wait, status, the KimiStartSlower alert)")
+    budget_sec: dict[str, float] = Field(default_factory=dict, description="fixed budgets in seconds per phase "
+                                         "(weights, kv_cache, draft, cuda_graphs, ready, total); instead of the median")
+
+    @field_validator("budget_sec")
+    @classmethod
+    def _budgets(cls, v: dict[str, float]) -> dict[str, float]:
+        for key, seconds in v.items():
+            if key not in BUDGET_PHASES:
+                raise ValueError(f"budget_sec has no phase {key!r}; the phases are {', '.join(BUDGET_PHASES)}")
+            if isinstance(seconds, bool) or not math.isfinite(seconds) or not 0 < seconds <= MAX_SPAN_SEC:
+                raise ValueError(f"budget_sec.{key} = {seconds!r}: give seconds above 0, at most {MAX_SPAN_SEC}")
+        return v
