@@ -256,3 +256,10 @@ def test_kimi_start_slower_fires_on_a_slower_start_and_stays_silent_otherwise(tm
 
 def line_of(match: re.Match) -> str:
     return match.string
+
+
+def test_every_start_gauge_is_written_once_there_are_records(tmp_path):
+    from kimi_deploy.check.reports import START_GAUGES
+
+    text = _textfile(tmp_path, [300, 310, 290, 900])
+    assert {name for name, _ in START_GAUGES} <= {m.group("name") for m in map(SAMPLE.match, text.splitlines()) if m}

@@ -66,9 +66,6 @@ MIB = 1024**2
 CHUNK_BYTES = 16 * MIB
 #: Largest ``model.safetensors.index.json`` read (the Kimi K2.5 index is ~7 MB: 100k+ tensor names).
 MAX_INDEX_BYTES = 256 * MIB
-#: The step's own share of ``TimeoutStartSec=``: the other half is left for the unit's other ``ExecStartPre=``
-#: commands (the API-key file, ``patch verify``, a multi-node ``preflight``) and SGLang's exec.
-TIMEOUT_SHARE = 0.5
 
 #: Outcomes, stable (``--json``'s ``outcome``): ``off`` (``[startup] prefetch = false``), ``nothing`` (no local
 #: shard), ``warm`` (everything resident), ``no_room`` (skipped: MemAvailable too small), ``done``, ``deadline``
@@ -248,10 +245,9 @@ def profile_models(profile: Profile) -> list[tuple[str, str | None]]:
 
 
 def deadline_for(profile: Profile) -> int:
-    """The step's ``--deadline`` in the unit, seconds: ``[startup] prefetch_timeout_sec``, at most
-    :data:`TIMEOUT_SHARE` of ``TimeoutStartSec=`` (which bounds every command before SGLang's exec;
-    systemd.service(5), "TimeoutStartSec="). At least 1."""
-    return max(1, min(profile.start.prefetch_timeout_sec, int(profile.service.timeout_start_sec * TIMEOUT_SHARE)))
+    """The step's ``--deadline`` in the unit, seconds (:meth:`kimi_deploy.profile.Startup.prefetch_deadline`:
+    ``[startup] prefetch_timeout_sec``, at most half of ``TimeoutStartSec=``)."""
+    return profile.start.prefetch_deadline(profile.service.timeout_start_sec)
 
 
 # -- 2. residency ------------------------------------------------------------------------------------------------

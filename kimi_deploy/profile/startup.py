@@ -48,6 +48,12 @@ class Startup(Section):
     budget_sec: dict[str, float] = Field(default_factory=dict, description="fixed budgets in seconds per phase "
                                          "(weights, kv_cache, draft, cuda_graphs, ready, total); instead of the median")
 
+    def prefetch_deadline(self, timeout_start_sec: int) -> int:
+        """Seconds the unit's prefetch step may take: ``prefetch_timeout_sec``, at most half of
+        ``TimeoutStartSec=`` (which bounds every command before SGLang's exec: systemd.service(5),
+        "TimeoutStartSec="; the other half is left for the other ``ExecStartPre=`` commands); at least 1."""
+        return max(1, min(self.prefetch_timeout_sec, timeout_start_sec // 2))
+
     @field_validator("budget_sec")
     @classmethod
     def _budgets(cls, v: dict[str, float]) -> dict[str, float]:

@@ -236,9 +236,8 @@ def prefetch_command(profile: Profile, profile_path: str) -> str:
 
 
 def prefetch_deadline(profile: Profile) -> int:
-    """Seconds the prefetch step may take: ``[startup] prefetch_timeout_sec``, at most half ``TimeoutStartSec=``
-    (the same rule as :func:`kimi_deploy.host.prefetch.deadline_for`, which the step applies when run by hand)."""
-    return max(1, min(profile.start.prefetch_timeout_sec, profile.service.timeout_start_sec // 2))
+    """Seconds the prefetch step may take (:meth:`kimi_deploy.profile.Startup.prefetch_deadline`)."""
+    return profile.start.prefetch_deadline(profile.service.timeout_start_sec)
 
 
 def render_ranks(profile: Profile, sglang_version: str | None = None, *,
