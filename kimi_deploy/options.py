@@ -142,6 +142,7 @@ def _flag(name: str, **kw: Any) -> tuple[Spelling, ...]:
 
 
 _SPEC = "sglang 0.5.23 srt/arg_groups/speculative_hook.py"
+_MODEL_FIELDS = "sglang 0.5.23 srt/arg_groups/fields/model.py"
 
 OPTIONS: tuple[Option, ...] = (
     Option("model_path", AbsPath, ..., "--model-path: local directory of the weights", "value", Scope.EVERY_RANK,
@@ -244,6 +245,27 @@ OPTIONS: tuple[Option, ...] = (
            comment=("Custom all-reduce over PCIe IPC for 8x SM120 without NVLink (SGLang 0.5.21+): decode sizes,",
                     "NCCL for the rest, no patch (preset kimi-k25-rtx-pro-6000-x8-pcie-ipc). Writes peer GPU",
                     "memory directly: run `kimi-deploy doctor` for the fabric checks first.")),
+    # Weight loading (issue #42). SGLang 0.5.23 loads safetensors with 8 threads by default
+    # (DefaultModelLoader.DEFAULT_NUM_THREADS; enable_multithread_load defaults on in _get_weights_iterator,
+    # srt/model_loader/loader.py). None of these is a preset default: unmeasured on the reference host.
+    Option("load_format", Literal["auto", "safetensors", "fastsafetensors", "instanttensor"] | None, None,
+           "--load-format: how weights are read (SGLang's default is auto)", "value", Scope.EVERY_RANK,
+           _flag("--load-format", source=_MODEL_FIELDS), example="auto",
+           comment=("How SGLang reads the weights. fastsafetensors and instanttensor need their package in SGLang's",
+                    "environment (not a dependency of SGLang 0.5.23) and are unmeasured for INT4 compressed-tensors",
+                    "here: measure the weights phase (`kimi-deploy status`) before keeping one.")),
+    Option("weight_loader_prefetch_checkpoints", bool, False,
+           "--weight-loader-prefetch-checkpoints: each rank prefetches a share of the shards (network storage)",
+           "switch", Scope.EVERY_RANK, _flag("--weight-loader-prefetch-checkpoints", source=_MODEL_FIELDS),
+           comment=("SGLang's own page-cache prefetch, made for network file systems; it turns the multi-threaded",
+                    "loader off unless the loader's extra config asks for it. [startup] prefetch is the kit's.")),
+    Option("weight_loader_prefetch_num_threads", int | None, None,
+           "--weight-loader-prefetch-num-threads: threads per rank of that prefetch (SGLang's default is 4)",
+           "value", Scope.EVERY_RANK, _flag("--weight-loader-prefetch-num-threads", source=_MODEL_FIELDS),
+           bounds={"ge": 1, "le": 256}, example=4),
+    Option("startup_weight_load_mode", Literal["serial", "overlap"] | None, None,
+           "--startup-weight-load-mode: overlap stages the weights while CUDA graphs are captured", "value",
+           Scope.EVERY_RANK, _flag("--startup-weight-load-mode", source=_MODEL_FIELDS), example="serial"),
     Option("enable_metrics", bool, False, "--enable-metrics: Prometheus /metrics on the server port", "switch",
            Scope.EVERY_RANK, _flag("--enable-metrics"),
            comment=("Prometheus metrics (sglang:*) at /metrics on the server port; no API key is needed to read "

@@ -155,6 +155,7 @@ NOT_FOR = {
     "install": HEAVY - {"jinja2", "pydantic"},
     "uninstall": HEAVY - {"jinja2", "pydantic"},
     "preflight": HEAVY - {"jinja2", "pydantic"},
+    "prefetch": HEAVY - {"jinja2", "pydantic"},
     # the verbs that talk to a server load their client libraries when they run, not for --help
     "status": HEAVY,
     "restart": HEAVY,

@@ -21,7 +21,8 @@ from kimi_deploy.profile import SGLang, parse_profile
 #: A value to set for each row when testing that the row reaches the launch (valid together at 0.5.23).
 VALUES = {"model_path": "/models/other", "enforce_disable_flashinfer_allreduce_fusion": True,
           "served_model_name": "kimi", "trust_remote_code": True, "host": "127.0.0.2", "port": 31000, "tp_size": 2, "pp_size": 2,
-          "context_length": 4096, "mem_fraction_static": 0.5, "max_running_requests": 7, "chunked_prefill_size": 512, "max_prefill_tokens": 4096,
+          "context_length": 4096, "mem_fraction_static": 0.5, "max_running_requests": 7, "chunked_prefill_size": 512, "max_prefill_tokens": 4096, "load_format": "safetensors", "weight_loader_prefetch_checkpoints": True,
+          "weight_loader_prefetch_num_threads": 6, "startup_weight_load_mode": "overlap",
           "attention_backend": "flashinfer", "tool_call_parser": "kimi_k2", "reasoning_parser": "kimi_k2",
           "speculative_algorithm": "EAGLE3", "speculative_draft_model_path": "/models/d", "speculative_num_steps": 3,
           "speculative_eagle_topk": 1, "speculative_num_draft_tokens": 4, "disable_overlap_schedule": True,
@@ -223,7 +224,7 @@ def test_a_row_added_to_the_table_leaves_every_digest_alone_until_set():
     """Installed manifests and the golden files record the profile digest: a row outside the frozen first
     keys (``pp_size``, ``max_prefill_tokens``: rows added later) is left out of it while at its default, so
     adding a row is one row, not a row plus a digest exception; setting the row changes the digest."""
-    from kimi_deploy.profile import DIGEST_SGLANG_KEYS, RUNBOOK_DEFAULT_DIGESTED
+    from kimi_deploy.profile import DIGEST_OMITS_UNSET, DIGEST_SGLANG_KEYS, RUNBOOK_DEFAULT_DIGESTED
 
     assert DIGEST_SGLANG_KEYS <= {o.key for o in options.OPTIONS}
     later = [o for o in options.OPTIONS if o.key not in DIGEST_SGLANG_KEYS]
@@ -235,7 +236,8 @@ def test_a_row_added_to_the_table_leaves_every_digest_alone_until_set():
     for o in later:
         del data["sglang"][o.key]
     import hashlib
-    optional = ("fleet", "gateway", "kubernetes", "quality")  # tables left out of the digest while absent
+    optional = DIGEST_OMITS_UNSET  # tables left out of the digest while absent
+    assert set(optional) == {"fleet", "gateway", "kubernetes", "quality", "startup"}
     blob = json.dumps({k: v for k, v in data.items() if v is not None or k not in optional},
                       sort_keys=True, separators=(",", ":"))
     assert plain.digest() == hashlib.sha256(blob.encode()).hexdigest()

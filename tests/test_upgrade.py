@@ -195,9 +195,16 @@ def test_upgrade_to_0_5_23_passes_the_gate_and_leaves_0_5_22_untouched(cli_runne
     root, _, engine = host
     old_files = _old_files(old_env)
     new = make_target(sglang_python, tmp_path / "new", bytecode=True)
+    # the start records of earlier starts (issue #42) live in the unit's state directory, not the environment
+    history = root / "var/lib/kimi-test/start-history.json"
+    history.parent.mkdir(parents=True, exist_ok=True)
+    history.write_text(json.dumps({"version": 1, "starts": [
+        {"started": "2026-12-01 08:00:02", "total": 540.0, "phases": {"weights": 271.52}}]}))
     started = time.monotonic()
     result = _upgrade(cli_runner, root, tmp_path / "state", "--python", new, "--json")
     assert result.exit_code == 0, result.output + result.stderr + engine.log.read_text()[-3000:]
+    kept = json.loads(history.read_text())["starts"]
+    assert kept[0] == {"started": "2026-12-01 08:00:02", "total": 540.0, "phases": {"weights": 271.52}}
     data = json.loads(result.output)
     assert not data["rolled_back"] and data["restart"]["attempts"][0]["gate"]["ok"]
     assert [t["tier"] for t in data["restart"]["attempts"][0]["gate"]["tiers"]] == [

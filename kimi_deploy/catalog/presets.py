@@ -194,6 +194,13 @@ def _no_draft(model: ModelFacts) -> str:
     return f"no EAGLE-3 ({model.sources['draft_model']})"
 
 
+#: What every K2.5 preset leaves to measure about start time (issue #42): SGLang 0.5.23's weight-loading options
+#: are rows of the option table, none set by a preset because none is measured on the reference host.
+START_MEASURE = ("; start time: the weights phase cold and warm (docs/runbook.md#warm-and-cold-restarts), then with "
+                 "load_format fastsafetensors or instanttensor (their packages installed), "
+                 "weight_loader_prefetch_checkpoints, or startup_weight_load_mode = \"overlap\": none is a default "
+                 "until measured")
+
 PRESETS: dict[str, Preset] = {
     p.name: p
     for p in (
@@ -205,7 +212,7 @@ PRESETS: dict[str, Preset] = {
             measure="needs the opt-in patches sm120-flashinfer-allreduce-fusion and sm120-torch-symm-mem "
                     "(experimental); measure at TP8 against an NCCL-only baseline and against "
                     f"{PCIE_IPC} (docs/runbook.md#measuring-an-all-reduce-change): upstream closed the same fusion gates after a "
-                    "TP4 PCIe regression, the only positive figure is TP2",
+                    "TP4 PCIe regression, the only positive figure is TP2" + START_MEASURE,
         ),
         Preset(
             name=PCIE_IPC,
@@ -217,7 +224,8 @@ PRESETS: dict[str, Preset] = {
                     "enable_pcie_ipc_allreduce = true; no patch beyond the defaults",
             measure="TPOT and output tok/s at decode concurrency (upstream: TP8 TPOT 21.1 -> 13.6 ms on 8x SM120) "
                     "and TTFT on long prompts (should stay level with NCCL) against an NCCL-only baseline; "
-                    "`doctor` first: peer-memory writes ignore NCCL_P2P_DISABLE and hang on ACS/IOMMU hosts",
+                    "`doctor` first: peer-memory writes ignore NCCL_P2P_DISABLE and hang on ACS/IOMMU hosts"
+                    + START_MEASURE,
         ),
         Preset(
             name=K26,

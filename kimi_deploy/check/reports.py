@@ -16,6 +16,7 @@
 
 from __future__ import annotations
 
+import datetime as _dt
 import json
 import xml.etree.ElementTree as ET
 from pathlib import Path
@@ -191,6 +192,7 @@ def _samples(report: CheckReport, labels: dict[str, str]) -> dict[str, list[str]
         "kimi_deploy_check_duration_seconds": [
             f"{series('kimi_deploy_check_duration_seconds')} {report.duration_s:.3f}"],
         **_quality_series(report, series),
+        **_start_series(report, series),
     }
 
 
@@ -199,7 +201,8 @@ def _exposition(parts: list[dict[str, list[str]]]) -> str:
     :data:`QUALITY_GAUGES` that some part has samples of."""
     lines: list[str] = []
     families = [*PROM_FAMILIES.items(), *((name, text) for name, text, _ in QUALITY_GAUGES
-                                          if any(part.get(name) for part in parts))]
+                                          if any(part.get(name) for part in parts)),
+                *((name, text) for name, text in START_GAUGES if any(part.get(name) for part in parts))]
     for name, help_text in families:
         lines += [f"# HELP {name} {help_text}", f"# TYPE {name} gauge"]
         for part in parts:
@@ -249,6 +252,45 @@ QUALITY_GAUGES: tuple[tuple[str, str, str], ...] = (
      "tool_call_answers"),
     ("kimi_deploy_check_quality_requests", "Requests of the last quality.accuracy sample that were sent.", "sent"),
 )
+
+
+#: The start-time gauges (issue #42): (name, HELP). One series per phase (label ``phase``: weights, kv_cache,
+#: draft, cuda_graphs, ready, total), from the service's start history on the host (``check --profile``); none
+#: without a record. The ``KimiStartSlower`` alert compares the first with the third.
+START_GAUGES: tuple[tuple[str, str], ...] = (
+    ("kimi_deploy_check_start_phase_seconds", "Seconds each phase of the last recorded start took (SGLang's log)."),
+    ("kimi_deploy_check_start_phase_median_seconds", "Median seconds of each phase over the recorded starts."),
+    ("kimi_deploy_check_start_phase_budget_seconds", "Each phase's budget for the last start: [startup] budget_sec, "
+                                                     "else budget_factor x the median of the starts before it."),
+    ("kimi_deploy_check_last_start_timestamp_seconds", "Unix time of the last recorded start's first log line."),
+)
+
+
+def _start_series(report: CheckReport, series) -> dict[str, list[str]]:
+    """Family name -> sample lines of :data:`START_GAUGES` of ``report.starts`` (none without a record)."""
+    starts = report.starts
+    if not starts:
+        return {}
+    last = starts["last"]
+    phase_seconds = {**last["phases"], "total": last["total"]}
+    out = {
+        "kimi_deploy_check_start_phase_seconds": [
+            f"{series('kimi_deploy_check_start_phase_seconds', phase=p)} {s:.3f}" for p, s in phase_seconds.items()],
+        "kimi_deploy_check_start_phase_median_seconds": [
+            f"{series('kimi_deploy_check_start_phase_median_seconds', phase=p)} {m['median']:.3f}"
+            for p, m in starts["medians"].items()],
+        "kimi_deploy_check_start_phase_budget_seconds": [
+            f"{series('kimi_deploy_check_start_phase_budget_seconds', phase=p)} {b:.3f}"
+            for p, b in starts["last_budgets"].items()],
+    }
+    try:
+        # SGLang logs the host's local time; the check runs on the same host
+        stamp = _dt.datetime.strptime(last["started"], "%Y-%m-%d %H:%M:%S")
+        out["kimi_deploy_check_last_start_timestamp_seconds"] = [
+            f"{series('kimi_deploy_check_last_start_timestamp_seconds')} {stamp.timestamp():.0f}"]
+    except ValueError:
+        pass
+    return out
 
 
 def _quality_series(report: CheckReport, series) -> dict[str, list[str]]:

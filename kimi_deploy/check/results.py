@@ -314,6 +314,10 @@ class CheckReport:
     #: What the quality tier measured (``{"accuracy": {...}}``, report.schema.json ``$defs/accuracy``); ``None``
     #: when it did not run.
     quality: dict[str, Any] | None = None
+    #: The service's recorded starts (``kimi_deploy.host.start_history.summary``: ``last``, ``medians``,
+    #: ``last_budgets``), read by ``check --profile`` from the host's state directory for the textfile; ``None``
+    #: without a profile or a record. Not part of the JSON report.
+    starts: dict[str, Any] | None = None
 
     @property
     def unreachable(self) -> bool:

@@ -86,6 +86,8 @@ VERBS: dict[str, tuple[str, str]] = {
                          "unit."),
     "preflight": ("preflight", "Rendezvous with the other ranks of this node's multi-node group over gloo; name "
                                "what is wrong."),
+    "prefetch": ("prefetch", "Read the model's and the draft's shards into the page cache, in SGLang's order, "
+                             "before it starts."),
     "patch": ("patch", "Source patches for the installed SGLang (series in patches/<sglang-version>/)."),
     "install": ("install", "Install the rendered units, env file and profile on the host (plan, diff, apply)."),
     "uninstall": ("install", "Stop, disable and remove what kimi-deploy installed (only unmodified files; never "

@@ -178,6 +178,11 @@ def check_cmd(ctx, base_url, model, api_key_file, profile_path, only, skip, json
             report = run_checks(options)
     finally:
         signal.signal(signal.SIGTERM, previous)
+    if profile_path is not None:
+        # start-up: the host's start records load only for a run with a profile, after the checks ran
+        from kimi_deploy.host.start_history import recorded
+
+        report.starts = recorded(profile_path)
     reports.write_reports(report, **outputs)
     reports.render_table(report, make_console(file=sys.stderr if to_stdout else sys.stdout, width=160
                                          if not sys.stdout.isatty() else None))

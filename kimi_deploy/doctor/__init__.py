@@ -17,6 +17,7 @@ from kimi_deploy.doctor import fabric
 from kimi_deploy.facts import nvidia
 from kimi_deploy.doctor.checks import Facts, evaluate
 from kimi_deploy.doctor.host import compare_installed, disk_space, probe_port
+from kimi_deploy.facts.meminfo import read_meminfo
 from kimi_deploy.facts.modeldir import inspect_model_dir
 from kimi_deploy.doctor.report import Check, DoctorReport
 from kimi_deploy.errors import KimiDeployError
@@ -200,6 +201,7 @@ def gather(profile: Profile, *, python: str | None = None, root: Path = Path("/"
         facts["disk"] = disk_space(profile.cache_root)
     except OSError as exc:
         facts["disk_error"] = f"{profile.cache_root}: {exc.strerror}"
+    facts["meminfo"] = read_meminfo()
     facts["port"] = probe_port(s.host, s.port)
     try:
         rendered = render_lib.render(profile, version or versions.DEFAULT_SGLANG_VERSION,

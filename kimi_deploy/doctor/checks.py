@@ -5,7 +5,7 @@ No I/O here: every function is tested on recorded probe output. Check names are 
 ``driver``, ``torch.arch``, ``pcie.topology``, ``model``, ``draft_model``, ``sglang``,
 ``sglang.patches``, ``sglang.<option>`` (one per gated feature the profile asks for, e.g.
 ``sglang.flashinfer_allreduce_fusion_backend``; the mapping is the patch series' ``needed_by``),
-``sglang.flags``, ``disk.cache``, ``port``, ``unit.installed``; the fabric for peer-memory all-reduce:
+``sglang.flags``, ``disk.cache``, ``ram.warm_restart``, ``port``, ``unit.installed``; the fabric for peer-memory all-reduce:
 ``allreduce.paths``, ``fabric.p2p_disable``, ``fabric.acs``, ``fabric.iommu``, ``fabric.uvm_hmm``,
 ``fabric.p2p``.
 """
@@ -67,6 +67,8 @@ class Facts:
     draft_model: ModelDir | None = None
     disk: DiskSpace | None = None
     disk_error: str | None = None
+    #: ``/proc/meminfo`` as :func:`kimi_deploy.facts.meminfo.parse_meminfo` reads it (``None``: unreadable)
+    meminfo: dict[str, int] | None = None
     port: PortProbe | None = None
     unit: tuple[FileDrift, ...] = ()
     unit_error: str | None = None
@@ -485,6 +487,34 @@ def check_disk(f: Facts) -> Check:
     return passed(name, evidence)
 
 
+def check_warm_restart(f: Facts) -> Check:
+    """``ram.warm_restart``: RAM a warm restart needs (every shard of the model and the draft in the page cache, plus
+    ``[startup] prefetch_reserve_gib``) against ``MemTotal``; warns when it cannot hold them (every restart then
+    reads the weights from disk) or the shards were not measured."""
+    name = "ram.warm_restart"
+    st = f.profile.start
+    shards = sum(m.weights_bytes for m in (f.model, f.draft_model) if m is not None)
+    reserve = st.prefetch_reserve_gib * GIB
+    info = f.meminfo or {}
+    total, available = info.get("MemTotal"), info.get("MemAvailable")
+    if not shards:
+        return _not_checked(name, "no local shards of the model or the draft to measure",
+                            "run doctor on the serving host, where model_path is a local folder")
+    if total is None:
+        return _not_checked(name, "/proc/meminfo has no MemTotal", "run doctor on the serving host (Linux)")
+    need = shards + reserve
+    evidence = (f"a warm restart needs {_gib(need)} (shards {_gib(shards)} + reserve {_gib(reserve)}); "
+                f"MemTotal {_gib(total)}" + (f", MemAvailable {_gib(available)} now" if available is not None else ""))
+    if not st.prefetch:
+        return passed(name, evidence + "; the prefetch is off ([startup] prefetch = false)")
+    if need > total:
+        return warned(name, evidence + ": the shards cannot stay in the page cache, so the prefetch is skipped and "
+                      "every restart reads them from disk",
+                      "add RAM, or lower [startup] prefetch_reserve_gib if SGLang needs less host memory "
+                      "(docs/runbook.md#warm-and-cold-restarts)")
+    return passed(name, evidence)
+
+
 def check_port(f: Facts) -> Check | None:
     p = f.port
     if p is None:
@@ -680,6 +710,6 @@ def evaluate(f: Facts) -> list[Check]:
         check_model("draft_model", f.draft_model, "speculative_draft_model_path"),
         check_sglang(f), check_patches(f), *check_gates(f), check_flags(f), check_memory_plan(f),
         check_allreduce_paths(f), check_p2p_disable(f), check_acs(f), check_iommu(f), check_uvm_hmm(f), check_p2p(f),
-        check_disk(f), check_port(f), check_unit(f),
+        check_disk(f), check_warm_restart(f), check_port(f), check_unit(f),
     ]
     return [c for c in checks if c is not None]

@@ -39,7 +39,7 @@ from kimi_deploy.host import systemd
 from kimi_deploy.wire import apikey
 from kimi_deploy.errors import ExitCode, ExternalCommandError, KimiDeployError, UsageError
 from kimi_deploy.host import gate as gates
-from kimi_deploy.host import phases
+from kimi_deploy.host import phases, start_history
 from kimi_deploy.host.records import BackupSet, Restored, list_backups, restore_backup, service_lock
 from kimi_deploy.paths import HostLayout
 from kimi_deploy.profile import Profile, load_profile
@@ -315,7 +315,22 @@ def start_phases(profile: Profile, layout: HostLayout) -> dict[str, Any]:
         data["keep_error"] = exc.message
     else:
         data["kept"] = layout.host_path(kept) if kept else None
+    data.update(budget_check(profile, layout, start))
     return data
+
+
+def budget_check(profile: Profile, layout: HostLayout, start: phases.StartPhases) -> dict[str, Any]:
+    """Record ``start`` in the service's start history (:mod:`kimi_deploy.host.start_history`) and judge it against
+    the budgets of the starts before it: ``{"over_budget": [line, ...]}``, or ``{"history_error": why}``."""
+    directory = layout.state_dir(profile.service.name)
+    previous = start_history.load(directory)
+    try:
+        new = start_history.record(directory, start)
+    except KimiDeployError as exc:
+        return {"over_budget": [], "history_error": exc.message}
+    if new is None:
+        return {"over_budget": []}
+    return {"over_budget": start_history.over_budget(profile.start, new, previous)}
 
 
 def engaged_paths(profile: Profile) -> dict[str, Any]:
@@ -564,4 +579,7 @@ def phase_lines(data: dict[str, Any] | None) -> list[str]:
         out.append(f"  kept as the last measured start: {data['kept']}")
     elif data.get("keep_error"):
         out.append(f"  note   not kept: {data['keep_error']}")
+    out += [f"  warn   start phase over budget: {line}" for line in data.get("over_budget", [])]
+    if data.get("history_error"):
+        out.append(f"  note   start history not written: {data['history_error']}")
     return out

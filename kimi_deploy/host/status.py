@@ -35,7 +35,7 @@ from kimi_deploy.host import systemd
 from kimi_deploy.wire import apikey
 from kimi_deploy.argv import flag_groups, split_equals
 from kimi_deploy.errors import ExitCode, ExternalCommandError, KimiDeployError
-from kimi_deploy.host import phases
+from kimi_deploy.host import phases, start_history
 from kimi_deploy.host.records import Manifest, read_bytes, sha256
 from kimi_deploy.patching import status as series_status
 from kimi_deploy.names import check_argv, check_timer, gateway_service, gateway_unit, server_unit
@@ -213,6 +213,8 @@ class StatusReport:
     #: last measured complete start kept on the host (:func:`kimi_deploy.host.phases.load_last`)
     start_phases: dict[str, Any] | None = None
     last_start: dict[str, Any] | None = None
+    #: the recorded starts: the last, the median per phase, the budgets (:func:`kimi_deploy.host.start_history.summary`)
+    start_history: dict[str, Any] | None = None
 
     def __post_init__(self) -> None:
         if not self.unit_name:
@@ -226,7 +228,8 @@ class StatusReport:
         return {"service": self.service, "ok": not self.problems, "problems": self.problems, "files": self.files,
                 "unit_name": self.unit_name, "unit": self.unit, "check_timer": self.check_timer, "launch": self.launch.to_dict() if self.launch else None,
                 "patches": self.patches, "health": self.health, "last_check": self.last_check,
-                "allreduce": self.allreduce, "start_phases": self.start_phases, "last_start": self.last_start}
+                "allreduce": self.allreduce, "start_phases": self.start_phases, "last_start": self.last_start,
+                "start_history": self.start_history}
 
 
 def _file_states(manifest: Manifest, files: Mapping[str, bytes | None]) -> dict[str, str]:
@@ -373,7 +376,9 @@ def status(profile: Profile, layout: HostLayout, manifest: Manifest, node: str |
     Raises:
         UsageError: ``node`` is not a node of the profile.
     """
-    return status_from(profile, manifest, gather_status_facts(profile, layout, manifest, node, state_dir))
+    report = status_from(profile, manifest, gather_status_facts(profile, layout, manifest, node, state_dir))
+    history = start_history.summary(profile.start, layout.state_dir(profile.service.name))
+    return dataclasses.replace(report, start_history=history) if history else report
 
 
 def status_from(profile: Profile, manifest: Manifest, facts: StatusFacts) -> StatusReport:
@@ -528,6 +533,7 @@ def report_lines(report: StatusReport, view: dict[str, Any] | None = None) -> li
         lines = phases.StartPhases.from_dict(start).lines()
         for line in lines[:-1] if start.get("total_seconds") is not None else lines:
             out.append(f"        {line}")
+    out += start_history.summary_lines(report.start_history)
     c = report.last_check
     if not c:
         out.append(f"check     no nightly report yet ({report.check_timer})")

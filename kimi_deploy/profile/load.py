@@ -17,14 +17,16 @@ from pydantic import BaseModel, ValidationError
 from kimi_deploy.errors import ProfileError
 from kimi_deploy.profile.fleet import Fleet, Gateway
 from kimi_deploy.profile.kubernetes import Kubernetes
-from kimi_deploy.profile.model import Profile, SGLang
+from kimi_deploy.profile.model import Profile, Quality, SGLang
 from kimi_deploy.profile.monitoring import Monitoring
 from kimi_deploy.profile.rules import check_rules
 from kimi_deploy.profile.service import Service
+from kimi_deploy.profile.startup import Startup
 
 
 _SECTIONS: dict[str, type[BaseModel]] = {"service": Service, "sglang": SGLang, "monitoring": Monitoring,
-                                          "fleet": Fleet, "gateway": Gateway, "kubernetes": Kubernetes}
+                                          "fleet": Fleet, "gateway": Gateway, "kubernetes": Kubernetes,
+                                          "quality": Quality, "startup": Startup}
 
 
 def _model_of(annotation: Any) -> type[BaseModel] | None:
@@ -194,6 +196,7 @@ def dump_profile(profile: Profile) -> str:
         tables["gateway"] = data["gateway"]
     if data.get("kubernetes") is not None:
         tables["kubernetes"] = _without_none(data["kubernetes"])
-    if data.get("quality") is not None:
-        tables["quality"] = _without_none(data["quality"])
+    for table in Profile.model_fields:  # every other optional table ([quality], [startup], ...), when set
+        if table not in tables and table not in ("fleet", "gateway") and data.get(table) is not None:
+            tables[table] = _without_none(data[table])
     return tomli_w.dumps(tables)

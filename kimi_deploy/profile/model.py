@@ -18,6 +18,7 @@ Layout of a profile file::
     [[fleet.replicas]]
     [gateway]      # optional: SGLang's gateway (smg) in front of the replicas' rank 0
     [kubernetes]   # render --target kubernetes: image, volumes, names (kimi_deploy.targets.kubernetes renders it)
+    [startup]      # optional: the weights prefetch before SGLang starts (kimi_deploy.host.prefetch)
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ from kimi_deploy.profile.kubernetes import Kubernetes
 from kimi_deploy.profile.monitoring import RUNBOOK_DEFAULT, RUNBOOK_DEFAULT_DIGESTED, Monitoring
 from kimi_deploy.wire.net import host_key, is_loopback
 from kimi_deploy.profile.service import Service
+from kimi_deploy.profile.startup import Startup
 from kimi_deploy.values import MAX_ITEMS, check_abs_path, check_text, check_token
 
 
@@ -103,7 +105,7 @@ NAME_FIELD = "{name}"
 
 class Profile(BaseModel):
     """A whole deployment profile: ``[service]``, ``[sglang]``, ``[environment]``, ``[monitoring]``, and the
-    optional ``[fleet]``, ``[gateway]``, ``[kubernetes]`` and ``[quality]``."""
+    optional ``[fleet]``, ``[gateway]``, ``[kubernetes]``, ``[quality]`` and ``[startup]``."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
@@ -139,6 +141,7 @@ class Profile(BaseModel):
     fleet: Fleet | None = None
     gateway: Gateway | None = None
     kubernetes: Kubernetes | None = None
+    startup: Startup | None = None
 
     @field_validator("environment", mode="before")
     @classmethod
@@ -156,6 +159,11 @@ class Profile(BaseModel):
                 raise ValueError(f"environment variable name {key!r} is not valid (letters, digits, _)")
             check_token(str(value), f"value of {key}")
         return v
+
+    @property
+    def start(self) -> Startup:
+        """``[startup]``, or its defaults when the profile has no such table."""
+        return self.startup or Startup()
 
     @property
     def is_loopback(self) -> bool:
@@ -245,7 +253,7 @@ class Profile(BaseModel):
 
 
 #: Top-level tables that :meth:`Profile.digest` leaves out while absent (added after the first installs).
-DIGEST_OMITS_UNSET: tuple[str, ...] = ("fleet", "gateway", "kubernetes", "quality")
+DIGEST_OMITS_UNSET: tuple[str, ...] = ("fleet", "gateway", "kubernetes", "quality", "startup")
 
 #: The ``[sglang]`` keys of the first installed profiles: always part of :meth:`Profile.digest`. Frozen: a row
 #: added to :data:`kimi_deploy.options.OPTIONS` later (``pp_size``, ``max_prefill_tokens``, ...) is not listed

@@ -352,6 +352,17 @@ def alerts(st: Settings) -> list[Alert]:
               "0m", "page", "{{ $labels.check }} failed: {{ $labels.kind }}",
               "The nightly check found the API contract broken ({{ $labels.kind }}): clients get raw tool-call "
               "markup, dropped or wrong tool calls. Every request of that shape fails until it is fixed."),
+        # the budget is the median of the starts before the last one times [startup] budget_factor, or the
+        # profile's fixed budget_sec (kimi_deploy.host.start_history.budgets); both series come from one textfile
+        Alert("KimiStartSlower",
+              f"kimi_deploy_check_start_phase_seconds{c} > on (job, instance, service, phase) "
+              f"kimi_deploy_check_start_phase_budget_seconds{c}", "0m", "ticket",
+              "The last start's {{ $labels.phase }} phase took {{ $value | humanizeDuration }}, over its budget",
+              "Starts are growing slower: this phase of the last recorded start is over its budget ([startup] "
+              "budget_sec, else budget_factor x the median of the starts before it). weights: the page cache was "
+              "cold (the prefetch skipped or stopped: journalctl -u the server unit | grep prefetch:) or the disk "
+              "is slower; cuda_graphs: the JIT caches were rebuilt (a new SGLang, driver or cache key). `kimi-deploy "
+              "status` lists the recorded starts."),
     ]
     if st.quality:
         # a drop beyond the interval: this run's whole 95 % interval lies under the lower bound of a run of the

@@ -183,6 +183,8 @@ def render(profile: Profile, sglang_version: str | None = None, *,
         "check_unit": names.check_unit(svc.name),
         "rank": rank,
         "preflight_command": preflight_command(profile, rank, profile_host_path) if rank is not None else None,
+        "prefetch_command": prefetch_command(profile, profile_host_path) if profile.start.prefetch else None,
+        "prefetch_deadline": prefetch_deadline(profile),
     }
     env = _environment()
     files = {
@@ -229,6 +231,17 @@ def preflight_command(profile: Profile, rank: Rank, profile_path: str) -> str:
     """The rank unit's ``ExecStartPre=``: ``kimi-deploy preflight --profile P --host NODE --timeout T``."""
     return (f"{profile.service.kimi_deploy} preflight --profile {profile_path} --host {rank.node} "
             f"--timeout {PREFLIGHT_TIMEOUT_SEC}")
+
+
+def prefetch_command(profile: Profile, profile_path: str) -> str:
+    """The server unit's ``ExecStartPre=-``: ``kimi-deploy prefetch --profile P --deadline D``
+    (:mod:`kimi_deploy.host.prefetch`; D: :func:`prefetch_deadline`)."""
+    return f"{profile.service.kimi_deploy} prefetch --profile {profile_path} --deadline {prefetch_deadline(profile)}"
+
+
+def prefetch_deadline(profile: Profile) -> int:
+    """Seconds the prefetch step may take (:meth:`kimi_deploy.profile.Startup.prefetch_deadline`)."""
+    return profile.start.prefetch_deadline(profile.service.timeout_start_sec)
 
 
 def render_ranks(profile: Profile, sglang_version: str | None = None, *,

@@ -10,7 +10,8 @@ The weights are not loaded: ``--model-path`` must be a folder holding ``config.j
 tokenizer (tests/replay/kimi_tokenizer.py builds one). SGLang's own argument resolution reads that
 config, so a path that does not exist (an ``OSError``: neither a folder nor a hub repo id) or a folder
 without a usable ``config.json`` fails the start with a traceback and exit 1, as in a real launch.
-Prints SGLang's "The server is fired up and ready to roll!" once it serves.
+Prints SGLang's "The server is fired up and ready to roll!" once it serves; with ``KIMI_STANDIN_START_LOG`` first a
+start's recorded phase lines (:func:`replay_start_log`).
 
 Not exercised (SGLang's engine stack cannot be imported on a CPU): the ``server_args=...`` start-up
 log line of ``engine.py``, the scheduler and TP worker processes, CUDA.
@@ -69,6 +70,7 @@ def main(argv: list[str]) -> int:
                 await task
                 return
             await asyncio.sleep(0.02)
+        replay_start_log(os.environ.get("KIMI_STANDIN_START_LOG"))
         # http_server.py 0.5.23 logs these two once the warm-up request succeeded
         print(f"Uvicorn running on http://{cfg.host}:{cfg.port}", flush=True)
         print("The server is fired up and ready to roll!", flush=True)
@@ -76,6 +78,24 @@ def main(argv: list[str]) -> int:
 
     asyncio.run(serve())
     return 0
+
+
+def replay_start_log(path: str | None) -> None:
+    """With ``KIMI_STANDIN_START_LOG`` (the profile's ``[environment]``): print a start's log recorded from SGLang
+    on GPUs (tests/data/sglang-log/, the phases a CPU cannot run), its timestamps moved so that it ends now and
+    without its ready line (printed next, as always), so that each start of the unit has its own phases."""
+    if not path:
+        return
+    import datetime as dt
+    import re
+
+    stamp = re.compile(r"^\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)")
+    lines = [line for line in Path(path).read_text().splitlines() if "fired up and ready" not in line]
+    stamps = [dt.datetime.strptime(m.group(1), "%Y-%m-%d %H:%M:%S") for line in lines if (m := stamp.match(line))]
+    shift = dt.datetime.now().replace(microsecond=0) - max(stamps)
+    for line in lines:
+        print(stamp.sub(lambda m: "[" + (dt.datetime.strptime(m.group(1), "%Y-%m-%d %H:%M:%S") + shift)
+                        .strftime("%Y-%m-%d %H:%M:%S"), line), flush=True)
 
 
 if __name__ == "__main__":
