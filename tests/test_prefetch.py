@@ -295,7 +295,7 @@ RECORDED = Path(__file__).parent / "data" / "meminfo" / "dev-23g.txt"
 
 def _doctor_facts(profile, model_bytes: int, draft_bytes: int, meminfo):
     from kimi_deploy.doctor.checks import Facts
-    from kimi_deploy.doctor.modeldir import ModelDir
+    from kimi_deploy.facts.modeldir import ModelDir
 
     model = ModelDir("/m", True, True, ("a",), (), (), model_bytes, ())
     draft = ModelDir("/d", True, True, ("b",), (), (), draft_bytes, ())

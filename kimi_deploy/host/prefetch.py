@@ -54,7 +54,7 @@ from pathlib import Path
 from typing import Any
 
 from kimi_deploy.facts.meminfo import MEMINFO, read_meminfo
-from kimi_deploy.doctor.modeldir import INDEX_NAME, SINGLE_NAME
+from kimi_deploy.facts.modeldir import INDEX_NAME, SINGLE_NAME
 from kimi_deploy.errors import ExitCode
 from kimi_deploy.profile import Profile
 from kimi_deploy.wire.limits import parse_json
