@@ -14,7 +14,16 @@ It answers like SGLang with the ``kimi_k2`` parsers (``/model_info``, ``/server_
   ``"always"`` (reasoning whatever the switch says), ``"never"`` (no reasoning even when asked);
 - ``server_info``: extra ``/server_info`` fields (``sampling_defaults``, ``preferred_sampling_params``);
 - ``prompt_tokens``: ``function(request body) -> int`` for ``usage.prompt_tokens`` (default: 10);
-- ``error_every``: every k-th chat request is answered HTTP 500.
+- ``error_every``: every k-th chat request is answered HTTP 500;
+- ``conversation``: answer like an agent's model, as the ``contract.followup.*`` checks need: a tool result is
+  answered with text, a question with the call it asks for ("weather in X" and "in Y": ``get_weather`` per city;
+  "time zone Z": ``get_time``), ids ``functions.NAME:N`` counted over the conversation (SGLang's history count);
+  and with it the field's faults (issue #41), each seeded by ``random.Random(f"{seed}:{fault}:{i}")``, i
+  counting that fault's chances from 0:
+  ``empty_followup_rate`` (the answer to the 2nd or later round of tool results is empty: reasoning, then
+  ``<|im_end|>``, MoonshotAI/Kimi-K2 issue 128), ``drop_client_ids`` (a history id not ``functions.NAME:N``: the
+  call is not parsed, ``finish_reason=stop`` with no call, sglang issue 25358), ``wrong_tool_from_round`` (from
+  that round, counted in user messages, the call goes to another offered tool, sglang issue 25218).
 """
 
 from __future__ import annotations
@@ -106,11 +115,16 @@ class QualityServer:
     def __init__(self, *, invalid_rate: float = 0.0, seed: int = 0, mutate: dict[str, Callable] | None = None,
                  thinking: str = "honour", server_info: dict | None = None,
                  prompt_tokens: Callable[[dict], int] | None = None, model_info: bool = True,
-                 error_every: int = 0) -> None:
+                 error_every: int = 0, conversation: bool = False, empty_followup_rate: float = 0.0,
+                 drop_client_ids: bool = False, wrong_tool_from_round: int = 0) -> None:
         self.invalid_rate, self.seed, self.mutate = invalid_rate, seed, mutate or {}
         self.thinking, self.extra_info, self.model_info = thinking, server_info or {}, model_info
         self.prompt_tokens = prompt_tokens or (lambda body: 10)
         self.error_every = error_every  # every k-th chat request gets HTTP 500 (0: none)
+        self.conversation, self.empty_followup_rate = conversation, empty_followup_rate
+        self.drop_client_ids, self.wrong_tool_from_round = drop_client_ids, wrong_tool_from_round
+        self.chances: dict[str, int] = {}   # fault -> chances so far
+        self.faults: dict[str, int] = {}    # fault -> times it struck
         self.lock = threading.Lock()
         self.calls = 0          # tool-call answers given so far
         self.invalid = 0        # of which broken on purpose
@@ -133,8 +147,57 @@ class QualityServer:
             self.invalid += bad
             return bad
 
+    def _strikes(self, fault: str, rate: float) -> bool:
+        """Whether ``fault`` strikes at its next chance (seeded; module docstring)."""
+        with self.lock:
+            i = self.chances.get(fault, 0)
+            self.chances[fault] = i + 1
+            hit = random.Random(f"{self.seed}:{fault}:{i}").random() < rate
+            self.faults[fault] = self.faults.get(fault, 0) + hit
+            return hit
+
+    def converse(self, body: dict) -> dict:
+        """:meth:`answer` in ``conversation`` mode (module docstring)."""
+        messages = body.get("messages") or []
+        tools = [t.get("function", t) for t in body.get("tools") or []]
+        names = [t["name"] for t in tools]
+        on = (body.get("chat_template_kwargs") or {}).get("thinking", True) is not False
+        reasoning = "Let me think about it." if on else None
+        if messages and messages[-1].get("role") == "tool":
+            rounds = sum(1 for k, m in enumerate(messages) if m.get("role") == "tool"
+                         and (k == 0 or messages[k - 1].get("role") != "tool"))
+            if rounds >= 2 and self.empty_followup_rate and self._strikes("empty_followup", self.empty_followup_rate):
+                return {"content": "", "reasoning": reasoning, "calls": []}
+            results = [m.get("content") for m in messages if m.get("role") == "tool"][-2:]
+            return {"content": "Here is what I found: " + "; ".join(map(str, results)) + ".", "reasoning": reasoning,
+                    "calls": []}
+        history = [tc.get("id") for m in messages for tc in m.get("tool_calls") or []]
+        user = next((m.get("content") for m in reversed(messages) if m.get("role") == "user"), "") or ""
+        calls: list[tuple[str, str]] = []
+        m = DIRECTIVE.search(user)
+        if m and m.group(1) in names:
+            calls = [(m.group(1), m.group(2))]
+        elif "get_time" in names and (zone := re.search(r"time zone ([A-Za-z_]+/[A-Za-z_]+)", user)):
+            calls = [("get_time", json.dumps({"timezone": zone.group(1)}))]
+        elif "get_weather" in names:
+            cities = re.findall(r"(?:weather in|and in) ([A-Z][a-z]+(?:, [A-Z][a-z]+)?)", user)
+            calls = [("get_weather", json.dumps({"city": c})) for c in cities]
+        turn = sum(1 for m in messages if m.get("role") == "user")
+        if calls and self.wrong_tool_from_round and turn >= self.wrong_tool_from_round:
+            other = next((n for n in names if n != calls[0][0]), None)
+            if other is not None:
+                schema = next(t.get("parameters") or {} for t in tools if t["name"] == other)
+                calls = [(other, json.dumps(valid_value(schema)))]
+        if calls and self.drop_client_ids and any(not re.fullmatch(r"functions\.[\w.-]+:\d+", str(i))
+                                                  for i in history):
+            return {"content": "", "reasoning": reasoning, "calls": []}
+        content = None if calls else "I can answer that without a tool."
+        return {"content": content, "reasoning": reasoning, "calls": calls, "first_id": len(history)}
+
     def answer(self, body: dict) -> dict:
         """The assistant message parts for ``body``: content, reasoning, calls [(name, arguments JSON)]."""
+        if self.conversation:
+            return self.converse(body)
         messages = body.get("messages") or []
         tools = [t.get("function", t) for t in body.get("tools") or []]
         user = next((m.get("content") for m in reversed(messages) if m.get("role") == "user"), "") or ""
@@ -196,8 +259,9 @@ class QualityServer:
                 a = server.answer(body)
                 usage = {"prompt_tokens": server.prompt_tokens(body), "completion_tokens": 12, "total_tokens": 0}
                 finish = "tool_calls" if a["calls"] else "stop"
-                calls = [{"id": f"functions.{n}:{k}", "type": "function", "function": {"name": n, "arguments": args}}
-                         for k, (n, args) in enumerate(a["calls"])]
+                first = a.get("first_id", 0)
+                calls = [{"id": f"functions.{n}:{first + k}", "type": "function",
+                          "function": {"name": n, "arguments": args}} for k, (n, args) in enumerate(a["calls"])]
                 if not body.get("stream"):
                     msg = {"role": "assistant", "content": a["content"], "reasoning_content": a["reasoning"],
                            "tool_calls": calls or None}

@@ -52,6 +52,9 @@ FAILURE_KINDS: tuple[str, ...] = (
     "thinking_switch",         # chat_template_kwargs.thinking true/false not honoured (quality.preflight.thinking_*)
     "sampling_defaults",       # the server's default sampling differs from the model's recommended values
     "prompt_tokens_mismatch",  # usage.prompt_tokens differs from the model's own tokenizer and chat template
+    "empty_followup",          # contract.followup.*: the answer to a tool result has no content and no call
+    "stop_without_calls",      # contract.followup.*: a call was due, the answer ended with stop and no tool_calls
+    "wrong_tool_after_round",  # contract.followup.*: from round 2 on, a call to another of the request's tools
 )
 WARN_KINDS: tuple[str, ...] = ("model_declined",)
 ALL_KINDS: tuple[str, ...] = FAILURE_KINDS + WARN_KINDS
@@ -120,6 +123,18 @@ FIXES: dict[str, str] = {
                               "--chat-template override, an old tokenizer, tool declarations rendered "
                               "differently): serve the model's own tokenizer and template, then `kimi-deploy "
                               "restart --wait`",
+    "empty_followup": "the model closed its turn right after </think> (MoonshotAI/Kimi-K2 issue 128): turn "
+                      "speculative decoding off to see whether it is the cause (profile speculative_algorithm, "
+                      "then `kimi-deploy install` and `kimi-deploy restart --wait`), check the reasoning parser "
+                      "and chat template are the model's own; an agent sees an empty reply and stops",
+    "stop_without_calls": "the model wrote a call the parser did not match, most often because the history holds "
+                          "ids in a client's own form (callNNNNN, call_<hex>, toolu_...; sglang issue 25358): "
+                          "`kimi-deploy patch apply --python {python}` (kimi-k2-tool-call-ids, "
+                          "kimi-k2-canonical-history-ids), then `kimi-deploy restart --wait`; or keep the "
+                          "server's ids in the history",
+    "wrong_tool_after_round": "the call of a later round went to another tool (sglang issue 25218): compare with "
+                              "thinking off and without speculative decoding, `kimi-deploy patch status --python "
+                              "{python}`; report it upstream with the evidence",
 }
 
 #: The fix of a ``model_declined`` answer cut at ``max_tokens`` (its detail says "until max_tokens").
