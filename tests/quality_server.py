@@ -23,7 +23,10 @@ It answers like SGLang with the ``kimi_k2`` parsers (``/model_info``, ``/server_
   ``empty_followup_rate`` (the answer to the 2nd or later round of tool results is empty: reasoning, then
   ``<|im_end|>``, MoonshotAI/Kimi-K2 issue 128), ``drop_client_ids`` (a history id not ``functions.NAME:N``: the
   call is not parsed, ``finish_reason=stop`` with no call, sglang issue 25358), ``wrong_tool_from_round`` (from
-  that round, counted in user messages, the call goes to another offered tool, sglang issue 25218).
+  that round, counted in user messages, the call goes to another offered tool, sglang issue 25218);
+- ``think_leak_rate`` (any mode): the answer's reasoning and ``</think>`` are put in front of its content, as a
+  server whose reasoning parser does not split them returns it (the template pre-filled ``<think>``), at that
+  seeded rate (``faults["think_leak"]`` counts the leaked answers).
 """
 
 from __future__ import annotations
@@ -116,13 +119,14 @@ class QualityServer:
                  thinking: str = "honour", server_info: dict | None = None,
                  prompt_tokens: Callable[[dict], int] | None = None, model_info: bool = True,
                  error_every: int = 0, conversation: bool = False, empty_followup_rate: float = 0.0,
-                 drop_client_ids: bool = False, wrong_tool_from_round: int = 0) -> None:
+                 drop_client_ids: bool = False, wrong_tool_from_round: int = 0, think_leak_rate: float = 0.0) -> None:
         self.invalid_rate, self.seed, self.mutate = invalid_rate, seed, mutate or {}
         self.thinking, self.extra_info, self.model_info = thinking, server_info or {}, model_info
         self.prompt_tokens = prompt_tokens or (lambda body: 10)
         self.error_every = error_every  # every k-th chat request gets HTTP 500 (0: none)
         self.conversation, self.empty_followup_rate = conversation, empty_followup_rate
         self.drop_client_ids, self.wrong_tool_from_round = drop_client_ids, wrong_tool_from_round
+        self.think_leak_rate = think_leak_rate
         self.chances: dict[str, int] = {}   # fault -> chances so far
         self.faults: dict[str, int] = {}    # fault -> times it struck
         self.lock = threading.Lock()
@@ -196,8 +200,12 @@ class QualityServer:
 
     def answer(self, body: dict) -> dict:
         """The assistant message parts for ``body``: content, reasoning, calls [(name, arguments JSON)]."""
-        if self.conversation:
-            return self.converse(body)
+        a = self.converse(body) if self.conversation else self._answer(body)
+        if self.think_leak_rate and self._strikes("think_leak", self.think_leak_rate):
+            a = {**a, "content": f"{a['reasoning'] or ''}</think>{a['content'] or ''}", "reasoning": None}
+        return a
+
+    def _answer(self, body: dict) -> dict:
         messages = body.get("messages") or []
         tools = [t.get("function", t) for t in body.get("tools") or []]
         user = next((m.get("content") for m in reversed(messages) if m.get("role") == "user"), "") or ""

@@ -55,6 +55,7 @@ FAILURE_KINDS: tuple[str, ...] = (
     "empty_followup",          # contract.followup.*: the answer to a tool result has no content and no call
     "stop_without_calls",      # contract.followup.*: a call was due, the answer ended with stop and no tool_calls
     "wrong_tool_after_round",  # contract.followup.*: from round 2 on, a call to another of the request's tools
+    "think_leak",              # quality.reasoning: a think tag or the reasoning in content, over the bar's rate
 )
 WARN_KINDS: tuple[str, ...] = ("model_declined",)
 ALL_KINDS: tuple[str, ...] = FAILURE_KINDS + WARN_KINDS
@@ -132,6 +133,10 @@ FIXES: dict[str, str] = {
                           "`kimi-deploy patch apply --python {python}` (kimi-k2-tool-call-ids, "
                           "kimi-k2-canonical-history-ids), then `kimi-deploy restart --wait`; or keep the "
                           "server's ids in the history",
+    "think_leak": "the reasoning parser does not split the answer where the template pre-fills <think>: launch "
+                  "with --reasoning-parser kimi_k2 (profile reasoning_parser; through a gateway, its own reasoning "
+                  "parser must match the model), keep the model's own chat template, then `kimi-deploy restart "
+                  "--wait`",
     "wrong_tool_after_round": "the call of a later round went to another tool (sglang issue 25218): compare with "
                               "thinking off and without speculative decoding, `kimi-deploy patch status --python "
                               "{python}`; report it upstream with the evidence",

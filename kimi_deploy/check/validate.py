@@ -36,7 +36,7 @@ CANONICAL_KIMI_ID = ID_FORMATS["kimi_k2"].pattern  # fullmatch: no trailing newl
 #: Most telling kind first: a check reports the first finding in this order.
 PRIORITY: tuple[str, ...] = (
     "unreachable", "timeout", "error_frame", "server_error", "invalid_response", "http_error", "wrong_tool",
-    "markup_leak", "wrong_tool_after_round", "stop_without_calls", "empty_followup",
+    "markup_leak", "think_leak", "wrong_tool_after_round", "stop_without_calls", "empty_followup",
     "tool_call_dropped", "empty_answer", "finish_reason_mismatch", "unknown_tool", "invalid_arguments",
     "schema_violation", "tool_choice_violation", "duplicate_id", "noncanonical_id",
     "reasoning_leak", "missing_reasoning", "stream_shape", "config_mismatch", "thinking_switch",

@@ -79,6 +79,15 @@ class Quality(Section):
                                        description="verdict threshold (fraction); K2VV's SGLang figure")
     dataset: str | None = Field(None, description="JSONL of request bodies (K2VV's format), an absolute path; none: "
                                 "the kit's samples")
+    max_think_leak_rate: float = Field(0.0, ge=0, le=1, allow_inf_nan=False,
+                                       description="quality.reasoning: highest share of answers with a think tag or "
+                                                   "the reasoning in content (smg-project/providers-verifier: 0)")
+    max_empty_stop_rate: float = Field(0.0, ge=0, le=1, allow_inf_nan=False,
+                                       description="quality.reasoning: highest share of answers ending stop with "
+                                                   "neither content nor a call")
+    max_missing_reasoning_rate: float = Field(0.0, ge=0, le=1, allow_inf_nan=False,
+                                              description="quality.reasoning: highest share of thinking-on answers "
+                                                          "without reasoning")
 
     @field_validator("dataset")
     @classmethod

@@ -34,7 +34,7 @@ from typing import Any
 
 import openai
 
-from kimi_deploy.check import leaks
+from kimi_deploy.check import integrity, leaks
 from kimi_deploy.check import stream as stream_v
 from kimi_deploy.check.client import Clients, Deadline
 from kimi_deploy.check.context import Context
@@ -72,6 +72,10 @@ class Sample:
     detail: str = ""
     evidence: str = ""
     answered: bool = True
+    #: Whether the request asked for reasoning (:func:`kimi_deploy.check.integrity.thinking_on`) and the reasoning
+    #: integrity rules the answer broke (:func:`kimi_deploy.check.integrity.judge`), for ``quality.reasoning``.
+    thinking: bool | None = None
+    breaches: tuple[integrity.Breach, ...] = ()
 
 
 def failed(index: int, finding: Finding) -> Sample:
@@ -79,10 +83,18 @@ def failed(index: int, finding: Finding) -> Sample:
     return Sample(index, None, None, finding.kind, finding.detail, finding.evidence, answered=False)
 
 
-def classify(index: int, msg: Message, tools: list[dict[str, Any]], named: bool = False) -> Sample:
+def classify(index: int, msg: Message, tools: list[dict[str, Any]], named: bool = False,
+             thinking: bool | None = None) -> Sample:
     """Judge one answer (K2VV's rule, module docstring). ``named``: the request's ``tool_choice`` names a function,
     whose forced call may end with ``finish_reason`` ``stop`` (OpenAI's own API does, and vLLM 0.33.0 follows it:
-    :mod:`kimi_deploy.check.validate`): such an answer with calls is a tool-call answer too."""
+    :mod:`kimi_deploy.check.validate`): such an answer with calls is a tool-call answer too. ``thinking``: reasoning
+    is due (the sample's ``breaches`` are judged with it)."""
+    breaches = tuple(integrity.judge(msg.content, msg.reasoning, finish_reason=msg.finish_reason,
+                                     has_calls=bool(msg.tool_calls), thinking=thinking))
+    return dataclasses.replace(_classify(index, msg, tools, named), thinking=thinking, breaches=breaches)
+
+
+def _classify(index: int, msg: Message, tools: list[dict[str, Any]], named: bool) -> Sample:
     if msg.finish_reason == "tool_calls" or (named and msg.finish_reason == "stop" and msg.tool_calls):
         if not msg.tool_calls:
             return Sample(index, msg.finish_reason, False, "finish_reason_mismatch",
@@ -104,8 +116,10 @@ def classify(index: int, msg: Message, tools: list[dict[str, Any]], named: bool 
     return Sample(index, msg.finish_reason, None)
 
 
-def send(clients: Clients, model: str, body: dict[str, Any], index: int) -> Sample:
-    """Send ``body`` (a dataset request) with ``clients`` and judge the answer."""
+def send(clients: Clients, model: str, body: dict[str, Any], index: int, reasoning_expected: bool = False) -> Sample:
+    """Send ``body`` (a dataset request) with ``clients`` and judge the answer; ``reasoning_expected``: the server
+    has a reasoning parser (reasoning is then due unless the request switches thinking off)."""
+    thinking = integrity.thinking_on(body, reasoning_expected)
     stream = bool(body.get("stream"))
     kwargs = {k: v for k, v in body.items() if k in _OPENAI_KEYS}
     extra = {k: v for k, v in body.items() if k not in _OPENAI_KEYS and k != "model"}
@@ -122,7 +136,7 @@ def send(clients: Clients, model: str, body: dict[str, Any], index: int) -> Samp
             problem = completion_problem(data, clip(clients.recorder.last_text))
             if problem is not None:
                 return failed(index, problem)
-            return classify(index, message_from_completion(data), tools, named)
+            return classify(index, message_from_completion(data), tools, named, thinking)
         for _chunk in clients.chat(**kwargs):
             pass
     except openai.OpenAIError as exc:
@@ -137,7 +151,7 @@ def send(clients: Clients, model: str, body: dict[str, Any], index: int) -> Samp
     problem = problem or stream_problem(sse.frames, clip(clients.recorder.last_text))
     if problem is not None:
         return failed(index, problem)
-    return classify(index, stream_v.assemble(sse.frames), tools, named)
+    return classify(index, stream_v.assemble(sse.frames), tools, named, thinking)
 
 
 def measure(ctx: Context, settings: QualitySettings) -> tuple[dict[str, Any], list[Sample]]:
@@ -159,6 +173,7 @@ def measure(ctx: Context, settings: QualitySettings) -> tuple[dict[str, Any], li
     samples: list[Sample] = []
 
     stop = threading.Event()  # set on an interrupt: no worker takes another request
+    reasoning_expected = bool(ctx.reasoning_parser)
 
     def worker() -> None:
         clients = Clients.open(ctx.clients.root, ctx.clients.api_key, ctx.clients.timeout, deadline,
@@ -171,7 +186,7 @@ def measure(ctx: Context, settings: QualitySettings) -> tuple[dict[str, Any], li
                     return
                 index, body = item
                 try:
-                    sample = send(clients, ctx.model or "", body, index)
+                    sample = send(clients, ctx.model or "", body, index, reasoning_expected)
                 except Exception as exc:  # noqa: BLE001 - one request's surprise is that request's error class
                     log.debug("quality request %d raised", index, exc_info=True)
                     sample = failed(index, unreadable(exc, "POST /v1/chat/completions", clients.recorder.last_body))
@@ -259,4 +274,12 @@ def run(ctx: Context) -> Outcome:
     acc, samples = measure(ctx, settings)
     log.debug("quality.accuracy: %d requests in %.1f s", acc["sent"], time.monotonic() - started)
     ctx.quality_results["accuracy"] = acc
+    ctx.quality_results["reasoning"] = reasoning_rates(samples, settings)
     return outcome(acc, samples)
+
+
+def reasoning_rates(samples: list[Sample], settings: QualitySettings) -> dict[str, Any]:
+    """The report's ``reasoning`` object over the answered ``samples`` (:func:`kimi_deploy.check.integrity.rates`)."""
+    answered = [s for s in samples if s.answered]
+    return integrity.rates([list(s.breaches) for s in answered], settings.reasoning_bars,
+                           thinking_answers=sum(1 for s in answered if s.thinking))

@@ -16,6 +16,8 @@ DEFAULT_DEADLINE_S = 600.0
 #: K2VV's published schema accuracy of SGLang serving K2-Thinking (2025-11-15, temperature 1.0; Moonshot's own API
 #: 100.00 %, vLLM 87.22 %): ../shared/notes/upstream-2026-12.md, "How Moonshot judges a deployment".
 DEFAULT_MIN_SCHEMA_ACCURACY = 0.9552
+#: The bars of ``quality.reasoning`` (rates, fractions): 0, the think-leak bar of smg-project/providers-verifier.
+DEFAULT_REASONING_BAR = 0.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -31,6 +33,15 @@ class QualitySettings:
     min_schema_accuracy: float = DEFAULT_MIN_SCHEMA_ACCURACY
     model_dir: str | None = None
     sglang_python: str | None = None
+    max_think_leak_rate: float = DEFAULT_REASONING_BAR
+    max_empty_stop_rate: float = DEFAULT_REASONING_BAR
+    max_missing_reasoning_rate: float = DEFAULT_REASONING_BAR
+
+    @property
+    def reasoning_bars(self) -> dict[str, float]:
+        """``rule -> bar`` for :func:`kimi_deploy.check.integrity.rates`."""
+        return {"think_leak": self.max_think_leak_rate, "empty_stop": self.max_empty_stop_rate,
+                "missing_reasoning": self.max_missing_reasoning_rate}
 
 
 def resolve(options: Any, profile: Profile | None) -> QualitySettings:
@@ -57,4 +68,7 @@ def resolve(options: Any, profile: Profile | None) -> QualitySettings:
         deadline_s=pick(options.quality_deadline, "deadline_s", DEFAULT_DEADLINE_S),
         min_schema_accuracy=pick(options.min_schema_accuracy, "min_schema_accuracy", DEFAULT_MIN_SCHEMA_ACCURACY),
         model_dir=str(model_dir) if model_dir is not None else None,
-        sglang_python=str(python) if python else None)
+        sglang_python=str(python) if python else None,
+        max_think_leak_rate=pick(None, "max_think_leak_rate", DEFAULT_REASONING_BAR),
+        max_empty_stop_rate=pick(None, "max_empty_stop_rate", DEFAULT_REASONING_BAR),
+        max_missing_reasoning_rate=pick(None, "max_missing_reasoning_rate", DEFAULT_REASONING_BAR))
