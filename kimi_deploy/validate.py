@@ -51,6 +51,7 @@ from pathlib import Path
 from typing import Any
 
 from kimi_deploy import proc, versions
+from kimi_deploy.catalog import spec_guard
 from kimi_deploy import engine as target
 from kimi_deploy.catalog.models import REFERENCE_GPU, identify, parser_mismatches, weights_fit
 from kimi_deploy.errors import ExternalCommandError, UsageError
@@ -309,10 +310,13 @@ class ProfileValidation:
     validation: Validation
     ranks: tuple[RankValidation, ...] = ()
     model: ModelCheck = ModelCheck(None)
+    #: The speculative and KV-cache guards (:mod:`kimi_deploy.catalog.spec_guard`): errors refuse like SGLang's.
+    guard: spec_guard.Guard = spec_guard.Guard()
 
     @property
     def ok(self) -> bool:
-        return self.validation.ok and all(r.validation.ok for r in self.ranks) and not self.model.errors
+        return (self.validation.ok and all(r.validation.ok for r in self.ranks) and not self.model.errors
+                and not self.guard.errors)
 
     @property
     def problems(self) -> list[str]:
@@ -330,6 +334,7 @@ class ProfileValidation:
             if not self.validation.ok and not self.validation.errors:
                 out.append("SGLang rejects the rendered command")
         out += [f"model: {e}" for e in self.model.errors]
+        out += [f"speculative: {e}" for e in self.guard.errors]
         return out
 
     def to_dict(self) -> dict[str, Any]:
@@ -337,6 +342,8 @@ class ProfileValidation:
         data["ok"] = self.ok
         data["problems"] = self.problems
         data["model"] = self.model.to_dict()
+        data["guards"] = {"errors": list(self.guard.errors), "warnings": list(self.guard.warnings),
+                          "draft_kind": self.guard.draft_kind}
         data["sglang_location"] = self.info.sglang_location
         data["render_warnings"] = list(self.launch.warnings)
         if self.ranks:
@@ -352,7 +359,9 @@ def validate_profile(profile: Profile, python: str | Path | None = None) -> Prof
         profile: a validated profile.
         python: SGLang's interpreter (default ``[service] python``).
 
-    The model table's check (:func:`check_model`) goes with it: ``ok`` needs the model's weights to fit.
+    The model table's check (:func:`check_model`) goes with it: ``ok`` needs the model's weights to fit; and the
+    speculative and KV-cache guards (:func:`kimi_deploy.catalog.spec_guard.problems`, on the draft's ``config.json`` when
+    it is a directory here, for the reference GPU): ``ok`` needs the algorithm to match the draft.
 
     Raises:
         UsageError: interpreter missing, SGLang not installed there, or a version kimi-deploy
@@ -362,6 +371,8 @@ def validate_profile(profile: Profile, python: str | Path | None = None) -> Prof
     """
     python = str(python or profile.service.python)
     model = check_model(profile)
+    guard = spec_guard.problems(profile, spec_guard.read_draft_config(profile.sglang.speculative_draft_model_path),
+                                REFERENCE_GPU.name)
     info = target.probe(python)
     version, _ = target.require_sglang(info)
     parsed = versions.parse_version(version)
@@ -374,11 +385,11 @@ def validate_profile(profile: Profile, python: str | Path | None = None) -> Prof
             sglang_version=version)))
     if checked:
         return ProfileValidation(info=info, launch=checked[0].launch, validation=checked[0].validation,
-                                 ranks=tuple(checked), model=model)
+                                 ranks=tuple(checked), model=model, guard=guard)
     launch = build_launch(profile, parsed, components=info.components())
     result = validate_server_args(python, launch.server_args, secrets_config=launch.secrets_config,
                                   env=check_env(launch), sglang_version=version)
-    return ProfileValidation(info=info, launch=launch, validation=result, model=model)
+    return ProfileValidation(info=info, launch=launch, validation=result, model=model, guard=guard)
 
 
 # --- the gateway (smg) -----------------------------------------------------------------------------------
