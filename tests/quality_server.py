@@ -26,7 +26,12 @@ It answers like SGLang with the ``kimi_k2`` parsers (``/model_info``, ``/server_
   that round, counted in user messages, the call goes to another offered tool, sglang issue 25218);
 - ``think_leak_rate`` (any mode): the answer's reasoning and ``</think>`` are put in front of its content, as a
   server whose reasoning parser does not split them returns it (the template pre-filled ``<think>``), at that
-  seeded rate (``faults["think_leak"]`` counts the leaked answers).
+  seeded rate (``faults["think_leak"]`` counts the leaked answers);
+- ``gather``: every chat request waits until that many are in flight, then the burst is answered (its level:
+  that count; tests only, where the client sends exactly that many at once: no clock decides the level);
+  ``fail_from_concurrency``: at a level of at least that many, an answer is empty (content ``""``,
+  ``finish_reason=stop``, no call; sglang issue 23341) at the seeded ``concurrency_fault_rate``
+  (``faults["concurrency"]``).
 """
 
 from __future__ import annotations
@@ -119,7 +124,8 @@ class QualityServer:
                  thinking: str = "honour", server_info: dict | None = None,
                  prompt_tokens: Callable[[dict], int] | None = None, model_info: bool = True,
                  error_every: int = 0, conversation: bool = False, empty_followup_rate: float = 0.0,
-                 drop_client_ids: bool = False, wrong_tool_from_round: int = 0, think_leak_rate: float = 0.0) -> None:
+                 drop_client_ids: bool = False, wrong_tool_from_round: int = 0, think_leak_rate: float = 0.0,
+                 gather: int = 0, fail_from_concurrency: int = 0, concurrency_fault_rate: float = 1.0) -> None:
         self.invalid_rate, self.seed, self.mutate = invalid_rate, seed, mutate or {}
         self.thinking, self.extra_info, self.model_info = thinking, server_info or {}, model_info
         self.prompt_tokens = prompt_tokens or (lambda body: 10)
@@ -127,6 +133,12 @@ class QualityServer:
         self.conversation, self.empty_followup_rate = conversation, empty_followup_rate
         self.drop_client_ids, self.wrong_tool_from_round = drop_client_ids, wrong_tool_from_round
         self.think_leak_rate = think_leak_rate
+        self.gather, self.fail_from_concurrency = gather, fail_from_concurrency
+        self.concurrency_fault_rate = concurrency_fault_rate
+        self.cond = threading.Condition()
+        self.in_flight = 0                  # chat requests being answered
+        self.burst: int | None = None       # the in-flight count the current burst was released at
+        self.levels: list[int] = []         # that count, per chat request answered
         self.chances: dict[str, int] = {}   # fault -> chances so far
         self.faults: dict[str, int] = {}    # fault -> times it struck
         self.lock = threading.Lock()
@@ -150,6 +162,26 @@ class QualityServer:
             bad = random.Random(f"{self.seed}:{i}").random() < self.invalid_rate
             self.invalid += bad
             return bad
+
+    def enter(self) -> int:
+        """Count a chat request in; with ``gather``, wait until the burst is complete. Returns its level."""
+        with self.cond:
+            self.in_flight += 1
+            if self.gather:
+                if self.burst is None and self.in_flight >= self.gather:
+                    self.burst = self.in_flight
+                    self.cond.notify_all()
+                # a test whose client does not send `gather` at once is broken: fail it rather than hang it
+                assert self.cond.wait_for(lambda: self.burst is not None, timeout=120), "burst never gathered"
+            level = self.burst if self.burst is not None else self.in_flight
+            self.levels.append(level)
+            return level
+
+    def leave(self) -> None:
+        with self.cond:
+            self.in_flight -= 1
+            if self.in_flight == 0:
+                self.burst = None
 
     def _strikes(self, fault: str, rate: float) -> bool:
         """Whether ``fault`` strikes at its next chance (seeded; module docstring)."""
@@ -264,7 +296,14 @@ class QualityServer:
                 if not isinstance(body.get("messages"), list):
                     self._send(400, {"object": "error", "message": "messages must be a list", "code": 400})
                     return
-                a = server.answer(body)
+                level = server.enter()
+                try:
+                    a = server.answer(body)
+                    if server.fail_from_concurrency and level >= server.fail_from_concurrency and \
+                            server._strikes("concurrency", server.concurrency_fault_rate):
+                        a = {**a, "content": "", "calls": []}
+                finally:
+                    server.leave()
                 usage = {"prompt_tokens": server.prompt_tokens(body), "completion_tokens": 12, "total_tokens": 0}
                 finish = "tool_calls" if a["calls"] else "stop"
                 first = a.get("first_id", 0)

@@ -41,6 +41,8 @@ class Context:
     server_kind: str | None = None
     #: Its version where it says (SGLang ``/server_info`` ``version``, vLLM ``/version``).
     server_version: str | None = None
+    #: Requests at once of the ``contract.concurrency.*`` checks (``None``: :func:`kimi_deploy.check.concurrency.level`).
+    concurrency: int | None = None
     #: The quality tier's settings (:class:`kimi_deploy.check.quality.settings.QualitySettings`; ``None``: defaults).
     quality: Any = None
     #: What the quality tier measured, for the report's ``quality`` object (``{"accuracy": {...}}``).

@@ -240,6 +240,8 @@ class CheckOptions:
         model_dir: the model's directory on this host (``generation_config.json``, tokenizer, chat template)
             for the pre-flight checks (``None``: the profile's ``model_path`` when it is a directory here).
         sglang_python: SGLang's interpreter for the prompt-token count (``None``: the profile's).
+        concurrency: requests at once of ``contract.concurrency.*`` (``None``: the profile's
+            ``max_running_requests``, at most 64, else 8; :func:`kimi_deploy.check.concurrency.level`).
     """
 
     base_url: str | None = None
@@ -262,6 +264,7 @@ class CheckOptions:
     min_schema_accuracy: float | None = None
     model_dir: Any = None
     sglang_python: str | None = None
+    concurrency: int | None = None
 
 
 @dataclasses.dataclass

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import httpx
 
-from kimi_deploy.check import contract, followup, health, parser, registry
+from kimi_deploy.check import concurrency, contract, followup, health, parser, registry
 from kimi_deploy.check.quality import tier as quality
 from kimi_deploy.check.quality.settings import resolve as quality_settings
 from kimi_deploy.check.client import Clients, Deadline
@@ -173,7 +173,7 @@ def run_checks(options: CheckOptions, progress: Progress | None = None, *,
             progress(check_id, len(report.results), len(ids) - len(absorbed), result)
 
     ctx = Context(clients=clients, profile=profile, model=expected, expected_model=expected,
-                  repeat=options.repeat, quality=settings)
+                  repeat=options.repeat, quality=settings, concurrency=options.concurrency)
     try:
         for check_id in health_ids:
             run_one(check_id, {})
@@ -274,6 +274,8 @@ def _dispatch(ctx: Context, check_id: str, cache: dict) -> Outcome | None:
         outcome = health.no_model(ctx)
     elif registry.tier(check_id) == "quality":
         outcome = quality.run(ctx, check_id, cache)
+    elif check_id.startswith("contract.concurrency."):
+        outcome = concurrency.run(ctx, check_id)
     elif check_id.startswith("contract.followup."):
         outcome = followup.run(ctx, check_id, cache)
     else:
