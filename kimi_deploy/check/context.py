@@ -47,6 +47,9 @@ class Context:
     quality: Any = None
     #: What the quality tier measured, for the report's ``quality`` object (``{"accuracy": {...}}``).
     quality_results: dict[str, Any] = dataclasses.field(default_factory=dict)
+    #: The quality sample's answers (:class:`kimi_deploy.check.quality.accuracy.Sample`), for the checks that judge
+    #: the same sample again (``quality.reasoning``, ``quality.certify``); empty until it is measured.
+    quality_samples: list[Any] = dataclasses.field(default_factory=list)
     _cache: dict[str, Any] = dataclasses.field(default_factory=dict, repr=False)
 
     def load_facts(self) -> None:

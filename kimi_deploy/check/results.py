@@ -56,6 +56,7 @@ FAILURE_KINDS: tuple[str, ...] = (
     "stop_without_calls",      # contract.followup.*: a call was due, the answer ended with stop and no tool_calls
     "wrong_tool_after_round",  # contract.followup.*: from round 2 on, a call to another of the request's tools
     "think_leak",              # quality.reasoning: a think tag or the reasoning in content, over the bar's rate
+    "tool_trigger_low",        # quality.certify: the 95 % interval of tool-trigger F1 lies below the bar (0.98)
 )
 WARN_KINDS: tuple[str, ...] = ("model_declined",)
 ALL_KINDS: tuple[str, ...] = FAILURE_KINDS + WARN_KINDS
@@ -133,6 +134,9 @@ FIXES: dict[str, str] = {
                           "`kimi-deploy patch apply --python {python}` (kimi-k2-tool-call-ids, "
                           "kimi-k2-canonical-history-ids), then `kimi-deploy restart --wait`; or keep the "
                           "server's ids in the history",
+    "tool_trigger_low": "calls missing where due, or made where none was: read quality.certify in the JSON report "
+                        "and quality.accuracy's error classes; dropped calls point at the parser (`kimi-deploy "
+                        "patch status --python {python}`), extra ones at the chat template or sampling",
     "think_leak": "the reasoning parser does not split the answer where the template pre-fills <think>: launch "
                   "with --reasoning-parser kimi_k2 (profile reasoning_parser; through a gateway, its own reasoning "
                   "parser must match the model), keep the model's own chat template, then `kimi-deploy restart "
@@ -240,6 +244,8 @@ class CheckOptions:
         model_dir: the model's directory on this host (``generation_config.json``, tokenizer, chat template)
             for the pre-flight checks (``None``: the profile's ``model_path`` when it is a directory here).
         sglang_python: SGLang's interpreter for the prompt-token count (``None``: the profile's).
+        repeats: times ``quality.accuracy`` sends each request, for ``quality.certify``'s majority (``None``:
+            the profile's ``[quality] repeats``, else 1).
         concurrency: requests at once of ``contract.concurrency.*`` (``None``: the profile's
             ``max_running_requests``, at most 64, else 8; :func:`kimi_deploy.check.concurrency.level`).
     """
@@ -265,6 +271,7 @@ class CheckOptions:
     model_dir: Any = None
     sglang_python: str | None = None
     concurrency: int | None = None
+    repeats: int | None = None
 
 
 @dataclasses.dataclass

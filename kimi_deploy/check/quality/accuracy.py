@@ -76,6 +76,22 @@ class Sample:
     #: integrity rules the answer broke (:func:`kimi_deploy.check.integrity.judge`), for ``quality.reasoning``.
     thinking: bool | None = None
     breaches: tuple[integrity.Breach, ...] = ()
+    #: Whether the request should trigger a call (:func:`expects_call`), for ``quality.certify``'s trigger F1.
+    expect_call: bool = True
+
+
+#: A dataset body's own label of whether a tool call is due (``true``/``false``); never sent to the server.
+EXPECT_KEY = "_expect_tool_call"
+
+
+def expects_call(body: dict[str, Any]) -> bool:
+    """Whether ``body`` should trigger a tool call: its :data:`EXPECT_KEY` when a boolean, else ``False`` for
+    ``tool_choice`` ``none`` or no tools, else ``True`` (``required``, a named function, or ``auto`` with tools:
+    the kit's samples and K2VV's requests are agent turns that act)."""
+    label = body.get(EXPECT_KEY)
+    if isinstance(label, bool):
+        return label
+    return bool(body.get("tools")) and body.get("tool_choice") != "none"
 
 
 def failed(index: int, finding: Finding) -> Sample:
@@ -120,6 +136,8 @@ def send(clients: Clients, model: str, body: dict[str, Any], index: int, reasoni
     """Send ``body`` (a dataset request) with ``clients`` and judge the answer; ``reasoning_expected``: the server
     has a reasoning parser (reasoning is then due unless the request switches thinking off)."""
     thinking = integrity.thinking_on(body, reasoning_expected)
+    expect = expects_call(body)
+    body = {k: v for k, v in body.items() if k != EXPECT_KEY}
     stream = bool(body.get("stream"))
     kwargs = {k: v for k, v in body.items() if k in _OPENAI_KEYS}
     extra = {k: v for k, v in body.items() if k not in _OPENAI_KEYS and k != "model"}
@@ -129,6 +147,11 @@ def send(clients: Clients, model: str, body: dict[str, Any], index: int, reasoni
     what = "POST /v1/chat/completions" + (" (stream)" if stream else "")
     tools = body.get("tools") or []
     named = isinstance(body.get("tool_choice"), dict)
+    return dataclasses.replace(_send(clients, kwargs, what, stream, tools, named, thinking, index), expect_call=expect)
+
+
+def _send(clients: Clients, kwargs: dict[str, Any], what: str, stream: bool, tools: list[dict[str, Any]],
+          named: bool, thinking: bool | None, index: int) -> Sample:
     try:
         if not stream:
             completion = clients.chat(**kwargs)
@@ -162,7 +185,8 @@ def measure(ctx: Context, settings: QualitySettings) -> tuple[dict[str, Any], li
         UsageError: the dataset cannot be read (:func:`kimi_deploy.check.quality.dataset.load`).
     """
     data = ds.load(settings.dataset)
-    bodies = data.sample(settings.sample)
+    repeats = max(1, settings.repeats)
+    bodies = [body for body in data.sample(settings.sample) for _ in range(repeats)]  # request i: i // repeats
     run_left = ctx.clients.deadline.left()
     seconds = settings.deadline_s if run_left is None else max(0.0, min(settings.deadline_s, run_left))
     deadline = Deadline(seconds, ctx.clients.deadline.clock)
@@ -205,7 +229,7 @@ def measure(ctx: Context, settings: QualitySettings) -> tuple[dict[str, Any], li
             raise
     samples.sort(key=lambda s: s.index)
     out = summary(samples, planned=len(bodies), threshold=settings.min_schema_accuracy)
-    out.update({"dataset": data.describe(), "concurrency": workers, "deadline_s": round(seconds, 3),
+    out.update({"dataset": data.describe(), "concurrency": workers, "repeats": repeats, "deadline_s": round(seconds, 3),
                 "duration_s": round(clock() - started, 3)})
     return out, samples
 
@@ -273,9 +297,15 @@ def run(ctx: Context) -> Outcome:
     started = time.monotonic()
     acc, samples = measure(ctx, settings)
     log.debug("quality.accuracy: %d requests in %.1f s", acc["sent"], time.monotonic() - started)
+    keep(ctx, acc, samples, settings)
+    return outcome(acc, samples)
+
+
+def keep(ctx: Context, acc: dict[str, Any], samples: list[Sample], settings: QualitySettings) -> None:
+    """Put the sample's measurements where the report and the later quality checks read them."""
     ctx.quality_results["accuracy"] = acc
     ctx.quality_results["reasoning"] = reasoning_rates(samples, settings)
-    return outcome(acc, samples)
+    ctx.quality_samples = list(samples)
 
 
 def reasoning_rates(samples: list[Sample], settings: QualitySettings) -> dict[str, Any]:

@@ -45,6 +45,5 @@ def run(ctx: Context) -> Outcome:
     if "reasoning" not in ctx.quality_results:
         settings = ctx.quality or QualitySettings()
         acc, samples = accuracy.measure(ctx, settings)
-        ctx.quality_results["accuracy"] = acc
-        ctx.quality_results["reasoning"] = accuracy.reasoning_rates(samples, settings)
+        accuracy.keep(ctx, acc, samples, settings)
     return outcome(ctx.quality_results["reasoning"])

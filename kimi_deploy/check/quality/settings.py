@@ -18,6 +18,8 @@ DEFAULT_DEADLINE_S = 600.0
 DEFAULT_MIN_SCHEMA_ACCURACY = 0.9552
 #: The bars of ``quality.reasoning`` (rates, fractions): 0, the think-leak bar of smg-project/providers-verifier.
 DEFAULT_REASONING_BAR = 0.0
+#: ``quality.certify``'s bars, smg-project/providers-verifier's: tool-trigger F1 and tool-schema accuracy >= 0.98.
+DEFAULT_CERTIFY_BAR = 0.98
 
 
 @dataclasses.dataclass(frozen=True)
@@ -36,6 +38,9 @@ class QualitySettings:
     max_think_leak_rate: float = DEFAULT_REASONING_BAR
     max_empty_stop_rate: float = DEFAULT_REASONING_BAR
     max_missing_reasoning_rate: float = DEFAULT_REASONING_BAR
+    repeats: int = 1
+    min_tool_trigger_f1: float = DEFAULT_CERTIFY_BAR
+    certify_min_schema_accuracy: float = DEFAULT_CERTIFY_BAR
 
     @property
     def reasoning_bars(self) -> dict[str, float]:
@@ -71,4 +76,7 @@ def resolve(options: Any, profile: Profile | None) -> QualitySettings:
         sglang_python=str(python) if python else None,
         max_think_leak_rate=pick(None, "max_think_leak_rate", DEFAULT_REASONING_BAR),
         max_empty_stop_rate=pick(None, "max_empty_stop_rate", DEFAULT_REASONING_BAR),
-        max_missing_reasoning_rate=pick(None, "max_missing_reasoning_rate", DEFAULT_REASONING_BAR))
+        max_missing_reasoning_rate=pick(None, "max_missing_reasoning_rate", DEFAULT_REASONING_BAR),
+        repeats=pick(getattr(options, "repeats", None), "repeats", 1),
+        min_tool_trigger_f1=pick(None, "min_tool_trigger_f1", DEFAULT_CERTIFY_BAR),
+        certify_min_schema_accuracy=pick(None, "certify_min_schema_accuracy", DEFAULT_CERTIFY_BAR))
