@@ -31,7 +31,9 @@ It answers like SGLang with the ``kimi_k2`` parsers (``/model_info``, ``/server_
   that count; tests only, where the client sends exactly that many at once: no clock decides the level);
   ``fail_from_concurrency``: at a level of at least that many, an answer is empty (content ``""``,
   ``finish_reason=stop``, no call; sglang issue 23341) at the seeded ``concurrency_fault_rate``
-  (``faults["concurrency"]``).
+  (``faults["concurrency"]``);
+- ``refuse_sampling``: ``{"temperature": t, "top_p": p}``: a chat request with other values (or without them)
+  is refused HTTP 400, as Moonshot's API refuses sampling other than K2.7-Code's own.
 """
 
 from __future__ import annotations
@@ -125,7 +127,8 @@ class QualityServer:
                  prompt_tokens: Callable[[dict], int] | None = None, model_info: bool = True,
                  error_every: int = 0, conversation: bool = False, empty_followup_rate: float = 0.0,
                  drop_client_ids: bool = False, wrong_tool_from_round: int = 0, think_leak_rate: float = 0.0,
-                 gather: int = 0, fail_from_concurrency: int = 0, concurrency_fault_rate: float = 1.0) -> None:
+                 gather: int = 0, fail_from_concurrency: int = 0, concurrency_fault_rate: float = 1.0,
+                 refuse_sampling: dict | None = None) -> None:
         self.invalid_rate, self.seed, self.mutate = invalid_rate, seed, mutate or {}
         self.thinking, self.extra_info, self.model_info = thinking, server_info or {}, model_info
         self.prompt_tokens = prompt_tokens or (lambda body: 10)
@@ -133,6 +136,7 @@ class QualityServer:
         self.conversation, self.empty_followup_rate = conversation, empty_followup_rate
         self.drop_client_ids, self.wrong_tool_from_round = drop_client_ids, wrong_tool_from_round
         self.think_leak_rate = think_leak_rate
+        self.refuse_sampling = refuse_sampling
         self.gather, self.fail_from_concurrency = gather, fail_from_concurrency
         self.concurrency_fault_rate = concurrency_fault_rate
         self.cond = threading.Condition()
@@ -292,6 +296,11 @@ class QualityServer:
                     count = len(server.requests)
                 if server.error_every and count % server.error_every == 0:
                     self._send(500, {"object": "error", "message": "scripted failure", "code": 500})
+                    return
+                rule = server.refuse_sampling
+                if rule and any(body.get(k) != v for k, v in rule.items()):
+                    self._send(400, {"object": "error", "code": 400, "message": f"invalid sampling: only {rule} "
+                                                                                "is allowed for this model"})
                     return
                 if not isinstance(body.get("messages"), list):
                     self._send(400, {"object": "error", "message": "messages must be a list", "code": 400})

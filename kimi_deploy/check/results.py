@@ -57,6 +57,7 @@ FAILURE_KINDS: tuple[str, ...] = (
     "wrong_tool_after_round",  # contract.followup.*: from round 2 on, a call to another of the request's tools
     "think_leak",              # quality.reasoning: a think tag or the reasoning in content, over the bar's rate
     "tool_trigger_low",        # quality.certify: the 95 % interval of tool-trigger F1 lies below the bar (0.98)
+    "sampling_not_enforced",   # quality.preflight.sampling.required: sampling the model's own API refuses is answered
 )
 WARN_KINDS: tuple[str, ...] = ("model_declined",)
 ALL_KINDS: tuple[str, ...] = FAILURE_KINDS + WARN_KINDS
@@ -134,6 +135,9 @@ FIXES: dict[str, str] = {
                           "`kimi-deploy patch apply --python {python}` (kimi-k2-tool-call-ids, "
                           "kimi-k2-canonical-history-ids), then `kimi-deploy restart --wait`; or keep the "
                           "server's ids in the history",
+    "sampling_not_enforced": "clients must send the model's own sampling (check and bench do by default): tell "
+                             "them (K2.7-Code: temperature 1.0, top_p 0.95), or enforce it in a proxy in front of "
+                             "the server (a LiteLLM hook); SGLang's --preferred-sampling-params only sets defaults",
     "tool_trigger_low": "calls missing where due, or made where none was: read quality.certify in the JSON report "
                         "and quality.accuracy's error classes; dropped calls point at the parser (`kimi-deploy "
                         "patch status --python {python}`), extra ones at the chat template or sampling",
@@ -246,6 +250,8 @@ class CheckOptions:
         sglang_python: SGLang's interpreter for the prompt-token count (``None``: the profile's).
         repeats: times ``quality.accuracy`` sends each request, for ``quality.certify``'s majority (``None``:
             the profile's ``[quality] repeats``, else 1).
+        sampling: ``model`` (the contract's requests carry the model's required sampling when the catalog has one,
+            K2.7-Code: temperature 1.0, top_p 0.95; else temperature 0) or ``greedy`` (temperature 0 always).
         concurrency: requests at once of ``contract.concurrency.*`` (``None``: the profile's
             ``max_running_requests``, at most 64, else 8; :func:`kimi_deploy.check.concurrency.level`).
     """
@@ -272,6 +278,7 @@ class CheckOptions:
     sglang_python: str | None = None
     concurrency: int | None = None
     repeats: int | None = None
+    sampling: str = "model"
 
 
 @dataclasses.dataclass

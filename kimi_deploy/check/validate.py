@@ -40,7 +40,7 @@ PRIORITY: tuple[str, ...] = (
     "tool_call_dropped", "empty_answer", "finish_reason_mismatch", "unknown_tool", "invalid_arguments",
     "schema_violation", "tool_choice_violation", "duplicate_id", "noncanonical_id",
     "reasoning_leak", "missing_reasoning", "stream_shape", "config_mismatch", "thinking_switch",
-    "sampling_defaults", "prompt_tokens_mismatch", "schema_accuracy_low", "tool_trigger_low",
+    "sampling_defaults", "prompt_tokens_mismatch", "schema_accuracy_low", "tool_trigger_low", "sampling_not_enforced",
     "model_declined",
 )
 

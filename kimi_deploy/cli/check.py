@@ -92,6 +92,10 @@ def _globs(values: tuple[str, ...]) -> list[str]:
 @click.option("--dataset", type=click.Path(path_type=Path, dir_okay=False), metavar="FILE",
               help="Run the quality tier on this JSONL of chat-completion request bodies (K2VV's format; default: "
                    "the kit's agentic samples).")
+@click.option("--sampling", type=click.Choice(["model", "greedy"]), default="model", show_default=True,
+              help="Sampling of the contract's requests: model = the model's required sampling where its own API "
+                   "refuses others (K2.7-Code: temperature 1.0, top_p 0.95), else temperature 0; greedy = "
+                   "temperature 0 always.")
 @click.option("--concurrency", type=click.IntRange(min=1, max=512), metavar="N",
               help="Requests at once of each contract.concurrency.* case (default: the profile's "
                    "max_running_requests, at most 64, else 8).")
@@ -121,7 +125,7 @@ def _globs(values: tuple[str, ...]) -> list[str]:
                    "and contract tiers) against every worker it lists, one report each; exit status of the worst.")
 @click.pass_context
 def check_cmd(ctx, base_url, model, api_key_file, profile_path, only, skip, json_path, junit_path, prom_path,
-              timeout, repeat, deadline, insecure, concurrency, sample, dataset, quality_concurrency, repeats, quality_deadline,
+              timeout, repeat, deadline, insecure, sampling, concurrency, sample, dataset, quality_concurrency, repeats, quality_deadline,
               min_schema_accuracy, model_dir, sglang_python, max_body_bytes, max_line_bytes, list_only, pushgateway,
               each_worker):
     """Check a running OpenAI-compatible server: health, configuration, API contract.
@@ -161,7 +165,7 @@ def check_cmd(ctx, base_url, model, api_key_file, profile_path, only, skip, json
                            only=_globs(only), skip=_globs(skip), timeout=timeout, repeat=repeat, deadline=deadline,
                            insecure=insecure, max_body_bytes=max_body_bytes, max_line_bytes=max_line_bytes,
                            quality=sample is not None or dataset is not None, sample=sample, dataset=dataset,
-                           concurrency=concurrency, quality_concurrency=quality_concurrency, repeats=repeats,
+                           sampling=sampling, concurrency=concurrency, quality_concurrency=quality_concurrency, repeats=repeats,
                            quality_deadline=quality_deadline,
                            min_schema_accuracy=min_schema_accuracy, model_dir=model_dir, sglang_python=sglang_python)
     if pushgateway and not pushgateway.startswith(("http://", "https://")):
