@@ -33,7 +33,10 @@ It answers like SGLang with the ``kimi_k2`` parsers (``/model_info``, ``/server_
   ``finish_reason=stop``, no call; sglang issue 23341) at the seeded ``concurrency_fault_rate``
   (``faults["concurrency"]``);
 - ``refuse_sampling``: ``{"temperature": t, "top_p": p}``: a chat request with other values (or without them)
-  is refused HTTP 400, as Moonshot's API refuses sampling other than K2.7-Code's own.
+  is refused HTTP 400, as Moonshot's API refuses sampling other than K2.7-Code's own;
+- ``prefix_cache``: ``usage.prompt_tokens_details.cached_tokens`` is reported: ``"hit"`` (a prompt seen before is
+  all cached), ``"miss"`` (always 0), ``"changes"`` (hits, and the answer to a cached prompt differs: a cache
+  that corrupts what it returns); ``deterministic``: ``/server_info`` says ``enable_deterministic_inference``.
 """
 
 from __future__ import annotations
@@ -128,7 +131,8 @@ class QualityServer:
                  error_every: int = 0, conversation: bool = False, empty_followup_rate: float = 0.0,
                  drop_client_ids: bool = False, wrong_tool_from_round: int = 0, think_leak_rate: float = 0.0,
                  gather: int = 0, fail_from_concurrency: int = 0, concurrency_fault_rate: float = 1.0,
-                 refuse_sampling: dict | None = None) -> None:
+                 refuse_sampling: dict | None = None, prefix_cache: str | None = None,
+                 deterministic: bool = False) -> None:
         self.invalid_rate, self.seed, self.mutate = invalid_rate, seed, mutate or {}
         self.thinking, self.extra_info, self.model_info = thinking, server_info or {}, model_info
         self.prompt_tokens = prompt_tokens or (lambda body: 10)
@@ -137,6 +141,8 @@ class QualityServer:
         self.drop_client_ids, self.wrong_tool_from_round = drop_client_ids, wrong_tool_from_round
         self.think_leak_rate = think_leak_rate
         self.refuse_sampling = refuse_sampling
+        self.prefix_cache, self.deterministic = prefix_cache, deterministic
+        self.seen_prompts: set[str] = set()
         self.gather, self.fail_from_concurrency = gather, fail_from_concurrency
         self.concurrency_fault_rate = concurrency_fault_rate
         self.cond = threading.Condition()
@@ -285,7 +291,9 @@ class QualityServer:
                                      "reasoning_parser": "kimi_k2", "served_model_name": MODEL})
                 elif self.path == "/server_info" and server.model_info:
                     self._send(200, {"version": "0.5.23", "tool_call_parser": "kimi_k2",
-                                     "reasoning_parser": "kimi_k2", **server.extra_info})
+                                     "reasoning_parser": "kimi_k2",
+                                     **({"enable_deterministic_inference": True} if server.deterministic else {}),
+                                     **server.extra_info})
                 else:
                     self._send(404, {"detail": "Not Found"})
 
@@ -314,6 +322,15 @@ class QualityServer:
                 finally:
                     server.leave()
                 usage = {"prompt_tokens": server.prompt_tokens(body), "completion_tokens": 12, "total_tokens": 0}
+                if server.prefix_cache:
+                    key = json.dumps(body.get("messages"), sort_keys=True)
+                    with server.lock:
+                        seen = key in server.seen_prompts
+                        server.seen_prompts.add(key)
+                    hit = seen and server.prefix_cache != "miss"
+                    usage["prompt_tokens_details"] = {"cached_tokens": usage["prompt_tokens"] if hit else 0}
+                    if hit and server.prefix_cache == "changes" and a["content"]:
+                        a = {**a, "content": a["content"] + " (from cache)"}
                 finish = "tool_calls" if a["calls"] else "stop"
                 first = a.get("first_id", 0)
                 calls = [{"id": f"functions.{n}:{first + k}", "type": "function",

@@ -58,6 +58,8 @@ FAILURE_KINDS: tuple[str, ...] = (
     "think_leak",              # quality.reasoning: a think tag or the reasoning in content, over the bar's rate
     "tool_trigger_low",        # quality.certify: the 95 % interval of tool-trigger F1 lies below the bar (0.98)
     "sampling_not_enforced",   # quality.preflight.sampling.required: sampling the model's own API refuses is answered
+    "prefix_cache_miss",       # contract.prefix_cache: the same long prompt twice, the second reports 0 cached tokens
+    "prefix_cache_mismatch",   # contract.prefix_cache: deterministic inference, the cached prefix changed the answer
 )
 WARN_KINDS: tuple[str, ...] = ("model_declined",)
 ALL_KINDS: tuple[str, ...] = FAILURE_KINDS + WARN_KINDS
@@ -135,6 +137,12 @@ FIXES: dict[str, str] = {
                           "`kimi-deploy patch apply --python {python}` (kimi-k2-tool-call-ids, "
                           "kimi-k2-canonical-history-ids), then `kimi-deploy restart --wait`; or keep the "
                           "server's ids in the history",
+    "prefix_cache_miss": "the prefix cache does not hit: check that the server was not started with "
+                         "--disable-radix-cache, and after an upgrade the cache's release notes (SGLang 0.5.21 made "
+                         "the Rust prefix cache the default); `journalctl -u {name}`",
+    "prefix_cache_mismatch": "a cached prefix changes the answer: a prefix-cache bug; restart with "
+                             "--disable-radix-cache to confirm, roll back the upgrade, and report it upstream with "
+                             "the evidence",
     "sampling_not_enforced": "clients must send the model's own sampling (check and bench do by default): tell "
                              "them (K2.7-Code: temperature 1.0, top_p 0.95), or enforce it in a proxy in front of "
                              "the server (a LiteLLM hook); SGLang's --preferred-sampling-params only sets defaults",

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import httpx
 
-from kimi_deploy.check import concurrency, contract, followup, health, parser, registry
+from kimi_deploy.check import concurrency, contract, followup, health, parser, prefix_cache, registry
 from kimi_deploy.check.quality import tier as quality
 from kimi_deploy.check.quality.settings import resolve as quality_settings
 from kimi_deploy.check.client import Clients, Deadline
@@ -278,6 +278,8 @@ def _dispatch(ctx: Context, check_id: str, cache: dict) -> Outcome | None:
         outcome = health.no_model(ctx)
     elif registry.tier(check_id) == "quality":
         outcome = quality.run(ctx, check_id, cache)
+    elif check_id == prefix_cache.CHECK_ID:
+        outcome = prefix_cache.run(ctx)
     elif check_id.startswith("contract.concurrency."):
         outcome = concurrency.run(ctx, check_id)
     elif check_id.startswith("contract.followup."):

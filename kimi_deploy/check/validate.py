@@ -41,6 +41,7 @@ PRIORITY: tuple[str, ...] = (
     "schema_violation", "tool_choice_violation", "duplicate_id", "noncanonical_id",
     "reasoning_leak", "missing_reasoning", "stream_shape", "config_mismatch", "thinking_switch",
     "sampling_defaults", "prompt_tokens_mismatch", "schema_accuracy_low", "tool_trigger_low", "sampling_not_enforced",
+    "prefix_cache_mismatch", "prefix_cache_miss",
     "model_declined",
 )
 
