@@ -51,8 +51,9 @@ from pathlib import Path
 from typing import Any
 
 from kimi_deploy import proc
+from kimi_deploy.catalog import spec_guard
 from kimi_deploy import engine as target
-from kimi_deploy.catalog.models import identify, parser_mismatches
+from kimi_deploy.catalog.models import REFERENCE_GPU, identify, parser_mismatches
 from kimi_deploy.deployment import Deployment, require_fit, resolve, static_fit
 from kimi_deploy.errors import ExternalCommandError, UsageError
 from kimi_deploy.launch import LaunchSpec, gateway_args
@@ -311,10 +312,13 @@ class ProfileValidation:
     ranks: tuple[RankValidation, ...] = ()
     model: ModelCheck = ModelCheck(None)
     deployment: Deployment | None = None
+    #: The speculative and KV-cache guards (:mod:`kimi_deploy.catalog.spec_guard`): errors refuse like SGLang's.
+    guard: spec_guard.Guard = spec_guard.Guard()
 
     @property
     def ok(self) -> bool:
-        return self.validation.ok and all(r.validation.ok for r in self.ranks) and not self.model.errors
+        return (self.validation.ok and all(r.validation.ok for r in self.ranks) and not self.model.errors
+                and not self.guard.errors)
 
     @property
     def problems(self) -> list[str]:
@@ -332,6 +336,7 @@ class ProfileValidation:
             if not self.validation.ok and not self.validation.errors:
                 out.append("SGLang rejects the rendered command")
         out += [f"model: {e}" for e in self.model.errors]
+        out += [f"speculative: {e}" for e in self.guard.errors]
         return out
 
     def to_dict(self) -> dict[str, Any]:
@@ -339,6 +344,8 @@ class ProfileValidation:
         data["ok"] = self.ok
         data["problems"] = self.problems
         data["model"] = self.model.to_dict()
+        data["guards"] = {"errors": list(self.guard.errors), "warnings": list(self.guard.warnings),
+                          "draft_kind": self.guard.draft_kind}
         data["sglang_location"] = self.info.sglang_location
         data["render_warnings"] = list(self.launch.warnings)
         if self.ranks:
@@ -357,7 +364,9 @@ def validate_profile(profile: Profile, python: str | Path | None = None, *, gpus
             reference host's).
 
     A model that cannot fit is refused first, by the model table's rule, before the interpreter is asked
-    (:func:`kimi_deploy.deployment.require_fit`); the parsers are checked with it (:func:`check_model`).
+    (:func:`kimi_deploy.deployment.require_fit`); the parsers are checked with it (:func:`check_model`), and the
+    speculative and KV-cache guards (:func:`kimi_deploy.catalog.spec_guard.problems`, on the draft's ``config.json``
+    when it is a directory here, for the reference GPU): ``ok`` needs the algorithm to match the draft.
 
     Raises:
         RefusedError: the model cannot fit (exit 4), with the numbers.
@@ -369,6 +378,8 @@ def validate_profile(profile: Profile, python: str | Path | None = None, *, gpus
     python = str(python or profile.service.python)
     require_fit(profile, gpus)
     model = check_model(profile, gpus)
+    guard = spec_guard.problems(profile, spec_guard.read_draft_config(profile.sglang.speculative_draft_model_path),
+                                REFERENCE_GPU.name)
     info = target.probe(python)
     version, _ = target.require_sglang(info)
     deployment = resolve(profile, version, components=info.components(), gpus=gpus)
@@ -381,11 +392,12 @@ def validate_profile(profile: Profile, python: str | Path | None = None, *, gpus
             env=check_env(entry.launch), sglang_version=version)))
     if checked:
         return ProfileValidation(info=info, launch=checked[0].launch, validation=checked[0].validation,
-                                 ranks=tuple(checked), model=model, deployment=deployment)
+                                 ranks=tuple(checked), model=model, deployment=deployment, guard=guard)
     launch = deployment.launch
     result = validate_server_args(python, launch.server_args, secrets_config=launch.secrets_config,
                                   env=check_env(launch), sglang_version=version)
-    return ProfileValidation(info=info, launch=launch, validation=result, model=model, deployment=deployment)
+    return ProfileValidation(info=info, launch=launch, validation=result, model=model, deployment=deployment,
+                             guard=guard)
 
 
 # --- the gateway (smg) -----------------------------------------------------------------------------------

@@ -14,7 +14,29 @@ It answers like SGLang with the ``kimi_k2`` parsers (``/model_info``, ``/server_
   ``"always"`` (reasoning whatever the switch says), ``"never"`` (no reasoning even when asked);
 - ``server_info``: extra ``/server_info`` fields (``sampling_defaults``, ``preferred_sampling_params``);
 - ``prompt_tokens``: ``function(request body) -> int`` for ``usage.prompt_tokens`` (default: 10);
-- ``error_every``: every k-th chat request is answered HTTP 500.
+- ``error_every``: every k-th chat request is answered HTTP 500;
+- ``conversation``: answer like an agent's model, as the ``contract.followup.*`` checks need: a tool result is
+  answered with text, a question with the call it asks for ("weather in X" and "in Y": ``get_weather`` per city;
+  "time zone Z": ``get_time``), ids ``functions.NAME:N`` counted over the conversation (SGLang's history count);
+  and with it the field's faults (issue #41), each seeded by ``random.Random(f"{seed}:{fault}:{i}")``, i
+  counting that fault's chances from 0:
+  ``empty_followup_rate`` (the answer to the 2nd or later round of tool results is empty: reasoning, then
+  ``<|im_end|>``, MoonshotAI/Kimi-K2 issue 128), ``drop_client_ids`` (a history id not ``functions.NAME:N``: the
+  call is not parsed, ``finish_reason=stop`` with no call, sglang issue 25358), ``wrong_tool_from_round`` (from
+  that round, counted in user messages, the call goes to another offered tool, sglang issue 25218);
+- ``think_leak_rate`` (any mode): the answer's reasoning and ``</think>`` are put in front of its content, as a
+  server whose reasoning parser does not split them returns it (the template pre-filled ``<think>``), at that
+  seeded rate (``faults["think_leak"]`` counts the leaked answers);
+- ``gather``: every chat request waits until that many are in flight, then the burst is answered (its level:
+  that count; tests only, where the client sends exactly that many at once: no clock decides the level);
+  ``fail_from_concurrency``: at a level of at least that many, an answer is empty (content ``""``,
+  ``finish_reason=stop``, no call; sglang issue 23341) at the seeded ``concurrency_fault_rate``
+  (``faults["concurrency"]``);
+- ``refuse_sampling``: ``{"temperature": t, "top_p": p}``: a chat request with other values (or without them)
+  is refused HTTP 400, as Moonshot's API refuses sampling other than K2.7-Code's own;
+- ``prefix_cache``: ``usage.prompt_tokens_details.cached_tokens`` is reported: ``"hit"`` (a prompt seen before is
+  all cached), ``"miss"`` (always 0), ``"changes"`` (hits, and the answer to a cached prompt differs: a cache
+  that corrupts what it returns); ``deterministic``: ``/server_info`` says ``enable_deterministic_inference``.
 """
 
 from __future__ import annotations
@@ -106,11 +128,29 @@ class QualityServer:
     def __init__(self, *, invalid_rate: float = 0.0, seed: int = 0, mutate: dict[str, Callable] | None = None,
                  thinking: str = "honour", server_info: dict | None = None,
                  prompt_tokens: Callable[[dict], int] | None = None, model_info: bool = True,
-                 error_every: int = 0) -> None:
+                 error_every: int = 0, conversation: bool = False, empty_followup_rate: float = 0.0,
+                 drop_client_ids: bool = False, wrong_tool_from_round: int = 0, think_leak_rate: float = 0.0,
+                 gather: int = 0, fail_from_concurrency: int = 0, concurrency_fault_rate: float = 1.0,
+                 refuse_sampling: dict | None = None, prefix_cache: str | None = None,
+                 deterministic: bool = False) -> None:
         self.invalid_rate, self.seed, self.mutate = invalid_rate, seed, mutate or {}
         self.thinking, self.extra_info, self.model_info = thinking, server_info or {}, model_info
         self.prompt_tokens = prompt_tokens or (lambda body: 10)
         self.error_every = error_every  # every k-th chat request gets HTTP 500 (0: none)
+        self.conversation, self.empty_followup_rate = conversation, empty_followup_rate
+        self.drop_client_ids, self.wrong_tool_from_round = drop_client_ids, wrong_tool_from_round
+        self.think_leak_rate = think_leak_rate
+        self.refuse_sampling = refuse_sampling
+        self.prefix_cache, self.deterministic = prefix_cache, deterministic
+        self.seen_prompts: set[str] = set()
+        self.gather, self.fail_from_concurrency = gather, fail_from_concurrency
+        self.concurrency_fault_rate = concurrency_fault_rate
+        self.cond = threading.Condition()
+        self.in_flight = 0                  # chat requests being answered
+        self.burst: int | None = None       # the in-flight count the current burst was released at
+        self.levels: list[int] = []         # that count, per chat request answered
+        self.chances: dict[str, int] = {}   # fault -> chances so far
+        self.faults: dict[str, int] = {}    # fault -> times it struck
         self.lock = threading.Lock()
         self.calls = 0          # tool-call answers given so far
         self.invalid = 0        # of which broken on purpose
@@ -133,8 +173,81 @@ class QualityServer:
             self.invalid += bad
             return bad
 
+    def enter(self) -> int:
+        """Count a chat request in; with ``gather``, wait until the burst is complete. Returns its level."""
+        with self.cond:
+            self.in_flight += 1
+            if self.gather:
+                if self.burst is None and self.in_flight >= self.gather:
+                    self.burst = self.in_flight
+                    self.cond.notify_all()
+                # a test whose client does not send `gather` at once is broken: fail it rather than hang it
+                assert self.cond.wait_for(lambda: self.burst is not None, timeout=120), "burst never gathered"
+            level = self.burst if self.burst is not None else self.in_flight
+            self.levels.append(level)
+            return level
+
+    def leave(self) -> None:
+        with self.cond:
+            self.in_flight -= 1
+            if self.in_flight == 0:
+                self.burst = None
+
+    def _strikes(self, fault: str, rate: float) -> bool:
+        """Whether ``fault`` strikes at its next chance (seeded; module docstring)."""
+        with self.lock:
+            i = self.chances.get(fault, 0)
+            self.chances[fault] = i + 1
+            hit = random.Random(f"{self.seed}:{fault}:{i}").random() < rate
+            self.faults[fault] = self.faults.get(fault, 0) + hit
+            return hit
+
+    def converse(self, body: dict) -> dict:
+        """:meth:`answer` in ``conversation`` mode (module docstring)."""
+        messages = body.get("messages") or []
+        tools = [t.get("function", t) for t in body.get("tools") or []]
+        names = [t["name"] for t in tools]
+        on = (body.get("chat_template_kwargs") or {}).get("thinking", True) is not False
+        reasoning = "Let me think about it." if on else None
+        if messages and messages[-1].get("role") == "tool":
+            rounds = sum(1 for k, m in enumerate(messages) if m.get("role") == "tool"
+                         and (k == 0 or messages[k - 1].get("role") != "tool"))
+            if rounds >= 2 and self.empty_followup_rate and self._strikes("empty_followup", self.empty_followup_rate):
+                return {"content": "", "reasoning": reasoning, "calls": []}
+            results = [m.get("content") for m in messages if m.get("role") == "tool"][-2:]
+            return {"content": "Here is what I found: " + "; ".join(map(str, results)) + ".", "reasoning": reasoning,
+                    "calls": []}
+        history = [tc.get("id") for m in messages for tc in m.get("tool_calls") or []]
+        user = next((m.get("content") for m in reversed(messages) if m.get("role") == "user"), "") or ""
+        calls: list[tuple[str, str]] = []
+        m = DIRECTIVE.search(user)
+        if m and m.group(1) in names:
+            calls = [(m.group(1), m.group(2))]
+        elif "get_time" in names and (zone := re.search(r"time zone ([A-Za-z_]+/[A-Za-z_]+)", user)):
+            calls = [("get_time", json.dumps({"timezone": zone.group(1)}))]
+        elif "get_weather" in names:
+            cities = re.findall(r"(?:weather in|and in) ([A-Z][a-z]+(?:, [A-Z][a-z]+)?)", user)
+            calls = [("get_weather", json.dumps({"city": c})) for c in cities]
+        turn = sum(1 for m in messages if m.get("role") == "user")
+        if calls and self.wrong_tool_from_round and turn >= self.wrong_tool_from_round:
+            other = next((n for n in names if n != calls[0][0]), None)
+            if other is not None:
+                schema = next(t.get("parameters") or {} for t in tools if t["name"] == other)
+                calls = [(other, json.dumps(valid_value(schema)))]
+        if calls and self.drop_client_ids and any(not re.fullmatch(r"functions\.[\w.-]+:\d+", str(i))
+                                                  for i in history):
+            return {"content": "", "reasoning": reasoning, "calls": []}
+        content = None if calls else "I can answer that without a tool."
+        return {"content": content, "reasoning": reasoning, "calls": calls, "first_id": len(history)}
+
     def answer(self, body: dict) -> dict:
         """The assistant message parts for ``body``: content, reasoning, calls [(name, arguments JSON)]."""
+        a = self.converse(body) if self.conversation else self._answer(body)
+        if self.think_leak_rate and self._strikes("think_leak", self.think_leak_rate):
+            a = {**a, "content": f"{a['reasoning'] or ''}</think>{a['content'] or ''}", "reasoning": None}
+        return a
+
+    def _answer(self, body: dict) -> dict:
         messages = body.get("messages") or []
         tools = [t.get("function", t) for t in body.get("tools") or []]
         user = next((m.get("content") for m in reversed(messages) if m.get("role") == "user"), "") or ""
@@ -178,7 +291,9 @@ class QualityServer:
                                      "reasoning_parser": "kimi_k2", "served_model_name": MODEL})
                 elif self.path == "/server_info" and server.model_info:
                     self._send(200, {"version": "0.5.23", "tool_call_parser": "kimi_k2",
-                                     "reasoning_parser": "kimi_k2", **server.extra_info})
+                                     "reasoning_parser": "kimi_k2",
+                                     **({"enable_deterministic_inference": True} if server.deterministic else {}),
+                                     **server.extra_info})
                 else:
                     self._send(404, {"detail": "Not Found"})
 
@@ -190,14 +305,36 @@ class QualityServer:
                 if server.error_every and count % server.error_every == 0:
                     self._send(500, {"object": "error", "message": "scripted failure", "code": 500})
                     return
+                rule = server.refuse_sampling
+                if rule and any(body.get(k) != v for k, v in rule.items()):
+                    self._send(400, {"object": "error", "code": 400, "message": f"invalid sampling: only {rule} "
+                                                                                "is allowed for this model"})
+                    return
                 if not isinstance(body.get("messages"), list):
                     self._send(400, {"object": "error", "message": "messages must be a list", "code": 400})
                     return
-                a = server.answer(body)
+                level = server.enter()
+                try:
+                    a = server.answer(body)
+                    if server.fail_from_concurrency and level >= server.fail_from_concurrency and \
+                            server._strikes("concurrency", server.concurrency_fault_rate):
+                        a = {**a, "content": "", "calls": []}
+                finally:
+                    server.leave()
                 usage = {"prompt_tokens": server.prompt_tokens(body), "completion_tokens": 12, "total_tokens": 0}
+                if server.prefix_cache:
+                    key = json.dumps(body.get("messages"), sort_keys=True)
+                    with server.lock:
+                        seen = key in server.seen_prompts
+                        server.seen_prompts.add(key)
+                    hit = seen and server.prefix_cache != "miss"
+                    usage["prompt_tokens_details"] = {"cached_tokens": usage["prompt_tokens"] if hit else 0}
+                    if hit and server.prefix_cache == "changes" and a["content"]:
+                        a = {**a, "content": a["content"] + " (from cache)"}
                 finish = "tool_calls" if a["calls"] else "stop"
-                calls = [{"id": f"functions.{n}:{k}", "type": "function", "function": {"name": n, "arguments": args}}
-                         for k, (n, args) in enumerate(a["calls"])]
+                first = a.get("first_id", 0)
+                calls = [{"id": f"functions.{n}:{first + k}", "type": "function",
+                          "function": {"name": n, "arguments": args}} for k, (n, args) in enumerate(a["calls"])]
                 if not body.get("stream"):
                     msg = {"role": "assistant", "content": a["content"], "reasoning_content": a["reasoning"],
                            "tool_calls": calls or None}

@@ -62,7 +62,7 @@ def sample(unreachable: bool = False) -> CheckReport:
 def test_schema_kind_vocabulary_is_the_code_vocabulary():
     s = schema()
     assert s["$defs"]["kind"]["enum"] == list(ALL_KINDS)
-    assert len(FAILURE_KINDS) == 26 and ALL_KINDS[-1] == "model_declined"
+    assert len(FAILURE_KINDS) == 34 and ALL_KINDS[-1] == "model_declined"
     assert s["properties"]["schema"]["const"] == "kimi-deploy.check/1"
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import pytest
 
 from conftest import VLLM_API_KEY
+from kimi_deploy.check import followup
 from kimi_deploy.errors import ExitCode
 from test_check_replay import API_KEY, profile_for, results, run_json
 
@@ -41,6 +42,7 @@ def test_vllm_with_parsers_fails_only_the_dropped_ids_and_the_empty_tool_none_an
     expected = {f"contract.id_roundtrip.{s}.{m}": "tool_call_dropped"
                 for s in VLLM_DROPPED_STYLES for m in ("nonstream", "stream")}
     expected |= {f"contract.tool_none.{m}": "empty_answer" for m in ("nonstream", "stream")}
+    expected |= {i: "stop_without_calls" for i in followup.check_ids() if i.startswith("contract.followup.ids.")}
     assert failed == expected, failed
     for mode in ("nonstream", "stream"):
         named = got[f"contract.tool_named.{mode}"]

@@ -30,7 +30,9 @@ from kimi_deploy.bench.client import JSON_LIB, NotRead, StreamClient
 from kimi_deploy.bench.dataset import Dataset
 from kimi_deploy.bench.http import PARSER
 from kimi_deploy.bench.metrics import RequestRecord, WindowSummary, summarize
-from kimi_deploy.errors import UnreachableError, UsageError
+from kimi_deploy.catalog.models import required_sampling
+from kimi_deploy.errors import KimiDeployError, UnreachableError, UsageError
+from kimi_deploy.profile import load_profile
 from kimi_deploy.wire.limits import DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_LINE_BYTES, MIN_CAP_BYTES, Limits
 
 
@@ -39,6 +41,25 @@ class ProgressSink(Protocol):
 
     def start(self, description: str, total: int) -> None: ...
     def advance(self, ok: bool) -> None: ...
+
+
+def model_sampling(model: str | None, profile_path: Any, extra_body: dict[str, Any]) -> tuple[float, dict[str, Any]]:
+    """``(temperature, extra_body)`` when ``--temperature`` was not given: the required sampling of the model
+    ``model`` or the profile at ``profile_path`` names (:func:`kimi_deploy.catalog.models.required_sampling`:
+    temperature 1.0, and ``top_p`` 0.95 added to ``extra_body`` unless it sets one), else temperature 0.
+
+    A profile that cannot be read names no model here (``bench`` does not need it to run)."""
+    names: list[str | None] = [model]
+    if profile_path:
+        try:
+            profile = load_profile(profile_path)
+            names += [profile.sglang.served_model_name, profile.sglang.model_path]
+        except KimiDeployError:
+            pass
+    required = required_sampling(*names)
+    if not required:
+        return 0.0, extra_body
+    return required["temperature"], {"top_p": required["top_p"], **extra_body}
 
 
 @dataclasses.dataclass(frozen=True)

@@ -59,11 +59,19 @@ class Thinking:
 @dataclasses.dataclass(frozen=True)
 class Sampling:
     """Recommended sampling: ``temperature`` with thinking on, ``temperature_instant`` with it off (``None``:
-    no instant mode, or unknown), ``top_p``. ``None`` everywhere: the sources give none."""
+    no instant mode, or unknown), ``top_p``. ``None`` everywhere: the sources give none. ``required``: the
+    model's own API refuses any other sampling (``check`` and ``bench`` then send it: :meth:`request`)."""
 
     temperature: float | None
     temperature_instant: float | None
     top_p: float | None
+    required: bool = False
+
+    def request(self) -> dict[str, float] | None:
+        """``{"temperature": ..., "top_p": ...}`` every request must carry when :attr:`required`, else ``None``."""
+        if not self.required or self.temperature is None or self.top_p is None:
+            return None
+        return {"temperature": self.temperature, "top_p": self.top_p}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -206,7 +214,7 @@ MODELS: dict[str, ModelFacts] = {m.key: m for m in (
         key="k2.7-code", name="Kimi K2.7-Code", repo="moonshotai/Kimi-K2.7-Code", released="2026-06",
         tool_call_parser="kimi_k2", reasoning_parser="kimi_k2",
         thinking=Thinking(default_on=True, switch=None), draft_model=None, context_length=None,
-        sampling=Sampling(temperature=1.0, temperature_instant=None, top_p=0.95),
+        sampling=Sampling(temperature=1.0, temperature_instant=None, top_p=0.95, required=True),
         quantisation=None, weights_bytes=None, shards=None, multimodal=None,
         sources={
             "released": NOTES,
@@ -216,7 +224,8 @@ MODELS: dict[str, ModelFacts] = {m.key: m for m in (
             "thinking": "notes ('thinking only'): on, and no switch turns it off",
             "draft_model": "none: no EAGLE-3 draft published for K2.7-Code in the notes",
             "context_length": "unknown: not in the notes; SGLang reads max_position_embeddings from config.json",
-            "sampling": "notes (thinking only: no instant temperature); values from " + VERIFIER,
+            "sampling": "notes (thinking only: no instant temperature; Moonshot's API rejects sampling other than "
+                        "temperature 1.0 / top_p 0.95: required); values from " + VERIFIER,
             "quantisation": "unknown: not in the notes",
             "weights_bytes": "unknown: not in the notes; doctor measures the downloaded shards",
             "shards": "unknown: not in the notes; doctor checks the directory against its own index",
@@ -274,6 +283,13 @@ def identify(*names: str | None) -> ModelFacts | None:
             if found:
                 return found
     return None
+
+
+def required_sampling(*names: str | None) -> dict[str, float] | None:
+    """The sampling every request must carry for the model :func:`identify` finds in ``names`` (its
+    :meth:`Sampling.request`: K2.7-Code, whose own API refuses others), ``None`` for any other model or none."""
+    model = identify(*names)
+    return model.sampling.request() if model is not None else None
 
 
 @dataclasses.dataclass(frozen=True)

@@ -41,10 +41,20 @@ class Context:
     server_kind: str | None = None
     #: Its version where it says (SGLang ``/server_info`` ``version``, vLLM ``/version``).
     server_version: str | None = None
+    #: Sampling every contract request sends (:func:`kimi_deploy.check.runner.request_sampling`): temperature 0,
+    #: or the model's required sampling (K2.7-Code: temperature 1.0, top_p 0.95).
+    sampling: dict[str, float] = dataclasses.field(default_factory=lambda: {"temperature": 0})
+    #: ``--sampling``: ``model`` or ``greedy``.
+    sampling_mode: str = "model"
+    #: Requests at once of the ``contract.concurrency.*`` checks (``None``: :func:`kimi_deploy.check.concurrency.level`).
+    concurrency: int | None = None
     #: The quality tier's settings (:class:`kimi_deploy.check.quality.settings.QualitySettings`; ``None``: defaults).
     quality: Any = None
     #: What the quality tier measured, for the report's ``quality`` object (``{"accuracy": {...}}``).
     quality_results: dict[str, Any] = dataclasses.field(default_factory=dict)
+    #: The quality sample's answers (:class:`kimi_deploy.check.quality.accuracy.Sample`), for the checks that judge
+    #: the same sample again (``quality.reasoning``, ``quality.certify``); empty until it is measured.
+    quality_samples: list[Any] = dataclasses.field(default_factory=list)
     _cache: dict[str, Any] = dataclasses.field(default_factory=dict, repr=False)
 
     def load_facts(self) -> None:

@@ -1,7 +1,8 @@
 """The ``contract.*`` tier: chat completions through the official ``openai`` client, as agents send them.
 
 Every case runs non-streaming (``contract.<case>.nonstream``) and streaming
-(``contract.<case>.stream``) at temperature 0; every response goes through the leak scanner
+(``contract.<case>.stream``) at temperature 0 (a model whose own API requires other sampling gets that:
+:attr:`kimi_deploy.check.context.Context.sampling`); every response goes through the leak scanner
 and the response validators, every stream also through the stream-shape validator. A case
 whose call is due but whose model answers in clean prose is retried up to ``repeat`` times,
 then reported ``warn``/``model_declined``: model variance is not a server fault.
@@ -180,7 +181,7 @@ class Answer:
 
 def _request(ctx: Context, case: Case, messages: list[dict[str, Any]], *, stream: bool,
              exp: Expectation, nonstream: Message | None = None) -> Answer:
-    kwargs: dict[str, Any] = {"model": ctx.model, "messages": messages, "temperature": 0,
+    kwargs: dict[str, Any] = {"model": ctx.model, "messages": messages, **ctx.sampling,
                               "max_tokens": case.max_tokens}
     if case.tools:
         kwargs["tools"] = list(case.tools)

@@ -13,14 +13,17 @@ from __future__ import annotations
 import fnmatch
 from collections.abc import Iterable
 
-from kimi_deploy.check import contract, health, parser
+from kimi_deploy.check import concurrency, contract, followup, health, parser, prefix_cache
 from kimi_deploy.check.quality import tier as quality
 from kimi_deploy.errors import UsageError
 
 
 def all_ids() -> list[str]:
-    """Every check id in run order: health, config, parser, contract, quality."""
-    return list(health.CHECKS) + parser.check_ids() + contract.check_ids() + quality.check_ids()
+    """Every check id in run order: health, config, parser, contract (``contract.prefix_cache``, ``contract.followup.*``, then
+    ``contract.concurrency.*`` last), quality."""
+    return (list(health.CHECKS) + parser.check_ids() + contract.check_ids() + [prefix_cache.CHECK_ID]
+            + followup.check_ids()
+            + concurrency.check_ids() + quality.check_ids())
 
 
 def tier(check_id: str) -> str:

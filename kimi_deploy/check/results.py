@@ -54,6 +54,14 @@ FAILURE_KINDS: tuple[str, ...] = (
     "thinking_switch",         # chat_template_kwargs.thinking true/false not honoured (quality.preflight.thinking_*)
     "sampling_defaults",       # the server's default sampling differs from the model's recommended values
     "prompt_tokens_mismatch",  # usage.prompt_tokens differs from the model's own tokenizer and chat template
+    "empty_followup",          # contract.followup.*: the answer to a tool result has no content and no call
+    "stop_without_calls",      # contract.followup.*: a call was due, the answer ended with stop and no tool_calls
+    "wrong_tool_after_round",  # contract.followup.*: from round 2 on, a call to another of the request's tools
+    "think_leak",              # quality.reasoning: a think tag or the reasoning in content, over the bar's rate
+    "tool_trigger_low",        # quality.certify: the 95 % interval of tool-trigger F1 lies below the bar (0.98)
+    "sampling_not_enforced",   # quality.preflight.sampling.required: sampling the model's own API refuses is answered
+    "prefix_cache_miss",       # contract.prefix_cache: the same long prompt twice, the second reports 0 cached tokens
+    "prefix_cache_mismatch",   # contract.prefix_cache: deterministic inference, the cached prefix changed the answer
 )
 WARN_KINDS: tuple[str, ...] = ("model_declined",)
 ALL_KINDS: tuple[str, ...] = FAILURE_KINDS + WARN_KINDS
@@ -125,6 +133,34 @@ FIXES: dict[str, str] = {
                               "--chat-template override, an old tokenizer, tool declarations rendered "
                               "differently): serve the model's own tokenizer and template, then `kimi-deploy "
                               "restart --wait`",
+    "empty_followup": "the model closed its turn right after </think> (MoonshotAI/Kimi-K2 issue 128): turn "
+                      "speculative decoding off to see whether it is the cause (profile speculative_algorithm, "
+                      "then `kimi-deploy install` and `kimi-deploy restart --wait`), check the reasoning parser "
+                      "and chat template are the model's own; an agent sees an empty reply and stops",
+    "stop_without_calls": "the model wrote a call the parser did not match, most often because the history holds "
+                          "ids in a client's own form (callNNNNN, call_<hex>, toolu_...; sglang issue 25358): "
+                          "`kimi-deploy patch apply --python {python}` (kimi-k2-tool-call-ids, "
+                          "kimi-k2-canonical-history-ids), then `kimi-deploy restart --wait`; or keep the "
+                          "server's ids in the history",
+    "prefix_cache_miss": "the prefix cache does not hit: check that the server was not started with "
+                         "--disable-radix-cache, and after an upgrade the cache's release notes (SGLang 0.5.21 made "
+                         "the Rust prefix cache the default); `journalctl -u {name}`",
+    "prefix_cache_mismatch": "a cached prefix changes the answer: a prefix-cache bug; restart with "
+                             "--disable-radix-cache to confirm, roll back the upgrade, and report it upstream with "
+                             "the evidence",
+    "sampling_not_enforced": "clients must send the model's own sampling (check and bench do by default): tell "
+                             "them (K2.7-Code: temperature 1.0, top_p 0.95), or enforce it in a proxy in front of "
+                             "the server (a LiteLLM hook); SGLang's --preferred-sampling-params only sets defaults",
+    "tool_trigger_low": "calls missing where due, or made where none was: read quality.certify in the JSON report "
+                        "and quality.accuracy's error classes; dropped calls point at the parser (`kimi-deploy "
+                        "patch status --python {python}`), extra ones at the chat template or sampling",
+    "think_leak": "the reasoning parser does not split the answer where the template pre-fills <think>: launch "
+                  "with --reasoning-parser kimi_k2 (profile reasoning_parser; through a gateway, its own reasoning "
+                  "parser must match the model), keep the model's own chat template, then `kimi-deploy restart "
+                  "--wait`",
+    "wrong_tool_after_round": "the call of a later round went to another tool (sglang issue 25218): compare with "
+                              "thinking off and without speculative decoding, `kimi-deploy patch status --python "
+                              "{python}`; report it upstream with the evidence",
 }
 
 #: The fix of a ``model_declined`` answer cut at ``max_tokens`` (its detail says "until max_tokens").
@@ -227,6 +263,12 @@ class CheckOptions:
         sglang_python: SGLang's interpreter for the prompt-token count (``None``: the profile's).
         max_dataset_line_bytes / max_dataset_bytes: caps on the dataset's lines and file
             (:mod:`kimi_deploy.wire.inputs`); a longer line is a ``dataset_invalid`` case.
+        repeats: times ``quality.accuracy`` sends each request, for ``quality.certify``'s majority (``None``:
+            the profile's ``[quality] repeats``, else 1).
+        sampling: ``model`` (the contract's requests carry the model's required sampling when the catalog has one,
+            K2.7-Code: temperature 1.0, top_p 0.95; else temperature 0) or ``greedy`` (temperature 0 always).
+        concurrency: requests at once of ``contract.concurrency.*`` (``None``: the profile's
+            ``max_running_requests``, at most 64, else 8; :func:`kimi_deploy.check.concurrency.level`).
     """
 
     base_url: str | None = None
@@ -251,6 +293,9 @@ class CheckOptions:
     sglang_python: str | None = None
     max_dataset_line_bytes: int = DATASET_LINE_BYTES
     max_dataset_bytes: int = DATASET_FILE_BYTES
+    concurrency: int | None = None
+    repeats: int | None = None
+    sampling: str = "model"
 
 
 @dataclasses.dataclass

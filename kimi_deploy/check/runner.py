@@ -12,7 +12,7 @@ from pathlib import Path
 
 import httpx
 
-from kimi_deploy.check import contract, health, parser, registry
+from kimi_deploy.check import concurrency, contract, followup, health, parser, prefix_cache, registry
 from kimi_deploy.check.quality import tier as quality
 from kimi_deploy.check.quality.settings import resolve as quality_settings
 from kimi_deploy.check.client import Clients, Deadline
@@ -25,6 +25,7 @@ from kimi_deploy.wire.apikey import guard_transport, resolve_key
 from kimi_deploy.wire.baseurl import check_base_url
 from kimi_deploy.errors import UsageError
 from kimi_deploy.wire.limits import Limits
+from kimi_deploy.catalog.models import required_sampling
 from kimi_deploy.profile import Profile, load_profile
 from kimi_deploy.topology import local_rank, refuse_http_proof
 
@@ -176,7 +177,8 @@ def run_checks(options: CheckOptions, progress: Progress | None = None, *,
             progress(check_id, len(report.results), len(ids) - len(absorbed), result)
 
     ctx = Context(clients=clients, profile=profile, model=expected, expected_model=expected,
-                  repeat=options.repeat, quality=settings)
+                  repeat=options.repeat, quality=settings, concurrency=options.concurrency,
+                  sampling=request_sampling(options.sampling, profile, expected), sampling_mode=options.sampling)
     try:
         for check_id in health_ids:
             run_one(check_id, {})
@@ -244,6 +246,8 @@ def _load_facts(ctx: Context, report: CheckReport, ids: list[str]) -> None:
         if ctx.model is None and any(registry.tier(i) in ("contract", "quality") for i in ids):
             ctx.model = ctx.served_model()
             report.model = ctx.model
+            if ctx.sampling_mode == "model" and ctx.profile is None:  # the served name may be a catalog model
+                ctx.sampling = request_sampling("model", None, ctx.model)
     except Exception:  # noqa: BLE001 - a hostile answer to a fact must not cost the run its reports
         log.debug("reading the server's facts failed", exc_info=True)
 
@@ -277,9 +281,27 @@ def _dispatch(ctx: Context, check_id: str, cache: dict) -> Outcome | None:
         outcome = health.no_model(ctx)
     elif registry.tier(check_id) == "quality":
         outcome = quality.run(ctx, check_id, cache)
+    elif check_id == prefix_cache.CHECK_ID:
+        outcome = prefix_cache.run(ctx)
+    elif check_id.startswith("contract.concurrency."):
+        outcome = concurrency.run(ctx, check_id)
+    elif check_id.startswith("contract.followup."):
+        outcome = followup.run(ctx, check_id, cache)
     else:
         outcome = contract.run(ctx, check_id, cache)
     return outcome
+
+
+def request_sampling(mode: str, profile: Profile | None, model: str | None) -> dict[str, float]:
+    """The sampling every contract request carries: the catalog model's required sampling (its
+    :meth:`kimi_deploy.catalog.models.Sampling.request`) in ``model`` mode when the profile's model or ``model``
+    is one with such a rule, else (and always in ``greedy`` mode) ``{"temperature": 0}``."""
+    if mode == "model":
+        names = (profile.sglang.model_path, profile.sglang.served_model_name) if profile is not None else ()
+        required = required_sampling(*names, model)
+        if required:
+            return required
+    return {"temperature": 0}
 
 
 def _probe(clients: Clients) -> tuple[str, str, str] | None:

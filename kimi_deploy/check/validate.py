@@ -37,11 +37,13 @@ CANONICAL_KIMI_ID = ID_FORMATS["kimi_k2"].pattern  # fullmatch: no trailing newl
 #: Most telling kind first: a check reports the first finding in this order.
 PRIORITY: tuple[str, ...] = (
     "unreachable", "timeout", "error_frame", "server_error", "invalid_response", "http_error", "wrong_tool",
-    "markup_leak",
+    "markup_leak", "think_leak", "wrong_tool_after_round", "stop_without_calls", "empty_followup",
     "tool_call_dropped", "empty_answer", "finish_reason_mismatch", "unknown_tool", "invalid_arguments",
     "schema_violation", "tool_choice_violation", "duplicate_id", "noncanonical_id",
     "reasoning_leak", "missing_reasoning", "stream_shape", "config_mismatch", "thinking_switch",
-    "sampling_defaults", "prompt_tokens_mismatch", "schema_accuracy_low", "dataset_invalid", "model_declined",
+    "sampling_defaults", "prompt_tokens_mismatch", "schema_accuracy_low", "tool_trigger_low", "sampling_not_enforced",
+    "prefix_cache_mismatch", "prefix_cache_miss", "dataset_invalid",
+    "model_declined",
 )
 
 

@@ -128,7 +128,9 @@ def _redacted(exc: KimiDeployError, api_key: str | None) -> KimiDeployError:
 @click.option("--num-prompts", type=_num("--num-prompts", int, minimum=1, maximum=params.MAX_REQUESTS, example="64"), default=None, metavar="N",
               help="Measured requests per run [default: max(32, 4 x concurrency); 200 open loop].")
 @click.option("--max-tokens", type=_num("--max-tokens", int, minimum=1, example="256"), default=256, metavar="M", help="max_tokens of every request.")
-@click.option("--temperature", type=_num("--temperature", minimum=0, example="0"), default=0.0, help="temperature of every request.")
+@click.option("--temperature", type=_num("--temperature", minimum=0, example="0"), default=None,
+              help="temperature of every request [default: 0; for a model whose own API refuses other sampling "
+                   "(K2.7-Code, named by --model or the profile) its required temperature 1.0 and top_p 0.95].")
 @click.option("--ignore-eos", is_flag=True, help="Send ignore_eos (SGLang): every answer runs to max_tokens.")
 @click.option("--warmup", type=_num("--warmup", int, minimum=0, maximum=params.MAX_REQUESTS, example="8"), default=None, metavar="N",
               help="Requests before each point, not measured [default: the concurrency].")
@@ -227,6 +229,8 @@ def bench_cmd(ctx, base_url, model, concurrency, request_rate, num_prompts, max_
     profile_sha = None
     if profile_path:
         profile_sha = report.profile_digest(profile_path)
+    if temperature is None:
+        temperature, body_extra = load.model_sampling(model, profile_path, body_extra)
     cfg = load.BenchConfig(
         base_url=base_url, model=model, concurrency=() if rates else concurrency, request_rates=rates,
         max_in_flight=concurrency[0] if rates and conc_given else None,

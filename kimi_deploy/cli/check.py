@@ -93,8 +93,18 @@ def _globs(values: tuple[str, ...]) -> list[str]:
 @click.option("--dataset", type=click.Path(path_type=Path, dir_okay=False), metavar="FILE",
               help="Run the quality tier on this JSONL of chat-completion request bodies (K2VV's format; default: "
                    "the kit's agentic samples).")
+@click.option("--sampling", type=click.Choice(["model", "greedy"]), default="model", show_default=True,
+              help="Sampling of the contract's requests: model = the model's required sampling where its own API "
+                   "refuses others (K2.7-Code: temperature 1.0, top_p 0.95), else temperature 0; greedy = "
+                   "temperature 0 always.")
+@click.option("--concurrency", type=click.IntRange(min=1, max=512), metavar="N",
+              help="Requests at once of each contract.concurrency.* case (default: the profile's "
+                   "max_running_requests, at most 64, else 8).")
 @click.option("--quality-concurrency", type=click.IntRange(min=1, max=256), metavar="N",
               help="quality.accuracy requests in flight at once (default: the profile's, else 4).")
+@click.option("--repeats", type=click.IntRange(min=1, max=15), metavar="K",
+              help="quality.accuracy sends every request K times; quality.certify judges each by the majority of its "
+                   "repeats (default: the profile's [quality] repeats, else 1).")
 @click.option("--quality-deadline", type=Seconds(min=1), metavar="S",
               help="Seconds quality.accuracy may take (default: the profile's, else 600; capped by --deadline).")
 @click.option("--min-schema-accuracy", type=click.FloatRange(0, 1), metavar="F",
@@ -117,9 +127,9 @@ def _globs(values: tuple[str, ...]) -> list[str]:
                    "and contract tiers) against every worker it lists, one report each; exit status of the worst.")
 @click.pass_context
 def check_cmd(ctx, base_url, model, api_key_file, profile_path, only, skip, json_path, junit_path, prom_path,
-              timeout, repeat, deadline, insecure, sample, dataset, quality_concurrency, quality_deadline,
-              min_schema_accuracy, model_dir, sglang_python, max_body_bytes, max_line_bytes, max_dataset_line_bytes,
-              max_dataset_bytes, list_only, pushgateway, each_worker):
+              timeout, repeat, deadline, insecure, sampling, concurrency, sample, dataset, quality_concurrency, repeats,
+              quality_deadline, min_schema_accuracy, model_dir, sglang_python, max_body_bytes, max_line_bytes,
+              max_dataset_line_bytes, max_dataset_bytes, list_only, pushgateway, each_worker):
     """Check a running OpenAI-compatible server: health, configuration, API contract.
 
     Tool-call quality (schema corpus, accuracy with its 95 % interval, Kimi pre-flight) with --sample/--dataset
@@ -156,7 +166,8 @@ def check_cmd(ctx, base_url, model, api_key_file, profile_path, only, skip, json
                            only=_globs(only), skip=_globs(skip), timeout=timeout, repeat=repeat, deadline=deadline,
                            insecure=insecure, max_body_bytes=max_body_bytes, max_line_bytes=max_line_bytes,
                            quality=sample is not None or dataset is not None, sample=sample, dataset=dataset,
-                           quality_concurrency=quality_concurrency, quality_deadline=quality_deadline,
+                           sampling=sampling, concurrency=concurrency, quality_concurrency=quality_concurrency,
+                           repeats=repeats, quality_deadline=quality_deadline,
                            min_schema_accuracy=min_schema_accuracy, model_dir=model_dir, sglang_python=sglang_python,
                            max_dataset_line_bytes=max_dataset_line_bytes, max_dataset_bytes=max_dataset_bytes)
     if pushgateway and not pushgateway.startswith(("http://", "https://")):

@@ -96,6 +96,13 @@ def validate_cmd(ctx, profile_path, preset, name, python, gateway, smg, gpu_fact
             click.echo(f"model: warning: {warning}")
         for note in m.notes:
             click.echo(f"model: note: {note}")
+        for error in result.guard.errors:
+            click.echo(f"speculative: FAILED: {error}")
+        for warning in result.guard.warnings:
+            click.echo(f"kv_cache: warning: {warning}")
+        if result.guard.errors:
+            click.echo("fix: set speculative_algorithm to what the draft's config.json declares, then run validate "
+                       "again")
         if m.errors:
             click.echo("fix: deploy this model on GPUs that hold it (a [fleet] of hosts, or larger GPUs), or "
                        "choose a model that fits (`kimi-deploy presets`)")

@@ -11,6 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from kimi_deploy import patching, proc, versions
+from kimi_deploy.catalog import spec_guard
 from kimi_deploy import engine as target
 from kimi_deploy.deployment import require_fit, resolve
 from kimi_deploy.doctor import fabric
@@ -197,6 +198,7 @@ def gather(profile: Profile, *, python: str | None = None, root: Path = Path("/"
     facts["model"] = inspect_model_dir(s.model_path)
     if s.speculative_draft_model_path:
         facts["draft_model"] = inspect_model_dir(s.speculative_draft_model_path)
+        facts["draft_config"] = spec_guard.read_draft_config(s.speculative_draft_model_path)
     try:
         facts["disk"] = disk_space(profile.cache_root)
     except OSError as exc:

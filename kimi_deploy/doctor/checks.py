@@ -5,7 +5,8 @@ No I/O here: every function is tested on recorded probe output. Check names are 
 ``driver``, ``torch.arch``, ``pcie.topology``, ``model``, ``draft_model``, ``sglang``,
 ``sglang.patches``, ``sglang.<option>`` (one per gated feature the profile asks for, e.g.
 ``sglang.flashinfer_allreduce_fusion_backend``; the mapping is the patch series' ``needed_by``),
-``sglang.flags``, ``disk.cache``, ``ram.warm_restart``, ``port``, ``unit.installed``; the fabric for peer-memory all-reduce:
+``sglang.flags``, ``speculative.draft``, ``kv_cache.dtype``, ``disk.cache``, ``ram.warm_restart``, ``port``,
+``unit.installed``; the fabric for peer-memory all-reduce:
 ``allreduce.paths``, ``fabric.p2p_disable``, ``fabric.acs``, ``fabric.iommu``, ``fabric.uvm_hmm``,
 ``fabric.p2p``.
 """
@@ -13,8 +14,11 @@ No I/O here: every function is tested on recorded probe output. Check names are 
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
-from kimi_deploy.catalog.models import WEIGHTS_SHARE, Gpu as CatalogGpu, ModelFacts, identify, what_fits
+from kimi_deploy.catalog import spec_guard
+from kimi_deploy.catalog.models import (REFERENCE_GPU, WEIGHTS_SHARE, Gpu as CatalogGpu, ModelFacts, identify,
+                                        what_fits)
 from kimi_deploy.doctor.cuda import SOURCE as DRIVER_SOURCE, judge_driver
 from kimi_deploy.doctor.fabric import AcsReport, IommuMode, P2pMatrix
 from kimi_deploy.doctor.host import DiskSpace, FileDrift, PortProbe, hostport
@@ -42,6 +46,8 @@ WEIGHTS_WARN_SHARE = WEIGHTS_SHARE
 REFERENCE_CAPABILITY = "12.0"
 #: GPU model name fragment -> compute capability NVIDIA lists for it (developer.nvidia.com/cuda-gpus).
 KNOWN_CAPABILITY = {"RTX PRO 6000 Blackwell": "12.0"}
+#: The GPU kind assumed when nvidia-smi gave nothing (the reference host's).
+REFERENCE_GPU_NAME = REFERENCE_GPU.name
 
 
 @dataclasses.dataclass(frozen=True)
@@ -65,6 +71,8 @@ class Facts:
     gates_version: str | None = None
     model: ModelDir | None = None
     draft_model: ModelDir | None = None
+    #: The draft's ``config.json`` as read here (:func:`kimi_deploy.catalog.spec_guard.read_draft_config`; ``None``: none).
+    draft_config: dict[str, Any] | None = None
     disk: DiskSpace | None = None
     disk_error: str | None = None
     #: ``/proc/meminfo`` as :func:`kimi_deploy.facts.meminfo.parse_meminfo` reads it (``None``: unreadable)
@@ -701,6 +709,39 @@ def check_p2p(f: Facts) -> Check:
         "GNS/NS: these GPUs cannot do it here, so run NCCL only (remove the peer-memory settings)")
 
 
+def check_speculative_draft(f: Facts) -> Check | None:
+    """``speculative.draft``: the algorithm matches what the draft's ``config.json`` declares
+    (:func:`kimi_deploy.catalog.spec_guard.problems`); ``None`` without EAGLE/EAGLE3."""
+    s = f.profile.sglang
+    if s.speculative_algorithm not in ("EAGLE", "EAGLE3"):
+        return None
+    name = "speculative.draft"
+    guard = spec_guard.problems(f.profile, f.draft_config, "")
+    if guard.errors:
+        return failed(name, guard.errors[0], f"set speculative_algorithm = \"{guard.draft_kind}\", then "
+                                             "`kimi-deploy install` and `kimi-deploy restart --wait`")
+    if guard.draft_kind is None:
+        return warned(name, f"{s.speculative_draft_model_path}: no config.json here declaring EAGLE or EAGLE-3; "
+                            f"{s.speculative_algorithm} not checked against the draft",
+                      "download the draft to that path (its config.json) and run doctor again")
+    return passed(name, f"{s.speculative_algorithm} matches the draft's config.json ({guard.draft_kind})")
+
+
+def check_kv_cache(f: Facts) -> Check | None:
+    """``kv_cache.dtype``: warns on an FP8 KV cache where it is measured slow on these GPUs
+    (:data:`kimi_deploy.catalog.spec_guard.SLOW_FP8_KV`); ``None`` when no --kv-cache-dtype is set."""
+    dtype = spec_guard.kv_cache_dtype(f.profile.sglang.extra_args)
+    if dtype is None:
+        return None
+    card = f.gpus[0].name if f.gpus else REFERENCE_GPU_NAME
+    warning = spec_guard.slow_fp8_kv(f.profile, card)
+    if warning:
+        return warned("kv_cache.dtype", warning, "remove --kv-cache-dtype from [sglang] extra_args, `kimi-deploy "
+                                                 "install`, `kimi-deploy restart --wait`, and compare with "
+                                                 "`kimi-deploy bench`")
+    return passed("kv_cache.dtype", f"kv_cache_dtype {dtype}: no slow measurement known for this model on {card}")
+
+
 def evaluate(f: Facts) -> list[Check]:
     """Every check over ``f``, in the order they are reported."""
     checks = [
@@ -708,6 +749,7 @@ def evaluate(f: Facts) -> list[Check]:
         check_torch_arch(f), check_topology(f),
         check_model("model", f.model, "model_path", f.known_model_dir),
         check_model("draft_model", f.draft_model, "speculative_draft_model_path"),
+        check_speculative_draft(f), check_kv_cache(f),
         check_sglang(f), check_patches(f), *check_gates(f), check_flags(f), check_memory_plan(f),
         check_allreduce_paths(f), check_p2p_disable(f), check_acs(f), check_iommu(f), check_uvm_hmm(f), check_p2p(f),
         check_disk(f), check_warm_restart(f), check_port(f), check_unit(f),

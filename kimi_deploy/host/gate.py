@@ -11,7 +11,9 @@ Tiers, in order (``restart --gate NAME`` runs every tier up to and including NAM
   (``/parse_function_call``, ``/separate_reasoning``);
 - ``contract``: :data:`CONTRACT_SUBSET`, real chat completions: a tool call streamed and not, the id round trip
   (canonical ids and the sanitised ``functions_NAME_N`` that clients send back, the failure behind this
-  project's incidents), reasoning separation streamed and not. Eight requests of a few hundred tokens: well
+  project's incidents), reasoning separation streamed and not, and the prefix cache (``contract.prefix_cache``: one
+  ~2000-token prompt twice, the second must hit the cache). Eight requests of a few hundred tokens and two short
+  prefills: well
   under a minute on a Kimi K2.5 server, about a second against the replay server (figures in
   docs/design.md#restarts-gate).
 
@@ -39,12 +41,14 @@ DEFAULT_GATE = "contract"
 #: ``kimi-deploy check`` id globs of each tier after ``ready``.
 FAST_TIER = ("health.*", "config.*")
 PARSER_TIER = ("parser.*",)
-#: Tool calls streamed and not, the id round trip (canonical and sanitised), reasoning separation.
+#: Tool calls streamed and not, the id round trip (canonical and sanitised), reasoning separation, and the prefix
+#: cache (an upgrade can change it: SGLang 0.5.21 made the Rust prefix cache the default).
 CONTRACT_SUBSET = (
     "contract.tool_auto.nonstream", "contract.tool_auto.stream",
     "contract.id_roundtrip.canonical.nonstream", "contract.id_roundtrip.canonical.stream",
     "contract.id_roundtrip.sanitised.nonstream", "contract.id_roundtrip.sanitised.stream",
     "contract.reasoning_on.nonstream", "contract.reasoning_on.stream",
+    "contract.prefix_cache",
 )
 
 #: The profile fields a change may not drop: each is a launch flag every coding agent depends on.

@@ -45,7 +45,6 @@ import ctypes.util
 import dataclasses
 import mmap
 import os
-import re
 import stat
 import threading
 import time

@@ -81,6 +81,23 @@ class Quality(Section):
                                        description="verdict threshold (fraction); K2VV's SGLang figure")
     dataset: str | None = Field(None, description="JSONL of request bodies (K2VV's format), an absolute path; none: "
                                 "the kit's samples")
+    max_think_leak_rate: float = Field(0.0, ge=0, le=1, allow_inf_nan=False,
+                                       description="quality.reasoning: highest share of answers with a think tag or "
+                                                   "the reasoning in content (smg-project/providers-verifier: 0)")
+    max_empty_stop_rate: float = Field(0.0, ge=0, le=1, allow_inf_nan=False,
+                                       description="quality.reasoning: highest share of answers ending stop with "
+                                                   "neither content nor a call")
+    repeats: int = Field(1, ge=1, le=15, description="quality.accuracy sends every request this many times; "
+                                                      "quality.certify judges each by the majority of its repeats")
+    min_tool_trigger_f1: float = Field(0.98, ge=0, le=1, allow_inf_nan=False,
+                                       description="quality.certify bar: tool-trigger F1 (smg-project/"
+                                                   "providers-verifier: 0.98)")
+    certify_min_schema_accuracy: float = Field(0.98, ge=0, le=1, allow_inf_nan=False,
+                                               description="quality.certify bar: tool-schema accuracy "
+                                                           "(smg-project/providers-verifier: 0.98)")
+    max_missing_reasoning_rate: float = Field(0.0, ge=0, le=1, allow_inf_nan=False,
+                                              description="quality.reasoning: highest share of thinking-on answers "
+                                                          "without reasoning")
 
     @field_validator("dataset")
     @classmethod

@@ -61,8 +61,9 @@ def check_rules(profile: Profile) -> list[str]:
         problems.append("sglang.speculative_algorithm: speculative settings are given but no algorithm; "
                         "set speculative_algorithm = \"EAGLE3\"")
     if s.speculative_algorithm in ("EAGLE", "EAGLE3") and not s.speculative_draft_model_path:
-        problems.append(f"sglang.speculative_draft_model_path: {s.speculative_algorithm} needs a draft model; "
-                        "set the path of e.g. lightseekorg/kimi-k2.5-eagle3-mla")
+        problems.append(f"sglang.speculative_draft_model_path: {s.speculative_algorithm} needs a draft model (without "
+                        "one SGLang loads the target again as its draft and runs out of memory, sglang issue "
+                        "36528); set the path of e.g. lightseekorg/kimi-k2.5-eagle3-mla")
     if (len(given) == 3 and s.speculative_eagle_topk == 1
             and s.speculative_num_draft_tokens != s.speculative_num_steps + 1):
         problems.append(

@@ -12,6 +12,8 @@ matter to a server (moonshotai Kimi K2.x, ../shared/notes/tool-call-failures.md)
   calls of the whole conversation;
 - with thinking on (the template pre-fills ``<think>``) the output starts inside reasoning and
   closes it with ``</think>``; with thinking off (``<think></think>`` pre-filled) there is none;
+- "time zone Area/City" with ``get_time`` offered is a ``get_time`` call, "weather in X" (and "in Y") one
+  ``get_weather`` call per city;
 - under a grammar constraint (``tool_choice`` required or named) it must call a tool; without one,
   a ``json_schema`` constraint makes it write SGLang's JSON-array form instead;
 - with ``KIMI_REPLAY_INVALID_RATE`` (a fraction) and ``KIMI_REPLAY_SEED`` in the environment (the servers'
@@ -105,6 +107,9 @@ def _planned_calls(user: str, tools: list[dict], forced: bool) -> list[tuple[str
     m = _ARGS_DIRECTIVE.search(user)
     if m and m.group(1) in names:
         return [(m.group(1), json.loads(m.group(2)))]
+    zone = re.search(r"time zone ([A-Za-z_]+/[A-Za-z_]+)", user)
+    if zone and "get_time" in names:
+        return [("get_time", {"timezone": zone.group(1)})]
     if "get_weather" in names:
         cities = _WEATHER.findall(user)
         extra = re.findall(r" and in ([A-Z][A-Za-z .'-]*?)(?=[?.!,:;]| and |$)", user)

@@ -74,7 +74,7 @@ def build_server_args(opts: argparse.Namespace, model_dir: Path):
 
     argv = ["--model-path", str(model_dir), "--skip-tokenizer-init", "--device", "cpu",
             "--served-model-name", opts.served_model_name, "--tp-size", opts.tp_size,
-            "--host", opts.host, "--port", str(opts.port or 30000)]
+            "--host", opts.host, "--port", str(opts.port or 30000), "--enable-cache-report"]
     if not opts.no_parsers:
         argv += ["--tool-call-parser", "kimi_k2", "--reasoning-parser", getattr(opts, "reasoning_parser", "kimi_k2")]
     if not opts.no_speculative:
@@ -136,6 +136,7 @@ class ScriptedTokenizerManager:
         self.last_receive_tstamp = 0.0
         self.eos_id = tokenizer.convert_tokens_to_ids("<|im_end|>")
         self._counter = 0
+        self._seen: list[list[int]] = []  # prompts answered so far (the newest 256): a radix cache's contents
 
     def config_value(self, name: str):
         return getattr(self.server_args, name, None)
@@ -160,6 +161,20 @@ class ScriptedTokenizerManager:
             return [self.tokenizer.convert_tokens_to_ids(piece)]
         return self.tokenizer.encode(piece, add_special_tokens=False)
 
+    def _cached(self, ids: list[int]) -> int:
+        """Tokens of ``ids`` a radix cache holds: the longest prefix shared with a prompt answered before (SGLang
+        reports it as ``meta_info.cached_tokens``; ``--enable-cache-report`` puts it in the usage)."""
+        best = 0
+        for seen in self._seen:
+            n = 0
+            for a, b in zip(seen, ids):
+                if a != b:
+                    break
+                n += 1
+            best = max(best, n)
+        self._seen = (self._seen + [ids])[-256:]
+        return best
+
     async def generate_request(self, obj, raw_request=None):
         params = obj.sampling_params or {}
         if isinstance(params, list):
@@ -177,6 +192,7 @@ class ScriptedTokenizerManager:
         groups = kimi_model.chunks(parts) if obj.stream else [parts]
         ids = obj.input_ids[0] if obj.input_ids and isinstance(obj.input_ids[0], list) else (obj.input_ids or [])
         prompt_tokens = len(ids)
+        cached = self._cached(list(ids))
         text, out_ids = "", []
         for n, group in enumerate(groups):
             for piece in group:
@@ -195,7 +211,7 @@ class ScriptedTokenizerManager:
                 "index": 0,
                 "meta_info": {
                     "id": rid, "prompt_tokens": prompt_tokens, "completion_tokens": len(out_ids),
-                    "cached_tokens": 0, "finish_reason": finish, "output_token_logprobs": [],
+                    "cached_tokens": cached, "finish_reason": finish, "output_token_logprobs": [],
                     "output_top_logprobs": [], "weight_version": "default",
                 },
             }

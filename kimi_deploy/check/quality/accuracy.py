@@ -39,7 +39,7 @@ from typing import Any
 
 import openai
 
-from kimi_deploy.check import leaks
+from kimi_deploy.check import integrity, leaks
 from kimi_deploy.check import stream as stream_v
 from kimi_deploy.check.client import Clients, Deadline
 from kimi_deploy.check.context import Context
@@ -87,6 +87,26 @@ class Sample:
     def excluded(self) -> bool:
         """The case was the dataset's fault (``dataset_invalid``): left out of the server's counts."""
         return self.kind == DATASET_INVALID
+    #: Whether the request asked for reasoning (:func:`kimi_deploy.check.integrity.thinking_on`) and the reasoning
+    #: integrity rules the answer broke (:func:`kimi_deploy.check.integrity.judge`), for ``quality.reasoning``.
+    thinking: bool | None = None
+    breaches: tuple[integrity.Breach, ...] = ()
+    #: Whether the request should trigger a call (:func:`expects_call`), for ``quality.certify``'s trigger F1.
+    expect_call: bool = True
+
+
+#: A dataset body's own label of whether a tool call is due (``true``/``false``); never sent to the server.
+EXPECT_KEY = "_expect_tool_call"
+
+
+def expects_call(body: dict[str, Any]) -> bool:
+    """Whether ``body`` should trigger a tool call: its :data:`EXPECT_KEY` when a boolean, else ``False`` for
+    ``tool_choice`` ``none`` or no tools, else ``True`` (``required``, a named function, or ``auto`` with tools:
+    the kit's samples and K2VV's requests are agent turns that act)."""
+    label = body.get(EXPECT_KEY)
+    if isinstance(label, bool):
+        return label
+    return bool(body.get("tools")) and body.get("tool_choice") != "none"
 
 
 def failed(index: int, finding: Finding) -> Sample:
@@ -95,12 +115,22 @@ def failed(index: int, finding: Finding) -> Sample:
 
 
 def classify(index: int, msg: Message, tools: list[dict[str, Any]], named: bool = False,
-             validators: dict[str, Any] | None = None, line: int | None = None) -> Sample:
+             validators: dict[str, Any] | None = None, line: int | None = None,
+             thinking: bool | None = None) -> Sample:
     """Judge one answer (K2VV's rule, module docstring). ``named``: the request's ``tool_choice`` names a function,
     whose forced call may end with ``finish_reason`` ``stop`` (OpenAI's own API does, and vLLM 0.33.0 follows it:
     :mod:`kimi_deploy.check.validate`): such an answer with calls is a tool-call answer too. ``validators``: the
     tools' validators built when the case was read (:class:`kimi_deploy.check.quality.dataset.Request`); a schema
-    found unjudgeable now makes the sample ``dataset_invalid`` (``line``: the case's line)."""
+    found unjudgeable now makes the sample ``dataset_invalid`` (``line``: the case's line). ``thinking``: reasoning
+    is due (the sample's ``breaches`` are judged with it)."""
+    breaches = tuple(integrity.judge(msg.content, msg.reasoning, finish_reason=msg.finish_reason,
+                                     has_calls=bool(msg.tool_calls), thinking=thinking))
+    return dataclasses.replace(_classify(index, msg, tools, named, validators, line), thinking=thinking,
+                               breaches=breaches)
+
+
+def _classify(index: int, msg: Message, tools: list[dict[str, Any]], named: bool,
+              validators: dict[str, Any] | None, line: int | None) -> Sample:
     if msg.finish_reason == "tool_calls" or (named and msg.finish_reason == "stop" and msg.tool_calls):
         if not msg.tool_calls:
             return Sample(index, msg.finish_reason, False, "finish_reason_mismatch",
@@ -128,10 +158,14 @@ def classify(index: int, msg: Message, tools: list[dict[str, Any]], named: bool 
     return Sample(index, msg.finish_reason, None)
 
 
-def send(clients: Clients, model: str, request: ds.Request, index: int) -> Sample:
-    """Send ``request`` (a dataset case) with ``clients`` and judge the answer."""
+def send(clients: Clients, model: str, request: ds.Request, index: int, reasoning_expected: bool = False) -> Sample:
+    """Send ``request`` (a dataset case) with ``clients`` and judge the answer; ``reasoning_expected``: the server
+    has a reasoning parser (reasoning is then due unless the request switches thinking off)."""
     body = request.body
     judge = {"validators": request.validators, "line": request.case.line}
+    thinking = integrity.thinking_on(body, reasoning_expected)
+    expect = expects_call(body)
+    body = {k: v for k, v in body.items() if k != EXPECT_KEY}
     stream = bool(body.get("stream"))
     kwargs = {k: v for k, v in body.items() if k in _OPENAI_KEYS}
     extra = {k: v for k, v in body.items() if k not in _OPENAI_KEYS and k != "model"}
@@ -141,6 +175,12 @@ def send(clients: Clients, model: str, request: ds.Request, index: int) -> Sampl
     what = "POST /v1/chat/completions" + (" (stream)" if stream else "")
     tools = body.get("tools") or []
     named = isinstance(body.get("tool_choice"), dict)
+    return dataclasses.replace(_send(clients, kwargs, what, stream, tools, named, thinking, judge, index),
+                               expect_call=expect)
+
+
+def _send(clients: Clients, kwargs: dict[str, Any], what: str, stream: bool, tools: list[dict[str, Any]],
+          named: bool, thinking: bool | None, judge: dict[str, Any], index: int) -> Sample:
     try:
         if not stream:
             completion = clients.chat(**kwargs)
@@ -148,7 +188,7 @@ def send(clients: Clients, model: str, request: ds.Request, index: int) -> Sampl
             problem = completion_problem(data, clip(clients.recorder.last_text))
             if problem is not None:
                 return failed(index, problem)
-            return classify(index, message_from_completion(data), tools, named, **judge)
+            return classify(index, message_from_completion(data), tools, named, thinking=thinking, **judge)
         for _chunk in clients.chat(**kwargs):
             pass
     except openai.OpenAIError as exc:
@@ -163,7 +203,7 @@ def send(clients: Clients, model: str, request: ds.Request, index: int) -> Sampl
     problem = problem or stream_problem(sse.frames, clip(clients.recorder.last_text))
     if problem is not None:
         return failed(index, problem)
-    return classify(index, stream_v.assemble(sse.frames), tools, named, **judge)
+    return classify(index, stream_v.assemble(sse.frames), tools, named, thinking=thinking, **judge)
 
 
 def measure(ctx: Context, settings: QualitySettings) -> tuple[dict[str, Any], list[Sample]]:
@@ -175,7 +215,8 @@ def measure(ctx: Context, settings: QualitySettings) -> tuple[dict[str, Any], li
     """
     data = ds.load(settings.dataset, sample=settings.sample, max_line_bytes=settings.max_line_bytes,
                    max_file_bytes=settings.max_file_bytes)
-    cases = data.sample(settings.sample)
+    repeats = max(1, settings.repeats)
+    cases = [case for case in data.sample(settings.sample) for _ in range(repeats)]  # request i: i // repeats
     run_left = ctx.clients.deadline.left()
     seconds = settings.deadline_s if run_left is None else max(0.0, min(settings.deadline_s, run_left))
     deadline = Deadline(seconds, ctx.clients.deadline.clock)
@@ -186,6 +227,7 @@ def measure(ctx: Context, settings: QualitySettings) -> tuple[dict[str, Any], li
     samples: list[Sample] = []
 
     stop = threading.Event()  # set on an interrupt: no worker takes another request
+    reasoning_expected = bool(ctx.reasoning_parser)
 
     def worker(reader: ds.Reader) -> None:
         clients = Clients.open(ctx.clients.root, ctx.clients.api_key, ctx.clients.timeout, deadline,
@@ -198,7 +240,7 @@ def measure(ctx: Context, settings: QualitySettings) -> tuple[dict[str, Any], li
                     return
                 index, case = item
                 try:
-                    sample = send(clients, ctx.model or "", reader.request(case), index)
+                    sample = send(clients, ctx.model or "", reader.request(case), index, reasoning_expected)
                 except ds.CaseError as exc:
                     sample = Sample(index, None, None, DATASET_INVALID, f"line {case.line}: {exc}", answered=False,
                                     line=case.line)
@@ -220,7 +262,8 @@ def measure(ctx: Context, settings: QualitySettings) -> tuple[dict[str, Any], li
             raise
     samples.sort(key=lambda s: s.index)
     out = summary(samples, planned=len(cases), threshold=settings.min_schema_accuracy, dataset=data)
-    out.update({"dataset": data.describe(), "concurrency": workers, "deadline_s": round(seconds, 3),
+    out.update({"dataset": data.describe(), "concurrency": workers, "repeats": repeats,
+                "deadline_s": round(seconds, 3),
                 "duration_s": round(clock() - started, 3)})
     return out, samples
 
@@ -313,5 +356,19 @@ def run(ctx: Context) -> Outcome:
     started = time.monotonic()
     acc, samples = measure(ctx, settings)
     log.debug("quality.accuracy: %d requests in %.1f s", acc["sent"], time.monotonic() - started)
-    ctx.quality_results["accuracy"] = acc
+    keep(ctx, acc, samples, settings)
     return outcome(acc, samples)
+
+
+def keep(ctx: Context, acc: dict[str, Any], samples: list[Sample], settings: QualitySettings) -> None:
+    """Put the sample's measurements where the report and the later quality checks read them."""
+    ctx.quality_results["accuracy"] = acc
+    ctx.quality_results["reasoning"] = reasoning_rates(samples, settings)
+    ctx.quality_samples = list(samples)
+
+
+def reasoning_rates(samples: list[Sample], settings: QualitySettings) -> dict[str, Any]:
+    """The report's ``reasoning`` object over the answered ``samples`` (:func:`kimi_deploy.check.integrity.rates`)."""
+    answered = [s for s in samples if s.answered]
+    return integrity.rates([list(s.breaches) for s in answered], settings.reasoning_bars,
+                           thinking_answers=sum(1 for s in answered if s.thinking))

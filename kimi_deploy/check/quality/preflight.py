@@ -33,6 +33,7 @@ from typing import Any
 import openai
 
 from kimi_deploy import engine as target
+from kimi_deploy.catalog.models import identify
 from kimi_deploy.check.context import Context
 from kimi_deploy.check.contract import GET_WEATHER, REPLY_TOKENS
 from kimi_deploy.check.outcome import Outcome, openai_failure, unreadable
@@ -41,7 +42,10 @@ from kimi_deploy.check.validate import Finding, completion_problem, message_from
 from kimi_deploy.errors import KimiDeployError
 
 CHECK_IDS = ("quality.preflight.thinking_on", "quality.preflight.thinking_off", "quality.preflight.sampling.thinking",
-             "quality.preflight.sampling.instant", "quality.preflight.prompt_tokens")
+             "quality.preflight.sampling.instant", "quality.preflight.sampling.required", "quality.preflight.prompt_tokens")
+
+#: Sampling outside what a model's own API accepts, sent by ``sampling.required`` to see whether the server refuses it.
+OUTSIDE_SAMPLING = {"temperature": 0.3, "top_p": 0.5}
 
 #: The model's recommended sampling per mode (Kimi Vendor Verifier verify_params.py, IMMUTABLE_PARAMS).
 RECOMMENDED: dict[str, dict[str, float]] = {"thinking": {"temperature": 1.0, "top_p": 0.95},
@@ -253,11 +257,45 @@ def prompt_tokens(ctx: Context) -> Outcome:
     return Outcome.passed(f"usage.prompt_tokens {', '.join(notes)} as the model's tokenizer and chat template count")
 
 
+def sampling_required(ctx: Context) -> Outcome:
+    """``sampling.required``: for a model whose own API refuses any sampling but its own
+    (:meth:`kimi_deploy.catalog.models.Sampling.request`; K2.7-Code: temperature 1.0, top_p 0.95), send
+    :data:`OUTSIDE_SAMPLING` once: a 4xx passes (the server refuses it too), an answer is ``sampling_not_enforced``
+    (clients that send other sampling get answers the model's own API would never give). Skipped for other models."""
+    names = (ctx.profile.sglang.model_path, ctx.profile.sglang.served_model_name) if ctx.profile is not None else ()
+    model = identify(*names, ctx.model)
+    required = model.sampling.request() if model is not None else None
+    if model is None or not required:
+        return Outcome.skipped(f"{model.name if model else ctx.model or 'the model'}: its own API accepts any "
+                               "sampling (no rule in the model catalog)")
+    shown = ", ".join(f"{k} {v:g}" for k, v in OUTSIDE_SAMPLING.items())
+    rule = ", ".join(f"{k} {v:g}" for k, v in required.items())
+    try:
+        ctx.clients.chat(model=ctx.model, messages=[{"role": "user", "content": QUESTION}], max_tokens=16,
+                         **OUTSIDE_SAMPLING)
+    except openai.APIStatusError as exc:
+        if 400 <= exc.status_code < 500 and exc.status_code not in (401, 403):
+            return Outcome.passed(f"{shown} refused with HTTP {exc.status_code}, as {model.name}'s own API "
+                                  f"refuses anything but {rule}")
+        return Outcome.failed(openai_failure(exc, "POST /v1/chat/completions", streaming=False,
+                                             raw=ctx.clients.recorder.last_text))
+    except openai.OpenAIError as exc:
+        return Outcome.failed(openai_failure(exc, "POST /v1/chat/completions", streaming=False,
+                                             raw=ctx.clients.recorder.last_text))
+    except (ValueError, TypeError, RecursionError) as exc:
+        return Outcome.failed(unreadable(exc, "POST /v1/chat/completions", ctx.clients.recorder.last_body))
+    return Outcome.failed(Finding("sampling_not_enforced", f"the server answered a request with {shown}, which "
+                                                           f"{model.name}'s own API refuses (only {rule})",
+                                  clip(ctx.clients.recorder.last_text)))
+
+
 def run(ctx: Context, check_id: str) -> Outcome:
     """Run the pre-flight check ``check_id`` (one of :data:`CHECK_IDS`)."""
     name = check_id.removeprefix("quality.preflight.")
     if name in ("thinking_on", "thinking_off"):
         return thinking(ctx, name == "thinking_on")
+    if name == "sampling.required":
+        return sampling_required(ctx)
     if name.startswith("sampling."):
         return sampling(ctx, name.split(".", 1)[1])
     return prompt_tokens(ctx)

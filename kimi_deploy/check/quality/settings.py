@@ -17,6 +17,10 @@ DEFAULT_DEADLINE_S = 600.0
 #: K2VV's published schema accuracy of SGLang serving K2-Thinking (2025-11-15, temperature 1.0; Moonshot's own API
 #: 100.00 %, vLLM 87.22 %): ../shared/notes/upstream-2026-12.md, "How Moonshot judges a deployment".
 DEFAULT_MIN_SCHEMA_ACCURACY = 0.9552
+#: The bars of ``quality.reasoning`` (rates, fractions): 0, the think-leak bar of smg-project/providers-verifier.
+DEFAULT_REASONING_BAR = 0.0
+#: ``quality.certify``'s bars, smg-project/providers-verifier's: tool-trigger F1 and tool-schema accuracy >= 0.98.
+DEFAULT_CERTIFY_BAR = 0.98
 
 
 @dataclasses.dataclass(frozen=True)
@@ -35,6 +39,18 @@ class QualitySettings:
     sglang_python: str | None = None
     max_line_bytes: int = DATASET_LINE_BYTES
     max_file_bytes: int = DATASET_FILE_BYTES
+    max_think_leak_rate: float = DEFAULT_REASONING_BAR
+    max_empty_stop_rate: float = DEFAULT_REASONING_BAR
+    max_missing_reasoning_rate: float = DEFAULT_REASONING_BAR
+    repeats: int = 1
+    min_tool_trigger_f1: float = DEFAULT_CERTIFY_BAR
+    certify_min_schema_accuracy: float = DEFAULT_CERTIFY_BAR
+
+    @property
+    def reasoning_bars(self) -> dict[str, float]:
+        """``rule -> bar`` for :func:`kimi_deploy.check.integrity.rates`."""
+        return {"think_leak": self.max_think_leak_rate, "empty_stop": self.max_empty_stop_rate,
+                "missing_reasoning": self.max_missing_reasoning_rate}
 
 
 def resolve(options: Any, profile: Profile | None) -> QualitySettings:
@@ -63,4 +79,10 @@ def resolve(options: Any, profile: Profile | None) -> QualitySettings:
         model_dir=str(model_dir) if model_dir is not None else None,
         sglang_python=str(python) if python else None,
         max_line_bytes=getattr(options, "max_dataset_line_bytes", DATASET_LINE_BYTES),
-        max_file_bytes=getattr(options, "max_dataset_bytes", DATASET_FILE_BYTES))
+        max_file_bytes=getattr(options, "max_dataset_bytes", DATASET_FILE_BYTES),
+        max_think_leak_rate=pick(None, "max_think_leak_rate", DEFAULT_REASONING_BAR),
+        max_empty_stop_rate=pick(None, "max_empty_stop_rate", DEFAULT_REASONING_BAR),
+        max_missing_reasoning_rate=pick(None, "max_missing_reasoning_rate", DEFAULT_REASONING_BAR),
+        repeats=pick(getattr(options, "repeats", None), "repeats", 1),
+        min_tool_trigger_f1=pick(None, "min_tool_trigger_f1", DEFAULT_CERTIFY_BAR),
+        certify_min_schema_accuracy=pick(None, "certify_min_schema_accuracy", DEFAULT_CERTIFY_BAR))

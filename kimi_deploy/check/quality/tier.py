@@ -1,7 +1,8 @@
 """The ``quality.*`` check ids and their dispatch.
 
 Ids: ``quality.schema.<shape>.<choice>.<mode>`` (:mod:`.conformance`), ``quality.preflight.*`` (:mod:`.preflight`),
-``quality.accuracy`` (:mod:`.accuracy`): the cheap pre-flight first, the sample last. The tier is off unless asked for
+``quality.accuracy`` (:mod:`.accuracy`), ``quality.reasoning`` (:mod:`.reasoning`) and ``quality.certify`` (:mod:`.certify`) on the same sample: the cheap
+pre-flight first, the sample last. The tier is off unless asked for
 (``--only 'quality.*'``, or ``--sample``/``--dataset``): :func:`kimi_deploy.check.registry.select` leaves it out
 of a default run, which stays the fast health/config/parser/contract suite.
 """
@@ -10,14 +11,14 @@ from __future__ import annotations
 
 from kimi_deploy.check.context import Context
 from kimi_deploy.check.outcome import Outcome
-from kimi_deploy.check.quality import accuracy, conformance, preflight
+from kimi_deploy.check.quality import accuracy, certify, conformance, preflight, reasoning
 from kimi_deploy.check.quality import dataset as ds
 from kimi_deploy.check.quality.settings import QualitySettings
 
 
 def check_ids() -> list[str]:
     """Every quality check id, in run order."""
-    return preflight.check_ids() + conformance.check_ids() + [accuracy.CHECK_ID]
+    return preflight.check_ids() + conformance.check_ids() + [accuracy.CHECK_ID, reasoning.CHECK_ID, certify.CHECK_ID]
 
 
 def prepare(ids: list[str], settings: QualitySettings) -> None:
@@ -26,7 +27,7 @@ def prepare(ids: list[str], settings: QualitySettings) -> None:
     Raises:
         UsageError: the dataset cannot be read (exit 2, before any request).
     """
-    if accuracy.CHECK_ID in ids:
+    if {accuracy.CHECK_ID, reasoning.CHECK_ID, certify.CHECK_ID} & set(ids):
         ds.load(settings.dataset, sample=settings.sample, max_line_bytes=settings.max_line_bytes,
                 max_file_bytes=settings.max_file_bytes)
 
@@ -35,6 +36,10 @@ def run(ctx: Context, check_id: str, cache: dict) -> Outcome:
     """Run the quality check ``check_id`` (one of :func:`check_ids`)."""
     if check_id == accuracy.CHECK_ID:
         return accuracy.run(ctx)
+    if check_id == reasoning.CHECK_ID:
+        return reasoning.run(ctx)
+    if check_id == certify.CHECK_ID:
+        return certify.run(ctx)
     if check_id.startswith("quality.preflight."):
         return preflight.run(ctx, check_id)
     return conformance.run(ctx, check_id, cache)
