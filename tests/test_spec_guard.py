@@ -15,7 +15,7 @@ import pytest
 from kimi_deploy.catalog import spec_guard
 from kimi_deploy.cli import cli
 from kimi_deploy.errors import ProfileError
-from kimi_deploy.presets import get_preset
+from kimi_deploy.catalog.presets import get_preset
 from kimi_deploy.profile import parse_profile
 from test_doctor_checks import by_name, facts
 
