@@ -377,9 +377,13 @@ def test_no_kubernetes_table_is_exit_2(tmp_path):
     assert result.exit_code == 2 and "no [kubernetes] table" in result.stderr
     assert all(f"      {line}\n" in result.stderr for line in kubernetes.MINIMAL_TABLE.splitlines())
     assert "init --kubernetes" in result.stderr
-    # the minimal form, pasted as shown, renders
+    # the minimal form, pasted as shown, is refused for its placeholder image; with the image put in, it renders
     pasted = text + "\n" + kubernetes.MINIMAL_TABLE + "\n"
     assert not (tmp_path / "out").exists()
+    refused = run_cli(["render", "--target", "kubernetes", "--profile", str(write_profile(tmp_path, pasted)),
+                       "--out", str(tmp_path / "pasted")])
+    assert refused.exit_code == 2 and "replace the example value" in refused.stderr
+    pasted = pasted.replace('"registry.example/', '"registry.corp.test/')
     assert run_cli(["render", "--target", "kubernetes", "--profile", str(write_profile(tmp_path, pasted)),
                     "--out", str(tmp_path / "pasted")]).exit_code == 0
 

@@ -281,8 +281,16 @@ def test_init_kubernetes_goes_to_kubectl_kustomize_with_no_hand_written_toml(tmp
     path = tmp_path / "kimi.toml"
     result = run_cli(["init", str(path), *flags])
     assert result.exit_code == 0, result.stderr
-    assert "render --target kubernetes" in result.stdout
+    assert "render --target kubernetes" in result.stdout and "replace the example" in result.stdout
     out = tmp_path / "manifests"
+    # the placeholder images are live keys, refused until replaced: no ImagePullBackOff at apply
+    refused = run_cli(["render", "--target", "kubernetes", "--profile", str(path), "--out", str(out)])
+    assert refused.exit_code == 2 and "replace the example value" in refused.stderr, refused.stderr
+    assert "kubernetes.check_image: 'registry.example/kimi-deploy:" in refused.stderr
+    assert ("kubernetes.gateway_image" in refused.stderr) == ("--fleet" in flags)
+    assert not out.exists()
+    text = replace_examples(path.read_text())
+    path.write_text(text)
     result = run_cli(["render", "--target", "kubernetes", "--profile", str(path), "--out", str(out)])
     assert result.exit_code == 0, result.stderr
     documents = kustomize(out)
@@ -307,15 +315,52 @@ def test_init_fleet_renders_host_folders_and_a_scrape_config_of_its_addresses(tm
 
     path = tmp_path / "kimi.toml"
     assert run_cli(["init", str(path), "--fleet"]).exit_code == 0
-    out = tmp_path / "out"
+    out, root = tmp_path / "out", tmp_path / "root"
+    root.mkdir()
+    # the example addresses are live keys from RFC 5737's documentation range, refused where they would reach a
+    # host: render (files, --print-command) and install
+    for argv in (["render", "--profile", str(path), "--out", str(out)],
+                 ["render", "--profile", str(path), "--print-command"],
+                 ["render", "--target", "monitoring", "--profile", str(path)],
+                 ["install", "--profile", str(path), "--root", str(tmp_path / "root"), "--host", "192.0.2.11",
+                  "--dry-run"]):
+        refused = run_cli(argv)
+        assert refused.exit_code == 2, (argv, refused.stderr)
+        assert "replace the example value" in refused.stderr and "fleet.replicas[0].nodes[0]: '192.0.2.11'" in \
+            refused.stderr and "gateway.host: '192.0.2.10'" in refused.stderr, refused.stderr
+    assert not out.exists() and not any(root.iterdir())
+    path.write_text(replace_examples(path.read_text()))
     result = run_cli(["render", "--profile", str(path), "--out", str(out)])
     assert result.exit_code == 0 and "warning: monitoring" not in result.stderr, result.stderr
-    assert {p.name for p in out.iterdir() if p.is_dir()} == {"10.0.0.11", "10.0.0.12", "10.0.0.10", "monitoring"}
+    assert {p.name for p in out.iterdir() if p.is_dir()} == {"10.1.0.11", "10.1.0.12", "10.1.0.10", "monitoring"}
     config = yaml.safe_load((out / "monitoring" / "prometheus.yml").read_text())
     targets = {j["job_name"]: j["static_configs"][0]["targets"] for j in config["scrape_configs"]}
-    assert targets == {"kimi-k25": ["10.0.0.11:30000", "10.0.0.12:30000"],
-                       "kimi-k25-check": ["10.0.0.11:9100", "10.0.0.12:9100", "10.0.0.10:9100"],
-                       "kimi-k25-gateway": ["10.0.0.10:29000"]}
+    assert targets == {"kimi-k25": ["10.1.0.11:30000", "10.1.0.12:30000"],
+                       "kimi-k25-check": ["10.1.0.11:9100", "10.1.0.12:9100", "10.1.0.10:9100"],
+                       "kimi-k25-gateway": ["10.1.0.10:29000"]}
+
+
+def replace_examples(text: str) -> str:
+    """``text`` (an init profile) with the example addresses and images replaced, as an operator does."""
+    return text.replace('"192.0.2.', '"10.1.0.').replace('"registry.example/', '"registry.corp.test/')
+
+
+@pytest.mark.parametrize("value", ["192.0.2.1", "198.51.100.7:30000", "203.0.113.9", "2001:db8::1",
+                                   "[2001:db8::1]:9100", "http://198.51.100.7:9091", "registry.example/x:1",
+                                   "mirror.invalid:5000/smg:1.13.0", "https://hooks.example/runbook.md"])
+def test_every_documentation_address_and_example_registry_is_an_example(value):
+    from kimi_deploy.profile.examples import is_example_value
+
+    assert is_example_value(value)
+
+
+@pytest.mark.parametrize("value", ["10.0.0.11", "192.0.3.1", "2001:db9::1", "lmsysorg/sglang:v0.5.23-cu130",
+                                   "registry.example.com/kimi-deploy:0.1.0", "moonshotai/Kimi-K2.5",
+                                   "Kimi K2.5 on gpu.example", "/models/kimi.example", "0.0.0.0"])
+def test_real_values_and_prose_are_not_examples(value):
+    from kimi_deploy.profile.examples import is_example_value
+
+    assert not is_example_value(value)
 
 
 @pytest.mark.parametrize("flags", [[], ["--fleet"], ["--kubernetes"], ["--fleet", "--kubernetes"]])

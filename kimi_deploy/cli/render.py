@@ -18,6 +18,7 @@ from kimi_deploy.errors import UsageError
 from kimi_deploy.fsio import check_output_dir, create_output_dir, write_many_atomic
 from kimi_deploy.launch import node_launch
 from kimi_deploy.profile import naming_warnings
+from kimi_deploy.profile.examples import refuse_example_values
 from kimi_deploy.versions import DEFAULT_SGLANG_VERSION
 
 
@@ -57,6 +58,7 @@ def render_cmd(profile_path, preset, sglang_version, python, out_dir, print_comm
                              hint="give --python to use the installed SGLang's version, or --sglang-version alone")
         sglang_version, components = engine.target_versions(python)
     if print_command and not out_dir and not as_json:  # the command alone: no unit, no monitoring file rendered
+        refuse_example_values(profile)  # as targets.render does: no example address pasted on a host
         launch = node_launch(profile, None, sglang_version, components=components)
         for warning in (*launch.warnings, *naming_warnings(profile)):
             click.echo(f"warning: {warning}", err=True)

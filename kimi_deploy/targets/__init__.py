@@ -19,6 +19,7 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 import kimi_deploy
+from kimi_deploy.profile.examples import refuse_example_values
 
 if TYPE_CHECKING:  # annotations only: a target module imports this package, never the reverse
     from kimi_deploy.launch import LaunchSpec
@@ -85,6 +86,9 @@ def render(name: str, profile: Profile, sglang_version: str | None = None, **opt
     are the target's own keywords (systemd: ``components``).
 
     Raises:
-        ProfileError / UsageError / UnsupportedVersionError: the target's (exit 2), before anything is written.
+        ProfileError / UsageError / UnsupportedVersionError: the target's (exit 2), before anything is written;
+            ProfileError too while the profile holds an example value ``init`` wrote
+            (:func:`kimi_deploy.profile.examples.refuse_example_values`).
     """
+    refuse_example_values(profile)
     return target(name).artefacts(profile, sglang_version, **options)

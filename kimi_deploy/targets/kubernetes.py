@@ -186,7 +186,7 @@ def problems(profile: Profile) -> list[str]:
     if k8s is None:
         table = "".join(f"\n      {line}" for line in MINIMAL_TABLE.splitlines())
         return [f"kubernetes: the profile has no [kubernetes] table, which says what the cluster runs; add at "
-                f"least:{table}\n    (`kimi-deploy init --kubernetes` writes it with every key commented; docs/runbook.md#kubernetes)"]
+                f"least:{table}\n    (`kimi-deploy init --kubernetes` writes it with the optional keys commented; docs/runbook.md#kubernetes)"]
     s, svc = profile.sglang, profile.service
     out: list[str] = []
     name = object_name(profile)
@@ -254,7 +254,7 @@ def privileged_needs(k8s: Kubernetes) -> list[str]:
 
 #: The smallest ``[kubernetes]`` table that renders (the missing-table refusal shows it).
 MINIMAL_TABLE = ('[kubernetes]\nimage = "lmsysorg/sglang:v0.5.23-cu130"\n'
-                 f'check_image = "registry.example.com/kimi-deploy:{__version__}"\n'
+                 f'check_image = "registry.example/kimi-deploy:{__version__}"  # your registry\n'
                  'model_volume = { persistentVolumeClaim = { claimName = "kimi-k25-weights" } }')
 
 
