@@ -282,7 +282,8 @@ def compare_cmd(ctx, results, plot_path, as_json, alarms_warn):
     difference is beyond run-to-run noise; speculative accept-length alarms; KV capacity; --plot PATH.
 
     Exit status: 0, or 1 when an ALARM was printed (a correctness alarm: the speculative accept length dropped;
-    --no-fail-on-alarm demotes it to exit 0), 2 bad input."""
+    --no-fail-on-alarm demotes it to exit 0), 2 bad input or nothing to compare (a result without any successful
+    request)."""
     import dataclasses
 
     from rich.console import Console

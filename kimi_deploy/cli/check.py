@@ -274,7 +274,8 @@ def compare_cmd(ctx, reports, alpha, as_json):
     """Compare two check reports' schema accuracy (A before, B after): is the change beyond sampling noise?
 
     Both reports come from `kimi-deploy check --sample N --json PATH`. Exit status: 0 within noise or a
-    rise, 1 a drop beyond sampling noise (two-proportion z test), 2 a file that is no such report.
+    rise, 1 a drop beyond sampling noise (two-proportion z test), 2 a file that is no such report or nothing to
+    compare (a report without a single tool-call answer).
     """
     import json
 
