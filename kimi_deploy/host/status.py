@@ -48,6 +48,7 @@ from kimi_deploy.wire.readiness import Readiness, not_served, probe_url
 from kimi_deploy.wire.limits import parse_json
 from kimi_deploy.wire.printable import printable
 from kimi_deploy.host import allreduce, gateway
+from kimi_deploy.host import answering as answering_lib
 
 #: Options whose value is a secret (SGLang 0.5.23 ``--api-key``, ``--admin-api-key``): the option table's
 #: secret rows (:func:`kimi_deploy.options.secret_flags`).
@@ -268,6 +269,8 @@ class StatusFacts:
     rank: Rank | None = None
     #: the last measured complete start kept for the service (:func:`kimi_deploy.host.phases.load_last`)
     last_start: Any = None
+    #: who listens on the server's port (:func:`kimi_deploy.host.answering.gather`; None where nothing is probed)
+    answering: answering_lib.Answering | None = None
 
 
 def gateway_host(profile: Profile, manifest: Manifest) -> bool:
@@ -313,9 +316,13 @@ def gather_status_facts(profile: Profile, layout: HostLayout, manifest: Manifest
         start_log = allreduce.read_start_log(server_unit(profile.service.name),
                                              unit.properties.get("ExecMainStartTimestamp") or None)
     patches = patch_state(profile.service.python, state_dir)
+    who = None
+    if rank is None or rank.serves:
+        who = answering_lib.gather(profile.sglang.port, unit.properties.get("ControlGroup") if unit else None,
+                                   unit.main_pid if unit else None)
     return StatusFacts(layout, files, unit, unit_error, key_error, probe, launch, patches,
                        last_check(report, layout.host_path(report)), start_log, rank,
-                       phases.load_last(layout.state_dir(profile.service.name)))
+                       phases.load_last(layout.state_dir(profile.service.name)), who)
 
 
 def _systemctl_failure(unit: str, exc: KimiDeployError, layout: HostLayout) -> str:
@@ -419,6 +426,14 @@ def status_from(profile: Profile, manifest: Manifest, facts: StatusFacts) -> Sta
         problems.append(problem(f"the server at {profile.base_url} is not ready", probe.words,
                                 f"if it is starting, wait (`{cmd('restart --wait')}` shows the phase); else read "
                                 f"`journalctl -u {unit_name} -n 50`"))
+    who = facts.answering
+    if health is not None and who is not None and not silent:
+        health = {**health, "answering": who.to_dict()}  # whose health it is, before calling it the service's
+        if probe.ready and who.ours is False:
+            why = "it has no main PID" if who.main_pid is None else f"its main PID is {who.main_pid}"
+            problems.append(problem(f"the process answering on :{who.port} is not {unit_name} ({why})",
+                                    who.line(), f"stop that process or move one of them to another port "
+                                    f"(`ss -ltnp 'sport = :{who.port}'` names it), then `{cmd('restart --wait')}`"))
     found = facts.launch
     drift = None
     if found:
@@ -497,7 +512,11 @@ def report_lines(report: StatusReport, view: dict[str, Any] | None = None) -> li
     elif h["ready"] is None:
         out.append(f"health    not served here ({h['detail']})")
     else:
-        out.append(f"health    {h['words']}")
+        who = h.get("answering") or {}
+        foreign = who.get("ours") is False
+        out.append(f"health    {'NOT the unit answering (see answer): ' if foreign else ''}{h['words']}")
+        if who:
+            out.append(f"answer    {printable(who['line'])}")
     if report.launch:
         d = report.launch
         out.append(f"launch    {'matches the profile' if d.in_sync else 'DRIFT'} (from {d.source})")
