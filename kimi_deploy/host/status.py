@@ -273,6 +273,37 @@ class StatusFacts:
     answering: answering_lib.Answering | None = None
 
 
+def _file_problems(files: dict[str, str], copy_hp: str, profile_copy: Path, cmd: Any) -> list[str]:
+    """One problem per installed file that changed or went missing, each with a fix that does what it says: the
+    installed profile copy (``copy_hp``) is what ``install --profile`` reads, so while it is intact it restores
+    every other file; an edited copy is adopted with it (or undone with the profile installed from), never
+    "restored" from itself (issue 43)."""
+    copy_state = files.get(copy_hp, "ok")
+    out = []
+    for hp, state in files.items():
+        if state == "ok":
+            continue
+        if hp == copy_hp and state == "modified":
+            out.append(problem(f"{hp} (the installed profile) was changed after install",
+                               "its sha256 differs from the install manifest",
+                               f"to deploy the edit, adopt it with `{cmd(f'install --profile {profile_copy} --force')}` "
+                               f"(then `{cmd('restart --wait')}`); to undo it, install the profile you installed from: "
+                               f"`{cmd('install --profile FILE --force')}`"))
+        elif hp == copy_hp or copy_state != "ok":  # the copy itself cannot put anything back
+            out.append(problem(f"{hp} {'is missing' if state == 'missing' else 'was changed after install'}",
+                               "listed in the install manifest, not on disk" if state == "missing"
+                               else "its sha256 differs from the install manifest",
+                               f"install the profile you installed from: `{cmd('install --profile FILE --force')}`"))
+        elif state == "modified":
+            out.append(problem(f"{hp} was changed after install", "its sha256 differs from the install manifest",
+                               f"move the change into the profile and run `{cmd('install --profile FILE')}`, or "
+                               f"restore the installed file with `{cmd(f'install --profile {profile_copy} --force')}`"))
+        else:
+            out.append(problem(f"{hp} is missing", "listed in the install manifest, not on disk",
+                               f"put it back with `{cmd(f'install --profile {profile_copy}')}`"))
+    return out
+
+
 def gateway_host(profile: Profile, manifest: Manifest) -> bool:
     """True on a fleet's gateway host that serves no replica: the manifest lists the gateway unit
     (``<name>-gateway.service``) and no server unit (what ``install --host GATEWAY_HOST`` installs)."""
@@ -394,14 +425,7 @@ def status_from(profile: Profile, manifest: Manifest, facts: StatusFacts) -> Sta
     profile_copy = layout.profile_copy(name)  # a local path: what `install --profile` reads (under --root)
     cmd = layout.command
     files = _file_states(manifest, facts.files)
-    for hp, state in files.items():
-        if state == "modified":
-            problems.append(problem(f"{hp} was changed after install", "its sha256 differs from the install manifest",
-                                    f"move the change into the profile and run `{cmd('install --profile FILE')}`, or "
-                                    f"restore the installed file with `{cmd(f'install --profile {profile_copy} --force')}`"))
-        elif state == "missing":
-            problems.append(problem(f"{hp} is missing", "listed in the install manifest, not on disk",
-                                    f"put it back with `{cmd(f'install --profile {profile_copy}')}`"))
+    problems += _file_problems(files, layout.host_path(profile_copy), profile_copy, cmd)
     unit = None
     state = facts.unit
     if state is not None:
