@@ -54,6 +54,9 @@ api_key_file = "{key_file}"
 [environment]
 NCCL_IB_DISABLE = "1"
 
+[monitoring]
+runbook_url = "https://git.corp.test/ops/kimi-deploy/blob/main/docs/runbook.md"
+
 [fleet]
 [[fleet.replicas]]
 nodes = ["10.0.0.11"]
@@ -84,6 +87,9 @@ tool_call_parser = "kimi_k2"
 reasoning_parser = "kimi_k2"
 enable_metrics = true
 api_key_file = "{key_file}"
+
+[monitoring]
+runbook_url = "https://git.corp.test/ops/kimi-deploy/blob/main/docs/runbook.md"
 
 [fleet]
 dist_init_port = 20000

@@ -41,6 +41,7 @@ TWO_RANKS = {
                "enable_metrics": True, "trust_remote_code": True, "extra_args": ["--log-requests"]},
     "fleet": {"dist_init_port": 20000, "nic": "ens5f0", "dist_timeout": 1800,
               "replicas": [{"nodes": ["10.0.0.11", "10.0.0.12"]}]},
+    "monitoring": {"runbook_url": "https://git.corp.test/ops/kimi-deploy/blob/main/docs/runbook.md"},
 }
 
 

@@ -342,7 +342,61 @@ def test_init_fleet_renders_host_folders_and_a_scrape_config_of_its_addresses(tm
 
 def replace_examples(text: str) -> str:
     """``text`` (an init profile) with the example addresses and images replaced, as an operator does."""
-    return text.replace('"192.0.2.', '"10.1.0.').replace('"registry.example/', '"registry.corp.test/')
+    return text.replace('"192.0.2.', '"10.1.0.').replace('"registry.example/', '"registry.corp.test/').replace(
+        'runbook_url = "docs/runbook.md"', f'runbook_url = "{RUNBOOK}"')
+
+
+#: An absolute runbook URL, as an operator puts one in.
+RUNBOOK = "https://git.corp.test/ops/kimi-deploy/blob/main/docs/runbook.md"
+
+
+def test_init_writes_runbook_url_live_and_render_warns_while_it_is_relative(tmp_path):
+    """Issue 43 item 2: alerts linked to the relative docs/runbook.md, dead in Alertmanager or PagerDuty, and
+    nothing said so. init writes the key live; a single host renders with a warning, a fleet or a cluster is
+    refused until it is absolute; absolute, the alerts link there."""
+    import yaml
+
+    path = tmp_path / "kimi.toml"
+    assert run_cli(["init", str(path)]).exit_code == 0
+    assert 'runbook_url = "docs/runbook.md"' in path.read_text().splitlines()
+    for argv in (["render", "--profile", str(path), "--out", str(tmp_path / "one")],
+                 ["render", "--target", "monitoring", "--profile", str(path)]):
+        result = run_cli(argv)
+        assert result.exit_code == 0, result.stderr
+        assert "warning: monitoring.runbook_url: 'docs/runbook.md' is relative" in result.stderr
+    as_json = run_cli(["render", "--target", "monitoring", "--profile", str(path), "--json"])
+    assert any("runbook_url" in w for w in json.loads(as_json.stdout).get("warnings", [])) or \
+        "monitoring.runbook_url" in as_json.stderr
+    path.write_text(path.read_text().replace('runbook_url = "docs/runbook.md"', f'runbook_url = "{RUNBOOK}"'))
+    out = tmp_path / "two"
+    result = run_cli(["render", "--profile", str(path), "--out", str(out)])
+    assert result.exit_code == 0 and "runbook_url" not in result.stderr, result.stderr
+    (rules,) = (out / "monitoring").glob("*.rules.yml")
+    links = {r["annotations"]["runbook_url"] for g in yaml.safe_load(rules.read_text())["groups"]
+             for r in g["rules"] if "alert" in r}
+    assert links and all(link.startswith(RUNBOOK + "#") for link in links)
+
+
+@pytest.mark.parametrize("flags", [["--fleet"], ["--kubernetes"]])
+def test_a_relative_runbook_url_is_refused_for_a_fleet_or_a_cluster(tmp_path, flags):
+    path = tmp_path / "kimi.toml"
+    assert run_cli(["init", str(path), *flags]).exit_code == 0
+    path.write_text(replace_examples(path.read_text()).replace(f'runbook_url = "{RUNBOOK}"',
+                                                               'runbook_url = "docs/runbook.md"'))
+    target = ["--target", "kubernetes"] if "--kubernetes" in flags else []
+    out = tmp_path / "out"
+    result = run_cli(["render", *target, "--profile", str(path), "--out", str(out)])
+    assert result.exit_code == 2 and "monitoring.runbook_url: 'docs/runbook.md' is relative" in result.stderr
+    assert "refused for a fleet or a cluster" in result.stderr and not out.exists()
+
+
+@pytest.mark.parametrize("url, absolute", [("https://git.corp.test/r.md", True), ("http://wiki/runbook", True),
+                                           ("HTTPS://X/y", True), ("docs/runbook.md", False), ("/srv/runbook.md", False),
+                                           ("https:///runbook.md", False), ("file:///srv/runbook.md", False)])
+def test_which_runbook_urls_are_absolute(url, absolute):
+    from kimi_deploy.profile.monitoring import runbook_is_absolute
+
+    assert runbook_is_absolute(url) is absolute
 
 
 @pytest.mark.parametrize("value", ["192.0.2.1", "198.51.100.7:30000", "203.0.113.9", "2001:db8::1",

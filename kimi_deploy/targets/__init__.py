@@ -19,7 +19,9 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 import kimi_deploy
+from kimi_deploy.errors import ProfileError
 from kimi_deploy.profile.examples import refuse_example_values
+from kimi_deploy.profile.monitoring import runbook_is_absolute, runbook_problem
 
 if TYPE_CHECKING:  # annotations only: a target module imports this package, never the reverse
     from kimi_deploy.launch import LaunchSpec
@@ -88,7 +90,26 @@ def render(name: str, profile: Profile, sglang_version: str | None = None, **opt
     Raises:
         ProfileError / UsageError / UnsupportedVersionError: the target's (exit 2), before anything is written;
             ProfileError too while the profile holds an example value ``init`` wrote
-            (:func:`kimi_deploy.profile.examples.refuse_example_values`).
+            (:func:`kimi_deploy.profile.examples.refuse_example_values`), or when alert rules for a fleet or a
+            cluster would link to a relative ``runbook_url`` (a single host gets a warning).
     """
     refuse_example_values(profile)
-    return target(name).artefacts(profile, sglang_version, **options)
+    if not _links_runbook(name, profile) or runbook_is_absolute(profile.monitoring.runbook_url):
+        return target(name).artefacts(profile, sglang_version, **options)
+    cluster = profile.fleet is not None or name == "kubernetes"
+    line = runbook_problem(profile.monitoring.runbook_url, refuse=cluster)
+    if cluster:
+        raise ProfileError("the alerts would link to a relative runbook", problems=[line],
+                           hint="set [monitoring] runbook_url to an absolute https:// URL")
+    rendered = target(name).artefacts(profile, sglang_version, **options)
+    return dataclasses.replace(rendered, warnings=(*rendered.warnings, line))
+
+
+def _links_runbook(name: str, profile: Profile) -> bool:
+    """Whether target ``name`` renders alert rules for ``profile``, whose ``runbook_url`` annotations link into
+    ``[monitoring] runbook_url``: the systemd and monitoring targets with metrics on, the kubernetes target with
+    metrics on and a PrometheusRule (``scrape = "prometheus-operator"``)."""
+    if not profile.sglang.enable_metrics or name not in ("systemd", "monitoring", "kubernetes"):
+        return False
+    return name != "kubernetes" or (profile.kubernetes is not None
+                                    and profile.kubernetes.scrape == "prometheus-operator")
