@@ -46,7 +46,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -344,13 +344,15 @@ class ProfileValidation:
         return data
 
 
-def validate_profile(profile: Profile, python: str | Path | None = None) -> ProfileValidation:
+def validate_profile(profile: Profile, python: str | Path | None = None, *,
+                     phase: Callable[[str], None] | None = None) -> ProfileValidation:
     """Render ``profile`` for the SGLang version found in ``python`` and validate it there (each rank's
     command of a multi-node replica separately).
 
     Args:
         profile: a validated profile.
         python: SGLang's interpreter (default ``[service] python``).
+        phase: called with the words of each step as it starts (``validate``'s and ``doctor``'s progress).
 
     The model table's check (:func:`check_model`) goes with it: ``ok`` needs the model's weights to fit.
 
@@ -360,14 +362,17 @@ def validate_profile(profile: Profile, python: str | Path | None = None) -> Prof
         UnsupportedVersionError: the profile asks for a feature that version lacks.
         ExternalCommandError: the target interpreter failed.
     """
+    say = phase or (lambda _text: None)
     python = str(python or profile.service.python)
     model = check_model(profile)
+    say(f"reading SGLang's interpreter {python} (its SGLang version and components)")
     info = target.probe(python)
     version, _ = target.require_sglang(info)
     parsed = versions.parse_version(version)
     ranks = [r for r in group_ranks(profile) if r.replica == 0]
     checked: list[RankValidation] = []
     for rank in ranks:
+        say(f"parsing rank {rank.rank}'s command ({rank.node}) with SGLang {version}'s own parser")
         launch = rank_launch(profile, rank, str(parsed), components=info.components())
         checked.append(RankValidation(rank, launch, validate_server_args(
             python, launch.server_args, secrets_config=launch.secrets_config, env=check_env(launch),
@@ -376,6 +381,7 @@ def validate_profile(profile: Profile, python: str | Path | None = None) -> Prof
         return ProfileValidation(info=info, launch=checked[0].launch, validation=checked[0].validation,
                                  ranks=tuple(checked), model=model)
     launch = build_launch(profile, parsed, components=info.components())
+    say(f"parsing the launch command with SGLang {version}'s own parser")
     result = validate_server_args(python, launch.server_args, secrets_config=launch.secrets_config,
                                   env=check_env(launch), sglang_version=version)
     return ProfileValidation(info=info, launch=launch, validation=result, model=model)

@@ -15,7 +15,7 @@ from kimi_deploy.errors import ExitCode, KimiDeployError, UsageError
 from kimi_deploy.redact import redact_text
 from kimi_deploy.fsio import check_output_paths, write_atomic
 from kimi_deploy.wire.printable import markup, printable
-from kimi_deploy.cli.options import json_flag, json_path_option, limit_options
+from kimi_deploy.cli.options import json_flag, json_path_option, limit_options, report_console
 from kimi_deploy.wire.limits import parse_json
 
 
@@ -205,8 +205,6 @@ def bench_cmd(ctx, base_url, model, concurrency, request_rate, num_prompts, max_
     if long_prompts and dataset:
         raise UsageError("--dataset and --long-prompts are mutually exclusive", value=str(dataset),
                          hint="--long-prompts is a generated dataset; pass one of the two")
-    from rich.console import Console
-
     # start-up: the bench library (httpx, httptools, rich) loads once the arguments are read: usage errors first
     from kimi_deploy.bench import dataset as dataset_lib, load, longprompts, report
 
@@ -235,8 +233,7 @@ def bench_cmd(ctx, base_url, model, concurrency, request_rate, num_prompts, max_
         raise _redacted(exc, api_key) from None
     result = report.build_result(run, data, profile_sha)
     text = report.to_json_text(result)
-    console = Console(stderr=to_stdout)
-    console.width = max(console.width, 150)  # the table has 12 columns; let a narrow terminal wrap instead
+    console = report_console(stderr=to_stdout, min_width=150)  # 12 columns; off a terminal: no hard wrap
     check_output_paths(outputs)  # again: the directory may have gone during the run
     if outputs["--json"]:
         write_atomic(outputs["--json"], text, mode=0o600)  # server metadata: the owner's to share
@@ -286,8 +283,6 @@ def compare_cmd(ctx, results, plot_path, as_json, alarms_warn):
     request)."""
     import dataclasses
 
-    from rich.console import Console
-
     # start-up: the comparison (matplotlib for --plot) loads when `bench compare` runs
     from kimi_deploy.bench import abtest, compare as compare_lib, report
 
@@ -306,7 +301,7 @@ def compare_cmd(ctx, results, plot_path, as_json, alarms_warn):
     if plot_path:
         compare_lib.plot(loaded, plot_path)
         cmp = dataclasses.replace(cmp, plot=str(plot_path))
-    console = Console(stderr=as_json)
+    console = report_console(stderr=as_json)  # off a terminal: no hard wrap (ALARM: lines stay whole for greps)
     if as_json:
         click.echo(json.dumps(dict(cmp.to_dict(), ab=verdicts.to_dict()), indent=2, allow_nan=False))
     else:

@@ -14,7 +14,7 @@ from kimi_deploy.wire.apikey import resolve_key
 from kimi_deploy.wire.baseurl import check_base_url
 from kimi_deploy.errors import ExitCode, UsageError
 from kimi_deploy.fsio import write_atomic
-from kimi_deploy.cli.options import Seconds, json_flag, json_path_option, limit_options
+from kimi_deploy.cli.options import Seconds, json_flag, json_path_option, limit_options, report_console
 
 if TYPE_CHECKING:  # the check library (openai, httpx, rich) loads when the verb runs, not for its --help
     from rich.console import Console
@@ -177,8 +177,7 @@ def check_cmd(ctx, base_url, model, api_key_file, profile_path, only, skip, json
     finally:
         signal.signal(signal.SIGTERM, previous)
     reports.write_reports(report, **outputs)
-    reports.render_table(report, Console(file=sys.stderr if to_stdout else sys.stdout, width=160
-                                         if not sys.stdout.isatty() else None))
+    reports.render_table(report, report_console(file=sys.stderr if to_stdout else sys.stdout))
     if to_stdout:
         click.echo(reports.to_json_text(report), nl=False)
     code = int(report.exit_code)

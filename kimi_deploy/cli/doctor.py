@@ -7,7 +7,7 @@ from pathlib import Path
 import click
 
 from kimi_deploy import doctor as doctor_lib
-from kimi_deploy.cli.options import echo_json, json_flag, profile_options, resolve_profile
+from kimi_deploy.cli.options import Phases, echo_json, json_flag, profile_options, resolve_profile
 from kimi_deploy.errors import ExitCode
 
 _LABEL = {"pass": "PASS", "warn": "WARN", "fail": "FAIL"}
@@ -32,7 +32,8 @@ def doctor_cmd(ctx, profile_path, preset, python, root, state_dir, as_json):
     Each check prints PASS / WARN / FAIL, one line of evidence and a fix. Exit 1 if any check fails.
     """
     profile = resolve_profile(profile_path, preset)
-    report = doctor_lib.run_doctor(profile, python=python, root=root, state_dir=state_dir)
+    with Phases("doctor") as phase:  # stderr: what runs now, never silent
+        report = doctor_lib.run_doctor(profile, python=python, root=root, state_dir=state_dir, phase=phase)
     verbose = ctx.find_root().params.get("verbose")
     if as_json:
         echo_json(report.to_dict())

@@ -8,7 +8,7 @@ import click
 
 from kimi_deploy import validate as validate_lib
 from kimi_deploy.doctor import probe_gpus
-from kimi_deploy.cli.options import echo_json, json_flag, profile_options, resolve_profile
+from kimi_deploy.cli.options import Phases, echo_json, json_flag, profile_options, resolve_profile
 from kimi_deploy.errors import ExitCode, KimiDeployError
 from kimi_deploy.sizing import report as sizing
 from kimi_deploy.sizing.memory import GpuFacts
@@ -54,16 +54,20 @@ def validate_cmd(ctx, profile_path, preset, python, gateway, smg, gpu_facts, mod
             for error in checked.errors:
                 click.echo(f"error: {error}")
         ctx.exit(0 if checked.ok else int(ExitCode.FAILED))
-    result = validate_lib.validate_profile(profile, python)
-    sized = None
-    if result.ok:
-        gpus, gpu_hint = _gpu_facts(gpu_facts)
-        try:
-            sized = sizing.size_profile(profile, result.info.python, result.launch.server_args, gpus=gpus,
-                                        model_facts=model_facts, draft_facts=draft_facts,
-                                        env=validate_lib.check_env(result.launch), gpu_hint=gpu_hint)
-        except KimiDeployError as exc:  # e.g. a partial download: the parser's verdict still stands
-            sized = sizing.Sizing(None, None, (f"{exc.message}: {exc.value}" + (f" ({exc.hint})" if exc.hint else ""),))
+    with Phases("validate") as phase:  # stderr: what runs now (17-21 s in all), never silent
+        result = validate_lib.validate_profile(profile, python, phase=phase)
+        sized = None
+        if result.ok:
+            phase("reading the GPUs (nvidia-smi)" if gpu_facts is None else f"reading the GPU facts in {gpu_facts}")
+            gpus, gpu_hint = _gpu_facts(gpu_facts)
+            phase("resolving what SGLang picks on these GPUs, and the memory plan")
+            try:
+                sized = sizing.size_profile(profile, result.info.python, result.launch.server_args, gpus=gpus,
+                                            model_facts=model_facts, draft_facts=draft_facts,
+                                            env=validate_lib.check_env(result.launch), gpu_hint=gpu_hint)
+            except KimiDeployError as exc:  # e.g. a partial download: the parser's verdict still stands
+                sized = sizing.Sizing(None, None,
+                                      (f"{exc.message}: {exc.value}" + (f" ({exc.hint})" if exc.hint else ""),))
     refused = bool(sized and sized.refused)
     if as_json:
         data = result.to_dict()

@@ -8,6 +8,7 @@ turns the facts into checks (pure, :mod:`kimi_deploy.doctor.checks`).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 from kimi_deploy import patching, proc, versions
@@ -117,24 +118,31 @@ def probe_fabric(*, with_nvidia_smi: bool = True, fs_root: Path = Path("/")) -> 
 
 
 def gather(profile: Profile, *, python: str | None = None, root: Path = Path("/"),
-           check_flags: bool = True, state_dir: str | Path | None = None) -> Facts:
+           check_flags: bool = True, state_dir: str | Path | None = None,
+           phase: Callable[[str], None] | None = None) -> Facts:
     """Run every probe for ``profile``; ``python`` overrides ``[service] python``; ``root`` is where
     the installed unit is looked for (``<root>/etc/systemd/system``); ``state_dir`` is where the patch
-    record is read (default: the one the unit's ``patch verify`` reads, :func:`kimi_deploy.paths.state_dir`)."""
+    record is read (default: the one the unit's ``patch verify`` reads, :func:`kimi_deploy.paths.state_dir`);
+    ``phase`` is called with the words of each probe as it starts (``doctor``'s progress)."""
 
+    say = phase or (lambda _text: None)
     facts: dict = {"profile": profile}
+    say("reading the GPUs (nvidia-smi)")
     gpus, facts["gpu_error"] = probe_gpus()
     facts["gpus"] = gpus
     if gpus:
+        say("reading the PCIe topology (nvidia-smi topo -m)")
         facts["topology"], facts["topology_error"] = probe_topology()
     else:
         facts["topology_error"] = facts["gpu_error"]
+    say("reading the fabric (ACS, IOMMU, uvm_disable_hmm, P2P)")
     facts.update(probe_fabric(with_nvidia_smi=bool(gpus)))
     if not gpus:
         facts["p2p_error"] = facts["gpu_error"]
 
     python = python or profile.service.python
     info = None
+    say(f"reading SGLang's interpreter {python} (imports torch: seconds)")
     try:
         info = target.probe(python, with_torch=True)
         facts["target"] = info
@@ -143,6 +151,7 @@ def gather(profile: Profile, *, python: str | None = None, root: Path = Path("/"
             else f"{exc.message}: {exc.value}"
     version = info.sglang_version if info and info.sglang_version else None
     if version:
+        say("reading the patch state of SGLang's files")
         try:
             facts["patches"] = patching.status(python, state_dir=state_dir)
         except KimiDeployError as exc:
@@ -156,7 +165,7 @@ def gather(profile: Profile, *, python: str | None = None, root: Path = Path("/"
             facts["gates_error"] = exc.message
         if check_flags:
             try:
-                checked = validate_lib.validate_profile(profile, python)
+                checked = validate_lib.validate_profile(profile, python, phase=phase)
                 facts["validation"] = checked.validation
             except KimiDeployError as exc:
                 facts["validation_error"] = exc.message
@@ -165,6 +174,7 @@ def gather(profile: Profile, *, python: str | None = None, root: Path = Path("/"
                 # top, so that importing it does not go round in a circle
                 from kimi_deploy.sizing import memory, report  # the cycle above
 
+                say("resolving what SGLang picks on these GPUs, and the memory plan")
                 try:
                     facts["sizing"] = report.size_profile(
                         profile, checked.info.python, checked.launch.server_args,
@@ -185,6 +195,7 @@ def gather(profile: Profile, *, python: str | None = None, root: Path = Path("/"
             facts["gates_error"] = exc.message
 
     s = profile.sglang
+    say(f"reading the model files in {s.model_path}")
     facts["model"] = inspect_model_dir(s.model_path)
     if s.speculative_draft_model_path:
         facts["draft_model"] = inspect_model_dir(s.speculative_draft_model_path)
@@ -192,6 +203,7 @@ def gather(profile: Profile, *, python: str | None = None, root: Path = Path("/"
         facts["disk"] = disk_space(profile.cache_root)
     except OSError as exc:
         facts["disk_error"] = f"{profile.cache_root}: {exc.strerror}"
+    say("reading the disk, the port and the installed unit")
     facts["port"] = probe_port(s.host, s.port)
     try:
         rendered = render_lib.render(profile, version or versions.DEFAULT_SGLANG_VERSION,
@@ -203,8 +215,9 @@ def gather(profile: Profile, *, python: str | None = None, root: Path = Path("/"
 
 
 def run_doctor(profile: Profile, *, python: str | None = None, root: Path = Path("/"),
-               check_flags: bool = True, state_dir: str | Path | None = None) -> DoctorReport:
+               check_flags: bool = True, state_dir: str | Path | None = None,
+               phase: Callable[[str], None] | None = None) -> DoctorReport:
     """Probe and judge: the :class:`DoctorReport` of ``profile`` on this host (never raises for a
-    failed probe; each becomes a failing or warning check)."""
-    facts = gather(profile, python=python, root=root, check_flags=check_flags, state_dir=state_dir)
+    failed probe; each becomes a failing or warning check). ``phase``: as :func:`gather`."""
+    facts = gather(profile, python=python, root=root, check_flags=check_flags, state_dir=state_dir, phase=phase)
     return DoctorReport(profile_name=profile.service.name, checks=tuple(evaluate(facts)))
