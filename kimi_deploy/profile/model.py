@@ -65,7 +65,7 @@ class Quality(Section):
     """``[quality]``: the ``quality`` tier of ``kimi-deploy check`` (:mod:`kimi_deploy.check.quality`).
 
     ``min_schema_accuracy`` defaults to K2VV's published schema accuracy of SGLang serving K2-Thinking (95.52 %,
-    2025-11-15, temperature 1.0; ../shared/notes/upstream-2026-12.md): a deployment of the kit is held to at least
+    2025-11-15, temperature 1.0; MoonshotAI/K2-Vendor-Verifier, README): a deployment of the kit is held to at least
     the reference SGLang figure. ``nightly``: the nightly check unit runs the tier with ``sample`` requests (on as soon
     as the table exists; a profile without ``[quality]`` keeps the nightly unit as it was, and its digest).
     """

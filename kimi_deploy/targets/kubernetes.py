@@ -68,7 +68,7 @@ from kimi_deploy.targets import GENERATED_PREFIX, Artefacts
 from kimi_deploy.yamltext import FileMode, dump, dump_all
 from kimi_deploy.patching.series import find_series
 
-#: apiVersion of LeaderWorkerSet (the CRD in shared/k8s, kubernetes-sigs/lws v0.10).
+#: apiVersion of LeaderWorkerSet (kubernetes-sigs/lws v0.10, config/crd/bases/leaderworkerset.x-k8s.io_leaderworkersets.yaml).
 LWS_API = "leaderworkerset.x-k8s.io/v1"
 #: Environment LWS injects into every container of a group (kubernetes-sigs/lws, SGLang's LWS example).
 LWS_LEADER_ADDRESS = "$(LWS_LEADER_ADDRESS)"
