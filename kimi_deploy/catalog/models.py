@@ -10,7 +10,7 @@ layout ``doctor`` compares a downloaded model directory with. The presets (:mod:
 Sources, abbreviated in :attr:`ModelFacts.sources`:
 
 - ``moonshot``: what Moonshot publishes: the model cards and file lists (``huggingface.co/moonshotai/<repo>``),
-  ``MoonshotAI/Kimi-K2`` ``docs/deploy_guidance.md``, and its vendor verifiers (``MoonshotAI/K2-Vendor-Verifier``:
+  ``MoonshotAI/Kimi-K2``'s ``deploy_guidance.md``, and its vendor verifiers (``MoonshotAI/K2-Vendor-Verifier``:
   the published K2VV results; the Kimi Vendor Verifier's ``verify_params.py``: sampling defaults);
 - ``sglang-docs``: SGLang's docs and release notes (``docs.sglang.io`` ``basic_usage/kimi_k2``, ``kimi_k2_5``;
   ``sgl-project/sglang`` releases);
