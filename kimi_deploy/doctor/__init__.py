@@ -25,7 +25,8 @@ from kimi_deploy.targets import systemd as render_lib
 from kimi_deploy import validate as validate_lib
 from kimi_deploy.launch import build_launch
 
-__all__ = ["Check", "DoctorReport", "Facts", "gather", "run_doctor", "probe_fabric", "probe_gpus", "probe_topology"]
+__all__ = ["Check", "DoctorReport", "Facts", "gather", "run_doctor", "probe_fabric", "probe_gpus", "probe_topology",
+           "record_gpu_query"]
 
 
 def _nvidia_smi(argv: list[str]) -> tuple[str | None, str | None]:
@@ -52,6 +53,19 @@ def probe_gpus() -> tuple[tuple[nvidia.Gpu, ...], str | None]:
     except nvidia.ParseError as exc:
         return (), str(exc)
     return gpus, None if gpus else "nvidia-smi lists no GPU"
+
+
+def record_gpu_query() -> tuple[str | None, str | None]:
+    """The text of :func:`nvidia.query_gpu_command` as this host prints it, checked to parse to at least one GPU
+    (what ``validate --gpu-facts FILE`` reads elsewhere): (text, None) or (None, reason)."""
+    out, err = _nvidia_smi(nvidia.query_gpu_command())
+    if out is None:
+        return None, err
+    try:
+        gpus = nvidia.parse_query_gpu(out)
+    except nvidia.ParseError as exc:
+        return None, str(exc)
+    return (out, None) if gpus else (None, "nvidia-smi lists no GPU")
 
 
 def probe_topology() -> tuple[nvidia.Topology | None, str | None]:
