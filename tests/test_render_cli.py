@@ -437,3 +437,57 @@ def test_init_every_commented_key_of_every_table_still_validates_and_renders(tmp
         assert profile.gateway.policy == "cache_aware" and profile.copies == 2
     if not flags:
         assert "init --fleet" in text and "init --kubernetes" in text
+
+
+def test_render_out_of_two_services_keeps_each_and_merges_the_scrape_config(tmp_path):
+    """Issue 43 item 8: a second service rendered into the same folder overwrote monitoring/prometheus.yml (the
+    first service's scrape jobs gone), and a service's files it no longer renders stayed forever. Now the shared
+    file is merged, and a render removes only its own stale files (by the folder's manifest)."""
+    import yaml
+
+    out = tmp_path / "out"
+    first, second = tmp_path / "a.toml", tmp_path / "b.toml"
+    for path, name, port in ((first, "kimi-a", 30000), (second, "kimi-b", 30001)):
+        assert run_cli(["init", str(path), "--name", name]).exit_code == 0
+        path.write_text(path.read_text().replace("port = 30000", f"port = {port}").replace(
+            'runbook_url = "docs/runbook.md"', f'runbook_url = "{RUNBOOK}"'))
+        assert run_cli(["render", "--profile", str(path), "--out", str(out)]).exit_code == 0
+    names = {p.name for p in out.iterdir()}
+    assert {"kimi-a.service", "kimi-b.service", "kimi-a.env", "kimi-b.env"} <= names
+    config = yaml.safe_load((out / "monitoring" / "prometheus.yml").read_text())
+    jobs = {j["job_name"] for j in config["scrape_configs"]}
+    assert jobs == {"kimi-a", "kimi-a-check", "kimi-b", "kimi-b-check"}
+    assert config["rule_files"] == ["kimi-a.rules.yml", "kimi-b.rules.yml"]
+    # rendering a again replaces its own jobs and keeps b's; twice gives the same file
+    before = (out / "monitoring" / "prometheus.yml").read_text()
+    assert run_cli(["render", "--profile", str(first), "--out", str(out)]).exit_code == 0
+    again = (out / "monitoring" / "prometheus.yml").read_text()
+    assert {j["job_name"] for j in yaml.safe_load(again)["scrape_configs"]} == jobs
+    assert run_cli(["render", "--profile", str(first), "--out", str(out)]).exit_code == 0
+    assert (out / "monitoring" / "prometheus.yml").read_text() == again
+    assert before.count("job_name") == again.count("job_name")
+    # a's metrics off: its monitoring files are its own stale ones and go; b's stay, untouched
+    first.write_text(first.read_text().replace("enable_metrics = true", "enable_metrics = false"))
+    result = run_cli(["render", "--profile", str(first), "--out", str(out)])
+    assert result.exit_code == 0, result.stderr
+    assert "removed " in result.stdout and not (out / "monitoring" / "kimi-a.rules.yml").exists()
+    assert (out / "monitoring" / "kimi-b.rules.yml").exists() and (out / "kimi-b.service").exists()
+    config = yaml.safe_load((out / "monitoring" / "prometheus.yml").read_text())
+    assert {j["job_name"] for j in config["scrape_configs"]} == {"kimi-b", "kimi-b-check"}
+    assert config["rule_files"] == ["kimi-b.rules.yml"]
+
+
+def test_merged_prometheus_config_passes_promtool(tmp_path):
+    import shutil as _shutil
+
+    promtool = _shutil.which("promtool")
+    if promtool is None:
+        pytest.skip("promtool missing (Debian's prometheus package)")
+    out = tmp_path / "out"
+    for name, port in (("kimi-a", 30000), ("kimi-b", 30001)):
+        path = tmp_path / f"{name}.toml"
+        assert run_cli(["init", str(path), "--name", name]).exit_code == 0
+        path.write_text(path.read_text().replace("port = 30000", f"port = {port}"))
+        assert run_cli(["render", "--target", "monitoring", "--profile", str(path), "--out", str(out)]).exit_code == 0
+    done = subprocess.run([promtool, "check", "config", str(out / "prometheus.yml")], capture_output=True, text=True)
+    assert done.returncode == 0, done.stdout + done.stderr

@@ -30,7 +30,9 @@ from kimi_deploy.versions import DEFAULT_SGLANG_VERSION
               help="SGLang's interpreter: render for the SGLang version installed there and key the caches by "
                    "its flashinfer/torch/CUDA versions (imports torch there, a few seconds).")
 @click.option("--out", "out_dir", type=click.Path(path_type=Path, file_okay=False), metavar="DIR",
-              help="Write the units and env file into DIR, the Prometheus files into DIR/monitoring (atomically).")
+              help="Write the units and env file into DIR, the Prometheus files into DIR/monitoring (atomically); "
+                   "other services' files in DIR are kept, the shared prometheus.yml merged, and this service's "
+                   "files it no longer renders removed.")
 @click.option("--print-command", is_flag=True,
               help="Print the launch command to paste on the host (with an API key: first the step that writes "
                    "SGLang's --config YAML from the key file).")
@@ -75,11 +77,15 @@ def render_cmd(profile_path, preset, sglang_version, python, out_dir, print_comm
                                   paths.HostLayout(root).state_dir(profile.service.name))
     for warning in (*rendered.warnings, *naming_warnings(profile), *([slow] if slow else [])):
         click.echo(f"warning: {warning}", err=True)
-    written = []
-    if out_dir:
+    written, removed = [], []
+    if out_dir:  # other services' files kept, the shared prometheus.yml merged, this service's stale ones removed
+        from kimi_deploy.targets import outdir  # start-up: only when files are written
+
         create_output_dir(out_dir)
+        planned = outdir.plan(out_dir, profile.service.name, target, rendered.files)
         written = [out_dir / name for name in rendered.files]
-        write_many_atomic(dict(zip(written, rendered.files.values())))
+        write_many_atomic({out_dir / name: text for name, text in planned.files.items()})
+        removed = outdir.remove_stale(out_dir, planned.stale)
     if as_json:
         described = rendered.describe(out_dir)
         if slow and "warnings" in described:
@@ -90,6 +96,8 @@ def render_cmd(profile_path, preset, sglang_version, python, out_dir, print_comm
         click.echo(rendered.launch.shell_command(api_key_file=profile.sglang.api_key_file), nl=False)
     for path in written:
         click.echo(f"wrote {path}", err=print_command)
+    for path in removed:
+        click.echo(f"removed {path} (this service's last render wrote it; this one does not)", err=print_command)
     if not out_dir and not print_command:
         for name, text in rendered.files.items():
             click.echo(f"# ---- {name}")
