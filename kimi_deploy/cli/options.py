@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -159,8 +160,7 @@ class Phases:
     def _terminal(self) -> bool:
         if self.console is not None:
             return bool(self.console.is_terminal)
-        stream = click.get_text_stream("stderr")
-        return bool(getattr(stream, "isatty", lambda: False)())
+        return bool(getattr(sys.stderr, "isatty", lambda: False)())  # the stream of the moment (a runner swaps it)
 
     def __enter__(self) -> "Phases":
         if self._terminal():
