@@ -10,7 +10,8 @@ multi-turn conversations, with a fixed seed, so the file is reproducible:
     python benchmarks/make_prompts.py --check    # exits 1 if the file is out of date
 
 Natural text matters under speculative decoding: random-token prompts give unrealistic
-EAGLE acceptance (shared/notes/benchmark-metrics.md).
+EAGLE acceptance (a draft model predicts natural text; random tokens it cannot predict, so nearly every draft
+is rejected).
 """
 
 from __future__ import annotations

@@ -19,7 +19,7 @@ Adding an option is one row here plus a value in ``tests/test_options_table.py``
 docs/reference/profile.md's copy of the table. A row left at its default changes no rendered file (the profile digest leaves it out:
 :data:`kimi_deploy.profile.DIGEST_SGLANG_KEYS`). Flag names, aliases and defaults are SGLang 0.5.23's
 (``sglang/srt/server_args.py``, ``ServerArgs`` and ``add_cli_args``); release boundaries are from SGLang's
-changelog as summarised in ``shared/notes/sglang-0.5.23.md``.
+release notes (``sgl-project/sglang`` releases on GitHub).
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ flagged nor rewritten to K2's form.
 The canonicalisation below is K2's only (:attr:`IdFormat.canonicalise`).
 
 The Kimi K2 chat template copies every history tool-call id into the prompt and the model imitates that
-style in its next call (../shared/notes/tool-call-failures.md items 2 and 4): ids a client rewrote
+style in its next call (MoonshotAI/Kimi-K2's tool_call_guidance.md; the model's chat_template.jinja): ids a client rewrote
 (``functions_get_weather_0``, ``call_<hex>``, ...) make later calls unparseable (SGLang 0.5.23 and vLLM
 0.33.0's ``kimi_k2`` parsers take only ``NAME:N`` shapes). :func:`kimi_k2_canonical_history_ids` gives
 every history call the id SGLang itself mints, ``functions.NAME:<position among the history's calls>``,

@@ -46,7 +46,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -353,7 +353,8 @@ class ProfileValidation:
         return data
 
 
-def validate_profile(profile: Profile, python: str | Path | None = None, *, gpus: Any = None) -> ProfileValidation:
+def validate_profile(profile: Profile, python: str | Path | None = None, *, gpus: Any = None,
+                     phase: Callable[[str], None] | None = None) -> ProfileValidation:
     """Resolve ``profile`` for the SGLang version found in ``python`` (:func:`kimi_deploy.deployment.resolve`) and
     validate its commands there (each rank's of a multi-node replica's first copy separately).
 
@@ -362,6 +363,7 @@ def validate_profile(profile: Profile, python: str | Path | None = None, *, gpus
         python: SGLang's interpreter (default ``[service] python``).
         gpus: the host's GPUs the fit rule reads (:class:`kimi_deploy.sizing.memory.GpuFacts`; default the
             reference host's).
+        phase: called with the words of each step as it starts (``validate``'s and ``doctor``'s progress).
 
     A model that cannot fit is refused first, by the model table's rule, before the interpreter is asked
     (:func:`kimi_deploy.deployment.require_fit`); the parsers are checked with it (:func:`check_model`), and the
@@ -375,11 +377,13 @@ def validate_profile(profile: Profile, python: str | Path | None = None, *, gpus
         UnsupportedVersionError: the profile asks for a feature that version lacks.
         ExternalCommandError: the target interpreter failed.
     """
+    say = phase or (lambda _text: None)
     python = str(python or profile.service.python)
     require_fit(profile, gpus)
     model = check_model(profile, gpus)
     guard = spec_guard.problems(profile, spec_guard.read_draft_config(profile.sglang.speculative_draft_model_path),
                                 REFERENCE_GPU.name)
+    say(f"reading SGLang's interpreter {python} (its SGLang version and components)")
     info = target.probe(python)
     version, _ = target.require_sglang(info)
     deployment = resolve(profile, version, components=info.components(), gpus=gpus)
@@ -387,6 +391,7 @@ def validate_profile(profile: Profile, python: str | Path | None = None, *, gpus
     for entry in deployment.ranks:
         if entry.rank is None or entry.rank.replica != 0:
             continue
+        say(f"parsing rank {entry.rank.rank}'s command ({entry.rank.node}) with SGLang {version}'s own parser")
         checked.append(RankValidation(entry.rank, entry.launch, validate_server_args(
             python, entry.launch.server_args, secrets_config=entry.launch.secrets_config,
             env=check_env(entry.launch), sglang_version=version)))
@@ -394,6 +399,7 @@ def validate_profile(profile: Profile, python: str | Path | None = None, *, gpus
         return ProfileValidation(info=info, launch=checked[0].launch, validation=checked[0].validation,
                                  ranks=tuple(checked), model=model, deployment=deployment, guard=guard)
     launch = deployment.launch
+    say(f"parsing the launch command with SGLang {version}'s own parser")
     result = validate_server_args(python, launch.server_args, secrets_config=launch.secrets_config,
                                   env=check_env(launch), sglang_version=version)
     return ProfileValidation(info=info, launch=launch, validation=result, model=model, deployment=deployment,

@@ -2,7 +2,7 @@
 
 One table, :data:`RULES`, read off the option table :data:`kimi_deploy.options.OPTIONS`; each
 row cites the SGLang release it comes from (checked against the sglang 0.5.23 wheel and its
-changelog, see ``shared/notes/sglang-0.5.23.md``). :func:`spelling` answers "how does version V
+release notes, ``sgl-project/sglang`` releases). :func:`spelling` answers "how does version V
 spell feature F", or raises :class:`UnsupportedVersionError` naming the version
 that added it.
 """
@@ -149,8 +149,8 @@ class Removed:
 
 
 #: Switches that are gone in a release, for the refusal of a profile that still spells them (``extra_args`` and
-#: ``[environment]``; the option table's own rows never emit them for such a release). Sources: the shared notes
-#: (shared/notes/sglang-0.5.23.md, upstream-2026-12.md), checked against the sglang 0.5.23 wheel.
+#: ``[environment]``; the option table's own rows never emit them for such a release). Sources: SGLang's release
+#: notes (``sgl-project/sglang`` releases), checked against the sglang 0.5.23 wheel's ``srt/server_args.py``.
 REMOVED: tuple[Removed, ...] = (
     Removed("flag", "--cuda-graph-max-bs", Version("0.5.23"), "removed",
             "--cuda-graph-max-bs-decode N and/or --cuda-graph-max-bs-prefill N (or --cuda-graph-config)",

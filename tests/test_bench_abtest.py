@@ -120,3 +120,19 @@ def test_compare_alarms_exit_1_unless_demoted_and_no_alarm_exits_0(tmp_path, cli
     (tmp_path / "ipc.json").write_text(json.dumps(IPC))
     quiet = cli_runner.invoke(cli, ["bench", "compare", str(paths[0]), str(tmp_path / "ipc.json")])
     assert quiet.exit_code == 0 and "ALARM" not in quiet.output
+
+
+def test_off_a_terminal_no_report_line_is_hard_wrapped(tmp_path, cli_runner):
+    """Issue 43 item 3: off a terminal, bench compare wrapped at rich's 80 columns and split the ALARM: line, so a
+    log grep for it found half. Every ALARM:, warning: and verdict line is now whole, however long."""
+    label = "fused-allreduce-candidate-with-a-long-descriptive-label"
+    paths = []
+    for r in (NCCL, result(label, [point(1, [13.0, 13.1, 13.2], accept=[2.71, 2.75, 2.70])])):
+        paths.append(tmp_path / f"{len(paths)}.json")
+        paths[-1].write_text(json.dumps(r))
+    res = cli_runner.invoke(cli, ["bench", "compare", *map(str, paths)])
+    lines = res.output.splitlines()
+    (alarm,) = [line for line in lines if line.startswith("ALARM:")]
+    assert len(alarm) > 80 and alarm.startswith(f"ALARM: correctness alarm: {label} at c=1: speculative accept")
+    assert "every run below every nccl run" in alarm  # the end of the alarm, on the same line
+    assert max(len(line) for line in lines) > 80  # nothing was folded at 80 columns

@@ -69,15 +69,28 @@ def test_results_without_a_shared_point_are_named(files, cli_runner):
            "elsewhere: 32, 64)" in text and "no ratios" in text
 
 
-def test_results_without_a_successful_request_are_named(files, cli_runner, tmp_path):
+@pytest.mark.parametrize("order", [("baseline", "broken"), ("broken", "baseline"), ("broken", "broken"),
+                                   ("baseline", "candidate", "broken")])
+@pytest.mark.parametrize("as_json", [[], ["--json"]])
+def test_a_result_without_a_successful_request_leaves_nothing_to_compare_exit_2(files, cli_runner, tmp_path, order,
+                                                                                 as_json):
+    """Issue 43: a run that measured nothing compared with exit 0 (a CI gate on it passed on no data)."""
     png = tmp_path / "p.png"
-    res = cli_runner.invoke(cli, ["bench", "compare", str(files["baseline"]), str(files["broken"]), "--json",
-                                  "--plot", str(png)])
+    res = cli_runner.invoke(cli, ["bench", "compare", *(str(files[o]) for o in order), *as_json, "--plot", str(png)])
+    assert res.exit_code == ExitCode.USAGE, res.output
+    text = " ".join(res.stderr.split())
+    assert "nothing to compare: broken" in text and "measured nothing" in text
+    assert not png.exists()
+
+
+def test_a_point_without_success_is_named(files, cli_runner, tmp_path):
+    partial = json.loads(json.dumps(FLAT_B))
+    partial["points"][2]["summary"].update(completed=0, output_tokens_per_s=None, tpot_ms=None)
+    (tmp_path / "partial.json").write_text(json.dumps(partial))
+    res = cli_runner.invoke(cli, ["bench", "compare", str(files["baseline"]), str(tmp_path / "partial.json"),
+                                  "--json"])
     assert res.exit_code == 0, res.output
-    data = json.loads(res.stdout)
-    assert "broken: no successful request at any point: nothing of it is compared or drawn" in data["warnings"]
-    assert "warning: broken: no successful request" in " ".join(res.stderr.split())
-    assert png.read_bytes()[:4] == b"\x89PNG"
+    assert "candidate: no successful request at c=4: no figures there" in json.loads(res.stdout)["warnings"]
 
 
 def _fig(results):

@@ -215,3 +215,16 @@ def test_summary_line_names_no_server_software_it_did_not_see():
     out = io.StringIO()
     render_table(report, Console(file=out, width=200))
     assert "SGLang" not in out.getvalue() and "server version synthetic" in out.getvalue()
+
+
+def test_accuracy_without_a_single_tool_call_does_not_send_the_operator_to_the_patch_series(synthetic_eos, tmp_path):
+    """Issue 43: quality.accuracy of a server that never calls tools (the synthetic server answers in prose) said
+    "apply the kit's patch series", which changes nothing there. Its fix names the tool-call parser instead; a
+    dropped id in a real tool-call exchange keeps the patch fix (the test above)."""
+    report = tmp_path / "q.json"
+    run_cli(["check", "--base-url", synthetic_eos, "--only", "quality.accuracy", "--sample", "4", "--json",
+             str(report)])
+    (row,) = [r for r in json.loads(report.read_text())["checks"] if r["id"] == "quality.accuracy"]
+    assert row["status"] == "fail" and row["kind"] == "tool_call_dropped"
+    assert "patch apply" not in row["fix"] and "patch series" not in row["fix"]
+    assert row["fix"].startswith("no answer called a tool") and "--tool-call-parser kimi_k2" in row["fix"]

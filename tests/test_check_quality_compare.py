@@ -75,3 +75,21 @@ def test_files_that_are_no_accuracy_report_exit_2(reports, tmp_path):
                        (tmp_path / "missing.json", "cannot read")):
         result = run_cli(["check", "compare", str(reports["good"][0]), str(bad)])
         assert result.exit_code == 2 and words in result.stderr, result.stderr
+
+
+def test_a_report_that_measured_nothing_leaves_nothing_to_compare_exit_2(reports, tmp_path):
+    """Issue 43: a server whose every quality request failed gives a report with no tool-call answer; comparing it
+    said "within sampling noise", exit 0, and a CI gate built on it passed. Now exit 2, naming the empty side."""
+    empty = tmp_path / "empty.json"
+    with QualityServer(error_every=1) as server:  # every chat request answered HTTP 500
+        run_cli(["check", "--base-url", server.url, "--only", "quality.accuracy", "--sample", "10", "--json",
+                 str(empty)])
+    assert json.loads(empty.read_text())["quality"]["accuracy"]["tool_call_answers"] == 0
+    good = str(reports["good"][0])
+    for a, b, named in ((good, str(empty), [str(empty)]), (str(empty), good, [str(empty)]),
+                        (str(empty), str(empty), [str(empty)])):
+        for extra in ([], ["--json"]):
+            result = run_cli(["check", "compare", a, b, *extra])
+            assert result.exit_code == 2, result.stdout + result.stderr
+            assert "nothing to compare" in result.stderr and all(n in result.stderr for n in named)
+            assert "within sampling noise" not in result.stdout

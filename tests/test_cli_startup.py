@@ -151,6 +151,7 @@ NOT_FOR = {
     "init": HEAVY - {"jinja2", "pydantic"},
     "validate": HEAVY - {"jinja2", "pydantic"},
     "doctor": HEAVY - {"jinja2", "pydantic"},
+    "facts": HEAVY - {"jinja2", "pydantic"},
     "patch": HEAVY - {"jinja2", "pydantic"},
     "install": HEAVY - {"jinja2", "pydantic"},
     "uninstall": HEAVY - {"jinja2", "pydantic"},

@@ -174,7 +174,7 @@ def test_port_in_use_and_missing_shard(cli_runner, bin_dir, host, tmp_path):
         busy.listen()
         result = doctor(cli_runner, "--profile", host["path"], "--root", host["root"], "--python", "/nonexistent/py")
     assert result.exit_code == 1
-    lines = result.output.splitlines()
+    lines = result.stdout.splitlines()  # the report (stderr says the phases)
     port = next(line for line in lines if " port " in line)
     assert port.startswith("FAIL") and "Address already in use" in port
     model = next(line for line in lines if line.startswith("FAIL  model "))
@@ -232,3 +232,15 @@ def test_ipv6_bind_address_is_bracketed(cli_runner, bin_dir, host, tmp_path):
                     "--python", "/nonexistent/python")
     port = next(line for line in result.output.splitlines() if line.split()[1:2] == ["port"])
     assert f"[::]:{data['sglang']['port']}" in port and ":::" not in port
+
+
+def test_doctor_says_what_runs_now_on_stderr_off_a_terminal(cli_runner, bin_dir):
+    """Issue 43 item 3: doctor printed nothing until the end. Off a terminal: one plain line per probe on stderr,
+    the report on stdout."""
+    result = doctor(cli_runner, "--preset", PRESET)
+    phases = [line for line in result.stderr.splitlines() if line.startswith("doctor: ")]
+    assert phases[:2] == ["doctor: reading the GPUs (nvidia-smi)",
+                          "doctor: reading the fabric (ACS, IOMMU, uvm_disable_hmm, P2P)"]
+    assert any(p.startswith("doctor: reading SGLang's interpreter ") for p in phases)
+    assert phases[-1] == "doctor: reading the disk, the port and the installed unit"
+    assert "doctor:" not in result.stdout and result.stdout.rstrip().endswith("failed")

@@ -62,6 +62,7 @@ prometheus_host = "0.0.0.0"
 
 [monitoring]
 scrape_interval_s = 1
+runbook_url = "https://git.corp.test/ops/kimi-deploy/blob/main/docs/runbook.md"
 """
 
 

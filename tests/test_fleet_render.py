@@ -58,7 +58,9 @@ host = "10.0.0.10"
 
 
 def _tree(directory: Path) -> dict[str, str]:
-    return {p.relative_to(directory).as_posix(): p.read_text() for p in sorted(directory.rglob("*")) if p.is_file()}
+    """The rendered files (render's own record of the folder, ``.kimi-deploy-render.json``, left out)."""
+    return {p.relative_to(directory).as_posix(): p.read_text() for p in sorted(directory.rglob("*"))
+            if p.is_file() and p.name != ".kimi-deploy-render.json"}
 
 
 def _render(tmp_path: Path, text: str = PROFILE) -> Path:

@@ -387,3 +387,53 @@ def test_fixes_under_root_keep_the_root(cli_runner, root, v1):
     (root / ENV).write_text((root / ENV).read_text().replace("X=1\n", ""))
     gone = run(cli_runner, "uninstall", "--root", str(root))
     assert f"`kimi-deploy uninstall --purge --name kimi-test --root {root}`" in gone.output
+
+
+def _fixes(output: str, path: str) -> list[list[str]]:
+    """The commands (argv after ``kimi-deploy``) in the fix of the status problem about ``path``."""
+    import re
+    import shlex
+
+    (line,) = [x for x in output.splitlines() if x.startswith(f"problem: {path} ")]
+    return [shlex.split(c)[1:] for c in re.findall(r"`(kimi-deploy [^`]*)`", line.split("; fix: ", 1)[1])]
+
+
+def test_status_fixes_for_an_edited_profile_copy_do_what_they_say_when_run(cli_runner, root, v1):
+    """Issue 43 item 7: for an edited installed profile copy, "restore the installed file with `install --profile
+    <that modified file> --force`" adopted the edit instead. Each suggested command is run here: the adopt command
+    deploys the edit, the undo command (FILE: the profile installed from) restores the installed one."""
+    copy = root / "etc/kimi-deploy/kimi-test.toml"
+    assert install(cli_runner, v1, root).exit_code == 0
+    original = copy.read_bytes()
+    copy.write_text(copy.read_text().replace("context_length = 1000", "context_length = 3000"))
+    status = run(cli_runner, "status", "--root", str(root))
+    adopt, restart, undo = _fixes(status.output, "/etc/kimi-deploy/kimi-test.toml")
+    assert adopt == ["install", "--profile", str(copy), "--force", "--root", str(root)]
+    assert restart[:2] == ["restart", "--wait"] and undo[:3] == ["install", "--profile", "FILE"]
+    # undo: the profile installed from, in place of FILE
+    assert run(cli_runner, *[str(v1) if a == "FILE" else a for a in undo]).exit_code == 0
+    assert copy.read_bytes() == original and "--context-length 1000" in (root / UNIT).read_text()
+    assert "problem: /etc/kimi-deploy/kimi-test.toml" not in run(cli_runner, "status", "--root", str(root)).output
+    # adopt: the edit is deployed into the unit, and status has no file problem left
+    copy.write_text(copy.read_text().replace("context_length = 1000", "context_length = 3000"))
+    adopt = _fixes(run(cli_runner, "status", "--root", str(root)).output, "/etc/kimi-deploy/kimi-test.toml")[0]
+    assert run(cli_runner, *adopt).exit_code == 0
+    assert "--context-length 3000" in (root / UNIT).read_text() and "context_length = 3000" in copy.read_text()
+    assert "installed, all unmodified" in run(cli_runner, "status", "--root", str(root)).output
+
+
+def test_status_fix_for_an_edited_unit_restores_it_when_run(cli_runner, root, v1):
+    """The restore command of an edited unit, run as shown, puts the installed unit back (the copy is intact)."""
+    assert install(cli_runner, v1, root).exit_code == 0
+    installed = (root / UNIT).read_bytes()
+    (root / UNIT).write_text((root / UNIT).read_text().replace("context-length 1000", "context-length 9"))
+    (_, restore) = _fixes(run(cli_runner, "status", "--root", str(root)).output, "/" + UNIT)
+    assert restore[-3:] == ["--force", "--root", str(root)]
+    assert run(cli_runner, *restore).exit_code == 0 and (root / UNIT).read_bytes() == installed
+    # with the copy edited too, the copy cannot restore the unit: the fix names the profile installed from
+    (root / UNIT).write_text("edited\n")
+    copy = root / "etc/kimi-deploy/kimi-test.toml"
+    copy.write_text(copy.read_text().replace("context_length = 1000", "context_length = 3000"))
+    (undo,) = _fixes(run(cli_runner, "status", "--root", str(root)).output, "/" + UNIT)
+    assert run(cli_runner, *[str(v1) if a == "FILE" else a for a in undo]).exit_code == 0
+    assert (root / UNIT).read_bytes() == installed

@@ -116,7 +116,7 @@ def test_status_json_healthy_in_sync(cli_runner, tmp_path, fake_systemd, patched
     assert data["health"]["ready"] is True
     assert holder["key"] not in result.output
     assert ["show", "--property=Id,LoadState,ActiveState,SubState,UnitFileState,MainPID,"
-            "NRestarts,ExecMainStartTimestamp,ExecMainStatus,Result,FragmentPath", "--", "kimi-test.service"
+            "NRestarts,ExecMainStartTimestamp,ExecMainStatus,Result,FragmentPath,ControlGroup", "--", "kimi-test.service"
             ] in fake_systemd.calls()
 
 
@@ -312,3 +312,77 @@ def test_status_json_has_the_phases_of_this_start_and_the_last_measured_one(cli_
     assert data["last_start"]["total_seconds"] == 540.0
     assert "start     this start (2026-12-01 08:00:02): not ready yet" in text.output
     assert "cuda_graphs  running  (target verify, draft decode)" in text.output
+
+
+# --- issue 43: status names the process that answers before calling its answer the service's health -------------
+
+#: /proc/net/tcp and tcp6 as Linux 6.1 prints them: a listener on 127.0.0.1:30000 (0x7530), one on [::]:30000, a
+#: connection to :30000 (not a listener), a listener on another port
+NET_TCP = """\
+  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode
+   0: 0100007F:7530 00000000:0000 0A 00000000:00000000 00:00000000 00000000   999        0 4711 1 0 100 0 0 10 0
+   1: 0100007F:9C40 0100007F:7530 01 00000000:00000000 00:00000000 00000000   999        0 4712 1 0 20 4 30 10 -1
+   2: 00000000:1F90 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 4713 1 0 100 0 0 10 0
+"""
+NET_TCP6 = """\
+  sl  local_address                         remote_address                        st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode
+   0: 00000000000000000000000000000000:7530 00000000000000000000000000000000:0000 0A 00000000:00000000 00:00000000 00000000   999        0 4714 1 0 100 0 0 10 0
+"""
+
+
+def test_listening_sockets_and_cgroups_parse_from_recorded_proc_text():
+    from kimi_deploy.host.answering import in_group, parse_cgroup, parse_net_tcp
+
+    assert parse_net_tcp(NET_TCP, 30000) == {4711} and parse_net_tcp(NET_TCP6, 30000) == {4714}
+    assert parse_net_tcp(NET_TCP, 8080) == {4713} and parse_net_tcp("garbage\n  0: x y 0A", 30000) == set()
+    assert parse_cgroup("0::/system.slice/kimi-k25.service\n") == "/system.slice/kimi-k25.service"  # v2
+    assert parse_cgroup("12:name=systemd:/system.slice/kimi-k25.service\n3:cpu:/\n") == \
+        "/system.slice/kimi-k25.service"  # v1 only
+    assert parse_cgroup("") is None
+    unit = "/system.slice/kimi-k25.service"
+    assert in_group(unit, unit) and in_group(unit + "/payload", unit)
+    assert in_group("/system.slice/kimi-k25.service-other", unit) is False and in_group("/user.slice", unit) is False
+    assert in_group(None, unit) is None and in_group(unit, None) is None
+
+
+def _sleeper():
+    return subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE)
+
+
+@pytest.mark.parametrize("case", ["no main PID", "another cgroup", "the unit's"])
+def test_status_names_the_process_answering_before_calling_it_the_services_health(cli_runner, tmp_path,
+                                                                                 fake_systemd, case):
+    """A different process on the profile's port passed as the service ("health ready" with no main PID). The
+    listener here is this test's own loopback server (this process); the unit is the fake systemctl's."""
+    import os
+
+    from kimi_deploy.host.answering import PROC, parse_cgroup
+
+    own = parse_cgroup((PROC / "self" / "cgroup").read_text())
+    other = _sleeper()
+    try:
+        with FakeServer(args=lambda: None) as server:
+            root, _ = _installed(tmp_path, server.port, python=str(tmp_path / "no-such-venv/bin/python"))
+            pid, cgroup = {"no main PID": (0, ""), "another cgroup": (other.pid, "/system.slice/kimi-test.service"),
+                           "the unit's": (os.getpid(), own)}[case]
+            fake_systemd.set_show(SHOW_ACTIVE.format(pid=pid) + f"ControlGroup={cgroup}\n")
+            as_json = cli_runner.invoke(cli, ["status", "--root", str(root), "--json"], catch_exceptions=False)
+            text = cli_runner.invoke(cli, ["status", "--root", str(root)], catch_exceptions=False)
+    finally:
+        other.stdin.close()
+        other.wait()
+    data = json.loads(as_json.output)
+    who = data["health"]["answering"]
+    assert data["health"]["ready"] is True and who["port"] == server.port
+    assert [p["pid"] for p in who["listeners"]] == [os.getpid()] and who["listeners"][0]["cgroup"] == own
+    foreign = [p for p in data["problems"] if p.startswith(f"the process answering on :{server.port} is not ")]
+    assert f"answer    :{server.port} held by PID {os.getpid()} (" in text.output
+    if case == "the unit's":
+        assert who["ours"] is True and foreign == [] and "the unit's" in text.output
+        assert "NOT the unit" not in text.output
+    else:
+        assert who["ours"] is False and as_json.exit_code == 1 and text.exit_code == 1
+        (line,) = foreign
+        assert ("it has no main PID" if pid == 0 else f"its main PID is {pid}") in line
+        assert f"PID {os.getpid()}" in line and f"ss -ltnp 'sport = :{server.port}'" in line
+        assert "health    NOT the unit answering (see answer): ready (GET http" in text.output, text.output

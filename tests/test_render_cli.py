@@ -285,8 +285,16 @@ def test_init_kubernetes_goes_to_kubectl_kustomize_with_no_hand_written_toml(tmp
     path = tmp_path / "kimi.toml"
     result = run_cli(["init", str(path), *flags])
     assert result.exit_code == 0, result.stderr
-    assert "render --target kubernetes" in result.stdout
+    assert "render --target kubernetes" in result.stdout and "replace the example" in result.stdout
     out = tmp_path / "manifests"
+    # the placeholder images are live keys, refused until replaced: no ImagePullBackOff at apply
+    refused = run_cli(["render", "--target", "kubernetes", "--profile", str(path), "--out", str(out)])
+    assert refused.exit_code == 2 and "replace the example value" in refused.stderr, refused.stderr
+    assert "kubernetes.check_image: 'registry.example/kimi-deploy:" in refused.stderr
+    assert ("kubernetes.gateway_image" in refused.stderr) == ("--fleet" in flags)
+    assert not out.exists()
+    text = replace_examples(path.read_text())
+    path.write_text(text)
     result = run_cli(["render", "--target", "kubernetes", "--profile", str(path), "--out", str(out)])
     assert result.exit_code == 0, result.stderr
     documents = kustomize(out)
@@ -311,15 +319,106 @@ def test_init_fleet_renders_host_folders_and_a_scrape_config_of_its_addresses(tm
 
     path = tmp_path / "kimi.toml"
     assert run_cli(["init", str(path), "--fleet"]).exit_code == 0
-    out = tmp_path / "out"
+    out, root = tmp_path / "out", tmp_path / "root"
+    root.mkdir()
+    # the example addresses are live keys from RFC 5737's documentation range, refused where they would reach a
+    # host: render (files, --print-command) and install
+    for argv in (["render", "--profile", str(path), "--out", str(out)],
+                 ["render", "--profile", str(path), "--print-command"],
+                 ["render", "--target", "monitoring", "--profile", str(path)],
+                 ["install", "--profile", str(path), "--root", str(tmp_path / "root"), "--host", "192.0.2.11",
+                  "--dry-run"]):
+        refused = run_cli(argv)
+        assert refused.exit_code == 2, (argv, refused.stderr)
+        assert "replace the example value" in refused.stderr and "fleet.replicas[0].nodes[0]: '192.0.2.11'" in \
+            refused.stderr and "gateway.host: '192.0.2.10'" in refused.stderr, refused.stderr
+    assert not out.exists() and not any(root.iterdir())
+    path.write_text(replace_examples(path.read_text()))
     result = run_cli(["render", "--profile", str(path), "--out", str(out)])
     assert result.exit_code == 0 and "warning: monitoring" not in result.stderr, result.stderr
-    assert {p.name for p in out.iterdir() if p.is_dir()} == {"10.0.0.11", "10.0.0.12", "10.0.0.10", "monitoring"}
+    assert {p.name for p in out.iterdir() if p.is_dir()} == {"10.1.0.11", "10.1.0.12", "10.1.0.10", "monitoring"}
     config = yaml.safe_load((out / "monitoring" / "prometheus.yml").read_text())
     targets = {j["job_name"]: j["static_configs"][0]["targets"] for j in config["scrape_configs"]}
-    assert targets == {"kimi-k25": ["10.0.0.11:30000", "10.0.0.12:30000"],
-                       "kimi-k25-check": ["10.0.0.11:9100", "10.0.0.12:9100", "10.0.0.10:9100"],
-                       "kimi-k25-gateway": ["10.0.0.10:29000"]}
+    assert targets == {"kimi-k25": ["10.1.0.11:30000", "10.1.0.12:30000"],
+                       "kimi-k25-check": ["10.1.0.11:9100", "10.1.0.12:9100", "10.1.0.10:9100"],
+                       "kimi-k25-gateway": ["10.1.0.10:29000"]}
+
+
+def replace_examples(text: str) -> str:
+    """``text`` (an init profile) with the example addresses and images replaced, as an operator does."""
+    return text.replace('"192.0.2.', '"10.1.0.').replace('"registry.example/', '"registry.corp.test/').replace(
+        'runbook_url = "docs/runbook.md"', f'runbook_url = "{RUNBOOK}"')
+
+
+#: An absolute runbook URL, as an operator puts one in.
+RUNBOOK = "https://git.corp.test/ops/kimi-deploy/blob/main/docs/runbook.md"
+
+
+def test_init_writes_runbook_url_live_and_render_warns_while_it_is_relative(tmp_path):
+    """Issue 43 item 2: alerts linked to the relative docs/runbook.md, dead in Alertmanager or PagerDuty, and
+    nothing said so. init writes the key live; a single host renders with a warning, a fleet or a cluster is
+    refused until it is absolute; absolute, the alerts link there."""
+    import yaml
+
+    path = tmp_path / "kimi.toml"
+    assert run_cli(["init", str(path)]).exit_code == 0
+    assert 'runbook_url = "docs/runbook.md"' in path.read_text().splitlines()
+    for argv in (["render", "--profile", str(path), "--out", str(tmp_path / "one")],
+                 ["render", "--target", "monitoring", "--profile", str(path)]):
+        result = run_cli(argv)
+        assert result.exit_code == 0, result.stderr
+        assert "warning: monitoring.runbook_url: 'docs/runbook.md' is relative" in result.stderr
+    as_json = run_cli(["render", "--target", "monitoring", "--profile", str(path), "--json"])
+    assert any("runbook_url" in w for w in json.loads(as_json.stdout).get("warnings", [])) or \
+        "monitoring.runbook_url" in as_json.stderr
+    path.write_text(path.read_text().replace('runbook_url = "docs/runbook.md"', f'runbook_url = "{RUNBOOK}"'))
+    out = tmp_path / "two"
+    result = run_cli(["render", "--profile", str(path), "--out", str(out)])
+    assert result.exit_code == 0 and "runbook_url" not in result.stderr, result.stderr
+    (rules,) = (out / "monitoring").glob("*.rules.yml")
+    links = {r["annotations"]["runbook_url"] for g in yaml.safe_load(rules.read_text())["groups"]
+             for r in g["rules"] if "alert" in r}
+    assert links and all(link.startswith(RUNBOOK + "#") for link in links)
+
+
+@pytest.mark.parametrize("flags", [["--fleet"], ["--kubernetes"]])
+def test_a_relative_runbook_url_is_refused_for_a_fleet_or_a_cluster(tmp_path, flags):
+    path = tmp_path / "kimi.toml"
+    assert run_cli(["init", str(path), *flags]).exit_code == 0
+    path.write_text(replace_examples(path.read_text()).replace(f'runbook_url = "{RUNBOOK}"',
+                                                               'runbook_url = "docs/runbook.md"'))
+    target = ["--target", "kubernetes"] if "--kubernetes" in flags else []
+    out = tmp_path / "out"
+    result = run_cli(["render", *target, "--profile", str(path), "--out", str(out)])
+    assert result.exit_code == 2 and "monitoring.runbook_url: 'docs/runbook.md' is relative" in result.stderr
+    assert "refused for a fleet or a cluster" in result.stderr and not out.exists()
+
+
+@pytest.mark.parametrize("url, absolute", [("https://git.corp.test/r.md", True), ("http://wiki/runbook", True),
+                                           ("HTTPS://X/y", True), ("docs/runbook.md", False), ("/srv/runbook.md", False),
+                                           ("https:///runbook.md", False), ("file:///srv/runbook.md", False)])
+def test_which_runbook_urls_are_absolute(url, absolute):
+    from kimi_deploy.profile.monitoring import runbook_is_absolute
+
+    assert runbook_is_absolute(url) is absolute
+
+
+@pytest.mark.parametrize("value", ["192.0.2.1", "198.51.100.7:30000", "203.0.113.9", "2001:db8::1",
+                                   "[2001:db8::1]:9100", "http://198.51.100.7:9091", "registry.example/x:1",
+                                   "mirror.invalid:5000/smg:1.13.0", "https://hooks.example/runbook.md"])
+def test_every_documentation_address_and_example_registry_is_an_example(value):
+    from kimi_deploy.profile.examples import is_example_value
+
+    assert is_example_value(value)
+
+
+@pytest.mark.parametrize("value", ["10.0.0.11", "192.0.3.1", "2001:db9::1", "lmsysorg/sglang:v0.5.23-cu130",
+                                   "registry.example.com/kimi-deploy:0.1.0", "moonshotai/Kimi-K2.5",
+                                   "Kimi K2.5 on gpu.example", "/models/kimi.example", "0.0.0.0"])
+def test_real_values_and_prose_are_not_examples(value):
+    from kimi_deploy.profile.examples import is_example_value
+
+    assert not is_example_value(value)
 
 
 @pytest.mark.parametrize("flags", [[], ["--fleet"], ["--kubernetes"], ["--fleet", "--kubernetes"]])
@@ -353,3 +452,57 @@ def test_init_writes_the_memory_settings_live(tmp_path, preset):
     assert run_cli(["init", str(path), "--preset", preset]).exit_code == 0
     sglang = tomllib.loads(path.read_text())["sglang"]
     assert {key: sglang.get(key) for key in MEMORY} == MEMORY
+
+
+def test_render_out_of_two_services_keeps_each_and_merges_the_scrape_config(tmp_path):
+    """Issue 43 item 8: a second service rendered into the same folder overwrote monitoring/prometheus.yml (the
+    first service's scrape jobs gone), and a service's files it no longer renders stayed forever. Now the shared
+    file is merged, and a render removes only its own stale files (by the folder's manifest)."""
+    import yaml
+
+    out = tmp_path / "out"
+    first, second = tmp_path / "a.toml", tmp_path / "b.toml"
+    for path, name, port in ((first, "kimi-a", 30000), (second, "kimi-b", 30001)):
+        assert run_cli(["init", str(path), "--name", name]).exit_code == 0
+        path.write_text(path.read_text().replace("port = 30000", f"port = {port}").replace(
+            'runbook_url = "docs/runbook.md"', f'runbook_url = "{RUNBOOK}"'))
+        assert run_cli(["render", "--profile", str(path), "--out", str(out)]).exit_code == 0
+    names = {p.name for p in out.iterdir()}
+    assert {"kimi-a.service", "kimi-b.service", "kimi-a.env", "kimi-b.env"} <= names
+    config = yaml.safe_load((out / "monitoring" / "prometheus.yml").read_text())
+    jobs = {j["job_name"] for j in config["scrape_configs"]}
+    assert jobs == {"kimi-a", "kimi-a-check", "kimi-b", "kimi-b-check"}
+    assert config["rule_files"] == ["kimi-a.rules.yml", "kimi-b.rules.yml"]
+    # rendering a again replaces its own jobs and keeps b's; twice gives the same file
+    before = (out / "monitoring" / "prometheus.yml").read_text()
+    assert run_cli(["render", "--profile", str(first), "--out", str(out)]).exit_code == 0
+    again = (out / "monitoring" / "prometheus.yml").read_text()
+    assert {j["job_name"] for j in yaml.safe_load(again)["scrape_configs"]} == jobs
+    assert run_cli(["render", "--profile", str(first), "--out", str(out)]).exit_code == 0
+    assert (out / "monitoring" / "prometheus.yml").read_text() == again
+    assert before.count("job_name") == again.count("job_name")
+    # a's metrics off: its monitoring files are its own stale ones and go; b's stay, untouched
+    first.write_text(first.read_text().replace("enable_metrics = true", "enable_metrics = false"))
+    result = run_cli(["render", "--profile", str(first), "--out", str(out)])
+    assert result.exit_code == 0, result.stderr
+    assert "removed " in result.stdout and not (out / "monitoring" / "kimi-a.rules.yml").exists()
+    assert (out / "monitoring" / "kimi-b.rules.yml").exists() and (out / "kimi-b.service").exists()
+    config = yaml.safe_load((out / "monitoring" / "prometheus.yml").read_text())
+    assert {j["job_name"] for j in config["scrape_configs"]} == {"kimi-b", "kimi-b-check"}
+    assert config["rule_files"] == ["kimi-b.rules.yml"]
+
+
+def test_merged_prometheus_config_passes_promtool(tmp_path):
+    import shutil as _shutil
+
+    promtool = _shutil.which("promtool")
+    if promtool is None:
+        pytest.skip("promtool missing (Debian's prometheus package)")
+    out = tmp_path / "out"
+    for name, port in (("kimi-a", 30000), ("kimi-b", 30001)):
+        path = tmp_path / f"{name}.toml"
+        assert run_cli(["init", str(path), "--name", name]).exit_code == 0
+        path.write_text(path.read_text().replace("port = 30000", f"port = {port}"))
+        assert run_cli(["render", "--target", "monitoring", "--profile", str(path), "--out", str(out)]).exit_code == 0
+    done = subprocess.run([promtool, "check", "config", str(out / "prometheus.yml")], capture_output=True, text=True)
+    assert done.returncode == 0, done.stdout + done.stderr

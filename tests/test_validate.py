@@ -199,3 +199,33 @@ def test_cli_validate_gives_no_verdict_when_sglangs_resolution_stops(cli_runner,
     assert result.exit_code == ExitCode.EXTERNAL, result.output
     assert f"FAILED: no memory verdict: {stopped}" in result.stdout
     assert "memory plan per GPU" not in result.stdout and "tight" not in result.stdout
+
+
+def test_cli_validate_says_each_phase_on_stderr_off_a_terminal(cli_runner, sglang_python):
+    """Issue 43 item 3: validate (17-21 s) printed nothing until the end. Off a terminal: one plain line per
+    phase on stderr, in order, the report alone on stdout."""
+    result = cli_runner.invoke(cli, ["validate", "--preset", PRESET, "--python", sglang_python, "--json"])
+    assert result.exit_code == 0, result.output
+    json.loads(result.stdout)  # stdout is the report alone
+    lines = result.stderr.splitlines()
+    phases = [line for line in lines if line.startswith("validate: ")]
+    assert phases[0] == f"validate: reading SGLang's interpreter {sglang_python} (its SGLang version and components)"
+    assert phases[1] == "validate: parsing the launch command with SGLang 0.5.23's own parser"
+    assert phases[-1] == "validate: resolving what SGLang picks on these GPUs, and the memory plan"
+    assert "\r" not in result.stderr and "\x1b" not in result.stderr  # no spinner, no escape codes off a terminal
+
+
+def test_phases_draw_one_live_line_on_a_terminal():
+    """On a terminal: a spinner line naming the phase (rich, transient, as check's live line), no plain lines."""
+    import io
+
+    from rich.console import Console
+
+    from kimi_deploy.cli.options import Phases
+
+    out = io.StringIO()
+    with Phases("validate", Console(file=out, force_terminal=True, width=120)) as phase:
+        phase("parsing the launch command with SGLang 0.5.23's own parser")
+        phase.progress.refresh()
+        drawn = out.getvalue()
+    assert "validate: parsing the launch command with SGLang 0.5.23's own parser" in drawn and "\x1b" in drawn

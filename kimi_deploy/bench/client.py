@@ -1,7 +1,7 @@
 """The load client: one shared keep-alive connection pool and the kit's SSE framer (:mod:`kimi_deploy.wire.sse`).
 
-Built so that the client is not what is measured (peers' pitfalls, see
-``shared/notes/benchmark-metrics.md``): one connection pool (:mod:`kimi_deploy.bench.http`)
+Built so that the client is not what is measured (peers' pitfalls: vLLM's ``benchmarks/benchmark_serving.py``,
+SGLang's ``python/sglang/bench_serving.py``): one connection pool (:mod:`kimi_deploy.bench.http`)
 for the whole sweep, sized to at least the concurrency (aiohttp's and httpx's default cap is
 100), keep-alive connections reused across requests, request bodies serialized before the
 clock starts, no per-request session, no openai SDK. The response body is framed into SSE

@@ -70,7 +70,8 @@ def compare(results: list[dict[str, Any]]) -> Comparison:
     """Rows of ratios of ``results[1:]`` against ``results[0]`` (dicts as loaded by ``load_result``).
 
     Raises:
-        UsageError: fewer than two results, or results of different load modes.
+        UsageError: fewer than two results, results of different load modes, or a result that measured nothing
+            (:func:`require_measurements`).
     """
     if len(results) < 2:
         raise UsageError("compare needs at least two results", value=len(results),
@@ -80,6 +81,7 @@ def compare(results: list[dict[str, Any]]) -> Comparison:
         raise UsageError("the results mix closed-loop and open-loop runs", value=", ".join(sorted(modes)),
                          hint="compare concurrency sweeps with concurrency sweeps, rates with rates")
     labels = _labels(results)
+    require_measurements(results, labels)
     base = {_x(p): p["summary"] for p in results[0]["points"]}
     rows = []
     for label, result in zip(labels[1:], results[1:]):
@@ -104,13 +106,26 @@ def _point_name(axis: str, x: float) -> str:
     return f"c={x:g}" if axis == "concurrency" else f"rate={x:g}/s"
 
 
+def require_measurements(results: list[dict[str, Any]], labels: list[str]) -> None:
+    """The rule of "nothing to compare": every result must hold a point with a successful request (a comparison
+    against a run that measured nothing would print no ratio and exit 0, so a CI gate on it passed on no data).
+
+    Raises:
+        UsageError: a result without any successful request (exit 2), naming it.
+    """
+    empty = [label for label, r in zip(labels, results) if not any(_succeeded(p) for p in r["points"])]
+    if empty:
+        raise UsageError("nothing to compare: " + ", ".join(empty) + " measured nothing (no successful request "
+                         "at any point)", value=", ".join(empty),
+                         hint="read that run's error kinds (`kimi-deploy bench` prints them), fix the server, and "
+                              "run the benchmark again")
+
+
 def _no_success(results: list[dict[str, Any]], labels: list[str]) -> list[str]:
     out = []
     for label, r in zip(labels, results):
         failed = [_point_name(*_x(p)) for p in r["points"] if not _succeeded(p)]
-        if failed and len(failed) == len(r["points"]):
-            out.append(f"{label}: no successful request at any point: nothing of it is compared or drawn")
-        elif failed:
+        if failed:  # a result with no success at all is refused (require_measurements)
             out.append(f"{label}: no successful request at {', '.join(failed)}: no figures there")
     return out
 

@@ -1,8 +1,8 @@
 """Serving metrics that survive speculative decoding, computed from per-request event timelines.
 
 Definitions (kimi-deploy's, printed in the docs and in every result JSON under ``definitions``;
-source: ``shared/notes/benchmark-metrics.md``, which reconciles vLLM, SGLang ``bench_serving``,
-GuideLLM, GenAI-Perf and LLMPerf):
+reconciled from the public definitions of vLLM's ``benchmark_serving.py``, SGLang's ``bench_serving``,
+GuideLLM, NVIDIA GenAI-Perf and LLMPerf):
 
 - **TTFT**: request sent → first streamed chunk carrying content or reasoning text
   (``delta.content``, ``delta.reasoning_content`` or ``delta.reasoning``; a role-only or empty chunk

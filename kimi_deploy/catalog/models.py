@@ -9,8 +9,11 @@ layout ``doctor`` compares a downloaded model directory with. The presets (:mod:
 
 Sources, abbreviated in :attr:`ModelFacts.sources`:
 
-- ``notes``: ``shared/notes/upstream-2026-12.md`` ("The Kimi family", "How Moonshot judges a deployment");
-- ``sglang-notes``: ``shared/notes/sglang-0.5.23.md``;
+- ``moonshot``: what Moonshot publishes: the model cards and file lists (``huggingface.co/moonshotai/<repo>``),
+  ``MoonshotAI/Kimi-K2``'s ``deploy_guidance.md``, and its vendor verifiers (``MoonshotAI/K2-Vendor-Verifier``:
+  the published K2VV results; the Kimi Vendor Verifier's ``verify_params.py``: sampling defaults);
+- ``sglang-docs``: SGLang's docs and release notes (``docs.sglang.io`` ``basic_usage/kimi_k2``, ``kimi_k2_5``;
+  ``sgl-project/sglang`` releases);
 - ``sglang 0.5.23 <path>``: the released wheel's own source (``sglang/<path>``);
 - ``hf <repo>``: the model repository's published files as named there (file list, docs).
 
@@ -32,8 +35,8 @@ from collections.abc import Mapping
 GB = 10**9
 TB = 10**12
 
-NOTES = "notes (shared/notes/upstream-2026-12.md, The Kimi family)"
-VERIFIER = ("notes (shared/notes/upstream-2026-12.md, How Moonshot judges a deployment: Kimi Vendor Verifier "
+NOTES = "moonshot (the model card on huggingface.co/moonshotai)"
+VERIFIER = ("moonshot (Kimi Vendor Verifier verify_params.py: "
             "sampling defaults, temperature 1.0 thinking / 0.6 instant, top_p 0.95)")
 K2_REASONING = ("sglang 0.5.23 srt/parser/reasoning_parser.py KimiK2Detector reasoning_default='thinking': on "
                 "unless chat_template_kwargs.thinking is false (serving_chat._get_reasoning_from_request)")
@@ -42,7 +45,7 @@ K3_REASONING = ("sglang 0.5.23 srt/parser/reasoning_parser.py KimiK3Detector rea
 THINKING_SWITCH = 'chat_template_kwargs: {"thinking": false}'
 
 #: Weights may take at most this share of one replica's aggregate GPU memory; the rest is for the KV cache,
-#: CUDA graphs (~20 GB at start-up, notes "Recurring problems"), activations and a draft model. The same
+#: CUDA graphs (~20 GB at start-up, public SGLang and vLLM issue reports on Kimi K2.x), activations and a draft model. The same
 #: share ``doctor``'s gpu.memory check warns above (SGLang's --mem-fraction-static defaults near 0.8-0.9).
 WEIGHTS_SHARE = 0.85
 
@@ -150,19 +153,19 @@ MODELS: dict[str, ModelFacts] = {m.key: m for m in (
         multimodal=False,
         sources={
             "released": NOTES,
-            "tool_call_parser": "sglang-notes (parsers: --tool-call-parser kimi_k2 for the K2 family)",
-            "reasoning_parser": "sglang-notes (--reasoning-parser kimi_k2 for the K2 family)",
-            "thinking": "notes (a thinking model; K2VV judged it with thinking at temperature 1.0); " + K2_REASONING
+            "tool_call_parser": "sglang-docs (parsers: --tool-call-parser kimi_k2 for the K2 family)",
+            "reasoning_parser": "sglang-docs (--reasoning-parser kimi_k2 for the K2 family)",
+            "thinking": "moonshot (a thinking model; K2VV judged it with thinking at temperature 1.0); " + K2_REASONING
                         + "; its template has no instant mode, so no switch is offered",
-            "draft_model": "none: the notes name EAGLE-3 drafts for K2.5 only (lightseekorg/kimi-k2.5-eagle3*)",
-            "context_length": "notes ('TP8 on 8xH200 for 256k context'): 256 x 1024 tokens",
-            "sampling": "notes (K2VV published for K2-Thinking at temperature 1.0); top_p from " + VERIFIER,
-            "quantisation": "notes (INT4)",
+            "draft_model": "none: Moonshot's published facts name EAGLE-3 drafts for K2.5 only (lightseekorg/kimi-k2.5-eagle3*)",
+            "context_length": "moonshot ('TP8 on 8xH200 for 256k context'): 256 x 1024 tokens",
+            "sampling": "moonshot (K2VV published for K2-Thinking at temperature 1.0); top_p from " + VERIFIER,
+            "quantisation": "moonshot (INT4)",
             "weights_bytes": "hf moonshotai/Kimi-K2-Thinking: 62 shards of ~9.8 GB (~595 GB; a public deployment "
                              "measured 554 GiB on disk)",
             "shards": "hf moonshotai/Kimi-K2-Thinking file list: model-00001-of-000062 .. model-00062-of-000062"
                       ".safetensors + model.safetensors.index.json (as vllm-ascend's Kimi-K2-Thinking guide lists it)",
-            "multimodal": "notes (only K2.5 is listed multimodal)",
+            "multimodal": "moonshot (only K2.5 is listed multimodal)",
         }),
     ModelFacts(
         key="k2.5", name="Kimi K2.5", repo="moonshotai/Kimi-K2.5", released="2026-01",
@@ -174,19 +177,19 @@ MODELS: dict[str, ModelFacts] = {m.key: m for m in (
         multimodal=True,
         sources={
             "released": NOTES,
-            "tool_call_parser": "sglang-notes; docs.sglang.io basic_usage/kimi_k2_5 (kimi_k2 required for tool calls)",
-            "reasoning_parser": "sglang-notes; docs.sglang.io basic_usage/kimi_k2_5",
+            "tool_call_parser": "sglang-docs; docs.sglang.io basic_usage/kimi_k2_5 (kimi_k2 required for tool calls)",
+            "reasoning_parser": "sglang-docs; docs.sglang.io basic_usage/kimi_k2_5",
             "thinking": "docs.sglang.io basic_usage/kimi_k2_5 (thinking on by default; instant mode with "
                         "chat_template_kwargs.thinking=false); " + K2_REASONING,
-            "draft_model": "notes and sglang-notes (lightseekorg/kimi-k2.5-eagle3-mla, current; the reference "
+            "draft_model": "moonshot and sglang-docs (lightseekorg/kimi-k2.5-eagle3-mla, current; the reference "
                            "preset's draft)",
             "context_length": "docs.sglang.io basic_usage/kimi_k2_5 ('256K context'): 256 x 1024 tokens",
             "sampling": VERIFIER,
-            "quantisation": "notes (INT4)",
-            "weights_bytes": "notes (~595 GB on disk)",
+            "quantisation": "moonshot (INT4)",
+            "weights_bytes": "moonshot (~595 GB on disk)",
             "shards": "hf moonshotai/Kimi-K2.5 file list: model-00001-of-000064 .. model-00064-of-000064"
                       ".safetensors + model.safetensors.index.json",
-            "multimodal": "notes (multimodal: MoonViT vision encoder)",
+            "multimodal": "moonshot (multimodal: MoonViT vision encoder)",
         }),
     ModelFacts(
         key="k2.6", name="Kimi K2.6", repo="moonshotai/Kimi-K2.6", released="2026-04",
@@ -197,18 +200,18 @@ MODELS: dict[str, ModelFacts] = {m.key: m for m in (
         multimodal=True,
         sources={
             "released": NOTES + " (~2026-04)",
-            "tool_call_parser": "inferred: notes ('K2.5's architecture'), K2.5's parser",
-            "reasoning_parser": "inferred: notes ('K2.5's architecture'), K2.5's parser",
-            "thinking": "inferred: notes ('K2.5's architecture'), K2.5's template switch; " + K2_REASONING,
-            "draft_model": "none: no EAGLE-3 draft published for K2.6 in the notes; K2.5's drafts were trained on "
+            "tool_call_parser": "inferred: moonshot ('K2.5's architecture'), K2.5's parser",
+            "reasoning_parser": "inferred: moonshot ('K2.5's architecture'), K2.5's parser",
+            "thinking": "inferred: moonshot ('K2.5's architecture'), K2.5's template switch; " + K2_REASONING,
+            "draft_model": "none: no EAGLE-3 draft published for K2.6 in Moonshot's published facts; K2.5's drafts were trained on "
                            "K2.5 outputs and their accept length on K2.6 is unmeasured",
-            "context_length": "inferred: notes ('K2.5's architecture'), K2.5's 256K",
+            "context_length": "inferred: moonshot ('K2.5's architecture'), K2.5's 256K",
             "sampling": VERIFIER,
-            "quantisation": "inferred: notes ('K2.5's architecture'), K2.5's INT4",
-            "weights_bytes": "inferred: notes ('K2.5's architecture'), K2.5's ~595 GB",
+            "quantisation": "inferred: moonshot ('K2.5's architecture'), K2.5's INT4",
+            "weights_bytes": "inferred: moonshot ('K2.5's architecture'), K2.5's ~595 GB",
             "shards": "inferred: K2.5's 64-shard layout (a public K2.6 checkout names model-00064-of-000064"
                       ".safetensors)",
-            "multimodal": "inferred: notes ('K2.5's architecture', multimodal)",
+            "multimodal": "inferred: moonshot ('K2.5's architecture', multimodal)",
         }),
     ModelFacts(
         key="k2.7-code", name="Kimi K2.7-Code", repo="moonshotai/Kimi-K2.7-Code", released="2026-06",
@@ -218,18 +221,18 @@ MODELS: dict[str, ModelFacts] = {m.key: m for m in (
         quantisation=None, weights_bytes=None, shards=None, multimodal=None,
         sources={
             "released": NOTES,
-            "tool_call_parser": "inferred: a K2.x model; the notes name kimi_k3 for K3 only. Confirm with "
+            "tool_call_parser": "inferred: a K2.x model; Moonshot's published facts name kimi_k3 for K3 only. Confirm with "
                                 "`kimi-deploy check` (/model_info) after the first start",
             "reasoning_parser": "inferred: a K2.x model, as tool_call_parser",
-            "thinking": "notes ('thinking only'): on, and no switch turns it off",
-            "draft_model": "none: no EAGLE-3 draft published for K2.7-Code in the notes",
-            "context_length": "unknown: not in the notes; SGLang reads max_position_embeddings from config.json",
-            "sampling": "notes (thinking only: no instant temperature; Moonshot's API rejects sampling other than "
+            "thinking": "moonshot ('thinking only'): on, and no switch turns it off",
+            "draft_model": "none: no EAGLE-3 draft published for K2.7-Code in Moonshot's published facts",
+            "context_length": "unknown: not in Moonshot's published facts; SGLang reads max_position_embeddings from config.json",
+            "sampling": "moonshot (thinking only: no instant temperature; Moonshot's API rejects sampling other than "
                         "temperature 1.0 / top_p 0.95: required); values from " + VERIFIER,
-            "quantisation": "unknown: not in the notes",
-            "weights_bytes": "unknown: not in the notes; doctor measures the downloaded shards",
-            "shards": "unknown: not in the notes; doctor checks the directory against its own index",
-            "multimodal": "unknown: not in the notes",
+            "quantisation": "unknown: not in Moonshot's published facts",
+            "weights_bytes": "unknown: not in Moonshot's published facts; doctor measures the downloaded shards",
+            "shards": "unknown: not in Moonshot's published facts; doctor checks the directory against its own index",
+            "multimodal": "unknown: not in Moonshot's published facts",
         }),
     ModelFacts(
         key="k3", name="Kimi K3", repo="moonshotai/Kimi-K3", released="2026-07",
@@ -239,17 +242,17 @@ MODELS: dict[str, ModelFacts] = {m.key: m for m in (
         quantisation="MXFP4", weights_bytes=1680 * GB, shards=None, multimodal=None,
         sources={
             "released": NOTES,
-            "tool_call_parser": "notes (parsers kimi_k3); sglang 0.5.23 srt/parser/template_detection.py "
+            "tool_call_parser": "moonshot (parsers kimi_k3); sglang 0.5.23 srt/parser/template_detection.py "
                                 "(KimiK3 architecture -> kimi_k3, kimi_k3)",
-            "reasoning_parser": "notes (parsers kimi_k3); sglang 0.5.23 srt/parser/reasoning_parser.py",
+            "reasoning_parser": "moonshot (parsers kimi_k3); sglang 0.5.23 srt/parser/reasoning_parser.py",
             "thinking": K3_REASONING,
-            "draft_model": "none: no draft model for K3 in the notes",
-            "context_length": "notes ('1M context'), read as 1024 x 1024 tokens; config.json not quoted",
-            "sampling": "unknown: the notes give no K3 sampling defaults",
-            "quantisation": "notes (MXFP4)",
-            "weights_bytes": "notes (~1.68 TB; 2.8T-parameter MoE)",
-            "shards": "unknown: the notes quote no K3 file list",
-            "multimodal": "unknown: not in the notes",
+            "draft_model": "none: no draft model for K3 in Moonshot's published facts",
+            "context_length": "moonshot ('1M context'), read as 1024 x 1024 tokens; config.json not quoted",
+            "sampling": "unknown: Moonshot publishes no K3 sampling defaults",
+            "quantisation": "moonshot (MXFP4)",
+            "weights_bytes": "moonshot (~1.68 TB; 2.8T-parameter MoE)",
+            "shards": "unknown: Moonshot quotes no K3 file list",
+            "multimodal": "unknown: not in Moonshot's published facts",
         }),
 )}
 

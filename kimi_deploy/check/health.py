@@ -1,6 +1,6 @@
 """The ``health.*`` and ``config.*`` tiers: is the server up, and is it the server the profile describes.
 
-Endpoints (SGLang 0.5.23, ../shared/notes/sglang-0.5.23.md): ``/health`` (or ``/ready``) for
+Endpoints (SGLang 0.5.23, ``sglang/srt/entrypoints/http_server.py``): ``/health`` (or ``/ready``) for
 liveness; readiness is :func:`kimi_deploy.wire.readiness.probe`'s verdict, the one ``status`` and
 ``restart`` give (``/health_generate`` runs a real 1-token generation; other servers: a 1-token chat
 completion instead); ``/v1/models`` lists the served name; ``/model_info`` reports

@@ -1,7 +1,8 @@
 """Leak scanner: model-family markup that must never reach ``content`` or reasoning.
 
 A marker in the text a client sees means a parser is missing, misconfigured or failed
-(../shared/notes/tool-call-failures.md). Families and their markers:
+(the Kimi K2 tool-call guide, MoonshotAI/Kimi-K2's tool_call_guidance.md, and public sgl-project/sglang and
+vllm-project/vllm issue reports). Families and their markers:
 
 - Kimi K2.x (moonshotai tokenizer): ``<|tool_calls_section_begin|>``, ``<|tool_call_begin|>``,
   ``<|tool_call_argument_begin|>``, ``<|tool_call_end|>``, ``<|tool_calls_section_end|>``,

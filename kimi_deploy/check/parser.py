@@ -1,8 +1,8 @@
 """The ``parser.*`` tier: the parsers the server runs, tested on raw Kimi output.
 
 Independent of what the model chooses to say: raw Kimi K2.x outputs from a corpus shipped with the
-kit (``kimi_deploy/check/data/parser_corpus.json``: the public reports of
-../shared/notes/tool-call-failures.md and the attribution rule of the ``kimi-k2-tool-call-ids``
+kit (``kimi_deploy/check/data/parser_corpus.json``: the public sgl-project/sglang and vllm-project/vllm
+issue reports on Kimi K2.x tool calls, and the attribution rule of the ``kimi-k2-tool-call-ids``
 patch, docs/design.md#the-patch-series) are POSTed to SGLang's own parsers:
 
 - ``parser.tool_calls.<case>``: ``POST /parse_function_call`` ``{"text", "tools",

@@ -177,6 +177,13 @@ NO_TOOL_PARSER_FIX = ("restart the server with a Kimi tool-call parser: vLLM `--
                       "llama.cpp: `--jinja`")
 
 
+#: The fix of ``quality.accuracy``'s ``tool_call_dropped`` when no answer called a tool at all (its detail says
+#: "no schema accuracy to measure"): no id was dropped, so the patch series (:data:`FIXES`) is not the cure; a
+#: server without a tool-call parser, or one that ignores ``tool_choice``, is (issue 43).
+NO_TOOL_CALL_ANSWER_FIX = ("no answer called a tool, so no tool-call id was dropped: the server answers in prose "
+                           "(the quality.schema.* rows show it); " + NO_TOOL_PARSER_FIX)
+
+
 #: The parts of the ``http_error`` fix, each for the answer its detail names (a fix hints only at the status it
 #: explains: a 2xx row got the 401/403 and 404 hints too, issue #30 item 4).
 HTTP_ERROR_FIXES: tuple[tuple[tuple[str, ...], str], ...] = (
@@ -197,6 +204,8 @@ def fix_for(kind: str | None, *, python: str | None = None, name: str | None = N
         text = CUT_AT_MAX_TOKENS_FIX
     if kind == "config_mismatch" and "without a tool-call parser" in detail:
         text = NO_TOOL_PARSER_FIX
+    if kind == "tool_call_dropped" and "no schema accuracy to measure" in detail:
+        text = NO_TOOL_CALL_ANSWER_FIX
     return text.replace("{python}", python or "<SGLang python>").replace("{name}", name or "<name>")
 
 

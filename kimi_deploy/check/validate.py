@@ -1,6 +1,7 @@
 """Response validators: what every chat completion must hold, streamed or not.
 
-Rules (issue #5; ../shared/notes/tool-call-failures.md, "What an API-contract check needs"):
+Rules (issue #5; OpenAI's Chat Completions reference for the shapes, MoonshotAI/Kimi-K2's
+tool_call_guidance.md for Kimi's):
 no marker in content or reasoning; finish_reason ``tool_calls`` iff non-empty ``tool_calls``, except
 that a call forced by a named ``tool_choice`` may end with ``stop`` (OpenAI's own API does, streamed
 and not, while ``required`` ends with ``tool_calls``: measured against gpt-4o in vLLM PR #25054, "Align

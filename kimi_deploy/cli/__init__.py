@@ -82,6 +82,7 @@ VERBS: dict[str, tuple[str, str]] = {
     "init": ("presets", "Write a commented deployment profile to PATH to start from."),
     "validate": ("validate", "Parse the command with SGLang's own argparse, then show what SGLang resolves here "
                              "and the memory plan."),
+    "facts": ("validate", "Record on the GPU host what the memory plan needs, to size the profile elsewhere."),
     "doctor": ("doctor", "Check GPUs, driver, torch, topology, models, disk, port, SGLang flags and the installed "
                          "unit."),
     "preflight": ("preflight", "Rendezvous with the other ranks of this node's multi-node group over gloo; name "

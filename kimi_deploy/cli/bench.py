@@ -16,7 +16,7 @@ from kimi_deploy.redact import redact_text
 from kimi_deploy.fsio import check_output_paths, write_atomic
 from kimi_deploy.wire.printable import markup, printable
 from kimi_deploy.cli.dataset_options import dataset_limit_options
-from kimi_deploy.cli.options import json_flag, json_path_option, limit_options, make_console
+from kimi_deploy.cli.options import json_flag, json_path_option, limit_options, make_console, report_console
 from kimi_deploy.wire.limits import parse_json
 
 
@@ -254,8 +254,7 @@ def bench_cmd(ctx, base_url, model, concurrency, request_rate, num_prompts, max_
         raise _redacted(exc, api_key) from None
     result = report.build_result(run, data, profile_sha)
     text = report.to_json_text(result)
-    console = make_console(stderr=to_stdout)
-    console.width = max(console.width, 150)  # the table has 12 columns; let a narrow terminal wrap instead
+    console = report_console(stderr=to_stdout, min_width=150)  # 12 columns; off a terminal: no hard wrap
     check_output_paths(outputs)  # again: the directory may have gone during the run
     if outputs["--json"]:
         write_atomic(outputs["--json"], text, mode=0o600)  # server metadata: the owner's to share
@@ -301,7 +300,8 @@ def compare_cmd(ctx, results, plot_path, as_json, alarms_warn):
     difference is beyond run-to-run noise; speculative accept-length alarms; KV capacity; --plot PATH.
 
     Exit status: 0, or 1 when an ALARM was printed (a correctness alarm: the speculative accept length dropped;
-    --no-fail-on-alarm demotes it to exit 0), 2 bad input."""
+    --no-fail-on-alarm demotes it to exit 0), 2 bad input or nothing to compare (a result without any successful
+    request)."""
     import dataclasses
 
     # start-up: the comparison (matplotlib for --plot) loads when `bench compare` runs
@@ -322,7 +322,7 @@ def compare_cmd(ctx, results, plot_path, as_json, alarms_warn):
     if plot_path:
         compare_lib.plot(loaded, plot_path)
         cmp = dataclasses.replace(cmp, plot=str(plot_path))
-    console = make_console(stderr=as_json)
+    console = report_console(stderr=as_json)  # off a terminal: no hard wrap (ALARM: lines stay whole for greps)
     if as_json:
         click.echo(json.dumps(dict(cmp.to_dict(), ab=verdicts.to_dict()), indent=2, allow_nan=False))
     else:

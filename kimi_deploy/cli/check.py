@@ -15,7 +15,7 @@ from kimi_deploy.wire.baseurl import check_base_url
 from kimi_deploy.errors import ExitCode, UsageError
 from kimi_deploy.fsio import write_atomic
 from kimi_deploy.cli.dataset_options import dataset_limit_options
-from kimi_deploy.cli.options import Seconds, json_flag, json_path_option, limit_options, make_console
+from kimi_deploy.cli.options import Seconds, json_flag, json_path_option, limit_options, make_console, report_console
 
 if TYPE_CHECKING:  # the check library (openai, httpx, rich) loads when the verb runs, not for its --help
     from rich.console import Console
@@ -195,8 +195,7 @@ def check_cmd(ctx, base_url, model, api_key_file, profile_path, only, skip, json
 
         report.starts = recorded(profile_path)
     reports.write_reports(report, **outputs)
-    reports.render_table(report, make_console(file=sys.stderr if to_stdout else sys.stdout, width=160
-                                         if not sys.stdout.isatty() else None))
+    reports.render_table(report, report_console(file=sys.stderr if to_stdout else sys.stdout))
     if to_stdout:
         click.echo(reports.to_json_text(report), nl=False)
     code = int(report.exit_code)
@@ -292,7 +291,8 @@ def compare_cmd(ctx, reports, alpha, as_json):
     """Compare two check reports' schema accuracy (A before, B after): is the change beyond sampling noise?
 
     Both reports come from `kimi-deploy check --sample N --json PATH`. Exit status: 0 within noise or a
-    rise, 1 a drop beyond sampling noise (two-proportion z test), 2 a file that is no such report.
+    rise, 1 a drop beyond sampling noise (two-proportion z test), 2 a file that is no such report or nothing to
+    compare (a report without a single tool-call answer).
     """
     import json
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import click
 
 from kimi_deploy import doctor as doctor_lib
-from kimi_deploy.cli.options import echo_json, json_flag, name_option, profile_options, profile_or_installed
+from kimi_deploy.cli.options import Phases, echo_json, json_flag, name_option, profile_options, profile_or_installed
 from kimi_deploy.errors import ExitCode
 from kimi_deploy.paths import HostLayout
 
@@ -37,7 +37,8 @@ def doctor_cmd(ctx, profile_path, preset, name, python, root, state_dir, as_json
     """
     profile = profile_or_installed(profile_path, preset, name, HostLayout(root))
     doctor_lib.refuse_unfit(profile)  # a model that cannot fit: the same refusal as render, validate, install
-    report = doctor_lib.run_doctor(profile, python=python, root=root, state_dir=state_dir)
+    with Phases("doctor") as phase:  # stderr: what runs now, never silent
+        report = doctor_lib.run_doctor(profile, python=python, root=root, state_dir=state_dir, phase=phase)
     verbose = ctx.find_root().params.get("verbose")
     if as_json:
         echo_json(report.to_dict())

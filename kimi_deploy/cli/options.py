@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import json
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -185,3 +186,63 @@ def _console_class() -> type[Console]:
             raise BrokenPipeError("stdout closed")
 
     return EdgeConsole
+
+
+class Phases:
+    """What a long verb (``validate`` 17-21 s, ``doctor``) is doing now, on stderr, so it never sits silent.
+
+    On a terminal: one live spinner line (rich's Progress, transient, as ``check``'s live progress line), naming
+    the phase and the time so far, removed when the verb ends. Off a terminal (a log, CI, a pipe): one plain
+    ``VERB: PHASE`` line per phase, never redrawn, never wrapped. Use as a context manager; call it with each
+    phase's words. ``console``: where to draw (tests); default stderr.
+    """
+
+    def __init__(self, verb: str, console: Any = None) -> None:
+        self.verb = verb
+        self.console = console
+        self.progress = None
+        self.task = None
+
+    def _terminal(self) -> bool:
+        if self.console is not None:
+            return bool(self.console.is_terminal)
+        return bool(getattr(sys.stderr, "isatty", lambda: False)())  # the stream of the moment (a runner swaps it)
+
+    def __enter__(self) -> "Phases":
+        if self._terminal():
+            from rich.console import Console  # start-up: rich only when a terminal shows the line
+            from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+            self.progress = Progress(SpinnerColumn(), TextColumn(f"{self.verb}: {{task.description}}"),
+                                     TimeElapsedColumn(), console=self.console or Console(stderr=True),
+                                     refresh_per_second=4, transient=True)
+            self.task = self.progress.add_task("starting", total=None)
+            self.progress.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.progress is not None:
+            self.progress.stop()
+
+    def __call__(self, text: str) -> None:
+        if self.progress is not None:
+            self.progress.update(self.task, description=text)
+        else:
+            click.echo(f"{self.verb}: {text}", err=True)
+
+
+#: The width of a report drawn off a terminal (a log, CI, a pipe): wide enough that rich never breaks a line, so a
+#: grep for ``ALARM:`` or ``warning:`` sees each whole; tables keep their natural width (they do not expand).
+UNWRAPPED_WIDTH = 100_000
+
+
+def report_console(*, stderr: bool = False, file: Any = None, min_width: int | None = None) -> Any:
+    """The rich Console a verb prints its report with: on a terminal, the terminal's width (at least
+    ``min_width``: a wide table wraps inside its cells rather than dropping columns); off a terminal, no hard
+    wrap at all (rich's default there is 80 columns, which split report lines in logs)."""
+    console = make_console(stderr=stderr, file=file)  # a closed stdout ends quietly, as for every verb
+    if not console.is_terminal:
+        return make_console(stderr=stderr, file=file, width=UNWRAPPED_WIDTH, soft_wrap=True)
+    if min_width:
+        console.width = max(console.width, min_width)
+    return console

@@ -83,10 +83,12 @@ def _model_help() -> str:
               "after it (/etc/kimi-deploy/NAME.api-key). `upgrade --profile` to a new model revision needs "
               "the installed service's name.")
 @click.option("--force", is_flag=True, help="Overwrite an existing file.")
-@click.option("--fleet", is_flag=True, help="Add [fleet] (two example copies of the model) and [gateway], "
-              "every key commented.")
-@click.option("--kubernetes", is_flag=True, help="Add [kubernetes] for `render --target kubernetes`, every key "
-              "commented.")
+@click.option("--fleet", is_flag=True, help="Add [fleet] (two copies of the model) and [gateway]: the hosts are "
+              "live keys holding documentation addresses (RFC 5737), which render and install refuse until "
+              "replaced; the optional keys commented.")
+@click.option("--kubernetes", is_flag=True, help="Add [kubernetes] for `render --target kubernetes`: the images "
+              "are live keys holding registry.example placeholders, which render refuses until replaced; the "
+              "optional keys commented.")
 def init_cmd(path: Path, preset: str | None, model: str | None, name: str | None, force: bool, fleet: bool,
              kubernetes: bool):
     """Write a commented deployment profile to PATH to start from.
@@ -119,7 +121,9 @@ def init_cmd(path: Path, preset: str | None, model: str | None, name: str | None
                                                       model=MODELS[chosen.model] if chosen.model else None)
     write_atomic(path, text)
     target = " --target kubernetes" if kubernetes else ""
-    click.echo(f"wrote {path} (from preset {chosen.name}); edit it, then "
+    examples = (" (replace the example addresses and images first: render refuses them)"
+                if fleet or kubernetes else "")
+    click.echo(f"wrote {path} (from preset {chosen.name}); edit it{examples}, then "
                f"`kimi-deploy render{target} --profile {path}`")
 
 

@@ -18,6 +18,7 @@ from kimi_deploy.cli.options import echo_json, json_flag, profile_options, resol
 from kimi_deploy.errors import UsageError
 from kimi_deploy.fsio import check_output_dir, create_output_dir, write_many_atomic
 from kimi_deploy.profile import naming_warnings
+from kimi_deploy.profile.examples import refuse_example_values
 from kimi_deploy.versions import DEFAULT_SGLANG_VERSION
 
 
@@ -29,7 +30,9 @@ from kimi_deploy.versions import DEFAULT_SGLANG_VERSION
               help="SGLang's interpreter: render for the SGLang version installed there and key the caches by "
                    "its flashinfer/torch/CUDA versions (imports torch there, a few seconds).")
 @click.option("--out", "out_dir", type=click.Path(path_type=Path, file_okay=False), metavar="DIR",
-              help="Write the units and env file into DIR, the Prometheus files into DIR/monitoring (atomically).")
+              help="Write the units and env file into DIR, the Prometheus files into DIR/monitoring (atomically); "
+                   "other services' files in DIR are kept, the shared prometheus.yml merged, and this service's "
+                   "files it no longer renders removed.")
 @click.option("--print-command", is_flag=True,
               help="Print the launch command to paste on the host (with an API key: first the step that writes "
                    "SGLang's --config YAML from the key file).")
@@ -57,6 +60,7 @@ def render_cmd(profile_path, preset, sglang_version, python, out_dir, print_comm
                              hint="give --python to use the installed SGLang's version, or --sglang-version alone")
         sglang_version, components = engine.target_versions(python)
     if print_command and not out_dir and not as_json:  # the command alone: no unit, no monitoring file rendered
+        refuse_example_values(profile)  # as the target registry does: no example address pasted on a host
         deployment = resolve(profile, sglang_version, components=components)
         deployment.require_fit()  # a model that cannot fit is refused by every verb, with the same numbers
         launch = deployment.launch
@@ -78,11 +82,15 @@ def render_cmd(profile_path, preset, sglang_version, python, out_dir, print_comm
                                   paths.HostLayout(root).state_dir(profile.service.name))
     for warning in (*rendered.warnings, *naming_warnings(profile), *([slow] if slow else [])):
         click.echo(f"warning: {warning}", err=True)
-    written = []
-    if out_dir:
+    written, removed = [], []
+    if out_dir:  # other services' files kept, the shared prometheus.yml merged, this service's stale ones removed
+        from kimi_deploy.targets import outdir  # start-up: only when files are written
+
         create_output_dir(out_dir)
+        planned = outdir.plan(out_dir, profile.service.name, target, rendered.files)
         written = [out_dir / name for name in rendered.files]
-        write_many_atomic(dict(zip(written, rendered.files.values())))
+        write_many_atomic({out_dir / name: text for name, text in planned.files.items()})
+        removed = outdir.remove_stale(out_dir, planned.stale)
     if as_json:
         described = rendered.describe(out_dir)
         if slow and "warnings" in described:
@@ -93,6 +101,8 @@ def render_cmd(profile_path, preset, sglang_version, python, out_dir, print_comm
         click.echo(rendered.launch.shell_command(api_key_file=profile.sglang.api_key_file), nl=False)
     for path in written:
         click.echo(f"wrote {path}", err=print_command)
+    for path in removed:
+        click.echo(f"removed {path} (this service's last render wrote it; this one does not)", err=print_command)
     if not out_dir and not print_command:  # one stream: `| kubectl apply -f -`, or split at the `# file:` lines
         click.echo(rendered.stdout_text(), nl=False)
     for note in rendered.notes:

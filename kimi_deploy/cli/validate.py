@@ -8,10 +8,13 @@ import click
 
 from kimi_deploy import validate as validate_lib
 from kimi_deploy.doctor import probe_gpus
-from kimi_deploy.cli.options import echo_json, json_flag, name_option, profile_options, profile_or_installed
+from kimi_deploy.cli.options import (Phases, echo_json, json_flag, name_option, profile_options, profile_or_installed,
+                                     resolve_profile)
 from kimi_deploy.errors import ExitCode, KimiDeployError
+from kimi_deploy.fsio import check_output_dir, create_output_dir, write_many_atomic
 from kimi_deploy.paths import HostLayout
 from kimi_deploy.sizing import report as sizing
+from kimi_deploy.sizing.facts import record_facts
 from kimi_deploy.sizing.memory import GpuFacts
 
 
@@ -58,16 +61,19 @@ def validate_cmd(ctx, profile_path, preset, name, python, gateway, smg, gpu_fact
             for error in checked.errors:
                 click.echo(f"error: {error}")
         ctx.exit(0 if checked.ok else int(ExitCode.FAILED))
-    gpus, gpu_hint = _gpu_facts(gpu_facts)
-    result = validate_lib.validate_profile(profile, python, gpus=gpus)  # a model that cannot fit: exit 4 first
-    sized = None
-    if result.ok:
-        try:
-            sized = sizing.size_profile(profile, result.info.python, result.launch.server_args, gpus=gpus,
-                                        model_facts=model_facts, draft_facts=draft_facts,
-                                        env=validate_lib.check_env(result.launch), gpu_hint=gpu_hint)
-        except KimiDeployError as exc:  # e.g. a partial download: the parser's verdict still stands
-            sized = sizing.Sizing(None, None, (f"{exc.message}: {exc.value}" + (f" ({exc.hint})" if exc.hint else ""),))
+    with Phases("validate") as phase:  # stderr: what runs now (17-21 s in all), never silent
+        gpus, gpu_hint = _gpu_facts(gpu_facts)
+        result = validate_lib.validate_profile(profile, python, gpus=gpus, phase=phase)  # a model that cannot fit: exit 4
+        sized = None
+        if result.ok:
+            phase("resolving what SGLang picks on these GPUs, and the memory plan")
+            try:
+                sized = sizing.size_profile(profile, result.info.python, result.launch.server_args, gpus=gpus,
+                                            model_facts=model_facts, draft_facts=draft_facts,
+                                            env=validate_lib.check_env(result.launch), gpu_hint=gpu_hint)
+            except KimiDeployError as exc:  # e.g. a partial download: the parser's verdict still stands
+                sized = sizing.Sizing(None, None,
+                                      (f"{exc.message}: {exc.value}" + (f" ({exc.hint})" if exc.hint else ""),))
     refused = bool(sized and sized.refused)
     unfinished = sized.unfinished if sized else ()
     deployment = result.deployment.refine(sized.plan if sized else None) if result.deployment else None
@@ -129,6 +135,36 @@ def validate_cmd(ctx, profile_path, preset, name, python, gateway, smg, gpu_fact
         ctx.exit(int(ExitCode.REFUSED))
 
 
+@click.command("facts")
+@profile_options
+@click.option("--out", "out_dir", type=click.Path(path_type=Path, file_okay=False), required=True, metavar="DIR",
+              help="Write gpus.csv, model/ and draft/ (config.json, header-index.json) into DIR.")
+@json_flag("Print the result as JSON.")
+def facts_cmd(profile_path, preset, out_dir, as_json):
+    """Record on the GPU host what the memory plan needs, to size the profile elsewhere.
+
+    Writes this host's nvidia-smi GPU query and the model's (and draft's) config.json and safetensors header index
+    into DIR; elsewhere, `kimi-deploy validate --gpu-facts DIR/gpus.csv --model-facts DIR/model` sizes the profile
+    as here. Exit 2: a model directory that cannot be read.
+    """
+    check_output_dir("--out", out_dir)
+    profile = resolve_profile(profile_path, preset)
+    recorded = record_facts(profile)
+    create_output_dir(out_dir)
+    for folder in {name.split("/", 1)[0] for name in recorded.files if "/" in name}:
+        (out_dir / folder).mkdir(exist_ok=True)
+    write_many_atomic({out_dir / name: text for name, text in recorded.files.items()})
+    if as_json:
+        echo_json(recorded.to_dict(out_dir))
+        return
+    for name in recorded.files:
+        click.echo(f"wrote {out_dir / name}")
+    for line in recorded.skipped:
+        click.echo(f"warning: not recorded: {line}", err=True)
+    where = str(profile_path) if profile_path else "PROFILE"
+    click.echo(f"then, on any machine with SGLang's interpreter: {recorded.validate_command(where, out_dir)}")
+
+
 def _gpu_facts(path: Path | None) -> tuple[GpuFacts | None, str | None]:
     """The GPUs to size for: the recorded query at ``path``, else this host's ``nvidia-smi`` (``None`` and why
     when there is none)."""
@@ -155,4 +191,4 @@ def _report(label: str, v: validate_lib.Validation, where: str | None) -> None:
         click.echo(f"{label}note: {note}")
 
 
-COMMANDS = [validate_cmd]
+COMMANDS = [validate_cmd, facts_cmd]

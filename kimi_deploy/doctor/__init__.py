@@ -8,6 +8,7 @@ turns the facts into checks (pure, :mod:`kimi_deploy.doctor.checks`).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 from kimi_deploy import patching, proc, versions
@@ -29,7 +30,7 @@ from kimi_deploy.targets import systemd as render_lib
 from kimi_deploy import validate as validate_lib
 
 __all__ = ["Check", "DoctorReport", "Facts", "gather", "run_doctor", "probe_fabric", "probe_gpus", "probe_topology",
-           "refuse_unfit"]
+           "refuse_unfit", "record_gpu_query"]
 
 
 def _nvidia_smi(argv: list[str]) -> tuple[str | None, str | None]:
@@ -56,6 +57,19 @@ def probe_gpus() -> tuple[tuple[nvidia.Gpu, ...], str | None]:
     except nvidia.ParseError as exc:
         return (), str(exc)
     return gpus, None if gpus else "nvidia-smi lists no GPU"
+
+
+def record_gpu_query() -> tuple[str | None, str | None]:
+    """The text of :func:`nvidia.query_gpu_command` as this host prints it, checked to parse to at least one GPU
+    (what ``validate --gpu-facts FILE`` reads elsewhere): (text, None) or (None, reason)."""
+    out, err = _nvidia_smi(nvidia.query_gpu_command())
+    if out is None:
+        return None, err
+    try:
+        gpus = nvidia.parse_query_gpu(out)
+    except nvidia.ParseError as exc:
+        return None, str(exc)
+    return (out, None) if gpus else (None, "nvidia-smi lists no GPU")
 
 
 def probe_topology() -> tuple[nvidia.Topology | None, str | None]:
@@ -134,18 +148,24 @@ def refuse_unfit(profile: Profile) -> None:
 
 
 def gather(profile: Profile, *, python: str | None = None, root: Path = Path("/"),
-           check_flags: bool = True, state_dir: str | Path | None = None) -> Facts:
+           check_flags: bool = True, state_dir: str | Path | None = None,
+           phase: Callable[[str], None] | None = None) -> Facts:
     """Run every probe for ``profile``; ``python`` overrides ``[service] python``; ``root`` is where
     the installed unit is looked for (``<root>/etc/systemd/system``); ``state_dir`` is where the patch
-    record is read (default: the one the unit's ``patch verify`` reads, :func:`kimi_deploy.paths.state_dir`)."""
+    record is read (default: the one the unit's ``patch verify`` reads, :func:`kimi_deploy.paths.state_dir`);
+    ``phase`` is called with the words of each probe as it starts (``doctor``'s progress)."""
 
+    say = phase or (lambda _text: None)
     facts: dict = {"profile": profile}
+    say("reading the GPUs (nvidia-smi)")
     gpus, facts["gpu_error"] = probe_gpus()
     facts["gpus"] = gpus
     if gpus:
+        say("reading the PCIe topology (nvidia-smi topo -m)")
         facts["topology"], facts["topology_error"] = probe_topology()
     else:
         facts["topology_error"] = facts["gpu_error"]
+    say("reading the fabric (ACS, IOMMU, uvm_disable_hmm, P2P)")
     facts.update(probe_fabric(with_nvidia_smi=bool(gpus)))
     if not gpus:
         facts["p2p_error"] = facts["gpu_error"]
@@ -153,6 +173,7 @@ def gather(profile: Profile, *, python: str | None = None, root: Path = Path("/"
     host_gpus = memory.GpuFacts.from_gpus(gpus, "this host's nvidia-smi") if gpus else None
     python = python or profile.service.python
     info = None
+    say(f"reading SGLang's interpreter {python} (imports torch: seconds)")
     try:
         info = target.probe(python, with_torch=True)
         facts["target"] = info
@@ -161,17 +182,19 @@ def gather(profile: Profile, *, python: str | None = None, root: Path = Path("/"
             else f"{exc.message}: {exc.value}"
     version = info.sglang_version if info and info.sglang_version else None
     if version:
+        say("reading the patch state of SGLang's files")
         try:
             facts["patches"] = patching.status(python, state_dir=state_dir)
         except KimiDeployError as exc:
             facts["patches_error"] = exc.message
         if check_flags:
             try:
-                checked = validate_lib.validate_profile(profile, python, gpus=host_gpus)
+                checked = validate_lib.validate_profile(profile, python, gpus=host_gpus, phase=phase)
                 facts["validation"] = checked.validation
             except KimiDeployError as exc:
                 facts["validation_error"] = exc.message
             else:
+                say("resolving what SGLang picks on these GPUs, and the memory plan")
                 try:
                     facts["sizing"] = report.size_profile(
                         profile, checked.info.python, checked.launch.server_args,
@@ -195,6 +218,7 @@ def gather(profile: Profile, *, python: str | None = None, root: Path = Path("/"
         facts["gates_error"] = exc.message
 
     s = profile.sglang
+    say(f"reading the model files in {s.model_path}")
     facts["model"] = inspect_model_dir(s.model_path)
     if s.speculative_draft_model_path:
         facts["draft_model"] = inspect_model_dir(s.speculative_draft_model_path)
@@ -204,6 +228,7 @@ def gather(profile: Profile, *, python: str | None = None, root: Path = Path("/"
     except OSError as exc:
         facts["disk_error"] = f"{profile.cache_root}: {exc.strerror}"
     facts["meminfo"] = read_meminfo()
+    say("reading the disk, the port and the installed unit")
     facts["port"] = probe_port(s.host, s.port)
     try:
         rendered = render_lib.render(profile, version or versions.DEFAULT_SGLANG_VERSION,
@@ -215,8 +240,9 @@ def gather(profile: Profile, *, python: str | None = None, root: Path = Path("/"
 
 
 def run_doctor(profile: Profile, *, python: str | None = None, root: Path = Path("/"),
-               check_flags: bool = True, state_dir: str | Path | None = None) -> DoctorReport:
+               check_flags: bool = True, state_dir: str | Path | None = None,
+               phase: Callable[[str], None] | None = None) -> DoctorReport:
     """Probe and judge: the :class:`DoctorReport` of ``profile`` on this host (never raises for a
-    failed probe; each becomes a failing or warning check)."""
-    facts = gather(profile, python=python, root=root, check_flags=check_flags, state_dir=state_dir)
+    failed probe; each becomes a failing or warning check). ``phase``: as :func:`gather`."""
+    facts = gather(profile, python=python, root=root, check_flags=check_flags, state_dir=state_dir, phase=phase)
     return DoctorReport(profile_name=profile.service.name, checks=tuple(evaluate(facts)))

@@ -48,6 +48,7 @@ from kimi_deploy.wire.readiness import Readiness, not_served, probe_url
 from kimi_deploy.wire.limits import parse_json
 from kimi_deploy.wire.printable import printable
 from kimi_deploy.host import allreduce, gateway
+from kimi_deploy.host import answering as answering_lib
 
 #: Options whose value is a secret (SGLang 0.5.23 ``--api-key``, ``--admin-api-key``): the option table's
 #: secret rows (:func:`kimi_deploy.options.secret_flags`).
@@ -271,6 +272,39 @@ class StatusFacts:
     rank: Rank | None = None
     #: the last measured complete start kept for the service (:func:`kimi_deploy.host.phases.load_last`)
     last_start: Any = None
+    #: who listens on the server's port (:func:`kimi_deploy.host.answering.gather`; None where nothing is probed)
+    answering: answering_lib.Answering | None = None
+
+
+def _file_problems(files: dict[str, str], copy_hp: str, profile_copy: Path, cmd: Any) -> list[str]:
+    """One problem per installed file that changed or went missing, each with a fix that does what it says: the
+    installed profile copy (``copy_hp``) is what ``install --profile`` reads, so while it is intact it restores
+    every other file; an edited copy is adopted with it (or undone with the profile installed from), never
+    "restored" from itself (issue 43)."""
+    copy_state = files.get(copy_hp, "ok")
+    out = []
+    for hp, state in files.items():
+        if state == "ok":
+            continue
+        if hp == copy_hp and state == "modified":
+            out.append(problem(f"{hp} (the installed profile) was changed after install",
+                               "its sha256 differs from the install manifest",
+                               f"to deploy the edit, adopt it with `{cmd(f'install --profile {profile_copy} --force')}` "
+                               f"(then `{cmd('restart --wait')}`); to undo it, install the profile you installed from: "
+                               f"`{cmd('install --profile FILE --force')}`"))
+        elif hp == copy_hp or copy_state != "ok":  # the copy itself cannot put anything back
+            out.append(problem(f"{hp} {'is missing' if state == 'missing' else 'was changed after install'}",
+                               "listed in the install manifest, not on disk" if state == "missing"
+                               else "its sha256 differs from the install manifest",
+                               f"install the profile you installed from: `{cmd('install --profile FILE --force')}`"))
+        elif state == "modified":
+            out.append(problem(f"{hp} was changed after install", "its sha256 differs from the install manifest",
+                               f"move the change into the profile and run `{cmd('install --profile FILE')}`, or "
+                               f"restore the installed file with `{cmd(f'install --profile {profile_copy} --force')}`"))
+        else:
+            out.append(problem(f"{hp} is missing", "listed in the install manifest, not on disk",
+                               f"put it back with `{cmd(f'install --profile {profile_copy}')}`"))
+    return out
 
 
 def gateway_host(profile: Profile, manifest: Manifest) -> bool:
@@ -316,9 +350,13 @@ def gather_status_facts(profile: Profile, layout: HostLayout, manifest: Manifest
         start_log = allreduce.read_start_log(server_unit(profile.service.name),
                                              unit.properties.get("ExecMainStartTimestamp") or None)
     patches = patch_state(profile.service.python, state_dir)
+    who = None
+    if rank is None or rank.serves:
+        who = answering_lib.gather(profile.sglang.port, unit.properties.get("ControlGroup") if unit else None,
+                                   unit.main_pid if unit else None)
     return StatusFacts(layout, files, unit, unit_error, key_error, probe, launch, patches,
                        last_check(report, layout.host_path(report)), start_log, rank,
-                       phases.load_last(layout.state_dir(profile.service.name)))
+                       phases.load_last(layout.state_dir(profile.service.name)), who)
 
 
 def _systemctl_failure(unit: str, exc: KimiDeployError, layout: HostLayout) -> str:
@@ -392,14 +430,7 @@ def status_from(profile: Profile, manifest: Manifest, facts: StatusFacts) -> Sta
     profile_copy = layout.profile_copy(name)  # a local path: what `install --profile` reads (under --root)
     cmd = layout.command
     files = _file_states(manifest, facts.files)
-    for hp, state in files.items():
-        if state == "modified":
-            problems.append(problem(f"{hp} was changed after install", "its sha256 differs from the install manifest",
-                                    f"move the change into the profile and run `{cmd('install --profile FILE')}`, or "
-                                    f"restore the installed file with `{cmd(f'install --profile {profile_copy} --force')}`"))
-        elif state == "missing":
-            problems.append(problem(f"{hp} is missing", "listed in the install manifest, not on disk",
-                                    f"put it back with `{cmd(f'install --profile {profile_copy}')}`"))
+    problems += _file_problems(files, layout.host_path(profile_copy), profile_copy, cmd)
     unit = None
     state = facts.unit
     if state is not None:
@@ -424,6 +455,14 @@ def status_from(profile: Profile, manifest: Manifest, facts: StatusFacts) -> Sta
         problems.append(problem(f"the server at {profile.base_url} is not ready", probe.words,
                                 f"if it is starting, wait (`{cmd('restart --wait')}` shows the phase); else read "
                                 f"`journalctl -u {unit_name} -n 50`"))
+    who = facts.answering
+    if health is not None and who is not None and not silent:
+        health = {**health, "answering": who.to_dict()}  # whose health it is, before calling it the service's
+        if probe.ready and who.ours is False:
+            why = "it has no main PID" if who.main_pid is None else f"its main PID is {who.main_pid}"
+            problems.append(problem(f"the process answering on :{who.port} is not {unit_name} ({why})",
+                                    who.line(), f"stop that process or move one of them to another port "
+                                    f"(`ss -ltnp 'sport = :{who.port}'` names it), then `{cmd('restart --wait')}`"))
     found = facts.launch
     drift = None
     if found:
@@ -502,7 +541,11 @@ def report_lines(report: StatusReport, view: dict[str, Any] | None = None) -> li
     elif h["ready"] is None:
         out.append(f"health    not served here ({h['detail']})")
     else:
-        out.append(f"health    {h['words']}")
+        who = h.get("answering") or {}
+        foreign = who.get("ours") is False
+        out.append(f"health    {'NOT the unit answering (see answer): ' if foreign else ''}{h['words']}")
+        if who:
+            out.append(f"answer    {printable(who['line'])}")
     if report.launch:
         d = report.launch
         out.append(f"launch    {'matches the profile' if d.in_sync else 'DRIFT'} (from {d.source})")

@@ -22,7 +22,7 @@ from kimi_deploy.errors import KimiDeployError
 #: Properties ``status`` and ``restart --wait`` read (names from systemd.exec(5)/systemd.service(5)).
 SHOW_PROPERTIES = (
     "Id", "LoadState", "ActiveState", "SubState", "UnitFileState", "MainPID", "NRestarts",
-    "ExecMainStartTimestamp", "ExecMainStatus", "Result", "FragmentPath",
+    "ExecMainStartTimestamp", "ExecMainStatus", "Result", "FragmentPath", "ControlGroup",
 )
 
 #: Fix for a failed ``systemctl`` on the running manager. ``restart`` and ``status`` reach it with or without

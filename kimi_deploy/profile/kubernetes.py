@@ -159,6 +159,44 @@ class ModelVolume(Section):
         return {"hostPath": {"path": self.hostPath.path, "type": "Directory"}}
 
 
+#: A DNS subdomain (RFC 1123): the names of a Secret or a PriorityClass.
+DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+
+
+class Toleration(Section):
+    """One ``tolerations[]`` entry of a pod (Kubernetes core/v1 Toleration: GPU nodes are commonly tainted, e.g.
+    ``nvidia.com/gpu:NoSchedule``)."""
+
+    key: str | None = Field(None, description="taint key (empty with operator Exists: every taint)")
+    operator: Literal["Exists", "Equal"] = Field("Equal", description="Exists or Equal")
+    value: str | None = Field(None, description="taint value (with Equal)")
+    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = Field(
+        None, description="the effect tolerated (empty: every effect)")
+    tolerationSeconds: int | None = Field(None, ge=0, description="with NoExecute: how long the pod stays")
+
+    @model_validator(mode="after")
+    def _valid(self) -> "Toleration":
+        if self.key is not None and not LABEL_KEY.fullmatch(self.key):
+            raise ValueError(f"toleration key {self.key!r} is not a Kubernetes label key")
+        if self.value is not None and (not LABEL_VALUE.fullmatch(self.value) or len(self.value) > 63):
+            raise ValueError(f"toleration value {self.value!r} is not a Kubernetes label value")
+        if self.operator == "Exists" and self.value:
+            raise ValueError("a toleration with operator Exists takes no value")
+        if self.key is None and self.operator != "Exists":
+            raise ValueError("a toleration without a key must have operator = \"Exists\"")
+        if self.tolerationSeconds is not None and self.effect != "NoExecute":
+            raise ValueError("tolerationSeconds goes with effect = \"NoExecute\" only")
+        return self
+
+    def spec(self) -> dict[str, Any]:
+        """The pod spec's entry (unset fields left out)."""
+        return {k: v for k, v in self.model_dump().items() if v is not None}
+
+
+#: The kinds of ``[kubernetes] affinity`` (core/v1 Affinity's fields).
+AFFINITY_KINDS = ("nodeAffinity", "podAffinity", "podAntiAffinity")
+
+
 class Kubernetes(Section):
     """``[kubernetes]``: how ``render --target kubernetes`` turns the profile into LeaderWorkerSet manifests.
 
@@ -173,6 +211,22 @@ class Kubernetes(Section):
     name: str | None = Field(None, description="object name prefix (default: [service] name, if a DNS label)")
     node_gpus: int = Field(8, ge=1, le=64, description="GPUs each node of the node type has (nvidia.com/gpu)")
     node_selector: dict[str, str] = Field(default_factory=dict, description="nodeSelector of the SGLang pods")
+    affinity: dict[str, Any] = Field(default_factory=dict, description="affinity of the SGLang pods (nodeAffinity, "
+                                     "podAffinity, podAntiAffinity as in the pod spec), e.g. required GPU products")
+    tolerations: list[Toleration] = Field(default_factory=list, description="tolerations of the SGLang, gateway "
+                                          "and check pods (GPU nodes are commonly tainted nvidia.com/gpu)")
+    image_pull_secrets: list[str] = Field(default_factory=list, description="Secrets (kubernetes.io/dockerconfigjson) "
+                                          "the SGLang, gateway and check pods pull their images with")
+    priority_class_name: str | None = Field(None, description="PriorityClass of the SGLang, gateway and check pods")
+    network_policy: bool = Field(True, description="render NetworkPolicies: the server port only from the gateway, "
+                                 "the check and Prometheus; the gateway port from client_namespaces")
+    client_namespaces: dict[str, str] = Field(
+        default_factory=dict, description="namespaceSelector matchLabels of the namespaces whose pods may call the "
+                                          "API (the gateway's port; the server's without [gateway]); default: "
+                                          "this namespace only, e.g. { \"kubernetes.io/metadata.name\" = \"apps\" }")
+    prometheus_namespaces: dict[str, str] = Field(
+        default_factory=lambda: {"kubernetes.io/metadata.name": "monitoring"},
+        description="namespaceSelector matchLabels of the namespace your Prometheus runs in (it scrapes /metrics)")
     model_volume: ModelVolume | None = Field(None, description="where the weights come from: one Kubernetes volume "
                                                                "source (persistentVolumeClaim, image or hostPath)")
     pod_security: Literal["restricted", "baseline", "privileged"] = Field(
@@ -287,7 +341,36 @@ class Kubernetes(Section):
                              "\"http://prometheus-pushgateway.monitoring.svc:9091\"")
         return v
 
-    @field_validator("node_selector", "monitor_labels")
+    @field_validator("affinity")
+    @classmethod
+    def _affinity(cls, v: dict[str, Any]) -> dict[str, Any]:
+        unknown = sorted(set(v) - set(AFFINITY_KINDS))
+        if unknown:
+            raise ValueError(f"affinity {unknown[0]!r} is not one of {', '.join(AFFINITY_KINDS)} (the pod spec's "
+                             "affinity fields)")
+        for kind, value in v.items():
+            if not isinstance(value, dict) or not value:
+                raise ValueError(f"affinity.{kind} must be a table, as in the pod spec")
+        return v
+
+    @field_validator("image_pull_secrets")
+    @classmethod
+    def _pull_secrets(cls, v: list[str]) -> list[str]:
+        for name in v:
+            if not DNS_SUBDOMAIN.fullmatch(name) or len(name) > 253:
+                raise ValueError(f"image_pull_secrets {name!r} is not a Secret name (lower-case DNS subdomain)")
+        if len(set(v)) != len(v):
+            raise ValueError("image_pull_secrets names a Secret twice")
+        return v
+
+    @field_validator("priority_class_name")
+    @classmethod
+    def _priority(cls, v: str | None) -> str | None:
+        if v is not None and (not DNS_SUBDOMAIN.fullmatch(v) or len(v) > 253):
+            raise ValueError(f"priority_class_name {v!r} is not a PriorityClass name (lower-case DNS subdomain)")
+        return v
+
+    @field_validator("node_selector", "monitor_labels", "client_namespaces", "prometheus_namespaces")
     @classmethod
     def _selector(cls, v: dict[str, str]) -> dict[str, str]:
         for key, value in v.items():

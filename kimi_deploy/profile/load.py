@@ -173,8 +173,13 @@ def toml_value(value: Any) -> str:
 
 
 def _without_none(table: dict[str, Any]) -> dict[str, Any]:
-    """``table`` without ``None`` values, nested tables too (TOML has no null)."""
-    return {k: _without_none(v) if isinstance(v, dict) else v for k, v in table.items() if v is not None}
+    """``table`` without ``None`` values, nested tables and arrays of tables too (TOML has no null)."""
+    def clean(v: Any) -> Any:
+        if isinstance(v, dict):
+            return _without_none(v)
+        return [clean(item) for item in v] if isinstance(v, list) else v
+
+    return {k: clean(v) for k, v in table.items() if v is not None}
 
 
 def dump_profile(profile: Profile) -> str:

@@ -67,7 +67,7 @@ class Quality(Section):
     """``[quality]``: the ``quality`` tier of ``kimi-deploy check`` (:mod:`kimi_deploy.check.quality`).
 
     ``min_schema_accuracy`` defaults to K2VV's published schema accuracy of SGLang serving K2-Thinking (95.52 %,
-    2025-11-15, temperature 1.0; ../shared/notes/upstream-2026-12.md): a deployment of the kit is held to at least
+    2025-11-15, temperature 1.0; MoonshotAI/K2-Vendor-Verifier, README): a deployment of the kit is held to at least
     the reference SGLang figure. ``nightly``: the nightly check unit runs the tier with ``sample`` requests (on as soon
     as the table exists; a profile without ``[quality]`` keeps the nightly unit as it was, and its digest).
     """
@@ -259,6 +259,10 @@ class Profile(BaseModel):
         for table in DIGEST_OMITS_UNSET:
             if data.get(table) is None:
                 data.pop(table, None)
+        if data.get("kubernetes") is not None:  # [kubernetes] keys added later, left out at their defaults
+            for key, default in KUBERNETES_KEYS_ADDED.items():
+                if data["kubernetes"].get(key) == default:
+                    data["kubernetes"].pop(key, None)
         if data["monitoring"]["runbook_url"] == RUNBOOK_DEFAULT:
             data["monitoring"]["runbook_url"] = RUNBOOK_DEFAULT_DIGESTED
         for option in OPTIONS:
@@ -268,6 +272,14 @@ class Profile(BaseModel):
         blob = json.dumps(data, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(blob.encode()).hexdigest()
 
+
+#: ``[kubernetes]`` keys added after the first renders, with their defaults: :meth:`Profile.digest` leaves each out
+#: while it has its default, so the manifests of a profile that does not use them keep their headers (issue 43).
+KUBERNETES_KEYS_ADDED: dict[str, Any] = {
+    "affinity": {}, "tolerations": [], "image_pull_secrets": [], "priority_class_name": None,
+    "network_policy": True, "client_namespaces": {},
+    "prometheus_namespaces": {"kubernetes.io/metadata.name": "monitoring"},
+}
 
 #: Top-level tables that :meth:`Profile.digest` leaves out while absent (added after the first installs).
 DIGEST_OMITS_UNSET: tuple[str, ...] = ("fleet", "gateway", "kubernetes", "quality", "startup")

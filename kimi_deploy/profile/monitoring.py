@@ -23,6 +23,26 @@ JOB_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.:-]{0,127}")
 RUNBOOK = re.compile(r"[A-Za-z0-9_@+=:,./~%?&;-]{1,2000}")
 #: ``[monitoring] runbook_url``'s default: the runbook's path in the repository (alerts link to its anchors).
 RUNBOOK_DEFAULT = "docs/runbook.md"
+#: Schemes of an absolute ``runbook_url``: what Alertmanager, PagerDuty and Grafana open from a notification.
+RUNBOOK_SCHEMES = ("https://", "http://")
+
+
+def runbook_is_absolute(url: str) -> bool:
+    """Whether ``url`` is an absolute http(s) URL with a host (a relative ``docs/runbook.md`` is dead in a
+    notification: nothing there knows which repository it is relative to)."""
+    scheme = next((s for s in RUNBOOK_SCHEMES if url.lower().startswith(s)), None)
+    return scheme is not None and len(url) > len(scheme) and url[len(scheme)] not in "/?"
+
+
+def runbook_problem(url: str, *, refuse: bool) -> str:
+    """The ``monitoring.runbook_url: problem; fix`` line of a relative ``url`` (``refuse``: for a fleet or a
+    cluster, where the alerts reach people who never saw this repository)."""
+    return (f"monitoring.runbook_url: {url!r} is relative, so every alert's runbook link is dead in Alertmanager, "
+            "PagerDuty or Grafana" + (" (refused for a fleet or a cluster)" if refuse else "")
+            + "; set runbook_url to the absolute URL your team reads docs/runbook.md at (e.g. "
+              "https://git.corp.test/ops/kimi-deploy/blob/main/docs/runbook.md)")
+
+
 #: The default the first installed profiles had, before the runbook moved to docs/: :meth:`Profile.digest` hashes
 #: :data:`RUNBOOK_DEFAULT` as this, so the runbook's move changes no profile's digest and no rendered header.
 RUNBOOK_DEFAULT_DIGESTED = "production.md"
@@ -95,7 +115,8 @@ class Monitoring(Section):
     spec_accept_length_min: float | None = Field(None, ge=1, le=64, allow_inf_nan=False,
                                                  description="mean accepted tokens per step below which "
                                                              "speculative decoding has collapsed (default 1.5)")
-    runbook_url: str = Field(RUNBOOK_DEFAULT, description="where docs/runbook.md is read; alerts link to its anchors")
+    runbook_url: str = Field(RUNBOOK_DEFAULT, description="the absolute URL docs/runbook.md is read at; alerts link to "
+                             "its anchors (relative: render warns, refuses for a fleet or cluster)")
 
     @field_validator("job", "check_job", "gateway_job")
     @classmethod

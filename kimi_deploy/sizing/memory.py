@@ -223,7 +223,7 @@ def load_header_index(path: str | Path) -> HeaderIndex:
                 raise ValueError(f"unknown dtype {g.dtype!r} of {g.name}")
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
         raise UsageError(f"not a header index: {exc}", value=str(path),
-                         hint="write it with `kimi_deploy.sizing.memory.read_header_index(DIR).to_dict()`") from exc
+                         hint="record it on the GPU host with `kimi-deploy facts --profile P --out DIR`") from exc
     return HeaderIndex(str(data.get("model", path)), str(data.get("source", path)), groups)
 
 

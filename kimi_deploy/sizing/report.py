@@ -84,7 +84,8 @@ def _model_dir(path: str | None, stand_in: str | Path | None, flag: str) -> tupl
     if path and (Path(path) / "config.json").is_file():
         return Path(path), None
     return None, (f"{path} is not on this machine (no config.json): pass {flag} DIR (a directory with its "
-                  "config.json and header-index.json, e.g. tests/data/models/...)")
+                  "config.json and header-index.json: `kimi-deploy facts --profile P --out DIR` records them on the GPU "
+                  "host)")
 
 
 def size_profile(profile: Any, python: str | Path, server_args: Sequence[str], *, gpus: GpuFacts | None,

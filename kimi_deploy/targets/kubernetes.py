@@ -35,6 +35,9 @@ What is rendered (``<n>`` is ``[kubernetes] name``, default ``[service] name``):
   PrometheusRule with the systemd target's recording and alert rules), labelled with ``monitor_labels``;
   ``scrape = "annotations"``: ``prometheus.io/*`` annotations on the leader and gateway pods instead. The check
   writes ``--prom`` and, with ``pushgateway``, pushes it (``check --pushgateway``) under its Prometheus job.
+- ``network-policy.yaml`` (unless ``network_policy = false``): :func:`_network_policies`. Scheduling keys
+  (``tolerations``, ``image_pull_secrets``, ``priority_class_name``) go on every pod, ``node_selector`` and
+  ``affinity`` on the SGLang pods (:func:`_place`).
 - ``namespace.yaml`` with Pod Security admission labels at ``[kubernetes] pod_security`` (default ``restricted``,
   which every rendered pod meets: the weights come from ``model_volume``, a PVC or an image volume).
   ``privileged`` must be set explicitly and is refused unless needed: for a ``hostPath`` model volume or
@@ -69,7 +72,7 @@ from kimi_deploy.targets import FILE_HEADER, GENERATED_PREFIX, Artefacts, ending
 from kimi_deploy.yamltext import FileMode, dump, dump_all
 from kimi_deploy.patching.series import find_series
 
-#: apiVersion of LeaderWorkerSet (the CRD in shared/k8s, kubernetes-sigs/lws v0.10).
+#: apiVersion of LeaderWorkerSet (kubernetes-sigs/lws v0.10, config/crd/bases/leaderworkerset.x-k8s.io_leaderworkersets.yaml).
 LWS_API = "leaderworkerset.x-k8s.io/v1"
 #: Environment LWS injects into every container of a group (kubernetes-sigs/lws, SGLang's LWS example).
 LWS_LEADER_ADDRESS = "$(LWS_LEADER_ADDRESS)"
@@ -110,7 +113,7 @@ MAX_NAME = 40
 #: The file ``kubectl apply -k DIR`` reads (kustomize's, not a Kubernetes object).
 KUSTOMIZATION = "kustomization.yaml"
 #: Order ``kustomization.yaml`` lists the files in (the order ``kubectl apply -k`` creates them).
-FILE_ORDER = ("namespace.yaml", "gateway-rbac.yaml", "check-configmap.yaml", "check-pvc.yaml",
+FILE_ORDER = ("namespace.yaml", "network-policy.yaml", "gateway-rbac.yaml", "check-configmap.yaml", "check-pvc.yaml",
               "server-leaderworkerset.yaml", "server-service.yaml", "gateway-deployment.yaml", "gateway-pdb.yaml",
               "gateway-service.yaml", "check-cronjob.yaml", "monitoring-podmonitor.yaml",
               "monitoring-servicemonitor.yaml", "monitoring-rules.yaml")
@@ -190,7 +193,7 @@ def problems(profile: Profile) -> list[str]:
     if k8s is None:
         table = "".join(f"\n      {line}" for line in MINIMAL_TABLE.splitlines())
         return [f"kubernetes: the profile has no [kubernetes] table, which says what the cluster runs; add at "
-                f"least:{table}\n    (`kimi-deploy init --kubernetes` writes it with every key commented; docs/runbook.md#kubernetes)"]
+                f"least:{table}\n    (`kimi-deploy init --kubernetes` writes it with the optional keys commented; docs/runbook.md#kubernetes)"]
     s, svc = profile.sglang, profile.service
     out: list[str] = []
     name = object_name(profile)
@@ -258,7 +261,7 @@ def privileged_needs(k8s: Kubernetes) -> list[str]:
 
 #: The smallest ``[kubernetes]`` table that renders (the missing-table refusal shows it).
 MINIMAL_TABLE = ('[kubernetes]\nimage = "lmsysorg/sglang:v0.5.23-cu130"\n'
-                 f'check_image = "registry.example.com/kimi-deploy:{__version__}"\n'
+                 f'check_image = "registry.example/kimi-deploy:{__version__}"  # your registry\n'
                  'model_volume = { persistentVolumeClaim = { claimName = "kimi-k25-weights" } }')
 
 
@@ -366,8 +369,7 @@ def _server_pod(profile: Profile, launch: LaunchSpec, shape: FleetShape, name: s
         "containers": [container],
         "volumes": volumes,
     })
-    if k8s.node_selector:
-        spec["nodeSelector"] = dict(sorted(k8s.node_selector.items()))
+    _place(k8s, spec, server=True)
     if k8s.rdma:
         spec["hostNetwork"] = True
         spec["dnsPolicy"] = "ClusterFirstWithHostNet"
@@ -376,6 +378,65 @@ def _server_pod(profile: Profile, launch: LaunchSpec, shape: FleetShape, name: s
     if leader:
         metadata.update(_scrape_annotations(k8s, s.port))
     return {"metadata": metadata, "spec": spec}
+
+
+def _place(k8s: Kubernetes, spec: dict[str, Any], *, server: bool) -> dict[str, Any]:
+    """Put ``[kubernetes]``'s scheduling keys into a pod ``spec``: ``tolerations``, ``imagePullSecrets`` and
+    ``priorityClassName`` on every pod (server, gateway, check); ``nodeSelector`` and ``affinity`` on the
+    SGLang pods only (``server``): they choose GPU nodes, which the CPU-only gateway and check do not need."""
+    if server and k8s.node_selector:
+        spec["nodeSelector"] = dict(sorted(k8s.node_selector.items()))
+    if server and k8s.affinity:
+        spec["affinity"] = k8s.affinity
+    if k8s.tolerations:
+        spec["tolerations"] = [t.spec() for t in k8s.tolerations]
+    if k8s.image_pull_secrets:
+        spec["imagePullSecrets"] = [{"name": n} for n in k8s.image_pull_secrets]
+    if k8s.priority_class_name:
+        spec["priorityClassName"] = k8s.priority_class_name
+    return spec
+
+
+def _network_policies(profile: Profile, name: str) -> list[dict[str, Any]]:
+    """network-policy.yaml: who may reach each listening pod (Kubernetes networking.k8s.io/v1 NetworkPolicy;
+    a pod selected by one takes only the ingress it allows).
+
+    - SGLang pods: the server port from the gateway pods (with ``[gateway]``), the check pods and the Prometheus
+      namespaces (``prometheus_namespaces``), and without ``[gateway]`` from ``client_namespaces``; any port from
+      the other ranks of the same copies (NCCL and the rendezvous pick their own ports).
+    - gateway pods: the gateway port from ``client_namespaces`` and the check pods; smg's metrics port from the
+      Prometheus namespaces.
+    ``client_namespaces`` empty: this namespace only (a pod selector matching every pod in it).
+    """
+    k8s, s, gw = profile.kubernetes, profile.sglang, profile.gateway
+    assert k8s is not None
+    check = {"podSelector": {"matchLabels": _selector(name, "check")}}
+    prometheus = {"namespaceSelector": {"matchLabels": dict(sorted(k8s.prometheus_namespaces.items()))}}
+    clients = ({"namespaceSelector": {"matchLabels": dict(sorted(k8s.client_namespaces.items()))}}
+               if k8s.client_namespaces else {"podSelector": {}})
+    server_from = [check, prometheus]
+    if gw is not None:
+        server_from.insert(0, {"podSelector": {"matchLabels": _selector(name, "gateway")}})
+    else:
+        server_from.append(clients)
+
+    def policy(component: str, rules: list[dict[str, Any]]) -> dict[str, Any]:
+        return {"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
+                "metadata": {"name": f"{name}-{component}", "namespace": k8s.namespace,
+                             "labels": _labels(name, component, __version__)},
+                "spec": {"podSelector": {"matchLabels": _selector(name, component)}, "policyTypes": ["Ingress"],
+                         "ingress": rules}}
+
+    out = [policy("server", [
+        {"from": server_from, "ports": [{"protocol": "TCP", "port": s.port}]},
+        {"from": [{"podSelector": {"matchLabels": _selector(name, "server")}}]},
+    ])]
+    if gw is not None:
+        out.append(policy("gateway", [
+            {"from": [clients, check], "ports": [{"protocol": "TCP", "port": gw.port}]},
+            {"from": [prometheus], "ports": [{"protocol": "TCP", "port": gw.prometheus_port}]},
+        ]))
+    return out
 
 
 def _scrape_annotations(k8s: Kubernetes, port: int) -> dict[str, Any]:
@@ -536,6 +597,7 @@ def _gateway(profile: Profile, name: str) -> dict[str, list[dict[str, Any]]]:
                                                    "labelSelector": {"matchLabels": _selector(name, "gateway")}}}]}},
                                        "containers": [container], "volumes": volumes}}},
     }
+    _place(k8s, deployment["spec"]["template"]["spec"], server=False)
     # a node drain evicts at most one gateway pod at a time; with one replica it still lets the drain finish
     pdb = {"apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
            "metadata": {"name": account, "namespace": ns, "labels": labels},
@@ -598,6 +660,7 @@ def _check(profile: Profile, name: str) -> dict[str, list[dict[str, Any]]]:
                                               "volumeMounts": mounts, "securityContext": ctr_sec}],
                               "volumes": volumes}}}}},
     }
+    _place(k8s, cronjob["spec"]["jobTemplate"]["spec"]["template"]["spec"], server=False)
     out = {"check-configmap.yaml": [config], "check-cronjob.yaml": [cronjob]}
     if not k8s.check_report_claim:
         out["check-pvc.yaml"] = [{"apiVersion": "v1", "kind": "PersistentVolumeClaim",
@@ -679,6 +742,8 @@ def render(profile: Profile, sglang_version: str | None = None) -> Manifests:
     if profile.gateway is not None:
         documents.update(_gateway(profile, name))
     documents.update(_check(profile, name))
+    if k8s.network_policy:
+        documents["network-policy.yaml"] = _network_policies(profile, name)
     if k8s.scrape == "prometheus-operator":
         documents.update(_monitoring(profile, name, launch.sglang_version))
     if k8s.scrape != "none" and not k8s.pushgateway:
@@ -689,7 +754,8 @@ def render(profile: Profile, sglang_version: str | None = None) -> Manifests:
     if profile.sglang.api_key_file:
         notes["check-cronjob.yaml"] = [
             "check --insecure: the check sends the API key over plain http to a Service inside the cluster (SGLang "
-            "and smg serve plain http); keep that traffic off shared networks (NetworkPolicy, or mTLS in a mesh)."]
+            "and smg serve plain http); network-policy.yaml admits only the kit's pods, Prometheus and "
+            "client_namespaces to the ports; for encryption on the wire, mTLS in a mesh."]
     if k8s.rdma:
         notes["server-leaderworkerset.yaml"] = [
             "hostNetwork: true because [kubernetes] rdma = true: RDMA NICs are not in the pod network; the pods "

@@ -12,7 +12,10 @@ import dataclasses
 from typing import Any, Protocol
 
 from kimi_deploy.deployment import resolve
+from kimi_deploy.errors import ProfileError
 from kimi_deploy.profile import Profile
+from kimi_deploy.profile.examples import refuse_example_values
+from kimi_deploy.profile.monitoring import runbook_is_absolute, runbook_problem
 from kimi_deploy.targets import TARGETS, Artefacts, kubernetes, litellm, monitoring, systemd
 
 
@@ -46,8 +49,30 @@ def render(name: str, profile: Profile, sglang_version: str | None = None, **opt
     Raises:
         KeyError: not a row of :data:`REGISTRY` (the CLI offers only the rows).
         ProfileError / UsageError / UnsupportedVersionError / RefusedError: the target's, before anything is
-            written (a model that cannot fit: :meth:`kimi_deploy.deployment.Deployment.require_fit`).
+            written (a model that cannot fit: :meth:`kimi_deploy.deployment.Deployment.require_fit`);
+            ProfileError too while the profile holds an example value ``init`` wrote
+            (:func:`kimi_deploy.profile.examples.refuse_example_values`), or when alert rules for a fleet or a
+            cluster would link to a relative ``runbook_url`` (a single host gets a warning).
     """
     entry = REGISTRY[name].artefacts
+    refuse_example_values(profile)
     resolve(profile, sglang_version).require_fit()  # every target, a server's or not: the same refusal
-    return entry(profile, sglang_version, **options)
+    if not _links_runbook(name, profile) or runbook_is_absolute(profile.monitoring.runbook_url):
+        return entry(profile, sglang_version, **options)
+    cluster = profile.fleet is not None or name == "kubernetes"
+    line = runbook_problem(profile.monitoring.runbook_url, refuse=cluster)
+    if cluster:
+        raise ProfileError("the alerts would link to a relative runbook", problems=[line],
+                           hint="set [monitoring] runbook_url to an absolute https:// URL")
+    rendered = entry(profile, sglang_version, **options)
+    return dataclasses.replace(rendered, warnings=(*rendered.warnings, line))
+
+
+def _links_runbook(name: str, profile: Profile) -> bool:
+    """Whether target ``name`` renders alert rules for ``profile``, whose ``runbook_url`` annotations link into
+    ``[monitoring] runbook_url``: the systemd and monitoring targets with metrics on, the kubernetes target with
+    metrics on and a PrometheusRule (``scrape = "prometheus-operator"``)."""
+    if not profile.sglang.enable_metrics or name not in ("systemd", "monitoring", "kubernetes"):
+        return False
+    return name != "kubernetes" or (profile.kubernetes is not None
+                                    and profile.kubernetes.scrape == "prometheus-operator")

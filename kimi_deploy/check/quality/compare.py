@@ -3,7 +3,9 @@
 Both files are ``kimi-deploy.check/1`` reports with a ``quality.accuracy`` measurement (``check --sample N
 --json PATH``). The test is the pooled two-proportion z test
 (:func:`kimi_deploy.check.quality.stats.two_proportion_test`) of valid / tool-call answers, two-sided at 5 %; a
-significant drop is a failure (exit 1), anything else is not (exit 0). Also reported: each run's accuracy with its
+significant drop is a failure (exit 1), anything else is not (exit 0); a side that measured nothing (no tool-call
+answer: every ``quality.*`` request failed) leaves nothing to compare (exit 2, :func:`require_measurements`), so a
+CI gate built on it never passes on no data. Also reported: each run's accuracy with its
 95 % interval, whether the two samples came from the same dataset (its sha256) and the checks that passed in A and
 fail in B.
 """
@@ -120,13 +122,31 @@ class CompareResult:
         return out
 
 
+def require_measurements(a: ReportAccuracy, b: ReportAccuracy) -> None:
+    """The rule of "nothing to compare": each side must hold at least one tool-call answer.
+
+    Raises:
+        UsageError: either side counted no tool-call answer (exit 2), naming which.
+    """
+    empty = [r.path for r in (a, b) if r.proportion.n == 0]
+    if empty:
+        raise UsageError(
+            "nothing to compare: " + " and ".join(printable(p) for p in empty)
+            + " measured no tool-call answer (every quality request failed or no answer called a tool)",
+            value=", ".join(printable(p) for p in empty),
+            hint="read that report's quality.* failures, fix the server, and run `kimi-deploy check --sample N "
+                 "--json PATH` again")
+
+
 def compare(a_path: Path, b_path: Path, alpha: float = 0.05) -> CompareResult:
     """Compare the reports at ``a_path`` (before) and ``b_path`` (after).
 
     Raises:
-        UsageError: either file is not a report with an accuracy measurement (:func:`load`).
+        UsageError: either file is not a report with an accuracy measurement (:func:`load`), or either measured
+            nothing (:func:`require_measurements`).
     """
     a, b = load(a_path), load(b_path)
+    require_measurements(a, b)
     same = None if a.dataset_sha256 is None or b.dataset_sha256 is None else a.dataset_sha256 == b.dataset_sha256
     newly = sorted(i for i, s in b.statuses.items() if s == "fail" and a.statuses.get(i) == "pass")
     return CompareResult(a, b, two_proportion_test(a.proportion, b.proportion, alpha), same, newly)

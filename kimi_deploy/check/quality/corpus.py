@@ -1,7 +1,7 @@
 """The schema corpus: tool ``parameters`` in the JSON Schema 2020-12 shapes that agents' tools use.
 
 Written for the kit (after the Kimi Vendor Verifier's pre-flight idea: forced tool calls over a corpus of
-schema shapes, ../shared/notes/upstream-2026-12.md). Each :class:`Shape` has a name (the check id part),
+schema shapes, streamed and not, arguments validated locally). Each :class:`Shape` has a name (the check id part),
 the schema features it exercises (named as the keywords are: ``$defs``, ``$ref``, ``anyOf`` ...), the schema
 and one argument object valid against it. The request directs the model to call the shape's tool with exactly
 those arguments (the prompt contract.py's ``arguments.*`` cases use), so a valid answer is one an honest model

@@ -1,6 +1,6 @@
 """Tool-call request bodies for ``quality.accuracy``: K2VV's format, or the kit's own agentic samples.
 
-Format (K2 Vendor Verifier, ``tool_calls_eval.py``; ../shared/notes/upstream-2026-12.md): a JSONL file, one
+Format (K2 Vendor Verifier, ``MoonshotAI/K2-Vendor-Verifier`` ``tool_calls_eval.py``): a JSONL file, one
 chat-completion request body per line, blank lines ignored. Each body has ``messages`` (a non-empty list of
 message objects with a ``role``) and usually ``tools`` (OpenAI function tools whose ``parameters`` is a JSON
 schema); any other key (``tool_choice``, ``temperature``, ``max_tokens``, ``stream`` ...) is sent as it is but

@@ -6,7 +6,7 @@
   expected (as ``contract.reasoning_*``).
 - ``sampling.thinking`` / ``sampling.instant``: the server's default sampling (what a request without
   ``temperature``/``top_p`` gets) against the model's recommended values: temperature 1.0 thinking / 0.6 instant,
-  top_p 0.95 (Kimi Vendor Verifier ``verify_params.py`` ``IMMUTABLE_PARAMS``; ../shared/notes/upstream-2026-12.md),
+  top_p 0.95 (Kimi Vendor Verifier ``verify_params.py`` ``IMMUTABLE_PARAMS``),
   the thinking-mode values taken from the model's own ``generation_config.json`` when ``--model-dir`` has one.
   The server's default is read from what SGLang reports in ``/server_info``: ``sampling_defaults`` (``model``:
   the checkpoint's ``generation_config.json`` fills what a request leaves out; anything else: the framework's

@@ -15,7 +15,7 @@ DEFAULT_SAMPLE = 200
 DEFAULT_CONCURRENCY = 4
 DEFAULT_DEADLINE_S = 600.0
 #: K2VV's published schema accuracy of SGLang serving K2-Thinking (2025-11-15, temperature 1.0; Moonshot's own API
-#: 100.00 %, vLLM 87.22 %): ../shared/notes/upstream-2026-12.md, "How Moonshot judges a deployment".
+#: 100.00 %, vLLM 87.22 %): MoonshotAI/K2-Vendor-Verifier, README.
 DEFAULT_MIN_SCHEMA_ACCURACY = 0.9552
 #: The bars of ``quality.reasoning`` (rates, fractions): 0, the think-leak bar of smg-project/providers-verifier.
 DEFAULT_REASONING_BAR = 0.0
