@@ -108,3 +108,14 @@ class Silent:
     def close(self) -> None:
         self._timer.cancel()
         self.sock.close()
+
+
+def replace_examples(text: str) -> str:
+    """``text`` (an init profile) with the example addresses and images replaced, as an operator does
+    (the profile refuses them at render and install: kimi_deploy/profile/examples.py)."""
+    return text.replace('"192.0.2.', '"10.1.0.').replace('"registry.example/', '"registry.corp.test/').replace(
+        'runbook_url = "docs/runbook.md"', f'runbook_url = "{RUNBOOK}"')
+
+
+#: An absolute runbook URL, as an operator puts one in.
+RUNBOOK = "https://git.corp.test/ops/kimi-deploy/blob/main/docs/runbook.md"

@@ -20,7 +20,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from helpers import run_cli
+from helpers import replace_examples, run_cli
+from kimi_deploy.targets import outdir
 
 PRESET = "kimi-k25-rtx-pro-6000-x8"
 
@@ -29,6 +30,7 @@ def _kubernetes_profile(tmp_path: Path, *flags: str) -> Path:
     path = tmp_path / "kimi.toml"
     result = run_cli(["init", str(path), "--kubernetes", *flags])
     assert result.exit_code == 0, result.stderr
+    path.write_text(replace_examples(path.read_text()))
     return path
 
 
@@ -81,11 +83,13 @@ def test_every_other_target_prints_one_file_per_file_header(tmp_path, target, fl
     """Split at the `# file: NAME` lines, stdout is exactly the files `--out DIR` writes, by path."""
     path = tmp_path / "kimi.toml"
     assert run_cli(["init", str(path), *flags]).exit_code == 0
+    path.write_text(replace_examples(path.read_text()))
     printed = run_cli(["render", "--target", target, "--profile", str(path)])
     assert printed.exit_code == 0, printed.stderr
     out = tmp_path / "out"
     assert run_cli(["render", "--target", target, "--profile", str(path), "--out", str(out)]).exit_code == 0
-    written = {str(p.relative_to(out)): p.read_text() for p in sorted(out.rglob("*")) if p.is_file()}
+    written = {str(p.relative_to(out)): p.read_text() for p in sorted(out.rglob("*"))
+               if p.is_file() and p.name != outdir.MANIFEST}  # the folder's render manifest is no rendered file
     assert _split_files(printed.stdout) == written
     assert "# ---- " not in printed.stdout
 

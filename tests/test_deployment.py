@@ -34,7 +34,7 @@ from kimi_deploy.targets.registry import render
 from kimi_deploy.targets.systemd import _exec_start
 from kimi_deploy.validate import check_model
 
-from helpers import run_cli
+from helpers import RUNBOOK, run_cli
 
 DATA = Path(__file__).parent / "data"
 #: The recorded reference host: 8 x RTX PRO 6000 Blackwell Workstation, driver 570 (tests/data/nvidia-smi/README.md).
@@ -60,6 +60,7 @@ def profile_data(preset: str, model: str, shape: str) -> dict:
         s.pop(key, None)
     s.update(presets.memory_keys(MODELS[model]))
     s.update(presets.model_keys(MODELS[model]))
+    data.setdefault("monitoring", {})["runbook_url"] = RUNBOOK  # a fleet's or cluster's alerts need an absolute one
     if shape == "fleet":
         s["pp_size"] = 2
         data.update(copy.deepcopy(FLEET))

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import MINIMAL, run_cli, write_profile
+from helpers import MINIMAL, RUNBOOK, replace_examples, run_cli, write_profile
 
 from kimi_deploy.catalog.presets import PRESETS, get_preset
 from kimi_deploy.profile import load_profile
@@ -342,16 +342,6 @@ def test_init_fleet_renders_host_folders_and_a_scrape_config_of_its_addresses(tm
     assert targets == {"kimi-k25": ["10.1.0.11:30000", "10.1.0.12:30000"],
                        "kimi-k25-check": ["10.1.0.11:9100", "10.1.0.12:9100", "10.1.0.10:9100"],
                        "kimi-k25-gateway": ["10.1.0.10:29000"]}
-
-
-def replace_examples(text: str) -> str:
-    """``text`` (an init profile) with the example addresses and images replaced, as an operator does."""
-    return text.replace('"192.0.2.', '"10.1.0.').replace('"registry.example/', '"registry.corp.test/').replace(
-        'runbook_url = "docs/runbook.md"', f'runbook_url = "{RUNBOOK}"')
-
-
-#: An absolute runbook URL, as an operator puts one in.
-RUNBOOK = "https://git.corp.test/ops/kimi-deploy/blob/main/docs/runbook.md"
 
 
 def test_init_writes_runbook_url_live_and_render_warns_while_it_is_relative(tmp_path):

@@ -71,8 +71,8 @@ def render_cmd(profile_path, preset, sglang_version, python, out_dir, print_comm
             click.echo(METRICS_OFF, err=True)
         return
     options = {"components": components} if target == "systemd" else {}
-    # the registry loads every target module: not for --print-command alone (above)
-    from kimi_deploy.targets import registry
+    # the registry loads every target module (and outdir, the --out folder's manifest): not for --print-command
+    from kimi_deploy.targets import outdir, registry
 
     rendered = registry.render(target, profile, sglang_version, **options)  # exit 2/4 before anything is written
     # start-up: the host's start records only when units are rendered (--print-command alone never reads them)
@@ -84,8 +84,6 @@ def render_cmd(profile_path, preset, sglang_version, python, out_dir, print_comm
         click.echo(f"warning: {warning}", err=True)
     written, removed = [], []
     if out_dir:  # other services' files kept, the shared prometheus.yml merged, this service's stale ones removed
-        from kimi_deploy.targets import outdir  # start-up: only when files are written
-
         create_output_dir(out_dir)
         planned = outdir.plan(out_dir, profile.service.name, target, rendered.files)
         written = [out_dir / name for name in rendered.files]

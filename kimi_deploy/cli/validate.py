@@ -14,7 +14,7 @@ from kimi_deploy.errors import ExitCode, KimiDeployError
 from kimi_deploy.fsio import check_output_dir, create_output_dir, write_many_atomic
 from kimi_deploy.paths import HostLayout
 from kimi_deploy.sizing import report as sizing
-from kimi_deploy.sizing.facts import record_facts
+from kimi_deploy.doctor.recorded import record_facts
 from kimi_deploy.sizing.memory import GpuFacts
 
 

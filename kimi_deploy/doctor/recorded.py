@@ -19,7 +19,7 @@ import shlex
 from pathlib import Path
 from typing import Any
 
-from kimi_deploy.doctor import record_gpu_query
+from kimi_deploy.doctor import record_gpu_query  # this package: the nvidia-smi probe doctor runs
 from kimi_deploy.errors import UsageError
 from kimi_deploy.profile import Profile
 from kimi_deploy.sizing.memory import ModelFacts, read_header_index
