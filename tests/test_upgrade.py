@@ -118,7 +118,7 @@ def _old_files(python: str) -> dict[str, str]:
 
 
 def _upgrade(cli_runner, root: Path, state: Path, *args: str):
-    return cli_runner.invoke(cli, ["upgrade", "--root", str(root), "--state-dir", str(state), "--timeout", "400",
+    return cli_runner.invoke(cli, ["upgrade", "--root", str(root), "--host-systemd", "--state-dir", str(state), "--timeout", "400",
                                    "--poll-interval", "0.5", *args], catch_exceptions=False)
 
 
