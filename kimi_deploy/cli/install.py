@@ -11,6 +11,7 @@ from kimi_deploy.host.install.formatting import format_plan
 from kimi_deploy.host.install.install_plan import plan_install
 from kimi_deploy.host.install.plan import Plan
 from kimi_deploy.host.install.uninstall_plan import pick_service, plan_uninstall
+from kimi_deploy.host import journal
 from kimi_deploy.host.records import service_lock, shared_lock
 from kimi_deploy.cli.options import echo_json, json_flag, profile_options, resolve_profile, root_option
 from kimi_deploy.errors import KimiDeployError, UsageError
@@ -76,8 +77,6 @@ def _recover_first(layout: HostLayout, service: str | None, *, dry_run: bool, as
     systemctl is run only on this host's manager (``--root /``)."""
     if not service:
         return
-    from kimi_deploy.host import journal
-
     if dry_run:
         waiting = journal.load(layout, service)
         if waiting is not None:

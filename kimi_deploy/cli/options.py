@@ -8,6 +8,8 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from kimi_deploy.errors import UsageError
+
 
 if TYPE_CHECKING:  # imported where used: the CLI edge imports this module for every verb, --help included
     from kimi_deploy.profile import Profile
@@ -69,8 +71,6 @@ def refuse_host_systemd(layout, host_systemd: bool, verb: str, *, dry_run: bool 
     """
     if layout.is_host or host_systemd or dry_run:
         return
-    from kimi_deploy.errors import UsageError
-
     raise UsageError(f"{verb} --root {layout.root}: the files are in that tree, but systemctl would restart this "
                      "host's running unit of the same name, which does not run them", value=str(layout.root),
                      hint=f"run `kimi-deploy {verb}` on the host that runs these files (no --root), add --dry-run "

@@ -45,9 +45,7 @@ def upgrade_cmd(ctx, root, python, profile_path, name, with_, gate, timeout, pol
     unit back at the old, untouched environment (exit 1; exit 10 when the restored version fails too)."""
     from pathlib import Path
 
-    from kimi_deploy.host import journal
     from kimi_deploy.host import upgrade as upgrade_lib  # start-up: the upgrade library loads when the verb runs
-    from kimi_deploy.host.records import find_installed, service_lock
 
     if python is None and profile_path is None:
         raise UsageError("nothing to upgrade", hint="pass --python NEW_INTERPRETER (a new SGLang environment) "
@@ -67,7 +65,7 @@ def upgrade_cmd(ctx, root, python, profile_path, name, with_, gate, timeout, pol
 
     if dry_run:
         plan = plan_it()
-        waiting = journal.load(layout, plan.service)
+        waiting = upgrade_lib.journal.load(layout, plan.service)
         if waiting is not None:
             plan.notes.append(f"an interrupted {waiting.kind} is on record ({waiting.phase}): the real run first "
                               "finishes or undoes it and plans again")
@@ -82,10 +80,7 @@ def upgrade_cmd(ctx, root, python, profile_path, name, with_, gate, timeout, pol
         if not as_json:
             click.echo(message, err=True)
 
-    if service is None:
-        service = find_installed(layout, None).service
-    with service_lock(layout, service):
-        recovery = journal.recover(layout, service, live=True, on_event=on_event)
+    with upgrade_lib.locked(layout, service, on_event=on_event) as (service, recovery):
         if recovery is not None and recovery.changed_anything and recovery.change.kind == "upgrade" \
                 and (recovery.target == "new" or recovery.change.verdict == "fail"):
             # it finished (the new version passed its gate), or its new version failed the gate: this run

@@ -25,10 +25,11 @@ names the old interpreter again — restarts, and gates the restored version the
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +42,7 @@ from kimi_deploy import engine as target
 from kimi_deploy.errors import ExitCode, KimiDeployError, RefusedError, UsageError
 from kimi_deploy.host import gate as gates
 from kimi_deploy.host import journal
+from kimi_deploy.host.records import find_installed, service_lock
 from kimi_deploy.names import server_unit
 from kimi_deploy.options import OPTIONS
 from kimi_deploy.paths import HostLayout
@@ -296,6 +298,22 @@ def begin_change(plan: UpgradePlan, layout: HostLayout, gate: str) -> journal.Ch
                             backups_before=journal.backup_names(layout, plan.service), unit_existed=existed,
                             gate=gate, resume=restart_lib.resume_command(layout, plan.service))
     return journal.begin(layout, change, old)
+
+
+@contextlib.contextmanager
+def locked(layout: HostLayout, service: str | None, *, on_event: Callable[[str], None] | None = None) \
+        -> Iterator[tuple[str, journal.Recovery | None]]:
+    """Hold ``service``'s lock (None: the only installed one) for an upgrade's plan and apply, after finishing or
+    undoing an interrupted change of it (:func:`kimi_deploy.host.journal.recover`); yields ``(service, what the
+    recovery did or None)``.
+
+    Raises:
+        UsageError: nothing installed, or several and no ``service``; an unreadable journal.
+        LockedError: another install, uninstall, restart or upgrade of it is running (exit 7).
+    """
+    name = service or find_installed(layout, None).service
+    with service_lock(layout, name):
+        yield name, journal.recover(layout, name, live=True, on_event=on_event)
 
 
 def apply_upgrade(plan: UpgradePlan, layout: HostLayout, *, gate: str = gates.DEFAULT_GATE,
