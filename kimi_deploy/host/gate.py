@@ -9,9 +9,11 @@ Tiers, in order (``restart --gate NAME`` runs every tier up to and including NAM
   parsers, speculative settings and TP size);
 - ``parser``: ``parser.*``, the corpus of raw Kimi outputs posted to the server's own parsers
   (``/parse_function_call``, ``/separate_reasoning``);
-- ``contract``: :data:`CONTRACT_SUBSET`, real chat completions: a tool call streamed and not, the id round trip
-  (canonical ids and the sanitised ``functions_NAME_N`` that clients send back, the failure behind this
-  project's incidents), reasoning separation streamed and not. Eight requests of a few hundred tokens: well
+- ``contract``: :data:`CONTRACT_SUBSET`, real chat completions: a tool call streamed and not, under
+  ``tool_choice`` auto, required and named (a forced call is the evidence that the server calls tools at all: a
+  prose answer to one fails, ``tool_choice_violation``, where under auto it is only ``model_declined``), the id
+  round trip (canonical ids and the sanitised ``functions_NAME_N`` that clients send back, the failure behind this
+  project's incidents), reasoning separation streamed and not. Twelve requests of a few hundred tokens: well
   under a minute on a Kimi K2.5 server, about a second against the replay server (figures in
   docs/design.md#restarts-gate).
 
@@ -42,6 +44,10 @@ PARSER_TIER = ("parser.*",)
 #: Tool calls streamed and not, the id round trip (canonical and sanitised), reasoning separation.
 CONTRACT_SUBSET = (
     "contract.tool_auto.nonstream", "contract.tool_auto.stream",
+    # a forced call (tool_choice required, named): evidence that the server calls tools at all; under auto a
+    # prose answer is only a warning (model_declined), so a server that never calls a tool would pass without them
+    "contract.tool_required.nonstream", "contract.tool_required.stream",
+    "contract.tool_named.nonstream", "contract.tool_named.stream",
     "contract.id_roundtrip.canonical.nonstream", "contract.id_roundtrip.canonical.stream",
     "contract.id_roundtrip.sanitised.nonstream", "contract.id_roundtrip.sanitised.stream",
     "contract.reasoning_on.nonstream", "contract.reasoning_on.stream",
