@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from helpers import FakeTime
+from install_fakes import snapshot
 from install_fakes import STARTUP_JOURNAL, SHOW_AUTO_RESTART, SHOW_FAILED, FakeServer, sglang_server_args, write_profile
 from kimi_deploy.check import registry
 from kimi_deploy.cli import cli
@@ -367,3 +368,45 @@ def test_restart_wait_prints_the_phases_of_a_replayed_start_and_keeps_them(cli_r
     phases = json.loads(as_json.stdout)["attempts"][0]["phases"]
     assert [p["name"] for p in phases["phases"]] == ["weights", "kv_cache", "draft", "cuda_graphs", "ready"]
     assert phases["ready"] is True
+
+
+def test_restart_and_upgrade_under_a_root_never_touch_this_hosts_systemd_unless_told(cli_runner, tmp_path,
+                                                                                    fake_systemd):
+    """--root means the tree for every verb (issue 36): restart used to read the tree and restart this host's unit
+    of the same name (production restarted, then "rollback" restored files in the tree)."""
+    root, v1, v2 = _setup(tmp_path, 30000)
+    _install(root, v1)
+    _install(root, v2)
+    before = snapshot(root)
+    for args in (["restart", "--root", str(root), "--wait", "--rollback-on-failure"], ["restart", "--root", str(root)],
+                 ["upgrade", "--root", str(root), "--python", sys.executable]):
+        result = cli_runner.invoke(cli, args)
+        assert result.exit_code == ExitCode.USAGE, (args, result.output + result.stderr)
+        assert "--host-systemd" in result.stderr and "this host's running unit" in result.stderr
+    assert fake_systemd.calls() == [] and fake_systemd.calls("journalctl") == []
+    assert snapshot(root) == before
+    assert "--host-systemd" in cli_runner.invoke(cli, ["restart", "--help"]).output
+
+
+def test_restart_dry_run_shows_what_would_be_restarted_gated_and_rolled_back(cli_runner, tmp_path, fake_systemd):
+    root, v1, v2 = _setup(tmp_path, 30000)
+    _install(root, v1)
+    _install(root, v2)
+    before = snapshot(root)
+    result = cli_runner.invoke(cli, ["restart", "--root", str(root), "--dry-run", "--wait", "--rollback-on-failure",
+                                     "--json"], catch_exceptions=False)
+    assert result.exit_code == 0, result.output + result.stderr
+    plan = json.loads(result.output)
+    assert plan["applied"] is False and plan["unit"] == "kimi-test.service"
+    assert plan["command"].endswith("restart -- kimi-test.service")
+    assert plan["tiers"] == ["ready", "fast", "parser", "contract"]
+    rollback = plan["rollback"]
+    assert rollback["backup"].startswith("/etc/kimi-deploy/backup/kimi-test/") and rollback["unit_existed"]
+    assert {"/" + UNIT, "/" + PROFILE_COPY} <= set(rollback["restore"]) and rollback["remove"] == []
+    text = cli_runner.invoke(cli, ["restart", "--root", str(root), "--dry-run", "--rollback-on-failure"],
+                             catch_exceptions=False)
+    assert text.exit_code == 0
+    assert "  gate: ready -> fast -> parser -> contract" in text.output
+    assert f"on failure: restore {rollback['backup']}: write back" in text.output
+    assert "dry run: nothing was changed" in text.output
+    assert fake_systemd.calls() == [] and snapshot(root) == before

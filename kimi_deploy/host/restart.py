@@ -409,6 +409,100 @@ def restart(profile: Profile, layout: HostLayout, *, wait: bool = False, timeout
                                 on_poll=on_poll, on_event=on_event, clock=clock, sleep=sleep, gate=gate)
 
 
+@dataclasses.dataclass(frozen=True)
+class RestartPlan:
+    """What ``restart`` would do (``restart --dry-run``; :func:`plan_restart`), nothing done: the unit it restarts,
+    the gate's tiers, the rollback (the backup set, the files it would write back or remove, or a first install's
+    stop), the gateway drain, an interrupted change it would finish or undo instead, and a refusal."""
+
+    service: str
+    unit: str
+    command: str
+    tiers: list[str]
+    rollback: dict[str, Any] | None
+    drain: dict[str, Any] | None
+    pending: dict[str, Any] | None
+    refused: str | None
+    notes: list[str]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**dataclasses.asdict(self), "applied": False}
+
+    def lines(self) -> list[str]:
+        """The plan in words, one line each."""
+        if self.refused:
+            return [f"restart {self.service}: REFUSED: {self.refused}"]
+        if self.pending:
+            p = self.pending
+            return [f"restart {self.service}: an interrupted {p['kind']} is on record ({p['phase']}): this run would "
+                    f"only {'finish it (the new version passed its gate)' if p['verdict'] == 'pass' else 'undo it: ' + p['from'] + ' back'}"
+                    + (", then restart and gate that version" if p.get("restarted") and p["verdict"] != "pass" else ""),
+                    "dry run: nothing was changed"]
+        out = [f"restart {self.service}:"]
+        if self.drain:
+            out.append(f"  remove {self.drain['url']} from the gateway {self.drain['gateway']}, wait up to "
+                       f"{self.drain['idle_timeout']:g} s for its requests to end")
+        out.append(f"  run: {self.command}")
+        out.append("  gate: " + (" -> ".join(self.tiers) if len(self.tiers) > 0 else "none (no --wait)"))
+        rb = self.rollback
+        if rb is None:
+            out.append("  on failure: nothing is rolled back (no --rollback-on-failure)")
+        elif rb.get("backup") is None:
+            out.append("  on failure: no install backup to roll back to; the files stay")
+        else:
+            out.append(f"  on failure: restore {rb['backup']}: write back {len(rb['restore'])} file(s)"
+                       + (f" ({', '.join(rb['restore'])})" if rb["restore"] else "")
+                       + (f", remove {', '.join(rb['remove'])}" if rb["remove"] else "")
+                       + ("; then daemon-reload, restart and the same gate" if rb["unit_existed"] else
+                          "; that was a first install: stop and disable the units"))
+        if self.drain:
+            out.append(f"  add {self.drain['url']} back to the gateway only once the gate passed")
+        out += [f"  note: {n}" for n in self.notes]
+        out.append("dry run: nothing was changed")
+        return out
+
+
+def plan_restart(profile: Profile, layout: HostLayout, *, wait: bool, gate: str, rollback_on_failure: bool,
+                 drain: Drain | None = None, allow_parser_removal: bool = False) -> RestartPlan:
+    """What :func:`restart` would do with these arguments; reads the tree, changes nothing, runs no systemctl.
+
+    Raises:
+        UsageError: an unreadable journal or backup set (as :func:`restart` would).
+    """
+    svc = profile.service.name
+    unit = server_unit(svc)
+    pending = journal.load(layout, svc)
+    tiers = gates.tiers_through(gate) if wait else []
+    command = " ".join(systemd.systemctl_argv("restart", unit))
+    refused = None
+    if not allow_parser_removal:
+        try:
+            gates.refuse_parser_removal(previous_profile(layout, svc), profile, what=f"restart {svc}",
+                                        override="--allow-parser-removal")
+        except KimiDeployError as exc:
+            refused = exc.message
+    rollback = None
+    if rollback_on_failure:
+        found = journal.old_version_from_backup(layout, svc)
+        rollback = {"backup": None, "restore": [], "remove": [], "unit_existed": True}
+        if found is not None:
+            backup, old = found
+            now = journal.current(layout, old.keys())
+            unit_hp = layout.host_path(layout.unit_path(unit))
+            rollback = {"backup": layout.host_path(backup.path),
+                        "restore": sorted(hp for hp, data in old.items() if data is not None and now[hp] != data),
+                        "remove": sorted(hp for hp, data in old.items() if data is None and now[hp] is not None),
+                        "unit_existed": (old[unit_hp] is not None) if unit_hp in old
+                        else layout.unit_path(unit).exists()}
+    notes = [] if layout.is_host else [f"--root {layout.root}: systemctl acts on this host's manager (--host-systemd)"]
+    return RestartPlan(svc, unit, command, tiers, rollback,
+                       {"url": drain.url, "gateway": getattr(drain.gateway, "base_url", "?"),
+                        "idle_timeout": drain.idle_timeout} if drain else None,
+                       {"kind": pending.kind, "phase": pending.phase, "verdict": pending.verdict,
+                        "from": pending.old_label, "to": pending.new_label, "restarted": pending.restarted}
+                       if pending else None, refused, notes)
+
+
 def previous_profile(layout: HostLayout, service: str) -> Profile | None:
     """The profile copy the newest install backup saved (the version before the installed one), or None when
     there is none or it does not load (an older kit's format: nothing to compare with)."""
