@@ -279,3 +279,62 @@ def test_upgrade_killed_at_random_instants(tmp_path, fake_systemd, stub_interpre
             _after_kill(host, args, f"random kill {delay:.3f} s in", new_fails=True)
     finally:
         host.close()
+
+
+class RecordingGateway:
+    """Stands for smg's worker API (:class:`kimi_deploy.host.gateway.Gateway`'s ``remove``/``add``): records."""
+
+    def __init__(self) -> None:
+        self.removed: list[str] = []
+        self.added: list[str] = []
+
+    def remove(self, url: str) -> str:
+        self.removed.append(url)
+        return "w-1"
+
+    def add(self, url: str) -> None:
+        self.added.append(url)
+
+
+def _drained_restart(host: Host, gateway) -> object:
+    from kimi_deploy.host import restart as restart_lib
+
+    url = f"http://127.0.0.1:{host.server.port}"
+    return restart_lib.restart(load_profile(host.root / "etc/kimi-deploy/kimi-test.toml"), HostLayout(host.root),
+                               wait=True, rollback_on_failure=True, gate="fast", timeout=30, poll_interval=0.01,
+                               drain=restart_lib.Drain(gateway, url, idle_timeout=5))
+
+
+@pytest.mark.parametrize("old_passes", [True, False], ids=["old-passes", "old-fails-too"])
+def test_a_replica_whose_restart_was_interrupted_rejoins_the_gateway_only_once_gated(tmp_path, fake_systemd,
+                                                                                      old_passes):
+    """A fleet roll killed after the replica left the gateway and its new version started: the next run puts the
+    old version back, restarts and gates it, and adds the replica back only when that passed."""
+    host, _args = _prepare(tmp_path, fake_systemd, new_fails=True, upgrade=False)
+    try:
+        pid = os.fork()
+        if pid == 0:  # the first run, killed once its record says the new version was started
+            os.environ[fsio.FAULT_KILL_ENV] = "9"
+            fsio._fault_count = 0
+            try:
+                _drained_restart(host, RecordingGateway())
+            finally:
+                os._exit(0)
+        assert reap(pid) == -signal.SIGKILL
+        change = journal.load(HostLayout(host.root), "kimi-test")
+        assert change is not None and change.restarted and change.replica.endswith(f":{host.server.port}")
+        assert host.status() == 1
+        if not old_passes:
+            host.units["v2"] = host.units["v1"]  # the server answers without parsers whichever unit it runs
+        gateway = RecordingGateway()
+        result = _drained_restart(host, gateway)
+        assert gateway.removed == []  # already out: the interrupted run took it out
+        assert host.files_version() == "v1" and leftovers(host.root) == []
+        assert host.running_version() == "v1" or not old_passes
+        if old_passes:
+            assert gateway.added == [change.replica] and result.gateway["readded"] and result.exit_code == 1
+        else:
+            assert gateway.added == [] and not result.gateway["readded"] and result.exit_code == 10
+            assert any("stays out until a version passes its gate" in n for n in result.notes)
+    finally:
+        host.close()

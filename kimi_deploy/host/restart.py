@@ -221,7 +221,11 @@ class RestartResult:
         if self.recovered is not None:
             if self.attempts and not self.attempts[-1].ok:
                 return int(ExitCode.ROLLBACK_FAILED)
-            return int(ExitCode.OK if self.recovered["target"] == "new" else ExitCode.FAILED)
+            if self.recovered["target"] != "new":
+                return int(ExitCode.FAILED)
+            if self.gateway is not None and not self.gateway.get("readded"):
+                return int(ExitCode.OUT_OF_ROTATION)
+            return int(ExitCode.OK)
         code = self.attempts[0].exit_code
         if len(self.attempts) > 1 and not self.attempts[-1].ok:
             return int(ExitCode.ROLLBACK_FAILED)
@@ -394,9 +398,10 @@ def restart(profile: Profile, layout: HostLayout, *, wait: bool = False, timeout
             recovery = journal.recover(layout, profile.service.name, live=True, restart_unit=False,
                                        on_event=on_event)
             if recovery is not None and recovery.changed_anything:
-                return _resumed(recovery, profile, layout, wait=wait, timeout=timeout,
-                                poll_interval=poll_interval, on_poll=on_poll, on_event=on_event, clock=clock,
-                                sleep=sleep, base_url=drain.url if drain else None, gate=gate)
+                result = _resumed(recovery, profile, layout, wait=wait, timeout=timeout,
+                                  poll_interval=poll_interval, on_poll=on_poll, on_event=on_event, clock=clock,
+                                  sleep=sleep, base_url=drain.url if drain else None, gate=gate)
+                return _rejoin(result, recovery, drain, on_event)
         if not allow_parser_removal:
             gates.refuse_parser_removal(previous_profile(layout, profile.service.name), profile,
                                         what=f"restart {profile.service.name}", override="--allow-parser-removal")
@@ -587,7 +592,7 @@ def resume_command(layout: HostLayout, service: str) -> str:
     return layout.command(f"restart --name {service} --wait --rollback-on-failure{flag}")
 
 
-def _begin(layout: HostLayout, service: str, gate: str) -> journal.Change | None:
+def _begin(layout: HostLayout, service: str, gate: str, replica: str | None = None) -> journal.Change | None:
     """Record a ``restart --rollback-on-failure`` before it restarts anything (:mod:`kimi_deploy.host.journal`):
     from the newest install backup's version to the installed files; None when there is no backup (nothing to
     roll back to, nothing to journal).
@@ -607,7 +612,7 @@ def _begin(layout: HostLayout, service: str, gate: str) -> journal.Change | None
                             new_label="the installed files", old=journal.hashes(old), new=journal.hashes(now),
                             touches_files=False, backup=layout.host_path(backup.path),
                             backups_before=journal.backup_names(layout, service), unit_existed=existed, gate=gate,
-                            resume=resume_command(layout, service))
+                            replica=replica, resume=resume_command(layout, service))
     return journal.begin(layout, change, old)
 
 
@@ -623,9 +628,9 @@ def _restart(profile: Profile, layout: HostLayout, *, api_key: str | None, wait:
     say = on_event or (lambda _m: None)
     svc = profile.service.name
     if rollback_on_failure and wait and change is None:
-        change = _begin(layout, svc, gate)
+        change = _begin(layout, svc, gate, replica=base_url)
     if change is not None:
-        change = journal.update(layout, change, restarted=True)
+        change = journal.update(layout, change, restarted=True, replica=change.replica or base_url)
     say(f"restarting {server_unit(svc)}")
     first = _attempt("new", profile, layout, api_key=api_key, wait=wait, timeout=timeout,
                      poll_interval=poll_interval, on_poll=on_poll, clock=clock, sleep=sleep, base_url=base_url,
@@ -698,6 +703,33 @@ def _restart_previous(layout: HostLayout, fallback: Profile, notes: list[str], *
         notes.append(f"the restored version failed the {gate} gate too ({attempt.summary}): neither version "
                      f"is verified; see `journalctl -u {server_unit(svc)}` and run `kimi-deploy check`")
     return attempt
+
+
+def _rejoin(result: RestartResult, recovery: journal.Recovery, drain: Drain | None,
+            on_event: Callable[[str], None] | None) -> RestartResult:
+    """A fleet roll's replica after its interrupted change was finished or undone: the change took it out of the
+    gateway's rotation (``Change.replica``); it goes back only when the version it now runs passed its gate (the
+    new one before the kill, or the old one's gated restart in this run), else it stays out, and the notes say so."""
+    url = recovery.change.replica
+    if url is None:
+        return result
+    state: dict[str, Any] = {"url": url, "removed": None, "readded": False, "error": None}
+    verified = recovery.target == "new" or bool(
+        result.attempts and result.attempts[-1].ok and result.attempts[-1].gate is not None)
+    notes = list(result.notes)
+    if verified and drain is not None:
+        (on_event or (lambda _m: None))(f"adding {url} back to the gateway")
+        try:
+            drain.gateway.add(url)
+            state["readded"] = True
+        except KimiDeployError as exc:
+            state["error"] = exc.message
+            notes.append(f"the replica passed its gate but the gateway did not take it back ({exc.message}); it "
+                         "stays out of rotation: add it with the gateway's worker API once fixed")
+    else:
+        notes.append(f"the interrupted change had taken {url} out of the gateway's rotation; it stays out until a "
+                     "version passes its gate here: rerun `kimi-deploy restart --wait` on this node")
+    return dataclasses.replace(result, notes=notes, gateway=state)
 
 
 def _resumed(recovery: journal.Recovery, fallback: Profile, layout: HostLayout, *, wait: bool,

@@ -400,7 +400,8 @@ def change_problems(facts: StatusFacts, service: str) -> list[str]:
                  "mixed": "the files match NEITHER version (a mix, or changed by hand)"}[facts.change_version or "mixed"]
         outcome = ("finishes it: the new version passed its gate" if change.verdict == "pass" else
                    f"puts {change.old_label} back, whole, and restarts it where the new one may run")
-        out.append(problem(f"an interrupted {change.kind} of {service} is unfinished: it had {change.phase}",
+        out_of = f"; the replica {change.replica} is out of the gateway's rotation" if change.replica else ""
+        out.append(problem(f"an interrupted {change.kind} of {service} is unfinished: it had {change.phase}{out_of}",
                            f"{layout.host_path(layout.change_dir(service))}/change.json: {change.old_label} -> "
                            f"{change.new_label}, started {change.started_at}; {files}",
                            f"run `{change.resume}` (it {outcome})"))
