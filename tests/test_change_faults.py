@@ -230,6 +230,10 @@ def _every_kill_point(host: Host, args: list[str], *, new_fails: bool, limit: in
         code = fork_cli(args, kill_at=n)
         if code != -signal.SIGKILL:
             assert code == (1 if new_fails else 0), (n, code)
+            done = host.files_version()
+            assert done == ("v1" if new_fails else "v2") and leftovers(host.root) == []
+            if not new_fails:  # run again once done: nothing to do (an upgrade in place, a restart gated again)
+                assert fork_cli(args) == 0 and host.files_version() == done and leftovers(host.root) == []
             return n - 1
         _after_kill(host, args, n, new_fails=new_fails)
     raise AssertionError(f"the run still had mutating operations after {limit}")

@@ -160,7 +160,13 @@ def test_a_plan_that_fails_validation_says_why_and_is_refused(cli_runner, host, 
 def test_the_installed_environment_is_never_the_target(cli_runner, host, tmp_path, old_env):
     root, _, _ = host
     before = snapshot(root)
-    result = _upgrade(cli_runner, root, tmp_path / "state", "--python", old_env)
+    # the installed environment, its recorded SGLang and the installed profile: an upgrade in place (a re-run of
+    # one that finished, issue 37), nothing to do; it was refused with "create a new env"
+    again = _upgrade(cli_runner, root, tmp_path / "state", "--python", old_env)
+    assert again.exit_code == 0 and "nothing to do" in again.output, again.output + again.stderr
+    changed = write_profile(tmp_path / "v2.toml", port=30000, python=old_env, gpu_count=8, context_length=2000,
+                            sglang_lines=('served_model_name = "moonshotai/Kimi-K2.5"',))
+    result = _upgrade(cli_runner, root, tmp_path / "state", "--python", old_env, "--profile", str(changed))
     assert result.exit_code == ExitCode.REFUSED, result.output + result.stderr
     assert "never changes the running one in place" in result.stderr and snapshot(root) == before
     missing = _upgrade(cli_runner, root, tmp_path / "state", "--python", str(tmp_path / "no" / "python"))

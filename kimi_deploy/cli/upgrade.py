@@ -92,6 +92,15 @@ def upgrade_cmd(ctx, root, python, profile_path, name, with_, gate, timeout, pol
                 for line in recovery.lines():
                     click.echo(line)
             ctx.exit(0 if recovery.target == "new" else 1)
+        installed, manifest = resolve_installed(None, None, service, layout)
+        done = upgrade_lib.already_done(installed, manifest.sglang_version, python=python, profile=new_profile)
+        if done is not None:  # a re-run of an upgrade that finished (or that a recovery just finished)
+            if as_json:
+                echo_json({"ok": True, "exit_code": 0, "applied": False, "message": done,
+                           "recovered": recovery.to_dict() if recovery else None})
+            else:
+                click.echo(done)
+            ctx.exit(0)
         plan = plan_it()
         if not as_json:
             if recovery is not None:

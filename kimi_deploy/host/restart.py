@@ -10,10 +10,13 @@ calls, the id round trip, reasoning separation), as far as ``gate`` (default ``c
 first tier that fails; then the server's own log of this start for the all-reduce path in use
 (:mod:`kimi_deploy.host.allreduce`): a path the profile asks for that SGLang skipped fails the attempt with the log
 line as evidence.
-When that fails and ``rollback_on_failure`` is set, the newest install backup is restored
-(:func:`kimi_deploy.host.records.restore_backup`), systemd reloaded, the service restarted and
+When that fails and ``rollback_on_failure`` is set, the version of the newest install backup is put back
+(:func:`kimi_deploy.host.journal.restore_old`), systemd reloaded, the service restarted and
 verified with the same gate; the result reports both attempts, the tier that failed and its failed checks.
 A rollback whose restored version fails the gate too is exit 10 (:attr:`ExitCode.ROLLBACK_FAILED`).
+With ``rollback_on_failure`` the whole change is journaled (:mod:`kimi_deploy.host.journal`): a run killed at any
+instant leaves a record the next run finishes or undoes first (:func:`restart` then reports that and starts
+no new restart); :func:`plan_restart` says what a run would do (``--dry-run``).
 
 Behind SGLang's gateway (``drain``, :class:`Drain`: a replica of a profile with ``[gateway]``), the replica
 is first removed from the gateway (smg's worker API: new requests go to the other replicas; smg 1.13.0 waits a

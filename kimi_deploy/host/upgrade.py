@@ -245,6 +245,30 @@ def plan_upgrade(installed: Profile, layout: HostLayout, *, python: str | None =
                        else None, patches, check, validation, plan, new_profile, state_dir, notes)
 
 
+def already_done(installed: Profile, installed_version: str, *, python: str | None,
+                 profile: Profile | None = None) -> str | None:
+    """The sentence for an upgrade that is already in place (a re-run after it finished), else None.
+
+    In place: ``python`` is the installed interpreter, its SGLang is the version the install recorded
+    (``Manifest.sglang_version``), and ``profile`` (with ``python``) is the installed one. An interpreter whose
+    SGLang changed underneath the installed service (``pip install -U`` into the running environment) is not in
+    place: :func:`plan_upgrade` refuses it.
+
+    Raises:
+        UsageError: ``python`` has no SGLang.
+    """
+    if python is None:
+        return None
+    env = Environment.probe(python)
+    old = Environment.probe(installed.service.python)
+    wanted = _with_python(profile or installed, env.python)
+    if not _same_environment(old, env) or env.version != installed_version \
+            or wanted.model_dump() != installed.model_dump():
+        return None
+    return (f"nothing to do: {installed.service.name} already runs SGLang {env.version} from {env.python} with this "
+            "profile (the upgrade is in place)")
+
+
 def _same_environment(a: Environment, b: Environment) -> bool:
     try:
         return os.path.samefile(a.location, b.location)
