@@ -112,6 +112,12 @@ def host(tmp_path, fake_systemd, old_env):
     engine.stop()
 
 
+def _files(root: Path) -> dict[str, bytes]:
+    """The tree but the service's lock file: ``upgrade`` holds the lock while it recovers an interrupted change
+    and plans (the file stays, holding the last holder's pid, as after any install)."""
+    return {rel: data for rel, data in snapshot(root).items() if not rel.endswith(".kimi-test.lock")}
+
+
 def _old_files(python: str) -> dict[str, str]:
     site = site_packages_of(python)
     return {**tree_hashes(site / "sglang"), **tree_hashes(site / "sglang-0.5.22.dist-info")}
@@ -149,17 +155,17 @@ def test_a_plan_that_fails_validation_says_why_and_is_refused(cli_runner, host, 
     one_gpu = write_profile(tmp_path / "v2.toml", port=30000, python=old_env,
                             sglang_lines=('served_model_name = "moonshotai/Kimi-K2.5"',))
     new = make_target(sglang_python, tmp_path / "new", bytecode=True)
-    before = snapshot(root)
+    before = _files(root)
     result = _upgrade(cli_runner, root, tmp_path / "state", "--python", new, "--profile", str(one_gpu))
     assert result.exit_code == ExitCode.REFUSED, result.output + result.stderr
     assert "validate against the new interpreter: FAILED" in result.output
     assert "    error: model: " in result.output and "validate: model: " in result.stderr
-    assert snapshot(root) == before and not engine.pidfile.exists()
+    assert _files(root) == before and not engine.pidfile.exists()
 
 
 def test_the_installed_environment_is_never_the_target(cli_runner, host, tmp_path, old_env):
     root, _, _ = host
-    before = snapshot(root)
+    before = _files(root)
     # the installed environment, its recorded SGLang and the installed profile: an upgrade in place (a re-run of
     # one that finished, issue 37), nothing to do; it was refused with "create a new env"
     again = _upgrade(cli_runner, root, tmp_path / "state", "--python", old_env)
@@ -168,12 +174,12 @@ def test_the_installed_environment_is_never_the_target(cli_runner, host, tmp_pat
                             sglang_lines=('served_model_name = "moonshotai/Kimi-K2.5"',))
     result = _upgrade(cli_runner, root, tmp_path / "state", "--python", old_env, "--profile", str(changed))
     assert result.exit_code == ExitCode.REFUSED, result.output + result.stderr
-    assert "never changes the running one in place" in result.stderr and snapshot(root) == before
+    assert "never changes the running one in place" in result.stderr and _files(root) == before
     missing = _upgrade(cli_runner, root, tmp_path / "state", "--python", str(tmp_path / "no" / "python"))
     assert missing.exit_code == ExitCode.USAGE and "Traceback" not in missing.stderr, missing.stderr
     nothing = _upgrade(cli_runner, root, tmp_path / "state")
     assert nothing.exit_code == ExitCode.USAGE and "nothing to upgrade" in nothing.stderr
-    assert snapshot(root) == before
+    assert _files(root) == before
 
 
 def test_upgrade_to_0_5_23_passes_the_gate_and_leaves_0_5_22_untouched(cli_runner, host, tmp_path, sglang_python,

@@ -140,26 +140,19 @@ def load(layout: HostLayout, service: str) -> Change | None:
                               f"move {where} aside and run again") from None
 
 
-def pending(layout: HostLayout) -> list[Change]:
-    """Every change in flight under ``layout`` (one per service at most), by service name."""
-    if not layout.config_dir.is_dir():
-        return []
-    out = []
-    for folder in sorted(layout.config_dir.glob("*.change")):
-        change = load(layout, folder.name.removesuffix(".change"))
-        if change is not None:
-            out.append(change)
-    return out
-
-
 def begin(layout: HostLayout, change: Change, old: Mapping[str, bytes | None]) -> Change:
     """Record ``change`` before its first write: the old version's bytes (``old``: host path -> bytes, None:
     absent) in ``old.json``, then ``change.json`` (renamed last: a folder without it is no change).
 
     Raises:
-        UsageError / StorageError: the journal cannot be written (nothing else was changed).
+        UsageError: a change is already on record (callers recover it first); the journal cannot be written.
+        StorageError: the file system refused (nothing else was changed).
     """
     folder = layout.change_dir(change.service)
+    if (folder / CHANGE_FILE).exists():  # callers recover first (under the service's lock): never two changes
+        raise UsageError(f"another change of {change.service} is on record; nothing was changed",
+                         value=layout.describe(layout.host_path(folder / CHANGE_FILE)),
+                         hint=f"run `{change.resume}` to finish or undo it first")
     if folder.exists():  # litter of a change killed before its record was complete, or after it was removed
         fsio.remove_tree(folder)
     saved = {hp: base64.b64encode(data).decode() for hp, data in old.items() if data is not None}
