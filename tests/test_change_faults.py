@@ -14,7 +14,8 @@ systemctl is the recorded fake (``fake_systemd``) whose ``restart`` starts "what
 unit to ``running.unit``, and the loopback server (:class:`install_fakes.FakeServer`) answers as the version whose
 unit that is. The failing version runs without its parsers: the gate's fast tier (``config.*``) fails it.
 
-Cost, measured on 2 shared cores: see each test's docstring (about 4 forked CLI runs per kill point).
+Cost: 196 kill points, 7 min 52 s for the module on the shared 2-core machine under load (about 2.4 s a kill point:
+4 to 5 forked CLI runs); figures per test in docs/design.md#a-change-killed-at-any-instant-the-journal.
 """
 
 from __future__ import annotations
