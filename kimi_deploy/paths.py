@@ -235,6 +235,12 @@ class HostLayout:
         (:class:`kimi_deploy.host.records.Intent`); left behind only by a run that was killed."""
         return self.config_dir / f"{service}.intent.json"
 
+    def change_dir(self, service: str) -> Path:
+        """``/etc/kimi-deploy/<service>.change/``: the journal of a ``restart --rollback-on-failure`` or ``upgrade``
+        in flight (:mod:`kimi_deploy.host.journal`): its ``change.json`` and the old version's bytes; present only
+        while the change runs, or after a run that was killed."""
+        return self.config_dir / f"{service}.change"
+
     def lock_file(self, service: str) -> Path:
         """``/etc/kimi-deploy/.<service>.lock``: held by ``install``/``uninstall``/``restart`` of the service
         (:func:`kimi_deploy.host.records.service_lock`); it stays after ``uninstall --purge`` (the pid of its

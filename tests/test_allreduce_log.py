@@ -153,7 +153,7 @@ def _running(tmp_path, fake_systemd, journal: str):
 
 def test_restart_wait_fails_when_the_log_says_the_asked_path_was_skipped(cli_runner, tmp_path, fake_systemd):
     with _running(tmp_path, fake_systemd, "pcie-ipc-no-flashinfer.txt") as root:
-        result = cli_runner.invoke(cli, ["restart", "--root", str(root), "--wait", "--gate", "parser", "--poll-interval", "0.01",
+        result = cli_runner.invoke(cli, ["restart", "--root", str(root), "--host-systemd", "--wait", "--gate", "parser", "--poll-interval", "0.01",
                                          "--json"], catch_exceptions=False)
     data = json.loads(result.output)
     assert result.exit_code == 1, result.output
@@ -166,7 +166,7 @@ def test_restart_wait_fails_when_the_log_says_the_asked_path_was_skipped(cli_run
 
 def test_restart_wait_and_status_say_which_path_runs(cli_runner, tmp_path, fake_systemd):
     with _running(tmp_path, fake_systemd, "pcie-ipc-engaged.txt") as root:
-        restarted = cli_runner.invoke(cli, ["restart", "--root", str(root), "--wait", "--gate", "parser", "--poll-interval", "0.01"],
+        restarted = cli_runner.invoke(cli, ["restart", "--root", str(root), "--host-systemd", "--wait", "--gate", "parser", "--poll-interval", "0.01"],
                                       catch_exceptions=False)
         status = cli_runner.invoke(cli, ["status", "--root", str(root), "--json"], catch_exceptions=False)
     assert restarted.exit_code == 0, restarted.output

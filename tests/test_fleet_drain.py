@@ -67,7 +67,7 @@ def _restart(tmp_path, port: int):
     installed = run_cli(["install", "--profile", str(profile), "--root", str(root), "--host", "127.0.0.2",
                          "--no-create-user", "--no-enable"])
     assert installed.exit_code == 0, installed.stderr
-    return run_cli(["restart", "--wait", "--profile", str(profile), "--root", str(root), "--host", "127.0.0.2",
+    return run_cli(["restart", "--wait", "--profile", str(profile), "--root", str(root), "--host-systemd", "--host", "127.0.0.2",
                     "--timeout", "5"])
 
 

@@ -15,11 +15,11 @@ import os
 import re
 import shutil
 import signal
-import time
 from pathlib import Path
 
 import pytest
 
+from fault_harness import fork_cli, reap, spawn_cli
 from install_fakes import snapshot, write_profile
 from kimi_deploy import fsio
 from kimi_deploy.host import records as hostfiles
@@ -34,52 +34,6 @@ pytestmark = pytest.mark.skipif(shutil.which("systemctl") is None, reason="needs
 
 KEY = "etc/kimi-deploy/kimi-test.api-key"
 LEFTOVER = re.compile(r"\..+\.([a-z0-9_]{8}\.tmp|[0-9]+\.bak)$")
-
-
-#: A child that has not exited after this many seconds is hung (not slow): it is killed and the test fails.
-HANG_GUARD_S = 600
-
-
-def spawn_cli(args: list[str], *, kill_at: int | None = None) -> int:
-    """Start ``kimi-deploy ARGS`` in a forked child (output discarded); its pid."""
-    pid = os.fork()
-    if pid == 0:  # child: never return into pytest
-        code = 70
-        try:
-            fsio._fault_count = 0
-            os.environ.pop(fsio.FAULT_KILL_ENV, None)
-            if kill_at is not None:
-                os.environ[fsio.FAULT_KILL_ENV] = str(kill_at)
-            devnull = os.open(os.devnull, os.O_WRONLY)
-            os.dup2(devnull, 1)
-            os.dup2(devnull, 2)
-            try:
-                cli.main(args=args, prog_name="kimi-deploy", standalone_mode=True)
-                code = 0
-            except SystemExit as exc:
-                code = exc.code if isinstance(exc.code, int) else 1
-        finally:
-            os._exit(code)
-    return pid
-
-
-def reap(pid: int) -> int:
-    """The child's exit status, or ``-signal`` when it was killed."""
-    deadline = time.monotonic() + HANG_GUARD_S
-    while True:
-        done, status = os.waitpid(pid, os.WNOHANG)
-        if done:
-            return -os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
-        if time.monotonic() > deadline:
-            os.kill(pid, signal.SIGKILL)
-            os.waitpid(pid, 0)
-            pytest.fail(f"kimi-deploy child {pid} hung")
-        time.sleep(0.01)
-
-
-def fork_cli(args: list[str], *, kill_at: int | None = None) -> int:
-    """Run ``kimi-deploy ARGS`` in a forked child; its exit status, or ``-signal`` when killed."""
-    return reap(spawn_cli(args, kill_at=kill_at))
 
 
 def leftovers(root: Path) -> list[str]:

@@ -375,7 +375,7 @@ def test_install_counts_files_as_status_does_and_names_a_rollback_only_when_ther
 
 def test_fixes_under_root_keep_the_root(cli_runner, root, v1):
     """Issue 13 item 10: `uninstall --root R` and `restart --root R` suggested commands without --root R."""
-    missing = run(cli_runner, "restart", "--root", str(root))
+    missing = run(cli_runner, "restart", "--root", str(root), "--host-systemd")
     assert missing.exit_code == ExitCode.USAGE
     assert f"`kimi-deploy install --profile FILE --root {root}`" in missing.stderr
     assert install(cli_runner, v1, root).exit_code == 0

@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from helpers import FakeTime
+from install_fakes import snapshot
 from install_fakes import STARTUP_JOURNAL, SHOW_AUTO_RESTART, SHOW_FAILED, FakeServer, sglang_server_args, write_profile
 from kimi_deploy.check import registry
 from kimi_deploy.cli import cli
@@ -118,7 +119,7 @@ def test_restart_wait_ready_after_n_polls_runs_the_fast_tier(cli_runner, tmp_pat
         _install(root, v1)
         key = (root / "etc/kimi-deploy/kimi-test.api-key").read_text().strip()
         server.api_key = key
-        result = cli_runner.invoke(cli, ["restart", "--root", str(root), "--wait", "--gate", "parser", "--poll-interval", "0.01",
+        result = cli_runner.invoke(cli, ["restart", "--root", str(root), "--host-systemd", "--wait", "--gate", "parser", "--poll-interval", "0.01",
                                          "--json"], catch_exceptions=False)
     assert result.exit_code == 0, result.output + result.stderr
     data = json.loads(result.output)
@@ -161,7 +162,7 @@ def test_never_ready_without_rollback_times_out_and_keeps_the_new_files(cli_runn
         _install(root, v1)
         _install(root, v2)
         new_bytes = (root / UNIT).read_bytes()
-        result = cli_runner.invoke(cli, ["restart", "--root", str(root), "--wait", "--gate", "parser", "--timeout", "1.5",
+        result = cli_runner.invoke(cli, ["restart", "--root", str(root), "--host-systemd", "--wait", "--gate", "parser", "--timeout", "1.5",
                                          "--poll-interval", "0.25"], catch_exceptions=False)
     assert result.exit_code == ExitCode.TIMEOUT
     assert server.health_calls >= 5  # more polls than journal lines: the last phase is the last line's
@@ -188,7 +189,7 @@ def test_never_ready_rolls_back_to_the_previous_bytes(cli_runner, tmp_path, fake
         _install(root, v2)
         assert (root / UNIT).read_bytes() != v1_files[UNIT]
         server.api_key = (root / "etc/kimi-deploy/kimi-test.api-key").read_text().strip()
-        result = cli_runner.invoke(cli, ["restart", "--root", str(root), "--wait", "--gate", "parser", "--rollback-on-failure",
+        result = cli_runner.invoke(cli, ["restart", "--root", str(root), "--host-systemd", "--wait", "--gate", "parser", "--rollback-on-failure",
                                          "--timeout", "0.5", "--poll-interval", "0.05", "--json"],
                                    catch_exceptions=False)
     assert result.exit_code == ExitCode.TIMEOUT  # the new version failed, even though the rollback worked
@@ -225,7 +226,7 @@ if "--context-length 2000 " in open({str(root / UNIT)!r}).read():
     sys.exit(1)
 """)
         server.api_key = (root / "etc/kimi-deploy/kimi-test.api-key").read_text().strip()
-        result = cli_runner.invoke(cli, ["restart", "--root", str(root), "--wait", "--gate", "fast",
+        result = cli_runner.invoke(cli, ["restart", "--root", str(root), "--host-systemd", "--wait", "--gate", "fast",
                                          "--rollback-on-failure", "--timeout", "5", "--poll-interval", "0.05", "--json"],
                                    catch_exceptions=False)
     assert result.exit_code == ExitCode.FAILED, result.output + result.stderr
@@ -238,7 +239,7 @@ if "--context-length 2000 " in open({str(root / UNIT)!r}).read():
     assert fake_systemd.verbs() == ["restart kimi-test.service", "daemon-reload", "restart kimi-test.service"]
     # without --wait the failure is systemctl's, as before (exit 5, its message)
     _install(root, v2)
-    plain = cli_runner.invoke(cli, ["restart", "--root", str(root)], catch_exceptions=False)
+    plain = cli_runner.invoke(cli, ["restart", "--root", str(root), "--host-systemd"], catch_exceptions=False)
     assert plain.exit_code == ExitCode.EXTERNAL and "Job for kimi-test.service failed" in plain.stderr
 
 
@@ -253,7 +254,7 @@ def test_failing_config_tier_rolls_back(cli_runner, tmp_path, fake_systemd):
         v1_unit = (root / UNIT).read_bytes()
         _install(root, v2)
         server.api_key = (root / "etc/kimi-deploy/kimi-test.api-key").read_text().strip()
-        result = cli_runner.invoke(cli, ["restart", "--root", str(root), "--wait", "--gate", "parser", "--rollback-on-failure",
+        result = cli_runner.invoke(cli, ["restart", "--root", str(root), "--host-systemd", "--wait", "--gate", "parser", "--rollback-on-failure",
                                          "--timeout", "5", "--poll-interval", "0.05"], catch_exceptions=False)
     assert result.exit_code == ExitCode.FAILED, result.output
     assert re.search(r"new: FAILED: ready after \d+ s, but the fast tier failed: config.tool_call_parser, "
@@ -278,7 +279,7 @@ def test_config_mismatch_in_the_json_result(cli_runner, tmp_path, fake_systemd):
         holder["root"] = root
         _install(root, v2)
         server.api_key = (root / "etc/kimi-deploy/kimi-test.api-key").read_text().strip()
-        result = cli_runner.invoke(cli, ["restart", "--root", str(root), "--wait", "--gate", "parser", "--timeout", "5",
+        result = cli_runner.invoke(cli, ["restart", "--root", str(root), "--host-systemd", "--wait", "--gate", "parser", "--timeout", "5",
                                          "--poll-interval", "0.05", "--json"], catch_exceptions=False)
     assert result.exit_code == ExitCode.FAILED, result.output
     data = json.loads(result.output)
@@ -297,7 +298,7 @@ def test_rollback_of_a_first_install_stops_and_disables(cli_runner, tmp_path, fa
     with FakeServer(ready=lambda n: False) as server:
         root, v1, _ = _setup(tmp_path, server.port)
         _install(root, v1)
-        result = cli_runner.invoke(cli, ["restart", "--root", str(root), "--gate", "parser", "--rollback-on-failure",
+        result = cli_runner.invoke(cli, ["restart", "--root", str(root), "--host-systemd", "--gate", "parser", "--rollback-on-failure",
                                          "--timeout", "0.3", "--poll-interval", "0.05", "--json"],
                                    catch_exceptions=False)
     assert result.exit_code == ExitCode.TIMEOUT
@@ -313,7 +314,7 @@ def test_restart_reports_a_systemctl_failure(cli_runner, tmp_path, fake_systemd)
     fake_systemd.fail("restart")
     root, v1, _ = _setup(tmp_path, 1)
     _install(root, v1)
-    result = cli_runner.invoke(cli, ["restart", "--root", str(root)], catch_exceptions=False)
+    result = cli_runner.invoke(cli, ["restart", "--root", str(root), "--host-systemd"], catch_exceptions=False)
     assert result.exit_code == ExitCode.EXTERNAL
     assert "systemctl restart -- kimi-test.service" in result.stderr and "fake failure" in result.stderr
     # --root was given: the fix does not tell the operator to pass it (restart always uses the running systemd)
@@ -327,7 +328,7 @@ def test_unreadable_api_key_is_refused_before_anything_restarts(cli_runner, tmp_
         _install(root, v1)
         key_file = root / "etc/kimi-deploy/kimi-test.api-key"
         key_file.unlink()
-        result = cli_runner.invoke(cli, ["restart", "--root", str(root), "--wait", "--gate", "parser", "--rollback-on-failure",
+        result = cli_runner.invoke(cli, ["restart", "--root", str(root), "--host-systemd", "--wait", "--gate", "parser", "--rollback-on-failure",
                                          "--poll-interval", "0.01"], catch_exceptions=False)
     assert result.exit_code == 2, result.output + result.stderr
     assert "cannot read the API key file" in result.stderr
@@ -349,9 +350,9 @@ def test_restart_wait_prints_the_phases_of_a_replayed_start_and_keeps_them(cli_r
         _install(root, v1)
         server.api_key = (root / "etc/kimi-deploy/kimi-test.api-key").read_text().strip()
         # the stub server answers no chat completion: the contract tier is not what this test is about
-        text = cli_runner.invoke(cli, ["restart", "--root", str(root), "--wait", "--gate", "parser",
+        text = cli_runner.invoke(cli, ["restart", "--root", str(root), "--host-systemd", "--wait", "--gate", "parser",
                                        "--poll-interval", "0.01"], catch_exceptions=False)
-        as_json = cli_runner.invoke(cli, ["restart", "--root", str(root), "--wait", "--gate", "parser",
+        as_json = cli_runner.invoke(cli, ["restart", "--root", str(root), "--host-systemd", "--wait", "--gate", "parser",
                                           "--poll-interval", "0.01", "--json"], catch_exceptions=False)
     assert text.exit_code == 0, text.output
     out = text.stdout
@@ -367,3 +368,45 @@ def test_restart_wait_prints_the_phases_of_a_replayed_start_and_keeps_them(cli_r
     phases = json.loads(as_json.stdout)["attempts"][0]["phases"]
     assert [p["name"] for p in phases["phases"]] == ["weights", "kv_cache", "draft", "cuda_graphs", "ready"]
     assert phases["ready"] is True
+
+
+def test_restart_and_upgrade_under_a_root_never_touch_this_hosts_systemd_unless_told(cli_runner, tmp_path,
+                                                                                    fake_systemd):
+    """--root means the tree for every verb (issue 36): restart used to read the tree and restart this host's unit
+    of the same name (production restarted, then "rollback" restored files in the tree)."""
+    root, v1, v2 = _setup(tmp_path, 30000)
+    _install(root, v1)
+    _install(root, v2)
+    before = snapshot(root)
+    for args in (["restart", "--root", str(root), "--wait", "--rollback-on-failure"], ["restart", "--root", str(root)],
+                 ["upgrade", "--root", str(root), "--python", sys.executable]):
+        result = cli_runner.invoke(cli, args)
+        assert result.exit_code == ExitCode.USAGE, (args, result.output + result.stderr)
+        assert "--host-systemd" in result.stderr and "this host's running unit" in result.stderr
+    assert fake_systemd.calls() == [] and fake_systemd.calls("journalctl") == []
+    assert snapshot(root) == before
+    assert "--host-systemd" in cli_runner.invoke(cli, ["restart", "--help"]).output
+
+
+def test_restart_dry_run_shows_what_would_be_restarted_gated_and_rolled_back(cli_runner, tmp_path, fake_systemd):
+    root, v1, v2 = _setup(tmp_path, 30000)
+    _install(root, v1)
+    _install(root, v2)
+    before = snapshot(root)
+    result = cli_runner.invoke(cli, ["restart", "--root", str(root), "--dry-run", "--wait", "--rollback-on-failure",
+                                     "--json"], catch_exceptions=False)
+    assert result.exit_code == 0, result.output + result.stderr
+    plan = json.loads(result.output)
+    assert plan["applied"] is False and plan["unit"] == "kimi-test.service"
+    assert plan["command"].endswith("restart -- kimi-test.service")
+    assert plan["tiers"] == ["ready", "fast", "parser", "contract"]
+    rollback = plan["rollback"]
+    assert rollback["backup"].startswith("/etc/kimi-deploy/backup/kimi-test/") and rollback["unit_existed"]
+    assert {"/" + UNIT, "/" + PROFILE_COPY} <= set(rollback["restore"]) and rollback["remove"] == []
+    text = cli_runner.invoke(cli, ["restart", "--root", str(root), "--dry-run", "--rollback-on-failure"],
+                             catch_exceptions=False)
+    assert text.exit_code == 0
+    assert "  gate: ready -> fast -> parser -> contract" in text.output
+    assert f"on failure: restore {rollback['backup']}: write back" in text.output
+    assert "dry run: nothing was changed" in text.output
+    assert fake_systemd.calls() == [] and snapshot(root) == before

@@ -152,7 +152,7 @@ def test_status_finds_drift_in_proc_cmdline_and_reports_problems(cli_runner, tmp
     assert all("); fix: " in line for line in problems), problems  # what (evidence); fix: how
     assert any(line.startswith("problem: SGLang patch series is drifted: a patched SGLang file changed")
                and DETECTOR in line and f"kimi-deploy patch apply --python {drifted_sglang}" in line
-               and f"then `kimi-deploy restart --wait --root {root}`" in line  # issue 13 item 10: --root kept
+               and f"then `kimi-deploy restart --wait --host-systemd --root {root}`" in line  # issue 13 item 10: --root kept
                for line in problems), problems
     assert any(line.startswith("problem: the last nightly check failed (exit 1 at ") and "1 fail, 1 pass" in line
                and "report /var/lib/kimi-test/check-report.json" in line for line in problems), problems
@@ -173,7 +173,7 @@ def test_status_of_a_failed_unit(cli_runner, tmp_path, fake_systemd, sglang_pyth
     assert result.exit_code == 1
     assert "kimi-test.service is failed/failed (systemctl show: Result=exit-code, ExecMainStatus=1); fix: read " \
            "`journalctl -u kimi-test.service -n 50`, fix the cause, then " \
-           f"`kimi-deploy restart --wait --root {root}`" in data["problems"]
+           f"`kimi-deploy restart --wait --host-systemd --root {root}`" in data["problems"]
     assert data["launch"] is None
     assert data["patches"]["state"] == "not_applied" and data["patches"]["recorded"] is None
     assert data["patches"]["python"] == sglang_python

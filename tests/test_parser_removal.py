@@ -72,16 +72,16 @@ def test_restart_refuses_an_installed_change_that_dropped_a_parser(cli_runner, i
     v2 = _without(write_profile(tmp_path / "v2.toml", context_length=2000), "tool_call_parser")
     _install(installed, v2, allow_parser_removal=True)  # forced through at install
     assert "--tool-call-parser" not in (installed / "etc/systemd/system/kimi-test.service").read_text()
-    result = cli_runner.invoke(cli, ["restart", "--root", str(installed), "--wait", "--rollback-on-failure"])
+    result = cli_runner.invoke(cli, ["restart", "--root", str(installed), "--host-systemd", "--wait", "--rollback-on-failure"])
     assert result.exit_code == ExitCode.REFUSED, result.output + result.stderr
     assert "refusing to restart kimi-test: the new profile drops --tool-call-parser" in result.stderr
     assert fake_systemd.verbs() == []  # nothing restarted
-    result = cli_runner.invoke(cli, ["restart", "--root", str(installed), "--allow-parser-removal"])
+    result = cli_runner.invoke(cli, ["restart", "--root", str(installed), "--host-systemd", "--allow-parser-removal"])
     assert result.exit_code == 0, result.output + result.stderr
     assert fake_systemd.verbs() == ["restart kimi-test.service"]
 
 
 def test_a_change_that_keeps_the_parsers_is_not_refused(cli_runner, installed, tmp_path, fake_systemd):
     _install(installed, write_profile(tmp_path / "v2.toml", context_length=2000))
-    result = cli_runner.invoke(cli, ["restart", "--root", str(installed)])
+    result = cli_runner.invoke(cli, ["restart", "--root", str(installed), "--host-systemd"])
     assert result.exit_code == 0 and fake_systemd.verbs() == ["restart kimi-test.service"]

@@ -81,7 +81,7 @@ def test_health_200_and_no_model_info_is_one_verdict_in_check_status_and_restart
         row = _check_row(server.url)
         root = _installed(tmp_path, server.port)
         status_words, health = _status_health(cli_runner, root)
-        restarted = cli_runner.invoke(cli, ["restart", "--root", str(root), "--wait", "--gate", "ready",
+        restarted = cli_runner.invoke(cli, ["restart", "--root", str(root), "--host-systemd", "--wait", "--gate", "ready",
                                             "--poll-interval", "0.01", "--timeout", "5"], catch_exceptions=False)
     assert verdict.state == READY and verdict.method == "POST", verdict
     assert verdict.url == f"{server.url}/v1/chat/completions" and "HTTP 404" in verdict.reason
@@ -100,7 +100,7 @@ def test_a_starting_server_is_not_ready_in_the_same_words_everywhere(cli_runner,
         row = _check_row(server.url)
         root = _installed(tmp_path, server.port)
         status_words, health = _status_health(cli_runner, root)
-        restarted = cli_runner.invoke(cli, ["restart", "--root", str(root), "--wait", "--gate", "ready",
+        restarted = cli_runner.invoke(cli, ["restart", "--root", str(root), "--host-systemd", "--wait", "--gate", "ready",
                                             "--poll-interval", "0.5", "--timeout", "0.4"], catch_exceptions=False)
     words = f"NOT READY (GET {server.url}/health_generate: HTTP 503 Service Unavailable: the server cannot " \
             "generate yet)"

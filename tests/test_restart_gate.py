@@ -61,7 +61,7 @@ def _install(root: Path, profile: Path, **kw) -> None:
 
 
 def _restart(cli_runner, root: Path, *args: str):
-    result = cli_runner.invoke(cli, ["restart", "--root", str(root), "--wait", "--timeout", "30",
+    result = cli_runner.invoke(cli, ["restart", "--root", str(root), "--host-systemd", "--wait", "--timeout", "30",
                                      "--poll-interval", "0.05", "--json", *args], catch_exceptions=False)
     return result, json.loads(result.output)
 
@@ -107,7 +107,7 @@ def test_broken_tool_calls_are_rolled_back_with_the_failed_check_named(cli_runne
     for rel, old in v1.items():
         assert (root / rel).read_bytes() == old, rel
     assert fake_systemd.verbs() == ["restart kimi-test.service", "daemon-reload", "restart kimi-test.service"]
-    human = cli_runner.invoke(cli, ["restart", "--root", str(root), "--wait", "--poll-interval", "0.05"])
+    human = cli_runner.invoke(cli, ["restart", "--root", str(root), "--host-systemd", "--wait", "--poll-interval", "0.05"])
     assert human.exit_code == 0, human.output  # the restored version, gated again by hand
 
 

@@ -112,13 +112,19 @@ def host(tmp_path, fake_systemd, old_env):
     engine.stop()
 
 
+def _files(root: Path) -> dict[str, bytes]:
+    """The tree but the service's lock file: ``upgrade`` holds the lock while it recovers an interrupted change
+    and plans (the file stays, holding the last holder's pid, as after any install)."""
+    return {rel: data for rel, data in snapshot(root).items() if not rel.endswith(".kimi-test.lock")}
+
+
 def _old_files(python: str) -> dict[str, str]:
     site = site_packages_of(python)
     return {**tree_hashes(site / "sglang"), **tree_hashes(site / "sglang-0.5.22.dist-info")}
 
 
 def _upgrade(cli_runner, root: Path, state: Path, *args: str):
-    return cli_runner.invoke(cli, ["upgrade", "--root", str(root), "--state-dir", str(state), "--timeout", "400",
+    return cli_runner.invoke(cli, ["upgrade", "--root", str(root), "--host-systemd", "--state-dir", str(state), "--timeout", "400",
                                    "--poll-interval", "0.5", *args], catch_exceptions=False)
 
 
@@ -150,11 +156,11 @@ def test_a_model_that_cannot_fit_is_refused_before_any_interpreter_with_the_numb
     one_gpu = write_profile(tmp_path / "v2.toml", port=30000, python=old_env,
                             sglang_lines=('served_model_name = "moonshotai/Kimi-K2.5"',))
     new = make_target(sglang_python, tmp_path / "new", bytecode=True)
-    before = snapshot(root)
+    before = _files(root)
     result = _upgrade(cli_runner, root, tmp_path / "state", "--python", new, "--profile", str(one_gpu))
     assert result.exit_code == ExitCode.REFUSED, result.output + result.stderr
     assert "Kimi K2.5 does not fit one replica's GPUs" in result.stderr and "1 x 96 GB" in result.stderr
-    assert snapshot(root) == before and not engine.pidfile.exists()
+    assert _files(root) == before and not engine.pidfile.exists()
 
 
 def test_the_plan_carries_the_opt_in_patches_the_profile_needs(cli_runner, host, tmp_path, sglang_python, old_env):
@@ -179,15 +185,21 @@ def test_the_plan_carries_the_opt_in_patches_the_profile_needs(cli_runner, host,
 
 def test_the_installed_environment_is_never_the_target(cli_runner, host, tmp_path, old_env):
     root, _, _ = host
-    before = snapshot(root)
-    result = _upgrade(cli_runner, root, tmp_path / "state", "--python", old_env)
+    before = _files(root)
+    # the installed environment, its recorded SGLang and the installed profile: an upgrade in place (a re-run of
+    # one that finished, issue 37), nothing to do; it was refused with "create a new env"
+    again = _upgrade(cli_runner, root, tmp_path / "state", "--python", old_env)
+    assert again.exit_code == 0 and "nothing to do" in again.output, again.output + again.stderr
+    changed = write_profile(tmp_path / "v2.toml", port=30000, python=old_env, gpu_count=8, context_length=2000,
+                            sglang_lines=('served_model_name = "moonshotai/Kimi-K2.5"',))
+    result = _upgrade(cli_runner, root, tmp_path / "state", "--python", old_env, "--profile", str(changed))
     assert result.exit_code == ExitCode.REFUSED, result.output + result.stderr
-    assert "never changes the running one in place" in result.stderr and snapshot(root) == before
+    assert "never changes the running one in place" in result.stderr and _files(root) == before
     missing = _upgrade(cli_runner, root, tmp_path / "state", "--python", str(tmp_path / "no" / "python"))
     assert missing.exit_code == ExitCode.USAGE and "Traceback" not in missing.stderr, missing.stderr
     nothing = _upgrade(cli_runner, root, tmp_path / "state")
     assert nothing.exit_code == ExitCode.USAGE and "nothing to upgrade" in nothing.stderr
-    assert snapshot(root) == before
+    assert _files(root) == before
 
 
 def test_upgrade_to_0_5_23_passes_the_gate_and_leaves_0_5_22_untouched(cli_runner, host, tmp_path, sglang_python,

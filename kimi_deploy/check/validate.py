@@ -9,7 +9,9 @@ finish_reason when tool is called with OpenAI", and kept by vLLM 0.33.0 ``resolv
 which OpenAI reports stop"; any other finish_reason, ``length`` included, still fails); text where text
 is due (no call allowed, or either allowed): an answer with neither content (``null``, ``""`` or
 whitespace; reasoning is not content) nor calls is ``empty_answer``, or ``model_declined`` (warn)
-when it ran until ``max_tokens`` (the case's budget, not the server, but never a pass);
+when it ran until ``max_tokens`` (the case's budget, not the server, but never a pass); a due call
+answered in prose is ``model_declined`` (warn) only under ``tool_choice`` ``auto``, and
+``tool_choice_violation`` where the request forced a call (``required`` or named: :func:`forced_choice`);
 each call names a requested tool and its ``arguments`` string parses to a JSON object valid
 against that tool's ``parameters`` schema as written (JSON Schema through :mod:`kimi_deploy.check.schemas`:
 offline, bounded regexes, the schema's own draft; ``false`` rejects every call); ids
@@ -46,6 +48,16 @@ PRIORITY: tuple[str, ...] = (
     "prefix_cache_mismatch", "prefix_cache_miss", "dataset_invalid",
     "model_declined",
 )
+
+
+def forced_choice(exp: "Expectation") -> bool:
+    """True when the request forces a call: ``tool_choice`` ``required`` or a named function (OpenAI API
+    ``tool_choice``). Only under ``auto`` may the model decline (``model_declined``, a warning)."""
+    return exp.choice == "required" or isinstance(exp.choice, dict) or exp.named is not None
+
+
+def _shown_choice(exp: "Expectation") -> str:
+    return repr(exp.choice) if isinstance(exp.choice, str) else f"naming {exp.named or 'a function'}"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -249,7 +261,7 @@ def check_message(msg: Message, exp: Expectation) -> list[Finding]:
     A due call that is missing is ``tool_call_dropped`` when the client got nothing to read
     (empty content although tokens were generated, or finish_reason ``tool_calls`` with no
     call); with clean prose in ``content`` it is ``model_declined`` (the model chose not to
-    call, which is not a server fault).
+    call, which is not a server fault) where ``tool_choice`` lets it, else ``tool_choice_violation``.
     """
     out: list[Finding] = []
     found = leaks.scan_message(msg.content, msg.reasoning)
@@ -279,6 +291,12 @@ def check_message(msg: Message, exp: Expectation) -> list[Finding]:
                                f"content {clip(content, 40)!r})",
                                clip(msg.content or f"finish_reason={msg.finish_reason}; completion_tokens="
                                                    f"{msg.completion_tokens}; no tool_calls, empty content")))
+        elif forced_choice(exp):
+            # tool_choice required or named: the server constrains decoding to a call (SGLang 0.5.23
+            # serving_chat.py builds a JSON-schema/EBNF constraint from it; OpenAI API: "the model must call"), so
+            # prose is the server ignoring tool_choice, not a model's choice
+            out.append(Finding("tool_choice_violation", f"tool_choice {_shown_choice(exp)} forced a call; the answer "
+                               f"has none, only prose (finish_reason {msg.finish_reason!r})", clip(content)))
         else:
             cut = " until max_tokens (finish_reason 'length'; not retried)" if msg.finish_reason == "length" else ""
             out.append(Finding("model_declined", f"a tool call was due; the model answered in prose{cut}",

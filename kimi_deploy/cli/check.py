@@ -80,7 +80,8 @@ def _globs(values: tuple[str, ...]) -> list[str]:
 @click.option("--timeout", type=Seconds(min=0.1), default=30.0, show_default=True, metavar="S",
               help="Seconds per HTTP request (chat completions may take 6x this to generate).")
 @click.option("--repeat", type=click.IntRange(min=0), default=2, show_default=True, metavar="N",
-              help="Retries when a call was due and the model answered in prose (then: warn model_declined).")
+              help="Retries when a call was due under tool_choice auto and the model answered in prose (then: warn "
+                   "model_declined; a forced call answered in prose fails at once: tool_choice_violation).")
 @click.option("--deadline", type=Seconds(min=1), default=DEFAULT_DEADLINE_S, show_default=True, metavar="S",
               help="Seconds the whole run may take; checks not done by then fail as 'timeout' (not attempted). "
                    "Keep it under the nightly unit's TimeoutStartSec=.")

@@ -11,6 +11,7 @@ from kimi_deploy.host.install.formatting import format_plan
 from kimi_deploy.host.install.install_plan import plan_install
 from kimi_deploy.host.install.plan import Plan
 from kimi_deploy.host.install.uninstall_plan import pick_service, plan_uninstall
+from kimi_deploy.host import journal
 from kimi_deploy.host.records import service_lock, shared_lock
 from kimi_deploy.cli.options import echo_json, json_flag, profile_options, resolve_profile, root_option
 from kimi_deploy.errors import KimiDeployError, UsageError
@@ -66,7 +67,26 @@ def install_cmd(profile_path, preset, root, sglang_version, dry_run, force, no_e
                             enable=not no_enable, create_user=not no_create_user, restart=restart,
                             host=host, allow_parser_removal=allow_parser_removal, dry_run=dry_run)
 
+    _recover_first(layout, profile.service.name, dry_run=dry_run, as_json=as_json)
     _carry_out(make_plan, dry_run=dry_run, force=force, as_json=as_json, diffs=True)
+
+
+def _recover_first(layout: HostLayout, service: str | None, *, dry_run: bool, as_json: bool) -> None:
+    """Finish or undo ``service``'s interrupted ``restart``/``upgrade`` (:func:`kimi_deploy.host.journal.recover`)
+    before planning: the plan then starts from one complete version. A dry run only says one is on record.
+    systemctl is run only on this host's manager (``--root /``)."""
+    if not service:
+        return
+    if dry_run:
+        waiting = journal.load(layout, service)
+        if waiting is not None:
+            click.echo(f"note: an interrupted {waiting.kind} of {service} is on record ({waiting.phase}): the real "
+                       "run first finishes or undoes it, then plans again", err=True)
+        return
+    recovery = journal.recover_locked(layout, service, live=layout.is_host)
+    if recovery is not None:
+        for line in recovery.lines():
+            click.echo(f"note: {line}", err=True)
 
 
 @click.command("uninstall")
@@ -93,6 +113,7 @@ def uninstall_cmd(ctx, root, name, dry_run, force, purge, show_diff, as_json):
     def make_plan():
         return plan_uninstall(layout, service, force=force, purge=purge)
 
+    _recover_first(layout, service, dry_run=dry_run, as_json=as_json)
     _carry_out(make_plan, dry_run=dry_run, force=force, as_json=as_json, diffs=show_diff or verbose)
 
 

@@ -10,6 +10,8 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from kimi_deploy.errors import UsageError
+
 
 if TYPE_CHECKING:  # imported where used: the CLI edge imports this module for every verb, --help included
     from rich.console import Console
@@ -74,6 +76,30 @@ def profile_or_installed(profile_path: Path | None, preset: str | None, name: st
     """
     profile = resolve_profile(profile_path, preset, required=False)
     return profile if profile is not None else resolve_installed(None, None, name, layout)[0]
+
+
+def host_systemd_option(func):
+    """``--host-systemd``: with ``--root DIR``, let ``restart``/``upgrade`` act on this host's running systemd."""
+    return click.option("--host-systemd", "host_systemd", is_flag=True,
+                        help="With --root DIR other than /: restart (and daemon-reload) THIS host's unit of the "
+                             "same name, using the files under DIR. Without it, a --root other than / is refused "
+                             "(exit 2): the tree is not what this host's systemd runs.")(func)
+
+
+def refuse_host_systemd(layout, host_systemd: bool, verb: str, *, dry_run: bool = False) -> None:
+    """Refuse ``verb`` under a ``--root`` other than ``/`` without ``--host-systemd`` (a dry run changes nothing
+    and is let through): ``--root`` means the tree for every verb, and systemctl has no tree to restart in.
+
+    Raises:
+        UsageError: as above (exit 2); nothing was read or changed.
+    """
+    if layout.is_host or host_systemd or dry_run:
+        return
+    raise UsageError(f"{verb} --root {layout.root}: the files are in that tree, but systemctl would restart this "
+                     "host's running unit of the same name, which does not run them", value=str(layout.root),
+                     hint=f"run `kimi-deploy {verb}` on the host that runs these files (no --root), add --dry-run "
+                          f"to see what it would do, or pass --host-systemd to restart this host's unit from the "
+                          "tree's files")
 
 
 def resolve_installed(profile_path: Path | None, preset: str | None, name: str | None, layout):

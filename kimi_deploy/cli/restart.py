@@ -6,8 +6,8 @@ from typing import TYPE_CHECKING
 
 import click
 
-from kimi_deploy.cli.options import (Seconds, echo_json, json_flag, make_console, profile_options, resolve_installed,
-                                     root_option)
+from kimi_deploy.cli.options import (Seconds, echo_json, host_systemd_option, json_flag, make_console,
+                                     profile_options, refuse_host_systemd, resolve_installed, root_option)
 from kimi_deploy.paths import HostLayout
 from kimi_deploy.wire.printable import markup, printable
 
@@ -51,10 +51,14 @@ def _line(label: str, state: WaitState) -> str:
               metavar="S", help="With [gateway]: seconds to wait, once the gateway dropped the replica, for the "
                                 "requests still running on it (its /v1/loads) before restarting; past it nothing "
                                 "is restarted (exit 9).")
+@host_systemd_option
+@click.option("--dry-run", is_flag=True, help="Show what would be restarted, gated and rolled back (the backup set "
+              "and the files it would write back), or the interrupted change it would finish or undo; change "
+              "nothing, run no systemctl.")
 @json_flag("Print the result as JSON.")
 @click.pass_context
 def restart_cmd(ctx, profile_path, preset, root, name, wait, gate, allow_parser_removal, timeout, rollback_on_failure,
-                poll_interval, host, drain_timeout, as_json):
+                poll_interval, host, drain_timeout, host_systemd, dry_run, as_json):
     """Restart the server; with --wait, show its progress and gate it (exit 6: not ready in time).
 
     The gate (--gate, default contract) runs ready, fast, parser and contract tiers in turn and stops at the
@@ -73,7 +77,16 @@ def restart_cmd(ctx, profile_path, preset, root, name, wait, gate, allow_parser_
         wait = True  # a rollback needs a verdict
     layout = HostLayout(root)
     profile, _manifest = resolve_installed(profile_path, preset, name, layout)
+    refuse_host_systemd(layout, host_systemd, "restart", dry_run=dry_run)
     drain = restart_lib.drain_for(profile, layout, host, wait=wait, idle_timeout=drain_timeout)
+    if dry_run:
+        plan = restart_lib.plan_restart(profile, layout, wait=wait, gate=gate, rollback_on_failure=rollback_on_failure,
+                                        drain=drain, allow_parser_removal=allow_parser_removal)
+        if as_json:
+            echo_json(plan.to_dict())
+        else:
+            show_result(plan.lines())
+        ctx.exit(4 if plan.refused else 0)
     console = make_console(stderr=True)
     if as_json or not console.is_terminal:
         status = None

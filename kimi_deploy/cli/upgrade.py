@@ -5,7 +5,8 @@ from __future__ import annotations
 import click
 
 from kimi_deploy.errors import UsageError
-from kimi_deploy.cli.options import Seconds, echo_json, json_flag, resolve_installed, resolve_profile, root_option
+from kimi_deploy.cli.options import (Seconds, echo_json, host_systemd_option, json_flag, refuse_host_systemd,
+                                    resolve_installed, resolve_profile, root_option)
 from kimi_deploy.paths import DEFAULT_STATE_DIR, HostLayout
 
 
@@ -31,10 +32,11 @@ from kimi_deploy.paths import DEFAULT_STATE_DIR, HostLayout
 @click.option("--allow-parser-removal", is_flag=True,
               help="Accept a new profile that drops --tool-call-parser or --reasoning-parser.")
 @click.option("--dry-run", is_flag=True, help="Show the plan only; change nothing.")
+@host_systemd_option
 @json_flag("Print the plan (and the result) as JSON.")
 @click.pass_context
 def upgrade_cmd(ctx, root, python, profile_path, name, with_, gate, timeout, poll_interval, state_dir,
-                allow_parser_removal, dry_run, as_json):
+                allow_parser_removal, dry_run, host_systemd, as_json):
     """Move the installed service to a new SGLang environment or model revision, gated; roll back on failure.
 
     The plan shows the version change, the flag spellings that differ between the releases, the patch series
@@ -49,16 +51,26 @@ def upgrade_cmd(ctx, root, python, profile_path, name, with_, gate, timeout, pol
         raise UsageError("nothing to upgrade", hint="pass --python NEW_INTERPRETER (a new SGLang environment) "
                                                     "and/or --profile FILE (e.g. a new model_path)")
     layout = HostLayout(root)
+    refuse_host_systemd(layout, host_systemd, "upgrade", dry_run=dry_run)
     new_profile = resolve_profile(Path(profile_path), None) if profile_path else None
     if new_profile is not None:
         upgrade_lib.check_revision_name(new_profile, Path(profile_path), name, layout)
-    installed, _manifest = resolve_installed(None, None, new_profile.service.name if new_profile else name, layout)
     if state_dir is None and not layout.is_host:
         state_dir = str(layout.under(DEFAULT_STATE_DIR))
     ids = [i.strip() for v in with_ for i in v.split(",") if i.strip()]
-    plan = upgrade_lib.plan_upgrade(installed, layout, python=python, profile=new_profile, with_=ids,
-                                    state_dir=state_dir, allow_parser_removal=allow_parser_removal)
+    service = new_profile.service.name if new_profile else name
+
+    def plan_it():
+        installed, _manifest = resolve_installed(None, None, service, layout)
+        return upgrade_lib.plan_upgrade(installed, layout, python=python, profile=new_profile, with_=ids,
+                                        state_dir=state_dir, allow_parser_removal=allow_parser_removal)
+
     if dry_run:
+        plan = plan_it()
+        waiting = upgrade_lib.journal.load(layout, plan.service)
+        if waiting is not None:
+            plan.notes.append(f"an interrupted {waiting.kind} is on record ({waiting.phase}): the real run first "
+                              "finishes or undoes it and plans again")
         if as_json:
             echo_json({**plan.to_dict(), "applied": False})
         else:
@@ -70,10 +82,35 @@ def upgrade_cmd(ctx, root, python, profile_path, name, with_, gate, timeout, pol
         if not as_json:
             click.echo(message, err=True)
 
-    if not as_json:
-        click.echo(upgrade_lib.format_plan(plan, diffs=False), nl=False)
-    result = upgrade_lib.apply_upgrade(plan, layout, gate=gate, timeout=timeout, poll_interval=poll_interval,
-                                       on_event=on_event, allow_parser_removal=allow_parser_removal)
+    with upgrade_lib.locked(layout, service, on_event=on_event) as (service, recovery):
+        if recovery is not None and recovery.changed_anything and recovery.change.kind == "upgrade" \
+                and (recovery.target == "new" or recovery.change.verdict == "fail"):
+            # it finished (the new version passed its gate), or its new version failed the gate: this run
+            # completed or rolled back the interrupted upgrade, and does not try the failed version again
+            if as_json:
+                echo_json({"recovered": recovery.to_dict(), "ok": recovery.target == "new",
+                           "exit_code": 0 if recovery.target == "new" else 1})
+            else:
+                for line in recovery.lines():
+                    click.echo(line)
+            ctx.exit(0 if recovery.target == "new" else 1)
+        installed, manifest = resolve_installed(None, None, service, layout)
+        done = upgrade_lib.already_done(installed, manifest.sglang_version, python=python, profile=new_profile)
+        if done is not None:  # a re-run of an upgrade that finished (or that a recovery just finished)
+            if as_json:
+                echo_json({"ok": True, "exit_code": 0, "applied": False, "message": done,
+                           "recovered": recovery.to_dict() if recovery else None})
+            else:
+                click.echo(done)
+            ctx.exit(0)
+        plan = plan_it()
+        if not as_json:
+            if recovery is not None:
+                for line in recovery.lines():
+                    click.echo(line, err=True)
+            click.echo(upgrade_lib.format_plan(plan, diffs=False), nl=False)
+        result = upgrade_lib.apply_upgrade(plan, layout, gate=gate, timeout=timeout, poll_interval=poll_interval,
+                                           on_event=on_event, allow_parser_removal=allow_parser_removal)
     if as_json:
         echo_json(result.to_dict())
     else:

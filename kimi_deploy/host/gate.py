@@ -9,10 +9,12 @@ Tiers, in order (``restart --gate NAME`` runs every tier up to and including NAM
   parsers, speculative settings and TP size);
 - ``parser``: ``parser.*``, the corpus of raw Kimi outputs posted to the server's own parsers
   (``/parse_function_call``, ``/separate_reasoning``);
-- ``contract``: :data:`CONTRACT_SUBSET`, real chat completions: a tool call streamed and not, the id round trip
-  (canonical ids and the sanitised ``functions_NAME_N`` that clients send back, the failure behind this
+- ``contract``: :data:`CONTRACT_SUBSET`, real chat completions: a tool call streamed and not, under
+  ``tool_choice`` auto, required and named (a forced call is the evidence that the server calls tools at all: a
+  prose answer to one fails, ``tool_choice_violation``, where under auto it is only ``model_declined``), the id
+  round trip (canonical ids and the sanitised ``functions_NAME_N`` that clients send back, the failure behind this
   project's incidents), reasoning separation streamed and not, and the prefix cache (``contract.prefix_cache``: one
-  ~2000-token prompt twice, the second must hit the cache). Eight requests of a few hundred tokens and two short
+  ~2000-token prompt twice, the second must hit the cache). Twelve requests of a few hundred tokens and two short
   prefills: well
   under a minute on a Kimi K2.5 server, about a second against the replay server (figures in
   docs/design.md#restarts-gate).
@@ -45,6 +47,10 @@ PARSER_TIER = ("parser.*",)
 #: cache (an upgrade can change it: SGLang 0.5.21 made the Rust prefix cache the default).
 CONTRACT_SUBSET = (
     "contract.tool_auto.nonstream", "contract.tool_auto.stream",
+    # a forced call (tool_choice required, named): evidence that the server calls tools at all; under auto a
+    # prose answer is only a warning (model_declined), so a server that never calls a tool would pass without them
+    "contract.tool_required.nonstream", "contract.tool_required.stream",
+    "contract.tool_named.nonstream", "contract.tool_named.stream",
     "contract.id_roundtrip.canonical.nonstream", "contract.id_roundtrip.canonical.stream",
     "contract.id_roundtrip.sanitised.nonstream", "contract.id_roundtrip.sanitised.stream",
     "contract.reasoning_on.nonstream", "contract.reasoning_on.stream",

@@ -10,10 +10,13 @@ calls, the id round trip, reasoning separation), as far as ``gate`` (default ``c
 first tier that fails; then the server's own log of this start for the all-reduce path in use
 (:mod:`kimi_deploy.host.allreduce`): a path the profile asks for that SGLang skipped fails the attempt with the log
 line as evidence.
-When that fails and ``rollback_on_failure`` is set, the newest install backup is restored
-(:func:`kimi_deploy.host.records.restore_backup`), systemd reloaded, the service restarted and
+When that fails and ``rollback_on_failure`` is set, the version of the newest install backup is put back
+(:func:`kimi_deploy.host.journal.restore_old`), systemd reloaded, the service restarted and
 verified with the same gate; the result reports both attempts, the tier that failed and its failed checks.
 A rollback whose restored version fails the gate too is exit 10 (:attr:`ExitCode.ROLLBACK_FAILED`).
+With ``rollback_on_failure`` the whole change is journaled (:mod:`kimi_deploy.host.journal`): a run killed at any
+instant leaves a record the next run finishes or undoes first (:func:`restart` then reports that and starts
+no new restart); :func:`plan_restart` says what a run would do (``--dry-run``).
 
 Behind SGLang's gateway (``drain``, :class:`Drain`: a replica of a profile with ``[gateway]``), the replica
 is first removed from the gateway (smg's worker API: new requests go to the other replicas; smg 1.13.0 waits a
@@ -29,6 +32,7 @@ replica was not taken out of rotation; a restart that raises after the removal s
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import time
 from collections.abc import Callable
@@ -39,8 +43,8 @@ from kimi_deploy.host import systemd
 from kimi_deploy.wire import apikey
 from kimi_deploy.errors import ExitCode, ExternalCommandError, KimiDeployError, UsageError
 from kimi_deploy.host import gate as gates
-from kimi_deploy.host import phases, start_history
-from kimi_deploy.host.records import BackupSet, Restored, list_backups, restore_backup, service_lock
+from kimi_deploy.host import journal, phases, start_history
+from kimi_deploy.host.records import BackupSet, Restored, list_backups, service_lock
 from kimi_deploy.paths import HostLayout
 from kimi_deploy.profile import Profile, load_profile
 from kimi_deploy.host.readiness import WaitResult, WaitState, wait_ready
@@ -211,9 +215,20 @@ class RestartResult:
     notes: list[str]
     #: behind a gateway: ``{"url", "removed", "readded", "error"}`` (None without one)
     gateway: dict[str, Any] | None = None
+    #: an interrupted change this run finished or undid instead of restarting anew
+    #: (:meth:`kimi_deploy.host.journal.Recovery.to_dict`); None when there was none
+    recovered: dict[str, Any] | None = None
 
     @property
     def exit_code(self) -> int:
+        if self.recovered is not None:
+            if self.attempts and not self.attempts[-1].ok:
+                return int(ExitCode.ROLLBACK_FAILED)
+            if self.recovered["target"] != "new":
+                return int(ExitCode.FAILED)
+            if self.gateway is not None and not self.gateway.get("readded"):
+                return int(ExitCode.OUT_OF_ROTATION)
+            return int(ExitCode.OK)
         code = self.attempts[0].exit_code
         if len(self.attempts) > 1 and not self.attempts[-1].ok:
             return int(ExitCode.ROLLBACK_FAILED)
@@ -224,6 +239,8 @@ class RestartResult:
     @property
     def failed_tier(self) -> str | None:
         """The gate tier the new version failed (``ready``, ``fast``, ``parser``, ``contract``), or None."""
+        if self.recovered is not None:
+            return None
         first = self.attempts[0]
         if first.gate is not None and first.gate.failed_tier:
             return first.gate.failed_tier
@@ -232,14 +249,16 @@ class RestartResult:
     @property
     def failed_checks(self) -> list[str]:
         """The check ids the new version failed in :attr:`failed_tier`."""
-        return self.attempts[0].gate.failed_checks if self.attempts[0].gate else []
+        if self.recovered is not None or not self.attempts[0].gate:
+            return []
+        return self.attempts[0].gate.failed_checks
 
     def to_dict(self) -> dict[str, Any]:
         return {"service": self.service, "exit_code": self.exit_code, "ok": self.exit_code == ExitCode.OK,
                 "failed_tier": self.failed_tier, "failed_checks": self.failed_checks,
                 "rolled_back": self.rollback is not None, "attempts": [a.to_dict() for a in self.attempts],
                 "rollback": self.rollback.to_dict() if self.rollback else None, "notes": self.notes,
-                "gateway": self.gateway}
+                "gateway": self.gateway, "recovered": self.recovered}
 
 
 def _attempt(label: str, profile: Profile, layout: HostLayout, *, api_key: str | None, wait: bool, timeout: float,
@@ -352,7 +371,8 @@ def restart(profile: Profile, layout: HostLayout, *, wait: bool = False, timeout
             on_event: Callable[[str], None] | None = None, clock: Callable[[], float] = time.monotonic,
             sleep: Callable[[float], None] = time.sleep, drain: Drain | None = None,
             node: str | None = None, gate: str = gates.DEFAULT_GATE,
-            allow_parser_removal: bool = False) -> RestartResult:
+            allow_parser_removal: bool = False, change: journal.Change | None = None,
+            hold_lock: bool = True) -> RestartResult:
     """Restart ``profile``'s service; with ``wait``, gate it and optionally roll back.
 
     Args:
@@ -369,6 +389,10 @@ def restart(profile: Profile, layout: HostLayout, *, wait: bool = False, timeout
             added back only when that passed.
         node: this host as ``[fleet] replicas`` lists it (default: found by its addresses,
             :func:`kimi_deploy.topology.local_rank`).
+        change: the journal of the change this restart is part of (``upgrade`` begins it); None: the restart
+            finishes or undoes an interrupted change it finds first (:func:`kimi_deploy.host.journal.recover`;
+            the result is then that, and no new restart), and with ``rollback_on_failure`` journals its own.
+        hold_lock: take the service's lock (False: the caller holds it, as ``upgrade`` does).
 
     Raises:
         RefusedError: ``profile`` drops ``--tool-call-parser``/``--reasoning-parser`` that the previous install's
@@ -387,17 +411,119 @@ def restart(profile: Profile, layout: HostLayout, *, wait: bool = False, timeout
         refuse_http_proof(profile, local_rank(profile, node), "restart --wait")
     gates.tiers_through(gate)  # an unknown gate fails here, before anything restarts
     api_key = apikey.resolve_key(profile_key_file=profile.sglang.api_key_file, layout=layout) if wait else None
-    with service_lock(layout, profile.service.name):
+    with service_lock(layout, profile.service.name) if hold_lock else contextlib.nullcontext():
+        if change is None:
+            recovery = journal.recover(layout, profile.service.name, live=True, restart_unit=False,
+                                       on_event=on_event)
+            if recovery is not None and recovery.changed_anything:
+                result = _resumed(recovery, profile, layout, wait=wait, timeout=timeout,
+                                  poll_interval=poll_interval, on_poll=on_poll, on_event=on_event, clock=clock,
+                                  sleep=sleep, base_url=drain.url if drain else None, gate=gate)
+                return _rejoin(result, recovery, drain, on_event)
         if not allow_parser_removal:
             gates.refuse_parser_removal(previous_profile(layout, profile.service.name), profile,
                                         what=f"restart {profile.service.name}", override="--allow-parser-removal")
         if drain is None:
             return _restart(profile, layout, api_key=api_key, wait=wait, timeout=timeout,
                             rollback_on_failure=rollback_on_failure, poll_interval=poll_interval, on_poll=on_poll,
-                            on_event=on_event, clock=clock, sleep=sleep, gate=gate)
+                            on_event=on_event, clock=clock, sleep=sleep, gate=gate, change=change)
         return _restart_drained(profile, layout, drain, api_key=api_key, timeout=timeout,
                                 rollback_on_failure=rollback_on_failure, poll_interval=poll_interval,
                                 on_poll=on_poll, on_event=on_event, clock=clock, sleep=sleep, gate=gate)
+
+
+@dataclasses.dataclass(frozen=True)
+class RestartPlan:
+    """What ``restart`` would do (``restart --dry-run``; :func:`plan_restart`), nothing done: the unit it restarts,
+    the gate's tiers, the rollback (the backup set, the files it would write back or remove, or a first install's
+    stop), the gateway drain, an interrupted change it would finish or undo instead, and a refusal."""
+
+    service: str
+    unit: str
+    command: str
+    tiers: list[str]
+    rollback: dict[str, Any] | None
+    drain: dict[str, Any] | None
+    pending: dict[str, Any] | None
+    refused: str | None
+    notes: list[str]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**dataclasses.asdict(self), "applied": False}
+
+    def lines(self) -> list[str]:
+        """The plan in words, one line each."""
+        if self.refused:
+            return [f"restart {self.service}: REFUSED: {self.refused}"]
+        if self.pending:
+            p = self.pending
+            return [f"restart {self.service}: an interrupted {p['kind']} is on record ({p['phase']}): this run would "
+                    f"only {'finish it (the new version passed its gate)' if p['verdict'] == 'pass' else 'undo it: ' + p['from'] + ' back'}"
+                    + (", then restart and gate that version" if p.get("restarted") and p["verdict"] != "pass" else ""),
+                    "dry run: nothing was changed"]
+        out = [f"restart {self.service}:"]
+        if self.drain:
+            out.append(f"  remove {self.drain['url']} from the gateway {self.drain['gateway']}, wait up to "
+                       f"{self.drain['idle_timeout']:g} s for its requests to end")
+        out.append(f"  run: {self.command}")
+        out.append("  gate: " + (" -> ".join(self.tiers) if len(self.tiers) > 0 else "none (no --wait)"))
+        rb = self.rollback
+        if rb is None:
+            out.append("  on failure: nothing is rolled back (no --rollback-on-failure)")
+        elif rb.get("backup") is None:
+            out.append("  on failure: no install backup to roll back to; the files stay")
+        else:
+            out.append(f"  on failure: restore {rb['backup']}: write back {len(rb['restore'])} file(s)"
+                       + (f" ({', '.join(rb['restore'])})" if rb["restore"] else "")
+                       + (f", remove {', '.join(rb['remove'])}" if rb["remove"] else "")
+                       + ("; then daemon-reload, restart and the same gate" if rb["unit_existed"] else
+                          "; that was a first install: stop and disable the units"))
+        if self.drain:
+            out.append(f"  add {self.drain['url']} back to the gateway only once the gate passed")
+        out += [f"  note: {n}" for n in self.notes]
+        out.append("dry run: nothing was changed")
+        return out
+
+
+def plan_restart(profile: Profile, layout: HostLayout, *, wait: bool, gate: str, rollback_on_failure: bool,
+                 drain: Drain | None = None, allow_parser_removal: bool = False) -> RestartPlan:
+    """What :func:`restart` would do with these arguments; reads the tree, changes nothing, runs no systemctl.
+
+    Raises:
+        UsageError: an unreadable journal or backup set (as :func:`restart` would).
+    """
+    svc = profile.service.name
+    unit = server_unit(svc)
+    pending = journal.load(layout, svc)
+    tiers = gates.tiers_through(gate) if wait else []
+    command = " ".join(systemd.systemctl_argv("restart", unit))
+    refused = None
+    if not allow_parser_removal:
+        try:
+            gates.refuse_parser_removal(previous_profile(layout, svc), profile, what=f"restart {svc}",
+                                        override="--allow-parser-removal")
+        except KimiDeployError as exc:
+            refused = exc.message
+    rollback = None
+    if rollback_on_failure:
+        found = journal.old_version_from_backup(layout, svc)
+        rollback = {"backup": None, "restore": [], "remove": [], "unit_existed": True}
+        if found is not None:
+            backup, old = found
+            now = journal.current(layout, old.keys())
+            unit_hp = layout.host_path(layout.unit_path(unit))
+            rollback = {"backup": layout.host_path(backup.path),
+                        "restore": sorted(hp for hp, data in old.items() if data is not None and now[hp] != data),
+                        "remove": sorted(hp for hp, data in old.items() if data is None and now[hp] is not None),
+                        "unit_existed": (old[unit_hp] is not None) if unit_hp in old
+                        else layout.unit_path(unit).exists()}
+    notes = [] if layout.is_host else [f"--root {layout.root}: systemctl acts on this host's manager (--host-systemd)"]
+    return RestartPlan(svc, unit, command, tiers, rollback,
+                       {"url": drain.url, "gateway": getattr(drain.gateway, "base_url", "?"),
+                        "idle_timeout": drain.idle_timeout} if drain else None,
+                       {"kind": pending.kind, "phase": pending.phase, "verdict": pending.verdict,
+                        "from": pending.old_label, "to": pending.new_label, "restarted": pending.restarted}
+                       if pending else None, refused, notes)
 
 
 def previous_profile(layout: HostLayout, service: str) -> Profile | None:
@@ -478,53 +604,166 @@ def _annotated(exc: KimiDeployError, state: str, hint: str | None) -> KimiDeploy
     return copy
 
 
+def resume_command(layout: HostLayout, service: str) -> str:
+    """The command that finishes or undoes ``service``'s interrupted change (``status`` prints it)."""
+    flag = "" if layout.is_host else " --host-systemd"
+    return layout.command(f"restart --name {service} --wait --rollback-on-failure{flag}")
+
+
+def _begin(layout: HostLayout, service: str, gate: str, replica: str | None = None) -> journal.Change | None:
+    """Record a ``restart --rollback-on-failure`` before it restarts anything (:mod:`kimi_deploy.host.journal`):
+    from the newest install backup's version to the installed files; None when there is no backup (nothing to
+    roll back to, nothing to journal).
+
+    Raises:
+        UsageError: a file the backup set lists is missing from it.
+    """
+    found = journal.old_version_from_backup(layout, service)
+    if found is None:
+        return None
+    backup, old = found
+    now = journal.current(layout, old.keys())
+    unit_hp = layout.host_path(layout.unit_path(server_unit(service)))
+    existed = (old[unit_hp] is not None) if unit_hp in old else layout.unit_path(server_unit(service)).exists()
+    change = journal.Change(kind="restart", service=service, started_at=journal.stamp(),
+                            old_label=f"the previous install (backup {backup.path.name})",
+                            new_label="the installed files", old=journal.hashes(old), new=journal.hashes(now),
+                            touches_files=False, backup=layout.host_path(backup.path),
+                            backups_before=journal.backup_names(layout, service), unit_existed=existed, gate=gate,
+                            replica=replica, resume=resume_command(layout, service))
+    return journal.begin(layout, change, old)
+
+
 def _restart(profile: Profile, layout: HostLayout, *, api_key: str | None, wait: bool, timeout: float | None,
              rollback_on_failure: bool, poll_interval: float, on_poll: Callable[[str, WaitState], None] | None,
              on_event: Callable[[str], None] | None, clock: Callable[[], float],
              sleep: Callable[[float], None], base_url: str | None = None,
-             gate: str = gates.DEFAULT_GATE) -> RestartResult:
+             gate: str = gates.DEFAULT_GATE, change: journal.Change | None = None) -> RestartResult:
+    """The restart, its gate and the rollback, journaled (:mod:`kimi_deploy.host.journal`) when it may roll
+    back: ``change`` (an upgrade's, already begun) or one begun here; a kill at any instant leaves a record
+    the next command finishes or undoes."""
     timeout = float(timeout if timeout is not None else profile.service.timeout_start_sec)
     say = on_event or (lambda _m: None)
     svc = profile.service.name
+    if rollback_on_failure and wait and change is None:
+        change = _begin(layout, svc, gate, replica=base_url)
+    if change is not None:
+        change = journal.update(layout, change, restarted=True, replica=change.replica or base_url)
     say(f"restarting {server_unit(svc)}")
     first = _attempt("new", profile, layout, api_key=api_key, wait=wait, timeout=timeout,
                      poll_interval=poll_interval, on_poll=on_poll, clock=clock, sleep=sleep, base_url=base_url,
                      gate=gate)
     attempts, notes = [first], []
-    restored = None
     if first.ok or not rollback_on_failure:
+        if change is not None:
+            if first.ok:
+                change = journal.update(layout, change, verdict="pass")
+            journal.finish(layout, change)
         return RestartResult(svc, attempts, None, notes)
     say(f"new version failed ({first.summary}); rolling back")
-    backups = [b for b in list_backups(layout, svc) if b.operation == "install"]
-    if not backups:
+    if change is None:
         notes.append("no install backup to roll back to: the files stay as they are")
         return RestartResult(svc, attempts, None, notes)
-    unit_hp = layout.host_path(layout.unit_path(server_unit(svc)))
-    restored = restore_backup(layout, backups[0], unit_hp)
-    notes.append(f"restored {len(restored.restored)} file(s) and removed {len(restored.removed)} from "
-                 f"{layout.host_path(restored.backup)}")
+    tier = first.gate.failed_tier if first.gate and first.gate.failed_tier else "allreduce"
+    change = journal.update(layout, change, verdict="fail", failed_tier=tier,
+                            failed_checks=first.gate.failed_checks if first.gate else [])
+    attempts += _roll_back(layout, change, profile, notes, wait=True, timeout=timeout, poll_interval=poll_interval,
+                           on_poll=on_poll, on_event=on_event, clock=clock, sleep=sleep, base_url=base_url,
+                           gate=gate)
+    journal.finish(layout, change)
+    return RestartResult(svc, attempts, _restored(layout, change), notes)
+
+
+def _restored(layout: HostLayout, change: journal.Change) -> Restored:
+    """The rollback in :class:`kimi_deploy.host.records.Restored`'s shape (``restart --json`` prints it)."""
+    restored = sorted(hp for hp, digest in change.old.items() if digest is not None and change.new.get(hp) != digest)
+    removed = sorted(hp for hp, digest in change.old.items() if digest is None and change.new.get(hp) is not None)
+    backup = layout.under(change.backup) if change.backup else layout.change_dir(change.service)
+    return Restored(backup=backup, restored=restored, removed=removed, had_previous_service=change.unit_existed)
+
+
+def _roll_back(layout: HostLayout, change: journal.Change, profile: Profile, notes: list[str], *,
+               wait: bool, restart_unit: bool = True, **kw: Any) -> list[Attempt]:
+    """Put ``change``'s old version back (:func:`kimi_deploy.host.journal.restore_old`), reload systemd and,
+    when the unit existed before, restart and gate the old version (the attempt labelled ``rollback``); a
+    first install's unit is stopped and disabled instead. The attempts run (empty or one)."""
+    svc = change.service
+    restored = journal.restore_old(layout, change)
+    notes.append(f"restored {len(restored.restored)} file(s) and removed {len(restored.removed)} of "
+                 f"{change.old_label}")
     systemd.systemctl("daemon-reload")
-    if not restored.had_previous_service:
+    if not change.unit_existed:
         try:
             systemd.systemctl("disable", "--now", server_unit(svc), check_timer(svc))
         except KimiDeployError as exc:
             notes.append(f"could not disable the units: {exc.message}")
         notes.append("that was a first install: no previous version to start; the service is stopped and disabled")
-        return RestartResult(svc, attempts, restored, notes)
-    say(f"restarting {server_unit(svc)} with the previous files")
-    previous = profile_after_rollback(layout, svc, profile)
-    try:
-        previous_key = apikey.resolve_key(profile_key_file=previous.sglang.api_key_file, layout=layout)
-    except KimiDeployError as exc:
-        notes.append(f"the previous version's API key is unreadable ({exc.message}); checking it without a key")
-        previous_key = None
-    attempts.append(_attempt("rollback", previous, layout, api_key=previous_key, wait=True,
-                             timeout=timeout, poll_interval=poll_interval, on_poll=on_poll, clock=clock,
-                             sleep=sleep, base_url=base_url, gate=gate))
-    if not attempts[-1].ok:
-        notes.append(f"the restored version failed the {gate} gate too ({attempts[-1].summary}): neither version "
+        return []
+    if not restart_unit:
+        return []
+    return [_restart_previous(layout, profile, notes, wait=wait, **kw)]
+
+
+def _restart_previous(layout: HostLayout, fallback: Profile, notes: list[str], *, wait: bool, gate: str,
+                      on_event: Callable[[str], None] | None, **kw: Any) -> Attempt:
+    """Restart the service on the old version's files (back on disk) and gate it: the ``rollback`` attempt."""
+    svc = fallback.service.name
+    (on_event or (lambda _m: None))(f"restarting {server_unit(svc)} with the previous files")
+    previous = profile_after_rollback(layout, svc, fallback)
+    previous_key = None
+    if wait:
+        try:
+            previous_key = apikey.resolve_key(profile_key_file=previous.sglang.api_key_file, layout=layout)
+        except KimiDeployError as exc:
+            notes.append(f"the previous version's API key is unreadable ({exc.message}); checking it without a key")
+    attempt = _attempt("rollback", previous, layout, api_key=previous_key, wait=wait, gate=gate, **kw)
+    if not attempt.ok:
+        notes.append(f"the restored version failed the {gate} gate too ({attempt.summary}): neither version "
                      f"is verified; see `journalctl -u {server_unit(svc)}` and run `kimi-deploy check`")
-    return RestartResult(svc, attempts, restored, notes)
+    return attempt
+
+
+def _rejoin(result: RestartResult, recovery: journal.Recovery, drain: Drain | None,
+            on_event: Callable[[str], None] | None) -> RestartResult:
+    """A fleet roll's replica after its interrupted change was finished or undone: the change took it out of the
+    gateway's rotation (``Change.replica``); it goes back only when the version it now runs passed its gate (the
+    new one before the kill, or the old one's gated restart in this run), else it stays out, and the notes say so."""
+    url = recovery.change.replica
+    if url is None:
+        return result
+    state: dict[str, Any] = {"url": url, "removed": None, "readded": False, "error": None}
+    verified = recovery.target == "new" or bool(
+        result.attempts and result.attempts[-1].ok and result.attempts[-1].gate is not None)
+    notes = list(result.notes)
+    if verified and drain is not None:
+        (on_event or (lambda _m: None))(f"adding {url} back to the gateway")
+        try:
+            drain.gateway.add(url)
+            state["readded"] = True
+        except KimiDeployError as exc:
+            state["error"] = exc.message
+            notes.append(f"the replica passed its gate but the gateway did not take it back ({exc.message}); it "
+                         "stays out of rotation: add it with the gateway's worker API once fixed")
+    else:
+        notes.append(f"the interrupted change had taken {url} out of the gateway's rotation; it stays out until a "
+                     "version passes its gate here: rerun `kimi-deploy restart --wait` on this node")
+    return dataclasses.replace(result, notes=notes, gateway=state)
+
+
+def _resumed(recovery: journal.Recovery, fallback: Profile, layout: HostLayout, *, wait: bool,
+             timeout: float | None, **kw: Any) -> RestartResult:
+    """The result of a run that found an interrupted change and finished or undid it
+    (:func:`kimi_deploy.host.journal.recover`): when the old version's files came back while the new version may
+    still run, the old version is restarted and (with ``wait``) gated, as the interrupted rollback would have."""
+    notes = recovery.lines()
+    attempts = []
+    if recovery.restart_needed:
+        timeout_s = float(timeout if timeout is not None else fallback.service.timeout_start_sec)
+        attempts.append(_restart_previous(layout, fallback, notes, wait=wait, timeout=timeout_s, **kw))
+    notes.append("this run finished the interrupted change and started no new one"
+                 + ("" if recovery.target == "new" else
+                    "; the new version is not installed: install it again to retry"))
+    return RestartResult(fallback.service.name, attempts, None, notes, recovered=recovery.to_dict())
 
 
 def profile_after_rollback(layout: HostLayout, service: str, fallback: Profile) -> Profile:

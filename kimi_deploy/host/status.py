@@ -35,7 +35,7 @@ from kimi_deploy.host import systemd
 from kimi_deploy.wire import apikey
 from kimi_deploy.argv import flag_groups, split_equals
 from kimi_deploy.errors import ExitCode, ExternalCommandError, KimiDeployError
-from kimi_deploy.host import phases, start_history
+from kimi_deploy.host import journal, phases, start_history
 from kimi_deploy.host.records import Manifest, read_bytes, sha256
 from kimi_deploy.patching import status as series_status
 from kimi_deploy.names import check_argv, check_timer, gateway_service, gateway_unit, server_unit
@@ -216,6 +216,11 @@ class StatusReport:
     last_start: dict[str, Any] | None = None
     #: the recorded starts: the last, the median per phase, the budgets (:func:`kimi_deploy.host.start_history.summary`)
     start_history: dict[str, Any] | None = None
+    #: an interrupted change on record: ``kind``, ``phase``, ``from``, ``to``, ``version`` (``old``, ``new``,
+    #: ``mixed``: which the files are), ``resume`` (the command that resolves it); None: none
+    change: dict[str, Any] | None = None
+    #: host paths of what interrupted runs left
+    litter: list[str] = dataclasses.field(default_factory=list)
 
     def __post_init__(self) -> None:
         if not self.unit_name:
@@ -230,7 +235,8 @@ class StatusReport:
                 "unit_name": self.unit_name, "unit": self.unit, "check_timer": self.check_timer, "launch": self.launch.to_dict() if self.launch else None,
                 "patches": self.patches, "health": self.health, "last_check": self.last_check,
                 "allreduce": self.allreduce, "start_phases": self.start_phases, "last_start": self.last_start,
-                "start_history": self.start_history}
+                "start_history": self.start_history,
+                "change": self.change, "litter": self.litter}
 
 
 def _file_states(manifest: Manifest, files: Mapping[str, bytes | None]) -> dict[str, str]:
@@ -274,6 +280,14 @@ class StatusFacts:
     last_start: Any = None
     #: who listens on the server's port (:func:`kimi_deploy.host.answering.gather`; None where nothing is probed)
     answering: answering_lib.Answering | None = None
+
+    #: an interrupted change on record (:func:`kimi_deploy.host.journal.load`), or why its record is unreadable
+    change: journal.Change | None = None
+    change_error: KimiDeployError | None = None
+    #: which complete version the files are while ``change`` is on record: ``old``, ``new`` or ``mixed``
+    change_version: str | None = None
+    #: what interrupted runs left (:func:`kimi_deploy.host.journal.litter`), and an interrupted install's record
+    litter: tuple[str, ...] = ()
 
 
 def _file_problems(files: dict[str, str], copy_hp: str, profile_copy: Path, cmd: Any) -> list[str]:
@@ -321,6 +335,18 @@ def gather_status_facts(profile: Profile, layout: HostLayout, manifest: Manifest
     for a down server or a failed ``systemctl``: those become facts). On a gateway host (:func:`gateway_host`):
     the gateway unit and its nightly report only."""
     files = {hp: read_bytes(layout.under(hp)) for hp in manifest.files}
+    change = change_error = version = None
+    try:
+        change = journal.load(layout, profile.service.name)
+    except KimiDeployError as exc:
+        change_error = exc
+    paths = set(manifest.files) | (set(change.old) if change else set())
+    litter = journal.litter(layout, profile.service.name, paths)
+    if change is not None:
+        version = journal.version_of(layout, change)
+    elif layout.intent(profile.service.name).exists():
+        litter.append(layout.host_path(layout.intent(profile.service.name)))
+    recorded = {"change": change, "change_error": change_error, "change_version": version, "litter": tuple(litter)}
     only_gateway = gateway_host(profile, manifest)
     unit = unit_error = None
     try:
@@ -335,7 +361,7 @@ def gather_status_facts(profile: Profile, layout: HostLayout, manifest: Manifest
     if only_gateway:
         hp = gateway_check_report(profile.service.name)
         return StatusFacts(layout, files, unit, unit_error, key_error, None, None, {},
-                           last_check(layout.under(hp), hp))
+                           last_check(layout.under(hp), hp), **recorded)
     rank = local_rank(profile, node)
     if rank is None or rank.serves:
         probe = probe_url(profile.base_url, api_key, profile.sglang.served_model_name or profile.sglang.model_path)
@@ -356,7 +382,7 @@ def gather_status_facts(profile: Profile, layout: HostLayout, manifest: Manifest
                                    unit.main_pid if unit else None)
     return StatusFacts(layout, files, unit, unit_error, key_error, probe, launch, patches,
                        last_check(report, layout.host_path(report)), start_log, rank,
-                       phases.load_last(layout.state_dir(profile.service.name)), who)
+                       phases.load_last(layout.state_dir(profile.service.name)), answering=who, **recorded)
 
 
 def _systemctl_failure(unit: str, exc: KimiDeployError, layout: HostLayout) -> str:
@@ -402,6 +428,34 @@ def _patch_problem(patches: dict[str, Any], python: str, restart: str = "kimi-de
     return None
 
 
+def change_problems(facts: StatusFacts, service: str) -> list[str]:
+    """The problems of an interrupted change (:mod:`kimi_deploy.host.journal`) and of what interrupted runs left:
+    each with the command that resolves it. No I/O."""
+    layout, out = facts.layout, []
+    if facts.change_error is not None:
+        out.append(problem("the journal of an interrupted change is unreadable", str(facts.change_error.value),
+                           facts.change_error.hint or ""))
+    change = facts.change
+    if change is not None:
+        files = {"old": f"the files are {change.old_label} (the old version)",
+                 "new": f"the files are {change.new_label} (the new version)",
+                 "mixed": "the files match NEITHER version (a mix, or changed by hand)"}[facts.change_version or "mixed"]
+        outcome = ("finishes it: the new version passed its gate" if change.verdict == "pass" else
+                   f"puts {change.old_label} back, whole, and restarts it where the new one may run")
+        out_of = f"; the replica {change.replica} is out of the gateway's rotation" if change.replica else ""
+        out.append(problem(f"an interrupted {change.kind} of {service} is unfinished: it had {change.phase}{out_of}",
+                           f"{layout.host_path(layout.change_dir(service))}/change.json: {change.old_label} -> "
+                           f"{change.new_label}, started {change.started_at}; {files}",
+                           f"run `{change.resume}` (it {outcome})"))
+    if facts.litter:
+        copy = layout.host_path(layout.profile_copy(service))
+        fix = (f"`{change.resume}` removes them with the change" if change is not None else
+               f"`{layout.command(f'install --profile {copy}')}` removes them (and changes nothing else when the "
+               "files are as installed)")
+        out.append(problem("an interrupted kimi-deploy run left files behind", ", ".join(facts.litter), fix))
+    return out
+
+
 def status(profile: Profile, layout: HostLayout, manifest: Manifest, node: str | None = None,
            state_dir: str | None = None) -> StatusReport:
     """Collect the status of ``profile``'s installed service (never raises for a down server): the facts
@@ -429,14 +483,18 @@ def status_from(profile: Profile, manifest: Manifest, facts: StatusFacts) -> Sta
     unit_name = gateway_unit(name) if only_gateway else server_unit(name)
     profile_copy = layout.profile_copy(name)  # a local path: what `install --profile` reads (under --root)
     cmd = layout.command
+    # restart acts on this host's systemd: under --root only with --host-systemd (kimi_deploy.cli.options)
+    restart_wait = cmd("restart --wait" + ("" if layout.is_host else " --host-systemd"))
     files = _file_states(manifest, facts.files)
-    problems += _file_problems(files, layout.host_path(profile_copy), profile_copy, cmd)
+    problems += change_problems(facts, name)
+    if facts.change is None:  # else the files are the change's: its problem says which version they are
+        problems += _file_problems(files, layout.host_path(profile_copy), profile_copy, cmd)
     unit = None
     state = facts.unit
     if state is not None:
         unit = state.to_dict()
         if not state.is_active:
-            restart = f"systemctl restart {unit_name}" if only_gateway else cmd("restart --wait")
+            restart = f"systemctl restart {unit_name}" if only_gateway else restart_wait
             problems.append(problem(f"{unit_name} is {state.active_state}/{state.sub_state}",
                                     f"systemctl show: Result={state.result or '-'}, "
                                     f"ExecMainStatus={state.properties.get('ExecMainStatus') or '-'}",
@@ -453,7 +511,7 @@ def status_from(profile: Profile, manifest: Manifest, facts: StatusFacts) -> Sta
                   "detail": probe.reason, "words": probe.reason}
     elif probe is not None and not probe.ready:
         problems.append(problem(f"the server at {profile.base_url} is not ready", probe.words,
-                                f"if it is starting, wait (`{cmd('restart --wait')}` shows the phase); else read "
+                                f"if it is starting, wait (`{restart_wait}` shows the phase); else read "
                                 f"`journalctl -u {unit_name} -n 50`"))
     who = facts.answering
     if health is not None and who is not None and not silent:
@@ -472,10 +530,10 @@ def status_from(profile: Profile, manifest: Manifest, facts: StatusFacts) -> Sta
             shown = [f"- {e}" for e in drift.missing] + [f"+ {e}" for e in drift.unexpected]
             problems.append(problem("the running launch command differs from the profile",
                                     f"{drift.source}: " + ", ".join(shown[:4]) + (" ..." if len(shown) > 4 else ""),
-                                    f"`{cmd('restart --wait')}` starts the installed unit; if the profile changed "
+                                    f"`{restart_wait}` starts the installed unit; if the profile changed "
                                     f"since, `{cmd('install --profile FILE')}` first"))
     patches = facts.patches
-    patch_problem = _patch_problem(patches, profile.service.python, cmd("restart --wait"))
+    patch_problem = _patch_problem(patches, profile.service.python, restart_wait)
     if patch_problem:
         problems.append(patch_problem)
     paths = None
@@ -503,8 +561,11 @@ def status_from(profile: Profile, manifest: Manifest, facts: StatusFacts) -> Sta
                                 f"read the failed results in the report, or rerun now with "
                                 f"`{' '.join(check_argv('kimi-deploy', str(profile_copy), each_worker=only_gateway))}`"))
     timer = check_timer(gateway_service(name) if only_gateway else name)
+    change = facts.change
+    recorded = {"kind": change.kind, "phase": change.phase, "from": change.old_label, "to": change.new_label,
+                "version": facts.change_version, "resume": change.resume} if change else None
     return StatusReport(name, files, unit, timer, drift, patches, health, check, problems, paths, unit_name,
-                        start_phases, last.to_dict() if last else None)
+                        start_phases, last.to_dict() if last else None, recorded, list(facts.litter))
 
 
 def gateway_view(profile: Profile, layout: HostLayout) -> dict[str, Any] | None:
@@ -534,7 +595,13 @@ def report_lines(report: StatusReport, view: dict[str, Any] | None = None) -> li
     out.append(f"service   {report.unit_name}: {unit.get('active_state', '?')}/{unit.get('sub_state', '?')}"
                f", enabled: {unit.get('unit_file_state', '?')}, main PID {unit.get('main_pid') or '-'}"
                f", restarts {unit.get('n_restarts') if unit.get('n_restarts') is not None else '?'}")
-    out.append(f"files     {len(report.files)} installed, " + _file_summary(report.files))
+    if report.change:
+        out.append(f"files     {len(report.files)} installed, an interrupted {report.change['kind']} is unfinished "
+                   f"({report.change['phase']}; the files are "
+                   + {"old": "the old version", "new": "the new version"}.get(report.change["version"],
+                                                                              "NEITHER version") + ")")
+    else:
+        out.append(f"files     {len(report.files)} installed, " + _file_summary(report.files))
     h = report.health
     if h is None:  # the gateway host: no SGLang here (the gateway's view of the workers follows)
         out.append("role      gateway host: no SGLang server here")

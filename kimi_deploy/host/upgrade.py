@@ -28,10 +28,11 @@ names the old interpreter again — restarts, and gates the restored version the
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +46,9 @@ from kimi_deploy.catalog.models import identify
 from kimi_deploy.deployment import Deployment, require_fit, resolve
 from kimi_deploy.errors import ExitCode, KimiDeployError, RefusedError, UsageError
 from kimi_deploy.host import gate as gates
+from kimi_deploy.host import journal
+from kimi_deploy.host.records import find_installed, service_lock
+from kimi_deploy.names import server_unit
 from kimi_deploy.options import OPTIONS
 from kimi_deploy.paths import HostLayout
 from kimi_deploy.profile import Profile
@@ -314,6 +318,30 @@ def patches_to_apply(deployment: Deployment, series: patching.Series, with_: Seq
     return [p.id for p in series.select(with_=[*deployment.gated, *with_])]
 
 
+def already_done(installed: Profile, installed_version: str, *, python: str | None,
+                 profile: Profile | None = None) -> str | None:
+    """The sentence for an upgrade that is already in place (a re-run after it finished), else None.
+
+    In place: ``python`` is the installed interpreter, its SGLang is the version the install recorded
+    (``Manifest.sglang_version``), and ``profile`` (with ``python``) is the installed one. An interpreter whose
+    SGLang changed underneath the installed service (``pip install -U`` into the running environment) is not in
+    place: :func:`plan_upgrade` refuses it.
+
+    Raises:
+        UsageError: ``python`` has no SGLang.
+    """
+    if python is None:
+        return None
+    env = Environment.probe(python)
+    old = Environment.probe(installed.service.python)
+    wanted = _with_python(profile or installed, env.python)
+    if not _same_environment(old, env) or env.version != installed_version \
+            or wanted.model_dump() != installed.model_dump():
+        return None
+    return (f"nothing to do: {installed.service.name} already runs SGLang {env.version} from {env.python} with this "
+            "profile (the upgrade is in place)")
+
+
 def _same_environment(a: Environment, b: Environment) -> bool:
     try:
         return os.path.samefile(a.location, b.location)
@@ -345,33 +373,82 @@ class UpgradeResult:
                 "restart": self.restart.to_dict()}
 
 
+def _label(env: Environment, model: str) -> str:
+    return f"SGLang {env.version} ({env.python}), {model}"
+
+
+def begin_change(plan: UpgradePlan, layout: HostLayout, gate: str) -> journal.Change:
+    """Record the upgrade before its first write (:mod:`kimi_deploy.host.journal`): every file of the install
+    plan in the old version (as on disk now) and the new one, both environments, the gate.
+
+    Raises:
+        UsageError / StorageError: the journal cannot be written; nothing changed.
+    """
+    files = {f.host_path: f for f in plan.install.files}
+    old = {hp: f.old for hp, f in files.items()}
+    new = {hp: f.new if f.action != "unchanged" else f.old for hp, f in files.items()}
+    unit_hp = layout.host_path(layout.unit_path(server_unit(plan.service)))
+    existed = old[unit_hp] is not None if unit_hp in old else layout.unit_path(server_unit(plan.service)).exists()
+    change = journal.Change(kind="upgrade", service=plan.service, started_at=journal.stamp(),
+                            old_label=_label(plan.old, plan.old_model), new_label=_label(plan.new, plan.new_model),
+                            old=journal.hashes(old), new=journal.hashes(new), touches_files=True,
+                            backups_before=journal.backup_names(layout, plan.service), unit_existed=existed,
+                            gate=gate, resume=restart_lib.resume_command(layout, plan.service))
+    return journal.begin(layout, change, old)
+
+
+@contextlib.contextmanager
+def locked(layout: HostLayout, service: str | None, *, on_event: Callable[[str], None] | None = None) \
+        -> Iterator[tuple[str, journal.Recovery | None]]:
+    """Hold ``service``'s lock (None: the only installed one) for an upgrade's plan and apply, after finishing or
+    undoing an interrupted change of it (:func:`kimi_deploy.host.journal.recover`); yields ``(service, what the
+    recovery did or None)``.
+
+    Raises:
+        UsageError: nothing installed, or several and no ``service``; an unreadable journal.
+        LockedError: another install, uninstall, restart or upgrade of it is running (exit 7).
+    """
+    name = service or find_installed(layout, None).service
+    with service_lock(layout, name):
+        yield name, journal.recover(layout, name, live=True, on_event=on_event)
+
+
 def apply_upgrade(plan: UpgradePlan, layout: HostLayout, *, gate: str = gates.DEFAULT_GATE,
                   timeout: float | None = None, poll_interval: float = 5.0,
                   on_event: Callable[[str], None] | None = None, on_poll: Callable[..., None] | None = None,
                   clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep,
                   allow_parser_removal: bool = False) -> UpgradeResult:
-    """Patch the new environment, install, restart gated with rollback on failure.
+    """Patch the new environment, install, restart gated with rollback on failure; journaled from before the
+    first write to the end (:func:`begin_change`), so a kill at any instant leaves a change the next command
+    finishes (the new version passed its gate) or undoes (anything else).
+
+    The caller holds the service's lock (:func:`kimi_deploy.host.records.service_lock`; the CLI does) and has
+    recovered an interrupted change first (:func:`kimi_deploy.host.journal.recover`) before planning.
 
     Raises:
         RefusedError: the plan has problems (validation errors, a patch that does not apply) or refused files
             (exit 4); nothing changed.
         KimiDeployError: from the patch engine (nothing changed there: all-or-nothing), the install, or the
-            restart (see :func:`kimi_deploy.host.restart.restart`).
+            restart (see :func:`kimi_deploy.host.restart.restart`); the journal then stays for the next command.
     """
     if plan.problems:
         raise RefusedError("refusing to upgrade: the plan has problems", value="; ".join(plan.problems),
                            hint="fix them (`kimi-deploy upgrade --dry-run` shows the plan), then run it again")
     refuse(plan.install)
     say = on_event or (lambda _m: None)
+    change = begin_change(plan, layout, gate)
     patched = None
     if plan.patches:
         say(f"applying {len(plan.patches)} patch(es) to the new environment ({plan.new.location})")
         patched = patching.apply(plan.new.python, only=plan.patches, state_dir=plan.state_dir)
     say("installing the new unit and profile (the previous files are kept in a backup)")
     installed = apply_install(plan.install)
+    if installed.backup is not None:
+        change = journal.update(layout, change, backup=layout.host_path(installed.backup))
     result = restart_lib.restart(plan.profile, layout, wait=True, gate=gate, rollback_on_failure=True,
                                  timeout=timeout, poll_interval=poll_interval, on_event=on_event, on_poll=on_poll,
-                                 clock=clock, sleep=sleep, allow_parser_removal=allow_parser_removal)
+                                 clock=clock, sleep=sleep, allow_parser_removal=allow_parser_removal, change=change,
+                                 hold_lock=False)
     return UpgradeResult(plan, patched, installed, result)
 
 
