@@ -124,7 +124,9 @@ def _carry_out(make_plan, *, dry_run: bool, force: bool, as_json: bool, diffs: b
     A plan that would change something is made again under the service's lock
     (:func:`kimi_deploy.host.records.service_lock`) and the host's lock on what services share
     (:func:`kimi_deploy.host.records.shared_lock`), and that one is applied: the facts, other services' claims on
-    a port or key file included, cannot change between planning and applying. A refused or empty plan takes no lock (and leaves no lock file).
+    a port or key file included, cannot change between planning and applying. A plan refused without the lock is
+    planned again under it when the service was ever locked (another run's half-applied files are no hand edit);
+    an empty plan, and a refused one of a service never locked, take no lock (and leave no lock file).
     """
     plan = make_plan()
     if dry_run:
@@ -140,6 +142,15 @@ def _carry_out(make_plan, *, dry_run: bool, force: bool, as_json: bool, diffs: b
             click.echo(exc.render(), err=True)
             raise click.exceptions.Exit(int(exc.exit_code)) from None
         return
+    if plan.refusals and not force and plan.layout.lock_file(plan.service).exists():
+        # Planned without the lock, the refusal may be another run's files mid-apply ("edited after install"
+        # while its manifest is not yet written): judge the plan that run leaves, under the lock. A service never
+        # locked before has no such run (and gets no lock file from a refusal).
+        with service_lock(plan.layout, plan.service), shared_lock(plan.layout):
+            plan = make_plan()
+            if not plan.refusals:
+                _show(plan, apply(plan), as_json, dry_run=False, diffs=diffs)
+                return
     if plan.refusals and not force:
         if not as_json:
             click.echo(format_plan(plan, diffs=diffs), nl=False, err=True)
