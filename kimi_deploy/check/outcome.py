@@ -3,19 +3,25 @@
 The ``health.*``/``config.*`` (:mod:`.health`), ``parser.*`` (:mod:`.parser`) and ``contract.*``
 (:mod:`.contract`) checks all return an :class:`Outcome`; :mod:`.runner` adds the check id and the
 duration to make a :class:`kimi_deploy.check.results.CheckResult` row of it. Also here: the findings for an
-answer the check could not read (``invalid_response``): :func:`broken_exchange`, :func:`unreadable`.
+answer the check could not read (``invalid_response``): :func:`broken_exchange`, :func:`unreadable`; and
+:func:`chat_once`, one non-streamed request whose failure is already such a finding.
 """
 
 from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
 
 import httpx
+import openai
 
 from kimi_deploy.check.client import openai_finding, transport_finding
 from kimi_deploy.check.results import EVIDENCE_CHARS, Status, clip, clip_body
-from kimi_deploy.check.validate import Finding, first
+from kimi_deploy.check.validate import Finding, completion_problem, first
+
+if TYPE_CHECKING:  # annotations only: the context imports the client, not this module
+    from kimi_deploy.check.context import Context
 
 
 @dataclasses.dataclass(frozen=True)
@@ -106,3 +112,19 @@ def unreadable(exc: BaseException, what: str | None = None, body: bytes | bytear
     return Finding("invalid_response", f"the answer{f' to {what}' if what else ''} could not be read "
                                        f"({type(exc).__name__}: {clip(exc, 200)})",
                    clip_body(shown) if shown else clip(f"{type(exc).__name__}: {exc}"))
+
+
+def chat_once(ctx: Context, **kwargs: Any) -> tuple[dict[str, Any] | None, Finding | None]:
+    """One non-streamed ``POST /v1/chat/completions`` of ``kwargs`` (the served model added): ``(completion dict,
+    None)``, or ``(None, finding)`` when the request failed or the answer is not a completion a client can read
+    (:func:`openai_failure`, :func:`unreadable`, :func:`kimi_deploy.check.validate.completion_problem`)."""
+    what = "POST /v1/chat/completions"
+    try:
+        completion = ctx.clients.chat(model=ctx.model, **kwargs)
+    except openai.OpenAIError as exc:
+        return None, openai_failure(exc, what, streaming=False, raw=ctx.clients.recorder.last_text)
+    except (ValueError, TypeError, RecursionError) as exc:
+        return None, unreadable(exc, what, ctx.clients.recorder.last_body)
+    data = completion.model_dump(warnings=False) if hasattr(completion, "model_dump") else completion
+    problem = completion_problem(data, clip_body(ctx.clients.recorder.last_text))
+    return (None, problem) if problem is not None else (data, None)

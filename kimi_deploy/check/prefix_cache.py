@@ -18,12 +18,10 @@ from __future__ import annotations
 
 from typing import Any
 
-import openai
-
 from kimi_deploy.check.context import Context
-from kimi_deploy.check.outcome import Outcome, openai_failure, unreadable
-from kimi_deploy.check.results import clip, clip_body
-from kimi_deploy.check.validate import Finding, completion_problem, message_from_completion
+from kimi_deploy.check.outcome import Outcome, chat_once
+from kimi_deploy.check.results import clip
+from kimi_deploy.check.validate import Finding, message_from_completion
 
 CHECK_ID = "contract.prefix_cache"
 #: The prompt's approximate length in tokens: several KV pages at SGLang's page sizes (1 to 64 tokens), well past
@@ -37,18 +35,8 @@ PROMPT = "".join(_LINE.format(i, i % 17, 100 + 7 * i, 20 + i % 13) for i in rang
 
 
 def _ask(ctx: Context) -> tuple[dict[str, Any] | None, Finding | None]:
-    what = "POST /v1/chat/completions"
-    try:
-        completion = ctx.clients.chat(model=ctx.model, messages=[{"role": "user", "content": PROMPT}],
-                                      max_tokens=ANSWER_TOKENS, **ctx.sampling,
-                                      extra_body={"chat_template_kwargs": {"thinking": False}})
-    except openai.OpenAIError as exc:
-        return None, openai_failure(exc, what, streaming=False, raw=ctx.clients.recorder.last_text)
-    except (ValueError, TypeError, RecursionError) as exc:
-        return None, unreadable(exc, what, ctx.clients.recorder.last_body)
-    data = completion.model_dump(warnings=False) if hasattr(completion, "model_dump") else completion
-    problem = completion_problem(data, clip_body(ctx.clients.recorder.last_text))
-    return (None, problem) if problem is not None else (data, None)
+    return chat_once(ctx, messages=[{"role": "user", "content": PROMPT}], max_tokens=ANSWER_TOKENS, **ctx.sampling,
+                     extra_body={"chat_template_kwargs": {"thinking": False}})
 
 
 def cached_tokens(data: dict[str, Any]) -> int | None:

@@ -36,9 +36,9 @@ from kimi_deploy import engine as target
 from kimi_deploy.catalog.models import identify
 from kimi_deploy.check.context import Context
 from kimi_deploy.check.contract import GET_WEATHER, REPLY_TOKENS
-from kimi_deploy.check.outcome import Outcome, openai_failure, unreadable
-from kimi_deploy.check.results import clip, clip_body
-from kimi_deploy.check.validate import Finding, completion_problem, message_from_completion
+from kimi_deploy.check.outcome import Outcome, chat_once, openai_failure, unreadable
+from kimi_deploy.check.results import clip
+from kimi_deploy.check.validate import Finding, message_from_completion
 from kimi_deploy.errors import KimiDeployError
 
 CHECK_IDS = ("quality.preflight.thinking_on", "quality.preflight.thinking_off", "quality.preflight.sampling.thinking",
@@ -102,16 +102,7 @@ def check_ids() -> list[str]:
 
 def _chat(ctx: Context, **kwargs: Any) -> tuple[Any, Finding | None]:
     """One non-streamed request; ``(completion dict, None)`` or ``(None, finding)``."""
-    what = "POST /v1/chat/completions"
-    try:
-        completion = ctx.clients.chat(model=ctx.model, **kwargs)
-    except openai.OpenAIError as exc:
-        return None, openai_failure(exc, what, streaming=False, raw=ctx.clients.recorder.last_text)
-    except (ValueError, TypeError, RecursionError) as exc:
-        return None, unreadable(exc, what, ctx.clients.recorder.last_body)
-    data = completion.model_dump(warnings=False) if hasattr(completion, "model_dump") else completion
-    problem = completion_problem(data, clip_body(ctx.clients.recorder.last_text))
-    return (None, problem) if problem is not None else (data, None)
+    return chat_once(ctx, **kwargs)
 
 
 def thinking(ctx: Context, on: bool) -> Outcome:
