@@ -121,7 +121,8 @@ def init_cmd(path: Path, preset: str | None, model: str | None, name: str | None
                                                       model=MODELS[chosen.model] if chosen.model else None)
     write_atomic(path, text)
     target = " --target kubernetes" if kubernetes else ""
-    examples = (" (replace the example addresses and images first: render refuses them)"
+    examples = (" (replace the example addresses and images, and set an absolute [monitoring] runbook_url, first: "
+                "render refuses them)"
                 if fleet or kubernetes else "")
     click.echo(f"wrote {path} (from preset {chosen.name}); edit it{examples}, then "
                f"`kimi-deploy render{target} --profile {path}`")

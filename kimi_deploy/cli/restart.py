@@ -82,10 +82,15 @@ def restart_cmd(ctx, profile_path, preset, root, name, wait, gate, allow_parser_
     if dry_run:
         plan = restart_lib.plan_restart(profile, layout, wait=wait, gate=gate, rollback_on_failure=rollback_on_failure,
                                         drain=drain, allow_parser_removal=allow_parser_removal)
+        refused_here = not layout.is_host and not host_systemd  # what the real run says (refuse_host_systemd)
         if as_json:
-            echo_json(plan.to_dict())
+            echo_json({**plan.to_dict(), "refused_without_host_systemd": refused_here})
         else:
             show_result(plan.lines())
+            if refused_here:
+                click.echo(f"note: without --host-systemd the real run is refused (exit 2): --root {layout.root} holds "
+                           "the files, and systemctl would restart this host's unit, which does not run them",
+                           err=True)
         ctx.exit(4 if plan.refused else 0)
     console = make_console(stderr=True)
     if as_json or not console.is_terminal:

@@ -290,7 +290,7 @@ class StatusFacts:
     litter: tuple[str, ...] = ()
 
 
-def _file_problems(files: dict[str, str], copy_hp: str, profile_copy: Path, cmd: Any) -> list[str]:
+def _file_problems(files: dict[str, str], copy_hp: str, profile_copy: Path, cmd: Any, restart_wait: str) -> list[str]:
     """One problem per installed file that changed or went missing, each with a fix that does what it says: the
     installed profile copy (``copy_hp``) is what ``install --profile`` reads, so while it is intact it restores
     every other file; an edited copy is adopted with it (or undone with the profile installed from), never
@@ -304,7 +304,7 @@ def _file_problems(files: dict[str, str], copy_hp: str, profile_copy: Path, cmd:
             out.append(problem(f"{hp} (the installed profile) was changed after install",
                                "its sha256 differs from the install manifest",
                                f"to deploy the edit, adopt it with `{cmd(f'install --profile {profile_copy} --force')}` "
-                               f"(then `{cmd('restart --wait')}`); to undo it, install the profile you installed from: "
+                               f"(then `{restart_wait}`); to undo it, install the profile you installed from: "
                                f"`{cmd('install --profile FILE --force')}`"))
         elif hp == copy_hp or copy_state != "ok":  # the copy itself cannot put anything back
             out.append(problem(f"{hp} {'is missing' if state == 'missing' else 'was changed after install'}",
@@ -488,7 +488,7 @@ def status_from(profile: Profile, manifest: Manifest, facts: StatusFacts) -> Sta
     files = _file_states(manifest, facts.files)
     problems += change_problems(facts, name)
     if facts.change is None:  # else the files are the change's: its problem says which version they are
-        problems += _file_problems(files, layout.host_path(profile_copy), profile_copy, cmd)
+        problems += _file_problems(files, layout.host_path(profile_copy), profile_copy, cmd, restart_wait)
     unit = None
     state = facts.unit
     if state is not None:
@@ -520,7 +520,7 @@ def status_from(profile: Profile, manifest: Manifest, facts: StatusFacts) -> Sta
             why = "it has no main PID" if who.main_pid is None else f"its main PID is {who.main_pid}"
             problems.append(problem(f"the process answering on :{who.port} is not {unit_name} ({why})",
                                     who.line(), f"stop that process or move one of them to another port "
-                                    f"(`ss -ltnp 'sport = :{who.port}'` names it), then `{cmd('restart --wait')}`"))
+                                    f"(`ss -ltnp 'sport = :{who.port}'` names it), then `{restart_wait}`"))
     found = facts.launch
     drift = None
     if found:

@@ -14,7 +14,7 @@ from typing import Any, Protocol
 from kimi_deploy.deployment import resolve
 from kimi_deploy.errors import ProfileError
 from kimi_deploy.profile import Profile
-from kimi_deploy.profile.examples import refuse_example_values
+from kimi_deploy.profile.examples import example_values
 from kimi_deploy.profile.monitoring import runbook_is_absolute, runbook_problem
 from kimi_deploy.targets import TARGETS, Artefacts, kubernetes, litellm, monitoring, systemd
 
@@ -51,16 +51,24 @@ def render(name: str, profile: Profile, sglang_version: str | None = None, **opt
         ProfileError / UsageError / UnsupportedVersionError / RefusedError: the target's, before anything is
             written (a model that cannot fit: :meth:`kimi_deploy.deployment.Deployment.require_fit`);
             ProfileError too while the profile holds an example value ``init`` wrote
-            (:func:`kimi_deploy.profile.examples.refuse_example_values`), or when alert rules for a fleet or a
+            (:func:`kimi_deploy.profile.examples.example_values`, with the relative runbook link of a cluster), or when alert rules for a fleet or a
             cluster would link to a relative ``runbook_url`` (a single host gets a warning).
     """
     entry = REGISTRY[name].artefacts
-    refuse_example_values(profile)
-    resolve(profile, sglang_version).require_fit()  # every target, a server's or not: the same refusal
-    if not _links_runbook(name, profile) or runbook_is_absolute(profile.monitoring.runbook_url):
-        return entry(profile, sglang_version, **options)
+    relative = _links_runbook(name, profile) and not runbook_is_absolute(profile.monitoring.runbook_url)
     cluster = profile.fleet is not None or name == "kubernetes"
-    line = runbook_problem(profile.monitoring.runbook_url, refuse=cluster)
+    line = runbook_problem(profile.monitoring.runbook_url, refuse=cluster) if relative else None
+    found = example_values(profile)
+    if found:  # with the runbook link a cluster also needs: one refusal lists every value to replace
+        raise ProfileError("the profile still holds example values, which name no real host or image",
+                           problems=[f"{where}: {value!r}" for where, value in found]
+                           + ([line] if line and cluster else []),
+                           hint="replace the example value with your own (your hosts' addresses, your registry's "
+                                "images" + (", an absolute https:// runbook_url" if line and cluster else "")
+                                + "), then render again")
+    resolve(profile, sglang_version).require_fit()  # every target, a server's or not: the same refusal
+    if line is None:
+        return entry(profile, sglang_version, **options)
     if cluster:
         raise ProfileError("the alerts would link to a relative runbook", problems=[line],
                            hint="set [monitoring] runbook_url to an absolute https:// URL")
