@@ -141,6 +141,15 @@ class FakeSystemd:
     def set_show(self, text: str) -> None:
         (self.dir / "show.txt").write_text(text)
 
+    def serve_from_this_process(self) -> None:
+        """An active unit whose control group is this test process's: the loopback server the test runs in this
+        process is then the unit's own listener for ``status`` (kimi_deploy.host.answering), as on a host; its
+        MainPID is :data:`FAKE_MAIN_PID` (no process: no command line read as launch drift)."""
+        from kimi_deploy.host.answering import PROC, parse_cgroup
+
+        own = parse_cgroup((PROC / "self" / "cgroup").read_text())
+        self.set_show(SHOW_ACTIVE.format(pid=FAKE_MAIN_PID) + f"ControlGroup={own}\n")
+
     def set_journal(self, lines: list[str]) -> None:
         (self.dir / "journal.txt").write_text("\n".join(lines) + "\n")
 

@@ -83,6 +83,7 @@ class Host:
         self.root = tmp_path / "root"
         self.root.mkdir()
         self.fake = fake_systemd
+        fake_systemd.serve_from_this_process()  # the loopback server below is the unit's listener
         self.running = fake_systemd.dir / "running.unit"
         fake_systemd.on("restart", f"#!{sys.executable}\nimport shutil\n"
                                    f"shutil.copyfile({str(self.root / UNIT)!r}, {str(self.running)!r})\n")

@@ -243,8 +243,10 @@ def test_the_full_check_through_the_gateway_is_the_check_of_a_worker(fleet):
     assert len(served) > 30 and {i: verdicts[i] for i in served} == {i: worker[i] for i in served}
     assert all(status == "skip" for i, status in verdicts.items() if i.startswith(("config.", "parser.")))
     failed = sorted(i for i in served if worker[i] == "fail")
-    assert failed and all(i.startswith(tuple(f"contract.id_roundtrip.{s}." for s in DROPPED_STYLES))
-                          for i in failed), failed
+    # the same cause in the agent conversations: client-minted ids (callNNNNN, call_<hex>, toolu_) an unpatched
+    # kimi_k2 parser drops (contract.followup.ids.*, issue 41)
+    assert failed and all(i.startswith((*(f"contract.id_roundtrip.{s}." for s in DROPPED_STYLES),
+                                        "contract.followup.ids.")) for i in failed), failed
     assert all(worker[i] != "fail" for i in worker if i.startswith(("config.", "health.")))
 
 

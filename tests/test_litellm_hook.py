@@ -389,14 +389,18 @@ def test_through_the_hook_every_other_check_ends_as_direct(proxies, vllm_replay,
     only the base URL, the model name and the key differ."""
     direct_url, key = ((vllm_replay["parsers"].url(), VLLM_API_KEY) if model == "kimi-vllm"
                        else (replay["unpatched"].url(), SGLANG_API_KEY))
-    select = ["--only", "contract.*", "--skip", "contract.id_roundtrip.*"]
+    # the id checks are the hook's to change: the round trips and the agent conversations' client-minted ids
+    select = ["--only", "contract.*", "--skip", "contract.id_roundtrip.*,contract.followup.ids.*"]
     _, direct, _ = run_json(tmp_path, ["--profile", str(profile_for(tmp_path, direct_url, name="direct.toml")),
                                        "--api-key-file", str(_key(tmp_path, key)), *select])
     _, proxied, _ = run_json(tmp_path, ["--profile", str(profile_for(tmp_path, proxies["hook"], name="proxy.toml")),
                                         "--model", model, "--api-key-file", str(_key(tmp_path, MASTER_KEY)), *select])
     seen = {c["id"]: (c["status"], c["kind"]) for c in direct["checks"]}
     assert {c["id"]: (c["status"], c["kind"]) for c in proxied["checks"]} == seen
-    assert len(seen) == 29 and ("skip", None) not in seen.values()  # 13 cases x 2 modes, multi_turn x 2, malformed
+    # 13 cases x 2 modes, multi_turn x 2, malformed; the agent conversations but their ids (10), the concurrency
+    # bursts (5), the prefix cache (issue 41)
+    # (the vLLM replay reports no cached tokens: its prefix-cache check skips, direct and through the hook alike)
+    assert len(seen) == 45 and all(v != ("skip", None) for k, v in seen.items() if k != "contract.prefix_cache")
 
 
 def _post(url: str, path: str, body: Any) -> tuple[int, str]:

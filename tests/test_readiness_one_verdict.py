@@ -76,6 +76,7 @@ def _status_health(cli_runner, root):
 
 def test_health_200_and_no_model_info_is_one_verdict_in_check_status_and_restart(cli_runner, tmp_path,
                                                                                     fake_systemd):
+    fake_systemd.serve_from_this_process()  # the loopback server is the unit's listener
     with Loopback(NotSglang) as server:
         verdict = probe_url(server.url, model="kimi")
         row = _check_row(server.url)
@@ -95,6 +96,7 @@ def test_health_200_and_no_model_info_is_one_verdict_in_check_status_and_restart
 
 
 def test_a_starting_server_is_not_ready_in_the_same_words_everywhere(cli_runner, tmp_path, fake_systemd):
+    fake_systemd.serve_from_this_process()  # the loopback server is the unit's listener
     with Loopback(Starting) as server:
         verdict = probe_url(server.url, model="kimi")
         row = _check_row(server.url)

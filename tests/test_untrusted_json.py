@@ -45,7 +45,7 @@ def test_a_dataset_line_nested_too_deep_is_a_usage_error(tmp_path):
 
 @pytest.mark.parametrize("text, words", [
     (DEEP, "nested too deep"),
-    (json.dumps({"schema": "kimi-deploy.bench/1", "points": [{"concurrency": "x"}]}), "but not its fields"),
+    (json.dumps({"schema": "kimi-deploy.bench/1", "points": [{"concurrency": "x"}]}), "is not one bench wrote"),
 ], ids=["nested too deep", "schema name without the fields"])
 def test_bench_compare_of_a_bad_results_file_is_a_usage_error(tmp_path, text, words):
     bad = tmp_path / "bad.json"

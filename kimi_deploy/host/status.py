@@ -565,7 +565,7 @@ def status_from(profile: Profile, manifest: Manifest, facts: StatusFacts) -> Sta
     recorded = {"kind": change.kind, "phase": change.phase, "from": change.old_label, "to": change.new_label,
                 "version": facts.change_version, "resume": change.resume} if change else None
     return StatusReport(name, files, unit, timer, drift, patches, health, check, problems, paths, unit_name,
-                        start_phases, last.to_dict() if last else None, recorded, list(facts.litter))
+                        start_phases, last.to_dict() if last else None, change=recorded, litter=list(facts.litter))
 
 
 def gateway_view(profile: Profile, layout: HostLayout) -> dict[str, Any] | None:
