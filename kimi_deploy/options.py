@@ -172,7 +172,7 @@ OPTIONS: tuple[Option, ...] = (
            comment=("Share of GPU memory for weights + KV cache; the rest is for activations and CUDA graphs.",)),
     Option("max_running_requests", int | None, None, "--max-running-requests", "value", Scope.EVERY_RANK,
            _flag("--max-running-requests"), bounds={"ge": 1}, example=48,
-           comment=("With EAGLE and no max_running_requests, SGLang picks 48.",)),
+           comment=("With an EAGLE-3 draft and no max_running_requests, SGLang picks 48.",)),
     Option("chunked_prefill_size", int | None, None, "--chunked-prefill-size", "value", Scope.EVERY_RANK,
            _flag("--chunked-prefill-size"), example=8192),
     Option("max_prefill_tokens", int | None, None,

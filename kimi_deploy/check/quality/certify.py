@@ -91,7 +91,9 @@ def measure(rows: list[dict[str, Any]], settings: QualitySettings, repeats: int)
         "tool_schema_accuracy": {"estimate": schema.estimate, "lower": schema.interval[0] if schema.n else None,
                                  "upper": schema.interval[1] if schema.n else None, "bar": schema_bar,
                                  "method": "wilson-score-cc",
-                                 "verdict": "fail" if schema.n and schema.interval[1] < schema_bar else "pass"},
+                                 # no call to judge: no verdict of its own (never a pass on nothing)
+                                 "verdict": "no_sample" if not schema.n else "fail"
+                                 if schema.interval[1] < schema_bar else "pass"},
         "think_leak_rate": {"estimate": leaks / len(rows) if rows else None, "bar": leak_bar,
                             "verdict": "fail" if rows and leaks / len(rows) > leak_bar else "pass"},
     }
