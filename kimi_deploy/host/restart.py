@@ -583,13 +583,7 @@ def _restart_drained(profile: Profile, layout: HostLayout, drain: Drain, *, on_e
     notes = ([idle_note] if idle_note else []) + list(result.notes)
     if final.ok:
         say(f"adding {drain.url} back to the gateway")
-        try:
-            drain.gateway.add(drain.url)
-            state["readded"] = True
-        except KimiDeployError as exc:
-            state["error"] = exc.message
-            notes.append(f"the replica is ready but the gateway did not take it back ({exc.message}); it stays "
-                         "out of rotation: add it with the gateway's worker API once fixed")
+        _readd(drain, drain.url, state, notes, "is ready")
     else:
         notes.append(f"the replica failed its restart: it stays out of the gateway's rotation ({drain.url})")
     return dataclasses.replace(result, notes=notes, gateway=state)
@@ -737,13 +731,7 @@ def _rejoin(result: RestartResult, recovery: journal.Recovery, drain: Drain | No
     notes = list(result.notes)
     if verified and drain is not None:
         (on_event or (lambda _m: None))(f"adding {url} back to the gateway")
-        try:
-            drain.gateway.add(url)
-            state["readded"] = True
-        except KimiDeployError as exc:
-            state["error"] = exc.message
-            notes.append(f"the replica passed its gate but the gateway did not take it back ({exc.message}); it "
-                         "stays out of rotation: add it with the gateway's worker API once fixed")
+        _readd(drain, url, state, notes, "passed its gate")
     else:
         notes.append(f"the interrupted change had taken {url} out of the gateway's rotation; it stays out until a "
                      "version passes its gate here: rerun `kimi-deploy restart --wait` on this node")
@@ -822,3 +810,15 @@ def phase_lines(data: dict[str, Any] | None) -> list[str]:
     if data.get("history_error"):
         out.append(f"  note   start history not written: {data['history_error']}")
     return out
+
+
+def _readd(drain: Any, url: str, state: dict[str, Any], notes: list[str], how: str) -> None:
+    """Add ``url`` back to ``drain``'s gateway: ``state["readded"]``, or ``state["error"]`` and a note saying the
+    replica (which ``how``: "is ready", "passed its gate") stays out of rotation."""
+    try:
+        drain.gateway.add(url)
+        state["readded"] = True
+    except KimiDeployError as exc:
+        state["error"] = exc.message
+        notes.append(f"the replica {how} but the gateway did not take it back ({exc.message}); it stays out of "
+                     "rotation: add it with the gateway's worker API once fixed")
