@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
 import shutil
+import signal
 
 import pytest
 
@@ -146,6 +149,49 @@ def test_a_directory_given_as_the_profile_says_so_with_a_fix(tmp_path, verb):
     result = run_cli([*verb, "--profile", str(tmp_path)])
     assert result.exit_code == 2, result.output
     assert "the profile is a directory" in result.stderr and "fix: give the path of the TOML file" in result.stderr
+
+
+@contextlib.contextmanager
+def _no_hang(seconds: int = 120):
+    """Fail (not hang the suite) when the code under test blocks on a FIFO: the refusal takes milliseconds."""
+    def expired(signum, frame):
+        raise AssertionError(f"blocked for {seconds} s reading a FIFO")
+    previous = signal.signal(signal.SIGALRM, expired)
+    signal.alarm(seconds)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+@pytest.mark.parametrize("verb", [["render"], ["validate"], ["install", "--dry-run"]])
+@pytest.mark.parametrize("kind", ["fifo", "device", "huge"])
+def test_a_profile_that_is_not_a_small_regular_file_is_refused_before_it_is_read(tmp_path, verb, kind):
+    """A FIFO without a writer blocked every verb forever and /dev/zero filled memory (Path.read_bytes)."""
+    path = tmp_path / "p.toml"
+    if kind == "fifo":
+        os.mkfifo(path)
+    elif kind == "device":
+        path.symlink_to("/dev/zero")
+    else:
+        path.write_text(MINIMAL + "#" * (1 << 20))
+    with _no_hang():
+        result = run_cli([*verb, "--profile", str(path)])
+    assert result.exit_code == 2, result.output
+    said = {"fifo": "the profile is a FIFO (named pipe), not a regular file",
+            "device": "the profile is a character device, not a regular file",
+            "huge": "the profile is larger than 1 MiB"}[kind]
+    assert said in result.stderr and "fix: give the path of the TOML file itself" in result.stderr
+
+
+def test_a_gpu_facts_file_that_is_a_fifo_is_refused_not_waited_on(tmp_path):
+    fifo = tmp_path / "gpus.csv"
+    os.mkfifo(fifo)
+    with _no_hang():
+        result = run_cli(["validate", "--profile", str(write_profile(tmp_path, MINIMAL)), "--gpu-facts", str(fifo)])
+    assert result.exit_code == 2, result.output
+    assert "cannot read the GPU facts file (a FIFO (named pipe), not a regular file)" in result.stderr
 
 
 def test_unknown_preset_suggests_the_close_one():

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from kimi_deploy.catalog.models import identify
+from kimi_deploy.wire.inputs import read_regular
 
 #: Read no more of a draft's config.json than this (a config is a few KiB).
 MAX_CONFIG_BYTES = 1 << 20
@@ -51,9 +52,9 @@ def read_draft_config(path: str | None) -> dict[str, Any] | None:
         return None
     file = Path(path) / "config.json"
     try:
-        if not file.is_file() or file.stat().st_size > MAX_CONFIG_BYTES:
+        if not file.is_file():
             return None
-        data = json.loads(file.read_text(encoding="utf-8"))
+        data = json.loads(read_regular(file, MAX_CONFIG_BYTES))
     except (OSError, ValueError, RecursionError):
         return None
     return data if isinstance(data, dict) else None

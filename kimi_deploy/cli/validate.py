@@ -10,12 +10,13 @@ from kimi_deploy import validate as validate_lib
 from kimi_deploy.doctor import probe_gpus
 from kimi_deploy.cli.options import (Phases, echo_json, json_flag, name_option, profile_options, profile_or_installed,
                                      resolve_profile)
-from kimi_deploy.errors import ExitCode, KimiDeployError
+from kimi_deploy.errors import ExitCode, KimiDeployError, UsageError
 from kimi_deploy.fsio import check_output_dir, create_output_dir, write_many_atomic
 from kimi_deploy.paths import HostLayout
 from kimi_deploy.sizing import report as sizing
 from kimi_deploy.doctor.recorded import record_facts
 from kimi_deploy.sizing.memory import GpuFacts
+from kimi_deploy.wire.inputs import read_regular
 
 
 @click.command("validate")
@@ -165,11 +166,25 @@ def facts_cmd(profile_path, preset, out_dir, as_json):
     click.echo(f"then, on any machine with SGLang's interpreter: {recorded.validate_command(where, out_dir)}")
 
 
+def _facts_text(path: Path) -> str:
+    """The recorded ``nvidia-smi`` query at ``path`` (:func:`~kimi_deploy.wire.inputs.read_regular`: a regular
+    file of at most 1 MiB).
+
+    Raises:
+        UsageError: missing, unreadable, not a regular file, or too large (exit 2).
+    """
+    try:
+        return read_regular(path).decode("utf-8", errors="replace")
+    except OSError as exc:
+        raise UsageError(f"cannot read the GPU facts file ({exc.strerror or exc})", value=str(path),
+                         hint="pass the gpus.csv that `kimi-deploy facts` wrote on the GPU host") from None
+
+
 def _gpu_facts(path: Path | None) -> tuple[GpuFacts | None, str | None]:
     """The GPUs to size for: the recorded query at ``path``, else this host's ``nvidia-smi`` (``None`` and why
     when there is none)."""
     if path is not None:
-        return GpuFacts.from_query(path.read_text(encoding="utf-8", errors="replace"), str(path)), None
+        return GpuFacts.from_query(_facts_text(path), str(path)), None
     gpus, why = probe_gpus()
     if not gpus:
         return None, f"no GPU facts ({why}): run on the GPU host or pass --gpu-facts FILE"

@@ -23,6 +23,7 @@ from kimi_deploy.doctor import record_gpu_query  # this package: the nvidia-smi 
 from kimi_deploy.errors import UsageError
 from kimi_deploy.profile import Profile
 from kimi_deploy.sizing.memory import ModelFacts, read_header_index
+from kimi_deploy.wire.inputs import read_regular
 from kimi_deploy.wire.limits import parse_json
 
 #: ``(sub-folder, validate's flag)`` of each model directory recorded.
@@ -60,7 +61,7 @@ def _model(folder: str, path: str) -> dict[str, str]:
     """
     root = Path(path)
     try:
-        text = (root / "config.json").read_text(encoding="utf-8")
+        text = read_regular(root / "config.json").decode("utf-8")
         config = parse_json(text)
     except (OSError, ValueError) as exc:
         raise UsageError("cannot read the model's config.json", value=str(root / "config.json"),

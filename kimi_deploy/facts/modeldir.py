@@ -14,6 +14,7 @@ import dataclasses
 import struct
 from pathlib import Path
 
+from kimi_deploy.wire.inputs import INDEX_FILE_BYTES, read_regular
 from kimi_deploy.wire.limits import parse_json
 
 INDEX_NAME = "model.safetensors.index.json"
@@ -92,7 +93,7 @@ def inspect_model_dir(path: str | Path) -> ModelDir:
     index = root / INDEX_NAME
     if index.is_file():
         try:
-            weight_map = parse_json(index.read_text(encoding="utf-8"))["weight_map"]
+            weight_map = parse_json(read_regular(index, INDEX_FILE_BYTES).decode("utf-8"))["weight_map"]
             shards = sorted(set(weight_map.values()))
         except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
             problems.append(f"{INDEX_NAME} is not a valid index ({type(exc).__name__})")
@@ -152,7 +153,7 @@ def model_shards(path: str | Path) -> list[Path]:
     names: list[str] = []
     if index.is_file():
         try:
-            names = sorted(set(parse_json(index.read_text(encoding="utf-8"))["weight_map"].values()))
+            names = sorted(set(parse_json(read_regular(index, INDEX_FILE_BYTES).decode("utf-8"))["weight_map"].values()))
         except (OSError, ValueError, KeyError, TypeError, AttributeError):
             names = []
     elif (root / SINGLE_NAME).is_file():

@@ -22,6 +22,7 @@ from kimi_deploy.profile.monitoring import Monitoring
 from kimi_deploy.profile.rules import check_rules
 from kimi_deploy.profile.service import Service
 from kimi_deploy.profile.startup import Startup
+from kimi_deploy.wire.inputs import IrregularFile, read_regular
 
 
 _SECTIONS: dict[str, type[BaseModel]] = {"service": Service, "sglang": SGLang, "monitoring": Monitoring,
@@ -143,13 +144,16 @@ def load_profile(path: Path) -> Profile:
             not TOML, or not a valid profile (exit 2).
     """
     try:
-        raw = path.read_bytes()
+        raw = read_regular(path)
     except FileNotFoundError:
         raise ProfileError("profile file not found", value=str(path),
                            hint="give the path of a TOML profile, or create one with `kimi-deploy init`") from None
     except IsADirectoryError:
         raise ProfileError("the profile is a directory", value=str(path),
                            hint="give the path of the TOML file inside it, e.g. /etc/kimi-deploy/kimi-k25.toml") from None
+    except IrregularFile as exc:
+        raise ProfileError(f"the profile is {exc.strerror}", value=str(path),
+                           hint="give the path of the TOML file itself (a profile is a few KiB of text)") from None
     except OSError as exc:
         raise ProfileError(f"cannot read the profile: {exc.strerror or exc}", value=str(path),
                            hint="run as a user that can read it (profiles under /etc/kimi-deploy are root's)") from None

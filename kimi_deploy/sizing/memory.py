@@ -33,6 +33,7 @@ from typing import Any
 from kimi_deploy.facts import nvidia
 from kimi_deploy.facts.modeldir import model_shards, read_header_tensors
 from kimi_deploy.errors import UsageError
+from kimi_deploy.wire.inputs import INDEX_FILE_BYTES, read_regular
 from kimi_deploy.wire.limits import parse_json
 
 GIB = 1 << 30
@@ -214,7 +215,7 @@ def load_header_index(path: str | Path) -> HeaderIndex:
         UsageError: unreadable, not that format, or an unknown dtype.
     """
     try:
-        data = parse_json(Path(path).read_text(encoding="utf-8"))
+        data = parse_json(read_regular(path, INDEX_FILE_BYTES).decode("utf-8"))
         if data.get("format") != INDEX_FORMAT:
             raise ValueError(f"format is not {INDEX_FORMAT!r}")
         groups = tuple(TensorGroup(g["name"], g["dtype"], tuple(int(d) for d in g["shape"])) for g in data["groups"])
@@ -294,7 +295,7 @@ class ModelFacts:
         ``directory``'s own ``header-index.json`` if it has one (a recorded model), else its shards' headers."""
         root = Path(directory)
         try:
-            config = parse_json((root / "config.json").read_text(encoding="utf-8"))
+            config = parse_json(read_regular(root / "config.json").decode("utf-8"))
         except (OSError, ValueError) as exc:
             raise UsageError("cannot read config.json", value=str(root / "config.json"),
                              hint="point model_path at a downloaded model directory") from exc

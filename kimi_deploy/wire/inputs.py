@@ -220,3 +220,49 @@ def read_at(fd: int, offset: int, length: int) -> bytes:
             raise OSError(errno.EIO, "the file is shorter than when it was first read")
         out += piece
     return out
+
+
+#: 1 MiB: the largest small document the kit reads whole (a profile: ``init`` writes ~9 KiB; a model's or a
+#: draft's ``config.json`` / ``generation_config.json``: K2.5's is 3.6 KiB; a recorded ``nvidia-smi`` query).
+SMALL_FILE_BYTES = 1 << 20
+
+#: 256 MiB: the largest ``model.safetensors.index.json`` or recorded header index the kit reads whole (K2.5's
+#: index names ~190k tensors in ~20 MiB).
+INDEX_FILE_BYTES = 256 << 20
+
+
+class IrregularFile(OSError):
+    """A path that is not a regular file, or a regular file over its cap (an :class:`OSError`, so a caller's
+    ``except OSError`` reports it with :attr:`strerror` like any other read failure)."""
+
+
+def read_regular(path: str | Path, max_bytes: int = SMALL_FILE_BYTES) -> bytes:
+    """The whole of the regular file ``path`` (symlinks followed), at most ``max_bytes``.
+
+    Opened with ``O_NONBLOCK`` and ``fstat``-ed first, like :func:`open_regular`, so a FIFO without a writer, a
+    device (``/dev/zero``) or a directory is refused before a byte is read instead of blocking or filling memory.
+
+    Raises:
+        FileNotFoundError, PermissionError, OSError: the open or the read failed (``IsADirectoryError`` for a
+            directory, as :meth:`pathlib.Path.read_bytes` raises).
+        IrregularFile: a FIFO, a device or a socket (``strerror``: ``a FIFO (named pipe), not a regular file``),
+            or a file over ``max_bytes`` (``strerror``: ``larger than 1 MiB``), also when it grows while read.
+    """
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | getattr(os, "O_CLOEXEC", 0))
+    try:
+        st = os.fstat(fd)
+        if stat.S_ISDIR(st.st_mode):
+            raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), str(path))
+        kind = not_regular(st.st_mode)
+        if kind is not None:
+            raise IrregularFile(errno.EINVAL, f"{kind}, not a regular file", str(path))
+        if st.st_size > max_bytes:
+            raise IrregularFile(errno.EFBIG, f"larger than {human(max_bytes)}", str(path))
+        os.set_blocking(fd, True)
+        with os.fdopen(fd, "rb", closefd=False) as fh:
+            data = fh.read(max_bytes + 1)
+    finally:
+        os.close(fd)
+    if len(data) > max_bytes:
+        raise IrregularFile(errno.EFBIG, f"larger than {human(max_bytes)}", str(path))
+    return data

@@ -40,6 +40,7 @@ from kimi_deploy.check.outcome import Outcome, chat_once, openai_failure, unread
 from kimi_deploy.check.results import clip
 from kimi_deploy.check.validate import Finding, message_from_completion
 from kimi_deploy.errors import KimiDeployError
+from kimi_deploy.wire.inputs import read_regular
 
 CHECK_IDS = ("quality.preflight.thinking_on", "quality.preflight.thinking_off", "quality.preflight.sampling.thinking",
              "quality.preflight.sampling.instant", "quality.preflight.sampling.required", "quality.preflight.prompt_tokens")
@@ -139,7 +140,7 @@ def generation_config(model_dir: str | None) -> dict[str, float] | None:
     if not model_dir:
         return None
     try:
-        data = json.loads((Path(model_dir) / "generation_config.json").read_text(encoding="utf-8"))
+        data = json.loads(read_regular(Path(model_dir) / "generation_config.json"))
     except (OSError, ValueError):
         return None
     if not isinstance(data, dict):
