@@ -365,6 +365,94 @@ def test_launch_gateway_patch_and_fit_facts_are_derived_only_in_resolve():
         "\n".join(spelt)
 
 
+#: The name and URL builders of :mod:`kimi_deploy.names` whose results a resolved deployment holds
+#: (:class:`kimi_deploy.deployment.Units`, ``Deployment.base_url``/``worker_urls``/``gateway_url``).
+NAME_BUILDERS = frozenset({"server_unit", "env_file", "gateway_service", "gateway_unit", "check_unit", "check_service",
+                           "check_timer", "node_url"})
+#: What a profile derives that the deployment holds once: read from ``profile.X`` (or ``*.sglang.api_key_file``).
+PROFILE_DERIVED = frozenset({"base_url", "gateway_url", "worker_urls", "api_key_file"})
+#: The layer from which on a module reads unit names, URLs and the key path from the deployment: every verb's
+#: own code (the targets, the clients, the host side, the command line), above the profile, the launch and
+#: :mod:`kimi_deploy.deployment` that derive them.
+VERB_LAYER = LAYERS["targets"]
+
+
+def _derived_names(path: Path) -> list[tuple[int, str]]:
+    """``(line, what)`` of each unit name or URL built in ``path``: a call of a :data:`NAME_BUILDERS` function of
+    :mod:`kimi_deploy.names` (imported by name or through the module), or :meth:`kimi_deploy.deployment.Units.of`
+    of a profile's name; and each :data:`PROFILE_DERIVED` fact read from a profile (``profile.base_url``,
+    ``profile.worker_urls()``, ``x.sglang.api_key_file``, ``s.api_key_file`` with ``s = profile.sglang``)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    builders: set[str] = set()  # names bound to a builder in this module
+    modules: set[str] = set()  # names bound to kimi_deploy.names
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module == "kimi_deploy.names":
+            builders |= {alias.asname or alias.name for alias in node.names if alias.name in NAME_BUILDERS}
+        elif isinstance(node, ast.ImportFrom) and node.module == "kimi_deploy":
+            modules |= {alias.asname or alias.name for alias in node.names if alias.name == "names"}
+        elif isinstance(node, ast.Import):
+            modules |= {alias.asname or alias.name for alias in node.names if alias.name == "kimi_deploy.names"}
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call):
+            func = node.func
+            if isinstance(func, ast.Name) and func.id in builders:
+                found.append((node.lineno, f"{func.id}(...)"))
+            elif isinstance(func, ast.Attribute) and func.attr in NAME_BUILDERS and \
+                    ast.unparse(func.value) in modules | {"kimi_deploy.names"}:
+                found.append((node.lineno, f"{func.attr}(...)"))
+            elif isinstance(func, ast.Attribute) and func.attr == "of" and ast.unparse(func.value) == "Units" and \
+                    any("profile" in ast.unparse(arg).lower() for arg in node.args):
+                found.append((node.lineno, f"Units.of({ast.unparse(node.args[0])})"))
+        elif isinstance(node, ast.Attribute) and node.attr in PROFILE_DERIVED and \
+                not any(isinstance(n, ast.Call) for n in ast.walk(node.value)):  # resolve(profile).base_url reads
+            owner = ast.unparse(node.value)
+            if "profile" in owner.lower() or owner == "s" or owner.endswith(".sglang"):
+                found.append((node.lineno, f"{owner}.{node.attr}"))
+    return found
+
+
+def test_unit_names_urls_and_the_key_path_are_read_from_the_deployment():
+    """Issue 36's layer rule, its second half: above :mod:`kimi_deploy.deployment` (the targets, the clients, the
+    host side, the command line) no module builds a unit name or URL with :mod:`kimi_deploy.names`, nor reads
+    the URLs or the key path off the profile: it reads ``deployment.units``, ``deployment.base_url``,
+    ``worker_urls``, ``gateway_url``, ``api_key_file`` (a service known only by its recorded name:
+    :meth:`kimi_deploy.deployment.Units.of`)."""
+    spelt = [f"{path.relative_to(REPO)}:{line}: {what}" for module, path in MODULES.items()
+             if LAYERS.get(layer_key(module), 0) >= VERB_LAYER and module not in DERIVED_NAMES_ALLOWED
+             for line, what in _derived_names(path)]
+    assert not spelt, "derived outside kimi_deploy.deployment.resolve (read the Deployment instead):\n" + \
+        "\n".join(spelt)
+
+
+#: Modules above the deployment that may still build a name or URL, each with why: none may derive what the
+#: deployment holds.
+DERIVED_NAMES_ALLOWED: dict[str, str] = {
+    "kimi_deploy.targets.kubernetes": "the cluster's own names: its Services' DNS names (NAME-leader.NS.svc, "
+                                      "NAME-gateway.NS.svc) and the gateway's ServiceAccount, and whether the key "
+                                      "Secret is mounted; not the host URLs and units the deployment resolves",
+}
+
+
+def test_the_names_rule_finds_a_unit_name_or_url_built_elsewhere(tmp_path):
+    """The rule itself: a planted unit name, URL and key path derived from a profile are each found."""
+    bad = tmp_path / "bad.py"
+    bad.write_text("from kimi_deploy import names\nfrom kimi_deploy.names import server_unit\n\n"
+                   "from kimi_deploy.deployment import Units\n\n"
+                   "def check_unit(f):\n    return f\n\n"
+                   "def f(profile, deployment, record):\n"
+                   "    unit = server_unit(profile.service.name)\n"
+                   "    gw = names.gateway_unit(profile.service.name)\n"
+                   "    timer = Units.of(profile.service.name).check_timer\n"
+                   "    s = profile.sglang\n"
+                   "    return unit, gw, profile.base_url, profile.worker_urls(), s.api_key_file, \\\n"
+                   "        profile.sglang.api_key_file, deployment.base_url, deployment.units.server, \\\n"
+                   "        Units.of(record.service).server, check_unit(deployment)\n")
+    assert sorted(what for _, what in _derived_names(bad)) == sorted([
+        "server_unit(...)", "gateway_unit(...)", "Units.of(profile.service.name)", "profile.base_url",
+        "profile.worker_urls", "s.api_key_file", "profile.sglang.api_key_file"])
+
+
 def test_the_resolve_rule_finds_a_launch_built_elsewhere(tmp_path):
     """The rule itself: a module that builds a launch is found."""
     bad = tmp_path / "bad.py"

@@ -31,6 +31,7 @@ from kimi_deploy.profile import load_profile
 from kimi_deploy.host.readiness import phase_of, wait_ready
 from kimi_deploy.host import restart as restart_lib
 from kimi_deploy.host.restart import restart
+from kimi_deploy.deployment import resolve
 
 UNIT = "etc/systemd/system/kimi-test.service"
 
@@ -150,7 +151,7 @@ def test_restart_timeout_default_comes_from_timeout_start_sec(tmp_path, fake_sys
     monkeypatch.setattr("kimi_deploy.host.restart.wait_ready", fake_wait)
     root, v1, _ = _setup(tmp_path, 30000)
     _install(root, v1)
-    result = restart(load_profile(v1), HostLayout(root), wait=True)
+    result = restart(resolve(load_profile(v1), launches=False), HostLayout(root), wait=True)
     assert seen["timeout"] == 600.0 and result.exit_code == ExitCode.TIMEOUT
 
 

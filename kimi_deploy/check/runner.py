@@ -7,7 +7,7 @@ import sys
 import datetime as _dt
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import httpx
@@ -86,17 +86,18 @@ def _no_answer(results: list[CheckResult]) -> CheckResult | None:
 Progress = Callable[[str, int, int, "CheckResult | None"], None]
 
 
-def guard_key(base_url: str, api_key: str | None, profile: Profile | None, *, insecure: bool,
+def guard_key(base_url: str, api_key: str | None, workers: Sequence[str] = (), *, insecure: bool,
               note: bool = True) -> None:
-    """:func:`kimi_deploy.wire.apikey.guard_transport` for a check of ``base_url``, except that a worker URL the
-    profile itself names (``[fleet]``: :meth:`Profile.worker_urls`) is the operator's own fleet, where SGLang's
+    """:func:`kimi_deploy.wire.apikey.guard_transport` for a check of ``base_url``, except that one of ``workers``,
+    the worker URLs the profile itself names (``[fleet]``: :attr:`kimi_deploy.deployment.Deployment.worker_urls`),
+    is the operator's own fleet, where SGLang's
     gateway sends the same key over the same network anyway (one ``note:`` line on stderr says so when it goes
     over plain http to another host, unless ``note`` is False); a URL only a gateway lists is guarded.
 
     Raises:
         UsageError: plain http with a key to a host that is neither local nor a profile's worker (exit 2).
     """
-    own = {url.rstrip("/") for url in profile.worker_urls()} if profile is not None else set()
+    own = {url.rstrip("/") for url in workers}
     if base_url.rstrip("/") not in own or insecure:
         guard_transport(base_url, api_key, insecure=insecure)
         return
@@ -146,7 +147,7 @@ def run_checks(options: CheckOptions, progress: Progress | None = None, *,
     api_key = options.api_key
     if api_key is None and deployment is not None:
         api_key = resolve_key(profile_key_file=deployment.api_key_file)
-    guard_key(base_url, api_key, profile, insecure=options.insecure)  # before anything is sent
+    guard_key(base_url, api_key, deployment.worker_urls if deployment else (), insecure=options.insecure)  # first
     ids = registry.select(options.only, options.skip, quality=options.quality)
     settings = quality_settings(options, profile)
     quality.prepare(ids, settings)  # a dataset that cannot be read is exit 2 before anything is sent

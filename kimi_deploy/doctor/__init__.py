@@ -216,6 +216,7 @@ def gather(profile: Profile, *, python: str | None = None, root: Path = Path("/"
                 facts["gates_version"] = versions.DEFAULT_SGLANG_VERSION
     except KimiDeployError as exc:
         facts["gates_error"] = exc.message
+    facts["units"] = (deployment or resolve(profile, launches=False)).units  # the names, whatever the release
 
     s = profile.sglang
     say(f"reading the model files in {s.model_path}")
