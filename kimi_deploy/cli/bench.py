@@ -151,7 +151,7 @@ def _redacted(exc: KimiDeployError, api_key: str | None) -> KimiDeployError:
               help="Deployment profile: its base URL, served model and API key file (each unless given), as "
                    "`check --profile` reads them; its sha256 is recorded in the result (default, without "
                    "--base-url: the installed profile).")
-@name_option
+@name_option(neither="--profile nor --base-url")
 @json_path_option("Write the result JSON to PATH ('-': stdout).")
 @click.option("--csv", "csv_path", type=click.Path(path_type=Path), metavar="PATH",
               help="Write one CSV row per point to PATH.")

@@ -72,7 +72,7 @@ def _globs(values: tuple[str, ...]) -> list[str]:
 @click.option("--profile", "profile_path", type=click.Path(path_type=Path), metavar="FILE",
               help="Deployment profile: base URL, model, key and the expected parsers/speculative/TP (default, "
                    "without --base-url: the installed profile).")
-@name_option
+@name_option(neither="--profile nor --base-url")
 @click.option("--only", multiple=True, metavar="IDS", help="Run only checks matching these globs "
               "(repeat or comma-separate: 'health.*,config.*').")
 @click.option("--skip", multiple=True, metavar="IDS", help="Leave out checks matching these globs.")

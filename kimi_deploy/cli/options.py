@@ -58,12 +58,15 @@ def root_option(func):
                         help="Host root for kimi-deploy's files (units, manifest, backups, profile copy).")(func)
 
 
-def name_option(func):
-    """``--name NAME``: the installed service whose profile copy a verb reads when neither ``--profile`` nor
-    ``--preset`` is given (default: the only one installed)."""
-    return click.option("--name", "name", default=None, metavar="NAME",
-                        help="Installed service whose profile to use when neither --profile nor --preset is given "
-                             "(default: the only one installed).")(func)
+def name_option(func=None, *, neither: str = "--profile nor --preset"):
+    """``--name NAME``: the installed service whose profile copy a verb reads when ``neither`` (its other ways to
+    name a profile or server) is given (default: the only one installed). ``@name_option`` or
+    ``@name_option(neither="--profile nor --base-url")``."""
+    def decorate(f):
+        return click.option("--name", "name", default=None, metavar="NAME",
+                            help=f"Installed service whose profile to use when neither {neither} is given "
+                                 "(default: the only one installed).")(f)
+    return decorate(func) if func is not None else decorate
 
 
 def profile_or_installed(profile_path: Path | None, preset: str | None, name: str | None, layout) -> Profile:

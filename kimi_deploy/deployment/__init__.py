@@ -106,9 +106,10 @@ class RankLaunch:
 @dataclasses.dataclass(frozen=True)
 class Units:
     """The service's unit and file names (:mod:`kimi_deploy.names`): the server unit, its EnvironmentFile, the
-    nightly check's service and timer and their stem (``check_unit``, ``kimi-deploy-check@NAME``); with
-    ``[gateway]`` the gateway's name (``gateway_name``, ``NAME-gateway``: its state directory, its Prometheus job
-    and Kubernetes account), its unit (``gateway``) and its check's units, else ``None``. The one place a verb
+    nightly check's service and timer and their stem (``check_unit``, ``kimi-deploy-check@NAME``); the gateway's
+    name (``gateway_name``, ``NAME-gateway``: its state directory, its Prometheus job's default also when
+    ``[monitoring] gateway`` names a gateway the profile does not run); with ``[gateway]`` its unit (``gateway``)
+    and its check's units, else ``None``. The one place a verb
     gets them: from a resolved :class:`Deployment`, or, for a service known only by its recorded name (an
     uninstall, a journal's recovery), from :meth:`of`."""
 
@@ -120,17 +121,18 @@ class Units:
     gateway_check_service: str | None = None
     gateway_check_timer: str | None = None
     check_unit: str = ""
-    gateway_name: str | None = None
+    gateway_name: str = ""
     gateway_check_unit: str | None = None
 
     @classmethod
     def of(cls, service: str, gateway: bool = False) -> Units:
         """The names of ``[service] name`` = ``service`` (with the gateway's when ``gateway``)."""
-        gw = names.gateway_service(service) if gateway else None
+        name = names.gateway_service(service)
+        gw = name if gateway else None
         return cls(names.server_unit(service), names.env_file(service), names.check_service(service),
                    names.check_timer(service), names.server_unit(gw) if gw else None,
                    names.check_service(gw) if gw else None, names.check_timer(gw) if gw else None,
-                   names.check_unit(service), gw, names.check_unit(gw) if gw else None)
+                   names.check_unit(service), name, names.check_unit(gw) if gw else None)
 
     @property
     def timers(self) -> tuple[str, ...]:
