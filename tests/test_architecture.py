@@ -16,8 +16,11 @@ The import graph is read from the source with :mod:`ast` (every ``import``/``fro
 - one builder each: unit file names (:mod:`kimi_deploy.names`), ``http://HOST:PORT`` URLs
   (:func:`kimi_deploy.names.node_url`), the nightly check command (:func:`kimi_deploy.names.check_argv`);
 - issue 36's layer rule: a rank's launch, the gateway's command, the gated patches a command needs and the model
-  table's fit are derived only in :func:`kimi_deploy.deployment.resolve` (:data:`RESOLVED_FACTS`);
-- nothing under ``targets/`` imports by a string.
+  table's fit are derived only in :func:`kimi_deploy.deployment.resolve` (:data:`RESOLVED_FACTS`); above the
+  deployment no module builds a unit name or URL with :mod:`kimi_deploy.names` or reads the URLs or the key path
+  off the profile (:data:`NAME_BUILDERS`, :data:`PROFILE_DERIVED`); each rule is tried on a planted violation;
+- nothing under ``targets/`` imports by a string;
+- no two modules share a basename with different meanings (:data:`SHARED_BASENAMES`).
 
 A new package needs a row in :data:`LAYERS` and a line in README's "Layout": the failure says so.
 """
@@ -294,6 +297,47 @@ def test_the_target_registry_and_the_target_modules_match():
     with_entry = {module_name(p) for p in (PACKAGE / "targets").glob("*.py")
                   if re.search(r"^def artefacts\(", p.read_text(encoding="utf-8"), flags=re.M)}
     assert with_entry == {row.artefacts.__module__ for row in REGISTRY.values()}
+
+
+#: Basenames that more than one module has, each with the one meaning they share (issue 36: no two modules share a
+#: basename with different meanings): a verb's command-line front (``cli/``) and its library (``host/``, the root),
+#: a profile table (``profile/``) and the target that renders it, one client concern in ``check/`` and ``bench/``.
+SHARED_BASENAMES: dict[str, str] = {
+    "client.py": "a client of the running server (check's, bench's)",
+    "compare.py": "compare two result files (check's accuracy, bench's runs)",
+    "http.py": "HTTP to the server (every client's manners; bench's own client)",
+    "kubernetes.py": "Kubernetes: the [kubernetes] table and the target",
+    "monitoring.py": "monitoring: the [monitoring] table and the target",
+    "prefetch.py": "the prefetch verb",
+    "preflight.py": "the preflight verb",
+    "presets.py": "the presets (the catalog's, the presets and init verbs)",
+    "readiness.py": "is the server ready (the verdict on the wire; the host's probes and phases)",
+    "report.py": "a verb's result (doctor's checks, bench's files); sizing/report.py sizes a profile, left to rename "
+                 "after the tune verb (issue 40) lands",
+    "restart.py": "the restart verb",
+    "status.py": "the status verb",
+    "systemd.py": "systemd (the units rendered, systemctl on the host)",
+    "upgrade.py": "the upgrade verb",
+    "validate.py": "the validate verb (SGLang's own parsers)",
+    "workers.py": "the gateway's workers (its list on the wire, check --each-worker)",
+}
+
+
+def test_no_two_modules_share_a_basename_with_different_meanings():
+    """A basename two modules have is one of :data:`SHARED_BASENAMES` (one meaning): before issue 36,
+    ``check/validate.py`` (chat completion rules) and ``validate.py`` (SGLang's parser), ``patching/engine.py``
+    (patch application) and ``engine.py`` (SGLang's interpreter), ``cli/options.py`` (shared CLI options) and
+    ``options.py`` (the SGLang option table), ``check/registry.py`` and ``targets/registry.py``, ``bench/dataset.py``
+    (prompts) and ``check/quality/dataset.py``, ``bench/load.py`` and ``profile/load.py``,
+    ``check/quality/preflight.py`` and ``host/preflight.py`` each meant two things."""
+    seen: dict[str, list[str]] = {}
+    for path in PACKAGE.rglob("*.py"):
+        if path.name not in ("__init__.py", "__main__.py"):
+            seen.setdefault(path.name, []).append(str(path.relative_to(PACKAGE)))
+    shared = {name: sorted(where) for name, where in seen.items() if len(where) > 1}
+    unexplained = {name: where for name, where in shared.items() if name not in SHARED_BASENAMES}
+    assert not unexplained, f"modules sharing a basename (rename one, or say their one meaning): {unexplained}"
+    assert set(SHARED_BASENAMES) <= set(shared), sorted(set(SHARED_BASENAMES) - set(shared))
 
 
 def test_no_target_is_imported_by_a_string():

@@ -275,7 +275,7 @@ DEFAULTING = {
 def test_every_verb_with_a_root_defaults_to_the_installed_profile(tmp_path, monkeypatch, verb):
     """Issue 36, "same defaults everywhere": before, render and install without --profile were exit 2 ("no profile
     given") while restart, status and doctor read the installed one. Now every verb reads it
-    (:func:`kimi_deploy.cli.options.profile_or_installed`), and with nothing installed each says the same."""
+    (:func:`kimi_deploy.cli.common.profile_or_installed`), and with nothing installed each says the same."""
     monkeypatch.setenv("PATH", str(tmp_path / "empty-path"))  # no systemctl, no nvidia-smi
     args, code = DEFAULTING[verb]
     empty = tmp_path / "nothing"

@@ -17,7 +17,7 @@ from kimi_deploy.fsio import check_output_paths, write_atomic
 from kimi_deploy.paths import HostLayout
 from kimi_deploy.wire.printable import markup, printable
 from kimi_deploy.cli.dataset_options import dataset_limit_options
-from kimi_deploy.cli.options import (installed_profile_path, json_flag, json_path_option, limit_options, make_console,
+from kimi_deploy.cli.common import (installed_profile_path, json_flag, json_path_option, limit_options, make_console,
                                      name_option, report_console)
 from kimi_deploy.wire.limits import parse_json
 
@@ -228,14 +228,14 @@ def bench_cmd(ctx, base_url, model, concurrency, request_rate, num_prompts, max_
                          hint="--long-prompts is a generated dataset; pass one of the two")
 
     # start-up: the bench library (httpx, httptools, rich) loads once the arguments are read: usage errors first
-    from kimi_deploy.bench import dataset as dataset_lib, load, longprompts, report
+    from kimi_deploy.bench import loadgen, longprompts, prompts, report
 
     profile_sha = None
     if profile_path:
         profile_sha = report.profile_digest(profile_path)
     if temperature is None:
-        temperature, body_extra = load.model_sampling(model, profile_path, body_extra)
-    cfg = load.BenchConfig(
+        temperature, body_extra = loadgen.model_sampling(model, profile_path, body_extra)
+    cfg = loadgen.BenchConfig(
         base_url=base_url, model=model, concurrency=() if rates else concurrency, request_rates=rates,
         max_in_flight=concurrency[0] if rates and conc_given else None,
         num_prompts=num_prompts, max_tokens=max_tokens, temperature=temperature, ignore_eos=ignore_eos,
@@ -245,15 +245,15 @@ def bench_cmd(ctx, base_url, model, concurrency, request_rate, num_prompts, max_
     if long_prompts:
         data = longprompts.dataset()
     else:
-        data = dataset_lib.load_dataset(dataset, max_line_bytes=max_dataset_line_bytes,
+        data = prompts.load_dataset(dataset, max_line_bytes=max_dataset_line_bytes,
                                         max_file_bytes=max_dataset_bytes)
     show = not no_progress and sys.stderr.isatty()
     try:
         if show:
             with _RichProgress() as progress:
-                run = load.run_bench(cfg, data, progress)
+                run = loadgen.run_bench(cfg, data, progress)
         else:
-            run = load.run_bench(cfg, data)
+            run = loadgen.run_bench(cfg, data)
     except KimiDeployError as exc:  # its value may quote a server body that echoed the key
         raise _redacted(exc, api_key) from None
     result = report.build_result(run, data, profile_sha)

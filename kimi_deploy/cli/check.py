@@ -16,7 +16,7 @@ from kimi_deploy.errors import ExitCode, UsageError
 from kimi_deploy.fsio import write_atomic
 from kimi_deploy.paths import HostLayout
 from kimi_deploy.cli.dataset_options import dataset_limit_options
-from kimi_deploy.cli.options import (Seconds, installed_profile_path, json_flag, json_path_option, limit_options,
+from kimi_deploy.cli.common import (Seconds, installed_profile_path, json_flag, json_path_option, limit_options,
                                      make_console, name_option, report_console)
 
 if TYPE_CHECKING:  # the check library (openai, httpx, rich) loads when the verb runs, not for its --help
@@ -155,10 +155,10 @@ def check_cmd(ctx, base_url, model, api_key_file, profile_path, name, only, skip
             check_base_url(base_url)  # run_checks' own rule, applied before the client libraries load
 
     # start-up: the check library (openai, httpx) loads once the arguments are read, so usage errors come first
-    from kimi_deploy.check import CheckOptions, pushgateway as push_lib, registry, reports, run_checks, runner, workers
+    from kimi_deploy.check import CheckOptions, pushgateway as push_lib, check_ids, reports, run_checks, runner, workers
 
     if list_only:
-        for check_id in registry.select(_globs(only), _globs(skip), quality=True):
+        for check_id in check_ids.select(_globs(only), _globs(skip), quality=True):
             click.echo(check_id)
         return
     to_stdout = json_path == "-"

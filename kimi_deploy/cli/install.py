@@ -13,7 +13,7 @@ from kimi_deploy.host.install.plan import Plan
 from kimi_deploy.host.install.uninstall_plan import pick_service, plan_uninstall
 from kimi_deploy.host import journal
 from kimi_deploy.host.records import service_lock, shared_lock
-from kimi_deploy.cli.options import echo_json, json_flag, name_option, profile_options, profile_or_installed, root_option
+from kimi_deploy.cli.common import echo_json, json_flag, name_option, profile_options, profile_or_installed, root_option
 from kimi_deploy.errors import KimiDeployError, UsageError
 from kimi_deploy.paths import HostLayout
 from kimi_deploy.versions import DEFAULT_SGLANG_VERSION

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from kimi_deploy.cli.options import Seconds, echo_json, json_flag, name_option, profile_options, profile_or_installed
+from kimi_deploy.cli.common import Seconds, echo_json, json_flag, name_option, profile_options, profile_or_installed
 from kimi_deploy.host import preflight as preflight_lib
 from kimi_deploy.paths import HostLayout
 from kimi_deploy.topology import PREFLIGHT_TIMEOUT_SEC, find_rank

@@ -13,7 +13,7 @@ import click
 import kimi_deploy
 from kimi_deploy import paths
 from kimi_deploy.catalog.models import MODELS
-from kimi_deploy.cli.options import echo_json, json_flag
+from kimi_deploy.cli.common import echo_json, json_flag
 from kimi_deploy.errors import UsageError
 from kimi_deploy.deployment import resolve
 from kimi_deploy.fsio import check_output_paths, write_atomic

@@ -14,7 +14,7 @@ import click
 from kimi_deploy import engine, paths
 from kimi_deploy.deployment import resolve
 from kimi_deploy.targets import METRICS_OFF, TARGETS
-from kimi_deploy.cli.options import echo_json, json_flag, name_option, profile_options, profile_or_installed
+from kimi_deploy.cli.common import echo_json, json_flag, name_option, profile_options, profile_or_installed
 from kimi_deploy.errors import UsageError
 from kimi_deploy.fsio import check_output_dir, create_output_dir, write_many_atomic
 from kimi_deploy.profile import naming_warnings

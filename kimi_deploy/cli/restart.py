@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from kimi_deploy.cli.options import (Seconds, echo_json, host_systemd_option, json_flag, make_console,
+from kimi_deploy.cli.common import (Seconds, echo_json, host_systemd_option, json_flag, make_console,
                                      profile_options, refuse_host_systemd, resolve_installed_deployment,
                                      root_option)
 from kimi_deploy.paths import HostLayout

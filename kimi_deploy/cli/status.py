@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from kimi_deploy.cli.options import (echo_json, json_flag, profile_options, resolve_installed_deployment,
+from kimi_deploy.cli.common import (echo_json, json_flag, profile_options, resolve_installed_deployment,
                                      root_option)
 from kimi_deploy.paths import HostLayout
 

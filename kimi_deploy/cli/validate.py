@@ -8,7 +8,7 @@ import click
 
 from kimi_deploy import validate as validate_lib
 from kimi_deploy.doctor import probe_gpus
-from kimi_deploy.cli.options import Phases, echo_json, json_flag, name_option, profile_options, profile_or_installed
+from kimi_deploy.cli.common import Phases, echo_json, json_flag, name_option, profile_options, profile_or_installed
 from kimi_deploy.errors import ExitCode, KimiDeployError
 from kimi_deploy.fsio import check_output_dir, create_output_dir, write_many_atomic
 from kimi_deploy.paths import HostLayout

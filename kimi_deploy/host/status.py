@@ -485,7 +485,7 @@ def status_from(deployment: Deployment, manifest: Manifest, facts: StatusFacts) 
     unit_name = deployment.units.gateway if only_gateway else deployment.units.server
     profile_copy = layout.profile_copy(name)  # a local path: what `install --profile` reads (under --root)
     cmd = layout.command
-    # restart acts on this host's systemd: under --root only with --host-systemd (kimi_deploy.cli.options)
+    # restart acts on this host's systemd: under --root only with --host-systemd (kimi_deploy.cli.common)
     restart_wait = cmd("restart --wait" + ("" if layout.is_host else " --host-systemd"))
     files = _file_states(manifest, facts.files)
     problems += change_problems(facts, name)
