@@ -21,7 +21,9 @@ from kimi_deploy.catalog.models import (REFERENCE_GPU, WEIGHTS_SHARE, Gpu as Cat
                                         what_fits)
 from kimi_deploy.doctor.cuda import SOURCE as DRIVER_SOURCE, judge_driver
 from kimi_deploy.doctor.fabric import AcsReport, IommuMode, P2pMatrix
-from kimi_deploy.doctor.host import DiskSpace, FileDrift, PortProbe, hostport
+from kimi_deploy.doctor.host import FileDrift
+from kimi_deploy.facts.disk import DiskSpace
+from kimi_deploy.facts.ports import PortProbe, hostport
 from kimi_deploy.facts.modeldir import ModelDir
 from kimi_deploy.facts.nvidia import P2P_LEVEL_FOR_LINK, P2P_LEVELS, Gpu, Topology
 from kimi_deploy.doctor.report import Check, failed, passed, warned
