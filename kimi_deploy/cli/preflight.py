@@ -9,7 +9,8 @@ import click
 from kimi_deploy.cli.common import Seconds, echo_json, json_flag, name_option, profile_options, profile_or_installed
 from kimi_deploy.host import preflight as preflight_lib
 from kimi_deploy.paths import HostLayout
-from kimi_deploy.topology import PREFLIGHT_TIMEOUT_SEC, find_rank
+from kimi_deploy.deployment import resolve
+from kimi_deploy.topology import PREFLIGHT_TIMEOUT_SEC
 
 #: Longest --timeout accepted (a day): a rendezvous that waits longer waits for nothing.
 MAX_TIMEOUT_SEC = 86400.0
@@ -35,7 +36,7 @@ def preflight_cmd(ctx, profile_path, preset, name, node, timeout, python, as_jso
     Without --profile/--preset: the installed profile, as every verb.
     """
     profile = profile_or_installed(profile_path, preset, name, HostLayout(Path("/")))
-    rank = find_rank(profile, node)
+    rank = resolve(profile, launches=False).rank_of(node)  # the deployment's rank table, no launch built
     result = preflight_lib.preflight(profile, rank, timeout=timeout, python=python)
     if as_json:
         echo_json(result.to_dict())

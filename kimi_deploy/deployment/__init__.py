@@ -36,7 +36,7 @@ from kimi_deploy.catalog.models import REFERENCE_GPU, REFERENCE_GPUS, Gpu, Model
 from kimi_deploy.errors import RefusedError
 from kimi_deploy.launch import LaunchSpec, build_launch, gateway_argv
 from kimi_deploy.profile import Profile, host_key, load_profile
-from kimi_deploy.topology import Rank, group_ranks
+from kimi_deploy.topology import Rank, find_rank, group_ranks
 
 __all__ = ["Deployment", "Fit", "HostGpus", "RankLaunch", "Units", "resolve", "resolve_file", "require_fit", "static_fit",
            "REFERENCE_COMPUTE_CAP"]
@@ -243,6 +243,15 @@ class Deployment:
             if host_key(nodes[0]) == host_key(node):
                 return url
         raise KeyError(node)
+
+    def rank_of(self, node: str) -> Rank:
+        """The rank ``node`` runs in its multi-node group (one host however spelt), from the same rank table as
+        :attr:`ranks` (:func:`kimi_deploy.topology.find_rank`) without building a launch: what ``preflight`` reads.
+
+        Raises:
+            UsageError: no multi-node replica, or ``node`` is none of its nodes (exit 2).
+        """
+        return find_rank(self.profile, node)
 
     def launch_of(self, rank: Rank | None) -> LaunchSpec:
         """The launch ``rank`` runs (``None``: the serving launch).
