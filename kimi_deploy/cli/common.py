@@ -164,11 +164,8 @@ def resolve_installed_deployment(profile_path: Path | None, preset: str | None, 
     Raises:
         UsageError / ProfileError: as :func:`resolve_installed`.
     """
-    # start-up: the deployment (the launch, the catalog) loads when a verb runs, not for `--help`
-    from kimi_deploy.deployment import resolve
-
     profile, manifest = resolve_installed(profile_path, preset, name, layout)
-    return resolve(profile, manifest.sglang_version, launches=False), manifest
+    return _records().installed_deployment(profile, manifest), manifest
 
 
 #: ``ctx.meta`` key (shared by every nested click context): this invocation prints JSON on stdout,

@@ -396,6 +396,17 @@ def installed_profile(layout: HostLayout, manifest: Manifest) -> Profile:
     return load_profile(layout.profile_copy(manifest.service))
 
 
+def installed_deployment(profile: Profile, manifest: Manifest) -> Deployment:
+    """``profile`` (the installed one, or the one given for the installed service) resolved for the SGLang version
+    ``manifest`` records (:func:`kimi_deploy.deployment.resolve`), its launches built only when read: the unit
+    names, URLs and key path ``restart`` and ``status`` use, and the launch status compares the running one with.
+
+    Raises:
+        UsageError: the manifest's version is not a 0.5.x release (install records only those).
+    """
+    return resolve(profile, manifest.sglang_version, launches=False)
+
+
 class Ownership(str, enum.Enum):
     """Who a target file belongs to, from its bytes, the header and the manifest."""
 
