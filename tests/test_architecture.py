@@ -16,8 +16,11 @@ The import graph is read from the source with :mod:`ast` (every ``import``/``fro
 - one builder each: unit file names (:mod:`kimi_deploy.names`), ``http://HOST:PORT`` URLs
   (:func:`kimi_deploy.names.node_url`), the nightly check command (:func:`kimi_deploy.names.check_argv`);
 - issue 36's layer rule: a rank's launch, the gateway's command, the gated patches a command needs and the model
-  table's fit are derived only in :func:`kimi_deploy.deployment.resolve` (:data:`RESOLVED_FACTS`);
-- nothing under ``targets/`` imports by a string.
+  table's fit are derived only in :func:`kimi_deploy.deployment.resolve` (:data:`RESOLVED_FACTS`); above the
+  deployment no module builds a unit name or URL with :mod:`kimi_deploy.names` or reads the URLs or the key path
+  off the profile (:data:`NAME_BUILDERS`, :data:`PROFILE_DERIVED`); each rule is tried on a planted violation;
+- nothing under ``targets/`` imports by a string;
+- no two modules share a basename with different meanings (:data:`SHARED_BASENAMES`).
 
 A new package needs a row in :data:`LAYERS` and a line in README's "Layout": the failure says so.
 """
@@ -38,8 +41,8 @@ PACKAGE = REPO / "kimi_deploy"
 MAX_ROOT_MODULES = 20
 #: The cap on function-local ``kimi_deploy`` imports (86 before the layout of issue 24, whose cap was 20; 21 since
 #: ``check --profile`` reads the host's start records, issue 42, which load the profile models that check's
-#: ``--help`` must not).
-MAX_LOCAL_IMPORTS = 21
+#: ``--help`` must not; 20 again since issue 36: the CLI's two ``wire.limits`` imports became one).
+MAX_LOCAL_IMPORTS = 20
 
 #: Layer of each package and root module, lowest first: a module imports only from its own layer or lower ones.
 LAYERS: dict[str, int] = {
@@ -296,6 +299,47 @@ def test_the_target_registry_and_the_target_modules_match():
     assert with_entry == {row.artefacts.__module__ for row in REGISTRY.values()}
 
 
+#: Basenames that more than one module has, each with the one meaning they share (issue 36: no two modules share a
+#: basename with different meanings): a verb's command-line front (``cli/``) and its library (``host/``, the root),
+#: a profile table (``profile/``) and the target that renders it, one client concern in ``check/`` and ``bench/``.
+SHARED_BASENAMES: dict[str, str] = {
+    "client.py": "a client of the running server (check's, bench's)",
+    "compare.py": "compare two result files (check's accuracy, bench's runs)",
+    "http.py": "HTTP to the server (every client's manners; bench's own client)",
+    "kubernetes.py": "Kubernetes: the [kubernetes] table and the target",
+    "monitoring.py": "monitoring: the [monitoring] table and the target",
+    "prefetch.py": "the prefetch verb",
+    "preflight.py": "the preflight verb",
+    "presets.py": "the presets (the catalog's, the presets and init verbs)",
+    "readiness.py": "is the server ready (the verdict on the wire; the host's probes and phases)",
+    "report.py": "a verb's result (doctor's checks, bench's files); sizing/report.py sizes a profile, left to rename "
+                 "after the tune verb (issue 40) lands",
+    "restart.py": "the restart verb",
+    "status.py": "the status verb",
+    "systemd.py": "systemd (the units rendered, systemctl on the host)",
+    "upgrade.py": "the upgrade verb",
+    "validate.py": "the validate verb (SGLang's own parsers)",
+    "workers.py": "the gateway's workers (its list on the wire, check --each-worker)",
+}
+
+
+def test_no_two_modules_share_a_basename_with_different_meanings():
+    """A basename two modules have is one of :data:`SHARED_BASENAMES` (one meaning): before issue 36,
+    ``check/validate.py`` (chat completion rules) and ``validate.py`` (SGLang's parser), ``patching/engine.py``
+    (patch application) and ``engine.py`` (SGLang's interpreter), ``cli/options.py`` (shared CLI options) and
+    ``options.py`` (the SGLang option table), ``check/registry.py`` and ``targets/registry.py``, ``bench/dataset.py``
+    (prompts) and ``check/quality/dataset.py``, ``bench/load.py`` and ``profile/load.py``,
+    ``check/quality/preflight.py`` and ``host/preflight.py`` each meant two things."""
+    seen: dict[str, list[str]] = {}
+    for path in PACKAGE.rglob("*.py"):
+        if path.name not in ("__init__.py", "__main__.py"):
+            seen.setdefault(path.name, []).append(str(path.relative_to(PACKAGE)))
+    shared = {name: sorted(where) for name, where in seen.items() if len(where) > 1}
+    unexplained = {name: where for name, where in shared.items() if name not in SHARED_BASENAMES}
+    assert not unexplained, f"modules sharing a basename (rename one, or say their one meaning): {unexplained}"
+    assert set(SHARED_BASENAMES) <= set(shared), sorted(set(SHARED_BASENAMES) - set(shared))
+
+
 def test_no_target_is_imported_by_a_string():
     """Issue 36: the render path is visible to a reader and a static tool: nothing under ``targets/`` imports by
     a string (``importlib``, ``__import__``). (The CLI's verbs still load lazily by name, for start-up time:
@@ -363,6 +407,94 @@ def test_launch_gateway_patch_and_fit_facts_are_derived_only_in_resolve():
              if name in RESOLVED_FACTS and module not in RESOLVED_FACTS[name]]
     assert not spelt, "derived outside kimi_deploy.deployment.resolve (read the Deployment instead):\n" + \
         "\n".join(spelt)
+
+
+#: The name and URL builders of :mod:`kimi_deploy.names` whose results a resolved deployment holds
+#: (:class:`kimi_deploy.deployment.Units`, ``Deployment.base_url``/``worker_urls``/``gateway_url``).
+NAME_BUILDERS = frozenset({"server_unit", "env_file", "gateway_service", "gateway_unit", "check_unit", "check_service",
+                           "check_timer", "node_url"})
+#: What a profile derives that the deployment holds once: read from ``profile.X`` (or ``*.sglang.api_key_file``).
+PROFILE_DERIVED = frozenset({"base_url", "gateway_url", "worker_urls", "api_key_file"})
+#: The layer from which on a module reads unit names, URLs and the key path from the deployment: every verb's
+#: own code (the targets, the clients, the host side, the command line), above the profile, the launch and
+#: :mod:`kimi_deploy.deployment` that derive them.
+VERB_LAYER = LAYERS["targets"]
+
+
+def _derived_names(path: Path) -> list[tuple[int, str]]:
+    """``(line, what)`` of each unit name or URL built in ``path``: a call of a :data:`NAME_BUILDERS` function of
+    :mod:`kimi_deploy.names` (imported by name or through the module), or :meth:`kimi_deploy.deployment.Units.of`
+    of a profile's name; and each :data:`PROFILE_DERIVED` fact read from a profile (``profile.base_url``,
+    ``profile.worker_urls()``, ``x.sglang.api_key_file``, ``s.api_key_file`` with ``s = profile.sglang``)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    builders: set[str] = set()  # names bound to a builder in this module
+    modules: set[str] = set()  # names bound to kimi_deploy.names
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module == "kimi_deploy.names":
+            builders |= {alias.asname or alias.name for alias in node.names if alias.name in NAME_BUILDERS}
+        elif isinstance(node, ast.ImportFrom) and node.module == "kimi_deploy":
+            modules |= {alias.asname or alias.name for alias in node.names if alias.name == "names"}
+        elif isinstance(node, ast.Import):
+            modules |= {alias.asname or alias.name for alias in node.names if alias.name == "kimi_deploy.names"}
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call):
+            func = node.func
+            if isinstance(func, ast.Name) and func.id in builders:
+                found.append((node.lineno, f"{func.id}(...)"))
+            elif isinstance(func, ast.Attribute) and func.attr in NAME_BUILDERS and \
+                    ast.unparse(func.value) in modules | {"kimi_deploy.names"}:
+                found.append((node.lineno, f"{func.attr}(...)"))
+            elif isinstance(func, ast.Attribute) and func.attr == "of" and ast.unparse(func.value) == "Units" and \
+                    any("profile" in ast.unparse(arg).lower() for arg in node.args):
+                found.append((node.lineno, f"Units.of({ast.unparse(node.args[0])})"))
+        elif isinstance(node, ast.Attribute) and node.attr in PROFILE_DERIVED and \
+                not any(isinstance(n, ast.Call) for n in ast.walk(node.value)):  # resolve(profile).base_url reads
+            owner = ast.unparse(node.value)
+            if "profile" in owner.lower() or owner == "s" or owner.endswith(".sglang"):
+                found.append((node.lineno, f"{owner}.{node.attr}"))
+    return found
+
+
+def test_unit_names_urls_and_the_key_path_are_read_from_the_deployment():
+    """Issue 36's layer rule, its second half: above :mod:`kimi_deploy.deployment` (the targets, the clients, the
+    host side, the command line) no module builds a unit name or URL with :mod:`kimi_deploy.names`, nor reads
+    the URLs or the key path off the profile: it reads ``deployment.units``, ``deployment.base_url``,
+    ``worker_urls``, ``gateway_url``, ``api_key_file`` (a service known only by its recorded name:
+    :meth:`kimi_deploy.deployment.Units.of`)."""
+    spelt = [f"{path.relative_to(REPO)}:{line}: {what}" for module, path in MODULES.items()
+             if LAYERS.get(layer_key(module), 0) >= VERB_LAYER and module not in DERIVED_NAMES_ALLOWED
+             for line, what in _derived_names(path)]
+    assert not spelt, "derived outside kimi_deploy.deployment.resolve (read the Deployment instead):\n" + \
+        "\n".join(spelt)
+
+
+#: Modules above the deployment that may still build a name or URL, each with why: none may derive what the
+#: deployment holds.
+DERIVED_NAMES_ALLOWED: dict[str, str] = {
+    "kimi_deploy.targets.kubernetes": "the cluster's own names: its Services' DNS names (NAME-leader.NS.svc, "
+                                      "NAME-gateway.NS.svc) and the gateway's ServiceAccount, and whether the key "
+                                      "Secret is mounted; not the host URLs and units the deployment resolves",
+}
+
+
+def test_the_names_rule_finds_a_unit_name_or_url_built_elsewhere(tmp_path):
+    """The rule itself: a planted unit name, URL and key path derived from a profile are each found."""
+    bad = tmp_path / "bad.py"
+    bad.write_text("from kimi_deploy import names\nfrom kimi_deploy.names import server_unit\n\n"
+                   "from kimi_deploy.deployment import Units\n\n"
+                   "def check_unit(f):\n    return f\n\n"
+                   "def f(profile, deployment, record):\n"
+                   "    unit = server_unit(profile.service.name)\n"
+                   "    gw = names.gateway_unit(profile.service.name)\n"
+                   "    timer = Units.of(profile.service.name).check_timer\n"
+                   "    s = profile.sglang\n"
+                   "    return unit, gw, profile.base_url, profile.worker_urls(), s.api_key_file, \\\n"
+                   "        profile.sglang.api_key_file, deployment.base_url, deployment.units.server, \\\n"
+                   "        Units.of(record.service).server, check_unit(deployment)\n")
+    assert sorted(what for _, what in _derived_names(bad)) == sorted([
+        "server_unit(...)", "gateway_unit(...)", "Units.of(profile.service.name)", "profile.base_url",
+        "profile.worker_urls", "s.api_key_file", "profile.sglang.api_key_file"])
 
 
 def test_the_resolve_rule_finds_a_launch_built_elsewhere(tmp_path):

@@ -14,7 +14,7 @@ import pytest
 
 from kimi_deploy.bench.client import SSESink, StreamClient
 from kimi_deploy.bench.http import Connection
-from kimi_deploy.bench.load import closed_loop
+from kimi_deploy.bench.loadgen import closed_loop
 from kimi_deploy.errors import ExitCode, KimiDeployError, UnreachableError
 
 HEAD = (b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream; charset=utf-8\r\n"

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from kimi_deploy.bench.dataset import load_dataset
+from kimi_deploy.bench.prompts import load_dataset
 from kimi_deploy.bench.report import CSV_COLUMNS, SCHEMA
 from kimi_deploy.cli import cli
 from kimi_deploy.errors import ExitCode

@@ -197,12 +197,12 @@ def test_cap_flags_refuse_nonsense_before_sending(flag, value):
 
 
 def test_cap_flags_take_suffixes_and_reach_the_config(tmp_path):
-    from kimi_deploy.cli.options import ByteSize
+    from kimi_deploy.cli.common import ByteSize
 
     assert ByteSize().convert("64K", None, None) == 65536
     assert ByteSize().convert("16MiB", None, None) == 16 << 20
     assert ByteSize().convert("1g", None, None) == 1 << 30
-    from kimi_deploy.bench.load import BenchConfig
+    from kimi_deploy.bench.loadgen import BenchConfig
 
     cfg = BenchConfig(base_url="http://x", max_body_bytes=1 << 20, max_line_bytes=4096)
     assert cfg.to_dict()["max_body_bytes"] == 1 << 20 and cfg.to_dict()["max_line_bytes"] == 4096

@@ -13,7 +13,7 @@ import os
 
 import pytest
 
-from kimi_deploy.bench.load import BenchConfig
+from kimi_deploy.bench.loadgen import BenchConfig
 from kimi_deploy.cli import cli
 from kimi_deploy.errors import ExitCode, UsageError
 from tests.test_bench_e2e import Synthetic
@@ -129,7 +129,7 @@ def test_the_library_config_applies_the_same_validators():
 
 
 def test_json_is_strict_and_a_server_nan_reads_as_null():
-    from kimi_deploy.bench.load import spec_accept_length
+    from kimi_deploy.bench.loadgen import spec_accept_length
     from kimi_deploy.bench.report import to_json_text
 
     with pytest.raises(ValueError):
@@ -211,7 +211,7 @@ def test_https_against_a_silent_port_is_given_up_after_the_request_timeout(silen
 
 def test_a_dataset_with_a_bom_loads_and_one_not_utf8_is_refused_with_its_line(tmp_path):
     """A BOM was "line 1 is not JSON (Unexpected UTF-8 BOM ...)"; Latin-1 bytes were replaced by U+FFFD and sent."""
-    from kimi_deploy.bench.dataset import load_dataset
+    from kimi_deploy.bench.prompts import load_dataset
 
     line = '{"messages": [{"role": "user", "content": "caf\u00e9"}]}\n'
     bom = tmp_path / "bom.jsonl"

@@ -8,7 +8,7 @@ import json
 from test_bench_e2e import Synthetic, bench  # noqa: F401  (the synthetic server helpers)
 
 from kimi_deploy.bench import longprompts
-from kimi_deploy.bench.dataset import load_dataset
+from kimi_deploy.bench.prompts import load_dataset
 
 
 def test_lengths_cover_8k_to_32k_tokens_and_no_prompt_shares_a_prefix():

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy
 import pytest
 
-from kimi_deploy.bench.load import spec_accept_length
+from kimi_deploy.bench.loadgen import spec_accept_length
 from kimi_deploy.bench.metrics import RequestRecord, distribution, percentile, summarize
 
 

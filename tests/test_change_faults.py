@@ -41,6 +41,7 @@ from kimi_deploy.host.install.apply import apply
 from kimi_deploy.host.install.install_plan import plan_install
 from kimi_deploy.paths import HostLayout
 from kimi_deploy.profile import load_profile
+from kimi_deploy.deployment import resolve
 
 # what a run loads lazily (the gate's check tiers: openai, jsonschema; rich), loaded once here: each forked child
 # would load it again (about 1.2 s a run on 2 shared cores)
@@ -306,7 +307,8 @@ def _drained_restart(host: Host, gateway) -> object:
     from kimi_deploy.host import restart as restart_lib
 
     url = f"http://127.0.0.1:{host.server.port}"
-    return restart_lib.restart(load_profile(host.root / "etc/kimi-deploy/kimi-test.toml"), HostLayout(host.root),
+    return restart_lib.restart(resolve(load_profile(host.root / "etc/kimi-deploy/kimi-test.toml"), launches=False),
+                               HostLayout(host.root),
                                wait=True, rollback_on_failure=True, gate="fast", timeout=30, poll_interval=0.01,
                                drain=restart_lib.Drain(gateway, url, idle_timeout=5))
 

@@ -13,7 +13,7 @@ import pytest
 from conftest import SGLANG_API_KEY, VLLM_API_KEY
 from kimi_deploy.check import CheckOptions, concurrency, run_checks
 from kimi_deploy.check.context import Context
-from kimi_deploy.check.registry import all_ids
+from kimi_deploy.check.check_ids import all_ids
 from kimi_deploy.catalog.presets import get_preset
 from kimi_deploy.profile import parse_profile
 from quality_server import QualityServer

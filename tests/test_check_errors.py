@@ -17,7 +17,7 @@ import pytest
 from helpers import run_cli
 from install_fakes import FakeServer, write_profile
 from loopback import Loopback, QuietHandler
-from kimi_deploy.check import registry
+from kimi_deploy.check import check_ids
 from kimi_deploy.check.results import EVIDENCE_CHARS
 from kimi_deploy.errors import ExitCode
 
@@ -51,8 +51,8 @@ def test_a_static_file_server_is_named_as_not_openai_compatible(tmp_path, file_s
         assert "\\n" not in c["evidence"] and "\n" not in c["evidence"] and "  " not in c["evidence"], c
         assert len(c["evidence"]) <= EVIDENCE_CHARS, c
     assert "<!DOCTYPE HTML> <html" in checks["health.models"]["evidence"]
-    contract = [c for i, c in checks.items() if registry.tier(i) == "contract"]
-    assert len(contract) == len([i for i in registry.select([], []) if registry.tier(i) == "contract"])
+    contract = [c for i, c in checks.items() if check_ids.tier(i) == "contract"]
+    assert len(contract) == len([i for i in check_ids.select([], []) if check_ids.tier(i) == "contract"])
     for c in contract:  # not a silent skip: the user learns this is no OpenAI-compatible server
         assert (c["status"], c["kind"]) == ("fail", "http_error"), c
         assert "not an OpenAI-compatible server" in c["detail"] and "GET /v1/models 404" in c["evidence"], c

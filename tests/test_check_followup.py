@@ -16,7 +16,7 @@ import pytest
 from conftest import SGLANG_API_KEY, VLLM_API_KEY
 from kimi_deploy.check import CheckOptions, run_checks
 from kimi_deploy.check import followup
-from kimi_deploy.check.registry import all_ids, select
+from kimi_deploy.check.check_ids import all_ids, select
 from quality_server import QualityServer
 
 #: Requests of a whole followup run against a server that answers every round as asked.

@@ -30,7 +30,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 from helpers import run_cli
 from kimi_deploy import paths
-from kimi_deploy.check import CheckReport, CheckResult, registry, reports
+from kimi_deploy.check import CheckReport, CheckResult, check_ids, reports
 from kimi_deploy.check.results import EVIDENCE_CHARS
 from kimi_deploy.wire.printable import UNPRINTABLE
 from kimi_deploy.errors import ExitCode
@@ -212,8 +212,8 @@ def test_an_answer_without_choices_fails_every_contract_check(tmp_path, hostile,
     url = hostile(body(json.dumps(nonstream).encode(), stream=_sse(chunk)))
     result, _, rows = run_check(tmp_path, url, "contract.*", "--repeat", "0")
     assert result.exit_code == ExitCode.FAILED
-    contract = [i for i in registry.select(["contract.*"]) if i in rows]
-    assert len(contract) == len(registry.select(["contract.*"]))
+    contract = [i for i in check_ids.select(["contract.*"]) if i in rows]
+    assert len(contract) == len(check_ids.select(["contract.*"]))
     for check_id in contract:
         row = rows[check_id]
         if check_id.startswith("contract.reasoning_"):  # no reasoning parser expected: not asked at all

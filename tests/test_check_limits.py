@@ -24,7 +24,7 @@ import pytest
 from helpers import FakeTime, run_cli
 from loopback import Loopback, QuietHandler
 from kimi_deploy import paths
-from kimi_deploy.check import registry
+from kimi_deploy.check import check_ids
 from kimi_deploy.check.client import status_kind, status_label
 from kimi_deploy.check.runner import run_checks
 from kimi_deploy.cli.check import DEFAULT_DEADLINE_S
@@ -118,7 +118,7 @@ def test_silent_server_stops_after_the_health_tier_and_exits_3(tmp_path, silent,
     assert silent.sent() == HEALTH_TIER_REQUESTS, "checks after the health tier were sent"
     doc = _json(tmp_path)
     validate(doc)
-    assert doc["exit_code"] == 3 and len(doc["checks"]) == len(registry.select())  # a default run: quality.* is off
+    assert doc["exit_code"] == 3 and len(doc["checks"]) == len(check_ids.select())  # a default run: quality.* is off
     checks = {c["id"]: c for c in doc["checks"]}
     for cid in ("health.live", "health.ready", "health.models"):
         assert (checks[cid]["status"], checks[cid]["kind"]) == ("fail", "timeout"), checks[cid]

@@ -167,7 +167,7 @@ def test_failed_rows_carry_fix_and_evidence_in_table_json_and_junit(synthetic, t
 def test_tool_call_dropped_fix_names_the_profiles_python_and_evidence_is_not_empty():
     from kimi_deploy.check.results import CheckReport
     from kimi_deploy.check.runner import _add_fixes
-    from kimi_deploy.check.validate import Expectation, Message, check_message
+    from kimi_deploy.check.completion_rules import Expectation, Message, check_message
     from kimi_deploy.profile import Profile
     import datetime as dt
 

@@ -7,7 +7,7 @@ import dataclasses
 import pytest
 
 from kimi_deploy.check.outcome import Outcome
-from kimi_deploy.check.validate import Finding
+from kimi_deploy.check.completion_rules import Finding
 
 
 def test_judged_reports_the_most_telling_finding_and_names_the_others():

@@ -13,8 +13,8 @@ import jsonschema
 import pytest
 
 from kimi_deploy import paths
-from kimi_deploy.check import CheckOptions, parser, registry, run_checks
-from kimi_deploy.check.validate import first
+from kimi_deploy.check import CheckOptions, parser, check_ids, run_checks
+from kimi_deploy.check.completion_rules import first
 from kimi_deploy.errors import ExitCode
 from loopback import Loopback, QuietHandler
 
@@ -59,7 +59,7 @@ def test_the_corpus_ships_with_the_package_and_every_id_is_valid():
     schema = json.loads(paths.check_report_schema().read_text())
     pattern = schema["$defs"]["check"]["properties"]["id"]["pattern"]
     assert all(jsonschema.Draft202012Validator({"pattern": pattern}).is_valid(i) for i in ids)
-    assert registry.select(["parser"]) == ids  # a tier prefix selects it
+    assert check_ids.select(["parser"]) == ids  # a tier prefix selects it
     assert "wrong_tool" in schema["$defs"]["kind"]["enum"]
     for case in parser.corpus()["tool_calls"]:  # every expected call is valid against its tool
         schemas = {t["function"]["name"]: t["function"].get("parameters") for t in

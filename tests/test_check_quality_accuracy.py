@@ -196,7 +196,7 @@ def test_requests_without_an_answer_are_error_classes_and_fail_the_check_past_10
 
 def test_a_named_forced_call_ending_with_stop_is_a_tool_call_answer():
     """vLLM 0.33.0 (and OpenAI's API) end a call forced by a named tool_choice with finish_reason stop."""
-    from kimi_deploy.check.validate import Message, ToolCall
+    from kimi_deploy.check.completion_rules import Message, ToolCall
 
     tools = [{"type": "function", "function": {"name": "f", "parameters": {"type": "object", "required": ["a"]}}}]
     msg = Message(None, None, [ToolCall("functions.f:0", "f", '{"a": 1}')], "stop")

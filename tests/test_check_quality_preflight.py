@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from kimi_deploy.check import CheckOptions, run_checks
-from kimi_deploy.check.quality import preflight
+from kimi_deploy.check.quality import vendor_preflight
 from quality_server import QualityServer
 
 REPLAY = Path(__file__).parent / "replay"
@@ -116,9 +116,9 @@ def test_prompt_tokens_match_on_sglangs_own_serving_layer(replay, kimi_model_dir
 @pytest.mark.sglang
 @pytest.mark.parametrize("off", [3, -1])
 def test_an_off_by_n_prompt_token_count_fails(kimi_model_dir, sglang_python, off):
-    expected = preflight.expected_prompt_tokens(sglang_python, str(kimi_model_dir),
-                                                [dict(b) for b in preflight.KNOWN_REQUESTS])
-    counts = {json.dumps(b["messages"]): n for b, n in zip(preflight.KNOWN_REQUESTS, expected)}
+    expected = vendor_preflight.expected_prompt_tokens(sglang_python, str(kimi_model_dir),
+                                                       [dict(b) for b in vendor_preflight.KNOWN_REQUESTS])
+    counts = {json.dumps(b["messages"]): n for b, n in zip(vendor_preflight.KNOWN_REQUESTS, expected)}
 
     def wrong(body):  # right for the plain request, off by N once a tool is declared
         return counts[json.dumps(body["messages"])] + (off if body.get("tools") else 0)

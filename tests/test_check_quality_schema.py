@@ -13,7 +13,7 @@ import pytest
 
 from kimi_deploy.check import CheckOptions, run_checks
 from kimi_deploy.check.quality import conformance, corpus, schema
-from kimi_deploy.check.registry import select
+from kimi_deploy.check.check_ids import select
 from quality_server import QualityServer
 
 

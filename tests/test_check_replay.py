@@ -23,6 +23,7 @@ from replay_process import SGLANG_SERVER as SERVER, Replay  # noqa: F401 (SERVER
 from kimi_deploy import paths
 from kimi_deploy.check import CheckOptions, followup, run_checks
 from kimi_deploy.errors import ExitCode
+from kimi_deploy.deployment import resolve
 
 pytestmark = pytest.mark.sglang
 
@@ -290,12 +291,12 @@ def test_restart_gate_runs_the_parser_tier_on_the_real_parsers(replay, patched, 
     from kimi_deploy.host import gate
     from kimi_deploy.profile import load_profile
 
-    unpatched = gate.run_gate("parser", load_profile(profile_for(tmp_path, replay["unpatched"].url(), name="u.toml")),
+    unpatched = gate.run_gate("parser", resolve(load_profile(profile_for(tmp_path, replay["unpatched"].url(), name="u.toml"))),
                               API_KEY, ready_seconds=0.0, timeout=30)
     assert unpatched.failed_tier == "parser" and unpatched.exit_code == ExitCode.FAILED
     failed = {c["id"]: c["kind"] for c in unpatched.results() if c["status"] == "fail"}
     assert failed == {f"parser.tool_calls.{k}": v for k, v in PARSER_FAILS_UNPATCHED.items()}
-    done = gate.run_gate("parser", load_profile(profile_for(tmp_path, patched.url(), name="p.toml")), None,
+    done = gate.run_gate("parser", resolve(load_profile(profile_for(tmp_path, patched.url(), name="p.toml"))), None,
                          ready_seconds=0.0, timeout=30)
     assert done.ok, [c for c in done.results() if c["status"] != "pass"]
     assert {c["id"] for c in done.results()} >= set(parser.check_ids())

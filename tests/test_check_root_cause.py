@@ -12,7 +12,7 @@ import pytest
 
 from kimi_deploy.check import CheckOptions, run_checks
 from kimi_deploy.check.stream import assemble, check_shape, parse_sse, root_cause
-from kimi_deploy.check.validate import Expectation, check_message, first
+from kimi_deploy.check.completion_rules import Expectation, check_message, first
 from loopback import Loopback, QuietHandler
 
 WEATHER = {"type": "function", "function": {"name": "get_weather", "parameters": {

@@ -4,7 +4,7 @@ when a server accepts sampling the model's own API would refuse (scripted loopba
 
 from __future__ import annotations
 
-from kimi_deploy.bench.load import BenchConfig, model_sampling
+from kimi_deploy.bench.loadgen import BenchConfig, model_sampling
 from kimi_deploy.catalog.models import get_model, required_sampling
 from kimi_deploy.check import CheckOptions, run_checks
 from quality_server import QualityServer

@@ -13,7 +13,7 @@ import pytest
 from kimi_deploy.check import leaks
 from kimi_deploy.check.results import fix_for
 from kimi_deploy.check.stream import assemble, check_shape, parse_sse
-from kimi_deploy.check.validate import (
+from kimi_deploy.check.completion_rules import (
     Expectation,
     Message,
     ToolCall,

@@ -56,7 +56,7 @@ def loaded_after(tmp_path, *args: str) -> tuple[set[str], set[str]]:
 def test_help_and_version_load_no_verb_and_no_heavy_library(tmp_path, args):
     packages, ours = loaded_after(tmp_path, *args)
     assert packages & HEAVY == set()
-    assert ours <= {"kimi_deploy.cli", "kimi_deploy.cli.options", "kimi_deploy.errors"}, ours
+    assert ours <= {"kimi_deploy.cli", "kimi_deploy.cli.common", "kimi_deploy.errors"}, ours
 
 
 def test_render_print_command_loads_no_client_library(tmp_path):
@@ -170,7 +170,7 @@ NOT_FOR = {
 def test_a_verbs_help_loads_only_its_own_module(tmp_path, verb):
     packages, ours = loaded_after(tmp_path, verb, "--help")
     assert packages & NOT_FOR[verb] == set()
-    verb_modules = {m for m in ours if m.startswith("kimi_deploy.cli.")} - {"kimi_deploy.cli.options"}
+    verb_modules = {m for m in ours if m.startswith("kimi_deploy.cli.")} - {"kimi_deploy.cli.common"}
     # check and bench read a dataset: their dataset caps' options come from their own small module
     shared = {"kimi_deploy.cli.dataset_options"} if verb in ("check", "bench") else set()
     assert verb_modules == {f"kimi_deploy.cli.{VERBS[verb][0]}"} | shared

@@ -26,10 +26,11 @@ from kimi_deploy.catalog.models import MODELS
 from kimi_deploy.cli import cli
 from kimi_deploy.deployment import HostGpus, require_fit, resolve, static_fit
 from kimi_deploy.errors import ExitCode, KimiDeployError, RefusedError
-from kimi_deploy.host.install.files import desired_files
+from kimi_deploy.host.install.files import desired_files, units_to_enable
 from kimi_deploy.host.upgrade import patches_to_apply
 from kimi_deploy.profile import parse_profile
 from kimi_deploy.sizing.memory import GpuFacts
+from kimi_deploy.targets import prometheus
 from kimi_deploy.targets.registry import render
 from kimi_deploy.targets.systemd import _exec_start
 from kimi_deploy.validate import check_model
@@ -133,6 +134,12 @@ def test_every_verb_reads_the_same_argv_patch_set_and_fit(preset, model, version
         files, installed_version = desired_files(profile, version, host=host)
         assert installed_version == version
         assert _exec_start(d.launch) in files[f"/etc/systemd/system/{d.units.server}"].decode()
+        # the units it enables and the URL its nightly check asks are the deployment's
+        assert set(units_to_enable(d.units, files)) == {d.units.server, d.units.check_timer}
+        assert f"/etc/systemd/system/{d.units.check_timer}" in files
+    # monitoring: Prometheus scrapes the deployment's servers (rank 0 of each replica, else the local URL)
+    assert prometheus.settings(profile).targets == d.metrics_targets
+    assert len(d.metrics_targets) == max(1, len(d.worker_urls))
 
     # doctor (no SGLang here: the gates of the series it renders for) and the required patch set
     series = patching.find_series(version)
@@ -251,6 +258,48 @@ def test_doctor_defaults_to_the_installed_profile_as_restart_and_status_do(tmp_p
     result = run_cli(["doctor", "--root", str(root), "--json"])
     assert result.exit_code == ExitCode.FAILED, result.stderr  # no GPU here: checks fail, the profile was found
     assert json.loads(result.stdout)["profile"] == "kimi-k25"
+
+
+#: Every verb that takes --profile and a --root: run on a tree with the reference service installed and no
+#: --profile/--preset, each reads the installed profile (its JSON names the service, or its plan the unit).
+DEFAULTING = {
+    "render": (["render", "--print-command"], None),
+    "doctor": (["doctor", "--json"], ExitCode.FAILED),  # no GPU here: checks fail, the profile was found
+    "install --dry-run": (["install", "--dry-run", "--no-enable", "--no-create-user"], None),
+    "status": (["status", "--json"], ExitCode.FAILED),  # no systemd here: the unit cannot be asked
+    "restart --dry-run": (["restart", "--dry-run", "--json"], None),
+}
+
+
+@pytest.mark.parametrize("verb", DEFAULTING, ids=list(DEFAULTING))
+def test_every_verb_with_a_root_defaults_to_the_installed_profile(tmp_path, monkeypatch, verb):
+    """Issue 36, "same defaults everywhere": before, render and install without --profile were exit 2 ("no profile
+    given") while restart, status and doctor read the installed one. Now every verb reads it
+    (:func:`kimi_deploy.cli.common.profile_or_installed`), and with nothing installed each says the same."""
+    monkeypatch.setenv("PATH", str(tmp_path / "empty-path"))  # no systemctl, no nvidia-smi
+    args, code = DEFAULTING[verb]
+    empty = tmp_path / "nothing"
+    empty.mkdir()
+    none = run_cli([*args, "--root", str(empty)])
+    assert none.exit_code == ExitCode.USAGE and "no service installed" in none.stderr, (verb, none.stderr)
+    root, _ = _installed(tmp_path)
+    result = run_cli([*args, "--root", str(root)])
+    assert result.exit_code == (code or ExitCode.OK), (verb, result.stdout, result.stderr)
+    assert "kimi-k25" in result.stdout, (verb, result.stdout)
+
+
+@pytest.mark.skipif(Path("/etc/kimi-deploy").exists(), reason="this host has services installed in /etc/kimi-deploy")
+@pytest.mark.parametrize("args", [["check"], ["bench", "--no-progress"], ["validate"], ["preflight", "--host", "h"],
+                                  ["prefetch"], ["facts", "--out", "facts"]],
+                         ids=["check", "bench", "validate", "preflight", "prefetch", "facts"])
+def test_the_verbs_without_a_root_default_to_the_installed_profile_of_this_host(tmp_path, monkeypatch, args):
+    """The verbs that read this host's /etc/kimi-deploy (no --root) take the same default: with nothing installed
+    there, the same message says so and names --profile (check and bench: or --base-url)."""
+    monkeypatch.chdir(tmp_path)
+    result = run_cli(args)
+    assert result.exit_code == ExitCode.USAGE, (args, result.stdout, result.stderr)
+    assert "no service installed by kimi-deploy in /etc/kimi-deploy" in result.stderr, (args, result.stderr)
+    assert "--profile FILE" in result.stderr
 
 
 def test_bench_profile_takes_the_server_url_from_the_deployment(tmp_path):

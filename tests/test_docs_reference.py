@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from kimi_deploy import options
-from kimi_deploy.check import registry
+from kimi_deploy.check import check_ids
 from kimi_deploy.check.results import ALL_KINDS, WARN_KINDS
 from kimi_deploy.errors import ExitCode
 from kimi_deploy.wire.limits import DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_LINE_BYTES
@@ -81,7 +81,7 @@ def test_the_generated_pages_carry_the_facts():
     assert options.markdown_table() in page("profile.md")
     assert all(f"| {code.value} | `{code.name}` |" in page("exit-codes.md") for code in ExitCode)
     ids = page("check-ids.md")
-    assert all(f"`{check_id}`" in ids for check_id in registry.all_ids())
+    assert all(f"`{check_id}`" in ids for check_id in check_ids.all_ids())
     cli = page("cli.md")
     assert "### `kimi-deploy restart`" in cli and "`--rollback-on-failure`" in cli and "`--drain-timeout`" in cli
 
@@ -126,7 +126,7 @@ def test_what_is_checked_covers_every_check_id():
     for cell in first_column(section(page("check-ids.md"), "## What is checked")):
         for name in ticked(cell):
             patterns += _expand(("contract" + name) if name.startswith(".") else name)
-    for check_id in registry.all_ids():
+    for check_id in check_ids.all_ids():
         base = re.sub(r"\.(nonstream|stream)$", "", check_id)
         assert any(fnmatch.fnmatchcase(base, p) for p in patterns), f"check-ids.md does not describe {check_id}"
     assert len(patterns) > 20

@@ -11,7 +11,9 @@ from doctor_helpers import DATA, make_model_dir
 from kimi_deploy.doctor import checks
 from kimi_deploy.facts import nvidia
 from kimi_deploy.doctor.checks import Facts, evaluate
-from kimi_deploy.doctor.host import DiskSpace, FileDrift, PortProbe
+from kimi_deploy.doctor.host import FileDrift
+from kimi_deploy.facts.disk import DiskSpace
+from kimi_deploy.facts.ports import PortProbe
 from kimi_deploy.facts.modeldir import ModelDir, inspect_model_dir
 from kimi_deploy.patching import PatchStatus, SeriesStatus, find_series
 from kimi_deploy.catalog.presets import get_preset
@@ -315,7 +317,7 @@ def test_ipv6_addresses_are_bracketed():
     """An IPv6 bind address is shown as [addr]:port (RFC 3986), never ':::30000'."""
     import socket
 
-    from kimi_deploy.doctor.host import hostport, probe_port
+    from kimi_deploy.facts.ports import hostport, probe_port
 
     assert hostport("::", 30000) == "[::]:30000" and hostport("fe80::1", 8) == "[fe80::1]:8"
     assert hostport("0.0.0.0", 30000) == "0.0.0.0:30000" and hostport("localhost", 1) == "localhost:1"

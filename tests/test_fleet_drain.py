@@ -14,6 +14,7 @@ import pytest
 from helpers import run_cli, write_profile
 from kimi_deploy.host import gateway
 from kimi_deploy.errors import ExitCode
+from kimi_deploy.deployment import resolve
 from loopback import Loopback, QuietHandler
 
 PROFILE = """\
@@ -152,7 +153,7 @@ def test_a_replica_still_draining_after_the_wait_is_out_of_rotation_exit_9(tmp_p
         (root / "etc/kimi-deploy/kimi-k25.api-key").write_text("sk-drain\n")
         (root / "etc/kimi-deploy/kimi-k25.api-key").chmod(0o600)  # the key-file rule: nothing for other users
         with pytest.raises(gateway.DrainTimeout) as err:
-            restart_lib.restart(profile, HostLayout(root), wait=True, drain=restart_lib.Drain(client, URL),
+            restart_lib.restart(resolve(profile, launches=False), HostLayout(root), wait=True, drain=restart_lib.Drain(client, URL),
                                 node="127.0.0.2")
     assert err.value.exit_code == ExitCode.OUT_OF_ROTATION == 9
     assert f"nothing was restarted, and {URL} is out of the gateway's rotation" in err.value.message
@@ -320,7 +321,7 @@ def test_a_replica_still_busy_after_the_drain_timeout_is_not_restarted_exit_9(tm
         (root / "etc/kimi-deploy/kimi-k25.api-key").chmod(0o600)  # the key-file rule: nothing for other users
         client = gateway.Gateway(gw.url, None)
         with pytest.raises(gateway.DrainTimeout) as err:
-            restart_lib.restart(profile, HostLayout(root), wait=True, clock=clock, sleep=sleep, node="127.0.0.2",
+            restart_lib.restart(resolve(profile, launches=False), HostLayout(root), wait=True, clock=clock, sleep=sleep, node="127.0.0.2",
                                 drain=restart_lib.Drain(client, replica.url, idle_timeout=30))
     assert err.value.exit_code == ExitCode.OUT_OF_ROTATION == 9
     assert f"1 request(s) still running or queued on {replica.url} after 30 s" in err.value.message

@@ -36,6 +36,7 @@ from kimi_deploy.errors import ExitCode
 from kimi_deploy.paths import HostLayout
 from kimi_deploy.check import CheckOptions, run_checks
 from kimi_deploy.profile import parse_profile
+from kimi_deploy.deployment import resolve
 
 pytestmark = pytest.mark.sglang
 
@@ -137,7 +138,7 @@ prometheus_port = {self.metrics_port}
         # detaches it and leaves smg running)
         self.smg = subprocess.Popen(argv, stdout=(tmp / "smg.log").open("w"), stderr=subprocess.STDOUT,
                                     env=env | {"CREDENTIALS_DIRECTORY": str(credentials)}, start_new_session=True)
-        self.url = gateway.gateway_url(self.profile)
+        self.url = resolve(self.profile, launches=False).gateway_url
         self.client = gateway.Gateway(self.url, KEY)
         _until(self._all_ready, "smg to list every worker ready")
 
@@ -274,7 +275,7 @@ def _restart(fleet, tmp_path, drain_client=None, also=None, **kw):
     url = f"http://{NODES[0]}:{fleet.port}"
     events: list[tuple[str, bool]] = []
     result = restart_lib.restart(
-        fleet.profile, HostLayout(root), wait=True, poll_interval=0.01, timeout=120,
+        resolve(fleet.profile, launches=False), HostLayout(root), wait=True, poll_interval=0.01, timeout=120,
         drain=restart_lib.Drain(drain_client or fleet.client, url),
         on_event=lambda m: (events.append((m, fleet.client.find(url) is None)), also and also(m)), **kw)
     return result, url, events
@@ -316,11 +317,11 @@ def test_a_replica_the_gateway_does_not_take_back_is_exit_9(fleet, fake_systemd,
 
 
 def test_status_shows_the_gateways_view_of_each_worker(fleet):
-    view = gateway.gateway_view(fleet.profile, KEY)
+    view = gateway.gateway_view(resolve(fleet.profile, launches=False), KEY)
     assert view["error"] is None and view["problems"] == []
     assert sorted(w["url"] for w in view["workers"]) == sorted(fleet.profile.worker_urls())
     assert all(w["status"] == "ready" and w["healthy"] for w in view["workers"])
-    assert gateway.gateway_view(fleet.profile, "wrong")["problems"][0].startswith(
+    assert gateway.gateway_view(resolve(fleet.profile, launches=False), "wrong")["problems"][0].startswith(
         f"the gateway at {fleet.url} cannot be read (the gateway answered GET /workers with 401)")
 
 

@@ -18,6 +18,7 @@ from install_fakes import sglang_server_args, write_profile
 from kimi_deploy.errors import ExitCode
 from kimi_deploy.host import gate as gates
 from kimi_deploy.profile import load_profile
+from kimi_deploy.deployment import resolve
 from loopback import Loopback, QuietHandler
 
 PROSE = "I can tell you about the weather, but I will not call a tool for it."
@@ -71,7 +72,7 @@ def prose_server():
 
 def test_a_server_that_never_calls_a_tool_fails_the_contract_tier(tmp_path, prose_server):
     profile = load_profile(write_profile(tmp_path / "p.toml", port=prose_server.port, api_key=False))
-    tier = gates.run_tier("contract", profile, None, base_url=prose_server.url)
+    tier = gates.run_tier("contract", resolve(profile, launches=False), None, base_url=prose_server.url)
     rows = {r["id"]: r for r in tier.results}
     assert set(rows) == set(gates.CONTRACT_SUBSET)
     assert tier.exit_code == ExitCode.FAILED and not tier.ok

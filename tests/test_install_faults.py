@@ -29,6 +29,7 @@ from kimi_deploy.host.install.apply import apply
 from kimi_deploy.host.install.install_plan import plan_install
 from kimi_deploy.paths import HostLayout
 from kimi_deploy.profile import load_profile
+from kimi_deploy.deployment import resolve
 
 pytestmark = pytest.mark.skipif(shutil.which("systemctl") is None, reason="needs systemctl (systemctl --root)")
 
@@ -345,11 +346,11 @@ def test_restart_takes_the_same_lock(root, profiles, fake_systemd):
         fsio.LOCK_WAIT_S = 0
         try:
             with pytest.raises(LockedError):
-                restart(load_profile(v1), layout)
+                restart(resolve(load_profile(v1), launches=False), layout)
         finally:
             fsio.LOCK_WAIT_S = fsio_wait
     assert fake_systemd.verbs() == []  # nothing restarted while another run held the service
-    restart(load_profile(v1), layout)
+    restart(resolve(load_profile(v1), launches=False), layout)
     assert fake_systemd.verbs() == ["restart kimi-test.service"]
 
 

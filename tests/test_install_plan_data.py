@@ -23,6 +23,7 @@ from kimi_deploy.host.install.uninstall_plan import plan_uninstall_from
 from kimi_deploy.paths import HostLayout
 from kimi_deploy.profile import load_profile
 from kimi_deploy.wire.readiness import NOT_READY, READY, Readiness
+from kimi_deploy.deployment import resolve
 
 NOWHERE = HostLayout(Path("/nonexistent/kimi-deploy-plan-data"))
 HOST = HostLayout(Path("/"))
@@ -212,7 +213,7 @@ def test_planners_never_touch_the_disk(profile, host):
         running = parse_show("ActiveState=active\nSubState=running\nResult=success\n")
         probe = None if host == "10.0.0.10" else Readiness(READY, "GET", "http://h/health_generate", 200, "ok")
         launch = None if probe is None else (["--model-path", "/elsewhere"], "/server_info")
-        s = status_from(profile, p.intent.manifest,
+        s = status_from(resolve(profile), p.intent.manifest,
                         StatusFacts(NOWHERE, files, running, None, None, probe, launch, {}, None, rank=rank))
         return p, u, s
 
@@ -235,7 +236,7 @@ def test_status_is_computed_from_facts(profile):
                         None, {"state": "applied"}, {"path": "/var/lib/kimi-test/check-report.json",
                                                      "modified_at": "2025-01-01T00:00:00+00:00", "exit_code": 1,
                                                      "counts": {"fail": 2}})
-    report = status_from(profile, manifest, facts)
+    report = status_from(resolve(profile), manifest, facts)
     assert report.files[unit] == "modified" and report.files["/etc/kimi-deploy/kimi-test.env"] == "missing"
     text = "\n".join(report.problems)
     for expected in (f"{unit} was changed after install", "kimi-deploy/kimi-test.env is missing",
@@ -262,14 +263,14 @@ def test_status_of_a_gateway_host_reports_the_gateway_unit_and_no_server(tmp_pat
     manifest = Manifest(kimi_deploy_version="0.1.0", service="kimi-test", profile_sha256="x", sglang_version=version,
                         files={hp: FileRecord(sha256=sha256(b)) for hp, b in files.items()},
                         cache_dir="/var/cache/kimi-test", state_dir="/var/lib/kimi-test")
-    assert gateway_host(fleet, manifest)
+    assert gateway_host(resolve(fleet, launches=False), manifest)
     node = desired_files(fleet, host="10.0.0.11")[0]
-    assert not gateway_host(fleet, manifest.model_copy(update={"files": {hp: FileRecord(sha256="x") for hp in node}}))
+    assert not gateway_host(resolve(fleet, launches=False), manifest.model_copy(update={"files": {hp: FileRecord(sha256="x") for hp in node}}))
     report_hp = "/var/lib/kimi-test-gateway/check-workers.json"
     facts = StatusFacts(NOWHERE, files, parse_show("ActiveState=failed\nSubState=failed\nResult=exit-code\n"),
                         None, None, None, None, {}, {"path": report_hp, "modified_at": "2025-01-01T00:00:00+00:00",
                                                     "exit_code": 1, "counts": {}})
-    report = status_from(fleet, manifest, facts)
+    report = status_from(resolve(fleet), manifest, facts)
     assert report.unit_name == "kimi-test-gateway.service" and report.health is None
     assert report.check_timer == "kimi-deploy-check@kimi-test-gateway.timer"
     text = "\n".join(report.problems)

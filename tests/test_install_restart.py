@@ -21,7 +21,7 @@ import pytest
 from helpers import FakeTime
 from install_fakes import snapshot
 from install_fakes import STARTUP_JOURNAL, SHOW_AUTO_RESTART, SHOW_FAILED, FakeServer, sglang_server_args, write_profile
-from kimi_deploy.check import registry
+from kimi_deploy.check import check_ids
 from kimi_deploy.cli import cli
 from kimi_deploy.errors import ExitCode
 from kimi_deploy.host.install.apply import apply
@@ -31,6 +31,7 @@ from kimi_deploy.profile import load_profile
 from kimi_deploy.host.readiness import phase_of, wait_ready
 from kimi_deploy.host import restart as restart_lib
 from kimi_deploy.host.restart import restart
+from kimi_deploy.deployment import resolve
 
 UNIT = "etc/systemd/system/kimi-test.service"
 
@@ -47,7 +48,7 @@ def _setup(tmp_path, port: int) -> tuple[Path, Path, Path]:
 
 
 #: What restart --gate parser runs once the server is ready (the fast tier, then the parser tier).
-FAST_TIER = registry.select(["health.*", "config.*"], []) + registry.select(["parser.*"], [])[:1]
+FAST_TIER = check_ids.select(["health.*", "config.*"], []) + check_ids.select(["parser.*"], [])[:1]
 assert "health.ready" in FAST_TIER and "config.tool_call_parser" in FAST_TIER
 #: The fake answers no POST, so the parser.* tier is its one skip row ("no parser endpoints").
 FAST_STATUS = {i: "skip" if i.startswith("parser.") else "pass" for i in FAST_TIER}
@@ -150,7 +151,7 @@ def test_restart_timeout_default_comes_from_timeout_start_sec(tmp_path, fake_sys
     monkeypatch.setattr("kimi_deploy.host.restart.wait_ready", fake_wait)
     root, v1, _ = _setup(tmp_path, 30000)
     _install(root, v1)
-    result = restart(load_profile(v1), HostLayout(root), wait=True)
+    result = restart(resolve(load_profile(v1), launches=False), HostLayout(root), wait=True)
     assert seen["timeout"] == 600.0 and result.exit_code == ExitCode.TIMEOUT
 
 

@@ -448,20 +448,20 @@ def test_gnu_patch_in_trouble_is_not_a_patch_that_does_not_apply(tmp_path):
     """GNU patch's exit status 2 (serious trouble: its temporary file, the disk, an unreadable diff) is an
     external command failure (exit 5) with GNU patch's words, never the drift verdict (exit 4, "reinstall")."""
     from kimi_deploy.errors import ExternalCommandError
-    from kimi_deploy.patching import engine
+    from kimi_deploy.patching import installation
 
     (tmp_path / "tree").mkdir()
     diff = SERIES.diff_path(SERIES.get("kimi-k2-tool-call-ids"))
     (tmp_path / "a-file").write_text("not a folder\n")
     with pytest.raises(ExternalCommandError) as raised:
-        engine._run_patch(tmp_path / "tree", diff, dry_run=True, tmpdir=tmp_path / "a-file")
+        installation._run_patch(tmp_path / "tree", diff, dry_run=True, tmpdir=tmp_path / "a-file")
     assert raised.value.exit_code == ExitCode.EXTERNAL
     assert "serious trouble" in raised.value.message
     assert "Can't create temporary file" in raised.value.stderr + raised.value.stdout
     # a diff that does not apply is still the verdict it was: exit 1 from GNU patch, no exception
     (tmp_path / "tree" / "sglang/srt/function_call").mkdir(parents=True)
     (tmp_path / "tree" / DETECTOR).write_text("not SGLang's detector\n")
-    assert engine._run_patch(tmp_path / "tree", diff, dry_run=True, tmpdir=tmp_path).returncode == 1
+    assert installation._run_patch(tmp_path / "tree", diff, dry_run=True, tmpdir=tmp_path).returncode == 1
 
 
 def test_a_staging_folder_a_killed_run_left_is_removed_by_the_next_command(installation, tmp_path):

@@ -240,7 +240,7 @@ def test_restart_wait_on_a_rank_that_serves_no_http_is_refused_before_anything_r
     calls = []
     monkeypatch.setattr(systemd, "systemctl", lambda *a, **k: calls.append(a))
     with pytest.raises(UsageError) as caught:
-        restart_lib.restart(profile_of(), HostLayout(tmp_path), wait=True, node="10.0.0.12")
+        restart_lib.restart(resolve(profile_of(), launches=False), HostLayout(tmp_path), wait=True, node="10.0.0.12")
     assert "rank 1 of replica 0" in caught.value.message and "http://10.0.0.11:30000" in caught.value.hint
     assert calls == []
 
@@ -277,7 +277,7 @@ def test_status_of_a_rank_that_serves_no_http_asks_no_health_and_compares_its_ow
                         parse_show("ActiveState=active\nSubState=running\nMainPID=42\n"), None, None,
                         not_served("rank 1 serves no HTTP"), (running, "/proc/42/cmdline"),
                         {"state": "no_series"}, None, None, rank)
-    report = status_from(profile, manifest, facts)
+    report = status_from(resolve(profile), manifest, facts)
     assert report.health["ready"] is None
     assert not any("not ready" in p for p in report.problems), report.problems
     assert report.launch.in_sync, (report.launch.missing, report.launch.unexpected)

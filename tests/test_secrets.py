@@ -25,6 +25,7 @@ import httpx
 import pytest
 
 from kimi_deploy.wire.apikey import guard_transport, is_local_host
+from kimi_deploy.deployment import resolve
 from kimi_deploy.errors import ExitCode, UsageError
 from kimi_deploy.redact import MASK
 from loopback import Loopback, QuietHandler
@@ -170,13 +171,14 @@ def test_a_worker_the_profile_names_gets_the_key_a_url_only_a_gateway_lists_does
                                         "api_key_file": "/etc/kimi-deploy/x.api-key"},
                              "fleet": {"replicas": [{"nodes": ["192.0.2.1"]}, {"nodes": ["192.0.2.2"]}]},
                              "gateway": {"host": "192.0.2.9"}})
-    guard_key("http://192.0.2.1:30000", KEY, profile, insecure=False)  # the fleet's own: smg sends it there too
-    guard_key("http://192.0.2.2:30000/", KEY, profile, insecure=False)
+    workers = resolve(profile, launches=False).worker_urls
+    guard_key("http://192.0.2.1:30000", KEY, workers, insecure=False)  # the fleet's own: smg sends it there too
+    guard_key("http://192.0.2.2:30000/", KEY, workers, insecure=False)
     for url in ("http://192.0.2.3:30000", "http://192.0.2.1:30001"):
         with pytest.raises(UsageError):
-            guard_key(url, KEY, profile, insecure=False)
+            guard_key(url, KEY, workers, insecure=False)
     with pytest.raises(UsageError):
-        guard_key("http://192.0.2.1:30000", KEY, None, insecure=False)
+        guard_key("http://192.0.2.1:30000", KEY, (), insecure=False)
 
 
 def test_each_worker_never_sends_the_key_in_clear_to_a_worker_only_the_gateway_lists(tmp_path):

@@ -221,7 +221,7 @@ def test_phases_draw_one_live_line_on_a_terminal():
 
     from rich.console import Console
 
-    from kimi_deploy.cli.options import Phases
+    from kimi_deploy.cli.common import Phases
 
     out = io.StringIO()
     with Phases("validate", Console(file=out, force_terminal=True, width=120)) as phase:

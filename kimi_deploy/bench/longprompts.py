@@ -20,7 +20,7 @@ import hashlib
 import json
 import random
 
-from kimi_deploy.bench.dataset import Dataset, load_dataset
+from kimi_deploy.bench.prompts import Dataset, load_dataset
 
 MIN_TOKENS = 8192
 MAX_TOKENS = 32768

@@ -2,7 +2,7 @@
 
 Every number that reaches a request, a percentile or the result JSON goes through one of these,
 from the command line (the click types of ``kimi_deploy.cli.bench`` call them) and from
-:class:`kimi_deploy.bench.load.BenchConfig`: finite (``nan``/``inf`` would make every request
+:class:`kimi_deploy.bench.loadgen.BenchConfig`: finite (``nan``/``inf`` would make every request
 meet an SLO, or be written as invalid JSON), within its range, lists without empty items or
 repeats (two identical points measure the same thing twice and read as two).
 

@@ -32,8 +32,8 @@ from collections.abc import Iterable
 from typing import Any
 
 from kimi_deploy import __version__
-from kimi_deploy.bench.dataset import Dataset
-from kimi_deploy.bench.load import BenchRun
+from kimi_deploy.bench.prompts import Dataset
+from kimi_deploy.bench.loadgen import BenchRun
 from kimi_deploy.bench.metrics import DEFINITIONS
 from kimi_deploy.profile import load_profile
 from kimi_deploy.errors import UsageError

@@ -8,9 +8,9 @@ Interface other modules call (stable)::
     report.results     # [CheckResult(id, status, kind, detail, evidence, duration_s), ...]
     report.to_json()   # the "kimi-deploy.check/1" document
 
-Modules: :mod:`.registry` (ids, selection), :mod:`.outcome` (the verdict every check returns),
+Modules: :mod:`.check_ids` (ids, selection), :mod:`.outcome` (the verdict every check returns),
 :mod:`.health` (health and config tiers),
-:mod:`.contract` (chat-completion cases), :mod:`.validate` / :mod:`.leaks` / :mod:`.stream`
+:mod:`.contract` (chat-completion cases), :mod:`.completion_rules` / :mod:`.leaks` / :mod:`.stream`
 (response validators), :mod:`.reports` (table, JSON, JUnit, Prometheus textfile),
 :mod:`.runner` (:func:`run_checks`), :mod:`.quality` (the ``quality.*`` tier: schema corpus, accuracy with
 its interval, Kimi pre-flight; off unless asked for).

@@ -24,7 +24,7 @@ import httpx
 import openai
 
 from kimi_deploy.check.results import clip, clip_body
-from kimi_deploy.check.validate import Finding
+from kimi_deploy.check.completion_rules import Finding
 from kimi_deploy.wire.bounded import Deadline, Watch, bounded_transport, overdue_of
 from kimi_deploy.wire.limits import LimitExceeded, Limits, human
 from kimi_deploy.wire.http import IDENTITY, auth_headers, status_label

@@ -20,7 +20,7 @@ from kimi_deploy.check.client import Clients
 from kimi_deploy.check.context import Context
 from kimi_deploy.check.contract import CASES, Answer, _expectation, _history_ids, _request
 from kimi_deploy.check.outcome import Outcome
-from kimi_deploy.check.validate import Finding, first
+from kimi_deploy.check.completion_rules import Finding, first
 
 #: Requests at once without a profile's ``max_running_requests`` or ``--concurrency``: the level from which the
 #: field's under-load failures are reported (issue 41's reproduction fails from 8 on).

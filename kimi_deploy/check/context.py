@@ -8,7 +8,7 @@ from typing import Any
 import httpx
 
 from kimi_deploy.check.client import REFUSED_KIND, Clients, ResponseRefused
-from kimi_deploy.check.validate import Finding
+from kimi_deploy.check.completion_rules import Finding
 from kimi_deploy.profile import Profile
 from kimi_deploy.tool_ids import id_format
 

@@ -27,7 +27,7 @@ from kimi_deploy.check.client import openai_finding, status_kind, status_label
 from kimi_deploy.check.context import Context
 from kimi_deploy.check.outcome import Outcome, openai_failure, unreadable
 from kimi_deploy.check.results import clip, clip_body
-from kimi_deploy.check.validate import (Expectation, Finding, Message, check_message, completion_problem, first,
+from kimi_deploy.check.completion_rules import (Expectation, Finding, Message, check_message, completion_problem, first,
                                         message_from_completion, stream_problem)
 
 GET_WEATHER = {"type": "function", "function": {

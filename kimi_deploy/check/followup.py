@@ -17,7 +17,7 @@ Ids: ``contract.followup.<shape>.<thinking>.<mode>``; ``<thinking>`` is ``think`
 thinking on) or ``nothink`` (``chat_template_kwargs.thinking=false``), ``<mode>`` ``nonstream`` or ``stream``.
 A round is: a user question with the tool call(s) it makes due, the tool results, and the answer to them (text,
 or further calls, which get results too, at most :data:`EXTRA_CALL_ROUNDS` more times). Every request is judged by the
-contract's rules (:func:`kimi_deploy.check.validate.check_message`); the first turn with a finding decides, and its
+contract's rules (:func:`kimi_deploy.check.completion_rules.check_message`); the first turn with a finding decides, and its
 detail and evidence start ``turn N:`` (N counts the requests of the conversation from 1).
 """
 
@@ -33,7 +33,7 @@ from kimi_deploy.check.contract import (GET_TIME, GET_WEATHER, REPLY_TOKENS, Cas
                                         _with_retries, argument_budget)
 from kimi_deploy.check.outcome import Outcome
 from kimi_deploy.check.results import clip
-from kimi_deploy.check.validate import Expectation, Finding, Message
+from kimi_deploy.check.completion_rules import Expectation, Finding, Message
 
 #: Further tool rounds a model may start in answer to a tool result before text is due.
 EXTRA_CALL_ROUNDS = 2

@@ -22,7 +22,7 @@ from kimi_deploy.check.client import GENERATION_TIMEOUT_FACTOR, auth_note, statu
 from kimi_deploy.check.context import Context
 from kimi_deploy.check.outcome import Outcome, transport_failure
 from kimi_deploy.check.results import clip, clip_body
-from kimi_deploy.check.validate import Finding, completion_problem
+from kimi_deploy.check.completion_rules import Finding, completion_problem
 from kimi_deploy.wire import readiness
 from kimi_deploy.wire.readiness import web_page
 

@@ -18,7 +18,7 @@ import openai
 
 from kimi_deploy.check.client import openai_finding, transport_finding
 from kimi_deploy.check.results import EVIDENCE_CHARS, Status, clip, clip_body
-from kimi_deploy.check.validate import Finding, completion_problem, first
+from kimi_deploy.check.completion_rules import Finding, completion_problem, first
 
 if TYPE_CHECKING:  # annotations only: the context imports the client, not this module
     from kimi_deploy.check.context import Context
@@ -55,7 +55,7 @@ class Outcome:
     @classmethod
     def judged(cls, findings: Iterable[Finding], detail: str = "") -> Outcome:
         """The verdict on an answer's ``findings``: ``pass`` with ``detail`` when there are none; else the
-        most telling one (:func:`kimi_deploy.check.validate.first`) decides: ``warn`` for
+        most telling one (:func:`kimi_deploy.check.completion_rules.first`) decides: ``warn`` for
         ``model_declined``, ``fail`` otherwise, its detail followed by the other kinds seen
         (``" (also: markup_leak, stream_shape)"``)."""
         findings = list(findings)
@@ -117,7 +117,7 @@ def unreadable(exc: BaseException, what: str | None = None, body: bytes | bytear
 def chat_once(ctx: Context, **kwargs: Any) -> tuple[dict[str, Any] | None, Finding | None]:
     """One non-streamed ``POST /v1/chat/completions`` of ``kwargs`` (the served model added): ``(completion dict,
     None)``, or ``(None, finding)`` when the request failed or the answer is not a completion a client can read
-    (:func:`openai_failure`, :func:`unreadable`, :func:`kimi_deploy.check.validate.completion_problem`)."""
+    (:func:`openai_failure`, :func:`unreadable`, :func:`kimi_deploy.check.completion_rules.completion_problem`)."""
     what = "POST /v1/chat/completions"
     try:
         completion = ctx.clients.chat(model=ctx.model, **kwargs)

@@ -39,7 +39,7 @@ from kimi_deploy.check.context import Context
 from kimi_deploy.check.health import unreadable_config
 from kimi_deploy.check.outcome import Outcome, transport_failure
 from kimi_deploy.check.results import clip, clip_body
-from kimi_deploy.check.validate import Finding
+from kimi_deploy.check.completion_rules import Finding
 
 CORPUS_FORMAT = "kimi-deploy.parser-corpus/1"
 #: The parser the corpus is written for (SGLang ``--tool-call-parser``/``--reasoning-parser``).

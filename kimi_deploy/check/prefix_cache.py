@@ -21,7 +21,7 @@ from typing import Any
 from kimi_deploy.check.context import Context
 from kimi_deploy.check.outcome import Outcome, chat_once
 from kimi_deploy.check.results import clip
-from kimi_deploy.check.validate import Finding, message_from_completion
+from kimi_deploy.check.completion_rules import Finding, message_from_completion
 
 CHECK_ID = "contract.prefix_cache"
 #: The prompt's approximate length in tokens: several KV pages at SGLang's page sizes (1 to 64 tokens), well past

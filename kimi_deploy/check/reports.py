@@ -28,7 +28,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from kimi_deploy.check.registry import tier
+from kimi_deploy.check.check_ids import tier
 from kimi_deploy.check.results import CheckReport, CheckResult, clip
 from kimi_deploy.wire.printable import markup, printable
 from kimi_deploy.errors import UsageError

@@ -7,12 +7,12 @@ import sys
 import datetime as _dt
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import httpx
 
-from kimi_deploy.check import concurrency, contract, followup, health, parser, prefix_cache, registry
+from kimi_deploy.check import concurrency, contract, followup, health, parser, prefix_cache, check_ids
 from kimi_deploy.check.quality import tier as quality
 from kimi_deploy.check.quality.settings import resolve as quality_settings
 from kimi_deploy.check.client import Clients, Deadline
@@ -86,17 +86,18 @@ def _no_answer(results: list[CheckResult]) -> CheckResult | None:
 Progress = Callable[[str, int, int, "CheckResult | None"], None]
 
 
-def guard_key(base_url: str, api_key: str | None, profile: Profile | None, *, insecure: bool,
+def guard_key(base_url: str, api_key: str | None, workers: Sequence[str] = (), *, insecure: bool,
               note: bool = True) -> None:
-    """:func:`kimi_deploy.wire.apikey.guard_transport` for a check of ``base_url``, except that a worker URL the
-    profile itself names (``[fleet]``: :meth:`Profile.worker_urls`) is the operator's own fleet, where SGLang's
+    """:func:`kimi_deploy.wire.apikey.guard_transport` for a check of ``base_url``, except that one of ``workers``,
+    the worker URLs the profile itself names (``[fleet]``: :attr:`kimi_deploy.deployment.Deployment.worker_urls`),
+    is the operator's own fleet, where SGLang's
     gateway sends the same key over the same network anyway (one ``note:`` line on stderr says so when it goes
     over plain http to another host, unless ``note`` is False); a URL only a gateway lists is guarded.
 
     Raises:
         UsageError: plain http with a key to a host that is neither local nor a profile's worker (exit 2).
     """
-    own = {url.rstrip("/") for url in profile.worker_urls()} if profile is not None else set()
+    own = {url.rstrip("/") for url in workers}
     if base_url.rstrip("/") not in own or insecure:
         guard_transport(base_url, api_key, insecure=insecure)
         return
@@ -113,7 +114,7 @@ def run_checks(options: CheckOptions, progress: Progress | None = None, *,
                clock: Callable[[], float] = time.monotonic, deadline: Deadline | None = None) -> CheckReport:
     """Run the checks ``options`` select against one OpenAI-compatible server.
 
-    Order: ``health.*``, ``config.*``, ``parser.*``, ``contract.*`` (see :mod:`kimi_deploy.check.registry`);
+    Order: ``health.*``, ``config.*``, ``parser.*``, ``contract.*`` (see :mod:`kimi_deploy.check.check_ids`);
     where the ``parser.*`` tier cannot run (not SGLang, no ``kimi_k2`` parser) it reports one
     ``skip`` row and its other ids are left out of the report.
     When the server does not answer the health tier (every selected health check
@@ -146,8 +147,8 @@ def run_checks(options: CheckOptions, progress: Progress | None = None, *,
     api_key = options.api_key
     if api_key is None and deployment is not None:
         api_key = resolve_key(profile_key_file=deployment.api_key_file)
-    guard_key(base_url, api_key, profile, insecure=options.insecure)  # before anything is sent
-    ids = registry.select(options.only, options.skip, quality=options.quality)
+    guard_key(base_url, api_key, deployment.worker_urls if deployment else (), insecure=options.insecure)  # first
+    ids = check_ids.select(options.only, options.skip, quality=options.quality)
     settings = quality_settings(options, profile)
     quality.prepare(ids, settings)  # a dataset that cannot be read is exit 2 before anything is sent
     expected = options.model or (deployment.served_model if deployment else None)
@@ -157,7 +158,7 @@ def run_checks(options: CheckOptions, progress: Progress | None = None, *,
     deadline = deadline or Deadline(options.deadline, clock)
     clients = Clients.open(base_url, api_key, options.timeout, deadline,
                            Limits(options.max_body_bytes, options.max_line_bytes))
-    health_ids = [i for i in ids if registry.tier(i) == "health"]
+    health_ids = [i for i in ids if check_ids.tier(i) == "health"]
     rest = [i for i in ids if i not in health_ids]
 
     finished: list[str] = []  # ids run to the end, including parser.* ids the tier's skip row stands for
@@ -243,7 +244,7 @@ def _load_facts(ctx: Context, report: CheckReport, ids: list[str]) -> None:
             "reasoning_parser": ctx.server_value("reasoning_parser"),
             "served_model_name": ctx.server_value("served_model_name"),
         }.items() if v is not None}
-        if ctx.model is None and any(registry.tier(i) in ("contract", "quality") for i in ids):
+        if ctx.model is None and any(check_ids.tier(i) in ("contract", "quality") for i in ids):
             ctx.model = ctx.served_model()
             report.model = ctx.model
             if ctx.sampling_mode == "model" and ctx.profile is None:  # the served name may be a catalog model
@@ -275,11 +276,11 @@ def _dispatch(ctx: Context, check_id: str, cache: dict) -> Outcome | None:
     outcome: Outcome | None
     if check_id in health.CHECKS:
         outcome = health.CHECKS[check_id](ctx)
-    elif registry.tier(check_id) == "parser":  # needs no model: it posts raw text to the parsers
+    elif check_ids.tier(check_id) == "parser":  # needs no model: it posts raw text to the parsers
         outcome = parser.run(ctx, check_id, cache)
     elif ctx.model is None:
         outcome = health.no_model(ctx)
-    elif registry.tier(check_id) == "quality":
+    elif check_ids.tier(check_id) == "quality":
         outcome = quality.run(ctx, check_id, cache)
     elif check_id == prefix_cache.CHECK_ID:
         outcome = prefix_cache.run(ctx)

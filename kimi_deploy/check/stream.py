@@ -5,7 +5,7 @@ ends with ``data: [DONE]``; each choice gets exactly one non-null ``finish_reaso
 ``index`` values are integers, dense from 0; each call's ``id`` and ``function.name`` are sent
 once (in its first delta) and never changed; the concatenated ``arguments`` equal the
 non-streamed ones (compared as JSON when both parse). The streamed message is then
-assembled so that :func:`kimi_deploy.check.validate.check_message` can judge it like a
+assembled so that :func:`kimi_deploy.check.completion_rules.check_message` can judge it like a
 non-streamed one. A malformed stream is the root cause of what follows from it
 (:func:`root_cause`): the check reports ``stream_shape``, the consequences go in its detail.
 """
@@ -17,7 +17,7 @@ import json
 from typing import Any
 
 from kimi_deploy.check.results import clip
-from kimi_deploy.check.validate import PRIORITY, Finding, Message, ToolCall
+from kimi_deploy.check.completion_rules import PRIORITY, Finding, Message, ToolCall
 from kimi_deploy.wire.sse import frame_all
 
 

@@ -21,6 +21,7 @@ from kimi_deploy.check.client import Clients, Deadline
 from kimi_deploy.check.outcome import transport_failure
 from kimi_deploy.check.results import CheckOptions, CheckReport
 from kimi_deploy.check.runner import _resolve_profile, guard_key, run_checks
+from kimi_deploy.deployment import resolve
 from kimi_deploy.wire.baseurl import check_base_url
 from kimi_deploy.errors import ExitCode, KimiDeployError, UsageError
 from kimi_deploy.wire.limits import Limits
@@ -161,7 +162,8 @@ def check_each_worker(options: CheckOptions, gateway_url: str, progress=None, *,
     """
     gateway = check_base_url(gateway_url)
     profile = _resolve_profile(options.profile)[0]
-    guard_key(gateway, options.api_key, profile, insecure=options.insecure)
+    workers = resolve(profile, launches=False).worker_urls if profile is not None else ()  # the fleet it declares
+    guard_key(gateway, options.api_key, workers, insecure=options.insecure)
     fleet = FleetReport(gateway=gateway, secrets=(options.api_key,) if options.api_key else ())
     deadline = Deadline(options.deadline, clock)
     only = tuple(options.only) or DEFAULT_ONLY
@@ -177,7 +179,7 @@ def check_each_worker(options: CheckOptions, gateway_url: str, progress=None, *,
         for url in urls:
             try:
                 url = check_base_url(url, option="the gateway's worker URL")
-                guard_key(url, options.api_key, profile, insecure=options.insecure, note=False)
+                guard_key(url, options.api_key, workers, insecure=options.insecure, note=False)
             except UsageError as exc:
                 if "plain http" in exc.message:
                     exc = UsageError(f"the gateway lists {url}, which is not in the profile's [fleet] replicas: "
@@ -214,8 +216,12 @@ def gateway_options(options: CheckOptions) -> tuple[CheckOptions, str | None]:
     base_url, api_key, profile = options.base_url, options.api_key, None
     if options.profile:
         profile = _resolve_profile(options.profile)[0]
+        deployment = resolve(profile, launches=False)
         if base_url is None:
-            base_url = profile.gateway_url
+            base_url = deployment.gateway_url
+            if base_url is None:
+                raise UsageError("the profile has no [gateway]", hint="add a [gateway] table "
+                                 "(docs/runbook.md#replicas-behind-a-gateway), or pass --base-url GATEWAY_URL")
         if api_key is None:
-            api_key = resolve_key(profile_key_file=profile.sglang.api_key_file)
+            api_key = resolve_key(profile_key_file=deployment.api_key_file)
     return dataclasses.replace(options, base_url=None, api_key=api_key, profile=profile), base_url

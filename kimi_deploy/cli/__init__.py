@@ -13,7 +13,7 @@ JSON there); ``--debug`` shows the traceback instead.
 A reader that closes stdout early (``kimi-deploy render | head``) ends the verb quietly with exit 0, whatever
 the verb: no traceback, no "Exception ignored" line, not click's exit 1 (which here means "a check failed").
 That is decided here, once (:meth:`KimiGroup.invoke`, :func:`main`); a rich console hands a closed stdout to
-this edge too (:func:`kimi_deploy.cli.options.make_console`).
+this edge too (:func:`kimi_deploy.cli.common.make_console`).
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ import sys
 
 import click
 
-from kimi_deploy.cli.options import JSON_META, echo_json
+from kimi_deploy.cli.common import JSON_META, echo_json
 from kimi_deploy.errors import ExitCode, KimiDeployError
 
 

@@ -14,9 +14,11 @@ from kimi_deploy.bench import params
 from kimi_deploy.errors import ExitCode, KimiDeployError, UsageError
 from kimi_deploy.redact import redact_text
 from kimi_deploy.fsio import check_output_paths, write_atomic
+from kimi_deploy.paths import HostLayout
 from kimi_deploy.wire.printable import markup, printable
 from kimi_deploy.cli.dataset_options import dataset_limit_options
-from kimi_deploy.cli.options import json_flag, json_path_option, limit_options, make_console, report_console
+from kimi_deploy.cli.common import (installed_profile_path, json_flag, json_path_option, limit_options, make_console,
+                                     name_option, report_console)
 from kimi_deploy.wire.limits import parse_json
 
 
@@ -147,7 +149,9 @@ def _redacted(exc: KimiDeployError, api_key: str | None) -> KimiDeployError:
 @click.option("--label", metavar="NAME", help="Name of this configuration in compare tables and plots.")
 @click.option("--profile", "profile_path", type=click.Path(path_type=Path), metavar="FILE",
               help="Deployment profile: its base URL, served model and API key file (each unless given), as "
-                   "`check --profile` reads them; its sha256 is recorded in the result.")
+                   "`check --profile` reads them; its sha256 is recorded in the result (default, without "
+                   "--base-url: the installed profile).")
+@name_option(neither="--profile nor --base-url")
 @json_path_option("Write the result JSON to PATH ('-': stdout).")
 @click.option("--csv", "csv_path", type=click.Path(path_type=Path), metavar="PATH",
               help="Write one CSV row per point to PATH.")
@@ -171,7 +175,7 @@ def _redacted(exc: KimiDeployError, api_key: str | None) -> KimiDeployError:
 @dataset_limit_options(streamed=False)
 @click.pass_context
 def bench_cmd(ctx, base_url, model, concurrency, request_rate, num_prompts, max_tokens, temperature, ignore_eos,
-              warmup, runs, dataset, long_prompts, seed, slo, label, profile_path, json_path, csv_path, request_timeout,
+              warmup, runs, dataset, long_prompts, seed, slo, label, profile_path, name, json_path, csv_path, request_timeout,
               no_flush_cache, extra_body, api_key_file, api_key_argv, insecure, no_progress, max_body_bytes,
               max_line_bytes, max_dataset_line_bytes, max_dataset_bytes):
     """Benchmark a running OpenAI-compatible server: closed-loop concurrency sweep (or Poisson rates).
@@ -189,6 +193,9 @@ def bench_cmd(ctx, base_url, model, concurrency, request_rate, num_prompts, max_
     if ctx.invoked_subcommand is not None:
         return
     deployment = None
+    if not profile_path and not base_url:  # the installed profile, as every verb (--name: which one)
+        profile_path = installed_profile_path(name, HostLayout(Path("/")), given="--base-url http://HOST:PORT",
+                                              what="--base-url is required")
     if profile_path:
         # start-up: the profile and its resolved deployment load only with --profile
         from kimi_deploy.deployment import resolve_file
@@ -196,9 +203,6 @@ def bench_cmd(ctx, base_url, model, concurrency, request_rate, num_prompts, max_
         deployment = resolve_file(profile_path, launches=False)  # the server's URL, key and name only
         base_url = base_url or deployment.base_url
         model = model or deployment.served_model
-    if not base_url:
-        raise UsageError("--base-url is required", hint="e.g. kimi-deploy bench --base-url http://127.0.0.1:30000, "
-                                                        "or --profile FILE")
     base_url = check_base_url(base_url)
     api_key = _api_key(api_key_file, api_key_argv, deployment.api_key_file if deployment else None)
     guard_transport(base_url, api_key, insecure=insecure)
@@ -224,14 +228,14 @@ def bench_cmd(ctx, base_url, model, concurrency, request_rate, num_prompts, max_
                          hint="--long-prompts is a generated dataset; pass one of the two")
 
     # start-up: the bench library (httpx, httptools, rich) loads once the arguments are read: usage errors first
-    from kimi_deploy.bench import dataset as dataset_lib, load, longprompts, report
+    from kimi_deploy.bench import loadgen, longprompts, prompts, report
 
     profile_sha = None
     if profile_path:
         profile_sha = report.profile_digest(profile_path)
     if temperature is None:
-        temperature, body_extra = load.model_sampling(model, profile_path, body_extra)
-    cfg = load.BenchConfig(
+        temperature, body_extra = loadgen.model_sampling(model, profile_path, body_extra)
+    cfg = loadgen.BenchConfig(
         base_url=base_url, model=model, concurrency=() if rates else concurrency, request_rates=rates,
         max_in_flight=concurrency[0] if rates and conc_given else None,
         num_prompts=num_prompts, max_tokens=max_tokens, temperature=temperature, ignore_eos=ignore_eos,
@@ -241,15 +245,15 @@ def bench_cmd(ctx, base_url, model, concurrency, request_rate, num_prompts, max_
     if long_prompts:
         data = longprompts.dataset()
     else:
-        data = dataset_lib.load_dataset(dataset, max_line_bytes=max_dataset_line_bytes,
+        data = prompts.load_dataset(dataset, max_line_bytes=max_dataset_line_bytes,
                                         max_file_bytes=max_dataset_bytes)
     show = not no_progress and sys.stderr.isatty()
     try:
         if show:
             with _RichProgress() as progress:
-                run = load.run_bench(cfg, data, progress)
+                run = loadgen.run_bench(cfg, data, progress)
         else:
-            run = load.run_bench(cfg, data)
+            run = loadgen.run_bench(cfg, data)
     except KimiDeployError as exc:  # its value may quote a server body that echoed the key
         raise _redacted(exc, api_key) from None
     result = report.build_result(run, data, profile_sha)

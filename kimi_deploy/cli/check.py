@@ -14,8 +14,10 @@ from kimi_deploy.wire.apikey import resolve_key
 from kimi_deploy.wire.baseurl import check_base_url
 from kimi_deploy.errors import ExitCode, UsageError
 from kimi_deploy.fsio import write_atomic
+from kimi_deploy.paths import HostLayout
 from kimi_deploy.cli.dataset_options import dataset_limit_options
-from kimi_deploy.cli.options import Seconds, json_flag, json_path_option, limit_options, make_console, report_console
+from kimi_deploy.cli.common import (Seconds, installed_profile_path, json_flag, json_path_option, limit_options,
+                                     make_console, name_option, report_console)
 
 if TYPE_CHECKING:  # the check library (openai, httpx, rich) loads when the verb runs, not for its --help
     from rich.console import Console
@@ -68,7 +70,9 @@ def _globs(values: tuple[str, ...]) -> list[str]:
 @click.option("--api-key-file", type=click.Path(path_type=Path, dir_okay=False), metavar="FILE",
               help="File holding the API key (default: the profile's api_key_file).")
 @click.option("--profile", "profile_path", type=click.Path(path_type=Path), metavar="FILE",
-              help="Deployment profile: base URL, model, key and the expected parsers/speculative/TP.")
+              help="Deployment profile: base URL, model, key and the expected parsers/speculative/TP (default, "
+                   "without --base-url: the installed profile).")
+@name_option(neither="--profile nor --base-url")
 @click.option("--only", multiple=True, metavar="IDS", help="Run only checks matching these globs "
               "(repeat or comma-separate: 'health.*,config.*').")
 @click.option("--skip", multiple=True, metavar="IDS", help="Leave out checks matching these globs.")
@@ -127,7 +131,7 @@ def _globs(values: tuple[str, ...]) -> list[str]:
               help="--base-url (or the profile's [gateway]) is SGLang's gateway: run the checks (default: health "
                    "and contract tiers) against every worker it lists, one report each; exit status of the worst.")
 @click.pass_context
-def check_cmd(ctx, base_url, model, api_key_file, profile_path, only, skip, json_path, junit_path, prom_path,
+def check_cmd(ctx, base_url, model, api_key_file, profile_path, name, only, skip, json_path, junit_path, prom_path,
               timeout, repeat, deadline, insecure, sampling, concurrency, sample, dataset, quality_concurrency, repeats,
               quality_deadline, min_schema_accuracy, model_dir, sglang_python, max_body_bytes, max_line_bytes,
               max_dataset_line_bytes, max_dataset_bytes, list_only, pushgateway, each_worker):
@@ -144,16 +148,17 @@ def check_cmd(ctx, base_url, model, api_key_file, profile_path, only, skip, json
     if ctx.invoked_subcommand is not None:  # `check compare A.json B.json`
         return
     if not list_only:
-        if not base_url and not profile_path:
-            raise UsageError("no server to check", hint="pass --base-url http://HOST:PORT or --profile FILE")
+        if not base_url and not profile_path:  # the installed profile, as every verb (--name: which one)
+            profile_path = installed_profile_path(name, HostLayout(Path("/")), given="--base-url http://HOST:PORT",
+                                                  what="no server to check")
         if base_url:
             check_base_url(base_url)  # run_checks' own rule, applied before the client libraries load
 
     # start-up: the check library (openai, httpx) loads once the arguments are read, so usage errors come first
-    from kimi_deploy.check import CheckOptions, pushgateway as push_lib, registry, reports, run_checks, runner, workers
+    from kimi_deploy.check import CheckOptions, pushgateway as push_lib, check_ids, reports, run_checks, runner, workers
 
     if list_only:
-        for check_id in registry.select(_globs(only), _globs(skip), quality=True):
+        for check_id in check_ids.select(_globs(only), _globs(skip), quality=True):
             click.echo(check_id)
         return
     to_stdout = json_path == "-"

@@ -1,11 +1,11 @@
 """The dataset caps' options of ``check`` and ``bench`` (their own module: it loads :mod:`kimi_deploy.wire.inputs`,
-which no other verb needs, so :mod:`kimi_deploy.cli.options` stays free of kit imports for every ``--help``)."""
+which no other verb needs, so :mod:`kimi_deploy.cli.common` stays free of kit imports for every ``--help``)."""
 
 from __future__ import annotations
 
 import click
 
-from kimi_deploy.cli.options import ByteSize
+from kimi_deploy.cli.common import ByteSize
 from kimi_deploy.wire.inputs import BENCH_DATASET_FILE_BYTES, DATASET_FILE_BYTES, DATASET_LINE_BYTES
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import click
 
 from kimi_deploy import doctor as doctor_lib
-from kimi_deploy.cli.options import Phases, echo_json, json_flag, name_option, profile_options, profile_or_installed
+from kimi_deploy.cli.common import Phases, echo_json, json_flag, name_option, profile_options, profile_or_installed
 from kimi_deploy.errors import ExitCode
 from kimi_deploy.paths import HostLayout
 

@@ -13,7 +13,7 @@ from kimi_deploy.host.install.plan import Plan
 from kimi_deploy.host.install.uninstall_plan import pick_service, plan_uninstall
 from kimi_deploy.host import journal
 from kimi_deploy.host.records import service_lock, shared_lock
-from kimi_deploy.cli.options import echo_json, json_flag, profile_options, resolve_profile, root_option
+from kimi_deploy.cli.common import echo_json, json_flag, name_option, profile_options, profile_or_installed, root_option
 from kimi_deploy.errors import KimiDeployError, UsageError
 from kimi_deploy.paths import HostLayout
 from kimi_deploy.versions import DEFAULT_SGLANG_VERSION
@@ -35,6 +35,7 @@ def _show(plan: Plan, result: ApplyResult | None, as_json: bool, dry_run: bool, 
 
 @click.command("install")
 @profile_options
+@name_option
 @root_option
 @click.option("--sglang-version", default=None, metavar="V",
               help=f"Target SGLang release for flag spellings (default {DEFAULT_SGLANG_VERSION}).")
@@ -52,14 +53,17 @@ def _show(plan: Plan, result: ApplyResult | None, as_json: bool, dry_run: bool, 
               "--reasoning-parser the installed one has (refused otherwise, exit 4: the server would serve tool calls "
               "as plain text).")
 @json_flag("Print the plan and what was done as JSON.")
-def install_cmd(profile_path, preset, root, sglang_version, dry_run, force, no_enable, no_create_user, restart,
+def install_cmd(profile_path, preset, name, root, sglang_version, dry_run, force, no_enable, no_create_user, restart,
                 host, allow_parser_removal, as_json):
-    """Install the rendered units, env file and profile on the host (plan, diff, apply)."""
-    profile = resolve_profile(profile_path, preset)
+    """Install the rendered units, env file and profile on the host (plan, diff, apply).
+
+    Without --profile/--preset: the installed profile, as every verb (`install --force` puts back the files
+    edited since)."""
     if not root.is_dir():  # a typo'd --root would otherwise become a fresh tree of units, env file and key
         raise UsageError(f"--root: the directory {root} does not exist", value=str(root),
                          hint=f"create it first (mkdir -p {root}) if that tree is meant; install makes none")
     layout = HostLayout(root)
+    profile = profile_or_installed(profile_path, preset, name, layout)
     host = this_host(profile, host)
 
     def make_plan():

@@ -6,7 +6,7 @@ import click
 
 from kimi_deploy import engine as target
 from kimi_deploy import patching
-from kimi_deploy.cli.options import echo_json, json_flag
+from kimi_deploy.cli.common import echo_json, json_flag
 from kimi_deploy.errors import ExitCode, UsageError
 from kimi_deploy.versions import DEFAULT_SGLANG_VERSION
 

@@ -13,8 +13,9 @@ import click
 import kimi_deploy
 from kimi_deploy import paths
 from kimi_deploy.catalog.models import MODELS
-from kimi_deploy.cli.options import echo_json, json_flag
+from kimi_deploy.cli.common import echo_json, json_flag
 from kimi_deploy.errors import UsageError
+from kimi_deploy.deployment import resolve
 from kimi_deploy.fsio import check_output_paths, write_atomic
 from kimi_deploy.options import OPTIONS, init_example
 from kimi_deploy.catalog.presets import (MODEL_PRESETS, PRESETS, REFERENCE, SPECULATIVE, Preset, get_preset,
@@ -112,12 +113,15 @@ def init_cmd(path: Path, preset: str | None, model: str | None, name: str | None
         data = copy.deepcopy(chosen.data)
         data["service"]["name"] = name  # the key file follows it: the preset's api_key_file holds {name}
         chosen = Preset(chosen.name, chosen.summary, data, model=chosen.model)
+    # the unit names the comments name are the resolved deployment's, as every verb reads them
+    units = resolve(chosen.profile(), launches=False).units
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(paths.kit_templates_dir())),
                              undefined=jinja2.StrictUndefined, keep_trailing_newline=True,
                              trim_blocks=True, lstrip_blocks=True)
     text = env.get_template("profile.toml.j2").render(preset=chosen, toml=toml_value, options=OPTIONS,
                                                       example=init_example, fleet=fleet, kubernetes=kubernetes,
                                                       version=kimi_deploy.__version__, speculative=SPECULATIVE,
+                                                      units=units,
                                                       model=MODELS[chosen.model] if chosen.model else None)
     write_atomic(path, text)
     target = " --target kubernetes" if kubernetes else ""

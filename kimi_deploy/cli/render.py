@@ -14,7 +14,7 @@ import click
 from kimi_deploy import engine, paths
 from kimi_deploy.deployment import resolve
 from kimi_deploy.targets import METRICS_OFF, TARGETS
-from kimi_deploy.cli.options import echo_json, json_flag, profile_options, resolve_profile
+from kimi_deploy.cli.common import echo_json, json_flag, name_option, profile_options, profile_or_installed
 from kimi_deploy.errors import UsageError
 from kimi_deploy.fsio import check_output_dir, create_output_dir, write_many_atomic
 from kimi_deploy.profile import naming_warnings
@@ -24,6 +24,7 @@ from kimi_deploy.versions import DEFAULT_SGLANG_VERSION
 
 @click.command("render")
 @profile_options
+@name_option
 @click.option("--sglang-version", default=None, metavar="V",
               help=f"Target SGLang release for flag spellings (default {DEFAULT_SGLANG_VERSION}).")
 @click.option("--python", "python", metavar="PATH",
@@ -41,12 +42,15 @@ from kimi_deploy.versions import DEFAULT_SGLANG_VERSION
 @click.option("--root", "root", type=click.Path(path_type=Path, file_okay=False), default=Path("/"),
               show_default=True, metavar="DIR",
               help="Host root where the last measured start is kept (/var/lib/<service>/start-phases.json, written "
-                   "by `restart --wait`): a TimeoutStartSec= shorter than it is warned about.")
+                   "by `restart --wait`): a TimeoutStartSec= shorter than it is warned about; and where the "
+                   "installed profile is read without --profile/--preset.")
 @json_flag("Print the result as JSON.")
-def render_cmd(profile_path, preset, sglang_version, python, out_dir, print_command, target, root, as_json):
-    """Render a profile into an SGLang launch command and hardened systemd units (or Kubernetes manifests)."""
+def render_cmd(profile_path, preset, name, sglang_version, python, out_dir, print_command, target, root, as_json):
+    """Render a profile into an SGLang launch command and hardened systemd units (or Kubernetes manifests).
+
+    Without --profile/--preset: the installed profile (under --root), as every verb."""
     check_output_dir("--out", out_dir)  # the rule of every output path: nothing created on the way
-    profile = resolve_profile(profile_path, preset)
+    profile = profile_or_installed(profile_path, preset, name, paths.HostLayout(root))
     if target != "systemd" and (print_command or python):
         raise UsageError("--print-command and --python are for the systemd target",
                          value="--print-command" if print_command else f"--python {python}",
@@ -66,7 +70,7 @@ def render_cmd(profile_path, preset, sglang_version, python, out_dir, print_comm
         launch = deployment.launch
         for warning in (*launch.warnings, *naming_warnings(profile)):
             click.echo(f"warning: {warning}", err=True)
-        click.echo(launch.shell_command(api_key_file=profile.sglang.api_key_file), nl=False)
+        click.echo(launch.shell_command(api_key_file=deployment.api_key_file), nl=False)
         if not profile.sglang.enable_metrics:
             click.echo(METRICS_OFF, err=True)
         return
@@ -96,7 +100,8 @@ def render_cmd(profile_path, preset, sglang_version, python, out_dir, print_comm
         echo_json(described)
         return
     if print_command:
-        click.echo(rendered.launch.shell_command(api_key_file=profile.sglang.api_key_file), nl=False)
+        key_file = resolve(profile, sglang_version, launches=False).api_key_file  # the one the units read
+        click.echo(rendered.launch.shell_command(api_key_file=key_file), nl=False)
     for path in written:
         click.echo(f"wrote {path}", err=print_command)
     for path in removed:

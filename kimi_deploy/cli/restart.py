@@ -6,8 +6,9 @@ from typing import TYPE_CHECKING
 
 import click
 
-from kimi_deploy.cli.options import (Seconds, echo_json, host_systemd_option, json_flag, make_console,
-                                     profile_options, refuse_host_systemd, resolve_installed, root_option)
+from kimi_deploy.cli.common import (Seconds, echo_json, host_systemd_option, json_flag, make_console,
+                                     profile_options, refuse_host_systemd, resolve_installed_deployment,
+                                     root_option)
 from kimi_deploy.paths import HostLayout
 from kimi_deploy.wire.printable import markup, printable
 
@@ -76,11 +77,11 @@ def restart_cmd(ctx, profile_path, preset, root, name, wait, gate, allow_parser_
     if rollback_on_failure and not wait:
         wait = True  # a rollback needs a verdict
     layout = HostLayout(root)
-    profile, _manifest = resolve_installed(profile_path, preset, name, layout)
+    deployment, _manifest = resolve_installed_deployment(profile_path, preset, name, layout)
     refuse_host_systemd(layout, host_systemd, "restart", dry_run=dry_run)
-    drain = restart_lib.drain_for(profile, layout, host, wait=wait, idle_timeout=drain_timeout)
+    drain = restart_lib.drain_for(deployment, layout, host, wait=wait, idle_timeout=drain_timeout)
     if dry_run:
-        plan = restart_lib.plan_restart(profile, layout, wait=wait, gate=gate, rollback_on_failure=rollback_on_failure,
+        plan = restart_lib.plan_restart(deployment, layout, wait=wait, gate=gate, rollback_on_failure=rollback_on_failure,
                                         drain=drain, allow_parser_removal=allow_parser_removal)
         refused_here = not layout.is_host and not host_systemd  # what the real run says (refuse_host_systemd)
         if as_json:
@@ -114,7 +115,7 @@ def restart_cmd(ctx, profile_path, preset, root, name, wait, gate, allow_parser_
             console.print(markup(message), highlight=False)
 
     try:
-        result = restart_lib.restart(profile, layout, wait=wait, timeout=timeout,
+        result = restart_lib.restart(deployment, layout, wait=wait, timeout=timeout,
                                      rollback_on_failure=rollback_on_failure, poll_interval=poll_interval,
                                      on_poll=on_poll, on_event=on_event, drain=drain, node=host, gate=gate,
                                      allow_parser_removal=allow_parser_removal)

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import click
 
-from kimi_deploy.cli.options import echo_json, json_flag, profile_options, resolve_installed, root_option
+from kimi_deploy.cli.common import (echo_json, json_flag, profile_options, resolve_installed_deployment,
+                                     root_option)
 from kimi_deploy.paths import HostLayout
 
 
@@ -26,9 +27,9 @@ def status_cmd(ctx, profile_path, preset, root, name, host, state_dir, as_json):
     from kimi_deploy.host import status as status_lib
 
     layout = HostLayout(root)
-    profile, manifest = resolve_installed(profile_path, preset, name, layout)
-    report = status_lib.status(profile, layout, manifest, host, state_dir)
-    view = status_lib.gateway_view(profile, layout)
+    deployment, manifest = resolve_installed_deployment(profile_path, preset, name, layout)
+    report = status_lib.status(deployment, layout, manifest, host, state_dir)
+    view = status_lib.gateway_view(deployment, layout)
     code = status_lib.exit_code(report, view)
     if as_json:
         echo_json({**report.to_dict(), "gateway": view} if view else report.to_dict())

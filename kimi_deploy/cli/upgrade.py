@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from kimi_deploy.errors import UsageError
-from kimi_deploy.cli.options import (Seconds, echo_json, host_systemd_option, json_flag, refuse_host_systemd,
+from kimi_deploy.cli.common import (Seconds, echo_json, host_systemd_option, json_flag, refuse_host_systemd,
                                     resolve_installed, resolve_profile, root_option)
 from kimi_deploy.paths import DEFAULT_STATE_DIR, HostLayout
 

@@ -8,8 +8,7 @@ import click
 
 from kimi_deploy import validate as validate_lib
 from kimi_deploy.doctor import probe_gpus
-from kimi_deploy.cli.options import (Phases, echo_json, json_flag, name_option, profile_options, profile_or_installed,
-                                     resolve_profile)
+from kimi_deploy.cli.common import Phases, echo_json, json_flag, name_option, profile_options, profile_or_installed
 from kimi_deploy.errors import ExitCode, KimiDeployError, UsageError
 from kimi_deploy.fsio import check_output_dir, create_output_dir, write_many_atomic
 from kimi_deploy.paths import HostLayout
@@ -138,18 +137,20 @@ def validate_cmd(ctx, profile_path, preset, name, python, gateway, smg, gpu_fact
 
 @click.command("facts")
 @profile_options
+@name_option
 @click.option("--out", "out_dir", type=click.Path(path_type=Path, file_okay=False), required=True, metavar="DIR",
               help="Write gpus.csv, model/ and draft/ (config.json, header-index.json) into DIR.")
 @json_flag("Print the result as JSON.")
-def facts_cmd(profile_path, preset, out_dir, as_json):
+def facts_cmd(profile_path, preset, name, out_dir, as_json):
     """Record on the GPU host what the memory plan needs, to size the profile elsewhere.
 
     Writes this host's nvidia-smi GPU query and the model's (and draft's) config.json and safetensors header index
     into DIR; elsewhere, `kimi-deploy validate --gpu-facts DIR/gpus.csv --model-facts DIR/model` sizes the profile
-    as here. Exit 2: a model directory that cannot be read.
+    as here. Exit 2: a model directory that cannot be read. Without --profile/--preset: the installed profile, as
+    every verb.
     """
     check_output_dir("--out", out_dir)
-    profile = resolve_profile(profile_path, preset)
+    profile = profile_or_installed(profile_path, preset, name, HostLayout(Path("/")))
     recorded = record_facts(profile)
     create_output_dir(out_dir)
     for folder in {name.split("/", 1)[0] for name in recorded.files if "/" in name}:

@@ -35,8 +35,8 @@ from kimi_deploy import names, patching, versions
 from kimi_deploy.catalog.models import REFERENCE_GPU, REFERENCE_GPUS, Gpu, ModelFacts, identify, weights_fit
 from kimi_deploy.errors import RefusedError
 from kimi_deploy.launch import LaunchSpec, build_launch, gateway_argv
-from kimi_deploy.profile import Profile, load_profile
-from kimi_deploy.topology import Rank, group_ranks
+from kimi_deploy.profile import Profile, host_key, load_profile
+from kimi_deploy.topology import Rank, find_rank, group_ranks
 
 __all__ = ["Deployment", "Fit", "HostGpus", "RankLaunch", "Units", "resolve", "resolve_file", "require_fit", "static_fit",
            "REFERENCE_COMPUTE_CAP"]
@@ -105,13 +105,39 @@ class RankLaunch:
 
 @dataclasses.dataclass(frozen=True)
 class Units:
-    """The service's unit and file names (:mod:`kimi_deploy.names`); ``gateway`` ``None`` without ``[gateway]``."""
+    """The service's unit and file names (:mod:`kimi_deploy.names`): the server unit, its EnvironmentFile, the
+    nightly check's service and timer and their stem (``check_unit``, ``kimi-deploy-check@NAME``); the gateway's
+    name (``gateway_name``, ``NAME-gateway``: its state directory, its Prometheus job's default also when
+    ``[monitoring] gateway`` names a gateway the profile does not run); with ``[gateway]`` its unit (``gateway``)
+    and its check's units, else ``None``. The one place a verb
+    gets them: from a resolved :class:`Deployment`, or, for a service known only by its recorded name (an
+    uninstall, a journal's recovery), from :meth:`of`."""
 
     server: str
     env_file: str
     check_service: str
     check_timer: str
     gateway: str | None
+    gateway_check_service: str | None = None
+    gateway_check_timer: str | None = None
+    check_unit: str = ""
+    gateway_name: str = ""
+    gateway_check_unit: str | None = None
+
+    @classmethod
+    def of(cls, service: str, gateway: bool = False) -> Units:
+        """The names of ``[service] name`` = ``service`` (with the gateway's when ``gateway``)."""
+        name = names.gateway_service(service)
+        gw = name if gateway else None
+        return cls(names.server_unit(service), names.env_file(service), names.check_service(service),
+                   names.check_timer(service), names.server_unit(gw) if gw else None,
+                   names.check_service(gw) if gw else None, names.check_timer(gw) if gw else None,
+                   names.check_unit(service), name, names.check_unit(gw) if gw else None)
+
+    @property
+    def timers(self) -> tuple[str, ...]:
+        """The nightly check timers: the server's, then the gateway's."""
+        return (self.check_timer, *((self.gateway_check_timer,) if self.gateway_check_timer else ()))
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -198,6 +224,34 @@ class Deployment:
     @property
     def argv(self) -> tuple[str, ...]:
         return self.launch.argv
+
+    @property
+    def metrics_targets(self) -> tuple[str, ...]:
+        """The Prometheus scrape targets (``HOST:PORT``, IPv6 in brackets) of the server's ``/metrics``: rank 0 of
+        each ``[fleet]`` replica (the only rank that serves HTTP, and the group's metrics), else where a client
+        on this host reaches the server (:attr:`base_url`)."""
+        return tuple(url.removeprefix("http://") for url in (self.worker_urls or (self.base_url,)))
+
+    def worker_url(self, node: str) -> str:
+        """The worker URL of the ``[fleet]`` replica whose rank 0 is ``node`` (one of :attr:`worker_urls`; one
+        host however spelt, :func:`kimi_deploy.profile.host_key`).
+
+        Raises:
+            KeyError: ``node`` is not rank 0 of a replica.
+        """
+        for nodes, url in zip(self.profile.replicas, self.worker_urls):
+            if host_key(nodes[0]) == host_key(node):
+                return url
+        raise KeyError(node)
+
+    def rank_of(self, node: str) -> Rank:
+        """The rank ``node`` runs in its multi-node group (one host however spelt), from the same rank table as
+        :attr:`ranks` (:func:`kimi_deploy.topology.find_rank`) without building a launch: what ``preflight`` reads.
+
+        Raises:
+            UsageError: no multi-node replica, or ``node`` is none of its nodes (exit 2).
+        """
+        return find_rank(self.profile, node)
 
     def launch_of(self, rank: Rank | None) -> LaunchSpec:
         """The launch ``rank`` runs (``None``: the serving launch).
@@ -337,8 +391,7 @@ def resolve(profile: Profile, sglang_version: str | None = None, *, components: 
                                          else sglang_version))
     host = _host(gpus)
     service = profile.service.name
-    units = Units(names.server_unit(service), names.env_file(service), names.check_service(service),
-                  names.check_timer(service), names.gateway_unit(service) if profile.gateway else None)
+    units = Units.of(service, gateway=profile.gateway is not None)
     s = profile.sglang
     model = identify(s.model_path, s.served_model_name)
     deployment = Deployment(

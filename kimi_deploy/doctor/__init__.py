@@ -18,7 +18,9 @@ from kimi_deploy.deployment import require_fit, resolve
 from kimi_deploy.doctor import fabric
 from kimi_deploy.facts import nvidia
 from kimi_deploy.doctor.checks import Facts, evaluate
-from kimi_deploy.doctor.host import compare_installed, disk_space, probe_port
+from kimi_deploy.doctor.host import compare_installed
+from kimi_deploy.facts.disk import disk_space
+from kimi_deploy.facts.ports import probe_port
 from kimi_deploy.facts.meminfo import read_meminfo
 from kimi_deploy.facts.modeldir import inspect_model_dir
 from kimi_deploy.doctor.report import Check, DoctorReport
@@ -216,6 +218,7 @@ def gather(profile: Profile, *, python: str | None = None, root: Path = Path("/"
                 facts["gates_version"] = versions.DEFAULT_SGLANG_VERSION
     except KimiDeployError as exc:
         facts["gates_error"] = exc.message
+    facts["units"] = (deployment or resolve(profile, launches=False)).units  # the names, whatever the release
 
     s = profile.sglang
     say(f"reading the model files in {s.model_path}")

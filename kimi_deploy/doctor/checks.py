@@ -21,12 +21,14 @@ from kimi_deploy.catalog.models import (REFERENCE_GPU, WEIGHTS_SHARE, Gpu as Cat
                                         what_fits)
 from kimi_deploy.doctor.cuda import SOURCE as DRIVER_SOURCE, judge_driver
 from kimi_deploy.doctor.fabric import AcsReport, IommuMode, P2pMatrix
-from kimi_deploy.doctor.host import DiskSpace, FileDrift, PortProbe, hostport
+from kimi_deploy.doctor.host import FileDrift
+from kimi_deploy.facts.disk import DiskSpace
+from kimi_deploy.facts.ports import PortProbe, hostport
 from kimi_deploy.facts.modeldir import ModelDir
 from kimi_deploy.facts.nvidia import P2P_LEVEL_FOR_LINK, P2P_LEVELS, Gpu, Topology
 from kimi_deploy.doctor.report import Check, failed, passed, warned
 from kimi_deploy.patching import GateHit, SeriesStatus
-from kimi_deploy.names import server_unit
+from kimi_deploy.deployment import Units
 from kimi_deploy.profile import Profile
 from kimi_deploy.sizing.report import Sizing
 from kimi_deploy.engine import TargetInfo
@@ -55,6 +57,8 @@ class Facts:
     """Everything the probes found; ``*_error`` is the one-line reason a probe gave nothing."""
 
     profile: Profile
+    #: The deployment's unit names (:attr:`kimi_deploy.deployment.Deployment.units`; ``None``: not resolved).
+    units: Units | None = None
     gpus: tuple[Gpu, ...] = ()
     gpu_error: str | None = None
     topology: Topology | None = None
@@ -533,7 +537,8 @@ def check_port(f: Facts) -> Check | None:
     installed = any(d.state != "absent" for d in f.unit)
     who = f"`ss -ltnp 'sport = :{p.port}'` shows the owner"
     if p.state == "in_use" and installed:
-        return warned("port", f"{p.detail} ({server_unit(svc)} is installed: probably the running server)",
+        unit = f.units.server if f.units else f"service {svc}"
+        return warned("port", f"{p.detail} ({unit} is installed: probably the running server)",
                       f"expected while {svc} runs; otherwise {who}")
     if p.state == "in_use":
         return failed("port", p.detail, f"stop the program holding it ({who}) or change [sglang] port")

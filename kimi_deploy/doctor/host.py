@@ -1,71 +1,13 @@
-"""Host probes that need no GPU: a port bind test, free disk, the installed unit versus a fresh render."""
+"""The installed unit and env file versus a fresh render (``doctor``'s ``unit`` check); the host's port and disk
+probes are facts (:mod:`kimi_deploy.facts.ports`, :mod:`kimi_deploy.facts.disk`)."""
 
 from __future__ import annotations
 
 import dataclasses
 import difflib
-import errno
-import os
-import shutil
-import socket
-from pathlib import Path
 
 from kimi_deploy.paths import HostLayout
 from kimi_deploy.targets.systemd import Rendered
-
-
-@dataclasses.dataclass(frozen=True)
-class PortProbe:
-    """``state``: ``free``, ``in_use`` (EADDRINUSE) or ``unavailable`` (any other bind error); ``detail``: why."""
-
-    host: str
-    port: int
-    state: str
-    detail: str
-
-
-def hostport(host: str, port: int) -> str:
-    """``host:port`` for display; an IPv6 address in brackets (``[::]:30000``, RFC 3986 section 3.2.2)."""
-    return f"[{host}]:{port}" if ":" in host and not host.startswith("[") else f"{host}:{port}"
-
-
-def probe_port(host: str, port: int) -> PortProbe:
-    """Try to bind ``host:port`` (TCP, SO_REUSEADDR like uvicorn) and release it at once."""
-    try:
-        infos = socket.getaddrinfo(host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
-    except socket.gaierror as exc:
-        return PortProbe(host, port, "unavailable", f"cannot resolve {host}: {exc.strerror}")
-    family, socktype, proto, _, addr = infos[0]
-    sock = socket.socket(family, socktype, proto)
-    try:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind(addr)
-    except OSError as exc:
-        state = "in_use" if exc.errno == errno.EADDRINUSE else "unavailable"
-        return PortProbe(host, port, state, f"bind {hostport(host, port)}: {exc.strerror}")
-    finally:
-        sock.close()
-    return PortProbe(host, port, "free", f"bind {hostport(host, port)} succeeded")
-
-
-@dataclasses.dataclass(frozen=True)
-class DiskSpace:
-    """Free space for ``path``, measured on ``measured`` (its nearest existing ancestor), bytes."""
-
-    path: str
-    measured: str
-    free_bytes: int
-    total_bytes: int
-
-
-def disk_space(path: str | Path) -> DiskSpace:
-    """Free bytes (for an unprivileged user) on the file system that holds or will hold ``path``."""
-    probe = Path(path)
-    while not probe.exists() and probe != probe.parent:
-        probe = probe.parent
-    usage = shutil.disk_usage(probe)
-    stat = os.statvfs(probe)
-    return DiskSpace(str(path), str(probe), stat.f_bavail * stat.f_frsize, usage.total)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -1,6 +1,7 @@
 """Facts of this host that more than one verb reads, each a command builder or a file reader plus a pure
 parser tested on recorded output: the GPUs and their topology (:mod:`.nvidia`: ``nvidia-smi``), a model
 directory's shards and safetensors headers (:mod:`.modeldir`), the host's memory (:mod:`.meminfo`: what
-``doctor`` and the weights prefetch read of ``/proc/meminfo``). ``doctor`` judges them and the memory plan
+``doctor`` and the weights prefetch read of ``/proc/meminfo``), free disk where a path is (:mod:`.disk`) and whether
+a server can listen on a port here (:mod:`.ports`). ``doctor`` judges them and the memory plan
 (:mod:`kimi_deploy.sizing`) sizes with them; neither imports the other's package for them.
 """

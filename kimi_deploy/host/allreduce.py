@@ -41,7 +41,7 @@ from typing import Any, Literal
 
 from kimi_deploy import proc
 from kimi_deploy.errors import KimiDeployError
-from kimi_deploy.names import server_unit
+from kimi_deploy.deployment import Deployment
 from kimi_deploy.profile import Profile
 
 Path_ = Literal["fusion", "pcie_ipc", "torch_symm_mem"]
@@ -236,10 +236,10 @@ def read_start_log(unit: str, since: str | None) -> tuple[list[str] | None, str]
     return lines, done.command
 
 
-def report_for(profile: Profile, since: str | None) -> tuple[AllreduceReport | None, str | None]:
-    """Read the journal of ``profile``'s unit for the current start and judge it: ``(report, None)`` or
-    ``(None, why the log could not be read)``."""
-    lines, source = read_start_log(server_unit(profile.service.name), since)
+def report_for(deployment: Deployment, since: str | None) -> tuple[AllreduceReport | None, str | None]:
+    """Read the journal of ``deployment``'s server unit for the current start and judge it against its profile:
+    ``(report, None)`` or ``(None, why the log could not be read)``."""
+    lines, source = read_start_log(deployment.units.server, since)
     if lines is None:
         return None, source
-    return judge(profile, lines, source=source), None
+    return judge(deployment.profile, lines, source=source), None

@@ -34,6 +34,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from kimi_deploy.errors import ExitCode, RefusedError
+from kimi_deploy.deployment import Deployment
 from kimi_deploy.profile import Profile
 
 #: The tiers in the order they run; ``--gate`` names the last one to run.
@@ -136,10 +137,11 @@ class GateResult:
                 "failed_checks": self.failed_checks, "tiers": [t.to_dict() for t in self.tiers]}
 
 
-def run_tier(tier: str, profile: Profile, api_key: str | None, *, base_url: str | None = None,
+def run_tier(tier: str, deployment: Deployment, api_key: str | None, *, base_url: str | None = None,
              timeout: float = 60.0, fast: Sequence[str] = FAST_TIER) -> TierResult:
-    """Run one tier's checks (:func:`tier_globs`) against ``base_url`` (default: the profile's) with the check
-    package's runner; the profile gives the expected values (served name, parsers, speculative settings).
+    """Run one tier's checks (:func:`tier_globs`) against ``base_url`` (default: the deployment's) with the check
+    package's runner; the deployment's profile gives the expected values (served name, parsers, speculative
+    settings).
 
     ``timeout``: seconds per HTTP request.
 
@@ -149,19 +151,19 @@ def run_tier(tier: str, profile: Profile, api_key: str | None, *, base_url: str 
     from kimi_deploy.check import CheckOptions, run_checks  # imports openai (about 0.5 s): only when checking
 
     report = run_checks(CheckOptions(
-        base_url=base_url or profile.base_url, model=profile.sglang.served_model_name or profile.sglang.model_path,
-        api_key=api_key, profile=profile, only=list(tier_globs(tier, fast)), timeout=timeout))
+        base_url=base_url or deployment.base_url, model=deployment.served_model,
+        api_key=api_key, profile=deployment.profile, only=list(tier_globs(tier, fast)), timeout=timeout))
     rows = [{"id": r.id, "status": r.status, "kind": r.kind, "detail": r.detail} for r in report.results]
     return TierResult(tier, int(report.exit_code), float(report.duration_s or 0.0), rows)
 
 
-def run_gate(gate: str, profile: Profile, api_key: str | None, *, ready_seconds: float,
+def run_gate(gate: str, deployment: Deployment, api_key: str | None, *, ready_seconds: float,
              base_url: str | None = None, timeout: float = 60.0, fast: Sequence[str] = FAST_TIER) -> GateResult:
     """The tiers after ``ready`` up to ``gate``, stopping at the first that fails; ``ready_seconds`` is the
     readiness wait the caller already passed (recorded as the ``ready`` tier)."""
     tiers = [TierResult("ready", int(ExitCode.OK), ready_seconds)]
     for tier in tiers_through(gate)[1:]:
-        tiers.append(run_tier(tier, profile, api_key, base_url=base_url, timeout=timeout, fast=fast))
+        tiers.append(run_tier(tier, deployment, api_key, base_url=base_url, timeout=timeout, fast=fast))
         if not tiers[-1].ok:
             break
     return GateResult(gate, tiers)

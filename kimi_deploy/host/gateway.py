@@ -30,10 +30,9 @@ from typing import Any
 
 import httpx
 
-from kimi_deploy import names
 from kimi_deploy.errors import ExitCode, KimiDeployError, UnreachableError
 from kimi_deploy.wire.http import control_client, request_capped
-from kimi_deploy.profile import Profile
+from kimi_deploy.deployment import Deployment
 from kimi_deploy.wire.printable import printable
 from kimi_deploy.wire.workers import Worker, parse_workers  # noqa: F401  (this module's API since before the move)
 from kimi_deploy.redact import redact_text, url as redact_url
@@ -168,15 +167,10 @@ def _shown(body: Any) -> str:
 
 
 
-def gateway_url(profile: Profile) -> str:
-    """:attr:`kimi_deploy.profile.Profile.gateway_url` (raises UsageError without ``[gateway]``)."""
-    return profile.gateway_url
-
-
 def view_problems(expected: Sequence[str], workers: Sequence[Worker]) -> list[str]:
     """``status`` problems of the gateway's view (one ``what (evidence); fix: how`` line each; empty: fine).
 
-    ``expected``: the profile's worker URLs (:meth:`Profile.worker_urls`); ``workers``: what the gateway lists.
+    ``expected``: the deployment's worker URLs (:attr:`kimi_deploy.deployment.Deployment.worker_urls`); ``workers``: what the gateway lists.
     """
     listed = {w.url.rstrip("/"): w for w in workers}
     problems = []
@@ -194,18 +188,19 @@ def view_problems(expected: Sequence[str], workers: Sequence[Worker]) -> list[st
     return problems
 
 
-def gateway_view(profile: Profile, api_key: str | None, *, timeout: float = 10.0) -> dict[str, Any]:
+def gateway_view(deployment: Deployment, api_key: str | None, *, timeout: float = 10.0) -> dict[str, Any]:
     """The gateway's view of its workers for ``status``: ``{"url", "workers": [Worker dicts], "problems",
-    "error"}``; never raises (an unreachable gateway or a refused listing is ``error`` and a problem)."""
-    url = gateway_url(profile)
+    "error"}``; never raises (an unreachable gateway or a refused listing is ``error`` and a problem). The
+    gateway's URL, unit and the expected workers are ``deployment``'s (one with ``[gateway]``)."""
+    url = deployment.gateway_url
     try:
         with Gateway(url, api_key, timeout=timeout) as gw:
             workers = gw.workers()
     except KimiDeployError as exc:
         return {"url": url, "workers": [], "error": exc.message,
                 "problems": [f"the gateway at {url} cannot be read ({exc.message}); fix: systemctl status "
-                             f"{names.gateway_unit(profile.service.name)} on {profile.gateway.host}"]}
+                             f"{deployment.units.gateway} on {deployment.profile.gateway.host}"]}
     # the gateway's own words, written by status: a listed URL may carry credentials or echo the key
     return {"url": url, "workers": [{**w.to_dict(), "url": redact_url(w.url, [api_key])} for w in workers],
-            "error": None, "problems": [redact_text(p, [api_key]) for p in view_problems(profile.worker_urls(),
+            "error": None, "problems": [redact_text(p, [api_key]) for p in view_problems(deployment.worker_urls,
                                                                                           workers)]}

@@ -45,7 +45,7 @@ from kimi_deploy import __version__, fsio
 from kimi_deploy.errors import KimiDeployError, UsageError
 from kimi_deploy.host import systemd
 from kimi_deploy.host.records import BackupSet, list_backups, read_bytes, service_lock, sha256, stale_files
-from kimi_deploy.names import check_timer, server_unit
+from kimi_deploy.deployment import Units
 from kimi_deploy.paths import HostLayout
 
 CHANGE_FORMAT = 1
@@ -364,7 +364,8 @@ def recover(layout: HostLayout, service: str, *, live: bool, restart_unit: bool 
         return Recovery(change, "old", None, gone, ran, False, notes)
     say(f"undoing the interrupted {change.kind} of {service}: putting {change.old_label} back")
     restored = restore_old(layout, change)
-    unit = server_unit(service)
+    units = Units.of(service)
+    unit = units.server
     restart_needed = change.restarted and change.unit_existed
     if live:
         if restored.restored or restored.removed:
@@ -372,7 +373,7 @@ def recover(layout: HostLayout, service: str, *, live: bool, restart_unit: bool 
         if change.restarted and not change.unit_existed:
             # a first install's unit: there is no old version to run (what a finished rollback of one does)
             with contextlib.suppress(KimiDeployError):
-                ran.append(systemd.systemctl("disable", "--now", unit, check_timer(service)).command)
+                ran.append(systemd.systemctl("disable", "--now", unit, units.check_timer).command)
             notes.append("that was a first install: no previous version to start; the service is stopped")
         elif restart_needed and restart_unit:
             say(f"restarting {unit} with the old files")

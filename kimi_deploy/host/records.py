@@ -28,7 +28,7 @@ from kimi_deploy import __version__
 from kimi_deploy.errors import KimiDeployError, UsageError
 from kimi_deploy import fsio
 from kimi_deploy.fsio import write_many_atomic
-from kimi_deploy.names import gateway_unit, server_unit
+from kimi_deploy.deployment import Deployment, resolve
 from kimi_deploy.paths import SYSTEMD_DIR, HostLayout
 from kimi_deploy.profile import Profile, dump_profile, load_profile, valid_service_name
 from kimi_deploy.targets import GENERATED_PREFIX
@@ -269,8 +269,8 @@ class Claims:
         return self.paths.get(host_path.rstrip("/") or "/", []) if host_path else []
 
 
-def listeners(profile: Profile, installed: Collection[str] | None) -> list[tuple[str, int, str]]:
-    """``(host, port, what)`` of every socket the units among ``installed`` (host paths) listen on.
+def listeners(deployment: Deployment, installed: Collection[str] | None) -> list[tuple[str, int, str]]:
+    """``(host, port, what)`` of every socket ``deployment``'s units among ``installed`` (host paths) listen on.
 
     The server unit (``<name>.service``): ``[sglang] host:port``; the gateway unit (``<name>-gateway.service``,
     a fleet's gateway host): ``[gateway] bind:port`` and its metrics ``prometheus_host:prometheus_port``. A
@@ -278,11 +278,11 @@ def listeners(profile: Profile, installed: Collection[str] | None) -> list[tuple
     ``installed`` None (nothing known of the files): the server's listener, as every install has one.
     """
 
-    name, found = profile.service.name, []
-    if installed is None or f"{SYSTEMD_DIR}/{server_unit(name)}" in installed:
+    profile, units, found = deployment.profile, deployment.units, []
+    if installed is None or f"{SYSTEMD_DIR}/{units.server}" in installed:
         found.append((profile.sglang.host, profile.sglang.port, "[sglang] port"))
     gw = profile.gateway
-    if gw is not None and installed is not None and f"{SYSTEMD_DIR}/{gateway_unit(name)}" in installed:
+    if gw is not None and installed is not None and f"{SYSTEMD_DIR}/{units.gateway}" in installed:
         found += [(gw.bind, gw.port, "[gateway] port"),
                   (gw.prometheus_host, gw.prometheus_port, "[gateway] prometheus_port")]
     return found
@@ -319,15 +319,16 @@ def other_services_claims(layout: HostLayout, service: str) -> Claims:
             for group in manifest.groups_created:
                 claims.add_account("group", group, other, "created it")
         try:
-            profile = load_profile(layout.profile_copy(other))
+            deployment = resolve(load_profile(layout.profile_copy(other)), launches=False)
         except (KimiDeployError, OSError):
             continue
-        claims.add(profile.sglang.api_key_file, other, "API key file")
+        profile = deployment.profile
+        claims.add(deployment.api_key_file, other, "API key file")
         claims.add(profile.cache_root, other, "cache folder")
         claims.add_account("user", profile.service.user, other, "runs as it")
         claims.add_account("group", profile.service.group, other, "runs as it")
         claims.ports += [(other, host, port, what)
-                         for host, port, what in listeners(profile, manifest.files if manifest else None)]
+                         for host, port, what in listeners(deployment, manifest.files if manifest else None)]
     return claims
 
 
@@ -393,6 +394,17 @@ def installed_profile(layout: HostLayout, manifest: Manifest) -> Profile:
         ProfileError: missing or invalid.
     """
     return load_profile(layout.profile_copy(manifest.service))
+
+
+def installed_deployment(profile: Profile, manifest: Manifest) -> Deployment:
+    """``profile`` (the installed one, or the one given for the installed service) resolved for the SGLang version
+    ``manifest`` records (:func:`kimi_deploy.deployment.resolve`), its launches built only when read: the unit
+    names, URLs and key path ``restart`` and ``status`` use, and the launch status compares the running one with.
+
+    Raises:
+        UsageError: the manifest's version is not a 0.5.x release (install records only those).
+    """
+    return resolve(profile, manifest.sglang_version, launches=False)
 
 
 class Ownership(str, enum.Enum):

@@ -48,7 +48,7 @@ from kimi_deploy.host.records import BackupSet, Restored, list_backups, service_
 from kimi_deploy.paths import HostLayout
 from kimi_deploy.profile import Profile, load_profile
 from kimi_deploy.host.readiness import WaitResult, WaitState, wait_ready
-from kimi_deploy.names import check_timer, gateway_unit, node_url, server_unit
+from kimi_deploy.deployment import Deployment, Units, resolve
 from kimi_deploy.host.gateway import DrainTimeout, Gateway
 from kimi_deploy.wire.http import control_client, request_capped
 from kimi_deploy.topology import is_node, local_rank, pick_host, refuse_http_proof
@@ -91,16 +91,18 @@ class Drain:
     idle_timeout: float = 600.0
 
 
-def drain_for(profile: Profile, layout: HostLayout, host: str | None, *, wait: bool,
+def drain_for(deployment: Deployment, layout: HostLayout, host: str | None, *, wait: bool,
               idle_timeout: float = 600.0) -> Drain | None:
     """The :class:`Drain` of this node's replica (``host``: ``--host``, else found by
-    :func:`kimi_deploy.topology.pick_host`), or None without ``[gateway]``.
+    :func:`kimi_deploy.topology.pick_host`), or None without ``[gateway]``: the gateway's URL, the replica's worker
+    URL and the key path read from ``deployment``.
 
     Raises:
         UsageError: ``host`` without ``[gateway]`` or multi-node replicas; this host runs the gateway only, or
             a rank >= 1 (the group restarts from rank 0); no ``wait`` (a drained replica goes back into the
             gateway only once ready and checked); an unreadable key file (exit 2).
     """
+    profile = deployment.profile
     if profile.gateway is None:
         if host is not None and profile.nodes_per_copy < 2:
             raise UsageError("--host is for a profile with [gateway] or multi-node replicas", value=host,
@@ -109,7 +111,7 @@ def drain_for(profile: Profile, layout: HostLayout, host: str | None, *, wait: b
     this = pick_host(profile, host)
     if not is_node(profile, this):
         raise UsageError(f"{this} runs the gateway only; restart it with systemctl", value=this,
-                         hint=f"systemctl restart {gateway_unit(profile.service.name)}")
+                         hint=f"systemctl restart {deployment.units.gateway}")
     replica = next(nodes for nodes in profile.replicas if this in nodes)
     if replica[0] != this:
         raise UsageError(f"{this} is rank {replica.index(this)} of a multi-node replica; restart its group from "
@@ -117,8 +119,8 @@ def drain_for(profile: Profile, layout: HostLayout, host: str | None, *, wait: b
     if not wait:
         raise UsageError("a replica behind a gateway is restarted with --wait (it goes back into the gateway "
                          "only once it is ready and checked)", hint="add --wait")
-    key = apikey.resolve_key(profile_key_file=profile.sglang.api_key_file, layout=layout)
-    return Drain(Gateway(profile.gateway_url, key), node_url(this, profile.sglang.port), idle_timeout)
+    key = apikey.resolve_key(profile_key_file=deployment.api_key_file, layout=layout)
+    return Drain(Gateway(deployment.gateway_url, key), deployment.worker_url(this), idle_timeout)
 
 
 def wait_idle(url: str, api_key: str | None, *, timeout: float, poll: float, clock: Callable[[], float],
@@ -261,11 +263,11 @@ class RestartResult:
                 "gateway": self.gateway, "recovered": self.recovered}
 
 
-def _attempt(label: str, profile: Profile, layout: HostLayout, *, api_key: str | None, wait: bool, timeout: float,
+def _attempt(label: str, deployment: Deployment, layout: HostLayout, *, api_key: str | None, wait: bool, timeout: float,
              poll_interval: float, on_poll: Callable[[str, WaitState], None] | None,
              clock: Callable[[], float], sleep: Callable[[float], None], base_url: str | None = None,
              gate: str = gates.DEFAULT_GATE) -> Attempt:
-    unit = server_unit(profile.service.name)
+    unit = deployment.units.server
     try:
         done = systemd.systemctl("restart", unit)
     except ExternalCommandError as exc:
@@ -277,12 +279,11 @@ def _attempt(label: str, profile: Profile, layout: HostLayout, *, api_key: str |
             raise
         verdict = gates.GateResult(gate, [gates.TierResult("ready", int(ExitCode.FAILED), 0.0)])
         return Attempt(label, exc.command, None, None, int(ExitCode.FAILED), f"{unit} failed to start: {failed}",
-                       gate=verdict, phases=start_phases(profile, layout))
+                       gate=verdict, phases=start_phases(deployment, layout))
     if not wait:
         return Attempt(label, done.command, None, None, int(ExitCode.OK), f"{unit} restarted (not waited for)")
-    base_url = base_url or profile.base_url
-    result = wait_ready(base_url, unit, api_key=api_key,
-                        model=profile.sglang.served_model_name or profile.sglang.model_path, timeout=timeout,
+    base_url = base_url or deployment.base_url
+    result = wait_ready(base_url, unit, api_key=api_key, model=deployment.served_model, timeout=timeout,
                         poll_interval=poll_interval, on_poll=(lambda s: on_poll(label, s)) if on_poll else None,
                         clock=clock, sleep=sleep)
     if not result.ready:
@@ -292,12 +293,12 @@ def _attempt(label: str, profile: Profile, layout: HostLayout, *, api_key: str |
         code = ExitCode.FAILED if result.unit_failed else ExitCode.TIMEOUT
         verdict = gates.GateResult(gate, [gates.TierResult("ready", int(code), result.elapsed)])
         return Attempt(label, done.command, result, None, int(code), why + last,
-                       gate=verdict, phases=start_phases(profile, layout))
-    started = start_phases(profile, layout)
-    verdict = gates.run_gate(gate, profile, api_key, ready_seconds=result.elapsed, base_url=base_url,
+                       gate=verdict, phases=start_phases(deployment, layout))
+    started = start_phases(deployment, layout)
+    verdict = gates.run_gate(gate, deployment, api_key, ready_seconds=result.elapsed, base_url=base_url,
                              timeout=min(120.0, max(10.0, timeout)), fast=FAST_TIER)
     checks = CheckSummary(verdict.exit_code, verdict.results()) if len(verdict.tiers) > 1 else None
-    paths = engaged_paths(profile)
+    paths = engaged_paths(deployment)
     if not verdict.ok:
         return Attempt(label, done.command, result, checks, verdict.exit_code,
                        f"ready after {result.elapsed:.0f} s, but the {verdict.failed_tier} tier failed: "
@@ -312,12 +313,13 @@ def _attempt(label: str, profile: Profile, layout: HostLayout, *, api_key: str |
                    + (f" ({ran} checks)" if ran else "") + in_use, paths, verdict, started)
 
 
-def start_phases(profile: Profile, layout: HostLayout) -> dict[str, Any]:
+def start_phases(deployment: Deployment, layout: HostLayout) -> dict[str, Any]:
     """The phases of the unit's current start from its journal (:func:`kimi_deploy.host.phases.parse_start`),
     kept as the last measured start under ``layout``'s state directory for the service when it reached ready
     (``render`` compares ``TimeoutStartSec=`` with it); ``{"error": why}`` when the journal cannot be read or the
     record cannot be written. Never raises: the phases inform, they do not fail a restart."""
-    unit = server_unit(profile.service.name)
+    profile = deployment.profile
+    unit = deployment.units.server
     try:
         since = systemd.show(unit).properties.get("ExecMainStartTimestamp") or None
     except KimiDeployError:
@@ -352,20 +354,20 @@ def budget_check(profile: Profile, layout: HostLayout, start: phases.StartPhases
     return {"over_budget": start_history.over_budget(profile.start, new, previous)}
 
 
-def engaged_paths(profile: Profile) -> dict[str, Any]:
+def engaged_paths(deployment: Deployment) -> dict[str, Any]:
     """The all-reduce paths of the current start as the server's journal tells them
     (:meth:`kimi_deploy.host.allreduce.AllreduceReport.to_dict`), or ``{"error": why}`` when it cannot be read.
     Never raises: a missing journal is reported, not a failed restart."""
-    unit = server_unit(profile.service.name)
+    unit = deployment.units.server
     try:
         since = systemd.show(unit).properties.get("ExecMainStartTimestamp") or None
     except KimiDeployError:
         since = None
-    report, why = allreduce.report_for(profile, since)
+    report, why = allreduce.report_for(deployment, since)
     return report.to_dict() if report else {"error": why}
 
 
-def restart(profile: Profile, layout: HostLayout, *, wait: bool = False, timeout: float | None = None,
+def restart(deployment: Deployment, layout: HostLayout, *, wait: bool = False, timeout: float | None = None,
             rollback_on_failure: bool = False, poll_interval: float = 5.0,
             on_poll: Callable[[str, WaitState], None] | None = None,
             on_event: Callable[[str], None] | None = None, clock: Callable[[], float] = time.monotonic,
@@ -373,7 +375,8 @@ def restart(profile: Profile, layout: HostLayout, *, wait: bool = False, timeout
             node: str | None = None, gate: str = gates.DEFAULT_GATE,
             allow_parser_removal: bool = False, change: journal.Change | None = None,
             hold_lock: bool = True) -> RestartResult:
-    """Restart ``profile``'s service; with ``wait``, gate it and optionally roll back.
+    """Restart ``deployment``'s service (its unit, URL and key path as resolved:
+    :func:`kimi_deploy.deployment.resolve`); with ``wait``, gate it and optionally roll back.
 
     Args:
         gate: the last gate tier to run (:data:`kimi_deploy.host.gate.TIERS`: ready, fast, parser, contract);
@@ -407,16 +410,17 @@ def restart(profile: Profile, layout: HostLayout, *, wait: bool = False, timeout
     if drain is not None and not wait:
         raise UsageError("a replica behind a gateway is restarted with --wait (it goes back into the gateway "
                          "only once it is ready and checked)", hint="add --wait")
+    profile = deployment.profile
     if wait:
         refuse_http_proof(profile, local_rank(profile, node), "restart --wait")
     gates.tiers_through(gate)  # an unknown gate fails here, before anything restarts
-    api_key = apikey.resolve_key(profile_key_file=profile.sglang.api_key_file, layout=layout) if wait else None
+    api_key = apikey.resolve_key(profile_key_file=deployment.api_key_file, layout=layout) if wait else None
     with service_lock(layout, profile.service.name) if hold_lock else contextlib.nullcontext():
         if change is None:
             recovery = journal.recover(layout, profile.service.name, live=True, restart_unit=False,
                                        on_event=on_event)
             if recovery is not None and recovery.changed_anything:
-                result = _resumed(recovery, profile, layout, wait=wait, timeout=timeout,
+                result = _resumed(recovery, deployment, layout, wait=wait, timeout=timeout,
                                   poll_interval=poll_interval, on_poll=on_poll, on_event=on_event, clock=clock,
                                   sleep=sleep, base_url=drain.url if drain else None, gate=gate)
                 return _rejoin(result, recovery, drain, on_event)
@@ -424,10 +428,10 @@ def restart(profile: Profile, layout: HostLayout, *, wait: bool = False, timeout
             gates.refuse_parser_removal(previous_profile(layout, profile.service.name), profile,
                                         what=f"restart {profile.service.name}", override="--allow-parser-removal")
         if drain is None:
-            return _restart(profile, layout, api_key=api_key, wait=wait, timeout=timeout,
+            return _restart(deployment, layout, api_key=api_key, wait=wait, timeout=timeout,
                             rollback_on_failure=rollback_on_failure, poll_interval=poll_interval, on_poll=on_poll,
                             on_event=on_event, clock=clock, sleep=sleep, gate=gate, change=change)
-        return _restart_drained(profile, layout, drain, api_key=api_key, timeout=timeout,
+        return _restart_drained(deployment, layout, drain, api_key=api_key, timeout=timeout,
                                 rollback_on_failure=rollback_on_failure, poll_interval=poll_interval,
                                 on_poll=on_poll, on_event=on_event, clock=clock, sleep=sleep, gate=gate)
 
@@ -485,15 +489,16 @@ class RestartPlan:
         return out
 
 
-def plan_restart(profile: Profile, layout: HostLayout, *, wait: bool, gate: str, rollback_on_failure: bool,
+def plan_restart(deployment: Deployment, layout: HostLayout, *, wait: bool, gate: str, rollback_on_failure: bool,
                  drain: Drain | None = None, allow_parser_removal: bool = False) -> RestartPlan:
     """What :func:`restart` would do with these arguments; reads the tree, changes nothing, runs no systemctl.
 
     Raises:
         UsageError: an unreadable journal or backup set (as :func:`restart` would).
     """
-    svc = profile.service.name
-    unit = server_unit(svc)
+    profile = deployment.profile
+    svc = deployment.name
+    unit = deployment.units.server
     pending = journal.load(layout, svc)
     tiers = gates.tiers_through(gate) if wait else []
     command = " ".join(systemd.systemctl_argv("restart", unit))
@@ -541,7 +546,7 @@ def previous_profile(layout: HostLayout, service: str) -> Profile | None:
         return None
 
 
-def _restart_drained(profile: Profile, layout: HostLayout, drain: Drain, *, on_event, **kw: Any) -> RestartResult:
+def _restart_drained(deployment: Deployment, layout: HostLayout, drain: Drain, *, on_event, **kw: Any) -> RestartResult:
     """Remove ``drain.url`` from the gateway, restart and verify there, add it back when that passed.
 
     Raises:
@@ -564,8 +569,8 @@ def _restart_drained(profile: Profile, layout: HostLayout, drain: Drain, *, on_e
                          f"once its in-flight requests ended, {again}") from None
     except KimiDeployError as exc:
         raise _annotated(exc, f"; nothing was restarted and {drain.url} was not taken out of the gateway's rotation",
-                         exc.hint or f"check the gateway unit ({gateway_unit(profile.service.name)}) on "
-                                     f"{profile.gateway.host if profile.gateway else 'the gateway host'}") from None
+                         exc.hint or f"check the gateway unit ({deployment.units.gateway}) on "
+                                     f"{gw.host if (gw := deployment.profile.gateway) else 'the gateway host'}") from None
     say(f"waiting for the requests still running on {drain.url} to end (at most {drain.idle_timeout:g} s)")
     try:
         idle_note = wait_idle(drain.url, kw["api_key"], timeout=drain.idle_timeout,
@@ -575,7 +580,7 @@ def _restart_drained(profile: Profile, layout: HostLayout, drain: Drain, *, on_e
                          f"once they ended, {again} (--drain-timeout S waits longer)") from None
     state: dict[str, Any] = {"url": drain.url, "removed": removed, "readded": False, "error": None}
     try:
-        result = _restart(profile, layout, wait=True, on_event=on_event, base_url=drain.url, **kw)
+        result = _restart(deployment, layout, wait=True, on_event=on_event, base_url=drain.url, **kw)
     except KimiDeployError as exc:
         raise _annotated(exc, f"; {drain.url} was taken out of the gateway's rotation for the restart and stays "
                               "out", exc.hint and f"{exc.hint}; then {again}" or again) from None
@@ -617,8 +622,9 @@ def _begin(layout: HostLayout, service: str, gate: str, replica: str | None = No
         return None
     backup, old = found
     now = journal.current(layout, old.keys())
-    unit_hp = layout.host_path(layout.unit_path(server_unit(service)))
-    existed = (old[unit_hp] is not None) if unit_hp in old else layout.unit_path(server_unit(service)).exists()
+    unit = Units.of(service).server
+    unit_hp = layout.host_path(layout.unit_path(unit))
+    existed = (old[unit_hp] is not None) if unit_hp in old else layout.unit_path(unit).exists()
     change = journal.Change(kind="restart", service=service, started_at=journal.stamp(),
                             old_label=f"the previous install (backup {backup.path.name})",
                             new_label="the installed files", old=journal.hashes(old), new=journal.hashes(now),
@@ -628,7 +634,7 @@ def _begin(layout: HostLayout, service: str, gate: str, replica: str | None = No
     return journal.begin(layout, change, old)
 
 
-def _restart(profile: Profile, layout: HostLayout, *, api_key: str | None, wait: bool, timeout: float | None,
+def _restart(deployment: Deployment, layout: HostLayout, *, api_key: str | None, wait: bool, timeout: float | None,
              rollback_on_failure: bool, poll_interval: float, on_poll: Callable[[str, WaitState], None] | None,
              on_event: Callable[[str], None] | None, clock: Callable[[], float],
              sleep: Callable[[float], None], base_url: str | None = None,
@@ -636,15 +642,15 @@ def _restart(profile: Profile, layout: HostLayout, *, api_key: str | None, wait:
     """The restart, its gate and the rollback, journaled (:mod:`kimi_deploy.host.journal`) when it may roll
     back: ``change`` (an upgrade's, already begun) or one begun here; a kill at any instant leaves a record
     the next command finishes or undoes."""
-    timeout = float(timeout if timeout is not None else profile.service.timeout_start_sec)
+    timeout = float(timeout if timeout is not None else deployment.profile.service.timeout_start_sec)
     say = on_event or (lambda _m: None)
-    svc = profile.service.name
+    svc = deployment.name
     if rollback_on_failure and wait and change is None:
         change = _begin(layout, svc, gate, replica=base_url)
     if change is not None:
         change = journal.update(layout, change, restarted=True, replica=change.replica or base_url)
-    say(f"restarting {server_unit(svc)}")
-    first = _attempt("new", profile, layout, api_key=api_key, wait=wait, timeout=timeout,
+    say(f"restarting {deployment.units.server}")
+    first = _attempt("new", deployment, layout, api_key=api_key, wait=wait, timeout=timeout,
                      poll_interval=poll_interval, on_poll=on_poll, clock=clock, sleep=sleep, base_url=base_url,
                      gate=gate)
     attempts, notes = [first], []
@@ -661,7 +667,7 @@ def _restart(profile: Profile, layout: HostLayout, *, api_key: str | None, wait:
     tier = first.gate.failed_tier if first.gate and first.gate.failed_tier else "allreduce"
     change = journal.update(layout, change, verdict="fail", failed_tier=tier,
                             failed_checks=first.gate.failed_checks if first.gate else [])
-    attempts += _roll_back(layout, change, profile, notes, wait=True, timeout=timeout, poll_interval=poll_interval,
+    attempts += _roll_back(layout, change, deployment, notes, wait=True, timeout=timeout, poll_interval=poll_interval,
                            on_poll=on_poll, on_event=on_event, clock=clock, sleep=sleep, base_url=base_url,
                            gate=gate)
     journal.finish(layout, change)
@@ -676,44 +682,43 @@ def _restored(layout: HostLayout, change: journal.Change) -> Restored:
     return Restored(backup=backup, restored=restored, removed=removed, had_previous_service=change.unit_existed)
 
 
-def _roll_back(layout: HostLayout, change: journal.Change, profile: Profile, notes: list[str], *,
+def _roll_back(layout: HostLayout, change: journal.Change, deployment: Deployment, notes: list[str], *,
                wait: bool, restart_unit: bool = True, **kw: Any) -> list[Attempt]:
     """Put ``change``'s old version back (:func:`kimi_deploy.host.journal.restore_old`), reload systemd and,
     when the unit existed before, restart and gate the old version (the attempt labelled ``rollback``); a
     first install's unit is stopped and disabled instead. The attempts run (empty or one)."""
-    svc = change.service
+    units = Units.of(change.service)
     restored = journal.restore_old(layout, change)
     notes.append(f"restored {len(restored.restored)} file(s) and removed {len(restored.removed)} of "
                  f"{change.old_label}")
     systemd.systemctl("daemon-reload")
     if not change.unit_existed:
         try:
-            systemd.systemctl("disable", "--now", server_unit(svc), check_timer(svc))
+            systemd.systemctl("disable", "--now", units.server, units.check_timer)
         except KimiDeployError as exc:
             notes.append(f"could not disable the units: {exc.message}")
         notes.append("that was a first install: no previous version to start; the service is stopped and disabled")
         return []
     if not restart_unit:
         return []
-    return [_restart_previous(layout, profile, notes, wait=wait, **kw)]
+    return [_restart_previous(layout, deployment, notes, wait=wait, **kw)]
 
 
-def _restart_previous(layout: HostLayout, fallback: Profile, notes: list[str], *, wait: bool, gate: str,
+def _restart_previous(layout: HostLayout, fallback: Deployment, notes: list[str], *, wait: bool, gate: str,
                       on_event: Callable[[str], None] | None, **kw: Any) -> Attempt:
     """Restart the service on the old version's files (back on disk) and gate it: the ``rollback`` attempt."""
-    svc = fallback.service.name
-    (on_event or (lambda _m: None))(f"restarting {server_unit(svc)} with the previous files")
-    previous = profile_after_rollback(layout, svc, fallback)
+    (on_event or (lambda _m: None))(f"restarting {fallback.units.server} with the previous files")
+    previous = deployment_after_rollback(layout, fallback)
     previous_key = None
     if wait:
         try:
-            previous_key = apikey.resolve_key(profile_key_file=previous.sglang.api_key_file, layout=layout)
+            previous_key = apikey.resolve_key(profile_key_file=previous.api_key_file, layout=layout)
         except KimiDeployError as exc:
             notes.append(f"the previous version's API key is unreadable ({exc.message}); checking it without a key")
     attempt = _attempt("rollback", previous, layout, api_key=previous_key, wait=wait, gate=gate, **kw)
     if not attempt.ok:
         notes.append(f"the restored version failed the {gate} gate too ({attempt.summary}): neither version "
-                     f"is verified; see `journalctl -u {server_unit(svc)}` and run `kimi-deploy check`")
+                     f"is verified; see `journalctl -u {previous.units.server}` and run `kimi-deploy check`")
     return attempt
 
 
@@ -738,7 +743,7 @@ def _rejoin(result: RestartResult, recovery: journal.Recovery, drain: Drain | No
     return dataclasses.replace(result, notes=notes, gateway=state)
 
 
-def _resumed(recovery: journal.Recovery, fallback: Profile, layout: HostLayout, *, wait: bool,
+def _resumed(recovery: journal.Recovery, fallback: Deployment, layout: HostLayout, *, wait: bool,
              timeout: float | None, **kw: Any) -> RestartResult:
     """The result of a run that found an interrupted change and finished or undid it
     (:func:`kimi_deploy.host.journal.recover`): when the old version's files came back while the new version may
@@ -746,19 +751,20 @@ def _resumed(recovery: journal.Recovery, fallback: Profile, layout: HostLayout, 
     notes = recovery.lines()
     attempts = []
     if recovery.restart_needed:
-        timeout_s = float(timeout if timeout is not None else fallback.service.timeout_start_sec)
+        timeout_s = float(timeout if timeout is not None else fallback.profile.service.timeout_start_sec)
         attempts.append(_restart_previous(layout, fallback, notes, wait=wait, timeout=timeout_s, **kw))
     notes.append("this run finished the interrupted change and started no new one"
                  + ("" if recovery.target == "new" else
                     "; the new version is not installed: install it again to retry"))
-    return RestartResult(fallback.service.name, attempts, None, notes, recovered=recovery.to_dict())
+    return RestartResult(fallback.name, attempts, None, notes, recovered=recovery.to_dict())
 
 
-def profile_after_rollback(layout: HostLayout, service: str, fallback: Profile) -> Profile:
-    """The restored profile copy (its port/key may differ from the failed one), else ``fallback``."""
+def deployment_after_rollback(layout: HostLayout, fallback: Deployment) -> Deployment:
+    """The restored profile copy, resolved (its port, key path and units may differ from the failed one's), else
+    ``fallback``."""
 
     try:
-        return load_profile(layout.profile_copy(service))
+        return resolve(load_profile(layout.profile_copy(fallback.name)), fallback.sglang_version, launches=False)
     except KimiDeployError:
         return fallback
 

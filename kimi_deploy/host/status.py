@@ -38,10 +38,9 @@ from kimi_deploy.errors import ExitCode, ExternalCommandError, KimiDeployError
 from kimi_deploy.host import journal, phases, start_history
 from kimi_deploy.host.records import Manifest, read_bytes, sha256
 from kimi_deploy.patching import status as series_status
-from kimi_deploy.names import check_argv, check_timer, gateway_service, gateway_unit, server_unit
+from kimi_deploy.names import check_argv
 from kimi_deploy.paths import SYSTEMD_DIR, HostLayout, gateway_check_report
-from kimi_deploy.profile import Profile
-from kimi_deploy.deployment import resolve
+from kimi_deploy.deployment import Deployment, Units
 from kimi_deploy.topology import Rank, local_rank, serving_url
 from kimi_deploy.host.readiness import get_json
 from kimi_deploy.wire.readiness import Readiness, not_served, probe_url
@@ -224,7 +223,7 @@ class StatusReport:
 
     def __post_init__(self) -> None:
         if not self.unit_name:
-            object.__setattr__(self, "unit_name", server_unit(self.service))
+            object.__setattr__(self, "unit_name", Units.of(self.service).server)
 
     @property
     def exit_code(self) -> int:
@@ -321,19 +320,20 @@ def _file_problems(files: dict[str, str], copy_hp: str, profile_copy: Path, cmd:
     return out
 
 
-def gateway_host(profile: Profile, manifest: Manifest) -> bool:
+def gateway_host(deployment: Deployment, manifest: Manifest) -> bool:
     """True on a fleet's gateway host that serves no replica: the manifest lists the gateway unit
     (``<name>-gateway.service``) and no server unit (what ``install --host GATEWAY_HOST`` installs)."""
     units = {hp.rsplit("/", 1)[-1] for hp in manifest.files if hp.startswith(SYSTEMD_DIR + "/")}
-    return profile.gateway is not None and gateway_unit(profile.service.name) in units \
-        and server_unit(profile.service.name) not in units
+    return deployment.units.gateway is not None and deployment.units.gateway in units \
+        and deployment.units.server not in units
 
 
-def gather_status_facts(profile: Profile, layout: HostLayout, manifest: Manifest,
+def gather_status_facts(deployment: Deployment, layout: HostLayout, manifest: Manifest,
                         node: str | None = None, state_dir: str | None = None) -> StatusFacts:
     """Read the files, ask systemd, probe the server, read the patch state and the last check (never raises
-    for a down server or a failed ``systemctl``: those become facts). On a gateway host (:func:`gateway_host`):
-    the gateway unit and its nightly report only."""
+    for a down server or a failed ``systemctl``: those become facts); the units, URL and key path are
+    ``deployment``'s. On a gateway host (:func:`gateway_host`): the gateway unit and its nightly report only."""
+    profile = deployment.profile
     files = {hp: read_bytes(layout.under(hp)) for hp in manifest.files}
     change = change_error = version = None
     try:
@@ -347,15 +347,15 @@ def gather_status_facts(profile: Profile, layout: HostLayout, manifest: Manifest
     elif layout.intent(profile.service.name).exists():
         litter.append(layout.host_path(layout.intent(profile.service.name)))
     recorded = {"change": change, "change_error": change_error, "change_version": version, "litter": tuple(litter)}
-    only_gateway = gateway_host(profile, manifest)
+    only_gateway = gateway_host(deployment, manifest)
     unit = unit_error = None
     try:
-        unit = systemd.show(gateway_unit(profile.service.name) if only_gateway else server_unit(profile.service.name))
+        unit = systemd.show(deployment.units.gateway if only_gateway else deployment.units.server)
     except KimiDeployError as exc:
         unit_error = exc
     api_key = key_error = None
     try:
-        api_key = apikey.resolve_key(profile_key_file=profile.sglang.api_key_file, layout=layout)
+        api_key = apikey.resolve_key(profile_key_file=deployment.api_key_file, layout=layout)
     except KimiDeployError as exc:
         key_error = exc
     if only_gateway:
@@ -364,8 +364,8 @@ def gather_status_facts(profile: Profile, layout: HostLayout, manifest: Manifest
                            last_check(layout.under(hp), hp), **recorded)
     rank = local_rank(profile, node)
     if rank is None or rank.serves:
-        probe = probe_url(profile.base_url, api_key, profile.sglang.served_model_name or profile.sglang.model_path)
-        launch = running_launch(profile.base_url, api_key, unit.main_pid if unit else None)
+        probe = probe_url(deployment.base_url, api_key, deployment.served_model)
+        launch = running_launch(deployment.base_url, api_key, unit.main_pid if unit else None)
     else:
         probe = not_served(f"rank {rank.rank} serves no HTTP: the group answers at rank 0, "
                            f"{serving_url(profile, rank)}")
@@ -373,7 +373,7 @@ def gather_status_facts(profile: Profile, layout: HostLayout, manifest: Manifest
     report = layout.check_report(profile.service.name)
     start_log = None
     if unit is not None and unit.is_active:
-        start_log = allreduce.read_start_log(server_unit(profile.service.name),
+        start_log = allreduce.read_start_log(deployment.units.server,
                                              unit.properties.get("ExecMainStartTimestamp") or None)
     patches = patch_state(profile.service.python, state_dir)
     who = None
@@ -456,9 +456,10 @@ def change_problems(facts: StatusFacts, service: str) -> list[str]:
     return out
 
 
-def status(profile: Profile, layout: HostLayout, manifest: Manifest, node: str | None = None,
+def status(deployment: Deployment, layout: HostLayout, manifest: Manifest, node: str | None = None,
            state_dir: str | None = None) -> StatusReport:
-    """Collect the status of ``profile``'s installed service (never raises for a down server): the facts
+    """Collect the status of ``deployment``'s installed service (resolved for the manifest's SGLang version:
+    the launch it compares the running one with) (never raises for a down server): the facts
     (:func:`gather_status_facts`), then the report (:func:`status_from`). ``node``: this host in a multi-node
     group (default: found by its addresses, :func:`kimi_deploy.topology.local_rank`); ``state_dir``: where the
     patch record is (``patch apply --state-dir``; default :func:`kimi_deploy.paths.patch_state_dir`).
@@ -468,22 +469,23 @@ def status(profile: Profile, layout: HostLayout, manifest: Manifest, node: str |
     Raises:
         UsageError: ``node`` is not a node of the profile.
     """
-    report = status_from(profile, manifest, gather_status_facts(profile, layout, manifest, node, state_dir))
-    history = start_history.summary(profile.start, layout.state_dir(profile.service.name))
+    report = status_from(deployment, manifest, gather_status_facts(deployment, layout, manifest, node, state_dir))
+    history = start_history.summary(deployment.profile.start, layout.state_dir(deployment.name))
     return dataclasses.replace(report, start_history=history) if history else report
 
 
-def status_from(profile: Profile, manifest: Manifest, facts: StatusFacts) -> StatusReport:
-    """The status report of ``profile``'s service from ``facts``; no I/O (the rendered launch is the resolved
-    deployment's, :func:`kimi_deploy.deployment.resolve`)."""
+def status_from(deployment: Deployment, manifest: Manifest, facts: StatusFacts) -> StatusReport:
+    """The status report of ``deployment``'s service from ``facts``; no I/O but the launch the deployment builds
+    on first read (:func:`kimi_deploy.deployment.resolve`)."""
     problems: list[str] = []
     layout = facts.layout
-    name = profile.service.name
+    profile = deployment.profile
+    name = deployment.name
     only_gateway = facts.probe is None  # a gateway host (gather_status_facts): no SGLang to probe
-    unit_name = gateway_unit(name) if only_gateway else server_unit(name)
+    unit_name = deployment.units.gateway if only_gateway else deployment.units.server
     profile_copy = layout.profile_copy(name)  # a local path: what `install --profile` reads (under --root)
     cmd = layout.command
-    # restart acts on this host's systemd: under --root only with --host-systemd (kimi_deploy.cli.options)
+    # restart acts on this host's systemd: under --root only with --host-systemd (kimi_deploy.cli.common)
     restart_wait = cmd("restart --wait" + ("" if layout.is_host else " --host-systemd"))
     files = _file_states(manifest, facts.files)
     problems += change_problems(facts, name)
@@ -510,7 +512,7 @@ def status_from(profile: Profile, manifest: Manifest, facts: StatusFacts) -> Sta
         health = {"ready": None, "state": None, "endpoint": None, "url": None, "http_status": None,
                   "detail": probe.reason, "words": probe.reason}
     elif probe is not None and not probe.ready:
-        problems.append(problem(f"the server at {profile.base_url} is not ready", probe.words,
+        problems.append(problem(f"the server at {deployment.base_url} is not ready", probe.words,
                                 f"if it is starting, wait (`{restart_wait}` shows the phase); else read "
                                 f"`journalctl -u {unit_name} -n 50`"))
     who = facts.answering
@@ -524,7 +526,7 @@ def status_from(profile: Profile, manifest: Manifest, facts: StatusFacts) -> Sta
     found = facts.launch
     drift = None
     if found:
-        rendered = resolve(profile, manifest.sglang_version).launch_of(facts.rank)
+        rendered = deployment.launch_of(facts.rank)
         drift = compare_launch(found[0], list(rendered.server_args), found[1])
         if not drift.in_sync:
             shown = [f"- {e}" for e in drift.missing] + [f"+ {e}" for e in drift.unexpected]
@@ -560,7 +562,7 @@ def status_from(profile: Profile, manifest: Manifest, facts: StatusFacts) -> Sta
                                 + f"; report {report_hp}",
                                 f"read the failed results in the report, or rerun now with "
                                 f"`{' '.join(check_argv('kimi-deploy', str(profile_copy), each_worker=only_gateway))}`"))
-    timer = check_timer(gateway_service(name) if only_gateway else name)
+    timer = deployment.units.gateway_check_timer if only_gateway else deployment.units.check_timer
     change = facts.change
     recorded = {"kind": change.kind, "phase": change.phase, "from": change.old_label, "to": change.new_label,
                 "version": facts.change_version, "resume": change.resume} if change else None
@@ -568,17 +570,17 @@ def status_from(profile: Profile, manifest: Manifest, facts: StatusFacts) -> Sta
                         start_phases, last.to_dict() if last else None, change=recorded, litter=list(facts.litter))
 
 
-def gateway_view(profile: Profile, layout: HostLayout) -> dict[str, Any] | None:
+def gateway_view(deployment: Deployment, layout: HostLayout) -> dict[str, Any] | None:
     """SGLang's gateway's view of each worker (:func:`kimi_deploy.host.gateway.gateway_view`), None without
     ``[gateway]``. An unreadable key file is already one of :func:`status`'s problems: the gateway is then asked
     without a key (and answers 401, which the view reports)."""
-    if profile.gateway is None:
+    if deployment.gateway_url is None:
         return None
     try:
-        key = apikey.resolve_key(profile_key_file=profile.sglang.api_key_file, layout=layout)
+        key = apikey.resolve_key(profile_key_file=deployment.api_key_file, layout=layout)
     except KimiDeployError:
         key = None
-    return gateway.gateway_view(profile, key)
+    return gateway.gateway_view(deployment, key)
 
 
 def exit_code(report: StatusReport, view: dict[str, Any] | None = None) -> int:

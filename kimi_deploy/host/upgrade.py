@@ -43,12 +43,11 @@ from kimi_deploy.host.install.plan import Plan
 from kimi_deploy import patching, versions
 from kimi_deploy import engine as target
 from kimi_deploy.catalog.models import identify
-from kimi_deploy.deployment import Deployment, require_fit, resolve
+from kimi_deploy.deployment import Deployment, Units, require_fit, resolve
 from kimi_deploy.errors import ExitCode, KimiDeployError, RefusedError, UsageError
 from kimi_deploy.host import gate as gates
 from kimi_deploy.host import journal
 from kimi_deploy.host.records import find_installed, service_lock
-from kimi_deploy.names import server_unit
 from kimi_deploy.options import OPTIONS
 from kimi_deploy.paths import HostLayout
 from kimi_deploy.profile import Profile
@@ -387,8 +386,9 @@ def begin_change(plan: UpgradePlan, layout: HostLayout, gate: str) -> journal.Ch
     files = {f.host_path: f for f in plan.install.files}
     old = {hp: f.old for hp, f in files.items()}
     new = {hp: f.new if f.action != "unchanged" else f.old for hp, f in files.items()}
-    unit_hp = layout.host_path(layout.unit_path(server_unit(plan.service)))
-    existed = old[unit_hp] is not None if unit_hp in old else layout.unit_path(server_unit(plan.service)).exists()
+    unit = Units.of(plan.service).server
+    unit_hp = layout.host_path(layout.unit_path(unit))
+    existed = old[unit_hp] is not None if unit_hp in old else layout.unit_path(unit).exists()
     change = journal.Change(kind="upgrade", service=plan.service, started_at=journal.stamp(),
                             old_label=_label(plan.old, plan.old_model), new_label=_label(plan.new, plan.new_model),
                             old=journal.hashes(old), new=journal.hashes(new), touches_files=True,
@@ -445,7 +445,8 @@ def apply_upgrade(plan: UpgradePlan, layout: HostLayout, *, gate: str = gates.DE
     installed = apply_install(plan.install)
     if installed.backup is not None:
         change = journal.update(layout, change, backup=layout.host_path(installed.backup))
-    result = restart_lib.restart(plan.profile, layout, wait=True, gate=gate, rollback_on_failure=True,
+    deployment = plan.deployment or resolve(plan.profile, plan.new.version, launches=False)
+    result = restart_lib.restart(deployment, layout, wait=True, gate=gate, rollback_on_failure=True,
                                  timeout=timeout, poll_interval=poll_interval, on_event=on_event, on_poll=on_poll,
                                  clock=clock, sleep=sleep, allow_parser_removal=allow_parser_removal, change=change,
                                  hold_lock=False)

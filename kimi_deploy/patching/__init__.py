@@ -2,14 +2,14 @@
 
 - :mod:`.series`: the ``patches/<version>/series`` manifest and its diffs;
 - :mod:`.state`: the audit record kept outside site-packages;
-- :mod:`.engine`: status, verify, apply (all-or-nothing through GNU patch), revert.
+- :mod:`.installation`: status, verify, apply (all-or-nothing through GNU patch), revert.
 
 Interface for other modules: :func:`status` and :func:`verify` (both take the target
 interpreter and return a :class:`SeriesStatus`, whose ``fix`` is the one remedy every verb
 prints); :meth:`Series.gates_asked` (the manifest's feature -> patch mapping, ``needed_by``).
 """
 
-from kimi_deploy.patching.engine import (
+from kimi_deploy.patching.installation import (
     ChangeResult,
     FileStatus,
     PatchStatus,

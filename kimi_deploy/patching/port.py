@@ -17,7 +17,7 @@ Whether a patch's purpose looks already met upstream (:attr:`PatchPort.upstream_
 reverse (the target already holds the patched code), or most of the lines it adds already appear in the target
 files (a heuristic, worded as one: compare before dropping the patch).
 
-Uses the series loader (:mod:`.series`) and the engine's GNU patch lookup (:func:`.engine._patch_program`); it
+Uses the series loader (:mod:`.series`) and the installation module's GNU patch lookup (:func:`.installation._patch_program`); it
 changes no engine behaviour.
 """
 
@@ -32,7 +32,7 @@ from typing import Any, Literal
 
 from kimi_deploy import proc
 from kimi_deploy.errors import UsageError
-from kimi_deploy.patching.engine import PATCH_HINT, _patch_program
+from kimi_deploy.patching.installation import PATCH_HINT, _patch_program
 from kimi_deploy.patching.series import PatchSpec, Series, available_versions, require_series
 
 HunkState = Literal["applies", "offset", "fuzz", "fails", "missing_file"]

@@ -121,7 +121,7 @@ class Journal(BaseModel):
 
     Written (fsynced, atomically renamed) before the first file in site-packages or the state
     directory changes and deleted as the change's last step, so a run killed in between leaves
-    it for the next ``patch`` command to finish (:func:`kimi_deploy.patching.engine`).
+    it for the next ``patch`` command to finish (:func:`kimi_deploy.patching.installation`).
 
     ``record``: the record after the change (``None``: a revert, no record after);
     ``originals``: base64 original bytes to keep in ``<key>.orig/`` (the record's files);

@@ -12,6 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from kimi_deploy import versions
+from kimi_deploy.deployment import resolve
 from kimi_deploy.litellm_hook import Upstream, proxy_config
 from kimi_deploy.profile import Profile
 from kimi_deploy.targets import Artefacts
@@ -24,10 +25,11 @@ CONFIG = "litellm-config.yaml"
 def upstream(profile: Profile) -> tuple[str, Upstream]:
     """``(client-facing model name, Upstream)`` of the profile's server: its gateway with ``[gateway]`` (the
     gateway host, or its bind address when that is not a wildcard), else :attr:`Profile.base_url`."""
-    s = profile.sglang
-    base = profile.gateway_url if profile.gateway is not None else profile.base_url
-    model = s.served_model_name or s.model_path
-    return model, Upstream(base_url=f"{base}/v1", model=model, api_key_env=ENV_VAR if s.api_key_file else None)
+    deployment = resolve(profile, launches=False)  # the URLs, the key path and the served name
+    base = deployment.gateway_url or deployment.base_url
+    model = deployment.served_model
+    return model, Upstream(base_url=f"{base}/v1", model=model,
+                           api_key_env=ENV_VAR if deployment.api_key_file else None)
 
 
 def artefacts(profile: Profile, sglang_version: str | None = None) -> Artefacts:

@@ -21,7 +21,8 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from kimi_deploy import names, paths
+from kimi_deploy import paths
+from kimi_deploy.deployment import resolve
 from kimi_deploy.errors import ExitCode
 from kimi_deploy.names import url_host
 from kimi_deploy.profile import Profile, host_key, is_loopback
@@ -60,10 +61,6 @@ class Settings:
     start_minutes: int
     #: The nightly check runs the quality tier (``[quality] nightly``): its recording rule, alert and panel exist.
     quality: bool = False
-
-
-def _base_target(profile: Profile) -> str:
-    return profile.base_url.removeprefix("http://")
 
 
 def _port_of(target: str) -> int:
@@ -115,6 +112,7 @@ def settings(profile: Profile) -> Settings:
     running limit from ``max_running_requests`` (48 with EAGLE, SGLang's pick), the accept-length floor
     (1.5) only with speculative decoding."""
     m, s, name = profile.monitoring, profile.sglang, profile.service.name
+    deployment = resolve(profile, launches=False)  # the servers' scrape targets and the gateway's name
     running = m.running_limit or s.max_running_requests
     if running is None and s.speculative_algorithm in ("EAGLE", "EAGLE3"):
         running = EAGLE_RUNNING_DEFAULT
@@ -122,17 +120,15 @@ def settings(profile: Profile) -> Settings:
     if spec_min is None and s.speculative_algorithm is not None:
         spec_min = SPEC_ACCEPT_MIN_DEFAULT
     slo = {k: v for k, v in m.slo.model_dump().items() if v is not None}
-    # a fleet: every replica's rank 0 (the only rank serving HTTP and the group's metrics) at its node's address,
-    # and node_exporter (at [monitoring] node_exporter's port) on every host that writes a check textfile
-    servers = tuple(f"{url_host(nodes[0])}:{s.port}" for nodes in profile.replicas)
+    # node_exporter (at [monitoring] node_exporter's port) on every host that writes a check textfile
     hosts = check_hosts(profile)
     exporters = (tuple(f"{url_host(h)}:{_port_of(m.node_exporter)}" for h in hosts)
                  if hosts and is_loopback(m.node_exporter.rsplit(":", 1)[0].strip("[]")) else (m.node_exporter,))
     gateway, _ = _gateway_target(profile)
     return Settings(
-        service=name, job=m.job or name, targets=tuple(m.targets) or servers or (_base_target(profile),),
+        service=name, job=m.job or name, targets=tuple(m.targets) or deployment.metrics_targets,
         check_job=m.check_job or f"{name}-check", node_exporters=exporters, gateway=gateway,
-        gateway_job=(m.gateway_job or names.gateway_service(name)) if gateway else None,
+        gateway_job=(m.gateway_job or deployment.units.gateway_name) if gateway else None,
         scrape_interval_s=m.scrape_interval_s, labels=dict(m.labels), slo_ms=slo,
         slo_for_minutes=m.slo_for_minutes, check_max_age_hours=m.check_max_age_hours, running_limit=running,
         aborted_ratio=m.aborted_ratio, spec_accept_length_min=spec_min, runbook_url=m.runbook_url,

@@ -17,7 +17,7 @@ import jinja2
 from kimi_deploy import names, paths, versions
 from kimi_deploy.fsio import write_many_atomic
 from kimi_deploy.errors import ProfileError, UsageError
-from kimi_deploy.deployment import Deployment, resolve
+from kimi_deploy.deployment import Deployment, Units, resolve
 from kimi_deploy.launch import API_KEY_CREDENTIAL, SECRETS_CONFIG_NAME, LaunchSpec
 from kimi_deploy.launch import exec_start as gateway_exec_start
 from kimi_deploy.profile import Profile, calendar_problem, host_key
@@ -52,18 +52,24 @@ class Rendered:
     launch: LaunchSpec
     files: Mapping[str, str]
     monitoring: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    #: The deployment's unit names (:attr:`kimi_deploy.deployment.Deployment.units`).
+    units: Units | None = None
 
     @property
     def service_unit(self) -> str:
-        return names.server_unit(self.profile.service.name)
+        return self._units.server
 
     @property
     def env_file(self) -> str:
-        return names.env_file(self.profile.service.name)
+        return self._units.env_file
 
     @property
     def check_timer(self) -> str:
-        return names.check_timer(self.profile.service.name)
+        return self._units.check_timer
+
+    @property
+    def _units(self) -> Units:
+        return self.units if self.units is not None else resolve(self.profile, launches=False).units
 
 
 def _environment() -> jinja2.Environment:
@@ -158,8 +164,10 @@ def render(profile: Profile, sglang_version: str | None = None, *,
     profile_host_path = profile_path or paths.service_profile_copy(svc.name)
     state = paths.service_state_dir(svc.name)
     deadline, check_timeout = check_budget(profile)
+    units = deployment.units
     check_command = " ".join(names.check_argv(
-        svc.kimi_deploy, profile_host_path, api_key_file=f"%d/{API_KEY_CREDENTIAL}" if s.api_key_file else None,
+        svc.kimi_deploy, profile_host_path,
+        api_key_file=f"%d/{API_KEY_CREDENTIAL}" if deployment.api_key_file else None,
         sample=str(profile.quality.sample) if deadline is not None else None,
         deadline=f"{deadline:g}" if deadline is not None else None,
         json=paths.service_check_report(svc.name), junit=f"{state}/check-report.xml", prom=f"{state}/check.prom"))
@@ -180,7 +188,7 @@ def render(profile: Profile, sglang_version: str | None = None, *,
         "check_command": check_command,
         "check_timeout": check_timeout,
         "check_deadline": deadline,
-        "check_unit": names.check_unit(svc.name),
+        "check_unit": units.check_unit,
         "rank": rank,
         "preflight_command": preflight_command(profile, rank, profile_host_path) if rank is not None else None,
         "prefetch_command": prefetch_command(profile, profile_host_path) if profile.start.prefetch else None,
@@ -188,21 +196,22 @@ def render(profile: Profile, sglang_version: str | None = None, *,
     }
     env = _environment()
     files = {
-        names.server_unit(svc.name): env.get_template("server.service.j2").render(context),
-        names.env_file(svc.name): env.get_template("server.env.j2").render(context),
+        units.server: env.get_template("server.service.j2").render(context),
+        units.env_file: env.get_template("server.env.j2").render(context),
     }
     if rank is not None and not rank.serves:
-        return Rendered(profile=profile, launch=launch, files=files)
+        return Rendered(profile=profile, launch=launch, files=files, units=units)
     calendar = calendar_problem(svc.check_on_calendar)  # systemd's own parser, when the timer is rendered
     if calendar:
         raise ProfileError("the profile's nightly check timer cannot be rendered",
                            problems=[f"service.check_on_calendar: {calendar}"], hint="correct the settings above")
-    files[names.check_service(svc.name)] = env.get_template("check.service.j2").render(context)
-    files[names.check_timer(svc.name)] = env.get_template("check.timer.j2").render(context)
+    files[units.check_service] = env.get_template("check.service.j2").render(context)
+    files[units.check_timer] = env.get_template("check.timer.j2").render(context)
     # the monitoring files need the Grafana SDK (~0.2 s to import): loaded only when units are rendered
     from kimi_deploy.targets.monitoring import render_monitoring
 
-    return Rendered(profile=profile, launch=launch, files=files, monitoring=render_monitoring(profile, header))
+    return Rendered(profile=profile, launch=launch, files=files, monitoring=render_monitoring(profile, header),
+                    units=units)
 
 
 #: Sub-folder of ``render --out DIR`` holding the monitoring files.
@@ -271,26 +280,26 @@ def gateway_files(profile: Profile, header: str, deployment: Deployment | None =
     the gateway's command from ``deployment`` (default: ``profile`` resolved here)."""
     if profile.gateway is None:
         return {}
-    command = (deployment or resolve(profile)).gateway_command
-    assert command is not None  # a [gateway] resolves to its command
+    deployment = deployment or resolve(profile)
+    command, units = deployment.gateway_command, deployment.units
+    assert command is not None and units.gateway is not None  # a [gateway] resolves to its command and units
     svc = profile.service
-    gateway = names.gateway_service(svc.name)
-    deadline_s = fleet_check_deadline_s(len(profile.worker_urls()))
+    deadline_s = fleet_check_deadline_s(len(deployment.worker_urls))
     check_command = " ".join(names.check_argv(
         svc.kimi_deploy, paths.service_profile_copy(svc.name), each_worker=True, deadline=str(deadline_s),
-        api_key_file=f"%d/{API_KEY_CREDENTIAL}" if profile.sglang.api_key_file else None,
+        api_key_file=f"%d/{API_KEY_CREDENTIAL}" if deployment.api_key_file else None,
         json=paths.gateway_check_report(svc.name),
         # one series set per worker (label worker=URL): the check alerts fire per replica
         prom=paths.gateway_check_textfile(svc.name)))
     context = {"header": header, "svc": svc, "s": profile.sglang, "gw": profile.gateway,
-               "workers": profile.worker_urls(), "api_key_credential": API_KEY_CREDENTIAL,
+               "workers": deployment.worker_urls, "api_key_credential": API_KEY_CREDENTIAL,
                "exec_start": gateway_exec_start(command), "check_command": check_command,
-               "check_unit": names.check_unit(gateway), "check_deadline_s": deadline_s,
+               "check_unit": units.gateway_check_unit, "check_deadline_s": deadline_s,
                "check_timeout_s": deadline_s + CHECK_SLACK_S}
     env = _environment()
-    return {names.gateway_unit(svc.name): env.get_template("gateway.service.j2").render(context),
-            names.check_service(gateway): env.get_template("check.service.j2").render(context),
-            names.check_timer(gateway): env.get_template("check.timer.j2").render(context)}
+    return {units.gateway: env.get_template("gateway.service.j2").render(context),
+            units.gateway_check_service: env.get_template("check.service.j2").render(context),
+            units.gateway_check_timer: env.get_template("check.timer.j2").render(context)}
 
 
 def host_files(profile: Profile, sglang_version: str | None = None, *,

@@ -58,11 +58,15 @@ def not_regular(mode: int) -> str | None:
     return next((name for test, name in _KINDS if test(mode)), "not a regular file")
 
 
-def open_regular(path: str | Path, what: str, hint: str) -> IO[bytes]:
-    """``path`` opened for reading when it is a regular file (symlinks followed).
+def open_regular(path: str | Path, what: str, hint: str, *, max_bytes: int | None = None,
+                 reader: str = "the kit", cap_flag: str | None = None) -> IO[bytes]:
+    """``path`` opened for reading when it is a regular file (symlinks followed) of at most ``max_bytes`` (``None``:
+    any size; the size is the open file's, so a file swapped after the check is still held to it).
 
     Raises:
-        UsageError: missing, unreadable, or not a regular file (``what`` names it: ``the dataset``), exit 2.
+        UsageError: missing, unreadable, or not a regular file (``what`` names it: ``the dataset``); over
+            ``max_bytes`` (the message says what ``reader`` reads, the hint names ``cap_flag``, which raises the
+            cap), exit 2.
     """
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | getattr(os, "O_CLOEXEC", 0))
@@ -75,6 +79,9 @@ def open_regular(path: str | Path, what: str, hint: str) -> IO[bytes]:
             raise UsageError(f"{what} is {kind}, not a regular file: the kit reads only regular files (a pipe or "
                              "a device may never end)", value=str(path),
                              hint=f"copy it to a file first; {hint}")
+        if max_bytes is not None and st.st_size > max_bytes:
+            raise UsageError(f"{what} is {human(st.st_size)}, over the {human(max_bytes)} {reader} reads",
+                             value=str(path), hint=f"raise the cap with {cap_flag} N" if cap_flag else hint)
         os.set_blocking(fd, True)
         return os.fdopen(fd, "rb")
     except BaseException:

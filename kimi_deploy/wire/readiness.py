@@ -52,7 +52,7 @@ def web_page(body: object) -> bool:
 
 def is_completion(data: object) -> bool:
     """Whether ``data`` is a ``chat.completion`` a client can read: a JSON object whose ``choices`` is a non-empty
-    array whose first item has a ``message`` object (the rule of :func:`kimi_deploy.check.validate.completion_problem`,
+    array whose first item has a ``message`` object (the rule of :func:`kimi_deploy.check.completion_rules.completion_problem`,
     which also says what is wrong)."""
     choices = data.get("choices") if isinstance(data, dict) else None
     return isinstance(choices, list) and bool(choices) and isinstance(choices[0], dict) \

@@ -49,7 +49,7 @@ from kimi_deploy.check.quality.settings import QualitySettings
 from kimi_deploy.check.quality.stats import Proportion, below_threshold
 from kimi_deploy.check.results import clip
 from kimi_deploy.check.schemas import Unjudgeable
-from kimi_deploy.check.validate import (Finding, Message, check_arguments, completion_problem,
+from kimi_deploy.check.completion_rules import (Finding, Message, check_arguments, completion_problem,
                                         message_from_completion, stream_problem, tool_schemas)
 
 log = logging.getLogger(__name__)
@@ -119,7 +119,7 @@ def classify(index: int, msg: Message, tools: list[dict[str, Any]], named: bool 
              thinking: bool | None = None) -> Sample:
     """Judge one answer (K2VV's rule, module docstring). ``named``: the request's ``tool_choice`` names a function,
     whose forced call may end with ``finish_reason`` ``stop`` (OpenAI's own API does, and vLLM 0.33.0 follows it:
-    :mod:`kimi_deploy.check.validate`): such an answer with calls is a tool-call answer too. ``validators``: the
+    :mod:`kimi_deploy.check.completion_rules`): such an answer with calls is a tool-call answer too. ``validators``: the
     tools' validators built when the case was read (:class:`kimi_deploy.check.quality.dataset.Request`); a schema
     found unjudgeable now makes the sample ``dataset_invalid`` (``line``: the case's line). ``thinking``: reasoning
     is due (the sample's ``breaches`` are judged with it)."""

@@ -29,7 +29,7 @@ from kimi_deploy.check.outcome import Outcome
 from kimi_deploy.check.quality import accuracy
 from kimi_deploy.check.quality.settings import QualitySettings
 from kimi_deploy.check.quality.stats import Proportion
-from kimi_deploy.check.validate import Finding
+from kimi_deploy.check.completion_rules import Finding
 
 CHECK_ID = "quality.certify"
 #: Bootstrap resamples of the F1 interval, and their seed.

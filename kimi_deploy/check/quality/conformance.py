@@ -20,7 +20,7 @@ from kimi_deploy.check.outcome import Outcome
 from kimi_deploy.check.quality.corpus import SHAPES, Shape, shape
 from kimi_deploy.check.quality.schema import violation
 from kimi_deploy.check.results import clip
-from kimi_deploy.check.validate import Expectation, Finding, Message
+from kimi_deploy.check.completion_rules import Expectation, Finding, Message
 
 CHOICES = ("required", "named")
 MODES = contract.MODES

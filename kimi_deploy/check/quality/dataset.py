@@ -181,11 +181,8 @@ def load(path: Path | str | None = None, *, sample: int = 1, max_line_bytes: int
     drawn: list[Case] = []
     invalid: list[Invalid] = []
     valid = invalid_count = 0
-    with inputs.open_regular(source, "the dataset", HINT) as fh:
-        size = os.fstat(fh.fileno()).st_size
-        if size > max_file_bytes:
-            raise UsageError(f"the dataset is {human(size)}, over the {human(max_file_bytes)} the kit reads",
-                             value=where, hint="raise the cap with --max-dataset-bytes N")
+    with inputs.open_regular(source, "the dataset", HINT, max_bytes=max_file_bytes,
+                             cap_flag="--max-dataset-bytes") as fh:
         for line in inputs.iter_lines(fh, max_line_bytes=max_line_bytes, max_file_bytes=max_file_bytes,
                                       what="the dataset", where=where, flag="--max-dataset-bytes",
                                       hasher=whole):

@@ -27,7 +27,7 @@ from kimi_deploy.host.records import (Claims, Intent, Manifest, installed_servic
 from kimi_deploy.paths import HostLayout
 from kimi_deploy.topology import pick_host
 from kimi_deploy.profile import Profile, valid_service_name
-from kimi_deploy.names import check_timer
+from kimi_deploy.deployment import Units, resolve
 from kimi_deploy.host.install.files import is_unit, units_to_enable
 
 
@@ -149,6 +149,7 @@ def gather_install_facts(profile: Profile, layout: HostLayout, desired: Mapping[
         ExternalCommandError: systemctl is missing.
     """
     svc = profile.service
+    deployment = resolve(profile, launches=False)  # the units and the key path (none depends on the release)
     manifest = load_manifest(layout, svc.name)
     intent = load_intent(layout, svc.name)
     last = None if manifest or intent else last_uninstalled_manifest(layout, svc.name)
@@ -158,14 +159,14 @@ def gather_install_facts(profile: Profile, layout: HostLayout, desired: Mapping[
     root = None if layout.is_host else layout.root
     units = []
     if enable:
-        units += units_to_enable(profile, desired)
+        units += units_to_enable(deployment.units, desired)
     if not layout.is_host:
         units += [u for u in _unit_names(recorded - set(desired)) if u not in units]
     enabled = {u: systemd.is_enabled(u, root=root) for u in units}
-    timers = [u for u in units_to_enable(profile, desired) if u.endswith(".timer")]
+    timers = [u for u in units_to_enable(deployment.units, desired) if u.endswith(".timer")]
     active = {timer: systemd.is_active(timer) for timer in timers} if enable and layout.is_host else {}
     dirs = frozenset({profile.cache_root} if layout.under(profile.cache_root).is_dir() else ())
-    key_hp = profile.sglang.api_key_file
+    key_hp = deployment.api_key_file
     orphan = intent.api_key_created if intent else None
     exists = frozenset({orphan} if orphan and layout.under(orphan).exists() else ())
     return HostFacts(
@@ -217,7 +218,7 @@ def gather_uninstall_facts(layout: HostLayout, name: str | None) -> HostFacts:
                {u: systemd.is_enabled(u, root=layout.root) for u in _unit_names(recorded)})
     kept = [r for r in (manifest, intent.manifest if intent else None, last) if r]
     candidates = {layout.host_path(layout.service_backup_dir(name)),
-                  layout.host_path(layout.timer_stamp(check_timer(name)))}
+                  layout.host_path(layout.timer_stamp(Units.of(name).check_timer))}
     for record in kept:
         candidates |= {record.state_dir, record.cache_dir}
         if record.api_key_file_created:

@@ -16,7 +16,7 @@ from kimi_deploy import paths
 from kimi_deploy.errors import UsageError
 from kimi_deploy.host.records import profile_toml
 from kimi_deploy.profile import Profile
-from kimi_deploy.names import check_timer, gateway_service, server_unit
+from kimi_deploy.deployment import Units
 from kimi_deploy.targets import file_header
 from kimi_deploy.targets.registry import render
 from kimi_deploy.targets.systemd import MONITORING_DIR
@@ -56,14 +56,11 @@ def desired_files(profile: Profile, sglang_version: str | None = None,
     return files, rendered.launch.sglang_version
 
 
-def units_to_enable(profile: Profile, files: Mapping[str, bytes]) -> list[str]:
-    """The units ``install`` enables among ``files``: the server and/or gateway unit and the check timer."""
-    svc = profile.service
-    units = [server_unit(svc.name), check_timer(svc.name)]
-    if profile.gateway is not None:
-        gateway = gateway_service(svc.name)
-        units += [server_unit(gateway), check_timer(gateway)]
-    return [u for u in units if f"{paths.SYSTEMD_DIR}/{u}" in files]
+def units_to_enable(units: Units, files: Mapping[str, bytes]) -> list[str]:
+    """The units ``install`` enables among ``files``: the server and/or gateway unit and their check timers
+    (``units``: the resolved deployment's, :attr:`kimi_deploy.deployment.Deployment.units`)."""
+    names = [units.server, units.check_timer, *((units.gateway, units.gateway_check_timer) if units.gateway else ())]
+    return [u for u in names if u and f"{paths.SYSTEMD_DIR}/{u}" in files]
 
 
 def uses_api_key(files: Mapping[str, bytes]) -> bool:

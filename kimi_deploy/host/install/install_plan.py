@@ -21,7 +21,7 @@ from kimi_deploy.errors import KimiDeployError, UsageError
 from kimi_deploy.host.records import Claims, FileRecord, Intent, Manifest, listeners, sha256
 from kimi_deploy.paths import HostLayout
 from kimi_deploy.profile import Profile, naming_warnings, parse_profile
-from kimi_deploy.names import server_unit
+from kimi_deploy.deployment import Deployment, resolve
 from kimi_deploy.host.install.files import desired_files, is_unit, target_host_path, units_to_enable, uses_api_key
 from kimi_deploy.host.install.facts import HostFacts, gather_install_facts
 from kimi_deploy.host.install.plan import Plan, Refusal, Step, disable_steps, file_change, stale_steps, who_uses
@@ -108,9 +108,10 @@ def _hosts_overlap(a: str, b: str) -> bool:
     return a == b or a in wildcard or b in wildcard
 
 
-def _conflicts(profile: Profile, claims: Claims, force: bool, notes: list[str], refusals: list[Refusal],
+def _conflicts(deployment: Deployment, claims: Claims, force: bool, notes: list[str], refusals: list[Refusal],
                installed: Collection[str]) -> None:
-    """Compare what ``profile`` uses with what the other installed services use (``claims``).
+    """Compare what ``deployment`` uses (its key path; its profile's listeners, cache and state folders) with what
+    the other installed services use (``claims``).
 
     ``installed``: the host paths this install puts in place; its listeners are those of its units
     (:func:`kimi_deploy.host.records.listeners`: a gateway-only host does not listen on ``[sglang] port``).
@@ -126,13 +127,13 @@ def _conflicts(profile: Profile, claims: Claims, force: bool, notes: list[str], 
         else:
             refusals.append(Refusal(what, reason, kind="conflict"))
 
-    s = profile.sglang
-    for mine, port, _ in listeners(profile, installed):
+    profile = deployment.profile
+    for mine, port, _ in listeners(deployment, installed):
         for other, host, other_port, what in claims.ports:
             if port == other_port and _hosts_overlap(host, mine):
                 conflict(f"port {port}", f"service {other} listens on {host}:{port} too (its {what}); "
                                          "only one of them can start")
-    named = ((s.api_key_file, "API key file"), (profile.cache_root, "cache folder"),
+    named = ((deployment.api_key_file, "API key file"), (profile.cache_root, "cache folder"),
              (paths.service_state_dir(profile.service.name), "state folder"))
     for host_path, what in named:
         users = claims.users(host_path)
@@ -207,6 +208,7 @@ def plan_install_from(profile: Profile, facts: HostFacts, files: Mapping[str, by
             (exit 4; ``--force`` does not override it: it is about the server, not a file).
     """
     svc, layout = profile.service, facts.layout
+    deployment = resolve(profile, launches=False)  # the units and the key path (none depends on the release)
     if not allow_parser_removal:
         gates.refuse_parser_removal(_installed_copy(facts, svc.name), profile, what=f"install {svc.name}",
                                     override="--allow-parser-removal")
@@ -218,7 +220,7 @@ def plan_install_from(profile: Profile, facts: HostFacts, files: Mapping[str, by
     old, intent = facts.manifest, facts.intent
 
     steps: list[Step] = stale_steps(facts)
-    serves = target_host_path(server_unit(svc.name)) in files  # a gateway-only host runs as DynamicUser
+    serves = target_host_path(deployment.units.server) in files  # a gateway-only host runs as DynamicUser
     account_steps = _user_steps(profile, facts, create_user, notes) if serves else []
     steps += account_steps
     if serves:
@@ -239,7 +241,7 @@ def plan_install_from(profile: Profile, facts: HostFacts, files: Mapping[str, by
             raise blocked_by
         notes.append(f"warning: the API key file {facts.key.host_path} is missing; every host of a fleet must hold "
                      "the same key, so install refuses until it is copied here from the first host")
-    _conflicts(profile, facts.claims, force, notes, refusals, files)
+    _conflicts(deployment, facts.claims, force, notes, refusals, files)
     if facts.dataset_problem is not None and profile.quality is not None:
         where = profile.quality.dataset
         if facts.dataset_problem == "missing":
@@ -254,7 +256,7 @@ def plan_install_from(profile: Profile, facts: HostFacts, files: Mapping[str, by
     if key_step:
         steps.append(key_step)
 
-    key_hp = profile.sglang.api_key_file
+    key_hp = deployment.api_key_file
     created_key = None
     if key_step:
         created_key = key_hp
@@ -282,7 +284,7 @@ def plan_install_from(profile: Profile, facts: HostFacts, files: Mapping[str, by
 
     gone = [Path(c.host_path).name for c in changes if c.action == "remove" and is_unit(c.host_path)]
     steps += disable_steps(facts, gone)
-    units = units_to_enable(profile, files)
+    units = units_to_enable(deployment.units, files)
     units_changed = any(c.action != "unchanged" and c.host_path.startswith(paths.SYSTEMD_DIR + "/") for c in changes)
     if layout.is_host:
         if units_changed:
@@ -304,8 +306,8 @@ def plan_install_from(profile: Profile, facts: HostFacts, files: Mapping[str, by
         notes.append("--no-enable: units are not enabled; the service does not start at boot")
     if restart:
         if any(c.action != "unchanged" for c in changes):
-            steps.append(Step("command", f"restart {server_unit(svc.name)}", when="after",
-                              argv=tuple(systemd.systemctl_argv("restart", server_unit(svc.name)))))
+            steps.append(Step("command", f"restart {deployment.units.server}", when="after",
+                              argv=tuple(systemd.systemctl_argv("restart", deployment.units.server))))
         else:
             notes.append("nothing changed: not restarting")
     if intent:

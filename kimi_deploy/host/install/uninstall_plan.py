@@ -18,7 +18,7 @@ from kimi_deploy.errors import UsageError
 from kimi_deploy.host.records import Manifest
 from kimi_deploy.paths import HostLayout
 from kimi_deploy.profile import valid_service_name
-from kimi_deploy.names import check_timer
+from kimi_deploy.deployment import Units
 from kimi_deploy.host.install.files import is_unit
 from kimi_deploy.host.install.facts import HostFacts, gather_uninstall_facts
 from kimi_deploy.host.install.plan import Plan, Refusal, Step, disable_steps, file_change, stale_steps, who_uses
@@ -77,7 +77,7 @@ def _purge_steps(facts: HostFacts, svc: str, record: Manifest | None) -> tuple[l
                                           if r], kept, shared)
     if backups_hp in kept:
         steps.append(Step("remove-tree", f"--purge: remove the backups {backups_hp}", when="after", path=backups))
-    stamp = layout.host_path(layout.timer_stamp(check_timer(svc)))
+    stamp = layout.host_path(layout.timer_stamp(Units.of(svc).check_timer))
     if stamp in facts.exists:  # with its last 03:00 run recorded, a reinstall would run a "missed" check at once
         kept.append(stamp)
         steps.append(Step("remove-file", f"--purge: remove the nightly timer's last-run stamp {stamp}",

@@ -27,7 +27,7 @@ from typing import Any, Protocol
 
 from kimi_deploy.bench import params
 from kimi_deploy.bench.client import JSON_LIB, NotRead, StreamClient
-from kimi_deploy.bench.dataset import Dataset
+from kimi_deploy.bench.prompts import Dataset
 from kimi_deploy.bench.http import PARSER
 from kimi_deploy.bench.metrics import RequestRecord, WindowSummary, summarize
 from kimi_deploy.catalog.models import required_sampling

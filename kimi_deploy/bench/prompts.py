@@ -16,7 +16,6 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-import os
 import random
 from pathlib import Path
 from typing import Any
@@ -70,11 +69,8 @@ def load_dataset(path: Path | None = None, *, max_line_bytes: int = inputs.DATAS
     hint = "pass --dataset FILE.jsonl (a regular file) with one {\"messages\": [...]} object per line"
     whole = hashlib.sha256()
     conversations = []
-    with inputs.open_regular(source, "the dataset", hint) as fh:
-        size = os.fstat(fh.fileno()).st_size
-        if size > max_file_bytes:
-            raise UsageError(f"the dataset is {human(size)}, over the {human(max_file_bytes)} bench reads",
-                             value=where, hint="raise the cap with --max-dataset-bytes N")
+    with inputs.open_regular(source, "the dataset", hint, max_bytes=max_file_bytes, reader="bench",
+                             cap_flag="--max-dataset-bytes") as fh:
         for line in inputs.iter_lines(fh, max_line_bytes=max_line_bytes, max_file_bytes=max_file_bytes,
                                       what="the dataset", where=where, flag="--max-dataset-bytes", hasher=whole):
             if line.data is None:

@@ -58,24 +58,65 @@ def root_option(func):
                         help="Host root for kimi-deploy's files (units, manifest, backups, profile copy).")(func)
 
 
-def name_option(func):
-    """``--name NAME``: the installed service whose profile copy a verb reads when neither ``--profile`` nor
-    ``--preset`` is given (default: the only one installed)."""
-    return click.option("--name", "name", default=None, metavar="NAME",
-                        help="Installed service whose profile to use when neither --profile nor --preset is given "
-                             "(default: the only one installed).")(func)
+def name_option(func=None, *, neither: str = "--profile nor --preset"):
+    """``--name NAME``: the installed service whose profile copy a verb reads when ``neither`` (its other ways to
+    name a profile or server) is given (default: the only one installed). ``@name_option`` or
+    ``@name_option(neither="--profile nor --base-url")``."""
+    def decorate(f):
+        return click.option("--name", "name", default=None, metavar="NAME",
+                            help=f"Installed service whose profile to use when neither {neither} is given "
+                                 "(default: the only one installed).")(f)
+    return decorate(func) if func is not None else decorate
 
 
 def profile_or_installed(profile_path: Path | None, preset: str | None, name: str | None, layout) -> Profile:
     """The profile of ``--profile``/``--preset``, else the installed one's copy in ``layout`` (``--name`` or the
-    only one; :func:`resolve_installed`): the one default of every verb that takes ``--profile``.
+    only one; :func:`resolve_installed`): the one default of every verb that takes ``--profile`` (``check`` and
+    ``bench``, whose server may also be named by ``--base-url``: :func:`installed_profile_path`).
 
     Raises:
-        UsageError / ProfileError: both given, nothing installed, several installed and no ``--name``, or an
-            invalid profile.
+        UsageError / ProfileError: both given, nothing installed (the hint names --profile and --preset),
+            several installed and no ``--name``, or an invalid profile.
     """
     profile = resolve_profile(profile_path, preset, required=False)
-    return profile if profile is not None else resolve_installed(None, None, name, layout)[0]
+    if profile is not None:
+        return profile
+    records = _records()
+    return records.installed_profile(layout, _find_installed(records, name, layout, "--profile FILE or --preset NAME",
+                                                             "no profile given"))
+
+
+def installed_profile_path(name: str | None, layout, *, given: str, what: str) -> Path:
+    """The installed service's profile copy in ``layout`` (``--name`` or the only one): what ``check`` and
+    ``bench`` read when neither ``--profile`` nor ``given`` (their ``--base-url``) names a server, as every other
+    verb defaults to the installed profile (:func:`profile_or_installed`).
+
+    Raises:
+        UsageError: nothing installed (``what``, and the hint names ``--profile FILE`` and ``given``), several
+            installed and no ``--name``.
+    """
+    return layout.profile_copy(_find_installed(_records(), name, layout, f"--profile FILE or {given}", what).service)
+
+
+def _find_installed(records: Any, name: str | None, layout, instead: str, what: str) -> Any:
+    """:func:`kimi_deploy.host.records.find_installed`, whose "nothing installed" begins with ``what`` and also
+    says what to pass ``instead``."""
+    try:
+        return records.find_installed(layout, name)
+    except UsageError as exc:
+        if name is not None or records.installed_services(layout):
+            raise
+        raise UsageError(f"{what} and {exc.message}", value=exc.value,
+                         hint=f"pass {instead}, or install the service first "
+                              f"(`{layout.command('install --profile FILE')}`)") from None
+
+
+def _records() -> Any:
+    """:mod:`kimi_deploy.host.records`, imported on first use."""
+    # start-up: the records (pydantic) load when a verb reads what was installed, not for `--help`
+    from kimi_deploy.host import records
+
+    return records
 
 
 def host_systemd_option(func):
@@ -109,12 +150,22 @@ def resolve_installed(profile_path: Path | None, preset: str | None, name: str |
     Raises:
         UsageError / ProfileError: nothing installed, ambiguous, or an invalid profile.
     """
-    # start-up: the records (pydantic) load when a verb reads what was installed, not for `--help`
-    from kimi_deploy.host.records import find_installed, installed_profile
-
+    records = _records()
     profile = resolve_profile(profile_path, preset, required=False)
-    manifest = find_installed(layout, profile.service.name if profile else name)
-    return (profile or installed_profile(layout, manifest)), manifest
+    manifest = records.find_installed(layout, profile.service.name if profile else name)
+    return (profile or records.installed_profile(layout, manifest)), manifest
+
+
+def resolve_installed_deployment(profile_path: Path | None, preset: str | None, name: str | None, layout):
+    """``(deployment, manifest)``: the installed service :func:`resolve_installed` selects, resolved
+    (:func:`kimi_deploy.deployment.resolve`) for the SGLang version its manifest records, its launches built only
+    when read. ``restart`` and ``status`` read the unit names, URLs, key path (and status the launch) from it.
+
+    Raises:
+        UsageError / ProfileError: as :func:`resolve_installed`.
+    """
+    profile, manifest = resolve_installed(profile_path, preset, name, layout)
+    return _records().installed_deployment(profile, manifest), manifest
 
 
 #: ``ctx.meta`` key (shared by every nested click context): this invocation prints JSON on stdout,
@@ -152,6 +203,14 @@ class Seconds(click.FloatRange):
         return seconds
 
 
+def _limits() -> Any:
+    """:mod:`kimi_deploy.wire.limits`, imported on first use: `kimi-deploy --help` imports this module and must load
+    no other kimi_deploy module (only check's and bench's options, and a byte count given, need the caps)."""
+    from kimi_deploy.wire import limits  # start-up: see above
+
+    return limits
+
+
 class ByteSize(click.ParamType):
     """A byte count: ``16777216``, or with a binary suffix ``64K``/``16M``/``1G`` (also ``KiB``/``MiB``/``GiB``);
     at least :data:`kimi_deploy.wire.limits.MIN_CAP_BYTES`."""
@@ -160,9 +219,7 @@ class ByteSize(click.ParamType):
     _UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
 
     def convert(self, value, param, ctx):
-        # start-up: `kimi-deploy --help` imports this module and must load no other kimi_deploy module
-        from kimi_deploy.wire.limits import MIN_CAP_BYTES
-
+        least = _limits().MIN_CAP_BYTES
         if isinstance(value, int) and not isinstance(value, bool):
             n = value
         else:
@@ -172,20 +229,18 @@ class ByteSize(click.ParamType):
             if not digits.isdigit() or len(digits) > 15:
                 self.fail(f"{value!r} is not a byte count (e.g. 16777216, 64K, 16M, 1G)", param, ctx)
             n = int(digits) * self._UNITS[unit]
-        if n < MIN_CAP_BYTES:
-            self.fail(f"{value!r} is below the smallest cap, {MIN_CAP_BYTES} bytes", param, ctx)
+        if n < least:
+            self.fail(f"{value!r} is below the smallest cap, {least} bytes", param, ctx)
         return n
 
 
 def limit_options(func):
     """``--max-body-bytes N`` / ``--max-line-bytes N``: the byte caps of :mod:`kimi_deploy.wire.limits` (check, bench)."""
-    # start-up: only check's and bench's modules decorate with this; `kimi-deploy --help` loads neither
-    from kimi_deploy.wire.limits import DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_LINE_BYTES
-
-    func = click.option("--max-line-bytes", type=ByteSize(), default=DEFAULT_MAX_LINE_BYTES, show_default=True,
+    limits = _limits()
+    func = click.option("--max-line-bytes", type=ByteSize(), default=limits.DEFAULT_MAX_LINE_BYTES, show_default=True,
                         metavar="N", help="Longest SSE line (and one event's data) read before the answer is "
                         "refused as too large; suffixes K/M/G.")(func)
-    func = click.option("--max-body-bytes", type=ByteSize(), default=DEFAULT_MAX_BODY_BYTES, show_default=True,
+    func = click.option("--max-body-bytes", type=ByteSize(), default=limits.DEFAULT_MAX_BODY_BYTES, show_default=True,
                         metavar="N", help="Largest response body read (or kept) before it is refused as too large; "
                         "suffixes K/M/G.")(func)
     return func

@@ -38,7 +38,7 @@ from kimi_deploy.check.context import Context
 from kimi_deploy.check.contract import GET_WEATHER, REPLY_TOKENS
 from kimi_deploy.check.outcome import Outcome, chat_once, openai_failure, unreadable
 from kimi_deploy.check.results import clip
-from kimi_deploy.check.validate import Finding, message_from_completion
+from kimi_deploy.check.completion_rules import Finding, message_from_completion
 from kimi_deploy.errors import KimiDeployError
 from kimi_deploy.wire.inputs import read_regular
 
