@@ -66,7 +66,7 @@ from kimi_deploy import __version__, names, versions
 from kimi_deploy.targets import prometheus as monitoring
 from kimi_deploy.errors import ProfileError
 from kimi_deploy.deployment import Deployment, resolve
-from kimi_deploy.launch import API_KEY_CREDENTIAL, HOST_SECRETS_SCRIPT, LAUNCHER, LaunchSpec
+from kimi_deploy.launch import API_KEY_CREDENTIAL, HOST_SECRETS_SCRIPT, LAUNCHER, LaunchSpec, gateway_parser_args
 from kimi_deploy.profile import DNS_LABEL, Kubernetes, Profile, dump_profile
 from kimi_deploy.targets import FILE_HEADER, GENERATED_PREFIX, Artefacts, ending_in_newline
 from kimi_deploy.yamltext import FileMode, dump, dump_all
@@ -534,7 +534,7 @@ def gateway_args(profile: Profile, name: str) -> list[str]:
             "--prometheus-host", "0.0.0.0" if k8s.scrape != "none" else gw.prometheus_host,
             "--prometheus-port", str(gw.prometheus_port),
             # the workers' model path is not in this pod: never fetch a tokenizer from a hub
-            "--disable-tokenizer-autoload"]
+            "--disable-tokenizer-autoload", *gateway_parser_args(profile)]
 
 
 def _gateway(profile: Profile, name: str) -> dict[str, list[dict[str, Any]]]:
