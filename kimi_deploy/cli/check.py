@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 
 import click
 
+from kimi_deploy.catalog import check_budget
 from kimi_deploy.wire.apikey import resolve_key
 from kimi_deploy.wire.baseurl import check_base_url
 from kimi_deploy.errors import ExitCode, UsageError
@@ -22,9 +23,10 @@ if TYPE_CHECKING:  # the check library (openai, httpx, rich) loads when the verb
 
     from kimi_deploy.check import CheckOptions
 
-#: Default ``--deadline``: 12 minutes, well inside the nightly unit's ``TimeoutStartSec=900``
-#: (systemd/check.service.j2), leaving 3 minutes for start-up, the last request and the reports.
-DEFAULT_DEADLINE_S = 720.0
+#: Default ``--deadline``: the fast tiers' budget on the reference host (:data:`kimi_deploy.catalog.check_budget.
+#: DEADLINE_S`, 1380 s: the requests a full run sends x K2.5's per-request time), the nightly unit's too; its
+#: ``TimeoutStartSec=`` leaves 3 minutes past it for start-up, the last request and the reports.
+DEFAULT_DEADLINE_S = float(check_budget.DEADLINE_S)
 
 
 class LiveProgress:
