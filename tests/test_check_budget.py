@@ -11,6 +11,7 @@ import pytest
 from kimi_deploy.catalog import check_budget
 from kimi_deploy.check import CheckOptions, concurrency, run_checks
 from kimi_deploy.check.registry import select
+from kimi_deploy.check.workers import gateway_checks
 from kimi_deploy.cli.check import DEFAULT_DEADLINE_S
 from kimi_deploy.targets import systemd
 from quality_server import QualityServer
@@ -36,8 +37,9 @@ def test_one_number_for_the_check_and_the_units():
     assert check_budget.DEADLINE_S == 1380 == DEFAULT_DEADLINE_S == systemd.CHECK_DEADLINE_S
     assert systemd.CHECK_DEADLINE_PER_WORKER_S == check_budget.DEADLINE_S
     assert systemd.CHECK_SLACK_S == check_budget.SLACK_S
-    # the arithmetic the module states: 35 reads x 1 s + 119 completions x 10 s + 5 bursts x 20 s = 1325 s -> 1380
-    assert sum(t.seconds() for t in check_budget.TIERS) == 1325
+    # the arithmetic the module states: 35 reads x 1 s + 119 completions x 10 s + 6 bursts x 20 s = 1345 s -> 1380
+    assert sum(t.seconds() for t in check_budget.TIERS) == 1345
+    assert check_budget.GATEWAY_PASS_S == 180 and systemd.fleet_check_deadline_s(2) == 2 * 1380 + 180
     assert check_budget.derive((check_budget.Tier("x", requests=6),)) == 60
     assert check_budget.derive((check_budget.Tier("x", requests=7),)) == 120
 
@@ -79,5 +81,9 @@ def test_no_tier_sends_more_than_its_row(sent, tier):
         assert posts >= tier.reads + tier.requests - 2, "the row overstates the tier: lower it to what is sent"
 
 
-def test_the_concurrency_row_is_one_burst_per_case():
+def test_the_concurrency_row_is_one_burst_per_case_and_the_gateway_pass_its_row():
     assert len(concurrency.CASE_NAMES) == next(t.bursts for t in check_budget.TIERS if t.bursts)
+    through = gateway_checks(["health.*", "contract.*"])  # what check --each-worker sends through the gateway
+    bursts = [i for i in through if i.startswith("contract.concurrency.")]
+    assert check_budget.GATEWAY_PASS.bursts == len(bursts)
+    assert check_budget.GATEWAY_PASS.requests == len(through) - len(bursts)  # one request per other check

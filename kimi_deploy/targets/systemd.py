@@ -15,7 +15,7 @@ from pathlib import Path
 import jinja2
 
 from kimi_deploy import names, paths, versions
-from kimi_deploy.catalog import check_budget
+from kimi_deploy.catalog import check_budget as budget
 from kimi_deploy.fsio import write_many_atomic
 from kimi_deploy.errors import ProfileError, UsageError
 from kimi_deploy.deployment import Deployment, resolve
@@ -95,9 +95,9 @@ def _exec_start(launch: LaunchSpec) -> str:
 #: one at a time) get :data:`QUALITY_FIXED_S` more and ``quality.accuracy`` its own ``[quality] deadline_s``;
 #: ``TimeoutStartSec=`` leaves :data:`CHECK_SLACK_S` past the deadline for start-up, the last request and the
 #: reports. Measured figures: docs/design.md#the-quality-tier.
-CHECK_DEADLINE_S = check_budget.DEADLINE_S
+CHECK_DEADLINE_S = budget.DEADLINE_S
 QUALITY_FIXED_S = 600
-CHECK_SLACK_S = check_budget.SLACK_S
+CHECK_SLACK_S = budget.SLACK_S
 
 #: Seconds of ``check --each-worker``'s one ``--deadline`` per listed worker: a plain check's default
 #: (:data:`CHECK_DEADLINE_S`; each worker runs the health and contract tiers, all but the 28 s of parser posts).
@@ -118,10 +118,10 @@ def check_budget(profile: Profile) -> tuple[float | None, int]:
 
 
 def fleet_check_deadline_s(workers: int) -> int:
-    """The gateway host's ``check --each-worker --deadline``: :data:`CHECK_DEADLINE_PER_WORKER_S` per worker, at most
-    6 h (one deadline for the whole run since issue #30; workers past it get rows not attempted, the report is
-    still written)."""
-    return min(CHECK_DEADLINE_PER_WORKER_S * max(workers, 1), CHECK_DEADLINE_MAX_S)
+    """The gateway host's ``check --each-worker --deadline``: :data:`CHECK_DEADLINE_PER_WORKER_S` per worker and the
+    pass through the gateway (:data:`kimi_deploy.catalog.check_budget.GATEWAY_PASS_S`), at most 6 h (one deadline
+    for the whole run since issue #30; workers past it get rows not attempted, the report is still written)."""
+    return min(CHECK_DEADLINE_PER_WORKER_S * max(workers, 1) + budget.GATEWAY_PASS_S, CHECK_DEADLINE_MAX_S)
 
 
 def render(profile: Profile, sglang_version: str | None = None, *,
@@ -292,7 +292,8 @@ def gateway_files(profile: Profile, header: str, deployment: Deployment | None =
                "workers": profile.worker_urls(), "api_key_credential": API_KEY_CREDENTIAL,
                "exec_start": gateway_exec_start(command), "check_command": check_command,
                "check_unit": names.check_unit(gateway), "check_deadline_s": deadline_s,
-               "per_worker_s": CHECK_DEADLINE_PER_WORKER_S, "check_timeout_s": deadline_s + CHECK_SLACK_S}
+               "per_worker_s": CHECK_DEADLINE_PER_WORKER_S, "gateway_pass_s": budget.GATEWAY_PASS_S,
+               "check_timeout_s": deadline_s + CHECK_SLACK_S}
     env = _environment()
     return {names.gateway_unit(svc.name): env.get_template("gateway.service.j2").render(context),
             names.check_service(gateway): env.get_template("check.service.j2").render(context),
