@@ -337,7 +337,7 @@ class ProfileValidation:
             out += list(self.validation.errors)
             if not self.validation.ok and not self.validation.errors:
                 out.append("SGLang rejects the rendered command")
-        out += [f"model: {e}" for e in self.model.errors]
+        out += [f"{'gateway' if e.startswith('gateway.') else 'model'}: {e}" for e in self.model.errors]
         out += [f"speculative: {e}" for e in self.guard.errors]
         return out
 

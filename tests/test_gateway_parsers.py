@@ -180,3 +180,14 @@ def test_the_real_smg_takes_the_rendered_parsers_and_relays_http_workers_answers
             proc.wait(timeout=30)
     assert direct["choices"][0]["message"]["content"].endswith("</think>Yes.")
     assert through["choices"][0]["message"] == direct["choices"][0]["message"]
+
+
+@pytest.mark.sglang
+def test_validate_of_the_fleet_profile_refuses_the_wrong_gateway_parser(tmp_path, sglang_python):
+    """validate of the fleet profile (SGLang's own parser on the command) fails on the gateway's parser alone, under
+    its own label and with its own fix, not the fit's."""
+    path = write_profile(tmp_path, PROFILE + 'reasoning_parser = "kimi_k25"\n')
+    result = run_cli(["validate", "--profile", str(path), "--python", sglang_python])
+    assert result.exit_code == 1, result.stdout + result.stderr
+    assert "gateway: FAILED: gateway.reasoning_parser: 'kimi_k25' does not match Kimi K2.6" in result.stdout
+    assert "GPUs that hold it" not in result.stdout and "correct the flag" not in result.stdout

@@ -67,5 +67,5 @@ def test_validate_has_a_row_for_each_guard():
     rows = _rows("### Does SGLang accept the command?")
     firsts = " ".join(rows)
     for guard in ("`speculative: FAILED`", "`kv_cache: warning`", "needs a draft model",
-                  "`model: gateway.reasoning_parser:"):
+                  "`gateway: FAILED: gateway.reasoning_parser:"):
         assert guard in firsts, guard
