@@ -65,6 +65,20 @@ def test_the_same_server_passes_four_at_once():
     assert set(server.levels) == {4} and sum(bool(b.get("stream")) for b in server.requests) == 2 * len(rows)
 
 
+def test_the_reasoning_burst_skips_where_no_reasoning_parser_is_expected_as_its_single_rows_do():
+    """No profile and no /model_info (a server that does not say it has a reasoning parser): reasoning_on is not
+    judged, one at a time or 4 at once; nothing is sent for the burst."""
+    with QualityServer(conversation=True, model_info=False) as server:
+        report = run_checks(CheckOptions(base_url=server.url, only=["contract.reasoning_on.*",
+                                                                    "contract.concurrency.reasoning_on"],
+                                         concurrency=4, deadline=120, repeat=0))
+        sent = len(server.requests)
+    assert {r.id: r.status for r in report.results} == {
+        "contract.reasoning_on.nonstream": "skip", "contract.reasoning_on.stream": "skip",
+        "contract.concurrency.reasoning_on": "skip"}
+    assert sent == 0
+
+
 def test_a_passed_deadline_sends_nothing_and_says_so():
     from kimi_deploy.check.concurrency import verdict
 
@@ -78,7 +92,15 @@ def test_sglang_replay_raises_no_alarm_at_eight_at_once(replay):
     assert {i: (r.status, r.kind) for i, r in rows.items()} == {i: ("pass", None) for i in concurrency.check_ids()}
 
 
+def _k25_profile():
+    """The K2.5 preset (its kimi_k2 parsers: reasoning is due) without a key file: vLLM has no /model_info to say so."""
+    data = get_preset("kimi-k25-rtx-pro-6000-x8").data
+    sglang = {k: v for k, v in data["sglang"].items() if k != "api_key_file"}
+    return parse_profile({**data, "sglang": {**sglang, "host": "127.0.0.1"}})
+
+
 @pytest.mark.vllm
 def test_vllm_replay_raises_no_alarm_at_eight_at_once(vllm_replay):
-    rows = _run(vllm_replay["parsers"].url(), 8, api_key=VLLM_API_KEY, model="moonshotai/Kimi-K2.5")
+    rows = _run(vllm_replay["parsers"].url(), 8, api_key=VLLM_API_KEY, model="moonshotai/Kimi-K2.5",
+                profile=_k25_profile())
     assert {i: (r.status, r.kind) for i, r in rows.items()} == {i: ("pass", None) for i in concurrency.check_ids()}

@@ -21,7 +21,7 @@ from kimi_deploy.check import CheckOptions
 from kimi_deploy.check.workers import THROUGH_GATEWAY, check_each_worker, gateway_checks
 from kimi_deploy.catalog.presets import get_preset
 from kimi_deploy.check.registry import select
-from kimi_deploy.profile import parse_profile
+from kimi_deploy.profile import dump_profile, parse_profile
 from loopback import free_port
 from quality_server import QualityServer
 
@@ -144,13 +144,17 @@ def test_a_fault_from_eight_at_once_shows_through_the_gateway_at_eight_per_worke
 def test_the_cli_writes_the_gateways_report_and_a_line_for_it(smg_path, tmp_path):
     with QualityServer(think_leak_rate=1.0) as a, QualityServer() as b, gateway(smg_path, [a, b]) as url:
         out, prom = tmp_path / "each.json", tmp_path / "check.prom"
-        result = run_cli(["check", "--base-url", url, "--each-worker", "--only", "contract.concurrency.reasoning_on",
-                          "--concurrency", "2", "--deadline", "120", "--json", str(out), "--prom", str(prom)])
+        profile = tmp_path / "k25.toml"
+        profile.write_text(dump_profile(_profile()))  # smg passes no /model_info on: the profile says reasoning is due
+        result = run_cli(["check", "--base-url", url, "--profile", str(profile), "--each-worker", "--only",
+                          "contract.concurrency.reasoning_on", "--concurrency", "2", "--deadline", "120", "--json",
+                          str(out), "--prom", str(prom)])
     assert result.exit_code == 1, result.stdout + result.stderr
     doc = json.loads(out.read_text())
     assert doc["through_gateway"]["failed"] == ["contract.concurrency.reasoning_on"]
     assert f"{url} (through the gateway): exit 1, 1 checks, 1 failed: contract.concurrency.reasoning_on (2 of 4 " \
            "requests sent at once failed (50.0 %: markup_leak 2)" in result.stdout
     text = prom.read_text()
-    assert f'kimi_deploy_check_exit_code{{worker="{url}"}} 1' in text
-    assert f'kimi_deploy_check_exit_code{{worker="{b.url}"}} 0' in text
+    service = _profile().service.name
+    assert f'kimi_deploy_check_exit_code{{service="{service}",worker="{url}"}} 1' in text
+    assert f'kimi_deploy_check_exit_code{{service="{service}",worker="{b.url}"}} 0' in text

@@ -59,6 +59,8 @@ def run(ctx: Context, check_id: str) -> Outcome:
     """Run ``contract.concurrency.<case>`` (one of :func:`check_ids`)."""
     name = check_id.removeprefix("contract.concurrency.")
     case = next(c for c in CASES if c.name == name)
+    if case.needs_reasoning and not ctx.reasoning_parser:  # as the case's one-at-a-time rows (contract.run_case)
+        return Outcome.skipped("no reasoning parser expected (profile) or reported (/model_info)")
     n = level(ctx)
     exp = _expectation(ctx, case, _history_ids(case.messages))
 
