@@ -371,8 +371,9 @@ def gateway_args(profile: Profile) -> list[str]:
     """``smg`` arguments of the profile's gateway, ``launch`` first, without the API key.
 
     Shape: ``launch --host BIND --port P --policy POLICY --worker-urls URL... --prometheus-host H
-    --prometheus-port P --disable-tokenizer-autoload``. Workers: :meth:`Profile.worker_urls`, rank 0 of
-    every replica.
+    --prometheus-port P --disable-tokenizer-autoload [--reasoning-parser NAME] [--tool-call-parser NAME]``.
+    Workers: :meth:`Profile.worker_urls`, rank 0 of every replica; the parsers only where ``[gateway]`` sets them
+    (smg's names, :mod:`kimi_deploy.catalog.gateway_parsers`).
 
     Raises:
         UsageError: the profile has no ``[gateway]`` (exit 2).
@@ -383,7 +384,17 @@ def gateway_args(profile: Profile) -> list[str]:
     return ["launch", "--host", gw.bind, "--port", str(gw.port), "--policy", gw.policy,
             "--worker-urls", *profile.worker_urls(),
             "--prometheus-host", gw.prometheus_host, "--prometheus-port", str(gw.prometheus_port),
-            "--disable-tokenizer-autoload"]
+            "--disable-tokenizer-autoload", *gateway_parser_args(profile)]
+
+
+def gateway_parser_args(profile: Profile) -> list[str]:
+    """``--reasoning-parser NAME`` and ``--tool-call-parser NAME`` of smg, each where ``[gateway]`` sets it (smg's
+    own names: :mod:`kimi_deploy.catalog.gateway_parsers`); ``[]`` without ``[gateway]`` or with neither set."""
+    gw = profile.gateway
+    if gw is None:
+        return []
+    return [*(["--reasoning-parser", gw.reasoning_parser] if gw.reasoning_parser else []),
+            *(["--tool-call-parser", gw.tool_call_parser] if gw.tool_call_parser else [])]
 
 
 def gateway_argv(profile: Profile) -> list[str]:

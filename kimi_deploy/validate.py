@@ -51,7 +51,7 @@ from pathlib import Path
 from typing import Any
 
 from kimi_deploy import proc
-from kimi_deploy.catalog import spec_guard
+from kimi_deploy.catalog import gateway_parsers, spec_guard
 from kimi_deploy import engine as target
 from kimi_deploy.catalog.models import REFERENCE_GPU, identify, parser_mismatches
 from kimi_deploy.deployment import Deployment, require_fit, resolve, static_fit
@@ -281,7 +281,8 @@ class ModelCheck:
 def check_model(profile: Profile, gpus: Any = None) -> ModelCheck:
     """Check ``profile``'s model against the kit's model table: the fit verdict of the resolved deployment
     (:func:`kimi_deploy.deployment.static_fit`: weights vs one replica's GPU memory, ``tp_size`` x ``pp_size``
-    GPUs of ``gpus``, default the reference host's) and the parsers. The model is known by its
+    GPUs of ``gpus``, default the reference host's), the parsers (SGLang's: warnings) and the ``[gateway]``'s
+    parsers in smg's names (errors: :func:`gateway_model_problems`). The model is known by its
     ``model_path``/``served_model_name`` (:func:`kimi_deploy.catalog.models.identify`)."""
     s = profile.sglang
     fit = static_fit(profile, gpus)
@@ -289,6 +290,7 @@ def check_model(profile: Profile, gpus: Any = None) -> ModelCheck:
     if deployment_model is None:
         return ModelCheck(None, notes=(fit.evidence,))
     errors = (f"{fit.evidence}; what would fit: {fit.what_fits}",) if fit.static is False else ()
+    errors += tuple(gateway_model_problems(profile))
     where = "the reference host's" if gpus is None else "the GPU facts'"
     notes = (f"{deployment_model.name}: {fit.evidence} ({where} GPUs; `kimi-deploy doctor` checks the real ones)",) \
         if fit.static else ()
@@ -335,7 +337,7 @@ class ProfileValidation:
             out += list(self.validation.errors)
             if not self.validation.ok and not self.validation.errors:
                 out.append("SGLang rejects the rendered command")
-        out += [f"model: {e}" for e in self.model.errors]
+        out += [f"{'gateway' if e.startswith('gateway.') else 'model'}: {e}" for e in self.model.errors]
         out += [f"speculative: {e}" for e in self.guard.errors]
         return out
 
@@ -457,19 +459,41 @@ def flag_problems(args: Sequence[str], known: frozenset[str]) -> list[str]:
 
 def policy_choices(text: str) -> tuple[str, ...]:
     """The ``--policy`` choices in ``smg launch --help`` text (``()`` when the listing shows none)."""
-    match = re.search(r"^ {2}--policy \{([a-z0-9_,]+)\}", text, flags=re.M)
+    return option_choices(text, "--policy")
+
+
+def option_choices(text: str, flag: str) -> tuple[str, ...]:
+    """The ``{a,b,...}`` choices of ``flag`` where its own help entry (two spaces in) lists them in ``smg launch
+    --help`` text (``()`` when it shows none). Names as smg 1.13.0 spells them: ``deepseek_v4.1`` has a dot."""
+    match = re.search(rf"^ {{2}}{re.escape(flag)} \{{([a-z0-9_.,]+)\}}", text, flags=re.M)
     return tuple(match.group(1).split(",")) if match else ()
 
 
 def validate_gateway(profile: Profile, help_text: str) -> list[str]:
-    """Problems of the profile's gateway command against one smg's ``launch --help`` text (empty: valid)."""
+    """Problems of the profile's gateway command against one smg's ``launch --help`` text (empty: valid): every
+    option an exact name, the policy and the parsers among this smg's choices, and the parsers smg's names for
+    the profile's model (:func:`kimi_deploy.catalog.gateway_parsers.mismatches`)."""
+    gw = profile.gateway
     args = gateway_args(profile)
     problems = flag_problems(args, parse_help_options(help_text))
-    choices = policy_choices(help_text)
-    if choices and profile.gateway.policy not in choices:
-        problems.append(f"gateway.policy: {profile.gateway.policy!r} is not one of this smg's policies "
-                        f"({', '.join(choices)})")
+    for key, flag, value, what in (("policy", "--policy", gw.policy, "policies"),
+                                   ("reasoning_parser", "--reasoning-parser", gw.reasoning_parser, "reasoning parsers"),
+                                   ("tool_call_parser", "--tool-call-parser", gw.tool_call_parser, "tool-call parsers")):
+        choices = option_choices(help_text, flag)
+        if value is not None and choices and value not in choices:
+            problems.append(f"gateway.{key}: {value!r} is not one of this smg's {what} ({', '.join(choices)})")
+    problems += gateway_model_problems(profile)
     return problems
+
+
+def gateway_model_problems(profile: Profile) -> list[str]:
+    """``[gateway]`` parsers that do not match the profile's model (smg's names; empty without ``[gateway]``, or
+    for a model the kit's table does not know)."""
+    if profile.gateway is None:
+        return []
+    s = profile.sglang
+    return gateway_parsers.mismatches(identify(s.model_path, s.served_model_name), profile.gateway.reasoning_parser,
+                                      profile.gateway.tool_call_parser)
 
 
 @dataclasses.dataclass(frozen=True)

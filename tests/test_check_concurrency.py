@@ -48,8 +48,10 @@ def test_failures_only_at_eight_at_once_are_named_with_their_rate_per_case():
         if row.status == "pass":
             assert row.detail == "8 requests at once, none failed (0.0 %)"
             continue
-        assert (row.status, row.kind) == ("fail", "tool_call_dropped"), row
-        m = re.match(r"(\d+) of 8 requests sent at once failed \((\d+\.\d) %: tool_call_dropped \1\)", row.detail)
+        # an empty answer where a call was due is a dropped call; where text was due (reasoning_on), an empty one
+        kind = "empty_answer" if row.id.endswith(".reasoning_on") else "tool_call_dropped"
+        assert (row.status, row.kind) == ("fail", kind), row
+        m = re.match(rf"(\d+) of 8 requests sent at once failed \((\d+\.\d) %: {kind} \1\)", row.detail)
         assert m and float(m.group(2)) == pytest.approx(100 * int(m.group(1)) / 8, abs=0.05), row.detail
         total += int(m.group(1))
     assert total == server.faults["concurrency"] > 0  # every struck answer counted, none other
@@ -61,6 +63,20 @@ def test_the_same_server_passes_four_at_once():
         rows = _run(server.url, 4)
     assert {i: r.status for i, r in rows.items()} == {i: "pass" for i in concurrency.check_ids()}
     assert set(server.levels) == {4} and sum(bool(b.get("stream")) for b in server.requests) == 2 * len(rows)
+
+
+def test_the_reasoning_burst_skips_where_no_reasoning_parser_is_expected_as_its_single_rows_do():
+    """No profile and no /model_info (a server that does not say it has a reasoning parser): reasoning_on is not
+    judged, one at a time or 4 at once; nothing is sent for the burst."""
+    with QualityServer(conversation=True, model_info=False) as server:
+        report = run_checks(CheckOptions(base_url=server.url, only=["contract.reasoning_on.*",
+                                                                    "contract.concurrency.reasoning_on"],
+                                         concurrency=4, deadline=120, repeat=0))
+        sent = len(server.requests)
+    assert {r.id: r.status for r in report.results} == {
+        "contract.reasoning_on.nonstream": "skip", "contract.reasoning_on.stream": "skip",
+        "contract.concurrency.reasoning_on": "skip"}
+    assert sent == 0
 
 
 def test_a_passed_deadline_sends_nothing_and_says_so():
@@ -76,7 +92,15 @@ def test_sglang_replay_raises_no_alarm_at_eight_at_once(replay):
     assert {i: (r.status, r.kind) for i, r in rows.items()} == {i: ("pass", None) for i in concurrency.check_ids()}
 
 
+def _k25_profile():
+    """The K2.5 preset (its kimi_k2 parsers: reasoning is due) without a key file: vLLM has no /model_info to say so."""
+    data = get_preset("kimi-k25-rtx-pro-6000-x8").data
+    sglang = {k: v for k, v in data["sglang"].items() if k != "api_key_file"}
+    return parse_profile({**data, "sglang": {**sglang, "host": "127.0.0.1"}})
+
+
 @pytest.mark.vllm
 def test_vllm_replay_raises_no_alarm_at_eight_at_once(vllm_replay):
-    rows = _run(vllm_replay["parsers"].url(), 8, api_key=VLLM_API_KEY, model="moonshotai/Kimi-K2.5")
+    rows = _run(vllm_replay["parsers"].url(), 8, api_key=VLLM_API_KEY, model="moonshotai/Kimi-K2.5",
+                profile=_k25_profile())
     assert {i: (r.status, r.kind) for i, r in rows.items()} == {i: ("pass", None) for i in concurrency.check_ids()}

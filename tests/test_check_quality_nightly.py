@@ -38,7 +38,7 @@ def _check_unit(profile) -> str:
 def test_no_quality_table_keeps_the_nightly_unit_and_its_digest():
     plain = _profile(None)
     unit = _check_unit(plain)
-    assert "--sample" not in unit and "TimeoutStartSec=900\n" in unit
+    assert "--sample" not in unit and "TimeoutStartSec=1560\n" in unit
     assert plain.digest() == parse_profile(get_preset(PRESET).data).digest()
     assert "KimiSchemaAccuracyDropped" not in json.dumps(rules_doc(plain))
 
@@ -50,7 +50,7 @@ def test_a_quality_table_runs_the_tier_nightly_with_its_budget():
     assert f" --sample 300 --deadline {deadline} " in unit
     assert f"TimeoutStartSec={deadline + render_mod.CHECK_SLACK_S}\n" in unit
     off = _check_unit(_profile({"nightly": False}))
-    assert "--sample" not in off and "TimeoutStartSec=900\n" in off
+    assert "--sample" not in off and "TimeoutStartSec=1560\n" in off
 
 
 def test_the_command_of_the_nightly_unit_parses_and_selects_the_tier(tmp_path):

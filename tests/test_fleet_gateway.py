@@ -35,7 +35,7 @@ from kimi_deploy.host import restart as restart_lib
 from kimi_deploy.errors import ExitCode
 from kimi_deploy.paths import HostLayout
 from kimi_deploy.check import CheckOptions, run_checks
-from kimi_deploy.profile import parse_profile
+from kimi_deploy.profile import dump_profile, parse_profile
 from kimi_deploy.deployment import resolve
 
 pytestmark = pytest.mark.sglang
@@ -262,6 +262,29 @@ def test_check_each_worker_runs_the_contract_tier_on_every_listed_worker(fleet, 
     report = json.loads(out.read_text())
     assert sorted(w["url"] for w in report["workers"]) == sorted(fleet.profile.worker_urls())
     assert all(w["exit_code"] == 0 and w["checks"] > 0 for w in report["workers"])
+
+
+def test_the_pass_through_the_gateway_raises_no_alarm_on_the_sglang_replay(fleet, tmp_path):
+    """Issue 41: after the workers, check --each-worker sends the concurrency pass and the reasoning checks through
+    the gateway itself (2 per server x 3 workers at once): SGLang 0.5.23's serving layer behind the real smg passes
+    them all, directly and through the gateway."""
+    key_file = tmp_path / "key"
+    key_file.write_text(KEY)
+    key_file.chmod(0o600)
+    out = tmp_path / "each.json"
+    profile = tmp_path / "fleet.toml"
+    profile.write_text(dump_profile(fleet.profile))
+    result = run_cli(["check", "--profile", str(profile), "--api-key-file", str(key_file), "--each-worker",
+                      "--only", "contract.concurrency.tool_auto,contract.concurrency.reasoning_on,"
+                      "contract.reasoning_on.*", "--concurrency", "2", "--json", str(out)])
+    assert result.exit_code == 0, result.stdout + result.stderr
+    report = json.loads(out.read_text())
+    assert all(w["exit_code"] == 0 and w["checks"] == 4 for w in report["workers"])
+    through = report["through_gateway"]
+    assert through["exit_code"] == 0 and through["checks"] == 4 and not through["failed"]
+    details = {r["id"]: r["detail"] for r in through["report"]["checks"]}
+    assert details["contract.concurrency.reasoning_on"] == "6 requests at once, none failed (0.0 %)"
+    assert "(through the gateway): exit 0, 4 checks, 0 failed" in result.stdout
 
 
 def _restart(fleet, tmp_path, drain_client=None, also=None, **kw):

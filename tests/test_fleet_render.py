@@ -93,9 +93,10 @@ def test_each_host_folder_holds_exactly_its_part(tmp_path):
         "10.0.0.10/kimi-k25-gateway.service"]
     nightly = tree["10.0.0.10/kimi-deploy-check@kimi-k25-gateway.service"]
     assert "ExecStart=/usr/local/bin/kimi-deploy check --profile /etc/kimi-deploy/kimi-k25.toml --each-worker " \
-           "--deadline 1440 --api-key-file %d/api-key --json /var/lib/kimi-k25-gateway/check-workers.json" in nightly
-    # one --deadline for the whole run (720 s per worker), the unit's timeout 180 s past it
-    assert "DynamicUser=yes" in nightly and "TimeoutStartSec=1620" in nightly
+           "--deadline 2940 --api-key-file %d/api-key --json /var/lib/kimi-k25-gateway/check-workers.json" in nightly
+    # one --deadline for the whole run (1380 s per worker and 180 s through the gateway: kimi_deploy/catalog/
+    # check_budget.py), the unit's timeout 180 s past it
+    assert "DynamicUser=yes" in nightly and "TimeoutStartSec=3120" in nightly
     # one folder for a host that is both a node and the gateway
     both = PROFILE.replace('host = "10.0.0.10"', 'host = "10.0.0.11"\nport = 8000')
     tree = _tree(_render(tmp_path / "both", both))

@@ -202,7 +202,8 @@ def test_bad_fleet_is_exit_2_with_key_and_fix(tmp_path, text, expected):
 #: Values no string of [fleet]/[gateway] may carry into a unit or argv: an option-like start, a space, systemd
 #: specifiers and variables, quotes, a line break, a bidi override.
 HOSTILE = ["-x", "a b", "a%i", "a$b", 'a"b', "a\nb", "a\u202eb", ""]
-STRING_KEYS = [("gateway", k) for k in ("host", "bind", "policy", "smg", "version", "prometheus_host")] + \
+STRING_KEYS = [("gateway", k) for k in ("host", "bind", "policy", "smg", "version", "prometheus_host",
+                                        "reasoning_parser", "tool_call_parser")] + \
               [("fleet", "nic"), ("fleet", "node")]
 
 

@@ -72,7 +72,7 @@ def test_a_control_plane_cap_names_no_flag_the_verb_lacks():
 def test_the_gateway_hosts_check_unit_fits_its_daily_timer_with_100_replicas():
     from kimi_deploy.targets.systemd import fleet_check_deadline_s
 
-    assert fleet_check_deadline_s(2) == 1440
+    assert fleet_check_deadline_s(2) == 2 * 1380 + 180  # kimi_deploy/catalog/check_budget.py: per worker, gateway
     assert fleet_check_deadline_s(100) + 180 < 24 * 3600
 
 

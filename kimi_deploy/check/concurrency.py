@@ -2,7 +2,8 @@
 
 Several failures Kimi operators report appear only under load: empty content with ``finish_reason=stop`` under 100
 concurrent workers (sgl-project/sglang issue 23341), follow-ups that fail with EAGLE-3 batches (MoonshotAI/Kimi-K2
-issue 128); the other contract checks send one request at a time. Each ``contract.concurrency.<case>`` sends
+issue 128); the other contract checks send one request at a time. Behind SGLang's gateway ``check --each-worker``
+also sends them through the gateway (:mod:`kimi_deploy.check.workers`). Each ``contract.concurrency.<case>`` sends
 :func:`level` requests of that case at once (every second one streamed), each from its own connection, judges
 every answer by the contract's rules (:func:`kimi_deploy.check.contract._request`), and reports the failure rate:
 ``fail`` with the most frequent kind when any request failed (bar 0), ``warn``/``model_declined`` when the only
@@ -21,6 +22,7 @@ from kimi_deploy.check.context import Context
 from kimi_deploy.check.contract import CASES, Answer, _expectation, _history_ids, _request
 from kimi_deploy.check.outcome import Outcome
 from kimi_deploy.check.completion_rules import Finding, first
+from kimi_deploy.profile import Profile
 
 #: Requests at once without a profile's ``max_running_requests`` or ``--concurrency``: the level from which the
 #: field's under-load failures are reported (issue 41's reproduction fails from 8 on).
@@ -29,8 +31,11 @@ DEFAULT_CONCURRENCY = 8
 #: profile's 256 would make every case a 256-request burst): ``--concurrency`` may ask for more.
 PROFILE_CAP = 64
 
-#: The contract cases sent at once: those that make a tool call due.
-CASE_NAMES: tuple[str, ...] = ("tool_auto", "tool_required", "tool_named", "parallel", "id_roundtrip.canonical")
+#: The contract cases sent at once: those that make a tool call due, and ``reasoning_on`` (an answer in text with
+#: thinking on: the reasoning split under load, each answer judged for a think tag in content, empty content and
+#: missing reasoning, so a leak in a fraction of answers shows as a rate; smg issue 1873, sglang PR 33995).
+CASE_NAMES: tuple[str, ...] = ("tool_auto", "tool_required", "tool_named", "parallel", "id_roundtrip.canonical",
+                               "reasoning_on")
 
 
 def check_ids() -> list[str]:
@@ -39,11 +44,14 @@ def check_ids() -> list[str]:
 
 
 def level(ctx: Context) -> int:
-    """Requests at once: ``--concurrency``, else the profile's ``max_running_requests`` (at most
-    :data:`PROFILE_CAP`), else :data:`DEFAULT_CONCURRENCY`."""
-    if ctx.concurrency:
-        return ctx.concurrency
-    running = ctx.profile.sglang.max_running_requests if ctx.profile is not None else None
+    """Requests at once: ``--concurrency``, else :func:`profile_level`."""
+    return ctx.concurrency or profile_level(ctx.profile)
+
+
+def profile_level(profile: Profile | None) -> int:
+    """Requests at once for one server of ``profile``: its ``max_running_requests`` (at most :data:`PROFILE_CAP`),
+    else :data:`DEFAULT_CONCURRENCY`."""
+    running = profile.sglang.max_running_requests if profile is not None else None
     return min(running, PROFILE_CAP) if running else DEFAULT_CONCURRENCY
 
 
@@ -51,6 +59,8 @@ def run(ctx: Context, check_id: str) -> Outcome:
     """Run ``contract.concurrency.<case>`` (one of :func:`check_ids`)."""
     name = check_id.removeprefix("contract.concurrency.")
     case = next(c for c in CASES if c.name == name)
+    if case.needs_reasoning and not ctx.reasoning_parser:  # as the case's one-at-a-time rows (contract.run_case)
+        return Outcome.skipped("no reasoning parser expected (profile) or reported (/model_info)")
     n = level(ctx)
     exp = _expectation(ctx, case, _history_ids(case.messages))
 

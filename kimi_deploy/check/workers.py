@@ -1,10 +1,18 @@
-"""``check --each-worker``: the selected checks against every worker SGLang's gateway lists, one report each.
+"""``check --each-worker``: the selected checks against every worker SGLang's gateway lists, one report each, then
+the checks the gateway's own path can change, through the gateway.
 
 Through the gateway a bad replica hides behind retries (smg sends a failed request to another worker); run
 against each worker URL directly, it cannot. The worker list is the gateway's own (``GET /workers``, read
 through the check's own bounded client and parsed by :func:`kimi_deploy.wire.workers.parse_workers`; the caller
 may pass it instead), so a worker the profile no longer names but the gateway still routes to
 is checked too.
+
+What clients see is the gateway's answer, so the selected checks of :data:`THROUGH_GATEWAY` also run against the
+gateway itself, after the workers (issue 41): the concurrency pass (``contract.concurrency.*``, its level the
+per-server level, ``--concurrency`` or the profile's, x the workers listed, at most :data:`GATEWAY_CAP`: smg spreads
+a burst over the workers, so each is loaded as a direct run loads it) and the
+reasoning split (``contract.reasoning_*``): a fault only under load or only on the gateway's path (its own parser,
+its relaying of streams) shows there with its rate per case.
 """
 
 from __future__ import annotations
@@ -18,7 +26,9 @@ from typing import Any
 import httpx
 
 from kimi_deploy.check.client import Clients, Deadline
+from kimi_deploy.check.concurrency import profile_level
 from kimi_deploy.check.outcome import transport_failure
+from kimi_deploy.check.check_ids import select
 from kimi_deploy.check.results import CheckOptions, CheckReport
 from kimi_deploy.check.runner import _resolve_profile, guard_key, run_checks
 from kimi_deploy.deployment import resolve
@@ -34,6 +44,11 @@ from kimi_deploy.wire.workers import parse_workers
 SCHEMA = "kimi-deploy.check-workers/1"
 #: Checks run on each worker when ``--only`` is not given: the health tier, then the API contract.
 DEFAULT_ONLY = ("health.*", "contract.*")
+#: Checks also run through the gateway (those of them the run selects): what the gateway's path can change.
+THROUGH_GATEWAY = ("contract.concurrency.*", "contract.reasoning_on.*", "contract.reasoning_off.*")
+#: Most requests at once through the gateway (the per-server level x the workers listed; a larger ``--concurrency``
+#: itself is kept).
+GATEWAY_CAP = 256
 #: The order in which one worker's exit status outranks another's for the run's (:attr:`FleetReport.exit_code`).
 WORST_FIRST = (ExitCode.INTERRUPTED, ExitCode.USAGE, ExitCode.UNREACHABLE, ExitCode.FAILED)
 
@@ -59,11 +74,14 @@ class FleetReport:
 
     ``error``: the gateway's listing failed (``error_code``: 3 no answer, 1 not smg's list); ``interrupted``
     names the signal that stopped the run (``not_run``: the listed workers not checked); ``secrets``: the key
-    the run sent, masked (with URL credentials) in every URL written (:func:`kimi_deploy.redact.url`).
+    the run sent, masked (with URL credentials) in every URL written (:func:`kimi_deploy.redact.url`);
+    ``through_gateway``: the report of :data:`THROUGH_GATEWAY` against the gateway (``None``: not run: none of
+    them selected, no worker listed, or the run stopped first).
     """
 
     gateway: str
     runs: list[WorkerRun] = dataclasses.field(default_factory=list)
+    through_gateway: CheckReport | None = None
     error: str | None = None
     error_code: ExitCode = ExitCode.FAILED
     interrupted: str | None = None
@@ -72,8 +90,9 @@ class FleetReport:
 
     @property
     def reports(self) -> list[tuple[str, CheckReport]]:
-        """``(url, report)`` of every worker that was checked."""
-        return [(run.url, run.report) for run in self.runs if run.report is not None]
+        """``(url, report)`` of every worker that was checked, then the gateway's own (its URL) when it ran."""
+        out = [(run.url, run.report) for run in self.runs if run.report is not None]
+        return out + ([(self.gateway, self.through_gateway)] if self.through_gateway is not None else [])
 
     @property
     def exit_code(self) -> ExitCode:
@@ -81,7 +100,8 @@ class FleetReport:
         listed: failed."""
         if self.interrupted:
             return ExitCode.INTERRUPTED
-        codes = [run.exit_code for run in self.runs] + ([self.error_code] if self.error else [])
+        codes = [run.exit_code for run in self.runs] + ([self.error_code] if self.error else []) + \
+            ([self.through_gateway.exit_code] if self.through_gateway is not None else [])
         if not codes:
             return ExitCode.FAILED
         for worst in WORST_FIRST:
@@ -99,8 +119,11 @@ class FleetReport:
 
     def to_json(self) -> dict[str, Any]:
         """``{"schema", "gateway", "exit_code", "error", "interrupted", "workers": [{"url", "exit_code", "checks",
-        "failed", "error", "report"}]}``; ``report`` is that worker's kimi-deploy.check/1 document (``null`` for a
-        worker the check refused to contact: ``error`` says why), ``failed`` its failed check ids."""
+        "failed", "error", "report"}], "through_gateway"}``; ``report`` is that worker's kimi-deploy.check/1 document
+        (``null`` for a worker the check refused to contact: ``error`` says why), ``failed`` its failed check ids;
+        ``through_gateway``: ``{"exit_code", "checks", "failed", "report"}`` of the checks run through the gateway,
+        ``null`` when none ran."""
+        gw = self.through_gateway
         return {"schema": SCHEMA, "gateway": self.shown(self.gateway), "exit_code": int(self.exit_code),
                 "error": self.said(self.error) if self.error else None,
                 "interrupted": {"signal": self.interrupted, "not_run": [self.shown(u) for u in self.not_run]}
@@ -109,7 +132,10 @@ class FleetReport:
                              "checks": len(run.report.results) if run.report else 0,
                              "failed": [r.id for r in run.report.results if r.status == "fail"] if run.report else [],
                              "error": self.said(run.error) if run.error else None,
-                             "report": run.report.to_json() if run.report else None} for run in self.runs]}
+                             "report": run.report.to_json() if run.report else None} for run in self.runs],
+                "through_gateway": None if gw is None else {
+                    "exit_code": int(gw.exit_code), "checks": len(gw.results),
+                    "failed": [r.id for r in gw.results if r.status == "fail"], "report": gw.to_json()}}
 
 
 def _refusal(exc: KimiDeployError) -> str:
@@ -146,8 +172,10 @@ def check_each_worker(options: CheckOptions, gateway_url: str, progress=None, *,
     """Run :func:`kimi_deploy.check.run_checks` with ``options`` against each worker the gateway lists.
 
     ``options.base_url`` is replaced by each worker's URL; without ``options.only`` :data:`DEFAULT_ONLY` runs.
-    ``options.deadline`` bounds the whole run, listing and every worker together (one :class:`Deadline`):
-    workers reached after it get a report whose checks are all not attempted.
+    Then the selected checks of :data:`THROUGH_GATEWAY` run against the gateway itself (:attr:`FleetReport.
+    through_gateway`; the per-server level, ``options.concurrency`` or the profile's, x the workers listed, at most
+    :data:`GATEWAY_CAP`). ``options.deadline`` bounds the whole run, listing, every worker and the gateway's pass
+    together (one :class:`Deadline`): workers reached after it get a report whose checks are all not attempted.
 
     Every address is held to a plain check's rules: the gateway's and each worker's URL
     (:func:`kimi_deploy.wire.baseurl.check_base_url`: a ``grpc://`` worker smg lists, a path) and the key's
@@ -196,11 +224,27 @@ def check_each_worker(options: CheckOptions, gateway_url: str, progress=None, *,
             if report.interrupted:
                 fleet.interrupted = report.interrupted
                 break
+        through = gateway_checks(only, options.skip) if fleet.runs and not fleet.interrupted else []
+        if through:
+            per_server = options.concurrency or profile_level(profile)
+            level = min(per_server * len(urls), max(GATEWAY_CAP, per_server))
+            fleet.through_gateway = run_checks(
+                dataclasses.replace(options, base_url=gateway, only=through, skip=(), profile=profile,
+                                    concurrency=level), progress, clock=clock, deadline=deadline)
+            if fleet.through_gateway.interrupted:
+                fleet.interrupted = fleet.through_gateway.interrupted
     except KeyboardInterrupt as exc:  # between workers, or while listing them
         fleet.interrupted = getattr(exc, "signal", "SIGINT")
     if fleet.interrupted:
         fleet.not_run = urls[done:]
     return fleet
+
+
+def gateway_checks(only: Sequence[str], skip: Sequence[str] = ()) -> list[str]:
+    """The ids of :data:`THROUGH_GATEWAY` that ``only``/``skip`` select (:func:`kimi_deploy.check.registry.select`),
+    in run order; ``[]`` when none is selected (``--only 'health.*'``: no pass through the gateway)."""
+    chosen = set(select(only, skip))
+    return [i for i in select(THROUGH_GATEWAY) if i in chosen]
 
 
 def gateway_options(options: CheckOptions) -> tuple[CheckOptions, str | None]:

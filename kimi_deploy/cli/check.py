@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 
 import click
 
+from kimi_deploy.catalog import check_budget
 from kimi_deploy.wire.apikey import resolve_key
 from kimi_deploy.wire.baseurl import check_base_url
 from kimi_deploy.errors import ExitCode, UsageError
@@ -24,9 +25,10 @@ if TYPE_CHECKING:  # the check library (openai, httpx, rich) loads when the verb
 
     from kimi_deploy.check import CheckOptions
 
-#: Default ``--deadline``: 12 minutes, well inside the nightly unit's ``TimeoutStartSec=900``
-#: (systemd/check.service.j2), leaving 3 minutes for start-up, the last request and the reports.
-DEFAULT_DEADLINE_S = 720.0
+#: Default ``--deadline``: the fast tiers' budget on the reference host (:data:`kimi_deploy.catalog.check_budget.
+#: DEADLINE_S`, 1380 s: the requests a full run sends x K2.5's per-request time), the nightly unit's too; its
+#: ``TimeoutStartSec=`` leaves 3 minutes past it for start-up, the last request and the reports.
+DEFAULT_DEADLINE_S = float(check_budget.DEADLINE_S)
 
 
 class LiveProgress:
@@ -129,7 +131,8 @@ def _globs(values: tuple[str, ...]) -> list[str]:
                    "directory). A push that fails is reported on stderr and turns exit 0 into 1.")
 @click.option("--each-worker", is_flag=True,
               help="--base-url (or the profile's [gateway]) is SGLang's gateway: run the checks (default: health "
-                   "and contract tiers) against every worker it lists, one report each; exit status of the worst.")
+                   "and contract tiers) against every worker it lists, one report each, then the concurrency "
+                   "pass and the reasoning checks through the gateway itself; exit status of the worst.")
 @click.pass_context
 def check_cmd(ctx, base_url, model, api_key_file, profile_path, name, only, skip, json_path, junit_path, prom_path,
               timeout, repeat, deadline, insecure, sampling, concurrency, sample, dataset, quality_concurrency, repeats,
@@ -272,6 +275,12 @@ def _each_worker(workers, reports, runner, push_lib, options: CheckOptions, json
         failed = [r.id for r in run.report.results if r.status == "fail"]
         print(f"{fleet.shown(run.url)}: exit {int(run.exit_code)}, {len(run.report.results)} checks, "
               f"{len(failed)} failed{': ' + ', '.join(failed[:5]) if failed else ''}", file=out)
+    if fleet.through_gateway is not None:
+        gw = fleet.through_gateway
+        failed = [f"{r.id} ({r.detail.split(';', 1)[0]})" if r.id.startswith("contract.concurrency.") else r.id
+                  for r in gw.results if r.status == "fail"]
+        print(f"{fleet.shown(fleet.gateway)} (through the gateway): exit {int(gw.exit_code)}, {len(gw.results)} "
+              f"checks, {len(failed)} failed{': ' + ', '.join(failed[:5]) if failed else ''}", file=out)
     if fleet.error:
         print(f"{fleet.shown(fleet.gateway)}: {fleet.said(fleet.error)}", file=sys.stderr)
     elif not fleet.runs and not fleet.interrupted:

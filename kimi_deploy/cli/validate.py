@@ -57,7 +57,7 @@ def validate_cmd(ctx, profile_path, preset, name, python, gateway, smg, gpu_fact
         elif checked.ok:
             click.echo(f"ok: {checked.version} ({checked.smg}) has every option of the gateway command")
         else:
-            click.echo(f"FAILED: {checked.version} ({checked.smg}) rejects the gateway command")
+            click.echo(f"FAILED: the gateway command does not pass against {checked.version} ({checked.smg})")
             for error in checked.errors:
                 click.echo(f"error: {error}")
         ctx.exit(0 if checked.ok else int(ExitCode.FAILED))
@@ -96,8 +96,8 @@ def validate_cmd(ctx, profile_path, preset, name, python, gateway, smg, gpu_fact
             click.echo(f"note: the other replicas' ranks differ only in --dist-init-addr "
                        f"({len(result.ranks)} rank(s) of replica 0 checked)")
         m = result.model
-        for error in m.errors:
-            click.echo(f"model: FAILED: {error}")
+        for error in m.errors:  # a [gateway] parser that does not match the model is labelled as the gateway's
+            click.echo(f"{'gateway' if error.startswith('gateway.') else 'model'}: FAILED: {error}")
         for warning in m.warnings:
             click.echo(f"model: warning: {warning}")
         for note in m.notes:
@@ -109,10 +109,10 @@ def validate_cmd(ctx, profile_path, preset, name, python, gateway, smg, gpu_fact
         if result.guard.errors:
             click.echo("fix: set speculative_algorithm to what the draft's config.json declares, then run validate "
                        "again")
-        if m.errors:
+        if any(not e.startswith("gateway.") for e in m.errors):  # a gateway line carries its own fix
             click.echo("fix: deploy this model on GPUs that hold it (a [fleet] of hosts, or larger GPUs), or "
                        "choose a model that fits (`kimi-deploy presets`)")
-        elif not result.ok:
+        elif not result.ok and not m.errors:
             click.echo("fix: correct the flag in the profile ([sglang] or extra_args) and run validate again")
         for line in sized.lines() if sized else ():
             click.echo(line)

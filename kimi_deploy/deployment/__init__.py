@@ -218,6 +218,14 @@ class Deployment:
         return self.profile.sglang.served_model_name or self.profile.sglang.model_path
 
     @property
+    def gateway_parsers(self) -> dict[str, str | None] | None:
+        """The gateway's own parsers as its command passes them (smg's names, ``None``: not passed, smg's
+        default): ``{"reasoning_parser", "tool_call_parser"}``; ``None`` without ``[gateway]``. ``validate``
+        refuses names that do not match :attr:`model` (:mod:`kimi_deploy.catalog.gateway_parsers`)."""
+        gw = self.profile.gateway
+        return None if gw is None else {"reasoning_parser": gw.reasoning_parser, "tool_call_parser": gw.tool_call_parser}
+
+    @property
     def launch(self) -> LaunchSpec:
         return self.ranks[0].launch
 
@@ -309,6 +317,7 @@ class Deployment:
         return {"name": self.name, "sglang_version": self.sglang_version, "served_model": self.served_model,
                 "ranks": [r.to_dict() for r in self.ranks], "units": self.units.to_dict(),
                 "base_url": self.base_url, "worker_urls": list(self.worker_urls), "gateway_url": self.gateway_url,
+                "gateway_parsers": self.gateway_parsers,
                 "api_key_file": self.api_key_file, "model": self.model.key if self.model else None,
                 "host": self.host.to_dict(), "series": self.series, "required_patches": list(self.required_patches),
                 "gated": dict(self.gated), "fit": self.fit.to_dict(),

@@ -19,6 +19,9 @@ from kimi_deploy.values import AbsPath, Host, check_text
 IFNAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,14}")
 #: A policy name of smg's ``--policy`` (the pinned smg's ``--help`` lists the valid ones; ``validate`` checks).
 POLICY = re.compile(r"[a-z][a-z0-9_]{0,63}")
+#: A parser name of smg's ``--reasoning-parser``/``--tool-call-parser`` (smg 1.13.0's names: ``kimi_thinking``,
+#: ``kimik2``, ``deepseek_v4.1``; the pinned smg's ``--help`` lists the valid ones, ``validate --gateway`` checks).
+SMG_PARSER = re.compile(r"[a-z][a-z0-9_.]{0,63}")
 #: A release number of smg (PEP 440 public versions as smg publishes them: 1.13.0, 1.13.0rc1, 1.13.0.post1).
 SMG_VERSION = re.compile(r"\d+(?:\.\d+){1,3}(?:(?:a|b|rc)\d+)?(?:\.post\d+)?")
 #: Most replicas and nodes per replica a fleet may list (a bound on hostile input, far above real fleets).
@@ -85,6 +88,20 @@ class Gateway(Section):
     version: str = Field("1.13.0", description="the pinned smg version the flags are validated against")
     prometheus_host: Host = Field("127.0.0.1", description="smg --prometheus-host")
     prometheus_port: int = Field(29000, ge=1, le=65535, description="smg --prometheus-port")
+    reasoning_parser: str | None = Field(
+        None, description="smg --reasoning-parser, in smg's own names (Kimi K2.x: kimi_thinking, K3: kimi_k3); "
+                          "unset: not passed. validate refuses one that does not match the model")
+    tool_call_parser: str | None = Field(
+        None, description="smg --tool-call-parser, in smg's own names (Kimi K2.x: kimik2, K3: kimi_k3); unset: not "
+                          "passed. validate refuses one that does not match the model")
+
+    @field_validator("reasoning_parser", "tool_call_parser")
+    @classmethod
+    def _parser(cls, v: str | None, info: ValidationInfo) -> str | None:
+        if v is not None and not SMG_PARSER.fullmatch(v):
+            raise ValueError(f"{info.field_name} {v!r} is not an smg parser name (lower case letters, digits, _ and ., "
+                             "such as kimi_thinking or kimik2; `smg launch --help` lists them)")
+        return v
 
     @field_validator("policy")
     @classmethod

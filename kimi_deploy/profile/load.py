@@ -202,7 +202,7 @@ def dump_profile(profile: Profile) -> str:
         fleet["replicas"] = data["fleet"]["replicas"]
         tables["fleet"] = fleet
     if data["gateway"] is not None:
-        tables["gateway"] = data["gateway"]
+        tables["gateway"] = _without_none(data["gateway"])
     if data.get("kubernetes") is not None:
         tables["kubernetes"] = _without_none(data["kubernetes"])
     for table in Profile.model_fields:  # every other optional table ([quality], [startup], ...), when set

@@ -263,6 +263,10 @@ class Profile(BaseModel):
             for key, default in KUBERNETES_KEYS_ADDED.items():
                 if data["kubernetes"].get(key) == default:
                     data["kubernetes"].pop(key, None)
+        if data.get("gateway") is not None:  # [gateway] keys added later, left out while unset
+            for key in GATEWAY_KEYS_ADDED:
+                if data["gateway"].get(key) is None:
+                    data["gateway"].pop(key, None)
         if data["monitoring"]["runbook_url"] == RUNBOOK_DEFAULT:
             data["monitoring"]["runbook_url"] = RUNBOOK_DEFAULT_DIGESTED
         for option in OPTIONS:
@@ -280,6 +284,10 @@ KUBERNETES_KEYS_ADDED: dict[str, Any] = {
     "network_policy": True, "client_namespaces": {},
     "prometheus_namespaces": {"kubernetes.io/metadata.name": "monitoring"},
 }
+
+#: ``[gateway]`` keys added after the first fleet installs (issue 41: smg's parsers), left out of
+#: :meth:`Profile.digest` while unset, so an installed fleet profile keeps its digest.
+GATEWAY_KEYS_ADDED: tuple[str, ...] = ("reasoning_parser", "tool_call_parser")
 
 #: Top-level tables that :meth:`Profile.digest` leaves out while absent (added after the first installs).
 DIGEST_OMITS_UNSET: tuple[str, ...] = ("fleet", "gateway", "kubernetes", "quality", "startup")

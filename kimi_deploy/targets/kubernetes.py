@@ -66,9 +66,10 @@ from kimi_deploy import __version__, names, versions
 from kimi_deploy.targets import prometheus as monitoring
 from kimi_deploy.errors import ProfileError
 from kimi_deploy.deployment import Deployment, resolve
-from kimi_deploy.launch import API_KEY_CREDENTIAL, HOST_SECRETS_SCRIPT, LAUNCHER, LaunchSpec
+from kimi_deploy.launch import API_KEY_CREDENTIAL, HOST_SECRETS_SCRIPT, LAUNCHER, LaunchSpec, gateway_parser_args
 from kimi_deploy.profile import DNS_LABEL, Kubernetes, Profile, dump_profile
 from kimi_deploy.targets import FILE_HEADER, GENERATED_PREFIX, Artefacts, ending_in_newline
+from kimi_deploy.targets.systemd import CHECK_DEADLINE_S, CHECK_SLACK_S, fleet_check_deadline_s
 from kimi_deploy.yamltext import FileMode, dump, dump_all
 from kimi_deploy.patching.series import find_series
 
@@ -534,7 +535,7 @@ def gateway_args(profile: Profile, name: str) -> list[str]:
             "--prometheus-host", "0.0.0.0" if k8s.scrape != "none" else gw.prometheus_host,
             "--prometheus-port", str(gw.prometheus_port),
             # the workers' model path is not in this pod: never fetch a tokenizer from a hub
-            "--disable-tokenizer-autoload"]
+            "--disable-tokenizer-autoload", *gateway_parser_args(profile)]
 
 
 def _gateway(profile: Profile, name: str) -> dict[str, list[dict[str, Any]]]:
@@ -634,9 +635,11 @@ def _check(profile: Profile, name: str) -> dict[str, list[dict[str, Any]]]:
     # With [gateway], as on the gateway host: through smg a bad copy hides behind its retries; check each
     # leader it lists.
     key_file = f"{SECRET_DIR}/{API_KEY_CREDENTIAL}" if s.api_key_file else None
+    # with [gateway]: one --deadline for every leader and the pass through the gateway, as on the gateway host
+    deadline = fleet_check_deadline_s(fleet_shape(profile).copies) if gw is not None else None
     command = names.check_argv(
         "kimi-deploy", CHECK_PROFILE, base_url=base_url, api_key_file=key_file, insecure=bool(key_file),
-        each_worker=gw is not None,
+        each_worker=gw is not None, deadline=str(deadline) if deadline else None,
         json=f"{REPORT_DIR}/check-workers.json" if gw is not None else f"{REPORT_DIR}/check-report.json",
         junit=None if gw is not None else f"{REPORT_DIR}/check-report.xml", prom=CHECK_PROM,
         # a Job has no node_exporter textfile directory: the result becomes a metric through the Pushgateway
@@ -650,7 +653,8 @@ def _check(profile: Profile, name: str) -> dict[str, list[dict[str, Any]]]:
         "metadata": {"name": f"{name}-check", "namespace": ns, "labels": labels},
         "spec": {"schedule": k8s.check_schedule, "concurrencyPolicy": "Forbid",
                  "successfulJobsHistoryLimit": 3, "failedJobsHistoryLimit": 3,
-                 "jobTemplate": {"spec": {"backoffLimit": 0, "activeDeadlineSeconds": 3600, "template": {
+                 "jobTemplate": {"spec": {"backoffLimit": 0, "activeDeadlineSeconds": max(
+                     3600, (deadline or CHECK_DEADLINE_S) + CHECK_SLACK_S), "template": {
                      "metadata": {"labels": labels},
                      "spec": {"restartPolicy": "Never", "automountServiceAccountToken": False,
                               "securityContext": pod_sec,

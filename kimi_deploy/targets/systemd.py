@@ -15,6 +15,7 @@ from pathlib import Path
 import jinja2
 
 from kimi_deploy import names, paths, versions
+from kimi_deploy.catalog import check_budget as budget
 from kimi_deploy.fsio import write_many_atomic
 from kimi_deploy.errors import ProfileError, UsageError
 from kimi_deploy.deployment import Deployment, Units, resolve
@@ -94,17 +95,19 @@ def _exec_start(launch: LaunchSpec) -> str:
     return " \\\n".join(lines)
 
 
-#: The nightly check's time budget, seconds. The fast tiers run under check's default ``--deadline`` (720:
-#: kimi_deploy/cli/check.py DEFAULT_DEADLINE_S); with ``[quality] nightly`` the pre-flight and the schema corpus
-#: (5 + 60 requests, one at a time) get :data:`QUALITY_FIXED_S` more and ``quality.accuracy`` its own
-#: ``[quality] deadline_s``; ``TimeoutStartSec=`` leaves :data:`CHECK_SLACK_S` past the deadline for start-up, the
-#: last request and the reports. Measured figures: docs/design.md#the-quality-tier.
-CHECK_DEADLINE_S = 720
+#: The nightly check's time budget, seconds. The fast tiers run under check's default ``--deadline``, the one
+#: derivation :data:`kimi_deploy.catalog.check_budget.DEADLINE_S` (requests counted x K2.5's per-request time on
+#: the reference host: 1380 s); with ``[quality] nightly`` the pre-flight and the schema corpus (5 + 60 requests,
+#: one at a time) get :data:`QUALITY_FIXED_S` more and ``quality.accuracy`` its own ``[quality] deadline_s``;
+#: ``TimeoutStartSec=`` leaves :data:`CHECK_SLACK_S` past the deadline for start-up, the last request and the
+#: reports. Measured figures: docs/design.md#the-quality-tier.
+CHECK_DEADLINE_S = budget.DEADLINE_S
 QUALITY_FIXED_S = 600
-CHECK_SLACK_S = 180
+CHECK_SLACK_S = budget.SLACK_S
 
-#: Seconds of ``check --each-worker``'s one ``--deadline`` per listed worker: a plain check's default (720 s).
-CHECK_DEADLINE_PER_WORKER_S = 720
+#: Seconds of ``check --each-worker``'s one ``--deadline`` per listed worker: a plain check's default
+#: (:data:`CHECK_DEADLINE_S`; each worker runs the health and contract tiers, all but the 28 s of parser posts).
+CHECK_DEADLINE_PER_WORKER_S = CHECK_DEADLINE_S
 #: The most the gateway host's nightly run may take, whatever the number of workers: 6 h, well inside its daily
 #: timer (100 replicas once made ``TimeoutStartSec=`` 25 h, longer than the day between two runs).
 CHECK_DEADLINE_MAX_S = 6 * 3600
@@ -112,7 +115,8 @@ CHECK_DEADLINE_MAX_S = 6 * 3600
 
 def check_budget(profile: Profile) -> tuple[float | None, int]:
     """``(--deadline for the nightly command or None for check's default, TimeoutStartSec=)`` of the check unit:
-    ``(None, 900)`` without the quality tier; with it, ``720 + 600 + [quality] deadline_s`` and that plus 180."""
+    ``(None, CHECK_DEADLINE_S + 180)`` without the quality tier (1560 s); with it, ``CHECK_DEADLINE_S + 600 +
+    [quality] deadline_s`` and that plus 180."""
     if profile.quality is None or not profile.quality.nightly:
         return None, CHECK_DEADLINE_S + CHECK_SLACK_S
     deadline = CHECK_DEADLINE_S + QUALITY_FIXED_S + profile.quality.deadline_s
@@ -120,9 +124,10 @@ def check_budget(profile: Profile) -> tuple[float | None, int]:
 
 
 def fleet_check_deadline_s(workers: int) -> int:
-    """The gateway host's ``check --each-worker --deadline``: 720 s per worker, at most 6 h (one deadline for
-    the whole run since issue #30; workers past it get rows not attempted, the report is still written)."""
-    return min(CHECK_DEADLINE_PER_WORKER_S * max(workers, 1), CHECK_DEADLINE_MAX_S)
+    """The gateway host's ``check --each-worker --deadline``: :data:`CHECK_DEADLINE_PER_WORKER_S` per worker and the
+    pass through the gateway (:data:`kimi_deploy.catalog.check_budget.GATEWAY_PASS_S`), at most 6 h (one deadline
+    for the whole run since issue #30; workers past it get rows not attempted, the report is still written)."""
+    return min(CHECK_DEADLINE_PER_WORKER_S * max(workers, 1) + budget.GATEWAY_PASS_S, CHECK_DEADLINE_MAX_S)
 
 
 def render(profile: Profile, sglang_version: str | None = None, *,
@@ -188,6 +193,7 @@ def render(profile: Profile, sglang_version: str | None = None, *,
         "check_command": check_command,
         "check_timeout": check_timeout,
         "check_deadline": deadline,
+        "fast_deadline_s": CHECK_DEADLINE_S,
         "check_unit": units.check_unit,
         "rank": rank,
         "preflight_command": preflight_command(profile, rank, profile_host_path) if rank is not None else None,
@@ -295,6 +301,7 @@ def gateway_files(profile: Profile, header: str, deployment: Deployment | None =
                "workers": deployment.worker_urls, "api_key_credential": API_KEY_CREDENTIAL,
                "exec_start": gateway_exec_start(command), "check_command": check_command,
                "check_unit": units.gateway_check_unit, "check_deadline_s": deadline_s,
+               "per_worker_s": CHECK_DEADLINE_PER_WORKER_S, "gateway_pass_s": budget.GATEWAY_PASS_S,
                "check_timeout_s": deadline_s + CHECK_SLACK_S}
     env = _environment()
     return {units.gateway: env.get_template("gateway.service.j2").render(context),

@@ -118,11 +118,15 @@ def outcome(cert: dict[str, Any]) -> Outcome:
     text = (f"{cert['requests']} requests x {cert['repeats']} (majority of repeats): "
             + "; ".join([_text(f, "tool-trigger F1 >="), _text(s, "schema accuracy >="),
                          f"think-leak rate {t['estimate']:.4f} (bar <= {t['bar']:g})"]))
-    for metric, kind in (("tool_trigger_f1", "tool_trigger_low"), ("tool_schema_accuracy", "schema_accuracy_low"),
-                         ("think_leak_rate", "think_leak")):
+    for metric, kind in KINDS.items():
         if cert[metric]["verdict"] == "fail":
             return Outcome.failed(Finding(kind, f"{text}: {metric} misses the certifier's bar", text))
     return Outcome.passed(text)
+
+
+#: The failure kind of each of the certifier's metrics that misses its bar, in the order they are judged.
+KINDS: dict[str, str] = {"tool_trigger_f1": "tool_trigger_low", "tool_schema_accuracy": "schema_accuracy_low",
+                         "think_leak_rate": "think_leak"}
 
 
 def run(ctx: Context) -> Outcome:
