@@ -1,0 +1,173 @@
+"""``render --target ansible`` (issue 39): the inventory, playbook and tasks a fleet is rolled with.
+
+What the files say (groups, the batches, the gate, the key's handling, every task named) is read from the
+rendered YAML; the real ``ansible-playbook --syntax-check`` / ``--list-tasks`` and ``ansible-lint`` (production
+profile) of the Ansible test environment (tests/ansible_env.py) read them as Ansible does. The roll against booted
+hosts is tests/test_container_ansible.py.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from ansible_env import run_tool
+from kimi_deploy.cli import cli
+from kimi_deploy.errors import ProfileError, UsageError
+from kimi_deploy.profile import parse_profile
+from kimi_deploy.targets import ansible, registry
+
+SGLANG = {"model_path": "/models/Kimi-K2.5", "served_model_name": "moonshotai/Kimi-K2.5", "host": "0.0.0.0",
+          "tp_size": 8, "tool_call_parser": "kimi_k2", "reasoning_parser": "kimi_k2",
+          "api_key_file": "/etc/kimi-deploy/kimi-k25.api-key"}
+
+
+def fleet(replicas=(("10.1.0.11",), ("10.1.0.12",)), gateway="10.1.0.10", rollout=None, sglang=(), **fleet_keys):
+    data = {"service": {"name": "kimi-k25", "gpu_count": 8, "timeout_start_sec": 1200},
+            "sglang": {**SGLANG, **dict(sglang)},
+            "fleet": {"replicas": [{"nodes": list(nodes)} for nodes in replicas], **fleet_keys}}
+    if gateway:
+        data["gateway"] = {"host": gateway}
+    if rollout is not None:
+        data["rollout"] = rollout
+    return parse_profile(data)
+
+
+def multi_node():
+    return fleet(replicas=(("10.1.0.11", "10.1.0.21"), ("10.1.0.12", "10.1.0.22")), dist_init_port=20000,
+                 nic="ens5f0", sglang={"pp_size": 2})
+
+
+def rendered(profile) -> dict[str, object]:
+    files = registry.render("ansible", profile).files
+    return {name: (text if name.endswith(".toml") else yaml.safe_load(text)) for name, text in files.items()}
+
+
+def plays(files):
+    return {play["hosts"]: play for play in files["site.yml"]}
+
+
+def tasks(files):
+    return [t for name in ansible.TASK_FILES for t in files[f"tasks/{name}"]]
+
+
+def flat(task_list):
+    for task in task_list:
+        yield task
+        yield from flat(task.get("block", []) + task.get("always", []))
+
+
+def test_the_inventory_has_the_fleets_groups_and_each_hosts_name_in_the_profile():
+    inv = rendered(fleet())["inventory.yml"]["all"]["children"]["kimi_fleet"]
+    groups = inv["children"]
+    assert set(groups["kimi_nodes"]["hosts"]) == {"10.1.0.11", "10.1.0.12"}
+    assert groups["kimi_replicas"]["hosts"] == {
+        "10.1.0.11": {"kimi_worker_url": "http://10.1.0.11:30000", "kimi_group": ["10.1.0.11"]},
+        "10.1.0.12": {"kimi_worker_url": "http://10.1.0.12:30000", "kimi_group": ["10.1.0.12"]}}
+    assert groups["kimi_gateway"]["hosts"] == {"10.1.0.10": {"kimi_host": "10.1.0.10", "kimi_serves": True}}
+    assert inv["vars"]["kimi_min_healthy"] == 1 and inv["vars"]["kimi_roll_all"] is False
+    assert inv["vars"]["kimi_installed_profile"] == "/etc/kimi-deploy/kimi-k25.toml"
+
+
+def test_multi_node_replicas_get_a_group_each_with_their_ranks():
+    groups = rendered(multi_node())["inventory.yml"]["all"]["children"]["kimi_fleet"]["children"]
+    assert set(groups["kimi_replicas"]["hosts"]) == {"10.1.0.11", "10.1.0.12"}  # rank 0 of each: what rolls
+    assert groups["kimi_replicas"]["hosts"]["10.1.0.11"]["kimi_group"] == ["10.1.0.11", "10.1.0.21"]
+    assert set(groups["kimi_replica_0"]["hosts"]) == {"10.1.0.11", "10.1.0.21"}
+    nodes = groups["kimi_nodes"]["hosts"]
+    assert (nodes["10.1.0.21"]["kimi_rank"], nodes["10.1.0.21"]["kimi_serves"]) == (1, False)  # no key on rank 1
+    # the roll restarts ranks >= 1 only after rank 0 restarted (rank 0 last to serve)
+    names = [t["name"] for t in rendered(multi_node())["tasks/roll.yml"]]
+    assert names.index("Roll | wait until rank 0 restarted (multi-node group)") < names.index(
+        "Roll | restart the group's ranks after rank 0 (multi-node group; they rejoin it)") < names.index(
+        "Roll | wait for the gate's verdict (the replica is back in rotation, or rolled back)")
+
+
+def test_the_roll_stops_at_the_first_failure_in_batches_the_profile_sets():
+    files = rendered(fleet())
+    roll = plays(files)["kimi_replicas"]
+    assert (roll["serial"], roll["max_fail_percentage"], roll["any_errors_fatal"]) == ([1], 0, True)
+    assert list(plays(files)) == ["kimi_fleet", "kimi_replicas", "kimi_gateway"]  # install, roll, gateway last
+    ramp = plays(rendered(fleet(rollout={"serial": [1, "25%"], "min_healthy": 1})))["kimi_replicas"]
+    assert ramp["serial"] == [1, "25%"]
+
+
+def test_the_restart_is_the_kits_drain_restart_gate_and_rollback_with_a_longer_ansible_bound():
+    files = rendered(fleet(rollout={"drain_timeout_sec": 900}))
+    (restart,) = [t for t in files["tasks/roll.yml"] if "async" in t]
+    argv = restart["ansible.builtin.command"]["argv"]
+    assert argv[1] == "restart" and {"--wait", "--rollback-on-failure"} <= set(argv)
+    assert argv[argv.index("--gate") + 1] == "contract"
+    assert argv[argv.index("--drain-timeout") + 1] == "{{ kimi_drain_timeout }}"
+    inv_vars = files["inventory.yml"]["all"]["children"]["kimi_fleet"]["vars"]
+    kit_bound = 900 + 2 * (1200 + ansible.GATE_ALLOWANCE_SEC)  # the drain, the start and the rollback's, gated
+    assert inv_vars["kimi_roll_timeout"] > kit_bound and inv_vars["kimi_drain_timeout"] == 900
+
+
+def test_every_task_is_named_and_the_key_is_0600_and_never_logged():
+    files = rendered(fleet())
+    every = list(flat(tasks(files))) + [t for play in files["site.yml"] for t in play["tasks"]]
+    assert all(t.get("name") for t in every), [t for t in every if not t.get("name")]
+    names = [t["name"] for t in every]
+    assert len(names) == len(set(names))  # an operator greps one name and finds one task
+    (key,) = [t for t in every if t.get("ansible.builtin.copy", {}).get("dest") == "{{ kimi_api_key_file }}"]
+    assert key["no_log"] is True and key["diff"] is False and key["ansible.builtin.copy"]["mode"] == "0600"
+
+
+def test_the_profile_travels_with_the_playbook():
+    profile = fleet()
+    text = rendered(profile)["files/kimi-k25.toml"]
+    import tomllib
+    assert parse_profile(tomllib.loads(text)).digest() == profile.digest()
+
+
+def test_a_profile_without_a_fleet_or_with_no_replica_to_spare_is_refused():
+    one_host = parse_profile({"service": {"name": "kimi-k25"}, "sglang": dict(SGLANG, host="127.0.0.1")})
+    with pytest.raises(UsageError, match="one host"):
+        registry.render("ansible", one_host)
+    with pytest.raises(ProfileError, match="min_healthy"):
+        registry.render("ansible", fleet(rollout={"min_healthy": 2}))
+    single = rendered(fleet(replicas=(("10.1.0.11",),)))["inventory.yml"]
+    assert single["all"]["children"]["kimi_fleet"]["vars"]["kimi_min_healthy"] == 0
+
+
+@pytest.mark.parametrize("serial", [[0], ["0%"], ["101%"], [True], ["25"], []])
+def test_a_serial_step_that_is_not_a_count_or_a_percentage_is_an_error(serial):
+    with pytest.raises(ProfileError) as raised:
+        fleet(rollout={"serial": serial})
+    assert any(p.startswith("rollout.serial") for p in raised.value.problems), raised.value.problems
+
+
+@pytest.fixture(scope="module")
+def out(tmp_path_factory) -> Path:
+    """``render --target ansible --out`` of a two-replica fleet (serial ``[1, "25%"]``), through the CLI."""
+    folder = tmp_path_factory.mktemp("ansible") / "rendered"
+    profile = tmp_path_factory.mktemp("profile") / "fleet.toml"
+    from kimi_deploy.profile import dump_profile
+    profile.write_text(dump_profile(fleet(rollout={"serial": [1, "25%"]})))
+    from click.testing import CliRunner
+    result = CliRunner().invoke(cli, ["render", "--profile", str(profile), "--target", "ansible", "--out",
+                                      str(folder), "--json"])
+    assert result.exit_code == 0, result.output
+    assert set(json.loads(result.stdout)["files"]) == {"inventory.yml", "site.yml", "tasks/install.yml",
+                                                       "tasks/roll.yml", "tasks/gateway.yml", "files/kimi-k25.toml"}
+    return folder
+
+
+def test_ansible_playbook_reads_the_rendered_files(out):
+    syntax = run_tool("ansible-playbook", "-i", "inventory.yml", "site.yml", "--syntax-check", cwd=out)
+    assert syntax.returncode == 0, syntax.stdout + syntax.stderr
+    listed = run_tool("ansible-playbook", "-i", "inventory.yml", "site.yml", "--list-hosts", "--list-tasks", cwd=out)
+    assert listed.returncode == 0, listed.stdout + listed.stderr
+    assert "Roll | drain, restart, gate and roll back on failure (kimi-deploy restart --wait)" in listed.stdout
+    assert "hosts (2):" in listed.stdout and "10.1.0.10" in listed.stdout
+
+
+def test_ansible_lint_production_profile_passes(out):
+    lint = run_tool("ansible-lint", "--offline", "--profile", "production", "--nocolor", "site.yml", "tasks",
+                    "inventory.yml", cwd=out)
+    assert lint.returncode == 0, lint.stdout + lint.stderr
+    assert "Profile 'production' was required, and it passed" in lint.stdout + lint.stderr
