@@ -7,9 +7,10 @@
   of each replica: what the roll restarts), ``kimi_gateway`` (the ``[gateway]`` host) and, for multi-node
   replicas, ``kimi_replica_N`` (its nodes, ``kimi_rank`` each); each host's ``kimi_host`` is its name in the
   profile (``install --host``), the fleet's settings are the ``kimi_fleet`` group's vars;
-- ``site.yml``: three plays, (1) install on every host (``tasks/install.yml``), (2) roll the replicas in batches
-  (``serial`` from ``[rollout] serial``, ``max_fail_percentage: 0`` and ``any_errors_fatal``: one failed gate stops
-  the roll; ``tasks/roll.yml``), (3) the gateway host last (``tasks/gateway.yml``);
+- ``site.yml``: three plays, (1) a new fleet's gateway installed and started (``tasks/new_gateway.yml``), (2) the
+  replicas installed and rolled in batches (``serial`` from ``[rollout] serial``, ``max_fail_percentage: 0`` and
+  ``any_errors_fatal``: one failed gate stops the roll, later batches keep their files; ``tasks/roll.yml``, each
+  node's install by ``tasks/install.yml``), (3) the gateway host last (``tasks/gateway.yml``);
 - ``tasks/*.yml``: the tasks (kimi_deploy/templates/ansible/, shipped as they are);
 - ``files/<name>.toml``: the profile, as ``install`` reads it on each host.
 
@@ -35,7 +36,7 @@ from kimi_deploy.yamltext import scalar
 #: Where the static task files are (in the package: hatch ships every file under kimi_deploy/).
 TEMPLATES = Path(__file__).resolve().parent.parent / "templates" / "ansible"
 #: The static task files (:data:`TEMPLATES`), written under ``tasks/`` as they are.
-TASK_FILES = ("install.yml", "roll.yml", "gateway.yml")
+TASK_FILES = ("new_gateway.yml", "install.yml", "roll.yml", "gateway.yml")
 #: Seconds ``restart --wait`` spends gating one start beyond readiness (fast, parser and contract tiers; the
 #: contract tier's streamed and plain tool calls), a bound well above what the gate takes against a real server.
 GATE_ALLOWANCE_SEC = 900
@@ -107,18 +108,18 @@ def inventory(profile: Profile) -> dict[str, Any]:
 
 
 def playbook(profile: Profile) -> str:
-    """``site.yml``: the install, roll and gateway plays (the module docstring)."""
+    """``site.yml``: the new-gateway, roll and gateway plays (the module docstring)."""
     serial = "[" + ", ".join(scalar(step) for step in (profile.rollout or Rollout()).serial) + "]"
     return f"""---
-- name: Install the kit's part on every host
-  hosts: kimi_fleet
+- name: Start a new fleet's gateway before the roll
+  hosts: kimi_gateway
   gather_facts: false
   any_errors_fatal: true
   tasks:
-    - name: Install tasks
-      ansible.builtin.import_tasks: tasks/install.yml
+    - name: New gateway tasks
+      ansible.builtin.import_tasks: tasks/new_gateway.yml
 
-- name: Roll the replicas, one batch at a time
+- name: Install and roll the replicas, one batch at a time
   hosts: kimi_replicas
   gather_facts: false
   serial: {serial}
@@ -128,7 +129,7 @@ def playbook(profile: Profile) -> str:
     - name: Roll tasks
       ansible.builtin.import_tasks: tasks/roll.yml
 
-- name: Restart the gateway last and check every worker through it
+- name: Install the gateway host last and check every worker through it
   hosts: kimi_gateway
   gather_facts: false
   any_errors_fatal: true
