@@ -173,3 +173,29 @@ def test_ansible_lint_production_profile_passes(out):
                     "inventory.yml", cwd=out)
     assert lint.returncode == 0, lint.stdout + lint.stderr
     assert "Profile 'production' was required, and it passed" in lint.stdout + lint.stderr
+
+
+def test_a_batch_is_planned_guarded_installed_then_restarted_and_check_mode_restarts_nothing():
+    roll = rendered(fleet())["tasks/roll.yml"]
+    names = [t["name"] for t in roll]
+    order = ["Roll | plan the install of each node of this replica",
+             "Roll | capacity guard, read the gateway's workers",
+             "Roll | capacity guard, probe the other workers' /health from the gateway host",
+             "Roll | capacity guard, enough healthy workers besides this batch",
+             "Roll | install each node of this replica",
+             "Roll | drain, restart, gate and roll back on failure (kimi-deploy restart --wait)"]
+    assert [names.index(n) for n in order] == sorted(names.index(n) for n in order)
+    plan, install = roll[names.index(order[0])], roll[names.index(order[4])]
+    assert plan["vars"]["kimi_dry_run"] is True and install["vars"]["kimi_dry_run"] is False
+    (decide,) = [t for t in roll if "kimi_roll_needed" in t.get("ansible.builtin.set_fact", {})]
+    assert decide["ansible.builtin.set_fact"]["kimi_roll_needed"].startswith("{{ not ansible_check_mode and")
+    restart = roll[names.index(order[5])]
+    assert restart["when"] == "kimi_roll_needed" and restart["poll"] == 0  # an async job: a Ctrl-C leaves it be
+
+
+def test_no_profile_value_can_reach_ansibles_templating():
+    """Every string the inventory carries from the profile is a validated host, path or unit stem (no ``{`` or
+    ``%``): only the kit's own ``{{ playbook_dir }}`` paths are templates."""
+    fleet_vars = rendered(fleet())["inventory.yml"]["all"]["children"]["kimi_fleet"]["vars"]
+    templated = {k for k, v in fleet_vars.items() if isinstance(v, str) and ("{" in v or "%" in v)}
+    assert templated == {"kimi_profile_src", "kimi_api_key_src"}

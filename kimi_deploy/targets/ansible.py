@@ -16,7 +16,9 @@
 
 The key is not rendered: the playbook copies it from ``kimi_api_key`` (a variable, e.g. from ansible-vault) or
 the file ``kimi_api_key_src`` (default ``files/<name>.api-key`` beside site.yml, which may be vault-encrypted).
-Ansible's own names: ``serial``, ``max_fail_percentage``, ``any_errors_fatal`` (Ansible's "Controlling playbook
+Every value the inventory takes from the profile is a validated host name, path or unit stem (characters of
+:data:`kimi_deploy.values.SAFE_TOKEN`: no ``{`` or ``%``), so none can become a Jinja template when Ansible
+reads it. Ansible's own names: ``serial``, ``max_fail_percentage``, ``any_errors_fatal`` (Ansible's "Controlling playbook
 execution: strategies and more"), ``async``/``poll`` (its "Asynchronous actions and polling").
 """
 
@@ -25,7 +27,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from kimi_deploy import names, paths, versions
+from kimi_deploy import names, paths
 from kimi_deploy.deployment import resolve
 from kimi_deploy.errors import ProfileError, UsageError
 from kimi_deploy.profile import Profile, dump_profile
@@ -171,7 +173,7 @@ def artefacts(profile: Profile, sglang_version: str | None = None) -> Artefacts:
                          hint="on one host run `kimi-deploy install` and `kimi-deploy restart --wait` there, or add "
                               "[fleet] and [gateway] (docs/runbook.md#replicas-behind-a-gateway)")
     deployment = resolve(profile, sglang_version)  # the same refusals as every other target
-    version = deployment.sglang_version or versions.DEFAULT_SGLANG_VERSION
+    version = deployment.sglang_version
     header = file_header(profile, version)
     service = profile.service.name
     files = {
