@@ -199,3 +199,10 @@ def test_no_profile_value_can_reach_ansibles_templating():
     fleet_vars = rendered(fleet())["inventory.yml"]["all"]["children"]["kimi_fleet"]["vars"]
     templated = {k for k, v in fleet_vars.items() if isinstance(v, str) and ("{" in v or "%" in v)}
     assert templated == {"kimi_profile_src", "kimi_api_key_src"}
+
+
+def test_the_ansible_environment_pins_a_core_that_runs_on_python_311():
+    """ansible-core 2.20 needs Python 3.12 (its release notes); the machines have 3.11: the 2.19 series, pinned."""
+    lines = (Path(__file__).resolve().parent.parent / "scripts" / "ansible-testenv.requirements.txt").read_text()
+    pins = dict(line.split("==") for line in lines.splitlines() if line and not line.startswith("#"))
+    assert pins["ansible-core"].startswith("2.19.") and pins["ansible-lint"] == "26.10.1"
