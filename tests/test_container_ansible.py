@@ -298,8 +298,10 @@ def test_the_capacity_guard_refuses_a_batch_while_another_worker_is_down(fleet):
         assert r.returncode != 0, shown(r)
         assert "capacity guard: 0 worker(s) besides this batch" in r.stdout, shown(r)
         assert fleet.main_pid(A) == a_pid and fleet.roll_value(A) == "2"  # nothing installed, nothing restarted
-    finally:
+    finally:  # replica 1 back: serving (its /health, as the guard probes it) and healthy in the gateway
         fleet.hosts[B].sh(f"systemctl start {UNIT}")
+        _until(lambda: fleet.hosts[A].sh(f"curl -s -m 5 -o /dev/null -w '%{{http_code}}' http://{B}:{PORT}/health",
+                                         check=False).stdout == "200", "replica 1 to answer /health", 300)
         _until(lambda: fleet.healthy() == {f"http://{A}:{PORT}", f"http://{B}:{PORT}"},
                "both replicas healthy again", 300)
 
@@ -317,7 +319,8 @@ def test_sigint_mid_roll_leaves_every_replica_serving_old_or_new_files_in_rotati
         # Ctrl-C once replica 0 is out of the gateway (its drain and restart under way)
         _until(lambda: f"http://{A}:{PORT}" not in {w["url"] for w in fleet.workers()} or proc.poll() is not None,
                "the roll to take replica 0 out of the gateway", 300)
-        assert proc.poll() is None, "the playbook ended before replica 0 left the gateway"
+        assert proc.poll() is None, ("the playbook ended before replica 0 left the gateway:\n"
+                                     + (fleet.workdir / "sigint.log").read_text()[-12000:])
         os.killpg(proc.pid, signal.SIGINT)  # what a terminal's Ctrl-C sends: the whole foreground group
         proc.wait(timeout=120)
     finally:
