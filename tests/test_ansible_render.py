@@ -9,6 +9,7 @@ hosts is tests/test_container_ansible.py.
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import pytest
@@ -206,3 +207,17 @@ def test_the_ansible_environment_pins_a_core_that_runs_on_python_311():
     lines = (Path(__file__).resolve().parent.parent / "scripts" / "ansible-testenv.requirements.txt").read_text()
     pins = dict(line.split("==") for line in lines.splitlines() if line and not line.startswith("#"))
     assert pins["ansible-core"].startswith("2.19.") and pins["ansible-lint"] == "26.10.1"
+
+
+def test_a_missing_key_is_named_before_the_silent_copy(tmp_path):
+    """The key's copy is ``no_log`` (its errors too): without ``kimi_api_key`` or the key file, the run stops at an
+    assert that names both, before anything is installed."""
+    for name, text in registry.render("ansible", fleet()).files.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    # the connection does not matter here (the assert runs on the controller; the one task before it is a
+    # read-only `systemctl is-active`): local, so no host is needed, and --check, so nothing could change here
+    r = run_tool("ansible-playbook", "-i", "inventory.yml", "site.yml", "--check", "--limit", "10.1.0.11", "-e",
+                 "ansible_connection=local", "-e", f"ansible_python_interpreter={sys.executable}", cwd=tmp_path)
+    assert r.returncode != 0
+    assert "no API key to copy: put it at" in r.stdout and "kimi-k25.api-key" in r.stdout, r.stdout + r.stderr
