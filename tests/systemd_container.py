@@ -276,7 +276,8 @@ class Container:
         top = V1_SYSTEMD_CGROUP / "kimi-test" / self.name
         if not self.own_cgroup or not top.is_dir():
             return
-        for folder in sorted((p for p in top.rglob("*") if p.is_dir()), key=lambda p: -len(p.parts)) + [top]:
+        # deepest first, then the shared parent (still busy while another container of the process runs)
+        for folder in sorted((p for p in top.rglob("*") if p.is_dir()), key=lambda p: -len(p.parts)) + [top, top.parent]:
             with contextlib.suppress(OSError):
                 folder.rmdir()
 
