@@ -241,7 +241,8 @@ GROUP_WATCHDOG = 900.0
 
 @contextlib.contextmanager
 def booted_host(workdir: Path, sglang_python: str, *, timings: dict[str, float] | None = None,
-                smg: str | None = None, sglang_envs: Mapping[str, Path] | None = None) -> Iterator[Host]:
+                smg: str | None = None, sglang_envs: Mapping[str, Path] | None = None,
+                watchdog: float = GROUP_WATCHDOG, own_cgroup: bool = False) -> Iterator[Host]:
     """Boot a container laid out by :func:`lay_out`, yield it as a :class:`Host`, power it off.
 
     Skips with the reason when no container can boot here (root, systemd-nspawn, the system Python
@@ -249,8 +250,8 @@ def booted_host(workdir: Path, sglang_python: str, *, timings: dict[str, float] 
     privilege to mount); fails instead with ``$KIMI_DEPLOY_REQUIRE_CONTAINERS=1`` (:func:`skip_or_fail`).
     ``timings`` gets ``boot`` (seconds until systemd reported the boot finished) and ``group`` (boot to
     power-off). ``smg``: also lay out the pinned gateway, ``sglang_envs`` further SGLang environments (:func:`lay_out`). A watchdog kills the
-    container when the group is not done after :data:`GROUP_WATCHDOG` s (its tests then fail with
-    :class:`~systemd_container.WatchdogExpired`).
+    container when the group is not done after ``watchdog`` s (default :data:`GROUP_WATCHDOG`; its tests then
+    fail with :class:`~systemd_container.WatchdogExpired`). ``own_cgroup``: see :class:`~systemd_container.Container`.
 
     For debugging: a failure in the fixture's set-up (the code before its ``yield``) prints
     :meth:`Host.debug_report` (captured by pytest and shown with the error), a failed test gets it as a
@@ -262,7 +263,7 @@ def booted_host(workdir: Path, sglang_python: str, *, timings: dict[str, float] 
         skip_or_fail(reason)
     workdir.mkdir(parents=True, exist_ok=True)
     model = build_model(sglang_python, workdir / "model")
-    box = Container(workdir / "box", name=f"kimi-test-{os.getpid()}-{workdir.name}"[:60])
+    box = Container(workdir / "box", name=f"kimi-test-{os.getpid()}-{workdir.name}"[:60], own_cgroup=own_cgroup)
     box.workdir.mkdir()
     out = lay_out(box, workdir / "host", sglang_python, model, smg, sglang_envs)
     start = time.monotonic()
@@ -272,7 +273,7 @@ def booted_host(workdir: Path, sglang_python: str, *, timings: dict[str, float] 
         skip_or_fail(f"systemd-nspawn cannot boot a container here: {str(exc)[:2000]}")
     if timings is not None:
         timings["boot"] = seconds
-    box.arm_watchdog(GROUP_WATCHDOG)
+    box.arm_watchdog(watchdog)
     box.run(f"touch {BOOTED}")
     host = Host(box, out)
     try:

@@ -77,16 +77,26 @@ def unavailable() -> str | None:
 LOCK_PATH = Path(tempfile.gettempdir()) / "kimi-deploy-test-containers.lock"
 
 
+#: This process's hold on :data:`LOCK_PATH`: the fd and how many of its containers run.
+_PROCESS_LOCK: dict = {"guard": threading.Lock(), "fd": None, "holders": 0}
+
+#: The cgroup-v1 hierarchy systemd names ``name=systemd`` (where a container's systemd puts its units' cgroups).
+V1_SYSTEMD_CGROUP = Path("/sys/fs/cgroup/systemd")
+
+
 @dataclass
 class Container:
     """One container boot. Add mounts with :meth:`bind`/:meth:`overlay`, then :meth:`boot`.
 
     ``workdir``: a fresh host folder for this boot (the ``/etc`` copy, overlay upper folders and
-    the console log ``console.log``).
+    the console log ``console.log``). ``own_cgroup``: on a cgroup-v1 host, run it in a cgroup of its own
+    (``/sys/fs/cgroup/systemd/kimi-test/<name>``), so that two containers booted at once by one process
+    (tests/test_container_ansible.py) do not create the same unit cgroups (``<name>.service`` in both).
     """
 
     workdir: Path
     name: str = "kimi-test"
+    own_cgroup: bool = False
     mounts: list[str] = field(default_factory=list)
     proc: subprocess.Popen | None = None
     init_pid: int | None = None
@@ -97,15 +107,26 @@ class Container:
     _lock_fd: int | None = None
 
     def _take_lock(self) -> None:
-        """Wait for :data:`LOCK_PATH` (released by :meth:`_drop_lock`, or by the kernel when this process dies)."""
-        fd = os.open(LOCK_PATH, os.O_RDWR | os.O_CREAT, 0o600)
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        self._lock_fd = fd
+        """Wait for :data:`LOCK_PATH` (released by :meth:`_drop_lock`, or by the kernel when this process dies).
+        Containers of one process share it (:data:`_PROCESS_LOCK`): a test that boots two hosts at once
+        (``own_cgroup``) holds it once for both."""
+        with _PROCESS_LOCK["guard"]:
+            if _PROCESS_LOCK["fd"] is None:
+                fd = os.open(LOCK_PATH, os.O_RDWR | os.O_CREAT, 0o600)
+                fcntl.flock(fd, fcntl.LOCK_EX)
+                _PROCESS_LOCK["fd"] = fd
+            _PROCESS_LOCK["holders"] += 1
+            self._lock_fd = _PROCESS_LOCK["fd"]
 
     def _drop_lock(self) -> None:
-        if self._lock_fd is not None:
-            os.close(self._lock_fd)
+        with _PROCESS_LOCK["guard"]:
+            if self._lock_fd is None:
+                return
             self._lock_fd = None
+            _PROCESS_LOCK["holders"] -= 1
+            if _PROCESS_LOCK["holders"] == 0:
+                os.close(_PROCESS_LOCK["fd"])
+                _PROCESS_LOCK["fd"] = None
 
     def bind(self, src: Path | str, dst: str, *, ro: bool = True) -> None:
         """Bind host ``src`` at ``dst`` inside (read-only unless ``ro`` is false)."""
@@ -149,6 +170,9 @@ class Container:
                 "--boot", "systemd.firstboot=off"]
         script = ("mkdir -p /run/systemd/nspawn && mount -t tmpfs -o mode=0755 tmpfs /run/systemd/nspawn"
                   ' && exec "$@"')
+        if self.own_cgroup and (V1_SYSTEMD_CGROUP / "cgroup.procs").exists():
+            cgroup = V1_SYSTEMD_CGROUP / "kimi-test" / self.name
+            script = f"mkdir -p {cgroup} && echo $$ > {cgroup}/cgroup.procs && {script}"
         self.console = (self.workdir / "console.log").open("wb")
         start = time.monotonic()
         self.proc = subprocess.Popen(["unshare", "--mount", "--propagation", "private", "sh", "-c", script,
@@ -244,7 +268,18 @@ class Container:
         finally:
             if self.proc is not None:
                 self.console.close()
+            self._remove_cgroup()
             self._drop_lock()
+
+    def _remove_cgroup(self) -> None:
+        """Remove the ``own_cgroup`` tree once the container is gone (best effort, deepest first)."""
+        top = V1_SYSTEMD_CGROUP / "kimi-test" / self.name
+        if not self.own_cgroup or not top.is_dir():
+            return
+        # deepest first, then the shared parent (still busy while another container of the process runs)
+        for folder in sorted((p for p in top.rglob("*") if p.is_dir()), key=lambda p: -len(p.parts)) + [top, top.parent]:
+            with contextlib.suppress(OSError):
+                folder.rmdir()
 
     def kill(self) -> None:
         """Stop the container now: SIGKILL to its PID 1 (the kernel then kills every process of its PID

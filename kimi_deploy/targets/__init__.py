@@ -32,6 +32,8 @@ TARGETS: dict[str, str] = {
     "kubernetes": "Kubernetes manifests (LeaderWorkerSet, kustomization.yaml) from the profile's [kubernetes] table",
     "monitoring": "the Prometheus scrape configuration, recording and alert rules, and the Grafana dashboard",
     "litellm": "a LiteLLM proxy config.yaml with the tool-call-id hook in front of the profile's server",
+    "ansible": "an Ansible inventory and playbook that install a [fleet]'s parts and roll its replicas through the "
+               "gateway, gated on the tool-call contract",
 }
 
 #: The note (stderr) when ``enable_metrics`` is off and so no monitoring file is rendered.

@@ -16,7 +16,7 @@ from kimi_deploy.errors import ProfileError
 from kimi_deploy.profile import Profile
 from kimi_deploy.profile.examples import example_values
 from kimi_deploy.profile.monitoring import runbook_is_absolute, runbook_problem
-from kimi_deploy.targets import TARGETS, Artefacts, kubernetes, litellm, monitoring, systemd
+from kimi_deploy.targets import TARGETS, Artefacts, ansible, kubernetes, litellm, monitoring, systemd
 
 
 class ArtefactsEntry(Protocol):
@@ -39,6 +39,7 @@ REGISTRY: dict[str, Target] = {t.name: t for t in (
     Target("kubernetes", TARGETS["kubernetes"], kubernetes.artefacts),
     Target("monitoring", TARGETS["monitoring"], monitoring.artefacts),
     Target("litellm", TARGETS["litellm"], litellm.artefacts),
+    Target("ansible", TARGETS["ansible"], ansible.artefacts),
 )}
 
 
