@@ -429,7 +429,8 @@ def restart(profile: Profile, layout: HostLayout, *, wait: bool = False, timeout
                             on_event=on_event, clock=clock, sleep=sleep, gate=gate, change=change)
         return _restart_drained(profile, layout, drain, api_key=api_key, timeout=timeout,
                                 rollback_on_failure=rollback_on_failure, poll_interval=poll_interval,
-                                on_poll=on_poll, on_event=on_event, clock=clock, sleep=sleep, gate=gate)
+                                on_poll=on_poll, on_event=on_event, clock=clock, sleep=sleep, gate=gate,
+                                change=change)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -1,0 +1,218 @@
+"""``kimi-deploy tune`` end to end: the real install, restart with its contract gate and rollback, bench, journal.
+
+The server is SGLang 0.5.23's serving layer (tests/replay/server.py on the patched SGLang copy, so every gate tier
+passes) timed by tests/replay/speed_model.py over the launch flags of the unit the fake systemd "started": its
+``systemctl restart`` copies the installed unit and environment file to the folder the server reads
+(``--speed-model``). So each candidate's speed is its own flags', with noise, and the planted
+``chunked_prefill_size = 2048`` is the fastest and returns sanitised tool-call ids (the contract gate's
+``contract.tool_*`` checks fail on it). Candidates are parsed by that SGLang's own parser before they start; the
+memory plan runs on the recorded 8 x RTX PRO 6000 query and Kimi K2.5's recorded header index, so
+``mem_fraction_static = 0.6`` is pruned before any restart.
+
+Cost on the 2-core CI machine: about 3 minutes for the module (the optimum run, the kill-and-resume run, Ctrl-C).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import shutil
+import signal
+import sys
+from pathlib import Path
+
+import pytest
+
+from fault_harness import reap, spawn_cli
+from install_fakes import write_profile
+from kimi_deploy.cli import cli
+from kimi_deploy.errors import ExitCode
+from kimi_deploy.host.install.apply import apply
+from kimi_deploy.host.install.install_plan import plan_install
+from kimi_deploy.paths import HostLayout
+from kimi_deploy.profile import load_profile
+from kimi_deploy.tune import journal as tj
+
+sys.path.insert(0, str(Path(__file__).parent / "replay"))
+import speed_model  # noqa: E402
+
+pytestmark = pytest.mark.sglang
+
+REPO = Path(__file__).resolve().parents[1]
+UNIT = "etc/systemd/system/kimi-test.service"
+ENV = "etc/kimi-deploy/kimi-test.env"
+GPU_FACTS = REPO / "tests/data/nvidia-smi/query-8x-server-580.csv"
+MODEL_FACTS = REPO / "tests/data/models/kimi-k2.5-int4"
+#: The original configuration (the baseline): what is installed and running before tune.
+ORIGINAL = ("max_running_requests = 16", "chunked_prefill_size = 8192", "mem_fraction_static = 0.85")
+#: The load and SLO of every run here (the server's timing: speed_model.py).
+LOAD = ["--concurrency", "8", "--num-prompts", "16", "--warmup", "4", "--max-tokens", "48", "--runs", "3",
+        "--slo", "ttft=150,tpot=12", "--poll-interval", "0.05", "--timeout", "60"]
+
+
+@pytest.fixture(scope="module")
+def speed_server(patched_sglang, tmp_path_factory):
+    """``(python, port, folder)``: the timed replay server and the folder it reads the running unit from."""
+    from replay_process import Replay
+
+    python, _state = patched_sglang
+    folder = tmp_path_factory.mktemp("running")
+    server = Replay(python, ["--tp-size", "8", "--no-speculative", "--speed-model", str(folder)],
+                    tmp_path_factory.mktemp("speed-log") / "replay.log")
+    port = int(server.url().rsplit(":", 1)[1])
+    yield python, port, folder
+    server.stop()
+
+
+class Host:
+    """A --root tree with the original profile installed and "running"; the restart hook starts what it installs."""
+
+    def __init__(self, tmp_path: Path, fake_systemd, speed_server, original=ORIGINAL) -> None:
+        python, port, self.running = speed_server
+        self.root = tmp_path / "root"
+        self.root.mkdir()
+        self.fake = fake_systemd
+        self.profile = write_profile(tmp_path / "kimi-test.toml", port=port, gpu_count=8, python=python,
+                                     sglang_lines=('served_model_name = "moonshotai/Kimi-K2.5"', *original))
+        apply(plan_install(load_profile(self.profile), HostLayout(self.root), enable=False, create_user=False))
+        for name in ("unit", "env"):
+            (self.running / name).unlink(missing_ok=True)
+        self.start()
+        fake_systemd.on("restart", f"#!{sys.executable}\nimport shutil\n"
+                                   f"shutil.copyfile({str(self.root / UNIT)!r}, {str(self.running / 'unit')!r})\n"
+                                   f"shutil.copyfile({str(self.root / ENV)!r}, {str(self.running / 'env')!r})\n")
+        self.original_files = self.files()
+
+    def start(self) -> None:
+        shutil.copyfile(self.root / UNIT, self.running / "unit")
+        shutil.copyfile(self.root / ENV, self.running / "env")
+
+    def files(self) -> dict[str, bytes]:
+        return {rel: (self.root / rel).read_bytes() for rel in (UNIT, ENV, "etc/kimi-deploy/kimi-test.toml")}
+
+    def running_flags(self) -> dict[str, str]:
+        return speed_model.flags_of((self.running / "unit").read_text(), (self.running / "env").read_text())
+
+    def args(self, *extra: str) -> list[str]:
+        return ["tune", "--profile", str(self.profile), "--root", str(self.root), "--host-systemd",
+                "--gpu-facts", str(GPU_FACTS), "--model-facts", str(MODEL_FACTS), *LOAD, *extra]
+
+    def journal(self) -> tj.TuneJournal | None:
+        return tj.load(HostLayout(self.root).tune_dir("kimi-test"))
+
+    @property
+    def folder(self) -> Path:
+        return HostLayout(self.root).tune_dir("kimi-test")
+
+
+SPACE = ["--space", "max_running_requests=4,8,16", "--space", "enable_pcie_ipc_allreduce=false,true",
+         "--space", "chunked_prefill_size=2048,8192,16384", "--space", "mem_fraction_static=0.6,0.85"]
+
+
+def test_tune_finds_the_optimum_never_ships_the_breaker_and_applies_the_winner(cli_runner, tmp_path, fake_systemd,
+                                                                              speed_server):
+    host = Host(tmp_path, fake_systemd, speed_server)
+    result = cli_runner.invoke(cli, [*host.args(*SPACE, "--apply", "--json")], catch_exceptions=False)
+    assert result.exit_code == 0, result.output + result.stderr
+    print(result.stderr)
+    report = json.loads(result.stdout)
+    rows = {r["id"]: r for r in report["candidates"]}
+    # pruned before any restart: the memory plan (0.6 cannot hold the weights) and nothing of it started
+    assert report["pruned"] >= 18 and all(r["verdict"] == "pruned (memory)" for r in rows.values()
+                                          if r["values"]["mem_fraction_static"] == 0.6)
+    # the planted fast setting was measured only by its gate: rejected with the contract checks that failed
+    planted = [r for r in rows.values() if r["values"]["chunked_prefill_size"] == 2048 and r["measurements"]]
+    assert planted and all(r["verdict"] == "rejected: contract gate" for r in planted)
+    assert any("contract.tool_auto" in r["detail"] for r in planted)
+    assert report["winner_values"]["chunked_prefill_size"] != 2048
+    assert host.running_flags().get("--chunked-prefill-size") != "2048"
+    # the optimum of the model among what passes, measured by tune too: the winner is within 5 % of it
+    best = max((r for r in rows.values() if r["goodput"] is not None), key=lambda r: r["goodput"])
+    assert rows[report["winner"]]["goodput"] >= 0.95 * best["goodput"]
+    assert report["verdict"] in ("better beyond noise", "not distinguishable", "baseline")
+    print(f"restarts {report['restarts']}, measurements {report['measurements']}, path {report['path']}")
+    # what runs now: the winner (with --apply and better beyond noise) or the original, and the files say so
+    journal = host.journal()
+    assert journal.phase == "done" and journal.live == report["deployed"]
+    if report["deployed"] == report["baseline"]:
+        assert host.files() == host.original_files
+    else:
+        assert host.running_flags()["--max-running-requests"] == str(report["winner_values"]["max_running_requests"])
+    for name in ("report.json", "winner.toml", "winner.diff", "tune.png"):
+        assert (host.folder / name).is_file(), name
+    assert (host.folder / "tune.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert report["reproduce"][0].startswith("kimi-deploy install --profile ")
+
+
+def test_resume_after_sigkill_at_random_points_reruns_nothing_finished_and_loses_nothing(tmp_path, fake_systemd,
+                                                                                          speed_server):
+    host = Host(tmp_path, fake_systemd, speed_server)
+    args = host.args("--space", "max_running_requests=4,16", "--space", "chunked_prefill_size=2048,8192",
+                     "--space", "enable_pcie_ipc_allreduce=false,true")
+    rng = random.Random(40)
+    seen: dict[tuple[str, int], str] = {}  # (candidate, n) -> started_at of every finished measurement so far
+    kills = 0
+    code = reap(spawn_cli(args, kill_at=rng.randint(20, 120)))
+    while code == -signal.SIGKILL and kills < 6:
+        kills += 1
+        journal = host.journal()
+        if journal is not None:
+            for m in journal.finished():
+                assert seen.setdefault((m.candidate, m.n), m.started_at) == m.started_at, "a finished row changed"
+        code = reap(spawn_cli([*args, "--resume"], kill_at=rng.randint(20, 160) if kills < 4 else None))
+    assert kills >= 3
+    if code != 0:
+        code = reap(spawn_cli([*args, "--resume"]))
+    assert code == 0
+    journal = host.journal()
+    finished = {(m.candidate, m.n): m.started_at for m in journal.finished()}
+    assert len(finished) == len(journal.finished()), "a candidate was measured twice under one number"
+    for key, started in seen.items():  # none lost, none re-run
+        assert finished.get(key) == started, key
+    assert journal.phase == "done" and journal.result["complete"]
+    assert not (host.root / "etc/kimi-deploy/kimi-test.change").exists()  # no change of the host left in flight
+    assert host.files() == host.original_files  # no --apply: the original is back
+    assert host.running_flags()["--max-running-requests"] == "16"
+
+
+def test_ctrl_c_puts_the_original_back_and_resume_continues(tmp_path, fake_systemd, speed_server, monkeypatch):
+    host = Host(tmp_path, fake_systemd, speed_server)
+    args = host.args("--space", "max_running_requests=4,8,16")
+    from kimi_deploy.tune import run as tune_run
+
+    real = tune_run.Tuner.bench
+    calls = []
+
+    def bench_then_ctrl_c(self, m, profile):
+        calls.append(m.candidate)
+        if len(calls) == 2:  # the first candidate after the baseline is live: Ctrl-C while it is measured
+            raise KeyboardInterrupt
+        return real(self, m, profile)
+
+    monkeypatch.setattr(tune_run.Tuner, "bench", bench_then_ctrl_c)
+    from click.testing import CliRunner
+
+    result = CliRunner().invoke(cli, args)
+    assert result.exit_code == ExitCode.INTERRUPTED, result.output
+    assert host.files() == host.original_files
+    assert host.running_flags()["--max-running-requests"] == "16"
+    journal = host.journal()
+    assert journal.interrupted == 1 and journal.live == journal.baseline
+    assert [m.state for m in journal.finished()] == ["measured"]
+    monkeypatch.setattr(tune_run.Tuner, "bench", real)
+    result = CliRunner().invoke(cli, [*args, "--resume", "--json"])
+    assert result.exit_code == 0, result.output
+    journal = host.journal()
+    assert journal.phase == "done" and journal.measurements[0].candidate == journal.baseline
+    assert host.files() == host.original_files
+
+
+def test_a_profile_other_than_the_installed_one_is_refused(cli_runner, tmp_path, fake_systemd, speed_server):
+    host = Host(tmp_path, fake_systemd, speed_server)
+    other = write_profile(tmp_path / "other.toml", port=1, gpu_count=8)
+    result = cli_runner.invoke(cli, ["tune", "--profile", str(other), "--root", str(host.root), "--host-systemd",
+                                     "--slo", "ttft=100"])
+    assert result.exit_code == ExitCode.REFUSED, result.output
+    assert "differs from the installed one" in result.stderr
+    assert not host.folder.exists()
