@@ -174,3 +174,20 @@ def test_budget_is_restarts_or_a_duration():
     for bad in ("0", "4 days", "-1", "h"):
         with pytest.raises(UsageError, match="--budget"):
             parse_budget(bad)
+
+
+@pytest.mark.sglang
+def test_validate_many_says_what_one_validate_run_per_command_says(sglang_python):
+    """The batch tune runs before any restart: SGLang imported once, each command parsed as validate parses it."""
+    from kimi_deploy.validate import validate_many, validate_server_args
+
+    jobs = [(["--model-path", "/models/x", "--max-running-requests", "32"], None, {}),
+            (["--model-path", "/models/x", "--max-running-requests", "many"], None, {}),
+            (["--model-path", "/models/x", "--chunked-prefil-size", "8192"], None, {}),
+            (["--model-path", "/models/x"], None, {"SGLANG_ENABLE_PCIE_IPC_ALLREDUCE": "1"})]
+    many = validate_many(sglang_python, jobs)
+    one = [validate_server_args(sglang_python, args, env=env) for args, _secrets, env in jobs[:3]]
+    assert [v.ok for v in many] == [True, False, False, True]
+    for a, b in zip(many, one):
+        assert (a.errors, a.stages) == (b.errors, b.stages)
+    assert "invalid int value: 'many'" in many[1].errors[0]

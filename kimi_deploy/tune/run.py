@@ -46,7 +46,7 @@ from kimi_deploy.profile import Profile, dump_profile, load_profile
 from kimi_deploy.sizing.memory import Facts, GpuFacts, ModelFacts
 from kimi_deploy.tune import journal as tj
 from kimi_deploy.tune import report, search, space
-from kimi_deploy.validate import check_env, validate_server_args
+from kimi_deploy.validate import check_env, validate_many
 from kimi_deploy.wire import apikey
 
 #: The gate the final configuration passes, whatever ``--gate`` the candidates had.
@@ -229,21 +229,27 @@ class Tuner:
                          f"profile rules and the memory plan before any restart"
                          + ("" if self.host.facts is not None else " (no GPU or model facts: memory not planned)"))
 
-    def validate(self, cid: str) -> bool:
-        """SGLang's own parser on the candidate's resolved launch, once (recorded); False: never started."""
-        rec = self.journal.candidates[cid]
-        if rec.validation is None:
+    def validate_all(self) -> None:
+        """SGLang's own parser on every candidate the profile rules and the memory plan let through, in one
+        interpreter start (:func:`kimi_deploy.validate.validate_many`), before any restart; recorded, so a resumed
+        run does not ask again. A candidate it refuses is never started."""
+        todo = [cid for cid, rec in self.journal.candidates.items() if not rec.pruned and rec.validation is None]
+        if not todo:
+            return
+        self.host.events(f"validating {len(todo)} candidates with SGLang {self.host.version}'s own parser")
+        launches = []
+        for cid in todo:
             profile = space.apply(self.host.profile, self.by_id[cid])
             launch = resolve(profile, self.host.version, components=self.host.components).launch
-            v = validate_server_args(profile.service.python, launch.server_args,
-                                     secrets_config=launch.secrets_config, env=check_env(launch),
-                                     sglang_version=self.host.version)
-            rec = rec.model_copy(update={"validation": {"ok": v.ok, "errors": list(v.errors),
-                                                        "warnings": list(v.warnings)}})
-            self.save(candidates={**self.journal.candidates, cid: rec})
+            launches.append((launch.server_args, launch.secrets_config, check_env(launch)))
+        results = validate_many(self.host.profile.service.python, launches, sglang_version=self.host.version)
+        records = dict(self.journal.candidates)
+        for cid, v in zip(todo, results):
+            records[cid] = records[cid].model_copy(update={"validation": {
+                "ok": v.ok, "errors": list(v.errors), "warnings": list(v.warnings)}})
             if not v.ok:
                 self.host.events(f"candidate {cid} refused by SGLang's parser: {v.errors[0]}")
-        return bool(rec.validation.get("ok"))
+        self.save(candidates=records)
 
     # -- budget and progress ----------------------------------------------------------------------------------
     def spent_seconds(self) -> float:
@@ -278,8 +284,6 @@ class Tuner:
     # -- one measurement --------------------------------------------------------------------------------------
     def measure(self, need: search.Need) -> None:
         cid = need.candidate
-        if not self.validate(cid):
-            return
         started = self.host.clock()
         live = cid == self.journal.live
         m = tj.Measurement(candidate=cid, n=need.n, state="deploying", started_at=tj.now(), restarted=not live)
@@ -448,6 +452,7 @@ class Tuner:
             # starts a candidate, not the recovery of the last one
             change_journal.recover_locked(self.host.layout, self.host.profile.service.name, live=True)
             self.prune_all()
+            self.validate_all()
             outcome = self.search()
         except KeyboardInterrupt:
             self.save(interrupted=self.journal.interrupted + 1)

@@ -13,8 +13,9 @@ Pruning before anything restarts, cheapest first (:func:`prune`):
 2. ``memory``: the memory plan (:func:`kimi_deploy.sizing.memory.plan`) on the host's GPUs and the model's facts:
    a ``will not fit`` verdict is never started (a failed cold start on the reference host costs ~10 minutes).
 
-SGLang's own parser (``validate``) runs on each candidate before its first restart (:mod:`kimi_deploy.tune.run`):
-6.5 s an interpreter on the 2-core CI machine, so it is spent only on candidates the search visits.
+SGLang's own parser (``validate``) then checks every candidate that is left, in one interpreter start
+(:func:`kimi_deploy.validate.validate_many`, :meth:`kimi_deploy.tune.run.Tuner.validate_all`): still before any
+restart, and a candidate it refuses is never started.
 """
 
 from __future__ import annotations
