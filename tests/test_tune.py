@@ -216,3 +216,95 @@ def test_a_profile_other_than_the_installed_one_is_refused(cli_runner, tmp_path,
     assert result.exit_code == ExitCode.REFUSED, result.output
     assert "differs from the installed one" in result.stderr
     assert not host.folder.exists()
+
+
+FLEET = """\
+[service]
+name = "kimi-test"
+gpu_count = 8
+python = "{python}"
+timeout_start_sec = 600
+[sglang]
+model_path = "/models/moonshotai/Kimi-K2.5"
+served_model_name = "moonshotai/Kimi-K2.5"
+host = "0.0.0.0"
+port = {port}
+tp_size = 8
+context_length = 1000
+tool_call_parser = "kimi_k2"
+reasoning_parser = "kimi_k2"
+api_key_file = "/etc/kimi-deploy/kimi-test.api-key"
+max_running_requests = 16
+chunked_prefill_size = 8192
+[fleet]
+[[fleet.replicas]]
+nodes = ["127.0.0.2"]
+[[fleet.replicas]]
+nodes = ["127.0.0.3"]
+[gateway]
+host = "127.0.0.1"
+bind = "127.0.0.1"
+port = {gateway}
+"""
+
+
+def test_a_replica_behind_a_gateway_is_drained_before_each_restart_and_back_after_its_gate(
+        tmp_path, fake_systemd, speed_server, cli_runner):
+    """--host 127.0.0.2: the replica leaves the gateway (smg's worker API, a loopback stand-in) before each restart
+    and comes back after its gate; the rejected candidate's rollback passes, so it comes back too; the bench
+    measures the replica's own URL (the timed server bound to 127.0.0.2)."""
+    from loopback import Loopback, QuietHandler
+    from replay_process import Replay
+
+    python, _port, running = speed_server
+    server = Replay(python, ["--tp-size", "8", "--no-speculative", "--speed-model", str(running), "--host",
+                             "127.0.0.2"], tmp_path / "replica.log")
+    port = int(server.url().rsplit(":", 1)[1])
+    url = f"http://127.0.0.2:{port}"
+    workers = {"w-1": {"id": "w-1", "url": url, "status": "ready", "is_healthy": True, "load": 0}}
+    calls: list[str] = []
+
+    class Gateway(QuietHandler):
+        def do_GET(self):  # noqa: N802
+            self._send(200, {"workers": list(workers.values()), "total": len(workers)})
+
+        def do_DELETE(self):  # noqa: N802
+            calls.append("remove")
+            workers.pop(self.path.rsplit("/", 1)[1], None)
+            self._send(202, {})
+
+        def do_POST(self):  # noqa: N802
+            calls.append("add")
+            workers["w-1"] = {"id": "w-1", "url": url, "status": "ready", "is_healthy": True, "load": 0}
+            self._send(201, {})
+
+    try:
+        with Loopback(Gateway) as gw:
+            root = tmp_path / "root"
+            key = root / "etc/kimi-deploy/kimi-test.api-key"
+            key.parent.mkdir(parents=True)
+            key.write_text("sk-tune\n")
+            key.chmod(0o600)
+            profile = tmp_path / "fleet.toml"
+            profile.write_text(FLEET.format(python=python, port=port, gateway=gw.port))
+            apply(plan_install(load_profile(profile), HostLayout(root), enable=False, create_user=False,
+                               host="127.0.0.2"))
+            shutil.copyfile(root / UNIT, running / "unit")
+            shutil.copyfile(root / ENV, running / "env")
+            fake_systemd.on("restart", f"#!{sys.executable}\nimport shutil\n"
+                                       f"shutil.copyfile({str(root / UNIT)!r}, {str(running / 'unit')!r})\n"
+                                       f"shutil.copyfile({str(root / ENV)!r}, {str(running / 'env')!r})\n")
+            result = cli_runner.invoke(cli, ["tune", "--profile", str(profile), "--root", str(root),
+                                             "--host-systemd", "--host", "127.0.0.2", *LOAD,
+                                             "--space", "chunked_prefill_size=2048,8192", "--json"])
+    finally:
+        server.stop()
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)
+    assert report["url"] == url
+    planted = next(r for r in report["candidates"] if r["values"]["chunked_prefill_size"] == 2048)
+    assert planted["verdict"] == "rejected: contract gate"
+    # every restart was a drain: out before, back after (the rejected one's rollback passed, so back too)
+    assert calls and calls == ["remove", "add"] * (len(calls) // 2)
+    assert len(calls) // 2 == report["restarts"] + (report["deployed"] != report["baseline"])
+    assert "w-1" in workers

@@ -121,15 +121,15 @@ def reproduce(settings: Any, folder: str, url: str, workload: str) -> list[str]:
 
 
 def build(journal: tj.TuneJournal, outcome: Any, by_id: Mapping[str, space.Candidate], baseline: space.Candidate,
-          settings: Any, *, deployed: str) -> dict[str, Any]:
-    """The report (``tune --json``, ``report.json``)."""
+          settings: Any, *, deployed: str, folder: str, url: str) -> dict[str, Any]:
+    """The report (``tune --json``, ``report.json``); ``folder``: the tune folder's host path; ``url``: where the
+    candidates were measured (the replica's own URL behind a gateway)."""
     table = rows(journal, by_id, baseline)
     winner = outcome.winner
     by_row = {r["id"]: r for r in table}
     base_row, win_row = by_row.get(baseline.id), by_row.get(winner) if winner else None
     gain = (win_row["goodput"] / base_row["goodput"] - 1 if win_row and base_row and base_row["goodput"]
             else None)
-    folder = str(journal_folder(journal))
     return {"service": journal.service, "sglang_version": journal.sglang_version, "method": settings.method,
             "settings": settings.to_dict(), "dimensions": journal.dimensions, "space_size": len(by_id),
             "pruned": sum(1 for r in journal.candidates.values() if r.pruned),
@@ -140,12 +140,8 @@ def build(journal: tj.TuneJournal, outcome: Any, by_id: Mapping[str, space.Candi
             "baseline": baseline.id, "verdict": outcome.verdict, "gain": gain, "complete": outcome.complete,
             "notes": list(outcome.notes), "path": list(outcome.path), "finalists": list(outcome.finalists),
             "deployed": deployed, "pareto": pareto(table), "candidates": table,
-            "reproduce": reproduce(settings, folder, "URL", settings.workload) if winner else []}
-
-
-def journal_folder(journal: tj.TuneJournal) -> str:
-    """The tune folder's host path (the report names files by it)."""
-    return f"/var/lib/kimi-deploy/tune/{journal.service}"
+            "folder": folder, "url": url,
+            "reproduce": reproduce(settings, folder, url, settings.workload) if winner else []}
 
 
 def write_outputs(folder: Path, journal: tj.TuneJournal, result: dict[str, Any], original: Profile,

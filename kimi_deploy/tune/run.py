@@ -20,10 +20,11 @@ untested configuration. Ctrl-C (and SIGTERM) stop the search and put the origina
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
-import json
+import signal
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +38,7 @@ from kimi_deploy.errors import ExitCode, KimiDeployError, RefusedError, UsageErr
 from kimi_deploy.host import gate as gates
 from kimi_deploy.host import journal as change_journal
 from kimi_deploy.host.install.apply import apply, refuse
+from kimi_deploy.host.install.facts import this_host
 from kimi_deploy.host.install.install_plan import plan_install
 from kimi_deploy.host.records import service_lock, shared_lock
 from kimi_deploy.host.restart import drain_for, restart, resume_command
@@ -342,7 +344,8 @@ class Tuner:
         with service_lock(layout, name):
             change_journal.recover(layout, name, live=True)  # a kill's change first: one complete version on disk
             with shared_lock(layout):
-                plan = plan_install(profile, layout, enable=False, create_user=False)
+                plan = plan_install(profile, layout, enable=False, create_user=False,
+                                    host=this_host(profile, self.settings.host))
                 refuse(plan)
                 if not plan.is_noop:
                     change = begin_change(plan, layout, gate, self.by_label(profile))
@@ -464,7 +467,9 @@ class Tuner:
                                   hint="continue with `tune --resume` (finished candidates are not run again)")
         keep = outcome.winner if (self.settings.apply and outcome.winner
                                   and outcome.verdict == "better beyond noise") else self.baseline.id
-        result = report.build(self.journal, outcome, self.by_id, self.baseline, self.settings, deployed=keep)
+        url = self.drain.url if self.drain else self.host.profile.base_url
+        result = report.build(self.journal, outcome, self.by_id, self.baseline, self.settings, deployed=keep,
+                              folder=self.host.layout.host_path(self.folder), url=url)
         self.save(result=result)
         why = "apply: the winner" if keep != self.baseline.id else (
             "no --apply: the original" if not self.settings.apply else
@@ -559,13 +564,27 @@ def tune(host: Host, settings: Settings, *, resume: bool = False) -> tj.TuneJour
         installed_profile(host.layout, host.profile)
     folder = host.layout.tune_dir(host.profile.service.name)
     fsio.mkdir(folder)
-    with fsio.exclusive_lock(folder / ".tune.lock", what=f"the tune of {host.profile.service.name}"):
+    with fsio.exclusive_lock(folder / ".tune.lock", what=f"the tune of {host.profile.service.name}"), sigterm_as_ctrl_c():
         journal, settings = open_journal(host, settings, resume=resume)
         journal = tj.save(folder, journal)
         return Tuner(host, settings, journal).run()
 
 
-def summary_line(journal: tj.TuneJournal) -> str:
-    """One line for the end of the display: the winner, its goodput and what runs now."""
-    res = journal.result or {}
-    return json.dumps({"winner": res.get("winner"), "deployed": res.get("deployed")})
+@contextlib.contextmanager
+def sigterm_as_ctrl_c() -> Iterator[None]:
+    """SIGTERM (``systemctl stop`` of a unit running tune, ``kill``) ends the search as Ctrl-C does: the original
+    configuration goes back. Only where Python lets a handler be set (the main thread)."""
+    def on_term(_sig: int, _frame: Any) -> None:
+        raise KeyboardInterrupt("SIGTERM")
+
+    try:
+        previous = signal.signal(signal.SIGTERM, on_term)
+    except ValueError:  # not the main thread
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
