@@ -113,10 +113,15 @@ SPACE = ["--space", "max_running_requests=4,8,16", "--space", "enable_pcie_ipc_a
 def test_tune_finds_the_optimum_never_ships_the_breaker_and_applies_the_winner(cli_runner, tmp_path, fake_systemd,
                                                                               speed_server):
     host = Host(tmp_path, fake_systemd, speed_server)
-    result = cli_runner.invoke(cli, [*host.args(*SPACE, "--apply", "--json")], catch_exceptions=False)
+    result = cli_runner.invoke(cli, [*host.args(*SPACE, "--apply")], catch_exceptions=False)
     assert result.exit_code == 0, result.output + result.stderr
-    print(result.stderr)
-    report = json.loads(result.stdout)
+    report = json.loads((host.folder / "report.json").read_text())
+    # the human report: the table (the winner starred), the verdict, what runs now, the commands
+    assert any(line.startswith("*") for line in result.stdout.splitlines())
+    assert "rejected: contract gate" in result.stdout and "running now: " in result.stdout
+    assert "reproduce: kimi-deploy bench --base-url http://127.0.0.1:" in result.stdout
+    # progress on stderr: candidate k of n, time left
+    assert "candidate 2 of ~" in result.stderr and " left: " in result.stderr
     rows = {r["id"]: r for r in report["candidates"]}
     # pruned before any restart: the memory plan (0.6 cannot hold the weights) and nothing of it started
     assert report["pruned"] >= 18 and all(r["verdict"] == "pruned (memory)" for r in rows.values()
@@ -308,3 +313,18 @@ def test_a_replica_behind_a_gateway_is_drained_before_each_restart_and_back_afte
     assert calls and calls == ["remove", "add"] * (len(calls) // 2)
     assert len(calls) // 2 == report["restarts"] + (report["deployed"] != report["baseline"])
     assert "w-1" in workers
+
+
+def test_dry_run_shows_the_space_the_pruning_and_the_cost_and_restarts_nothing(cli_runner, tmp_path, fake_systemd,
+                                                                                speed_server):
+    host = Host(tmp_path, fake_systemd, speed_server)
+    result = cli_runner.invoke(cli, [*host.args(*SPACE, "--dry-run", "--json")])
+    assert result.exit_code == 0, result.output
+    plan = json.loads(result.stdout)
+    assert plan["space"] == 36 and plan["feasible"] == 18
+    assert {row["stage"] for row in plan["pruned"]} == {"memory"}
+    assert plan["restarts"] < plan["grid_restarts"] == 17
+    assert plan["start_source"].startswith("a cold start on the reference host")
+    human = cli_runner.invoke(cli, [*host.args(*SPACE, "--dry-run")])
+    assert "pruned (memory): mem_fraction_static=0.6" in human.stdout and "dry run: nothing was restarted" in human.stdout
+    assert fake_systemd.verbs() == [] and not host.folder.exists()

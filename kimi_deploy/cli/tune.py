@@ -79,11 +79,13 @@ def parse_budget(text: str | None) -> tuple[int | None, float | None]:
 @click.option("--model-facts", type=click.Path(path_type=Path, file_okay=False, exists=True), default=None,
               metavar="DIR", help="The model's config.json and header index (default: the model directory).")
 @click.option("--seed", type=int, default=0, show_default=True, help="Bench prompt order and random search.")
+@click.option("--dry-run", is_flag=True, help="Show the space, what the profile rules, the memory plan and SGLang's "
+              "parser prune, and the restarts the search needs with their cost; restart nothing, write nothing.")
 @host_systemd_option
 @json_flag("Print the report as JSON (each candidate: values, gate verdict, goodput with interval, TTFT/ITL).")
 def tune_cmd(profile_path, preset, root, slo, workload, concurrency, request_rate, num_prompts, max_tokens, runs,
              warmup, budget, space_items, method, gate, apply_winner, resume, timeout, poll_interval, host,
-             drain_timeout, gpu_facts, model_facts, seed, host_systemd, as_json):
+             drain_timeout, gpu_facts, model_facts, seed, dry_run, host_systemd, as_json):
     """Search this host's best SGLang configuration for a workload and SLO, each candidate gated on the contract.
 
     Each candidate (the options table's tunable rows, limited by --space) is checked by the profile rules, the
@@ -98,7 +100,7 @@ def tune_cmd(profile_path, preset, root, slo, workload, concurrency, request_rat
     from kimi_deploy.tune import report, run as tune_lib, space
 
     layout = HostLayout(root)
-    refuse_host_systemd(layout, host_systemd, "tune")
+    refuse_host_systemd(layout, host_systemd, "tune", dry_run=dry_run)
     profile = resolve_profile(profile_path, preset)
     restarts, seconds = parse_budget(budget)
     if workload != "builtin" and not Path(workload).is_file():
@@ -117,8 +119,12 @@ def tune_cmd(profile_path, preset, root, slo, workload, concurrency, request_rat
     def say(line: str) -> None:
         click.echo(line, err=True)
 
-    result = tune_lib.tune(tune_lib.Host(layout, profile, version, components, facts, say), settings,
-                           resume=resume).result or {}
+    host_facts = tune_lib.Host(layout, profile, version, components, facts, say)
+    if dry_run:
+        _show_plan(tune_lib.plan(host_facts, settings), as_json)
+        return
+
+    result = tune_lib.tune(host_facts, settings, resume=resume).result or {}
     if as_json:
         echo_json(result)
         return
@@ -137,6 +143,23 @@ def tune_cmd(profile_path, preset, root, slo, workload, concurrency, request_rat
     for command in result.get("reproduce") or []:
         click.echo(f"reproduce: {command}")
     sys.stdout.flush()
+
+
+def _show_plan(plan: dict, as_json: bool) -> None:
+    if as_json:
+        echo_json(plan)
+        return
+    for d in plan["dimensions"]:
+        click.echo(f"{d['key']}: {', '.join(str(v) for v in d['values'])} (now {d['baseline']})")
+    click.echo(f"space: {plan['space']} candidates; {len(plan['pruned'])} pruned before any restart"
+               + ("" if plan["memory_planned"] else " (no GPU or model facts: memory not planned)"))
+    for row in plan["pruned"][:20]:
+        click.echo(f"  pruned ({row['stage']}): {row['label']}: {row['problem'][:160]}")
+    if len(plan["pruned"]) > 20:
+        click.echo(f"  ... and {len(plan['pruned']) - 20} more (--json lists them all)")
+    click.echo(f"{plan['method']}: about {plan['restarts']} restarts, {plan['hours']} h at {plan['start_seconds']:.0f} s "
+               f"a start ({plan['start_source']}); a grid: {plan['grid_restarts']} restarts, {plan['grid_hours']} h")
+    click.echo("dry run: nothing was restarted or written")
 
 
 COMMANDS = [tune_cmd]

@@ -23,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import signal
+import statistics
 import time
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
@@ -37,6 +38,7 @@ from kimi_deploy.doctor import probe_gpus
 from kimi_deploy.errors import ExitCode, KimiDeployError, RefusedError, UsageError
 from kimi_deploy.host import gate as gates
 from kimi_deploy.host import journal as change_journal
+from kimi_deploy.host import start_history
 from kimi_deploy.host.install.apply import apply, refuse
 from kimi_deploy.host.install.facts import this_host
 from kimi_deploy.host.install.install_plan import plan_install
@@ -461,6 +463,9 @@ class Tuner:
             self.save(interrupted=self.journal.interrupted + 1)
             self.host.events("interrupted: putting the original configuration back")
             self.restore(self.baseline.id, "interrupted")
+            # the measurement Ctrl-C cut is dropped now, so --resume knows the original runs, gated (no restart)
+            journal, _dropped = tj.drop_unfinished(self.journal)
+            self.journal = journal
             self.save(phase="searching")  # --resume continues the search from the journal
             raise TuneInterrupted("tune was interrupted; the original configuration is back and passed its gate",
                                   value=str(tj.path(self.folder)),
@@ -547,6 +552,54 @@ def probe(python: str) -> tuple[str, Mapping[str, str]]:
     info = engine.probe(python)
     version, _ = engine.require_sglang(info)
     return version, info.components()
+
+
+#: A cold start on the reference host (8x RTX PRO 6000, K2.5 INT4, EAGLE-3): docs/runbook.md#warm-and-cold-restarts.
+REFERENCE_START_S = 570.0
+
+
+def plan(host: Host, settings: Settings) -> dict[str, Any]:
+    """What ``tune --dry-run`` shows, changing nothing and restarting nothing: the dimensions, the space, what the
+    profile rules, the memory plan and SGLang's parser prune, and the restarts the method needs with what they
+    cost at this host's recorded start time (the median of ``start-history.json``, else the reference host's).
+
+    Raises:
+        RefusedError / UsageError: as :func:`tune` for a new run.
+    """
+    installed_profile(host.layout, host.profile)
+    dims = space.dimensions(host.profile, host.version, settings.space or None)
+    cands = space.candidates(dims)
+    pruned = {c.id: space.prune(host.profile, c, host.facts) for c in cands}
+    left = [c for c in cands if pruned[c.id] is None]
+    launches = []
+    for c in left:
+        launch = resolve(space.apply(host.profile, c), host.version, components=host.components).launch
+        launches.append((launch.server_args, launch.secrets_config, check_env(launch)))
+    refused = {c.id: v.errors[0] for c, v in zip(left, validate_many(host.profile.service.python, launches,
+                                                                       sglang_version=host.version)) if not v.ok}
+    feasible = len(left) - len(refused)
+    if settings.method == "descent":
+        restarts = min(feasible, sum(len(d.values) - 1 for d in dims) + settings.finalists + 1)
+    elif settings.method == "halving":
+        restarts = feasible * 2
+    else:
+        restarts = max(0, feasible - 1)
+    history = start_history.load(host.layout.state_dir(host.profile.service.name))
+    if history:
+        start = statistics.median(r.total for r in history)
+        source = f"the median of this host's {len(history)} recorded starts"
+    else:
+        start, source = REFERENCE_START_S, "a cold start on the reference host (no start recorded here)"
+    base = space.baseline(dims)
+    reasons = [{"candidate": c.id, "label": c.label(base.as_dict()), "stage": why.stage, "problem": why.problems[0]}
+               for c in cands if (why := pruned[c.id]) is not None]
+    reasons += [{"candidate": cid, "label": next(c for c in cands if c.id == cid).label(base.as_dict()),
+                 "stage": "sglang", "problem": err} for cid, err in refused.items()]
+    return {"dimensions": [d.to_dict() for d in dims], "space": len(cands), "pruned": reasons,
+            "feasible": feasible, "method": settings.method, "restarts": restarts, "grid_restarts": max(0, feasible - 1),
+            "start_seconds": round(start, 1), "start_source": source,
+            "hours": round(restarts * start / 3600, 1), "grid_hours": round(max(0, feasible - 1) * start / 3600, 1),
+            "memory_planned": host.facts is not None}
 
 
 def tune(host: Host, settings: Settings, *, resume: bool = False) -> tj.TuneJournal:
