@@ -64,8 +64,8 @@ def parse_budget(text: str | None) -> tuple[int | None, float | None]:
               help="The gate each candidate passes before it is measured (the result always passes contract).")
 @click.option("--apply", "apply_winner", is_flag=True,
               help="Keep the winner when it beats the original beyond noise (default: the original comes back).")
-@click.option("--resume", is_flag=True, help="Continue the tune on record (after a kill, a reboot or Ctrl-C): "
-              "finished candidates are not run again.")
+@click.option("--resume", is_flag=True, help="Continue the tune on record (after a kill, a reboot or Ctrl-C) with "
+              "the settings it began with: finished candidates are not run again.")
 @click.option("--timeout", type=Seconds(min=0, min_open=True), default=None, metavar="S",
               help="Seconds each start may take (default: the unit's TimeoutStartSec=).")
 @click.option("--poll-interval", type=Seconds(min=0, min_open=True, max=3600), default=5.0, show_default=True,
