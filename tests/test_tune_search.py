@@ -147,6 +147,9 @@ def test_dimensions_start_at_the_profile_and_leave_out_what_it_cannot_use(tmp_pa
     assert "enable_pcie_ipc_allreduce" not in [d.key for d in space.dimensions(profile, "0.5.20")]  # 0.5.21+
     with pytest.raises(UsageError, match="speculative_algorithm"):
         space.dimensions(profile, "0.5.23", {"speculative_num_steps": (2, 3)})
+    for bad in ({"max_running_requests": ("many",)}, {"mem_fraction_static": (1.5,)}):
+        with pytest.raises(UsageError, match="not a value the profile takes"):
+            space.dimensions(profile, "0.5.23", bad)
     # a candidate the profile rules refuse is pruned before anything runs
     cand = space.Candidate((("max_running_requests", 0),))
     assert space.prune(profile, cand).stage == "profile"

@@ -144,6 +144,15 @@ def dimensions(profile: Profile, sglang_version: str, space: Mapping[str, Sequen
             continue
         baseline = getattr(s, t.key)
         values = tuple(space[t.key]) if space else t.values
+        if space:
+            for value in values:  # each value alone on the profile: a typo is an error here, not a pruned space
+                try:
+                    apply(profile, Candidate(((t.key, value),)))
+                except ProfileError as exc:
+                    problem = (getattr(exc, "problems", None) or [exc.message])[0]
+                    raise UsageError(f"--space {t.key}: {value!r} is not a value the profile takes: {problem}",
+                                     value=f"{t.key}={value}", hint="give values of the option's type and range "
+                                                                    "(docs/reference/profile.md)") from None
         out.append(Dimension(t.key, tuple(dict.fromkeys((baseline, *values))), baseline, t.why))
     return tuple(d for d in out if len(d.values) > 1)
 
