@@ -194,3 +194,23 @@ def test_validate_many_says_what_one_validate_run_per_command_says(sglang_python
     one = validate_server_args(sglang_python, jobs[1][0])  # each interpreter start is seconds: one to compare
     assert (many[1].errors, many[1].stages) == (one.errors, one.stages)
     assert "invalid int value: 'many'" in many[1].errors[0] and "abbreviation" not in many[2].errors[0]
+
+
+def test_the_profile_s_tune_table_limits_the_space_and_refuses_what_is_not_tunable(tmp_path):
+    from kimi_deploy.errors import ProfileError
+
+    lines = ("max_running_requests = 32", "", "[tune.space]", "max_running_requests = [16, 64]",
+             "enable_pcie_ipc_allreduce = [true]")
+    profile = load_profile(write_profile(tmp_path / "p.toml", gpu_count=8, sglang_lines=lines))
+    dims = space.dimensions(profile, "0.5.23")
+    assert [(d.key, d.values) for d in dims] == [("enable_pcie_ipc_allreduce", (False, True)),
+                                                ("max_running_requests", (32, 16, 64))]
+    assert [d.key for d in space.dimensions(profile, "0.5.23", {"chunked_prefill_size": (4096,)})] == [
+        "chunked_prefill_size"]  # --space replaces the table for one run
+    plain = load_profile(write_profile(tmp_path / "q.toml", gpu_count=8, sglang_lines=lines[:1]))
+    assert profile.digest() != plain.digest()
+    assert "tune" not in plain.model_dump(exclude_none=True)
+    with pytest.raises(ProfileError) as err:
+        load_profile(write_profile(tmp_path / "r.toml", gpu_count=8, sglang_lines=("", "[tune.space]",
+                                                                                  "tp_size = [4, 8]")))
+    assert any("tp_size is not a tunable option" in line for line in err.value.problems)

@@ -19,6 +19,7 @@ Layout of a profile file::
     [gateway]      # optional: SGLang's gateway (smg) in front of the replicas' rank 0
     [kubernetes]   # render --target kubernetes: image, volumes, names (kimi_deploy.targets.kubernetes renders it)
     [startup]      # optional: the weights prefetch before SGLang starts (kimi_deploy.host.prefetch)
+    [tune]         # optional: what `kimi-deploy tune` varies ([tune.space]; kimi_deploy.tune)
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ from kimi_deploy.profile.monitoring import RUNBOOK_DEFAULT, RUNBOOK_DEFAULT_DIGE
 from kimi_deploy.wire.net import host_key, is_loopback
 from kimi_deploy.profile.service import Service
 from kimi_deploy.profile.startup import Startup
+from kimi_deploy.profile.tune import Tune
 from kimi_deploy.values import MAX_ITEMS, check_abs_path, check_text, check_token
 
 
@@ -122,7 +124,7 @@ NAME_FIELD = "{name}"
 
 class Profile(BaseModel):
     """A whole deployment profile: ``[service]``, ``[sglang]``, ``[environment]``, ``[monitoring]``, and the
-    optional ``[fleet]``, ``[gateway]``, ``[kubernetes]``, ``[quality]`` and ``[startup]``."""
+    optional ``[fleet]``, ``[gateway]``, ``[kubernetes]``, ``[quality]``, ``[startup]`` and ``[tune]``."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
@@ -159,6 +161,7 @@ class Profile(BaseModel):
     gateway: Gateway | None = None
     kubernetes: Kubernetes | None = None
     startup: Startup | None = None
+    tune: Tune | None = None
 
     @field_validator("environment", mode="before")
     @classmethod
@@ -282,7 +285,7 @@ KUBERNETES_KEYS_ADDED: dict[str, Any] = {
 }
 
 #: Top-level tables that :meth:`Profile.digest` leaves out while absent (added after the first installs).
-DIGEST_OMITS_UNSET: tuple[str, ...] = ("fleet", "gateway", "kubernetes", "quality", "startup")
+DIGEST_OMITS_UNSET: tuple[str, ...] = ("fleet", "gateway", "kubernetes", "quality", "startup", "tune")
 
 #: The ``[sglang]`` keys of the first installed profiles: always part of :meth:`Profile.digest`. Frozen: a row
 #: added to :data:`kimi_deploy.options.OPTIONS` later (``pp_size``, ``max_prefill_tokens``, ...) is not listed

@@ -122,12 +122,15 @@ def _applies(t: Tunable, version: str) -> bool:
 
 def dimensions(profile: Profile, sglang_version: str, space: Mapping[str, Sequence[Any]] | None = None
                ) -> tuple[Dimension, ...]:
-    """The dimensions of ``profile``'s space for ``sglang_version`` (module docstring); ``space``: ``--space``.
+    """The dimensions of ``profile``'s space for ``sglang_version`` (module docstring); ``space``: ``--space``, else
+    the profile's ``[tune.space]``, else every tunable row.
 
     Raises:
         UsageError: ``--space`` names a row the target release does not have, or one whose needed key is unset.
     """
     s = profile.sglang
+    if not space and profile.tune is not None and profile.tune.space:
+        space = {k: tuple(v) for k, v in profile.tune.space.items()}  # [tune.space]; --space replaces it
     out = []
     for t in TUNABLES:
         if space and t.key not in space:
