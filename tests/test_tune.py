@@ -342,3 +342,35 @@ def test_dry_run_shows_the_space_the_pruning_and_the_cost_and_restarts_nothing(c
     human = cli_runner.invoke(cli, [*host.args(*SPACE, "--dry-run")])
     assert "pruned (memory): mem_fraction_static=0.6" in human.stdout and "dry run: nothing was restarted" in human.stdout
     assert fake_systemd.verbs() == [] and not host.folder.exists()
+
+
+def test_ctrl_c_while_the_winner_goes_live_leaves_the_original_and_resume_finishes_the_report(tmp_path, fake_systemd,
+                                                                                              speed_server,
+                                                                                              monkeypatch):
+    host = Host(tmp_path, fake_systemd, speed_server)
+    args = host.args("--space", "enable_pcie_ipc_allreduce=false,true", "--apply")
+    from click.testing import CliRunner
+
+    from kimi_deploy.tune import run as tune_run
+
+    real = tune_run.Tuner.restore
+    asked = []
+
+    def ctrl_c_at_the_end(self, target, why):
+        asked.append(why)
+        if why.startswith("apply"):
+            raise KeyboardInterrupt
+        return real(self, target, why)
+
+    monkeypatch.setattr(tune_run.Tuner, "restore", ctrl_c_at_the_end)
+    result = CliRunner().invoke(cli, args)
+    assert result.exit_code == ExitCode.INTERRUPTED, result.output
+    assert asked == ["apply: the winner", "interrupted"]
+    journal = host.journal()
+    assert journal.phase == "restoring" and journal.result["deployed"] == journal.baseline
+    assert host.files() == host.original_files and "SGLANG_ENABLE_PCIE_IPC_ALLREDUCE" not in host.running_flags()
+    monkeypatch.setattr(tune_run.Tuner, "restore", real)
+    result = CliRunner().invoke(cli, [*args, "--resume", "--json"])
+    assert result.exit_code == 0, result.output
+    assert host.journal().phase == "done" and (host.folder / "report.json").is_file()
+    assert host.files() == host.original_files

@@ -389,8 +389,8 @@ def restart(profile: Profile, layout: HostLayout, *, wait: bool = False, timeout
             added back only when that passed.
         node: this host as ``[fleet] replicas`` lists it (default: found by its addresses,
             :func:`kimi_deploy.topology.local_rank`).
-        change: the journal of the change this restart is part of (``upgrade`` begins it); None: the restart
-            finishes or undoes an interrupted change it finds first (:func:`kimi_deploy.host.journal.recover`;
+        change: the journal of the change this restart is part of (``upgrade`` and ``tune`` begin it); None: the
+            restart finishes or undoes an interrupted change it finds first (:func:`kimi_deploy.host.journal.recover`;
             the result is then that, and no new restart), and with ``rollback_on_failure`` journals its own.
         hold_lock: take the service's lock (False: the caller holds it, as ``upgrade`` does).
 

@@ -290,16 +290,17 @@ class Tuner:
         cid = need.candidate
         started = self.host.clock()
         live = cid == self.journal.live
-        m = tj.Measurement(candidate=cid, n=need.n, state="deploying", started_at=tj.now(), restarted=not live)
+        # the first measurement: the configuration running now (nothing restarted yet), gated where it runs
+        first = cid == self.journal.baseline and self.journal.live is None and not self.journal.lost_restarts \
+            and not any(x.restarted for x in self.journal.measurements)
+        m = tj.Measurement(candidate=cid, n=need.n, state="deploying", started_at=tj.now(),
+                           restarted=not (live or first))
         self._set_measurement(m)
         profile = space.apply(self.host.profile, self.by_id[cid])
         if live:
             gate_info = {"ok": True, "note": "already running: gated when deployed"}
-        elif cid == self.journal.baseline and self.journal.live is None and not self.journal.lost_restarts \
-                and not any(x.restarted for x in self.journal.measurements):
-            # the first measurement: the configuration running now, gated where it runs (no restart)
+        elif first:
             gate_info = self.gate_running(profile)
-            m = m.model_copy(update={"restarted": False})
             if not gate_info["ok"]:
                 raise RefusedError("the configuration running now fails its own gate: tune starts from a verified one",
                                    value=", ".join(gate_info.get("failed_checks") or [gate_info.get("failed_tier")]),
@@ -449,10 +450,12 @@ class Tuner:
         if self.journal.phase == "done":
             return self.journal
         try:
-            if self.journal.phase == "restoring":  # a kill while putting back: finish that first
-                target = (self.journal.result or {}).get("deployed") or self.baseline.id
-                self.restore(target, "resume")
-                return self.done(self.journal.result or {})
+            if self.journal.phase == "restoring":  # a kill while putting a configuration back: finish that first
+                if self.journal.result is not None:  # the end's: the result is known, only its deployment was cut
+                    self.restore(self.journal.result["deployed"], "resume")
+                    return self.done(self.journal.result)
+                self.restore(self.baseline.id, "resume")  # an interruption's: the original back, then search on
+                self.save(phase="searching")
             # a restart a kill interrupted is finished or undone first (as every verb does), so the next restart
             # starts a candidate, not the recovery of the last one
             change_journal.recover_locked(self.host.layout, self.host.profile.service.name, live=True)
@@ -483,8 +486,12 @@ class Tuner:
             self.restore(keep, why)
         except KeyboardInterrupt:
             self.restore(self.baseline.id, "interrupted")
+            self.save(result={**result, "deployed": self.baseline.id})  # --resume ends on the original, as asked
             raise TuneInterrupted("tune was interrupted while putting the result in place; the original "
-                                  "configuration is back", value=str(tj.path(self.folder))) from None
+                                  "configuration is back", value=str(tj.path(self.folder)),
+                                  hint=f"`tune --resume` writes the report, the original staying; to keep the winner "
+                                       f"afterwards install {self.host.layout.host_path(self.folder)}/winner.toml and "
+                                       "restart --wait --rollback-on-failure") from None
         return self.done(result)
 
     def done(self, result: dict[str, Any]) -> tj.TuneJournal:
