@@ -150,7 +150,12 @@ def test_tune_finds_the_optimum_never_ships_the_breaker_and_applies_the_winner(c
     best = max((r for r in rows.values() if r["goodput"] is not None), key=lambda r: r["goodput"])
     assert rows[report["winner"]]["goodput"] >= 0.95 * best["goodput"]
     assert report["verdict"] in ("better beyond noise", "not distinguishable", "baseline")
-    print(f"restarts {report['restarts']}, measurements {report['measurements']}, path {report['path']}")
+    # the restarts the report counts are the ones systemd saw: each measured candidate's, each rejected one's
+    # rollback, and at most one more to put the result in place; a pruned candidate was never started
+    rollbacks = sum(1 for r in rows.values() if r["verdict"].startswith("rejected"))
+    seen = fake_systemd.verbs().count("restart kimi-test.service")
+    assert report["restarts"] + rollbacks <= seen <= report["restarts"] + rollbacks + 1
+    assert all(r["measurements"] == 0 for r in rows.values() if r["verdict"].startswith("pruned"))
     # what runs now: the winner (with --apply and better beyond noise) or the original, and the files say so
     journal = host.journal()
     assert journal.phase == "done" and journal.live == report["deployed"]
