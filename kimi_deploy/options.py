@@ -308,6 +308,44 @@ ALL_OPTIONS: tuple[Option, ...] = OPTIONS + FLEET_OPTIONS
 BY_KEY: dict[str, Option] = {o.key: o for o in ALL_OPTIONS}
 
 
+@dataclasses.dataclass(frozen=True)
+class Tunable:
+    """A row ``kimi-deploy tune`` may vary (:mod:`kimi_deploy.tune.space`): the ``[sglang]`` ``key`` of an
+    :data:`OPTIONS` row, the ``values`` it tries, and the SGLang releases ``since <= v < until`` they apply to.
+
+    ``needs``: another ``[sglang]`` key that must be set for the row to be tuned (the EAGLE-3 steps need
+    ``speculative_algorithm``). ``why``: what the values trade on 8 x RTX PRO 6000 over PCIe, one sentence with
+    its source. The order of :data:`TUNABLES` is the order the search visits them: the largest expected effect per
+    restart first (a switch costs one restart; the all-reduce path is the first thing to measure over PCIe).
+    """
+
+    key: str
+    values: tuple[Any, ...]
+    why: str
+    since: str = "0.5.0"
+    until: str | None = None
+    needs: str | None = None
+
+
+#: What ``tune`` varies, in visiting order. Values bracket the presets' (docs/runbook.md#tune-a-host); a value
+#: the profile already has is the baseline, and the others are the candidates.
+TUNABLES: tuple[Tunable, ...] = (
+    Tunable("enable_pcie_ipc_allreduce", (False, True),
+            "the all-reduce path for decode sizes on SM120 without NVLink: NCCL or PCIe IPC (sglang 0.5.21)",
+            since="0.5.21"),
+    Tunable("max_running_requests", (16, 32, 48, 64),
+            "decode batch cap: more requests share each step (throughput) and each step is slower (ITL); "
+            "SGLang 0.5.23 picks 48 with an EAGLE-3 draft (srt/arg_groups/memory_hook.py)"),
+    Tunable("speculative_num_steps", (2, 3, 4),
+            "EAGLE-3 draft depth (draft tokens = steps + 1 at topk 1): longer drafts win only while the acceptance "
+            "holds (sglang 0.5.23 srt/arg_groups/speculative_hook.py)", needs="speculative_algorithm"),
+    Tunable("chunked_prefill_size", (4096, 8192, 16384),
+            "prefill chunk: larger chunks cut TTFT of long prompts and stall running decodes longer (ITL)"),
+    Tunable("mem_fraction_static", (0.8, 0.85, 0.88, 0.9),
+            "weights + KV cache share of GPU memory against what activations and CUDA graphs keep; the memory "
+            "plan prunes what cannot fit (kimi_deploy/sizing/memory.py)"),
+)
+
 def owned_flags() -> dict[str, str]:
     """Every SGLang flag the kit sets itself -> the profile key to use instead (``extra_args`` refuses them).
 

@@ -241,6 +241,11 @@ class HostLayout:
         while the change runs, or after a run that was killed."""
         return self.config_dir / f"{service}.change"
 
+    def tune_dir(self, service: str) -> Path:
+        """``/var/lib/kimi-deploy/tune/<service>/``: ``tune``'s journal, the candidates' bench results, its report
+        and plot (:mod:`kimi_deploy.tune.journal`)."""
+        return self._under(f"{DEFAULT_STATE_DIR}/tune/{service}")
+
     def lock_file(self, service: str) -> Path:
         """``/etc/kimi-deploy/.<service>.lock``: held by ``install``/``uninstall``/``restart`` of the service
         (:func:`kimi_deploy.host.records.service_lock`); it stays after ``uninstall --purge`` (the pid of its

@@ -243,6 +243,66 @@ def validate_server_args(python: str | Path, server_args: Sequence[str], *, secr
     )
 
 
+#: Runs :data:`VALIDATE_SCRIPT` once per job in one interpreter (SGLang imported once): argv[1] the script, argv[2] a
+#: JSON list of ``[server_args, secrets_config, placeholder, env]``; prints ``{"results": [the script's objects]}``.
+VALIDATE_MANY_SCRIPT = r"""
+import contextlib, io, json, os, sys
+script, jobs = sys.argv[1], json.loads(sys.argv[2])
+code = compile(script, "<validate script>", "exec")
+results = []
+for args, secrets, placeholder, env in jobs:
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    sys.argv = ["validate", json.dumps(args), secrets, placeholder]
+    buf = io.StringIO()
+    try:
+        with contextlib.redirect_stdout(buf):
+            exec(code, {"__name__": "__main__"})
+    except SystemExit:
+        pass
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+    lines = [line for line in buf.getvalue().splitlines() if line.strip()]
+    try:
+        results.append(json.loads(lines[-1]))
+    except (IndexError, ValueError):
+        results.append({"errors": ["the validate script printed no result"]})
+print(json.dumps({"results": results}))
+"""
+
+
+def validate_many(python: str | Path, jobs: Sequence[tuple[Sequence[str], str | None, Mapping[str, str]]], *,
+                  sglang_version: str | None = None, timeout: float = 600.0) -> list[Validation]:
+    """:func:`validate_server_args` of each ``(server_args, secrets_config, env)`` job, in one interpreter start
+    (SGLang's import, seconds, paid once; each parse is milliseconds): ``tune`` checks every candidate before any
+    restart. Same stages and messages as one run of :data:`VALIDATE_SCRIPT` per job, which it executes as is.
+
+    Raises:
+        UsageError: the interpreter does not exist.
+        ExternalCommandError: the driver crashed (no JSON).
+    """
+    if not jobs:
+        return []
+    payload = [[list(args), secrets or "", PLACEHOLDER_API_KEY, dict(env)] for args, secrets, env in jobs]
+    data = target.run_script(python, VALIDATE_MANY_SCRIPT, [VALIDATE_SCRIPT, json.dumps(payload)], timeout=timeout,
+                             label="validate script, one run per command")
+    rows = data.get("results") if isinstance(data.get("results"), list) else []
+    out = []
+    for (args, secrets, _env), row in zip(jobs, rows + [{}] * (len(jobs) - len(rows))):
+        errors = list(row.get("errors", [])) or ([] if row else ["no result for this command"])
+        if row.get("api_key_from_config") is False:
+            errors.append(f"SGLang did not read api-key from the --config file {secrets}")
+        out.append(Validation(python=str(python), sglang_version=sglang_version, server_args=tuple(args),
+                              stages=tuple(row.get("stages", [])), errors=tuple(errors),
+                              warnings=tuple(row.get("warnings", [])), notes=tuple(row.get("notes", [])),
+                              api_key_from_config=row.get("api_key_from_config")))
+    return out
+
+
 def check_env(launch: LaunchSpec) -> dict[str, str]:
     """The launch environment minus the cache paths (they need not exist where the check runs)."""
     return {k: v for k, v in launch.env if not v.startswith(launch.cache_dir)}

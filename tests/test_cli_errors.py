@@ -92,7 +92,7 @@ def test_option_check_errors_are_json_on_stdout_in_any_order(args):
 def test_a_duration_that_is_no_number_of_seconds_is_refused_before_anything_runs(args):
     """nan passes click's FloatRange (every comparison with it is false) and inf one without a max: a
     deadline of now + nan is never reached, so a bounded wait (check's --deadline, restart's readiness and
-    drain waits) would be unbounded. One option type (cli.options.Seconds) refuses both."""
+    drain waits) would be unbounded. One option type (cli.common.Seconds) refuses both."""
     result = run_cli(args)
     assert result.exit_code == ExitCode.USAGE, result.output
     assert "Traceback" not in result.output and ("not a number of seconds" in result.stderr

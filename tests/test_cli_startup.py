@@ -163,6 +163,7 @@ NOT_FOR = {
     "upgrade": HEAVY,
     "check": HEAVY,
     "bench": HEAVY,
+    "tune": HEAVY,
 }
 
 

@@ -241,7 +241,7 @@ def check_each_worker(options: CheckOptions, gateway_url: str, progress=None, *,
 
 
 def gateway_checks(only: Sequence[str], skip: Sequence[str] = ()) -> list[str]:
-    """The ids of :data:`THROUGH_GATEWAY` that ``only``/``skip`` select (:func:`kimi_deploy.check.registry.select`),
+    """The ids of :data:`THROUGH_GATEWAY` that ``only``/``skip`` select (:func:`kimi_deploy.check.check_ids.select`),
     in run order; ``[]`` when none is selected (``--only 'health.*'``: no pass through the gateway)."""
     chosen = set(select(only, skip))
     return [i for i in select(THROUGH_GATEWAY) if i in chosen]

@@ -102,6 +102,8 @@ VERBS: dict[str, tuple[str, str]] = {
     "check": ("check", "Check a running OpenAI-compatible server: health, configuration, API contract."),
     "bench": ("bench", "Benchmark a running OpenAI-compatible server: closed-loop concurrency sweep (or Poisson "
                        "rates)."),
+    "tune": ("tune", "Search this host's best SGLang configuration for a workload and SLO, each candidate gated on "
+                     "the contract."),
 }
 
 

@@ -23,9 +23,10 @@ Litter (``.NAME.XXXXXXXX.tmp``, ``.NAME.PID.bak``, backup sets without their ind
 a journal folder without its ``change.json``) of the files a change names is removed with it
 (:func:`litter`); ``status`` reports what remains.
 
-The record takes other kinds of change by its ``kind`` (``restart``, ``upgrade``; ``tune`` for the candidates of a
-future ``tune`` verb, each a version gated the same way) and, for a replica behind a gateway (``replica``), the
-worker URL taken out of rotation: an interrupted change never adds it back (``restart`` does, once it passed).
+The record takes other kinds of change by its ``kind`` (``restart``, ``upgrade``; ``tune`` for the candidates of
+``kimi-deploy tune``, each a version gated the same way: kimi_deploy/tune/run.py) and, for a replica behind a gateway
+(``replica``), the worker URL taken out of rotation: an interrupted change never adds it back (``restart`` does, once
+it passed).
 """
 
 from __future__ import annotations

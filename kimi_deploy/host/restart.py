@@ -392,8 +392,8 @@ def restart(deployment: Deployment, layout: HostLayout, *, wait: bool = False, t
             added back only when that passed.
         node: this host as ``[fleet] replicas`` lists it (default: found by its addresses,
             :func:`kimi_deploy.topology.local_rank`).
-        change: the journal of the change this restart is part of (``upgrade`` begins it); None: the restart
-            finishes or undoes an interrupted change it finds first (:func:`kimi_deploy.host.journal.recover`;
+        change: the journal of the change this restart is part of (``upgrade`` and ``tune`` begin it); None: the
+            restart finishes or undoes an interrupted change it finds first (:func:`kimi_deploy.host.journal.recover`;
             the result is then that, and no new restart), and with ``rollback_on_failure`` journals its own.
         hold_lock: take the service's lock (False: the caller holds it, as ``upgrade`` does).
 
@@ -433,7 +433,8 @@ def restart(deployment: Deployment, layout: HostLayout, *, wait: bool = False, t
                             on_event=on_event, clock=clock, sleep=sleep, gate=gate, change=change)
         return _restart_drained(deployment, layout, drain, api_key=api_key, timeout=timeout,
                                 rollback_on_failure=rollback_on_failure, poll_interval=poll_interval,
-                                on_poll=on_poll, on_event=on_event, clock=clock, sleep=sleep, gate=gate)
+                                on_poll=on_poll, on_event=on_event, clock=clock, sleep=sleep, gate=gate,
+                                change=change)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -17,6 +17,7 @@ from kimi_deploy.wire.net import host_key, is_loopback, not_one_host
 from kimi_deploy.profile.base import MAX_SPAN_SEC, UINT_MAX
 from kimi_deploy.profile.startup import MAX_PREFETCH_THREADS, Startup
 from kimi_deploy.profile.rollout import Rollout
+from kimi_deploy.profile.tune import Tune
 from kimi_deploy.profile.service import CALENDAR, POSIX_NAME, Service, check_service_name, valid_service_name
 from kimi_deploy.profile.monitoring import (JOB_NAME, LABEL_NAME, Monitoring, RESERVED_LABELS, RUNBOOK, RUNBOOK_DEFAULT,
                                             RUNBOOK_DEFAULT_DIGESTED, SLO,
@@ -39,7 +40,7 @@ __all__ = ["CPU_QUANTITY", "ClaimSource", "HostPathSource", "ImageSource", "Mode
     "ENV_NAME", "Fleet", "Gateway", "IFNAME", "IMAGE", "JOB_NAME", "Kubernetes", "LABEL_KEY", "LABEL_NAME",
     "LABEL_VALUE", "MAX_NODES", "MAX_REPLICAS", "MAX_SPAN_SEC", "Monitoring", "NIC_ENV", "POLICY", "POSIX_NAME",
     "Profile", "QUANTITY", "Rollout", "RANK_DUMMY_HEALTH", "RESERVED_ENV", "RESERVED_LABELS", "RUNBOOK", "Replica",
-    "MAX_PREFETCH_THREADS", "SAFE_TOKEN", "SGLang", "SLO", "SMG_VERSION", "Service", "Startup", "UINT_MAX", "calendar_problem", "check_cron",
+    "MAX_PREFETCH_THREADS", "SAFE_TOKEN", "SGLang", "SLO", "SMG_VERSION", "Service", "Startup", "Tune", "UINT_MAX", "calendar_problem", "check_cron",
     "check_dns_label", "check_image", "check_rules", "check_scrape_target", "check_service_name",
     "default_api_key_file", "dump_profile", "extra_args_problems", "fleet_problems", "gateway_problems",
     "host_key", "is_loopback", "load_profile", "monitoring_problems", "naming_warnings", "not_one_host",

@@ -20,6 +20,7 @@ Layout of a profile file::
     [kubernetes]   # render --target kubernetes: image, volumes, names (kimi_deploy.targets.kubernetes renders it)
     [startup]      # optional: the weights prefetch before SGLang starts (kimi_deploy.host.prefetch)
     [rollout]      # optional: the batches and capacity guard of render --target ansible's roll
+    [tune]         # optional: what `kimi-deploy tune` varies ([tune.space]; kimi_deploy.tune)
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ from kimi_deploy.wire.net import host_key, is_loopback
 from kimi_deploy.profile.service import Service
 from kimi_deploy.profile.rollout import Rollout
 from kimi_deploy.profile.startup import Startup
+from kimi_deploy.profile.tune import Tune
 from kimi_deploy.values import MAX_ITEMS, check_abs_path, check_text, check_token
 
 
@@ -124,7 +126,7 @@ NAME_FIELD = "{name}"
 
 class Profile(BaseModel):
     """A whole deployment profile: ``[service]``, ``[sglang]``, ``[environment]``, ``[monitoring]``, and the
-    optional ``[fleet]``, ``[gateway]``, ``[kubernetes]``, ``[quality]``, ``[startup]`` and ``[rollout]``."""
+    optional ``[fleet]``, ``[gateway]``, ``[kubernetes]``, ``[quality]``, ``[startup]``, ``[rollout]`` and ``[tune]``."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
@@ -162,6 +164,7 @@ class Profile(BaseModel):
     kubernetes: Kubernetes | None = None
     startup: Startup | None = None
     rollout: Rollout | None = None
+    tune: Tune | None = None
 
     @field_validator("environment", mode="before")
     @classmethod
@@ -293,7 +296,7 @@ KUBERNETES_KEYS_ADDED: dict[str, Any] = {
 GATEWAY_KEYS_ADDED: tuple[str, ...] = ("reasoning_parser", "tool_call_parser")
 
 #: Top-level tables that :meth:`Profile.digest` leaves out while absent (added after the first installs).
-DIGEST_OMITS_UNSET: tuple[str, ...] = ("fleet", "gateway", "kubernetes", "quality", "startup", "rollout")
+DIGEST_OMITS_UNSET: tuple[str, ...] = ("fleet", "gateway", "kubernetes", "quality", "startup", "rollout", "tune")
 
 #: The ``[sglang]`` keys of the first installed profiles: always part of :meth:`Profile.digest`. Frozen: a row
 #: added to :data:`kimi_deploy.options.OPTIONS` later (``pp_size``, ``max_prefill_tokens``, ...) is not listed

@@ -62,6 +62,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--invalid-args-rate", type=float, default=0.0,
                    help="break this fraction of answers with a call (kimi_model._maybe_break), seeded by --seed")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--speed-model", default=None, metavar="DIR",
+                   help="time every answer by speed_model.py over the launch flags of DIR/unit and DIR/env (what "
+                        "the fake systemd's restart copies there: the unit the server was 'started' from); its "
+                        "planted setting sanitises tool-call ids")
     opts = p.parse_args(argv)
     # in the environment, so that an engine process started later (vLLM's engine core) breaks answers alike
     os.environ["KIMI_REPLAY_INVALID_RATE"] = str(opts.invalid_args_rate)
@@ -137,6 +141,7 @@ class ScriptedTokenizerManager:
         self.eos_id = tokenizer.convert_tokens_to_ids("<|im_end|>")
         self._counter = 0
         self._seen: list[list[int]] = []  # prompts answered so far (the newest 256): a radix cache's contents
+        self.pacer = None  # a SpeedPacer with --speed-model (build_app)
 
     def config_value(self, name: str):
         return getattr(self.server_args, name, None)
@@ -181,15 +186,24 @@ class ScriptedTokenizerManager:
             params = params[0]
         prompt = self._prompt_text(obj)
         max_new = params.get("max_new_tokens")
-        skip = params.get("skip_special_tokens", True)
-        self._counter += 1
-        rid = f"replay-{self._counter}"
         raw = kimi_model.respond(prompt, params)
         parts = kimi_model.pieces(raw)
         truncated = max_new is not None and len(parts) > max_new
         if truncated:
             parts = parts[:max_new]
         groups = kimi_model.chunks(parts) if obj.stream else [parts]
+        if self.pacer is not None:
+            async for item in self.pacer.paced(self._stream(obj, params, parts, groups, truncated, max_new),
+                                               len(kimi_model.chunks(parts)), obj.stream):
+                yield item
+            return
+        async for item in self._stream(obj, params, parts, groups, truncated, max_new):
+            yield item
+
+    async def _stream(self, obj, params, parts, groups, truncated, max_new):
+        skip = params.get("skip_special_tokens", True)
+        self._counter += 1
+        rid = f"replay-{self._counter}"
         ids = obj.input_ids[0] if obj.input_ids and isinstance(obj.input_ids[0], list) else (obj.input_ids or [])
         prompt_tokens = len(ids)
         cached = self._cached(list(ids))
@@ -218,6 +232,65 @@ class ScriptedTokenizerManager:
             await asyncio.sleep(0)
 
 
+class SpeedPacer:
+    """The timing of :mod:`speed_model` for the configuration in ``folder`` (``unit``, ``env``: re-read when they
+    change): at most ``--max-running-requests`` answers decode at once (the others wait, which is their TTFT), the
+    first chunk after the prefill time, each next one after a decode step that slows with the batch."""
+
+    def __init__(self, folder: str, seed: int) -> None:
+        import random
+
+        import speed_model
+
+        self.model = speed_model
+        self.folder = Path(folder)
+        self.rng = random.Random(seed)
+        self.running = 0
+        self.waiters: list[asyncio.Future] = []
+        self._key = None
+        self._speed = speed_model.Speed({})
+
+    def speed(self):
+        unit, env = self.folder / "unit", self.folder / "env"
+        key = tuple(p.stat().st_mtime_ns if p.exists() else 0 for p in (unit, env))
+        if key != self._key:
+            self._key = key
+            text = unit.read_text() if unit.exists() else ""
+            self._speed = self.model.Speed(self.model.flags_of(text, env.read_text() if env.exists() else ""))
+        return self._speed
+
+    async def _admit(self, limit: int) -> None:
+        while self.running >= limit:
+            fut = asyncio.get_running_loop().create_future()
+            self.waiters.append(fut)
+            await fut
+        self.running += 1
+
+    def _release(self) -> None:
+        self.running -= 1
+        while self.waiters:
+            fut = self.waiters.pop(0)
+            if not fut.done():
+                fut.set_result(None)
+                break
+
+    async def paced(self, items, steps: int, stream: bool):
+        speed = self.speed()
+        await self._admit(speed.max_running)
+        try:
+            await asyncio.sleep(speed.ttft_ms * speed.jitter(self.rng) / 1000)
+            first = True
+            async for item in items:
+                if not first:
+                    await asyncio.sleep(speed.step(self.running) * speed.jitter(self.rng) / 1000)
+                elif not stream:  # one answer at the end: every step's time before it
+                    await asyncio.sleep(sum(speed.step(self.running) for _ in range(max(0, steps - 1))) / 1000)
+                first = False
+                yield item
+        finally:
+            self._release()
+
+
 class SanitisingProxy:
     """ASGI middleware standing for a proxy that sanitises tool-call ids in what the server returns: every
     ``functions.NAME:N`` in a response body (JSON or SSE event) becomes ``functions_NAME_N``, as a client or
@@ -226,11 +299,12 @@ class SanitisingProxy:
 
     ID = re.compile(rb"functions\.([A-Za-z0-9_-]+):(\d+)")
 
-    def __init__(self, app):
+    def __init__(self, app, when=None):
         self.app = app
+        self.when = when or (lambda: True)  # whether it rewrites now (the speed model's planted setting)
 
     async def __call__(self, scope, receive, send):
-        if scope["type"] != "http":
+        if scope["type"] != "http" or not self.when():
             return await self.app(scope, receive, send)
 
         async def rewriting(message):
@@ -276,6 +350,9 @@ def build_app(opts: argparse.Namespace, model_dir: Path, server_args=None):
     app = FastAPI()
     if getattr(opts, "sanitise_ids", False):
         app.add_middleware(SanitisingProxy)
+    if getattr(opts, "speed_model", None):
+        tm.pacer = SpeedPacer(opts.speed_model, getattr(opts, "seed", 0))
+        app.add_middleware(SanitisingProxy, when=lambda: tm.pacer.speed().planted)
     if server_args.api_key:
         add_api_key_middleware(app, api_key=server_args.api_key, admin_api_key=None)
 
