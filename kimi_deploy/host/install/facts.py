@@ -18,7 +18,7 @@ import stat
 from collections.abc import Mapping
 from pathlib import Path
 
-from kimi_deploy.host import systemd
+from kimi_deploy.facts import units as unit_facts
 from kimi_deploy.wire import apikey, inputs
 from kimi_deploy.errors import UsageError
 from kimi_deploy.host.records import (Claims, Intent, Manifest, installed_services, last_uninstalled_manifest,
@@ -162,9 +162,9 @@ def gather_install_facts(profile: Profile, layout: HostLayout, desired: Mapping[
         units += units_to_enable(deployment.units, desired)
     if not layout.is_host:
         units += [u for u in _unit_names(recorded - set(desired)) if u not in units]
-    enabled = {u: systemd.is_enabled(u, root=root) for u in units}
+    enabled = {u: unit_facts.is_enabled(u, root=root) for u in units}
     timers = [u for u in units_to_enable(deployment.units, desired) if u.endswith(".timer")]
-    active = {timer: systemd.is_active(timer) for timer in timers} if enable and layout.is_host else {}
+    active = {timer: unit_facts.is_active(timer) for timer in timers} if enable and layout.is_host else {}
     dirs = frozenset({profile.cache_root} if layout.under(profile.cache_root).is_dir() else ())
     key_hp = deployment.api_key_file
     orphan = intent.api_key_created if intent else None
@@ -215,7 +215,7 @@ def gather_uninstall_facts(layout: HostLayout, name: str | None) -> HostFacts:
     manifest_hp = layout.host_path(layout.manifest(name))
     files = _read_files(layout, recorded | {manifest_hp}) if manifest or intent else {}
     enabled = ({} if layout.is_host else
-               {u: systemd.is_enabled(u, root=layout.root) for u in _unit_names(recorded)})
+               {u: unit_facts.is_enabled(u, root=layout.root) for u in _unit_names(recorded)})
     kept = [r for r in (manifest, intent.manifest if intent else None, last) if r]
     candidates = {layout.host_path(layout.service_backup_dir(name)),
                   layout.host_path(layout.timer_stamp(Units.of(name).check_timer))}
