@@ -4,6 +4,7 @@ directory's shards and safetensors headers (:mod:`.modeldir`), the host's memory
 ``doctor`` and the weights prefetch read of ``/proc/meminfo``), free disk where a path is (:mod:`.disk`), whether
 a server can listen on a port here (:mod:`.ports`) and systemd's state of a unit (:mod:`.units`: ``systemctl show``,
 ``is-enabled``, ``is-active``, which ``status``, ``restart --wait`` and ``install`` read; the one ``systemctl``
-gateway). ``doctor`` judges them and the memory plan
+gateway), and the accounts and ``/dev/nvidia*`` device groups ``install`` plans the service user from
+(:mod:`.accounts`). ``doctor`` judges them and the memory plan
 (:mod:`kimi_deploy.sizing`) sizes with them; neither imports the other's package for them.
 """
