@@ -67,7 +67,8 @@ LAYERS: dict[str, int] = {
     # 6: what is done on (or to) a host
     "host": 6,
     "doctor": 6,
-    # the host's facts (nvidia-smi, model directories) that doctor judges and sizing sizes with
+    # the host's facts (nvidia-smi, model directories, systemd's unit state) that doctor judges, sizing sizes with
+    # and install/status/restart read
     "facts": 6,
     # the memory plan and SGLang's effective configuration read this host's GPUs and model files (doctor's parsers)
     "sizing": 6,

@@ -3,8 +3,14 @@
 The property test walks every preset x every Kimi model of the table x SGLang 0.5.22 and 0.5.23 x {one host,
 fleet, Kubernetes} and holds what ``render``, ``validate``, ``doctor``, ``install --dry-run`` and ``upgrade
 --dry-run`` compute to the resolved deployment: the argv, the required patch set, the fit verdict and its
-numbers (or the one refusal all of them give). It runs at the library level, each verb's own entry, so it needs
-no interpreter; the tests below it run the verbs themselves on the contradictions issue 36 found (each failed on
+numbers (or the one refusal all of them give): the systemd units of every rank, a LeaderWorkerSet's pod templates
+once LWS fills in its variables, the unit ``install --dry-run`` writes on a fleet's first and last node, the unit
+and the gates ``doctor`` checks on the recorded reference host (its ``nvidia-smi`` replayed) and its refusal,
+``validate --gpu-facts``'s verdict and numbers on the same recording, and the patches ``upgrade`` applies. It runs
+at the library level, each verb's own entry, so it needs no interpreter; every distinct command it resolves is
+then parsed by SGLang 0.5.22's and 0.5.23's own parser (validate's script, one interpreter per release), and
+``tests/test_upgrade.py`` holds a real ``upgrade --dry-run``'s plan to the deployment. The tests below run the
+verbs themselves on the contradictions issue 36 found (each failed on
 the main branch before it): ``render`` accepted Kimi K3 silently, ``validate`` refused it only with a working
 interpreter, ``doctor`` only with GPUs, each with other numbers; ``upgrade`` applied only the default patches;
 ``bench --profile`` ignored the profile's server; ``doctor``/``validate`` did not default to the installed
@@ -19,8 +25,9 @@ import json
 from pathlib import Path
 
 import pytest
+import yaml
 
-from kimi_deploy import patching
+from kimi_deploy import doctor, patching, versions
 from kimi_deploy.catalog import presets
 from kimi_deploy.catalog.models import MODELS
 from kimi_deploy.cli import cli
@@ -33,8 +40,10 @@ from kimi_deploy.sizing.memory import GpuFacts
 from kimi_deploy.targets import prometheus
 from kimi_deploy.targets.registry import render
 from kimi_deploy.targets.systemd import _exec_start
-from kimi_deploy.validate import check_model
+from kimi_deploy.engine import run_script
+from kimi_deploy.validate import PLACEHOLDER_API_KEY, VALIDATE_SCRIPT, check_env, check_model
 
+from doctor_helpers import install_fake_nvidia_smi
 from helpers import RUNBOOK, run_cli
 
 DATA = Path(__file__).parent / "data"
@@ -46,7 +55,8 @@ SHAPES = ("one-host", "fleet", "kubernetes")
 FLEET = {"fleet": {"dist_init_port": 20000, "nic": "eth0",
                    "replicas": [{"nodes": ["10.0.0.11", "10.0.0.12"]}, {"nodes": ["10.0.0.13", "10.0.0.14"]}]},
          "gateway": {"host": "10.0.0.10"}}
-KUBERNETES = {"fleet": {"replicas": [{"nodes": ["10.0.0.11"]}, {"nodes": ["10.0.0.12"]}]},
+KUBERNETES = {"fleet": {"dist_init_port": 20000, "nic": "eth0",
+                        "replicas": [{"nodes": ["10.0.0.11", "10.0.0.12"]}, {"nodes": ["10.0.0.13", "10.0.0.14"]}]},
               "kubernetes": {"image": "lmsysorg/sglang:v0.5.23-cu130",
                              "check_image": "registry.example.com/kimi-deploy:0.1.0",
                              "model_volume": {"persistentVolumeClaim": {"claimName": "weights"}}}}
@@ -54,7 +64,8 @@ KUBERNETES = {"fleet": {"replicas": [{"nodes": ["10.0.0.11"]}, {"nodes": ["10.0.
 
 def profile_data(preset: str, model: str, shape: str) -> dict:
     """``preset``'s data serving catalog ``model`` (its ``[sglang]`` keys, :func:`kimi_deploy.catalog.presets.model_keys`)
-    in ``shape``: as written, a fleet of two 2-node groups (TP8 x PP2) behind a gateway, or Kubernetes."""
+    in ``shape``: as written, a fleet of two 2-node groups (TP8 x PP2) behind a gateway, or the same two groups as
+    LeaderWorkerSets on Kubernetes (a leader's and a worker's pod template)."""
     data = copy.deepcopy(presets.get_preset(preset).data)
     s = data["sglang"]
     for key in (*presets.SPECULATIVE, *presets.MEMORY_WITH_DRAFT):
@@ -62,11 +73,9 @@ def profile_data(preset: str, model: str, shape: str) -> dict:
     s.update(presets.memory_keys(MODELS[model]))
     s.update(presets.model_keys(MODELS[model]))
     data.setdefault("monitoring", {})["runbook_url"] = RUNBOOK  # a fleet's or cluster's alerts need an absolute one
-    if shape == "fleet":
+    if shape != "one-host":
         s["pp_size"] = 2
-        data.update(copy.deepcopy(FLEET))
-    elif shape == "kubernetes":
-        data.update(copy.deepcopy(KUBERNETES))
+        data.update(copy.deepcopy(FLEET if shape == "fleet" else KUBERNETES))
     return data
 
 
@@ -81,12 +90,51 @@ def outcome(fn):
 CASES = [(p, m, v, s) for p in presets.PRESETS for m in MODELS for v in VERSIONS for s in SHAPES]
 
 
+@pytest.fixture(scope="module")
+def recorded_nvidia_smi(tmp_path_factory) -> str:
+    """A PATH whose ``nvidia-smi`` replays the recorded reference host's GPU query (doctor's probe runs it)."""
+    bin_dir = tmp_path_factory.mktemp("recorded-host") / "bin"
+    install_fake_nvidia_smi(bin_dir, REFERENCE_GPUS.name)
+    return str(bin_dir)
+
+
+def as_started(args: list[str], d, rank: int) -> tuple[str, ...]:
+    """A LeaderWorkerSet pod's SGLang ``args`` for rank ``rank`` of ``d``'s first group as Kubernetes starts them:
+    the ``$(LWS_*)`` variables replaced by what LWS puts there (the group's size, the worker index, the leader's
+    address; here replica 0's nodes)."""
+    group = [entry.rank for entry in d.ranks if entry.rank.replica == 0]
+    values = {"$(LWS_LEADER_ADDRESS)": group[0].node, "$(LWS_GROUP_SIZE)": str(len(group)),
+              "$(LWS_WORKER_INDEX)": str(rank)}
+    out = []
+    for arg in args:
+        for name, value in values.items():
+            arg = arg.replace(name, value)
+        out.append(arg)
+    return tuple(out)
+
+
 @pytest.mark.parametrize("preset,model,version,shape", CASES, ids=["-".join(c) for c in CASES])
-def test_every_verb_reads_the_same_argv_patch_set_and_fit(preset, model, version, shape):
+def test_every_verb_reads_the_same_argv_patch_set_and_fit(preset, model, version, shape, recorded_nvidia_smi,
+                                                          monkeypatch, tmp_path):
     profile = parse_profile(profile_data(preset, model, shape))
     deployment = outcome(lambda: resolve(profile, version))
     recorded = GpuFacts.from_query(REFERENCE_GPUS.read_text(), str(REFERENCE_GPUS))
     fit = static_fit(profile)
+
+    # doctor reads the GPUs itself (nvidia-smi, here the recorded reference host's answer): its verdict and
+    # numbers are validate --gpu-facts's on the same recording, its refusal the same sentence
+    monkeypatch.setenv("PATH", recorded_nvidia_smi)
+    doctor_gpus, why = doctor.probe_gpus()
+    assert why is None
+    seen = GpuFacts.from_gpus(doctor_gpus, "this host's nvidia-smi")
+    assert dataclasses.replace(static_fit(profile, seen), source="") == \
+        dataclasses.replace(static_fit(profile, recorded), source="")
+    by_doctor = outcome(lambda: doctor.refuse_unfit(profile))
+    if static_fit(profile, recorded).static is False:
+        assert by_doctor == ("error", "RefusedError", f"{MODELS[model].name} does not fit one replica's GPUs",
+                             check_model(profile, recorded).errors[0].split("; what would fit: ")[0])
+    else:
+        assert by_doctor == ("ok", None)
 
     # the fit verdict and its numbers: validate's model check (reference GPUs, and the recorded ones as
     # validate --gpu-facts and doctor read them) and every refusal carry the same sentence
@@ -118,6 +166,14 @@ def test_every_verb_reads_the_same_argv_patch_set_and_fit(preset, model, version
     if shape == "kubernetes":
         artefacts = render("kubernetes", profile, version)
         assert artefacts.launch.argv == d.pod_launch().argv
+        # the LeaderWorkerSet's pod templates start SGLang with each rank's argv of the deployment (the leader's
+        # is rank 0's, the worker's rank 1's), once LWS has filled in its variables
+        lws = yaml.safe_load(artefacts.files["server-leaderworkerset.yaml"])["spec"]["leaderWorkerTemplate"]
+        for rank, template in enumerate(("leaderTemplate", "workerTemplate")):
+            container, = (c for c in lws[template]["spec"]["containers"] if c["name"] == "sglang")
+            assert container["command"][1:] == ["-m", "sglang.launch_server"]
+            launch = next(e.launch for e in d.ranks if e.rank.replica == 0 and e.rank.rank == rank)
+            assert as_started(container["args"], d, rank) == tuple(launch.server_args), (rank, container["args"])
         if d.series:
             text = " ".join(artefacts.warnings)
             assert all(p in text for p in d.required_patches), (d.required_patches, text)
@@ -128,18 +184,39 @@ def test_every_verb_reads_the_same_argv_patch_set_and_fit(preset, model, version
             folder = f"{entry.rank.node}/" if entry.rank else ""
             assert _exec_start(entry.launch) in artefacts.files[f"{folder}{d.units.server}"]
 
-    # install --dry-run: the unit it would put on this host
+    # install --dry-run: the unit it would put on this host (a fleet's first node and its last: another rank of
+    # another replica)
     if shape != "kubernetes":
         host = d.ranks[0].rank.node if d.ranks[0].rank else None
         files, installed_version = desired_files(profile, version, host=host)
         assert installed_version == version
         assert _exec_start(d.launch) in files[f"/etc/systemd/system/{d.units.server}"].decode()
+        if shape == "fleet":
+            last = d.ranks[-1]
+            assert (last.rank.replica, last.rank.rank) == (1, 1)
+            there, _ = desired_files(profile, version, host=last.rank.node)
+            assert _exec_start(last.launch) in there[f"/etc/systemd/system/{d.units.server}"].decode()
+            assert _exec_start(d.launch) not in there[f"/etc/systemd/system/{d.units.server}"].decode()
         # the units it enables and the URL its nightly check asks are the deployment's
         assert set(units_to_enable(d.units, files)) == {d.units.server, d.units.check_timer}
         assert f"/etc/systemd/system/{d.units.check_timer}" in files
     # monitoring: Prometheus scrapes the deployment's servers (rank 0 of each replica, else the local URL)
     assert prometheus.settings(profile).targets == d.metrics_targets
     assert len(d.metrics_targets) == max(1, len(d.worker_urls))
+
+    # doctor on the recorded host (no SGLang here: it reads the release the kit renders for by default) with the
+    # files install --dry-run would write in place: the unit it renders from the deployment is install's, byte for
+    # byte, and the gates it checks the patch state against are the deployment's on these GPUs
+    if shape == "one-host" and version == versions.DEFAULT_SGLANG_VERSION:
+        root = tmp_path / "root"
+        for path, data in files.items():
+            (root / path.lstrip("/")).parent.mkdir(parents=True, exist_ok=True)
+            (root / path.lstrip("/")).write_bytes(data)
+        facts = doctor.gather(profile, python=str(tmp_path / "no-sglang" / "python"), root=root, check_flags=False)
+        assert facts.units == d.units
+        assert [(u.name, u.state) for u in facts.unit] == [(d.units.server, "same"), (d.units.env_file, "same")]
+        on_host = resolve(profile, version, gpus=seen)
+        assert facts.gates == on_host.gates == d.gates and facts.gates_version == version
 
     # doctor (no SGLang here: the gates of the series it renders for) and the required patch set
     series = patching.find_series(version)
@@ -152,6 +229,73 @@ def test_every_verb_reads_the_same_argv_patch_set_and_fit(preset, model, version
         assert set(d.required_patches) >= {p.id for p in series.defaults}
         asked = {h.patch.id for h in d.gates}
         assert set(d.required_patches) == {p.id for p in series.defaults} | asked
+
+
+#: Runs validate's own script (:data:`kimi_deploy.validate.VALIDATE_SCRIPT`) on many commands in one interpreter:
+#: argv[1] a JSON file of ``[server_args, secrets_config, environment]`` rows, argv[2] the script's text. SGLang is
+#: imported once (seconds) instead of once per command; each row runs as ``validate`` runs it (its own argv and
+#: environment, a fresh parser), and the root logger's handlers and the warning filters are put back after it.
+BATCH_SCRIPT = r"""
+import contextlib, io, json, logging, os, sys, warnings
+rows = json.load(open(sys.argv[1])); code = compile(open(sys.argv[2]).read(), "<validate script>", "exec")
+base, results = dict(os.environ), []
+for args, secrets, env in rows:
+    os.environ.clear(); os.environ.update(base); os.environ.update(env)
+    handlers, filters, show = list(logging.getLogger().handlers), list(warnings.filters), warnings.showwarning
+    sys.argv = ["-c", json.dumps(args), secrets or "", PLACEHOLDER]
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        try:
+            exec(code, {"__name__": "__main__"})
+        except SystemExit:
+            pass
+    logging.getLogger().handlers[:] = handlers; warnings.filters[:] = filters; warnings.showwarning = show
+    results.append(json.loads(out.getvalue().strip().splitlines()[-1]))
+os.environ.clear(); os.environ.update(base)
+print(json.dumps({"results": results}))
+"""
+
+
+def every_command(version: str) -> dict[tuple, list[str]]:
+    """Each distinct command every case of the property test would run for ``version`` (one host's launch, every
+    rank of a fleet's or a cluster's first group, as ``validate`` parses them) -> the cases that run it."""
+    commands: dict[tuple, list[str]] = {}
+    for preset, model, v, shape in CASES:
+        if v != version:
+            continue
+        try:
+            d = resolve(parse_profile(profile_data(preset, model, shape)), version)
+            d.require_fit()
+        except KimiDeployError:
+            continue  # refused before any interpreter (the property test holds every verb to that)
+        launches = [e.launch for e in d.ranks if e.rank is None or e.rank.replica == 0]
+        for launch in launches:
+            key = (tuple(launch.server_args), launch.secrets_config, tuple(sorted(check_env(launch).items())))
+            commands.setdefault(key, []).append("-".join((preset, model, v, shape)))
+    return commands
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_sglangs_own_parser_takes_every_command_the_property_test_resolves(version, request, tmp_path):
+    """The argv every verb agrees on is one SGLang accepts: each distinct command of the property test's cases
+    (every preset x model x shape for ``version``) through validate's own check, in SGLang ``version``'s own
+    interpreter, started once (0.5.22: tests/patch_helpers.py release_target)."""
+    python = request.getfixturevalue("sglang_python" if version == "0.5.23" else "sglang_0522")
+    commands = every_command(version)
+    assert len(commands) >= len(presets.PRESETS)  # one host, and at least each preset's
+    rows = tmp_path / "rows.json"
+    rows.write_text(json.dumps([[list(args), secrets, dict(env)] for args, secrets, env in commands]))
+    script = tmp_path / "validate.py"
+    script.write_text(VALIDATE_SCRIPT)
+    batch = BATCH_SCRIPT.replace("PLACEHOLDER", json.dumps(PLACEHOLDER_API_KEY))
+    results = run_script(python, batch, [str(rows), str(script)], timeout=300, label="batch validate")["results"]
+    assert len(results) == len(commands)
+    for (args, secrets, _), cases, result in zip(commands, commands.values(), results):
+        assert result["errors"] == [], (cases[0], result["errors"])
+        assert result["stages"][:3] == ["config", "argparse", "exact-names"] if secrets else \
+            result["stages"][:2] == ["argparse", "exact-names"], (cases[0], result)
+        if secrets:
+            assert result["api_key_from_config"] is True, cases[0]
 
 
 def test_the_reference_preset_requires_the_opt_in_sm120_patches_and_the_pcie_ipc_one_does_not():

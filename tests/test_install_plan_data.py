@@ -198,7 +198,7 @@ def test_planners_never_touch_the_disk(profile, host):
     from kimi_deploy.profile import parse_profile
     from kimi_deploy.topology import find_rank
     from kimi_deploy.host.status import StatusFacts, status_from
-    from kimi_deploy.host.systemd import parse_show
+    from kimi_deploy.facts.units import parse_show
 
     if host is not None:
         profile = parse_profile(tomllib.loads(FLEET))
@@ -225,7 +225,7 @@ def test_planners_never_touch_the_disk(profile, host):
 
 def test_status_is_computed_from_facts(profile):
     from kimi_deploy.host.status import StatusFacts, status_from
-    from kimi_deploy.host.systemd import parse_show
+    from kimi_deploy.facts.units import parse_show
 
     files, version = desired_files(profile)
     manifest = plan(profile, facts_for(HOST))[0].intent.manifest
@@ -252,7 +252,7 @@ def test_status_of_a_gateway_host_reports_the_gateway_unit_and_no_server(tmp_pat
 
     from kimi_deploy.profile import parse_profile
     from kimi_deploy.host.status import StatusFacts, gateway_host, status_from
-    from kimi_deploy.host.systemd import parse_show
+    from kimi_deploy.facts.units import parse_show
 
     fleet = parse_profile(tomllib.loads(
         '[service]\nname = "kimi-test"\n[sglang]\nmodel_path = "/models/k"\nhost = "0.0.0.0"\n'

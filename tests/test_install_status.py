@@ -24,7 +24,7 @@ from kimi_deploy.profile import load_profile
 from kimi_deploy.targets.systemd import render
 from kimi_deploy.host.status import (compare_launch, launch_entries, parse_launch_command, redact,
                                 server_args_from_cmdline)
-from kimi_deploy.host.systemd import parse_show
+from kimi_deploy.facts.units import parse_show
 from patch_helpers import patched_target, site_packages_of
 
 #: A file the default series patches (kimi-k2-tool-call-ids).

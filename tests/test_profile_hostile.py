@@ -17,7 +17,7 @@ import pytest
 
 from helpers import MINIMAL, run_cli, write_profile
 from kimi_deploy import launch
-from kimi_deploy.host import systemd
+from kimi_deploy.facts import units as systemd
 from kimi_deploy.errors import ProfileError
 from kimi_deploy.profile import parse_profile
 

@@ -233,7 +233,7 @@ def test_local_rank_is_the_node_this_host_owns():
 
 def test_restart_wait_on_a_rank_that_serves_no_http_is_refused_before_anything_runs(tmp_path, monkeypatch):
     from kimi_deploy.host import restart as restart_lib
-    from kimi_deploy.host import systemd
+    from kimi_deploy.facts import units as systemd
     from kimi_deploy.errors import UsageError
     from kimi_deploy.paths import HostLayout
 
@@ -265,7 +265,7 @@ def test_status_of_a_rank_that_serves_no_http_asks_no_health_and_compares_its_ow
     from kimi_deploy.paths import HostLayout
     from kimi_deploy.wire.readiness import not_served
     from kimi_deploy.host.status import StatusFacts, status_from
-    from kimi_deploy.host.systemd import parse_show
+    from kimi_deploy.facts.units import parse_show
 
     profile = profile_of()
     rank = find_rank(profile, "10.0.0.12")

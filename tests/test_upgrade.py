@@ -30,11 +30,13 @@ from patch_helpers import make_target, release_target, site_packages_of, tree_ha
 from replay_process import SGLANG_SERVER
 from kimi_deploy import patching
 from kimi_deploy.cli import cli
+from kimi_deploy.deployment import resolve
 from kimi_deploy.errors import ExitCode
 from kimi_deploy.host.install.apply import apply
 from kimi_deploy.host.install.install_plan import plan_install
 from kimi_deploy.paths import HostLayout
 from kimi_deploy.profile import load_profile
+from kimi_deploy.targets.systemd import _exec_start
 
 pytestmark = pytest.mark.sglang
 
@@ -178,6 +180,14 @@ def test_the_plan_carries_the_opt_in_patches_the_profile_needs(cli_runner, host,
     assert {"sm120-flashinfer-allreduce-fusion", "sm120-torch-symm-mem"} <= set(data["patches"]), data["patches"]
     assert data["patches"] == data["required_patches"] == data["deployment"]["required_patches"]
     assert data["patch_check"]["ok"] is True, data["patch_check"]
+    # the plan's argv is the deployment's for the new release: what it validated there and the unit it would install
+    d = resolve(load_profile(v2).model_copy(update={"service": load_profile(v2).service.model_copy(
+        update={"python": new})}), "0.5.23")
+    assert data["deployment"] == json.loads(json.dumps(d.to_dict()))
+    assert data["validation"]["server_args"] == list(d.launch.server_args)
+    unit, = (f for f in data["install"]["files"] if f["host_path"] == f"/etc/systemd/system/{d.units.server}")
+    after = "\n".join(line[1:] for line in unit["diff"].splitlines()[2:] if line[:1] in "+ ")  # the unit it writes
+    assert _exec_start(d.launch) in after
     text = _upgrade(cli_runner, root, tmp_path / "state", "--python", new, "--profile", str(v2), "--dry-run").output
     assert ("required by the profile's features: sm120-flashinfer-allreduce-fusion "
             "(--flashinfer-allreduce-fusion-backend), sm120-torch-symm-mem (--enable-torch-symm-mem)") in text

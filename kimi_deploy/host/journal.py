@@ -44,7 +44,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from kimi_deploy import __version__, fsio
 from kimi_deploy.errors import KimiDeployError, UsageError
-from kimi_deploy.host import systemd
+from kimi_deploy.facts import units as unit_facts
 from kimi_deploy.host.records import BackupSet, list_backups, read_bytes, service_lock, sha256, stale_files
 from kimi_deploy.deployment import Units
 from kimi_deploy.paths import HostLayout
@@ -370,15 +370,15 @@ def recover(layout: HostLayout, service: str, *, live: bool, restart_unit: bool 
     restart_needed = change.restarted and change.unit_existed
     if live:
         if restored.restored or restored.removed:
-            ran.append(systemd.systemctl("daemon-reload").command)
+            ran.append(unit_facts.systemctl("daemon-reload").command)
         if change.restarted and not change.unit_existed:
             # a first install's unit: there is no old version to run (what a finished rollback of one does)
             with contextlib.suppress(KimiDeployError):
-                ran.append(systemd.systemctl("disable", "--now", unit, units.check_timer).command)
+                ran.append(unit_facts.systemctl("disable", "--now", unit, units.check_timer).command)
             notes.append("that was a first install: no previous version to start; the service is stopped")
         elif restart_needed and restart_unit:
             say(f"restarting {unit} with the old files")
-            ran.append(systemd.systemctl("restart", unit).command)
+            ran.append(unit_facts.systemctl("restart", unit).command)
             restart_needed = False
     elif change.restarted:
         notes.append(f"systemd was not touched (--root without --systemd): restart {unit} on the host that runs "

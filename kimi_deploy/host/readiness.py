@@ -19,6 +19,7 @@ from typing import Any
 
 import httpx
 
+from kimi_deploy.facts import units as unit_facts
 from kimi_deploy.host import systemd
 from kimi_deploy.errors import KimiDeployError
 from kimi_deploy.wire.http import control_client, request_capped
@@ -97,7 +98,7 @@ class WaitResult:
 
 def _unit_state(unit: str) -> str | None:
     try:
-        state = systemd.show(unit, ("ActiveState", "SubState"))
+        state = unit_facts.show(unit, ("ActiveState", "SubState"))
     except KimiDeployError:
         return None
     return f"{state.active_state}/{state.sub_state}" if state.active_state else None

@@ -39,6 +39,7 @@ from collections.abc import Callable
 from typing import Any
 
 from kimi_deploy.host import allreduce
+from kimi_deploy.facts import units as unit_facts
 from kimi_deploy.host import systemd
 from kimi_deploy.wire import apikey
 from kimi_deploy.errors import ExitCode, ExternalCommandError, KimiDeployError, UsageError
@@ -269,7 +270,7 @@ def _attempt(label: str, deployment: Deployment, layout: HostLayout, *, api_key:
              gate: str = gates.DEFAULT_GATE) -> Attempt:
     unit = deployment.units.server
     try:
-        done = systemd.systemctl("restart", unit)
+        done = unit_facts.systemctl("restart", unit)
     except ExternalCommandError as exc:
         # systemctl waits for the start job: a start that ran and failed (an ExecStartPre= such as patch verify,
         # a cgroup systemd could not attach to) is the new version failing, so it is rolled back like one that
@@ -321,7 +322,7 @@ def start_phases(deployment: Deployment, layout: HostLayout) -> dict[str, Any]:
     profile = deployment.profile
     unit = deployment.units.server
     try:
-        since = systemd.show(unit).properties.get("ExecMainStartTimestamp") or None
+        since = unit_facts.show(unit).properties.get("ExecMainStartTimestamp") or None
     except KimiDeployError:
         since = None
     lines, source = allreduce.read_start_log(unit, since)
@@ -360,7 +361,7 @@ def engaged_paths(deployment: Deployment) -> dict[str, Any]:
     Never raises: a missing journal is reported, not a failed restart."""
     unit = deployment.units.server
     try:
-        since = systemd.show(unit).properties.get("ExecMainStartTimestamp") or None
+        since = unit_facts.show(unit).properties.get("ExecMainStartTimestamp") or None
     except KimiDeployError:
         since = None
     report, why = allreduce.report_for(deployment, since)
@@ -502,7 +503,7 @@ def plan_restart(deployment: Deployment, layout: HostLayout, *, wait: bool, gate
     unit = deployment.units.server
     pending = journal.load(layout, svc)
     tiers = gates.tiers_through(gate) if wait else []
-    command = " ".join(systemd.systemctl_argv("restart", unit))
+    command = " ".join(unit_facts.systemctl_argv("restart", unit))
     refused = None
     if not allow_parser_removal:
         try:
@@ -692,10 +693,10 @@ def _roll_back(layout: HostLayout, change: journal.Change, deployment: Deploymen
     restored = journal.restore_old(layout, change)
     notes.append(f"restored {len(restored.restored)} file(s) and removed {len(restored.removed)} of "
                  f"{change.old_label}")
-    systemd.systemctl("daemon-reload")
+    unit_facts.systemctl("daemon-reload")
     if not change.unit_existed:
         try:
-            systemd.systemctl("disable", "--now", units.server, units.check_timer)
+            unit_facts.systemctl("disable", "--now", units.server, units.check_timer)
         except KimiDeployError as exc:
             notes.append(f"could not disable the units: {exc.message}")
         notes.append("that was a first install: no previous version to start; the service is stopped and disabled")

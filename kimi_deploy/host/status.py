@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from kimi_deploy import options
-from kimi_deploy.host import systemd
+from kimi_deploy.facts import units as unit_facts
 from kimi_deploy.wire import apikey
 from kimi_deploy.argv import flag_groups, split_equals
 from kimi_deploy.errors import ExitCode, ExternalCommandError, KimiDeployError
@@ -266,7 +266,7 @@ class StatusFacts:
 
     layout: HostLayout
     files: Mapping[str, bytes | None]
-    unit: systemd.UnitState | None
+    unit: unit_facts.UnitState | None
     unit_error: KimiDeployError | None
     api_key_error: KimiDeployError | None
     probe: Readiness | None
@@ -350,7 +350,7 @@ def gather_status_facts(deployment: Deployment, layout: HostLayout, manifest: Ma
     only_gateway = gateway_host(deployment, manifest)
     unit = unit_error = None
     try:
-        unit = systemd.show(deployment.units.gateway if only_gateway else deployment.units.server)
+        unit = unit_facts.show(deployment.units.gateway if only_gateway else deployment.units.server)
     except KimiDeployError as exc:
         unit_error = exc
     api_key = key_error = None

@@ -1,9 +1,9 @@
 """What ``install``/``uninstall`` plan from: :class:`HostFacts`, gathered once per plan, and the reads behind it.
 
 The only module of :mod:`kimi_deploy.host.install` that reads the host: the files a plan may touch and the
-records beside them (:mod:`kimi_deploy.host.records`), accounts (NSS on the host, the ``--root`` tree's
-``/etc/passwd`` and ``/etc/group``), the groups owning ``/dev/nvidia*`` nodes, ``systemctl is-enabled`` /
-``is-active``, the API key file, and which host of a fleet this machine is (:func:`this_host`). It never writes
+records beside them (:mod:`kimi_deploy.host.records`), accounts and the groups owning ``/dev/nvidia*`` nodes
+(:mod:`kimi_deploy.facts.accounts`), ``systemctl is-enabled`` / ``is-active`` (:mod:`kimi_deploy.facts.units`),
+the API key file, and which host of a fleet this machine is (:func:`this_host`). It never writes
 and never plans: the planners (:mod:`kimi_deploy.host.install.install_plan`,
 :mod:`kimi_deploy.host.install.uninstall_plan`) take a :class:`HostFacts` and read nothing else.
 """
@@ -11,14 +11,11 @@ and never plans: the planners (:mod:`kimi_deploy.host.install.install_plan`,
 from __future__ import annotations
 
 import dataclasses
-import grp
-import os
-import pwd
-import stat
 from collections.abc import Mapping
 from pathlib import Path
 
-from kimi_deploy.host import systemd
+from kimi_deploy.facts import accounts
+from kimi_deploy.facts import units as unit_facts
 from kimi_deploy.wire import apikey, inputs
 from kimi_deploy.errors import UsageError
 from kimi_deploy.host.records import (Claims, Intent, Manifest, installed_services, last_uninstalled_manifest,
@@ -72,62 +69,6 @@ class HostFacts:
     leftovers: tuple[str, ...] = ()
 
 
-def _names_in(file: Path) -> set[str]:
-    """First fields of a passwd/group file (empty when missing)."""
-    try:
-        return {line.split(":", 1)[0] for line in file.read_text().splitlines() if line and ":" in line}
-    except FileNotFoundError:
-        return set()
-
-
-def _existing_accounts(layout: HostLayout, kind: str, names: set[str]) -> frozenset[str]:
-    """Which of the user (``kind="user"``) or group ``names`` exist: NSS on the host, the tree's files under --root."""
-    if not layout.is_host:
-        return frozenset(names & _names_in(layout.passwd if kind == "user" else layout.group_file))
-    found = set()
-    for name in names:
-        try:
-            (pwd.getpwnam if kind == "user" else grp.getgrnam)(name)
-            found.add(name)
-        except KeyError:
-            continue
-    return frozenset(found)
-
-
-def gpu_device_groups(device_glob: str = "/dev/nvidia*") -> dict[str, str]:
-    """Groups the service user must join to open NVIDIA device nodes: ``{device: group}``.
-
-    The NVIDIA driver creates ``/dev/nvidia*`` with mode 0666 by default (``NVreg_DeviceFileMode``),
-    so this is usually empty; a device without world read/write needs its owning group
-    (``video`` or ``render`` on distributions that tighten it).
-    """
-    import glob
-
-    out = {}
-    for dev in sorted(glob.glob(device_glob)):
-        try:
-            st = os.stat(dev)
-        except OSError:
-            continue
-        if stat.S_ISCHR(st.st_mode) and (st.st_mode & 0o006) != 0o006 and st.st_gid != 0:
-            try:
-                out[dev] = grp.getgrgid(st.st_gid).gr_name
-            except KeyError:
-                continue
-    return out
-
-
-def _gpu_group_members() -> dict[str, tuple[str, ...]]:
-    """Group -> members for every group owning a restricted ``/dev/nvidia*`` node (:func:`gpu_device_groups`)."""
-    out = {}
-    for group in sorted(set(gpu_device_groups().values())):
-        try:
-            out[group] = tuple(grp.getgrnam(group).gr_mem)
-        except KeyError:
-            continue
-    return out
-
-
 def _read_files(layout: HostLayout, host_paths: set[str]) -> dict[str, bytes | None]:
     return {hp: read_bytes(layout.under(hp)) for hp in sorted(host_paths)}
 
@@ -162,9 +103,9 @@ def gather_install_facts(profile: Profile, layout: HostLayout, desired: Mapping[
         units += units_to_enable(deployment.units, desired)
     if not layout.is_host:
         units += [u for u in _unit_names(recorded - set(desired)) if u not in units]
-    enabled = {u: systemd.is_enabled(u, root=root) for u in units}
+    enabled = {u: unit_facts.is_enabled(u, root=root) for u in units}
     timers = [u for u in units_to_enable(deployment.units, desired) if u.endswith(".timer")]
-    active = {timer: systemd.is_active(timer) for timer in timers} if enable and layout.is_host else {}
+    active = {timer: unit_facts.is_active(timer) for timer in timers} if enable and layout.is_host else {}
     dirs = frozenset({profile.cache_root} if layout.under(profile.cache_root).is_dir() else ())
     key_hp = deployment.api_key_file
     orphan = intent.api_key_created if intent else None
@@ -172,9 +113,10 @@ def gather_install_facts(profile: Profile, layout: HostLayout, desired: Mapping[
     return HostFacts(
         layout=layout, files=_read_files(layout, targets), manifest=manifest, intent=intent, last_uninstalled=last,
         claims=other_services_claims(layout, svc.name),
-        users=_existing_accounts(layout, "user", {svc.user}), groups=_existing_accounts(layout, "group", {svc.group}),
+        users=accounts.existing_accounts(layout, "user", {svc.user}),
+        groups=accounts.existing_accounts(layout, "group", {svc.group}),
         has_passwd=layout.is_host or layout.passwd.is_file(),
-        gpu_groups=_gpu_group_members() if layout.is_host and create_user else {},
+        gpu_groups=accounts.gpu_group_members() if layout.is_host and create_user else {},
         enabled=enabled, active=active, key=apikey.inspect(layout, key_hp) if key_hp else None, dirs=dirs, exists=exists,
         dataset_problem=_dataset_problem(layout, profile),
         stale=tuple(stale_files(layout, targets | {layout.host_path(layout.intent(svc.name))}
@@ -215,7 +157,7 @@ def gather_uninstall_facts(layout: HostLayout, name: str | None) -> HostFacts:
     manifest_hp = layout.host_path(layout.manifest(name))
     files = _read_files(layout, recorded | {manifest_hp}) if manifest or intent else {}
     enabled = ({} if layout.is_host else
-               {u: systemd.is_enabled(u, root=layout.root) for u in _unit_names(recorded)})
+               {u: unit_facts.is_enabled(u, root=layout.root) for u in _unit_names(recorded)})
     kept = [r for r in (manifest, intent.manifest if intent else None, last) if r]
     candidates = {layout.host_path(layout.service_backup_dir(name)),
                   layout.host_path(layout.timer_stamp(Units.of(name).check_timer))}
@@ -230,8 +172,8 @@ def gather_uninstall_facts(layout: HostLayout, name: str | None) -> HostFacts:
     return HostFacts(
         layout=layout, files=files, manifest=manifest, intent=intent, last_uninstalled=last,
         claims=other_services_claims(layout, name), enabled=enabled, exists=exists,
-        users=_existing_accounts(layout, "user", {u for r in kept for u in r.users_created}),
-        groups=_existing_accounts(layout, "group", {g for r in kept for g in r.groups_created}),
+        users=accounts.existing_accounts(layout, "user", {u for r in kept for u in r.users_created}),
+        groups=accounts.existing_accounts(layout, "group", {g for r in kept for g in r.groups_created}),
         stale=tuple(stale_files(layout, recorded | {manifest_hp, layout.host_path(layout.intent(name))} | key_paths,
                                 name)),
         installed=installed, leftovers=leftovers)

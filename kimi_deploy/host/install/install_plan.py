@@ -16,7 +16,8 @@ from collections.abc import Collection, Mapping
 from pathlib import Path
 
 from kimi_deploy import __version__, paths
-from kimi_deploy.host import systemd, gate as gates
+from kimi_deploy.facts import units as unit_facts
+from kimi_deploy.host import gate as gates
 from kimi_deploy.errors import KimiDeployError, UsageError
 from kimi_deploy.host.records import Claims, FileRecord, Intent, Manifest, listeners, sha256
 from kimi_deploy.paths import HostLayout
@@ -289,7 +290,7 @@ def plan_install_from(profile: Profile, facts: HostFacts, files: Mapping[str, by
     if layout.is_host:
         if units_changed:
             steps.append(Step("command", "reload systemd's unit files", when="after",
-                              argv=tuple(systemd.systemctl_argv("daemon-reload"))))
+                              argv=tuple(unit_facts.systemctl_argv("daemon-reload"))))
     elif units_changed:
         notes.append("daemon-reload skipped: --root edits a file tree, no running systemd to reload")
     if enable:
@@ -297,17 +298,17 @@ def plan_install_from(profile: Profile, facts: HostFacts, files: Mapping[str, by
         to_enable = [u for u in units if not facts.enabled.get(u, False)]
         if to_enable:
             steps.append(Step("command", f"enable {', '.join(to_enable)} (start at boot)", when="after",
-                              argv=tuple(systemd.systemctl_argv("enable", *to_enable, root=root))))
+                              argv=tuple(unit_facts.systemctl_argv("enable", *to_enable, root=root))))
         for timer in (u for u in units if u.endswith(".timer")):
             if layout.is_host and not facts.active.get(timer, False):
                 steps.append(Step("command", "start the nightly check timer now", when="after",
-                                  argv=tuple(systemd.systemctl_argv("start", timer))))
+                                  argv=tuple(unit_facts.systemctl_argv("start", timer))))
     else:
         notes.append("--no-enable: units are not enabled; the service does not start at boot")
     if restart:
         if any(c.action != "unchanged" for c in changes):
             steps.append(Step("command", f"restart {deployment.units.server}", when="after",
-                              argv=tuple(systemd.systemctl_argv("restart", deployment.units.server))))
+                              argv=tuple(unit_facts.systemctl_argv("restart", deployment.units.server))))
         else:
             notes.append("nothing changed: not restarting")
     if intent:

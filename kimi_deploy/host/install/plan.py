@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from kimi_deploy import proc
-from kimi_deploy.host import systemd
+from kimi_deploy.facts import units as unit_facts
 from kimi_deploy.errors import KimiDeployError
 from kimi_deploy.host.records import Intent, Manifest, Ownership, classify
 from kimi_deploy.paths import HostLayout
@@ -218,9 +218,9 @@ def disable_steps(facts: HostFacts, units: list[str]) -> list[Step]:
     layout = facts.layout
     if layout.is_host:
         return [Step("command", f"stop and disable {', '.join(units)}",
-                     argv=tuple(systemd.systemctl_argv("disable", "--now", *units)))]
+                     argv=tuple(unit_facts.systemctl_argv("disable", "--now", *units)))]
     enabled = [u for u in units if facts.enabled.get(u, False)]
     if not enabled:
         return []
     return [Step("command", f"disable {', '.join(enabled)}",
-                 argv=tuple(systemd.systemctl_argv("disable", *enabled, root=layout.root)))]
+                 argv=tuple(unit_facts.systemctl_argv("disable", *enabled, root=layout.root)))]

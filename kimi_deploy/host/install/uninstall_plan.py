@@ -13,7 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from kimi_deploy import paths
-from kimi_deploy.host import systemd
+from kimi_deploy.facts import units as unit_facts
 from kimi_deploy.errors import UsageError
 from kimi_deploy.host.records import Manifest
 from kimi_deploy.paths import HostLayout
@@ -199,9 +199,9 @@ def plan_uninstall_from(facts: HostFacts, svc: str | None, *, force: bool = Fals
         # systemctl expands globs over loaded units, so a unit `disable --now` already unloaded is skipped
         # instead of failing the uninstall with "Unit ... not loaded".
         steps.append(Step("command", f"forget the failed state of {', '.join(units)}", when="after",
-                          argv=tuple(systemd.systemctl_argv("reset-failed", *(f"{u[:-1]}[{u[-1]}]" for u in units)))))
+                          argv=tuple(unit_facts.systemctl_argv("reset-failed", *(f"{u[:-1]}[{u[-1]}]" for u in units)))))
         steps.append(Step("command", "reload systemd's unit files", when="after",
-                          argv=tuple(systemd.systemctl_argv("daemon-reload"))))
+                          argv=tuple(unit_facts.systemctl_argv("daemon-reload"))))
     record = manifest or (intent.manifest if intent else None)
     if intent:
         notes.append("an install of this service was interrupted: the files it wrote are removed too")
