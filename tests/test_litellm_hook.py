@@ -398,9 +398,9 @@ def test_through_the_hook_every_other_check_ends_as_direct(proxies, vllm_replay,
     seen = {c["id"]: (c["status"], c["kind"]) for c in direct["checks"]}
     assert {c["id"]: (c["status"], c["kind"]) for c in proxied["checks"]} == seen
     # 13 cases x 2 modes, multi_turn x 2, malformed; the agent conversations but their ids (10), the concurrency
-    # bursts (5), the prefix cache (issue 41)
+    # bursts (6: five tool-call cases and reasoning_on), the prefix cache (issue 41)
     # (the vLLM replay reports no cached tokens: its prefix-cache check skips, direct and through the hook alike)
-    assert len(seen) == 45 and all(v != ("skip", None) for k, v in seen.items() if k != "contract.prefix_cache")
+    assert len(seen) == 46 and all(v != ("skip", None) for k, v in seen.items() if k != "contract.prefix_cache")
 
 
 def _post(url: str, path: str, body: Any) -> tuple[int, str]:
