@@ -58,6 +58,21 @@ def not_regular(mode: int) -> str | None:
     return next((name for test, name in _KINDS if test(mode)), "not a regular file")
 
 
+def _open_stat(path: str | Path) -> tuple[int, os.stat_result]:
+    """``path`` opened read-only with ``O_NONBLOCK`` (a FIFO without a writer does not block the open) and its
+    ``fstat``; the caller closes the descriptor.
+
+    Raises:
+        OSError: the open or the ``fstat`` failed (the descriptor is closed then).
+    """
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | getattr(os, "O_CLOEXEC", 0))
+    try:
+        return fd, os.fstat(fd)
+    except BaseException:
+        os.close(fd)
+        raise
+
+
 def open_regular(path: str | Path, what: str, hint: str, *, max_bytes: int | None = None,
                  reader: str = "the kit", cap_flag: str | None = None) -> IO[bytes]:
     """``path`` opened for reading when it is a regular file (symlinks followed) of at most ``max_bytes`` (``None``:
@@ -69,11 +84,10 @@ def open_regular(path: str | Path, what: str, hint: str, *, max_bytes: int | Non
             cap), exit 2.
     """
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | getattr(os, "O_CLOEXEC", 0))
+        fd, st = _open_stat(path)
     except OSError as exc:
         raise UsageError(f"cannot read {what} ({exc.strerror or exc})", value=str(path), hint=hint) from None
     try:
-        st = os.fstat(fd)
         kind = not_regular(st.st_mode)
         if kind is not None:
             raise UsageError(f"{what} is {kind}, not a regular file: the kit reads only regular files (a pipe or "
@@ -247,7 +261,7 @@ class IrregularFile(OSError):
 def read_regular(path: str | Path, max_bytes: int = SMALL_FILE_BYTES) -> bytes:
     """The whole of the regular file ``path`` (symlinks followed), at most ``max_bytes``.
 
-    Opened with ``O_NONBLOCK`` and ``fstat``-ed first, like :func:`open_regular`, so a FIFO without a writer, a
+    Opened and ``fstat``-ed as :func:`open_regular` opens (:func:`_open_stat`), so a FIFO without a writer, a
     device (``/dev/zero``) or a directory is refused before a byte is read instead of blocking or filling memory.
 
     Raises:
@@ -256,9 +270,8 @@ def read_regular(path: str | Path, max_bytes: int = SMALL_FILE_BYTES) -> bytes:
         IrregularFile: a FIFO, a device or a socket (``strerror``: ``a FIFO (named pipe), not a regular file``),
             or a file over ``max_bytes`` (``strerror``: ``larger than 1 MiB``), also when it grows while read.
     """
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | getattr(os, "O_CLOEXEC", 0))
+    fd, st = _open_stat(path)
     try:
-        st = os.fstat(fd)
         if stat.S_ISDIR(st.st_mode):
             raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), str(path))
         kind = not_regular(st.st_mode)
